@@ -1,0 +1,129 @@
+"""Per-interval statistics: cheap to add to on every step, reduced once per logging interval.
+
+On a training step the agent only canonicalises the batch (a few device ops, see
+``batch_forms``) and keeps the result. At the log boundary everything the interval saw is
+reduced with a handful of kernels into one int64 vector, which then travels to the host in a
+single non-blocking copy. Values known on the host (token slots, packs, the baseline S2 of a
+fixed shape) never touch the device.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from packscope.agent.batch_forms import DocBatch
+from packscope.agent.histograms import NUM_BUCKETS, SLOTS, bucket_of, edges_on, slot_of
+
+# Layout of the reduced int64 vector.
+DOC_COUNT = slice(0, SLOTS)
+DOC_TOKENS = slice(SLOTS, 2 * SLOTS)
+PACK_COUNT = slice(2 * SLOTS, 3 * SLOTS)
+PACK_TOKENS = slice(3 * SLOTS, 4 * SLOTS)
+S2_THD = 4 * SLOTS
+DEVICE_LEN = 4 * SLOTS + 1
+# Host statics (then the four host histograms); summed with the device vector under data parallelism.
+HOST_FIELDS = ("tokens", "packs", "seqlen_sq_sum_bshd", "host_s2_thd")
+
+
+@dataclass
+class HostCounts:
+    """What the interval's shapes tell us without looking at the device."""
+
+    tokens: int = 0
+    packs: int = 0
+    seqlen_sq_sum_bshd: int = 0
+    # Plain fixed-length batches: every row is one document of row_len tokens.
+    host_s2_thd: int = 0
+    doc_hist: list[list[int]] = field(default_factory=lambda: [[0] * NUM_BUCKETS, [0] * NUM_BUCKETS])
+    pack_hist: list[list[int]] = field(default_factory=lambda: [[0] * NUM_BUCKETS, [0] * NUM_BUCKETS])
+
+    def as_list(self) -> list[int]:
+        """Flat form, so that it can ride in the data-parallel SUM with the device vector."""
+        flat = [getattr(self, name) for name in HOST_FIELDS]
+        for hist in (self.doc_hist, self.pack_hist):
+            flat += hist[0] + hist[1]
+        return flat
+
+
+class IntervalAccumulator:
+    def __init__(self) -> None:
+        self._lens: list[torch.Tensor] = []
+        self._rows: list[torch.Tensor] = []
+        self._row_offset = 0
+        self.host = HostCounts()
+        self._edges: torch.Tensor | None = None
+
+    @property
+    def has_device_data(self) -> bool:
+        return bool(self._lens)
+
+    def add(self, batch: DocBatch) -> None:
+        h = self.host
+        h.tokens += batch.slots
+        h.packs += batch.rows
+        h.seqlen_sq_sum_bshd += batch.rows * batch.row_len * batch.row_len
+        if batch.doc_lens is None:
+            b = bucket_of(batch.row_len)
+            h.host_s2_thd += batch.rows * batch.row_len * batch.row_len
+            for hist in (h.doc_hist, h.pack_hist):
+                hist[0][b] += batch.rows
+                hist[1][b] += batch.slots
+        else:
+            self._lens.append(batch.doc_lens)
+            rows = batch.doc_rows
+            self._rows.append(rows + self._row_offset if self._row_offset else rows)
+        self._row_offset += batch.rows
+
+    def reduce(self, device: torch.device) -> torch.Tensor:
+        """The interval's device statistics as one int64 vector (DEVICE_LEN long)."""
+        out = torch.zeros(DEVICE_LEN, dtype=torch.int64, device=device)
+        if not self._lens:
+            return out
+        if self._edges is None or self._edges.device != out.device:
+            self._edges = edges_on(out.device)
+        lens = torch.cat(self._lens) if len(self._lens) > 1 else self._lens[0]
+        rows = torch.cat(self._rows) if len(self._rows) > 1 else self._rows[0]
+        slots = slot_of(lens, self._edges)
+        out[DOC_COUNT].index_add_(0, slots, torch.ones_like(lens))
+        out[DOC_TOKENS].index_add_(0, slots, lens)
+        out[S2_THD] = (lens * lens).sum()
+        pack_real = torch.zeros(self._row_offset, dtype=torch.int64, device=out.device)
+        pack_real.index_add_(0, rows, lens)
+        pack_slots = slot_of(pack_real, self._edges)
+        out[PACK_COUNT].index_add_(0, pack_slots, torch.ones_like(pack_real))
+        out[PACK_TOKENS].index_add_(0, pack_slots, pack_real)
+        return out
+
+    def reset(self) -> None:
+        self._lens.clear()
+        self._rows.clear()
+        self._row_offset = 0
+        self.host = HostCounts()
+
+
+def decode(vec: list[int], host: list[int]) -> dict:
+    """Interval totals from the reduced device vector and the flat host counts."""
+    h = dict(zip(HOST_FIELDS, host))
+    n, k = NUM_BUCKETS, len(HOST_FIELDS)
+    host_hists = [host[k + i * n : k + (i + 1) * n] for i in range(4)]
+
+    def merged(count: slice, tokens: slice, extra_count: list[int], extra_tokens: list[int]) -> dict:
+        # Slot 0 of the device layout holds zero-length entries: dropped.
+        return {
+            "count": [a + b for a, b in zip(vec[count][1:], extra_count)],
+            "tokens": [a + b for a, b in zip(vec[tokens][1:], extra_tokens)],
+        }
+
+    docs = merged(DOC_COUNT, DOC_TOKENS, host_hists[0], host_hists[1])
+    packs = merged(PACK_COUNT, PACK_TOKENS, host_hists[2], host_hists[3])
+    return {
+        "tokens": h["tokens"],
+        "packs": h["packs"],
+        "real_tokens": sum(docs["tokens"]),
+        "documents": sum(docs["count"]),
+        "seqlen_sq_sum_bshd": h["seqlen_sq_sum_bshd"],
+        "seqlen_sq_sum_thd": vec[S2_THD] + h["host_s2_thd"],
+        "histograms": {"documents": docs, "packs": packs},
+    }

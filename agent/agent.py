@@ -1,0 +1,334 @@
+"""The agent: what a trainer calls. Wire it in with four calls::
+
+    agent = Agent(AgentConfig(server="http://127.0.0.1:8000", run_name="sft"), model=spec)
+    for batch in loader:
+        agent.step_begin()
+        agent.observe_batch(cu_seqlens=batch.cu_seqlens, shape=(n_packs, pack_len))
+        loss = train_step(batch)
+        agent.step_end(loss=loss)          # a device tensor: never read back here
+    agent.close()
+
+Non-logging steps cost a few asynchronous device ops and no host synchronization. At each
+log boundary the interval's statistics are reduced on the device and copied to pinned host
+memory with one non-blocking copy; the record is built once that copy's event has completed,
+as seen by polling on later steps, so the trainer never waits for the agent.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import statistics
+import time
+from collections import deque
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+
+from packscope.agent import batch_forms
+from packscope.agent.accumulator import IntervalAccumulator, decode, DEVICE_LEN
+from packscope.agent.config import AgentConfig
+from packscope.agent.flops import ModelSpec
+from packscope.agent.hardware import describe
+from packscope.agent.sender import Sender
+from packscope.agent.syncs import SyncCounter
+from packscope.agent.timing import StepTime, StepTimer
+
+log = logging.getLogger("packscope.agent")
+TOP_SYNC_SITES = 20
+
+
+def _utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat()
+
+
+def make_run_id(name: str) -> str:
+    safe = "".join(c if c.isalnum() or c in "-_." else "-" for c in name)[:32] or "run"
+    return f"{safe}-{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
+
+
+@dataclass
+class _PendingInterval:
+    index: int
+    first_step: int
+    last_step: int
+    gpus: int
+    host_counts: list[int] | None  # None: they were summed on the device with the rest
+    buffer: torch.Tensor  # host copy of the device vector (+ host counts) (+ loss, grad-norm bits)
+    ready: torch.cuda.Event | None
+    n_losses: int
+    has_grad_norm: bool
+    lr: float | None
+    syncs: int
+    sync_sites: dict[str, int]
+    wall_start: float
+    wall_end: float
+
+
+class Agent:
+    def __init__(
+        self,
+        config: AgentConfig,
+        model: ModelSpec,
+        device: torch.device | str | None = None,
+        dp_group: dist.ProcessGroup | None = None,
+    ) -> None:
+        self.config = config
+        self.model = model
+        if device is None:
+            device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+        self.device = torch.device(device)
+        distributed = dist.is_available() and dist.is_initialized()
+        self.world_size = dist.get_world_size() if distributed else 1
+        self.rank = dist.get_rank() if distributed else 0
+        self.dp_group = dp_group
+        self.dp_size = dist.get_world_size(dp_group) if distributed else 1
+        self.run_id = config.run_id or make_run_id(config.run_name)
+        if distributed and self.world_size > 1 and config.run_id is None:
+            # Every rank must agree on the run id; rank 0's wins.
+            box = [self.run_id]
+            dist.broadcast_object_list(box, src=0)
+            self.run_id = box[0]
+
+        self.step = 0
+        self.records: deque[dict] = deque(maxlen=1000)  # recent records, also without a server
+        self._acc = IntervalAccumulator()
+        self._timer = StepTimer(self.device)
+        self._times: deque[StepTime] = deque()
+        self._inflight: deque[_PendingInterval] = deque()
+        self._interval = 0
+        self._first_step = 1
+        self._losses: list[torch.Tensor] = []
+        self._grad_norm: torch.Tensor | None = None
+        self._lr: float | None = None
+        self._wall_start: float | None = None
+        self._sync_base = (0, {})
+        self._closed = False
+
+        self.syncs = SyncCounter()
+        if config.count_syncs:
+            if config.sync_backend == "cupti":
+                from packscope.agent.cupti import CuptiSyncCounter
+
+                self.syncs = CuptiSyncCounter()
+            self.syncs.install()
+
+        self.hardware = describe(self.device, self.world_size, config.peak_tflops)
+        self.sender: Sender | None = None
+        if config.server and self.rank == 0:
+            spool_dir = Path(config.spool_dir or os.path.expanduser("~/.cache/packscope/spool"))
+            self.sender = Sender(
+                config.server, self.run_id, self.run_body(), spool_dir / f"{self.run_id}.jsonl",
+                token=config.token, queue_size=config.queue_size, batch_size=config.batch_size,
+                timeout_s=config.request_timeout_s, spool_max_bytes=config.spool_max_bytes,
+            )
+
+    def run_body(self) -> dict:
+        cfg = self.config
+        parallel = {"dp": self.dp_size, "tp": 1, "pp": 1, "cp": 1, "ep": 1, **cfg.parallel}
+        return {
+            "run_id": self.run_id, "name": cfg.run_name, "project": cfg.project, "tags": cfg.tags,
+            "config": cfg.config, "model": self.model.to_dict(), "hardware": self.hardware,
+            "parallel": parallel, "layout": cfg.layout, "started_at": _utc_now(),
+        }
+
+    # -- the hot path ------------------------------------------------------------------------
+    def step_begin(self) -> None:
+        self.step += 1
+        if self._wall_start is None:
+            self._wall_start = time.time()
+        self._timer.begin(self.step)
+
+    def observe_batch(
+        self,
+        *,
+        cu_seqlens: torch.Tensor | None = None,
+        shape: tuple[int, int] | None = None,
+        cu_seqlens_padded: torch.Tensor | None = None,
+        token_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+    ) -> None:
+        """Count one micro-batch. Give exactly one form:
+
+        * ``cu_seqlens`` + ``shape=(packs, pack_length)`` [+ ``cu_seqlens_padded``; + ``token_mask``,
+          True for real tokens, when static padding or a dummy tail holds padding]
+        * ``position_ids`` (restarting at 0 per document) [+ ``attention_mask`` for padding]
+        * ``attention_mask`` alone: BSHD padded rows, one document per row
+        * ``shape=(rows, length)`` alone: plain fixed-length BSHD
+        """
+        if cu_seqlens is not None:
+            if shape is None:
+                raise ValueError("observe_batch(cu_seqlens=...) needs shape=(packs, pack_length)")
+            batch = batch_forms.from_cu_seqlens(cu_seqlens, shape, cu_seqlens_padded, token_mask)
+        elif position_ids is not None:
+            batch = batch_forms.from_position_ids(position_ids, attention_mask)
+        elif attention_mask is not None:
+            batch = batch_forms.from_attention_mask(attention_mask)
+        elif shape is not None:
+            batch = batch_forms.from_shape(shape)
+        else:
+            raise ValueError("observe_batch needs cu_seqlens, position_ids, attention_mask or shape")
+        self._acc.add(batch)
+
+    def step_end(
+        self,
+        loss: torch.Tensor | float | None = None,
+        lr: float | None = None,
+        grad_norm: torch.Tensor | float | None = None,
+    ) -> None:
+        self._timer.end()
+        # Device tensors are kept as they are (reading them would synchronize); Python floats
+        # become device scalars with fill_, which, unlike torch.tensor(x, device=...), is no copy.
+        if loss is not None:
+            self._losses.append(self._as_device_scalar(loss))
+        if grad_norm is not None:
+            self._grad_norm = self._as_device_scalar(grad_norm)
+        if lr is not None:
+            self._lr = float(lr)
+        if self.step - self._first_step + 1 >= self.config.log_every:
+            self._close_interval()
+        self._poll()
+
+    def _as_device_scalar(self, value: torch.Tensor | float) -> torch.Tensor:
+        if isinstance(value, torch.Tensor):
+            return value.detach()
+        return torch.empty((), dtype=torch.float64, device=self.device).fill_(float(value))
+
+    # -- log boundary ------------------------------------------------------------------------
+    def _float_bits(self, values: list[torch.Tensor]) -> torch.Tensor:
+        """float64 values as int64 bit patterns, so they ride in the same copy as the counts."""
+        vals = torch.stack([v.to(device=self.device, dtype=torch.float64).reshape(()) for v in values])
+        return vals.view(torch.int64)
+
+    def _close_interval(self) -> None:
+        vec = self._acc.reduce(self.device)
+        host_counts = self._acc.host.as_list()
+        if self.dp_size > 1:
+            if self._acc.has_device_data:
+                # Per-rank values differ (THD, padding): one SUM over the data-parallel group.
+                host_dev = torch.tensor(host_counts, dtype=torch.int64).pin_memory() if self.device.type == "cuda" else torch.tensor(host_counts, dtype=torch.int64)
+                vec = torch.cat([vec, host_dev.to(self.device, non_blocking=True)])
+                dist.all_reduce(vec, op=dist.ReduceOp.SUM, group=self.dp_group)
+                host_counts = None
+            else:  # identical fixed shapes on every rank: scale locally, no collective
+                vec = vec * self.dp_size
+                host_counts = [v * self.dp_size for v in host_counts]
+        floats = []
+        if self._losses:
+            floats.append(torch.stack([l.reshape(()).to(self.device, torch.float64) for l in self._losses]).mean())
+        if self._grad_norm is not None:
+            floats.append(self._grad_norm)
+        payload = torch.cat([vec, self._float_bits(floats)]) if floats else vec
+        pinned = torch.empty(payload.shape, dtype=torch.int64, pin_memory=self.device.type == "cuda")
+        pinned.copy_(payload, non_blocking=True)
+        ready = None
+        if self.device.type == "cuda":
+            ready = torch.cuda.Event()
+            ready.record()
+
+        total, sites = self.syncs.snapshot()
+        base_total, base_sites = self._sync_base
+        self._sync_base = (total, sites)
+        diff = {s: n - base_sites.get(s, 0) for s, n in sites.items() if n > base_sites.get(s, 0)}
+
+        self._inflight.append(_PendingInterval(
+            index=self._interval, first_step=self._first_step, last_step=self.step,
+            gpus=self.world_size, host_counts=host_counts, buffer=pinned, ready=ready,
+            n_losses=len(self._losses), has_grad_norm=self._grad_norm is not None, lr=self._lr,
+            syncs=total - base_total, sync_sites=diff,
+            wall_start=self._wall_start or time.time(), wall_end=time.time(),
+        ))
+        self._interval += 1
+        self._first_step = self.step + 1
+        self._acc.reset()
+        self._losses = []
+        self._grad_norm = None
+        self._wall_start = None
+
+    def _poll(self) -> None:
+        self._times.extend(self._timer.poll())
+        while self._inflight:
+            p = self._inflight[0]
+            timed = self._times and self._times[-1].step >= p.last_step
+            if not timed or (p.ready is not None and not p.ready.query()):
+                return
+            self._inflight.popleft()
+            self._emit(p)
+
+    def _emit(self, p: _PendingInterval) -> None:
+        steps = [self._times.popleft() for _ in range(p.last_step - p.first_step + 1)]
+        values = p.buffer.tolist()  # host memory, already complete: no device work
+        n_float = (1 if p.n_losses else 0) + (1 if p.has_grad_norm else 0)
+        floats = p.buffer[len(values) - n_float:].view(torch.float64).tolist() if n_float else []
+        ints = values[: len(values) - n_float]
+        host = p.host_counts if p.host_counts is not None else ints[DEVICE_LEN:]
+        stats = decode(ints[:DEVICE_LEN], host)
+        record = self._record(p, steps, stats, floats)
+        self.records.append(record)
+        if self.sender is not None:
+            self.sender.submit(record)
+
+    def _record(self, p: _PendingInterval, steps: list[StepTime], stats: dict, floats: list[float]) -> dict:
+        durations = sorted(s.gpu_s for s in steps)
+        n = len(steps)
+        m = self.model
+        tokens, real, s2b, s2t = (stats["tokens"], stats["real_tokens"], stats["seqlen_sq_sum_bshd"], stats["seqlen_sq_sum_thd"])
+        loss = floats[0] if p.n_losses else None
+        grad_norm = floats[-1] if p.has_grad_norm else None
+        top = sorted(p.sync_sites.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_SYNC_SITES]
+        return {
+            "interval": p.index, "rank": self.rank,
+            "first_step": p.first_step, "last_step": p.last_step, "steps": n, "gpus": p.gpus,
+            "wall_start": p.wall_start, "wall_end": p.wall_end,
+            "gpu_time_s": sum(durations),
+            "host_time_s": steps[-1].host_end - steps[0].host_begin,
+            "step_time_p50_s": statistics.median(durations),
+            "step_time_p90_s": durations[min(n - 1, int(0.9 * n))],
+            "step_time_max_s": durations[-1],
+            "timing_lag_steps": max(s.lag_steps for s in steps),
+            "tokens": tokens, "real_tokens": real, "packs": stats["packs"], "documents": stats["documents"],
+            "seqlen_sq_sum_bshd": s2b, "seqlen_sq_sum_thd": s2t,
+            "flops_bshd": float(m.flops(tokens, s2b)),
+            "flops_thd": float(m.flops(tokens, s2t)),
+            "flops_useful": float(m.flops(real, s2t)),
+            "syncs": {"total": p.syncs, "per_iteration": p.syncs / n,
+                      "sites": [{"site": s, "count": c} for s, c in top]},
+            "histograms": stats["histograms"],
+            "loss": loss, "lr": p.lr, "grad_norm": grad_norm,
+        }
+
+    # -- shutdown ----------------------------------------------------------------------------
+    def close(self, status: str = "finished", timeout_s: float = 30.0) -> bool:
+        """Flush the last partial interval, wait for outstanding copies, send, set the status.
+
+        Returns True when every record reached the server (or there is no server).
+        """
+        if self._closed:
+            return True
+        self._closed = True
+        self.syncs.uninstall()  # the waits below are ours, not the trainer's
+        if self.step >= self._first_step:
+            self._close_interval()
+        self._times.extend(self._timer.drain())
+        for p in list(self._inflight):
+            if p.ready is not None:
+                p.ready.synchronize()
+        self._poll()
+        if self.sender is None:
+            return True
+        patch = {"status": status, "ended_at": _utc_now()}
+        ok = self.sender.close(patch, timeout_s)
+        if not ok:
+            log.warning("packscope: not every record reached %s; see the spool at %s", self.config.server, self.sender.spool.path)
+        return ok
+
+    def __enter__(self) -> Agent:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close("failed" if exc_type else "finished")

@@ -1,0 +1,120 @@
+"""Turn every accepted batch form into one canonical shape, without a host synchronization.
+
+Whatever the trainer hands us (``cu_seqlens``, a padded/unpadded pair, static padding with
+repeated boundaries or a dummy tail marked by a token mask, ``position_ids`` that restart per document, a BSHD
+``attention_mask`` or a plain fixed-length batch), we reduce it to:
+
+* ``doc_lens``: int64 device tensor of real document lengths, where 0 means "not a document"
+  (zero-length entries, the dummy tail, non-final tokens in the per-token forms), and
+* ``doc_rows``: the row (pack) each entry belongs to,
+
+plus the static shape (rows x row_len), which is known on the host. Only device ops that never
+read back are used: no ``.item()``, boolean indexing, ``nonzero`` or ``bincount``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class DocBatch:
+    rows: int  # packs (THD) or padded rows (BSHD) in this micro-batch
+    row_len: int  # token slots per row
+    doc_lens: torch.Tensor | None = None  # None: every row is one full-length document
+    doc_rows: torch.Tensor | None = None
+
+    @property
+    def slots(self) -> int:
+        return self.rows * self.row_len
+
+
+def _check_shape(shape: tuple[int, int]) -> tuple[int, int]:
+    if len(shape) != 2 or int(shape[0]) < 1 or int(shape[1]) < 1:
+        raise ValueError(f"shape must be (rows, row_len) with both >= 1, got {shape!r}")
+    return int(shape[0]), int(shape[1])
+
+
+def from_cu_seqlens(
+    cu_seqlens: torch.Tensor,
+    shape: tuple[int, int],
+    cu_seqlens_padded: torch.Tensor | None = None,
+    token_mask: torch.Tensor | None = None,
+) -> DocBatch:
+    """Documents from cumulative boundaries.
+
+    ``shape`` is (packs, pack_length): the baseline view treats each pack as one dense sequence.
+    With ``cu_seqlens_padded`` (the physical layout, as Transformer Engine takes it) the unpadded
+    ``cu_seqlens`` give the lengths and the padded ones place documents in packs. With
+    ``token_mask`` (True for real tokens, over the physical layout) a sequence's length is its
+    count of real tokens, so a dummy tail that only holds static padding counts as nothing.
+    Zero-length entries (repeated boundaries) count as nothing too.
+    """
+    rows, row_len = _check_shape(shape)
+    if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 1:
+        raise ValueError(f"cu_seqlens must be 1-D with at least one entry, got shape {tuple(cu_seqlens.shape)}")
+    cu = cu_seqlens.to(torch.int64)
+    lens = cu[1:] - cu[:-1]
+    physical = cu
+    if cu_seqlens_padded is not None:
+        if cu_seqlens_padded.shape != cu_seqlens.shape:
+            raise ValueError(
+                "cu_seqlens_padded and cu_seqlens must have the same number of entries, got "
+                f"{tuple(cu_seqlens_padded.shape)} and {tuple(cu_seqlens.shape)}"
+            )
+        physical = cu_seqlens_padded.to(torch.int64)
+    if token_mask is not None:
+        mask = token_mask.reshape(-1).to(torch.int64)
+        if mask.numel() != rows * row_len:
+            raise ValueError(f"token_mask has {mask.numel()} entries for {rows} x {row_len} token slots")
+        # Real tokens per sequence as a difference of prefix sums at the boundaries: no mask indexing.
+        prefix = torch.cat([mask.new_zeros(1), mask.cumsum(0)])
+        real = prefix[physical[1:].clamp(max=mask.numel())] - prefix[physical[:-1].clamp(max=mask.numel())]
+        lens = torch.minimum(lens, real)
+    doc_rows = torch.clamp(physical[:-1] // row_len, max=rows - 1)
+    return DocBatch(rows, row_len, lens, doc_rows)
+
+
+def from_position_ids(
+    position_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
+) -> DocBatch:
+    """Documents from HF-style position ids that restart at 0 for every document.
+
+    A document ends where the next token's position is 0, the next token is padding, or the row
+    ends; its length is the last position + 1. Every row is a pack.
+    """
+    pos = position_ids if position_ids.dim() == 2 else position_ids.unsqueeze(0)
+    if pos.dim() != 2:
+        raise ValueError(f"position_ids must be [rows, len] or [len], got shape {tuple(position_ids.shape)}")
+    rows, row_len = pos.shape
+    pos = pos.to(torch.int64)
+    ends = torch.ones_like(pos, dtype=torch.bool)
+    ends[:, :-1] = pos[:, 1:] == 0
+    if attention_mask is not None:
+        mask = (attention_mask if attention_mask.dim() == 2 else attention_mask.unsqueeze(0)).to(torch.bool)
+        if mask.shape != pos.shape:
+            raise ValueError(
+                f"attention_mask shape {tuple(mask.shape)} differs from position_ids shape {tuple(pos.shape)}"
+            )
+        ends[:, :-1] |= ~mask[:, 1:]
+        ends &= mask
+    lens = torch.where(ends, pos + 1, torch.zeros_like(pos)).reshape(-1)
+    doc_rows = torch.arange(rows, device=pos.device).unsqueeze(1).expand(rows, row_len).reshape(-1)
+    return DocBatch(rows, row_len, lens, doc_rows)
+
+
+def from_attention_mask(attention_mask: torch.Tensor) -> DocBatch:
+    """BSHD padded rows: each row holds one document of ``mask.sum()`` tokens."""
+    if attention_mask.dim() != 2:
+        raise ValueError(f"attention_mask must be [rows, len], got shape {tuple(attention_mask.shape)}")
+    rows, row_len = attention_mask.shape
+    lens = attention_mask.to(torch.int64).sum(dim=1)
+    return DocBatch(rows, row_len, lens, torch.arange(rows, device=attention_mask.device))
+
+
+def from_shape(shape: tuple[int, int]) -> DocBatch:
+    """Plain fixed-length BSHD: every row is one full document; nothing to read on the device."""
+    rows, row_len = _check_shape(shape)
+    return DocBatch(rows, row_len)

@@ -1,0 +1,36 @@
+"""The agent's settings: one small dataclass, everything else has a sensible default."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class AgentConfig:
+    server: str | None = None  # e.g. "http://127.0.0.1:8000"; None: count but send nothing
+    run_name: str = "run"
+    project: str = "default"
+    layout: str = "thd"  # "thd" (packed, per-document attention) or "bshd" (padded rows)
+    log_every: int = 10  # steps per interval record
+    run_id: str | None = None  # give one to resume a run; None: made from the name and time
+    token: str | None = None  # bearer token for the server's ingest endpoints
+    tags: list[str] = field(default_factory=list)
+    config: dict[str, Any] = field(default_factory=dict)  # the trainer's own config, stored as-is
+    peak_tflops: float | None = None  # None: looked up from the GPU name (dense bf16)
+    parallel: dict[str, int] = field(default_factory=dict)  # dp/tp/pp/cp/ep sizes, for display
+    count_syncs: bool = True
+    sync_backend: str = "debug-mode"  # "debug-mode" (default) or "cupti" (exact, optional extra)
+    spool_dir: str | None = None  # None: ~/.cache/packscope/spool
+    spool_max_bytes: int = 256 * 1024 * 1024
+    queue_size: int = 4096  # records waiting for the sender thread
+    batch_size: int = 64  # records per HTTP request
+    request_timeout_s: float = 5.0
+
+    def __post_init__(self) -> None:
+        if self.layout not in ("thd", "bshd"):
+            raise ValueError(f"layout must be 'thd' or 'bshd', got {self.layout!r}")
+        if self.log_every < 1:
+            raise ValueError(f"log_every must be >= 1, got {self.log_every}")
+        if self.sync_backend not in ("debug-mode", "cupti"):
+            raise ValueError(f"sync_backend must be 'debug-mode' or 'cupti', got {self.sync_backend!r}")

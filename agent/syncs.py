@@ -1,0 +1,110 @@
+"""Count host synchronizations and the code sites that cause them.
+
+Default backend ("debug-mode"): PyTorch's sync debug mode makes every implicit synchronizing
+operation (``.item()``, ``.tolist()``, ``nonzero``, a blocking device-to-host copy...) raise a
+warning; we intercept exactly those warnings and count them. Explicit ``torch.cuda.synchronize``,
+``Event.synchronize`` and ``Stream.synchronize`` calls are wrapped. Each sync is attributed to the
+first stack frame outside torch and outside packscope.agent, as ``file:line``.
+
+The counter never changes what the program does: other warnings pass through untouched, and
+uninstall restores everything.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import warnings
+from collections import Counter
+
+import torch
+
+SYNC_WARNING = "called a synchronizing CUDA operation"
+_TORCH_DIR = os.path.dirname(torch.__file__)
+_AGENT_DIR = os.path.dirname(__file__)
+_SKIP_DIRS = (_TORCH_DIR, _AGENT_DIR, os.path.dirname(warnings.__file__))
+
+
+def caller_site(frame=None) -> str:
+    """``file:line`` of the first frame outside torch, the agent and the warnings module."""
+    f = frame or sys._getframe(1)
+    while f is not None:
+        path = f.f_code.co_filename
+        if not path.startswith(_SKIP_DIRS) and not path.startswith("<frozen"):
+            return f"{os.path.basename(path)}:{f.f_lineno}"
+        f = f.f_back
+    return "<unknown>"
+
+
+class SyncCounter:
+    """Counts syncs since install; ``snapshot()`` gives (total, Counter of sites)."""
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.sites: Counter[str] = Counter()
+        self._lock = threading.Lock()
+        self._inside_wrapper = threading.local()
+        self._saved: dict = {}
+        self.installed = False
+
+    def record(self, site: str) -> None:
+        with self._lock:
+            self.total += 1
+            self.sites[site] += 1
+
+    def snapshot(self) -> tuple[int, Counter]:
+        with self._lock:
+            return self.total, Counter(self.sites)
+
+    # -- debug-mode warnings -----------------------------------------------------------------
+    def _showwarning(self, message, category, filename, lineno, file=None, line=None):
+        if SYNC_WARNING in str(message):
+            if not getattr(self._inside_wrapper, "active", False):
+                self.record(caller_site())
+            return
+        self._saved["showwarning"](message, category, filename, lineno, file, line)
+
+    def _wrap(self, owner, name: str) -> None:
+        original = getattr(owner, name)
+        counter = self
+
+        def synchronize(*args, **kwargs):
+            counter.record(caller_site())
+            # The debug mode may also flag this call; it is counted once, here.
+            counter._inside_wrapper.active = True
+            try:
+                return original(*args, **kwargs)
+            finally:
+                counter._inside_wrapper.active = False
+
+        synchronize.__wrapped__ = original
+        self._saved[(owner, name)] = original
+        setattr(owner, name, synchronize)
+
+    def install(self) -> SyncCounter:
+        if self.installed or not torch.cuda.is_available():
+            return self
+        self._saved["debug_mode"] = torch.cuda.get_sync_debug_mode()
+        self._saved["showwarning"] = warnings.showwarning
+        self._saved["filters"] = list(warnings.filters)
+        warnings.filterwarnings("always", message=f".*{SYNC_WARNING}.*")
+        warnings.showwarning = self._showwarning
+        torch.cuda.set_sync_debug_mode("warn")
+        self._wrap(torch.cuda, "synchronize")
+        self._wrap(torch.cuda.Event, "synchronize")
+        self._wrap(torch.cuda.Stream, "synchronize")
+        self.installed = True
+        return self
+
+    def uninstall(self) -> None:
+        if not self.installed:
+            return
+        for key, original in list(self._saved.items()):
+            if isinstance(key, tuple):
+                setattr(key[0], key[1], original)
+        torch.cuda.set_sync_debug_mode(self._saved["debug_mode"])
+        warnings.showwarning = self._saved["showwarning"]
+        warnings.filters[:] = self._saved["filters"]
+        self._saved.clear()
+        self.installed = False

@@ -1,0 +1,5 @@
+import sys
+
+from packscope.cli import main
+
+sys.exit(main())

@@ -1,0 +1,138 @@
+"""Every batch form against a brute-force per-document computation (hypothesis)."""
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from packscope.agent.accumulator import IntervalAccumulator, decode
+from packscope.agent.batch_forms import from_attention_mask, from_cu_seqlens, from_position_ids, from_shape
+from packscope.agent.histograms import NUM_BUCKETS, bucket_of
+
+
+def brute(packs: list[list[int]], pack_len: int) -> dict:
+    """Reference: packs given as real document lengths (zeros allowed and ignored)."""
+    docs = [d for p in packs for d in p if d > 0]
+    dh = [[0] * NUM_BUCKETS, [0] * NUM_BUCKETS]
+    ph = [[0] * NUM_BUCKETS, [0] * NUM_BUCKETS]
+    for d in docs:
+        dh[0][bucket_of(d)] += 1
+        dh[1][bucket_of(d)] += d
+    for p in packs:
+        if sum(p):
+            ph[0][bucket_of(sum(p))] += 1
+            ph[1][bucket_of(sum(p))] += sum(p)
+    return {
+        "tokens": len(packs) * pack_len, "packs": len(packs),
+        "real_tokens": sum(docs), "documents": len(docs),
+        "seqlen_sq_sum_bshd": len(packs) * pack_len**2,
+        "seqlen_sq_sum_thd": sum(d * d for d in docs),
+        "histograms": {"documents": {"count": dh[0], "tokens": dh[1]}, "packs": {"count": ph[0], "tokens": ph[1]}},
+    }
+
+
+def reduce(*batches) -> dict:
+    acc = IntervalAccumulator()
+    for b in batches:
+        acc.add(b)
+    return decode(acc.reduce(torch.device("cpu")).tolist(), acc.host.as_list())
+
+
+def packs_strategy(pack_len):
+    """Packs of documents (zero-length ones included) that fit pack_len, possibly empty packs."""
+    def fit(docs):
+        out, total = [], 0
+        for d in docs:
+            if total + d <= pack_len:
+                out.append(d)
+                total += d
+        return out
+    return st.lists(st.lists(st.integers(0, pack_len), max_size=6).map(fit), min_size=1, max_size=5)
+
+
+PACK_LEN = 64
+
+
+@settings(max_examples=150, deadline=None)
+@given(packs_strategy(PACK_LEN))
+def test_cu_seqlens_with_padded_pair(packs):
+    # Physical layout: docs back to back inside each pack, each pack padded at its end; the
+    # padded boundaries put the pack padding on the last document of every pack.
+    unpadded, padded, pos = [0], [0], 0
+    for i, p in enumerate(packs):
+        docs = p or [0]
+        for j, d in enumerate(docs):
+            pos += d
+            unpadded.append(unpadded[-1] + d)
+            padded.append((i + 1) * PACK_LEN if j == len(docs) - 1 else padded[-1] + d)
+    got = reduce(from_cu_seqlens(torch.tensor(unpadded, dtype=torch.int32), (len(packs), PACK_LEN),
+                                 cu_seqlens_padded=torch.tensor(padded, dtype=torch.int32)))
+    assert got == brute(packs, PACK_LEN)
+
+
+@settings(max_examples=150, deadline=None)
+@given(packs_strategy(PACK_LEN), st.integers(0, 4))
+def test_cu_seqlens_static_padding_dummy_tail_and_repeated_boundaries(packs, repeats):
+    # One long row of len(packs) * PACK_LEN slots: all documents back to back, then a dummy
+    # tail sequence holding the padding, then repeated boundaries up to a static entry count.
+    docs = [d for p in packs for d in p]
+    slots = len(packs) * PACK_LEN
+    cu = [0]
+    for d in docs:
+        cu.append(cu[-1] + d)
+    if cu[-1] < slots:
+        cu.append(slots)  # the dummy tail
+    cu += [slots] * repeats
+    mask = torch.arange(slots) < sum(docs)  # the trainer's padding mask: the tail is padding
+    got = reduce(from_cu_seqlens(torch.tensor(cu, dtype=torch.int32), (1, slots), token_mask=mask))
+    exp = brute([docs], slots)
+    assert got == exp
+
+
+@settings(max_examples=150, deadline=None)
+@given(packs_strategy(PACK_LEN))
+def test_position_ids_with_padding_mask(packs):
+    pos, mask = [], []
+    for p in packs:
+        row_pos, row_mask = [], []
+        for d in p:
+            row_pos += list(range(d))
+            row_mask += [1] * d
+        pad = PACK_LEN - len(row_pos)
+        row_pos += [0] * pad
+        row_mask += [0] * pad
+        pos.append(row_pos)
+        mask.append(row_mask)
+    got = reduce(from_position_ids(torch.tensor(pos), torch.tensor(mask)))
+    assert got == brute(packs, PACK_LEN)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(1, PACK_LEN), min_size=1, max_size=6).map(lambda ds: [d for d in ds]))
+def test_position_ids_single_unpadded_row(docs):
+    row = [i for d in docs for i in range(d)]
+    got = reduce(from_position_ids(torch.tensor(row)))
+    assert got == brute([docs], len(row))
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.integers(0, PACK_LEN), min_size=1, max_size=8))
+def test_attention_mask_rows(lengths):
+    mask = torch.tensor([[1] * n + [0] * (PACK_LEN - n) for n in lengths])
+    got = reduce(from_attention_mask(mask))
+    assert got == brute([[n] for n in lengths], PACK_LEN)
+
+
+def test_plain_shape_and_mixed_micro_batches():
+    cu = torch.tensor([0, 10, 10, 40], dtype=torch.int32)  # a zero-length document in the middle
+    got = reduce(from_shape((3, 32)), from_cu_seqlens(cu, (1, 40)))
+    exp_plain, exp_cu = brute([[32], [32], [32]], 32), brute([[10, 0, 30]], 40)
+    for key in ("tokens", "real_tokens", "documents", "packs", "seqlen_sq_sum_bshd", "seqlen_sq_sum_thd"):
+        assert got[key] == exp_plain[key] + exp_cu[key]
+    assert got["seqlen_sq_sum_bshd"] >= got["seqlen_sq_sum_thd"]
+
+
+def test_lengths_past_the_last_edge_land_in_the_open_bucket():
+    n = (1 << 23) + 5
+    got = reduce(from_cu_seqlens(torch.tensor([0, n]), (1, n)))
+    assert got["histograms"]["documents"]["count"][-1] == 1
+    assert got["histograms"]["documents"]["tokens"][-1] == n
