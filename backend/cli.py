@@ -1,0 +1,100 @@
+"""`packscope serve` and `packscope export` (wired into the `packscope` command by packscope/cli.py)."""
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from urllib.parse import quote
+
+from sqlalchemy.exc import SQLAlchemyError
+
+DEFAULT_SERVER = "http://127.0.0.1:8000"
+
+
+def _fail(message: str) -> int:
+    print(f"packscope: {message}", file=sys.stderr)
+    return 2
+
+
+# -- serve ----------------------------------------------------------------------------------------
+def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--host", default="127.0.0.1", help="interface to listen on (default: %(default)s; 0.0.0.0 for all)"
+    )
+    parser.add_argument("--port", type=int, default=8000, help="port (default: %(default)s)")
+    parser.add_argument(
+        "--database-url",
+        default=None,
+        help="SQLAlchemy URL, e.g. sqlite:///./packscope.db or postgresql+psycopg://user@host/db "
+        "(default: PACKSCOPE_DATABASE_URL, else sqlite:///./packscope.db)",
+    )
+
+
+def serve_from_args(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from packscope.backend.app import create_app
+    from packscope.backend.settings import Settings
+
+    settings = Settings(database_url=args.database_url) if args.database_url else Settings()
+    try:
+        app = create_app(settings)
+    except SQLAlchemyError as exc:
+        reason = getattr(exc, "orig", None) or exc  # the driver's message, without SQLAlchemy's boilerplate
+        return _fail(f"cannot open or migrate the database {settings.database_url!r}: {reason}; check --database-url")
+    where = f"http://{args.host}:{args.port}/"
+    print(f"packscope: dashboard at {where} (database {settings.database_url})", file=sys.stderr)
+    # Live streams never end on their own; without a limit, Ctrl-C would wait for every open page.
+    uvicorn.run(app, host=args.host, port=args.port, timeout_graceful_shutdown=3)
+    return 0
+
+
+# -- export ---------------------------------------------------------------------------------------
+def add_export_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--server", default=DEFAULT_SERVER, help="packscope server URL (default: %(default)s)")
+    parser.add_argument("--run", required=True, metavar="RUN_ID", help="the run to export")
+    parser.add_argument("-o", "--output", default=None, help="CSV file to write (default: RUN_ID.csv; '-' for stdout)")
+    parser.add_argument(
+        "--token",
+        default=os.environ.get("PACKSCOPE_READ_TOKEN"),
+        help="read token, if the server requires one (default: PACKSCOPE_READ_TOKEN)",
+    )
+
+
+def export_from_args(args: argparse.Namespace) -> int:
+    import httpx
+
+    server = args.server.rstrip("/")
+    url = f"{server}/api/v1/runs/{quote(args.run, safe='')}/intervals.csv"
+    headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
+    output = args.output or f"{args.run}.csv"
+    to_stdout = output == "-"
+    # Download next to the target and rename at the end, so a failure never leaves half a file.
+    partial = Path(f"{output}.part")
+    rows = 0
+    try:
+        with httpx.stream("GET", url, headers=headers, timeout=30.0) as response:
+            if response.status_code == 404:
+                return _fail(f"run {args.run!r} is not stored on {server}; {server}/api/v1/runs lists the runs")
+            if response.status_code == 401:
+                return _fail(f"{server} needs a read token; pass --token or set PACKSCOPE_READ_TOKEN")
+            if response.status_code != 200:
+                return _fail(f"{url} answered HTTP {response.status_code}: {response.read()[:300]!r}")
+            sink = sys.stdout if to_stdout else partial.open("w", encoding="utf-8", newline="")
+            try:
+                for text in response.iter_text():
+                    sink.write(text)
+                    rows += text.count("\n")
+            finally:
+                if not to_stdout:
+                    sink.close()
+    except httpx.TransportError as exc:
+        partial.unlink(missing_ok=True)
+        return _fail(f"cannot reach the packscope server at {server} ({exc}); is `packscope serve` running there?")
+    except OSError as exc:
+        partial.unlink(missing_ok=True)
+        return _fail(f"cannot write {output}: {exc}")
+    if not to_stdout:
+        partial.replace(output)
+        print(f"packscope: wrote {max(rows - 1, 0)} intervals of run {args.run!r} to {output}", file=sys.stderr)
+    return 0

@@ -1,0 +1,64 @@
+"""Request dependencies shared by the routers: settings, a database session, bearer tokens."""
+
+import hmac
+from collections.abc import Iterator
+from typing import Annotated
+
+from fastapi import Depends, HTTPException, Request, status
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy.orm import Session
+
+from packscope.backend.models import Run
+from packscope.backend.queries import get_run
+from packscope.backend.settings import Settings
+
+_bearer = HTTPBearer(auto_error=False)
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+
+
+def get_settings(request: Request) -> Settings:
+    return request.app.state.settings
+
+
+def get_session(request: Request) -> Iterator[Session]:
+    with request.app.state.sessionmaker() as session:
+        yield session
+
+
+SettingsDep = Annotated[Settings, Depends(get_settings)]
+SessionDep = Annotated[Session, Depends(get_session)]
+
+
+def _check(expected: str | None, given: HTTPAuthorizationCredentials | None, variable: str) -> None:
+    if expected is None:
+        return
+    if given is None or not hmac.compare_digest(given.credentials.encode(), expected.encode()):
+        raise HTTPException(
+            status.HTTP_401_UNAUTHORIZED,
+            detail=f"missing or wrong bearer token: send 'Authorization: Bearer <token>' "
+            f"with the token the server was given in {variable}",
+            headers={"WWW-Authenticate": "Bearer"},
+        )
+
+
+def require_ingest_token(settings: SettingsDep, credentials: Credentials) -> None:
+    _check(settings.ingest_token, credentials, "PACKSCOPE_INGEST_TOKEN")
+
+
+def require_read_token(settings: SettingsDep, credentials: Credentials) -> None:
+    _check(settings.read_token, credentials, "PACKSCOPE_READ_TOKEN")
+
+
+def run_not_found(run_id: str) -> HTTPException:
+    return HTTPException(
+        status.HTTP_404_NOT_FOUND,
+        detail=f"run {run_id!r} is not stored; GET /api/v1/runs lists the runs, "
+        "and an agent creates its run with POST /api/v1/runs",
+    )
+
+
+def run_or_404(session: Session, run_id: str) -> Run:
+    run = get_run(session, run_id)
+    if run is None:
+        raise run_not_found(run_id)
+    return run

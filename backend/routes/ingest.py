@@ -1,0 +1,114 @@
+"""The agent's write API (docs/wire.md): runs and batches of interval records."""
+
+import zlib
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from fastapi import APIRouter, Depends, HTTPException, Request, Response, status
+from fastapi.routing import APIRoute
+
+from packscope.backend.deps import SessionDep, require_ingest_token, run_or_404
+from packscope.backend.ingest import ModelConflict, create_or_resume_run, ingest_batch, patch_run
+from packscope.backend.queries import run_summary
+from packscope.backend.schemas import IngestResult, IntervalBatch, RunCreate, RunPatch, RunSummary
+
+
+def _too_large(limit: int) -> HTTPException:
+    return HTTPException(
+        status.HTTP_413_CONTENT_TOO_LARGE,
+        detail=f"request body is larger than {limit} bytes (after gzip decompression); "
+        "send fewer interval records per request, or raise PACKSCOPE_MAX_BODY_BYTES on the server",
+    )
+
+
+class LimitedRequest(Request):
+    """A request whose body is gunzipped when sent with Content-Encoding: gzip, and capped in size.
+
+    The cap applies to the decompressed bytes, read incrementally, so a small gzip bomb is refused
+    before it fills memory.
+    """
+
+    async def body(self) -> bytes:
+        if not hasattr(self, "_body"):
+            limit: int = self.app.state.settings.max_body_bytes
+            encoding = self.headers.get("content-encoding", "identity").strip().lower()
+            if encoding not in ("gzip", "identity"):
+                raise HTTPException(
+                    status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
+                    detail=f"Content-Encoding {encoding!r} is not supported; send gzip or no encoding",
+                )
+            self._body = await (self._gunzip(limit) if encoding == "gzip" else self._read(limit))
+        return self._body
+
+    async def _read(self, limit: int) -> bytes:
+        out = bytearray()
+        async for chunk in self.stream():
+            out += chunk
+            if len(out) > limit:
+                raise _too_large(limit)
+        return bytes(out)
+
+    async def _gunzip(self, limit: int) -> bytes:
+        inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip framing only
+        out = bytearray()
+        try:
+            async for chunk in self.stream():
+                data = chunk
+                while data and not inflate.eof:
+                    out += inflate.decompress(data, limit + 1 - len(out))
+                    if len(out) > limit:
+                        raise _too_large(limit)
+                    data = inflate.unconsumed_tail
+        except zlib.error as exc:
+            raise HTTPException(
+                status.HTTP_400_BAD_REQUEST,
+                detail=f"the body says Content-Encoding: gzip but does not decompress ({exc})",
+            ) from None
+        if not inflate.eof:
+            raise HTTPException(status.HTTP_400_BAD_REQUEST, detail="the gzip body is truncated")
+        return bytes(out)
+
+
+class LimitedRoute(APIRoute):
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def limited_handler(request: Request) -> Response:
+            return await handler(LimitedRequest(request.scope, request.receive))
+
+        return limited_handler
+
+
+router = APIRouter(
+    prefix="/api/v1",
+    tags=["ingest"],
+    route_class=LimitedRoute,
+    dependencies=[Depends(require_ingest_token)],
+)
+
+
+@router.post(
+    "/runs",
+    response_model=RunSummary,
+    status_code=status.HTTP_201_CREATED,
+    responses={200: {"description": "The run already existed (a resume)", "model": RunSummary}},
+)
+def create_run(body: RunCreate, session: SessionDep, response: Response) -> dict[str, Any]:
+    try:
+        run, created = create_or_resume_run(session, body)
+    except ModelConflict as exc:
+        raise HTTPException(status.HTTP_409_CONFLICT, detail=str(exc)) from None
+    if not created:
+        response.status_code = status.HTTP_200_OK
+    return run_summary(session, run)
+
+
+@router.post("/runs/{run_id}/intervals", response_model=IngestResult)
+def post_intervals(run_id: str, body: IntervalBatch, session: SessionDep) -> IngestResult:
+    return ingest_batch(session, run_or_404(session, run_id), body)
+
+
+@router.patch("/runs/{run_id}", response_model=RunSummary)
+def update_run(run_id: str, body: RunPatch, session: SessionDep) -> dict[str, Any]:
+    run = patch_run(session, run_or_404(session, run_id), body)
+    return run_summary(session, run)

@@ -1,0 +1,169 @@
+"""The JSON read API (docs/api.md), the CSV export and the live stream."""
+
+import csv
+import io
+import json
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Annotated, Any
+
+import anyio
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
+from fastapi.responses import StreamingResponse
+from sqlalchemy.orm import Session, sessionmaker
+from starlette.concurrency import run_in_threadpool
+
+from packscope.backend import queries
+from packscope.backend.deps import (
+    SessionDep,
+    SettingsDep,
+    require_read_token,
+    run_not_found,
+    run_or_404,
+)
+from packscope.backend.models import Run
+from packscope.backend.schemas import (
+    IntervalHistograms,
+    RunList,
+    RunSummary,
+    Series,
+    SyncSites,
+)
+
+router = APIRouter(prefix="/api/v1", tags=["reads"], dependencies=[Depends(require_read_token)])
+
+MAX_COMPARE = 20
+CSV_CHUNK_BYTES = 64 * 1024
+
+
+@router.get("/runs", response_model=RunList)
+def list_runs(session: SessionDep) -> dict[str, Any]:
+    return {"runs": queries.run_summaries(session, queries.list_runs(session))}
+
+
+@router.get("/runs/{run_id}", response_model=RunSummary)
+def get_run(run_id: str, session: SessionDep) -> dict[str, Any]:
+    return queries.run_summary(session, run_or_404(session, run_id))
+
+
+@router.get("/runs/{run_id}/series", response_model=Series)
+def get_series(
+    run_id: str,
+    session: SessionDep,
+    max_points: Annotated[int, Query(ge=1, le=10_000)] = 500,
+    step_min: Annotated[int | None, Query(ge=0)] = None,
+    step_max: Annotated[int | None, Query(ge=0)] = None,
+) -> dict[str, Any]:
+    run = run_or_404(session, run_id)
+    return queries.series(session, run, max_points, step_min, step_max)
+
+
+@router.get("/runs/{run_id}/histograms", response_model=IntervalHistograms)
+def get_histograms(
+    run_id: str, session: SessionDep, interval: Annotated[int | None, Query(ge=0)] = None
+) -> dict[str, Any]:
+    found = queries.histograms(session, run_or_404(session, run_id), interval)
+    if found is None:
+        what = "has no intervals yet" if interval is None else f"has no interval {interval}"
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"run {run_id!r} {what}")
+    return found
+
+
+@router.get("/runs/{run_id}/sync-sites", response_model=SyncSites)
+def get_sync_sites(
+    run_id: str, session: SessionDep, limit: Annotated[int, Query(ge=1, le=1000)] = 10
+) -> dict[str, Any]:
+    return queries.sync_sites(session, run_or_404(session, run_id), limit)
+
+
+@router.get("/compare", response_model=RunList)
+def compare(
+    session: SessionDep,
+    run_id: Annotated[list[str], Query(min_length=1, max_length=MAX_COMPARE)],
+) -> dict[str, Any]:
+    runs, missing = queries.find_runs(session, run_id)
+    if missing:
+        raise HTTPException(
+            status.HTTP_404_NOT_FOUND,
+            detail=f"run(s) not stored: {', '.join(missing)}; GET /api/v1/runs lists the runs",
+        )
+    return {"runs": queries.run_summaries(session, runs)}
+
+
+def _csv_chunks(make_session: sessionmaker[Session], run_pk: int) -> Iterator[str]:
+    # Its own session: the response streams after the request's dependencies have finished.
+    with make_session() as session:
+        run = session.get(Run, run_pk)
+        assert run is not None
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(queries.CSV_COLUMNS)
+        for row in queries.iter_csv_rows(session, run):
+            writer.writerow(row)
+            if buffer.tell() >= CSV_CHUNK_BYTES:
+                yield buffer.getvalue()
+                buffer.seek(0)
+                buffer.truncate()
+        yield buffer.getvalue()
+
+
+@router.get(
+    "/runs/{run_id}/intervals.csv",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"text/csv": {}}, "description": "One row per stored interval"}},
+)
+def intervals_csv(run_id: str, session: SessionDep, request: Request) -> StreamingResponse:
+    run = run_or_404(session, run_id)
+    return StreamingResponse(
+        _csv_chunks(request.app.state.sessionmaker, run.id),
+        media_type="text/csv; charset=utf-8",
+        headers={"Content-Disposition": f'attachment; filename="{run.run_id}.csv"'},
+    )
+
+
+async def _events(
+    run_id: str, poll: Callable[[], Any], poll_s: float, keepalive_s: float
+) -> AsyncIterator[str]:
+    """SSE: an `interval` event whenever the stored intervals change, comments in between.
+
+    The first poll also sends the current state, which closes the gap between the page's first
+    fetch and the moment the stream opened.
+    """
+    last: Any = None
+    last_sent = time.monotonic()
+    while True:
+        state = await run_in_threadpool(poll)
+        if state is None:  # the run is gone
+            return
+        count, interval, last_step = state
+        if count and state != last:
+            data = {"run_id": run_id, "interval": interval, "last_step": last_step}
+            yield f"event: interval\ndata: {json.dumps(data)}\n\n"
+            last_sent = time.monotonic()
+        elif time.monotonic() - last_sent >= keepalive_s:
+            yield ": keep-alive\n\n"  # proxies close connections that stay silent
+            last_sent = time.monotonic()
+        last = state
+        await anyio.sleep(poll_s)
+
+
+@router.get(
+    "/runs/{run_id}/stream",
+    response_class=StreamingResponse,
+    responses={200: {"content": {"text/event-stream": {}}, "description": "Server-Sent Events"}},
+)
+async def stream(run_id: str, request: Request, settings: SettingsDep) -> StreamingResponse:
+    make_session: sessionmaker[Session] = request.app.state.sessionmaker
+
+    def poll() -> tuple[int, int | None, int | None] | None:
+        with make_session() as session:
+            run = queries.get_run(session, run_id)
+            return None if run is None else queries.stream_state(session, run)
+
+    if await run_in_threadpool(poll) is None:
+        raise run_not_found(run_id)
+    return StreamingResponse(
+        _events(run_id, poll, settings.stream_poll_s, settings.stream_keepalive_s),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )

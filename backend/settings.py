@@ -1,0 +1,26 @@
+"""Server configuration, read from PACKSCOPE_* environment variables."""
+
+from pydantic import Field, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="PACKSCOPE_", extra="ignore")
+
+    # SQLite is the embedded default; use postgresql+psycopg://user@host/db for a shared server.
+    database_url: str = "sqlite:///./packscope.db"
+    # When set, writes (the agent) must send `Authorization: Bearer <token>`.
+    ingest_token: str | None = None
+    # When set, reads need `Authorization: Bearer <token>` too.
+    read_token: str | None = None
+    # Measured after gzip decompression, so a small compressed body cannot expand without bound.
+    max_body_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    # The live stream polls the database this often and sends a keep-alive comment this often.
+    stream_poll_s: float = Field(default=1.0, gt=0)
+    stream_keepalive_s: float = Field(default=15.0, gt=0)
+
+    @field_validator("ingest_token", "read_token")
+    @classmethod
+    def _empty_is_unset(cls, value: str | None) -> str | None:
+        # `PACKSCOPE_INGEST_TOKEN=` (as docker compose passes an unset variable) means no token.
+        return value or None

@@ -1,0 +1,47 @@
+// CSV built in the browser from exactly what a chart plotted.
+
+function cell(value) {
+  if (value === null || value === undefined) return "";
+  const text = String(value);
+  return /[",\n]/.test(text) ? `"${text.replaceAll('"', '""')}"` : text;
+}
+
+function toCSV(header, rows) {
+  return [header, ...rows].map((row) => row.map(cell).join(",")).join("\n") + "\n";
+}
+
+// Joins the traces on x, so traces with different x (compare overlays) still line up;
+// the plotted values come first, their min–max bands after.
+export function tracesToCSV(plotted, xName) {
+  const traces = [...plotted].sort((a, b) => (a.meta?.kind === "band") - (b.meta?.kind === "band"));
+  const rowsByX = new Map();
+  traces.forEach((trace, column) => {
+    (trace.x || []).forEach((x, i) => {
+      if (!rowsByX.has(x)) rowsByX.set(x, new Array(traces.length).fill(null));
+      rowsByX.get(x)[column] = trace.y[i];
+    });
+  });
+  let xs = [...rowsByX.keys()];
+  if (xs.every((x) => typeof x === "number")) xs = xs.sort((a, b) => a - b);
+  const header = [xName, ...traces.map((trace) => trace.meta?.csv || trace.name)];
+  return toCSV(header, xs.map((x) => [x, ...rowsByX.get(x)]));
+}
+
+// A small "CSV" link; the data is read at click time so live-extended charts export everything.
+export function csvLink(filename, buildCSV) {
+  const link = document.createElement("a");
+  link.className = "csv-link";
+  link.href = "#";
+  link.textContent = "CSV";
+  link.title = `Download ${filename}`;
+  link.addEventListener("click", (event) => {
+    event.preventDefault();
+    const url = URL.createObjectURL(new Blob([buildCSV()], { type: "text/csv" }));
+    const anchor = document.createElement("a");
+    anchor.href = url;
+    anchor.download = filename;
+    anchor.click();
+    setTimeout(() => URL.revokeObjectURL(url), 1000);
+  });
+  return link;
+}

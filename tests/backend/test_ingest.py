@@ -1,0 +1,241 @@
+"""The write side of the wire contract: validation, idempotency, gzip, limits, tokens."""
+
+import csv
+import gzip
+import io
+import json
+
+import pytest
+
+RUNS = "/api/v1/runs"
+RUN = "/api/v1/runs/run-1"
+BATCH = f"{RUN}/intervals"
+
+
+def stored_intervals(client) -> int:
+    return client.get(RUN).json()["intervals"]
+
+
+def post_gzip(client, url, body, **headers):
+    data = gzip.compress(json.dumps(body).encode())
+    headers = {"Content-Type": "application/json", "Content-Encoding": "gzip", **headers}
+    return client.post(url, content=data, headers=headers)
+
+
+def test_round_trip(database_url, make_client, new_run, records, oracle, close):
+    client = make_client(database_url)
+    assert client.post(RUNS, json=new_run()).status_code == 201
+    recs = records(30, seed=1)
+    recs[0]["gpu"] = {"util_pct": 97.0, "power_w": 650.0, "energy_j": 975.0}
+    assert client.post(BATCH, json={"intervals": recs[:10]}).json() == {"accepted": 10, "duplicates": 0}
+    assert post_gzip(client, BATCH, {"intervals": recs[10:]}).json() == {"accepted": 20, "duplicates": 0}
+
+    run = client.get(RUN).json()
+    assert (run["intervals"], run["last_step"], run["status"]) == (30, 300, "running")
+    close(run["totals"], oracle(recs), [k for k in run["totals"] if k in oracle(recs)])
+
+    series = client.get(f"{RUN}/series", params={"max_points": 500}).json()
+    assert series["points"] == 30  # fewer intervals than points: one bucket each
+    for i, rec in enumerate(recs):
+        want = oracle([rec])
+        got = {name: values[i] for name, values in series["columns"].items()}
+        assert (got["first_step"], got["last_step"]) == (rec["first_step"], rec["last_step"])
+        assert got["step"] == rec["last_step"]
+        close(got, want, ["tflops_thd", "tflops_bshd_min", "tflops_useful_max", "step_time_s", "loss", "padding_pct"])
+
+    hist = client.get(f"{RUN}/histograms", params={"interval": 7}).json()
+    assert hist["documents"] == recs[7]["histograms"]["documents"]
+    assert hist["packs"] == recs[7]["histograms"]["packs"]
+    assert (hist["first_step"], hist["last_step"]) == (71, 80)
+
+    sites = client.get(f"{RUN}/sync-sites").json()["sites"]
+    want_88 = sum(r["syncs"]["sites"][0]["count"] for r in recs)
+    assert {s["site"]: s["count"] for s in sites}["train.py:88"] == want_88
+
+    rows = list(csv.DictReader(io.StringIO(client.get(f"{RUN}/intervals.csv").text)))
+    assert [int(r["interval"]) for r in rows] == list(range(30))
+    assert [int(r["seqlen_sq_sum_thd"]) for r in rows] == [r["seqlen_sq_sum_thd"] for r in recs]
+    assert (rows[0]["gpu_power_w"], rows[0]["gpu_energy_j"], rows[0]["gpu_sm_clock_mhz"]) == ("650.0", "975.0", "")
+
+
+def test_replay_counts_duplicates_and_leaves_stored_rows_untouched(client, run, records):
+    recs = records(10)
+    assert client.post(BATCH, json={"intervals": recs[:6]}).json() == {"accepted": 6, "duplicates": 0}
+    changed = [dict(r, loss=99.0, tokens=r["tokens"] + 1) for r in recs]
+    # intervals 0-5 replayed with other numbers, 6-9 new, and interval 9 twice in one batch
+    body = {"intervals": changed + [changed[9]]}
+    assert client.post(BATCH, json=body).json() == {"accepted": 4, "duplicates": 7}
+
+    rows = list(csv.DictReader(io.StringIO(client.get(f"{RUN}/intervals.csv").text)))
+    assert len(rows) == 10
+    for row, original in zip(rows[:6], recs[:6], strict=True):
+        assert float(row["loss"]) == original["loss"]
+        assert int(row["tokens"]) == original["tokens"]
+    assert [float(r["loss"]) for r in rows[6:]] == [99.0] * 4
+    sites = client.get(f"{RUN}/sync-sites").json()["sites"]
+    assert sum(s["count"] for s in sites) == sum(r["syncs"]["total"] for r in recs)
+
+
+def test_gzip_body_accepted_and_broken_gzip_refused(client, run, records):
+    assert post_gzip(client, BATCH, {"intervals": records(3)}).json() == {"accepted": 3, "duplicates": 0}
+    broken = client.post(
+        BATCH, content=b"not gzip at all", headers={"Content-Encoding": "gzip", "Content-Type": "application/json"}
+    )
+    assert broken.status_code == 400
+    assert "does not decompress" in broken.json()["detail"]
+    truncated = gzip.compress(json.dumps({"intervals": records(3, start=3)}).encode())[:-20]
+    headers = {"Content-Encoding": "gzip", "Content-Type": "application/json"}
+    response = client.post(BATCH, content=truncated, headers=headers)
+    assert response.status_code == 400
+    assert stored_intervals(client) == 3
+
+
+def test_body_over_limit_is_413_after_decompression(make_client, new_run, records):
+    client = make_client(max_body_bytes=20_000)
+    assert client.post(RUNS, json=new_run()).status_code == 201
+    body = {"intervals": records(40)}
+    raw = json.dumps(body).encode()
+    assert len(gzip.compress(raw)) < 20_000 < len(raw)  # small on the wire, large unpacked
+
+    response = post_gzip(client, BATCH, body)
+    assert response.status_code == 413
+    assert "20000 bytes" in response.json()["detail"] and "PACKSCOPE_MAX_BODY_BYTES" in response.json()["detail"]
+    plain = client.post(BATCH, content=raw, headers={"Content-Type": "application/json"})
+    assert plain.status_code == 413
+    assert stored_intervals(client) == 0
+    assert client.post(BATCH, json={"intervals": records(2)}).json()["accepted"] == 2
+
+
+def test_invalid_record_in_the_middle_stores_nothing(client, run, records):
+    recs = records(10)
+    recs[4]["first_step"] = recs[4]["last_step"] + 1  # record 5 of 10
+    response = client.post(BATCH, json={"intervals": recs})
+    assert response.status_code == 422
+    (error,) = response.json()["detail"]
+    assert error["loc"][:3] == ["body", "intervals", 4]
+    assert "first_step" in error["msg"] and "after last_step" in error["msg"]
+    assert stored_intervals(client) == 0
+    assert client.get(f"{RUN}/intervals.csv").text.count("\n") == 1  # the header only
+
+
+@pytest.mark.parametrize(
+    ("mutate", "loc", "words"),
+    [
+        (lambda r: r["histograms"]["documents"].update(count=[0] * 23), ["histograms", "documents"], "at least 24"),
+        (lambda r: r["histograms"]["packs"].update(tokens=[0] * 25), ["histograms", "packs"], "at most 24"),
+        (lambda r: r.update(steps=0), ["steps"], "greater than or equal to 1"),
+        (lambda r: r.update(tokens=-5), ["tokens"], "greater than or equal to 0"),
+        (lambda r: r.update(real_tokens=r["tokens"] + 1), [], "padding included"),
+        (lambda r: r.update(steps=11), [], "more than the 10 steps"),
+        (lambda r: r.update(gpu_time_s=float("inf")), ["gpu_time_s"], "finite"),
+        (lambda r: r["syncs"]["sites"].append(dict(r["syncs"]["sites"][0])), ["syncs", "sites"], "listed twice"),
+        (lambda r: r.pop("tokens"), ["tokens"], "Field required"),
+    ],
+)
+def test_invalid_record_is_422_with_a_message(client, run, records, mutate, loc, words):
+    recs = records(2)
+    mutate(recs[1])
+    response = client.post(BATCH, content=json.dumps({"intervals": recs}), headers={"Content-Type": "application/json"})
+    assert response.status_code == 422
+    (error,) = response.json()["detail"]
+    assert error["loc"][:3] == ["body", "intervals", 1]
+    assert error["loc"][3:3 + len(loc)] == loc
+    assert words in error["msg"]
+    assert stored_intervals(client) == 0
+
+
+def test_batch_size_limits(client, run, records):
+    assert client.post(BATCH, json={"intervals": []}).status_code == 422
+    one_too_many = client.post(BATCH, json={"intervals": records(1001)})
+    assert one_too_many.status_code == 422
+    assert "at most 1000" in one_too_many.json()["detail"][0]["msg"]
+    assert stored_intervals(client) == 0
+    assert client.post(BATCH, json={"intervals": records(1000)}).json() == {"accepted": 1000, "duplicates": 0}
+
+
+def test_unknown_run_is_404(client, records):
+    response = client.post("/api/v1/runs/nope/intervals", json={"intervals": records(1)})
+    assert response.status_code == 404
+    assert "'nope' is not stored" in response.json()["detail"]
+
+
+def test_diverged_loss_is_stored_as_missing(client, run, records):
+    recs = records(2)
+    recs[1]["loss"] = float("nan")
+    recs[1]["channel_loss"] = {"code": float("inf"), "text": 2.5}
+    body = json.dumps({"intervals": recs})  # Python writes NaN/Infinity, as the agent's json.dumps would
+    assert client.post(BATCH, content=body, headers={"Content-Type": "application/json"}).json()["accepted"] == 2
+    rows = list(csv.DictReader(io.StringIO(client.get(f"{RUN}/intervals.csv").text)))
+    assert rows[1]["loss"] == ""
+    assert json.loads(rows[1]["channel_loss"]) == {"code": None, "text": 2.5}
+    series = client.get(f"{RUN}/series").json()["columns"]
+    assert series["loss"] == [pytest.approx(recs[0]["loss"]), None]
+
+
+def test_tokens(make_client, new_run, records):
+    client = make_client(ingest_token="write-secret", read_token="read-secret")
+    write = {"Authorization": "Bearer write-secret"}
+    read = {"Authorization": "Bearer read-secret"}
+
+    missing = client.post(RUNS, json=new_run())
+    assert missing.status_code == 401
+    assert "PACKSCOPE_INGEST_TOKEN" in missing.json()["detail"]
+    assert client.post(RUNS, json=new_run(), headers=read).status_code == 401
+    assert client.post(RUNS, json=new_run(), headers=write).status_code == 201
+    assert client.post(BATCH, json={"intervals": records(2)}).status_code == 401
+    assert post_gzip(client, BATCH, {"intervals": records(2)}, **write).status_code == 200
+    assert client.patch(RUN, json={"status": "failed"}).status_code == 401
+
+    assert client.get(RUNS).status_code == 401
+    assert "PACKSCOPE_READ_TOKEN" in client.get(RUN).json()["detail"]
+    assert client.get(RUN, headers=write).status_code == 401
+    assert client.get(RUN, headers=read).json()["intervals"] == 2
+    assert client.get(f"{RUN}/intervals.csv", headers=read).status_code == 200
+
+
+def test_open_reads_with_an_ingest_token(make_client, new_run):
+    client = make_client(ingest_token="write-secret")
+    assert client.post(RUNS, json=new_run(), headers={"Authorization": "Bearer write-secret"}).status_code == 201
+    assert [r["run_id"] for r in client.get(RUNS).json()["runs"]] == ["run-1"]
+
+
+def test_run_create_resume_and_conflict(client, new_run, records):
+    created = client.post(RUNS, json=new_run())
+    assert created.status_code == 201
+    assert created.json()["c_lin"] > 0 and created.json()["totals"] is None
+    client.post(BATCH, json={"intervals": records(3)})
+    assert client.patch(RUN, json={"status": "failed"}).json()["ended_at"] is not None
+
+    resumed = client.post(RUNS, json=new_run(name="renamed"))
+    assert resumed.status_code == 200
+    body = resumed.json()
+    assert (body["name"], body["status"], body["ended_at"], body["intervals"]) == ("demo", "running", None, 3)
+
+    other = new_run()
+    other["model"]["layers"] = 5
+    conflict = client.post(RUNS, json=other)
+    assert conflict.status_code == 409
+    assert "layers" in conflict.json()["detail"] and "new run_id" in conflict.json()["detail"]
+    assert client.get(RUN).json()["model"]["layers"] == 4
+
+
+def test_run_body_validation(client, new_run):
+    bad_id = client.post(RUNS, json=new_run(run_id="has space"))
+    assert bad_id.status_code == 422 and bad_id.json()["detail"][0]["loc"] == ["body", "run_id"]
+    typo = new_run()
+    typo["model"]["hiden"] = 1
+    response = client.post(RUNS, json=typo)
+    assert response.status_code == 422
+    assert "unknown model field(s) hiden" in response.json()["detail"][0]["msg"]
+    impossible = new_run()
+    impossible["model"]["hidden"] = 0
+    assert "must be positive" in client.post(RUNS, json=impossible).json()["detail"][0]["msg"]
+    assert client.get(RUNS).json() == {"runs": []}
+
+
+def test_patch_sets_status_and_end(client, run):
+    finished = client.patch(RUN, json={"status": "finished", "ended_at": "2026-11-29T09:30:00Z"})
+    assert finished.status_code == 200
+    assert (finished.json()["status"], finished.json()["ended_at"]) == ("finished", "2026-11-29T09:30:00Z")
+    assert client.patch(RUN, json={"status": "done"}).status_code == 422
+    assert client.patch(f"{RUNS}/other", json={"status": "failed"}).status_code == 404

@@ -1,0 +1,115 @@
+"""Dashboard pages: server-rendered HTML, the 404 page, the vendored plotly bundle, static modules."""
+
+import json
+import re
+
+import pytest
+from fastapi.testclient import TestClient
+
+from packscope.backend.app import create_app
+from packscope.backend.settings import Settings
+from packscope.frontend import STATIC_DIR
+
+MODEL = {"layers": 2, "hidden": 256, "heads": 4, "ffn": 1024, "vocab": 32000}
+
+
+def run_body(run_id, name, **extra):
+    return {"run_id": run_id, "name": name, "project": "demo", "model": MODEL, "layout": "thd",
+            "hardware": {"gpu_name": "NVIDIA H200", "gpu_count": 1, "peak_tflops": 989.0}, **extra}
+
+
+def interval(k, steps=10, pack=1024):
+    hist = {"count": [0] * 24, "tokens": [0] * 24}
+    hist["count"][9], hist["tokens"][9] = 4, 4 * 600
+    tokens = steps * pack
+    return {
+        "interval": k, "rank": 0, "first_step": k * steps + 1, "last_step": (k + 1) * steps,
+        "steps": steps, "gpus": 1, "wall_start": 1000.0 + k, "wall_end": 1000.9 + k,
+        "gpu_time_s": 0.9, "host_time_s": 0.9, "step_time_p50_s": 0.09, "step_time_p90_s": 0.09,
+        "step_time_max_s": 0.1, "timing_lag_steps": 0, "tokens": tokens, "real_tokens": tokens - 100,
+        "packs": steps, "documents": 4 * steps,
+        "seqlen_sq_sum_bshd": steps * pack**2, "seqlen_sq_sum_thd": steps * 4 * 256**2,
+        "flops_bshd": 2e12, "flops_thd": 1.5e12, "flops_useful": 1.4e12,
+        "syncs": {"total": 2 * steps, "per_iteration": 2.0, "sites": [{"site": "train.py:88", "count": 2 * steps}]},
+        "histograms": {"documents": hist, "packs": hist},
+        "loss": 3.0,
+    }
+
+
+@pytest.fixture
+def client(tmp_path):
+    app = create_app(Settings(database_url=f"sqlite:///{tmp_path / 'pages.db'}"))
+    with TestClient(app) as client:
+        for run_id, name in [("run-a", "thd-demo"), ("run-b", "bshd-demo")]:
+            assert client.post("/api/v1/runs", json=run_body(run_id, name)).status_code == 201
+        answer = client.post("/api/v1/runs/run-a/intervals", json={"intervals": [interval(k) for k in range(3)]})
+        assert answer.json() == {"accepted": 3, "duplicates": 0}
+        yield client
+
+
+def test_runs_page_loads_its_module(client):
+    page = client.get("/")
+    assert page.status_code == 200
+    assert page.headers["content-type"].startswith("text/html")
+    assert '<script type="module" src="/static/runs.js">' in page.text
+    assert 'id="runs-body"' in page.text
+
+
+def test_run_page_renders_the_run(client):
+    page = client.get("/runs/run-a")
+    assert page.status_code == 200
+    assert "<title>thd-demo · packscope</title>" in page.text
+    assert 'data-run-id="run-a"' in page.text
+    assert "project demo" in page.text and "1 × NVIDIA H200" in page.text
+    assert 'href="/api/v1/runs/run-a/intervals.csv"' in page.text
+    assert '<script src="/vendor/plotly.min.js"></script>' in page.text
+    # Every chart the page script draws into is in the markup.
+    for chart in ("tflops", "overcount", "mfu", "step_time", "tokens", "syncs", "histogram", "padding", "loss"):
+        assert f'id="chart-{chart}"' in page.text
+
+
+def test_run_page_escapes_names(client):
+    client.post("/api/v1/runs", json=run_body("run-x", "<script>alert(1)</script>"))
+    page = client.get("/runs/run-x")
+    assert "<script>alert(1)</script>" not in page.text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.text
+
+
+def test_unknown_run_is_a_404_page(client):
+    page = client.get("/runs/no-such-run")
+    assert page.status_code == 404
+    assert page.headers["content-type"].startswith("text/html")
+    assert "Run not found" in page.text and "no-such-run" in page.text
+
+
+def test_compare_page_carries_the_run_ids_in_order(client):
+    page = client.get("/compare", params=[("run_id", "run-b"), ("run_id", "run-a")])
+    assert page.status_code == 200
+    assert "Compare 2 runs" in page.text
+    attribute = re.search(r'data-run-ids="([^"]*)"', page.text).group(1)
+    assert json.loads(attribute.replace("&#34;", '"')) == ["run-b", "run-a"]
+
+
+def test_compare_page_without_runs_says_what_to_do(client):
+    page = client.get("/compare")
+    assert page.status_code == 200
+    assert "Pick two or more runs" in page.text
+
+
+def test_plotly_bundle_is_served_from_the_package(client):
+    bundle = client.get("/vendor/plotly.min.js")
+    assert bundle.status_code == 200
+    assert "javascript" in bundle.headers["content-type"]
+    assert "max-age=" in bundle.headers["cache-control"]
+    assert len(bundle.content) > 1_000_000
+    assert b"plotly.js v" in bundle.content[:200]
+
+
+def test_static_modules_and_their_imports_resolve(client):
+    assets = sorted(STATIC_DIR.glob("*.js")) + [STATIC_DIR / "app.css"]
+    for asset in assets:
+        served = client.get(f"/static/{asset.name}")
+        assert served.status_code == 200, asset.name
+        # A typo in a relative import only shows in a browser; catch it here.
+        for target in re.findall(r'from "\./([\w.-]+)"', served.text):
+            assert (STATIC_DIR / target).is_file(), f"{asset.name} imports missing {target}"

@@ -1,0 +1,165 @@
+"""The agent on a real GPU: exact, lazily timed, and adding no host synchronization.
+
+Run on the H200 machine: ``python -m pytest -m gpu tests/gpu``. Results are summarised in
+docs/BENCHMARKS.md with date and device.
+"""
+
+import time
+
+import pytest
+import torch
+
+from packscope.agent import Agent, AgentConfig, ModelSpec
+from packscope.agent.syncs import SyncCounter
+
+pytestmark = pytest.mark.gpu  # deselected by default (pyproject addopts); run with -m gpu
+
+MODEL = ModelSpec(layers=2, hidden=64, heads=4, ffn=128, vocab=256)
+
+
+def cupti_counter():
+    from packscope.agent.cupti import CuptiSyncCounter
+
+    try:
+        return CuptiSyncCounter().install()
+    except RuntimeError as exc:
+        pytest.fail(f"CUPTI backend unavailable on the GPU machine: {exc}")
+
+
+def workload(x, w, n=8):
+    for _ in range(n):
+        x = torch.tanh(x @ w)
+    return x
+
+
+def thd_batch(device, packs=4, pack_len=2048):
+    g = torch.Generator().manual_seed(0)
+    cu = [0]
+    for p in range(packs):
+        end = (p + 1) * pack_len
+        while cu[-1] < end:
+            cu.append(min(end, cu[-1] + int(torch.randint(16, 700, (1,), generator=g))))
+    return torch.tensor(cu, dtype=torch.int32).to(device), (packs, pack_len)
+
+
+def test_event_timing_matches_synchronized_host_clock_over_200_steps():
+    dev = torch.device("cuda")
+    x, w = torch.randn(4096, 4096, device=dev), torch.randn(4096, 4096, device=dev) / 64
+    agent = Agent(AgentConfig(log_every=50, count_syncs=False), model=MODEL)
+    workload(x, w)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(200):
+        agent.step_begin()
+        workload(x, w)
+        agent.step_end()
+    torch.cuda.synchronize()
+    host = time.perf_counter() - t0
+    agent.close()
+    recs = list(agent.records)
+    assert [r["steps"] for r in recs] == [50, 50, 50, 50]
+    assert [r["first_step"] for r in recs] == [1, 51, 101, 151]
+    events = sum(r["gpu_time_s"] for r in recs)
+    assert abs(events - host) / host < 0.01, (events, host)
+
+
+def test_records_arrive_lagged_but_exactly_once_in_order():
+    dev = torch.device("cuda")
+    x, w = torch.randn(2048, 2048, device=dev), torch.randn(2048, 2048, device=dev) / 45
+    agent = Agent(AgentConfig(log_every=3, count_syncs=False), model=MODEL)
+    seen_before_close = 0
+    for _ in range(30):
+        agent.step_begin()
+        workload(x, w, 4)
+        agent.step_end(loss=x.sum())
+        seen_before_close = len(agent.records)
+    agent.close()
+    recs = list(agent.records)
+    assert seen_before_close >= 5  # reported while running, not only at close
+    assert [r["interval"] for r in recs] == list(range(10))
+    assert all(r["steps"] == 3 for r in recs)
+    assert max(r["timing_lag_steps"] for r in recs) >= 0
+
+
+def test_agent_adds_no_sync_on_non_logging_steps_cupti():
+    dev = torch.device("cuda")
+    cu, shape = thd_batch(dev)
+    mask = torch.ones(shape[0] * shape[1], dtype=torch.bool, device=dev)
+    x, w = torch.randn(2048, 2048, device=dev), torch.randn(2048, 2048, device=dev) / 45
+    agent = Agent(AgentConfig(log_every=10, count_syncs=False), model=MODEL)
+    for _ in range(12):  # warm-up: pinned buffers and events are allocated once
+        agent.step_begin(); agent.observe_batch(cu_seqlens=cu, shape=shape, token_mask=mask); workload(x, w, 2)
+        agent.step_end(loss=x.mean())
+    counter = cupti_counter()
+    try:
+        per_step = []
+        for _ in range(40):
+            before = counter.total
+            agent.step_begin()
+            agent.observe_batch(cu_seqlens=cu, shape=shape, token_mask=mask)
+            workload(x, w, 2)
+            agent.step_end(loss=x.mean())
+            per_step.append(counter.total - before)
+    finally:
+        counter.uninstall()
+    agent.close()
+    assert sum(per_step) == 0, (per_step, dict(counter.sites))
+
+
+def inject_syncs(x):
+    """One micro-batch that carries five known host syncs."""
+    x.sum().item()                       # .item()
+    x[:4, 0].tolist()                    # .tolist()
+    torch.nonzero(x[:64, 0] > 0)         # nonzero: output size depends on the data
+    torch.cuda.synchronize()             # explicit
+    torch.tensor([1.0], device="cuda")   # a pageable blocking host-to-device copy
+
+
+@pytest.mark.parametrize("backend", ["debug-mode", "cupti"])
+def test_both_backends_count_injected_syncs(backend):
+    dev = torch.device("cuda")
+    x = torch.randn(1024, 64, device=dev)
+    counter = cupti_counter() if backend == "cupti" else SyncCounter().install()
+    try:
+        base = counter.total
+        for _ in range(3):  # three micro-batches
+            inject_syncs(x)
+        total, sites = counter.snapshot()
+    finally:
+        counter.uninstall()
+    n = total - base
+    print(f"{backend}: {n} syncs; sites {dict(sites)}")
+    assert n >= 15, dict(sites)
+    assert all(site.startswith("test_gpu_agent.py:") for site in sites), dict(sites)
+
+
+def test_debug_mode_counter_sees_nothing_from_the_agent():
+    dev = torch.device("cuda")
+    cu, shape = thd_batch(dev)
+    agent = Agent(AgentConfig(log_every=5, count_syncs=True), model=MODEL)
+    x = torch.randn(512, 512, device=dev)
+    for _ in range(23):
+        agent.step_begin()
+        agent.observe_batch(cu_seqlens=cu, shape=shape)
+        agent.observe_batch(position_ids=torch.arange(512, device=dev).remainder(100).unsqueeze(0))
+        agent.observe_batch(attention_mask=torch.ones(2, 256, device=dev, dtype=torch.long))
+        agent.step_end(loss=x.sum(), grad_norm=x.norm())
+    agent.close()
+    assert sum(r["syncs"]["total"] for r in agent.records) == 0
+    assert all(r["documents"] > 0 for r in agent.records)
+
+
+def test_gpu_sums_equal_cpu_sums():
+    """The device reduction must give the same integers as the CPU path."""
+    cu, shape = thd_batch("cpu", packs=8, pack_len=4096)
+    results = []
+    for dev in ("cpu", "cuda"):
+        agent = Agent(AgentConfig(log_every=4, count_syncs=False), model=MODEL, device=dev)
+        for _ in range(4):
+            agent.step_begin()
+            agent.observe_batch(cu_seqlens=cu.to(dev), shape=shape)
+            agent.step_end()
+        agent.close()
+        (r,) = agent.records
+        results.append({k: r[k] for k in ("tokens", "real_tokens", "documents", "seqlen_sq_sum_thd", "histograms")})
+    assert results[0] == results[1]
