@@ -1,0 +1,128 @@
+"""The data, the loop and the CLI: same documents in both layouts, same loss at step 0, a loss
+that falls on the tiny preset, and a full run with the agent attached."""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+import pytest
+import torch
+
+from packscope.trainer.config import DataConfig, TrainConfig
+from packscope.trainer.data import DocumentStream, step_documents
+from packscope.trainer.packing import first_fit_decreasing
+from packscope.trainer.train import (
+    Trainer,
+    add_train_arguments,
+    config_from_args,
+    lr_at,
+    run_training,
+    train_from_args,
+)
+
+# Short documents: many per step, so a few hundred tokens already mix many rules.
+SHORT_DOCS = DataConfig(min_len=8, short_median=24, long_median=96)
+
+
+def small_run(**overrides) -> TrainConfig:
+    base = dict(steps=100, pack_length=256, packs_per_step=2, device="cpu", progress=False, data=SHORT_DOCS)
+    return TrainConfig(**{**base, **overrides})
+
+
+def train_step(trainer: Trainer) -> torch.Tensor:
+    batches = trainer.next_batches()
+    label_tokens = sum(b.label_tokens for b in batches)
+    loss = sum(trainer.forward_backward(b, label_tokens) for b in batches)
+    trainer.optimizer_step()
+    return loss
+
+
+def test_documents_are_deterministic_and_clipped():
+    a, b = (iter(DocumentStream(DataConfig(), 512, 300, seed=3)) for _ in range(2))
+    docs = [next(a) for _ in range(300)]
+    assert all(torch.equal(x, next(b)) for x in docs)
+    lengths = [len(d) for d in docs]
+    assert min(lengths) >= 16 and max(lengths) == 300  # the long mode gets clipped
+    assert sum(n < 200 for n in lengths) > 150  # mostly short, chat-like
+    assert all(int(d.min()) >= 0 and int(d.max()) < 512 for d in docs)
+    other = iter(DocumentStream(DataConfig(), 512, 300, seed=4))
+    assert not torch.equal(docs[0], next(other))
+
+
+def test_steps_fit_the_token_budget():
+    docs = iter(DocumentStream(DataConfig(), 512, 256, seed=0))
+    steps = step_documents(docs, micro_batches=2, packs_per_micro_batch=3, pack_length=256, max_docs_per_pack=4)
+    for _ in range(20):
+        step = next(steps)
+        assert len(step) == 2
+        for group in step:
+            assert len(first_fit_decreasing([len(d) for d in group], 256, 4)) <= 3
+
+
+def test_both_layouts_see_the_same_documents_and_the_same_first_loss():
+    cfg = dict(pack_length=128, packs_per_step=4, micro_batches=2, max_docs_per_pack=8)
+    thd, bshd = Trainer(small_run(layout="thd", **cfg)), Trainer(small_run(layout="bshd", **cfg))
+    t_batches, b_batches = thd.next_batches(), bshd.next_batches()
+    assert [sorted(b.doc_lengths) for b in t_batches] == [sorted(b.doc_lengths) for b in b_batches]
+    assert sum(b.real_tokens for b in t_batches) == sum(b.real_tokens for b in b_batches)
+    assert sum(b.tokens for b in t_batches) == 4 * 128 < sum(b.tokens for b in b_batches)
+
+    losses = []
+    for trainer, batches in ((thd, t_batches), (bshd, b_batches)):
+        labels = sum(b.label_tokens for b in batches)
+        losses.append(sum(float(trainer.forward_backward(b, labels)) for b in batches))
+    assert losses[0] == pytest.approx(math.log(512), rel=0.05)
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5)
+
+
+def test_loss_falls_on_the_tiny_preset():
+    trainer = Trainer(small_run())
+    losses = [float(train_step(trainer)) for _ in range(trainer.cfg.steps)]
+    assert all(math.isfinite(x) for x in losses)
+    assert sum(losses[-10:]) / 10 < 0.7 * losses[0]
+
+
+def test_static_shapes_train_the_same_as_dynamic():
+    dynamic, static = Trainer(small_run(steps=3)), Trainer(small_run(steps=3, static=True))
+    for _ in range(3):
+        torch.testing.assert_close(train_step(static), train_step(dynamic), rtol=1e-4, atol=1e-5)
+
+
+def test_lr_schedule_warms_up_then_decays_to_a_tenth():
+    cfg = small_run(steps=50, warmup_steps=5, lr=1e-3)
+    lrs = [lr_at(s, cfg) for s in range(50)]
+    assert lrs[0] == pytest.approx(2e-4) and lrs[4] == pytest.approx(1e-3)
+    assert lrs[-1] == pytest.approx(1e-4)
+    assert all(a >= b for a, b in zip(lrs[4:], lrs[5:]))
+
+
+def test_run_training_with_the_agent():
+    summary = run_training(small_run(steps=6, log_every=3))
+    assert summary["steps"] == 6 and isinstance(summary["run_id"], str)
+    assert math.isfinite(summary["final_loss"]) and math.isfinite(summary["first_loss"])
+    assert summary["token_slots"] == 6 * 2 * 256 >= summary["real_tokens"] > 0
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    add_train_arguments(parser)
+    return parser.parse_args(argv)
+
+
+def test_cli_arguments_map_onto_the_config():
+    args = parse(["--layout", "bshd", "--steps", "7", "--preset", "1b", "--pack-length", "1024",
+                  "--packs-per-step", "8", "--micro-batches", "2", "--static", "--compile",
+                  "--device", "cpu", "--name", "n", "--project", "p", "--server", "http://x:1",
+                  "--log-every", "5", "--lr", "0.01", "--no-progress"])
+    cfg = config_from_args(args)
+    assert (cfg.layout, cfg.steps, cfg.preset, cfg.pack_length, cfg.packs_per_step) == ("bshd", 7, "1b", 1024, 8)
+    assert (cfg.micro_batches, cfg.static, cfg.compile, cfg.device) == (2, True, True, "cpu")
+    assert (cfg.run_name, cfg.project, cfg.server, cfg.log_every, cfg.learning_rate) == ("n", "p", "http://x:1", 5, 0.01)
+    assert not cfg.progress
+    assert config_from_args(parse([])) == TrainConfig()
+
+
+def test_cli_explains_a_bad_config(capsys):
+    assert train_from_args(parse(["--packs-per-step", "3", "--micro-batches", "2"])) == 2
+    assert "multiple of micro_batches" in capsys.readouterr().err

@@ -1,0 +1,100 @@
+"""Causal attention backends. Each is built once per micro-batch and called by every layer with
+q [B, L, H, D] and k, v [B, L, H_kv, D]; it returns [B, L, H, D].
+
+* ``CausalAttention``: BSHD, one document per row, SDPA with ``is_causal``.
+* ``VarlenAttention``: THD on CUDA, FlashAttention varlen through ``torch.nn.attention.varlen``.
+* ``DocumentMaskedAttention``: THD anywhere (CPU, and the tests' oracle), SDPA with a
+  block-diagonal causal mask. It costs T^2 memory, so it is not for long packs on a GPU.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from packscope.trainer.packing import Batch
+
+try:
+    from torch.nn.attention.varlen import varlen_attn
+except ImportError:  # torch < 2.10
+    varlen_attn = None
+
+Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
+
+if varlen_attn is not None:
+    _VARLEN_PARAMS = inspect.signature(varlen_attn).parameters
+    # torch 2.10 took is_causal; 2.11 and later express causality as the window (-1, 0).
+    _CAUSAL = {"window_size": (-1, 0)} if "window_size" in _VARLEN_PARAMS else {"is_causal": True}
+    _NATIVE_GQA = "enable_gqa" in _VARLEN_PARAMS
+
+
+def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs) -> torch.Tensor:
+    """SDPA on [B, L, H, D] tensors (it wants [B, H, L, D])."""
+    out = F.scaled_dot_product_attention(
+        q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), enable_gqa=True, **kwargs
+    )
+    return out.transpose(1, 2)
+
+
+class CausalAttention:
+    """Right padding needs no mask: causality already keeps real tokens from seeing it."""
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return _sdpa(q, k, v, is_causal=True)
+
+
+class DocumentMaskedAttention:
+    """A token attends to earlier tokens of its own span in the flat [1, T] stream."""
+
+    def __init__(self, cu_seqlens: torch.Tensor, total: int) -> None:
+        lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).long()
+        span = torch.arange(len(lengths), device=cu_seqlens.device)
+        # output_size keeps repeat_interleave from reading the total back from the device.
+        doc = torch.repeat_interleave(span, lengths, output_size=total)
+        pos = torch.arange(total, device=cu_seqlens.device)
+        self.mask = (doc[:, None] == doc[None, :]) & (pos[:, None] >= pos[None, :])
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return _sdpa(q, k, v, attn_mask=self.mask)
+
+
+class VarlenAttention:
+    """FlashAttention over the spans of ``cu_seqlens`` (int32, on the device).
+
+    ``max_seqlen`` is a Python int computed by the packer: reading it from the device would
+    synchronize every step. The kernel wants bf16/fp16 inputs.
+    """
+
+    def __init__(self, cu_seqlens: torch.Tensor, max_seqlen: int) -> None:
+        if varlen_attn is None:
+            raise RuntimeError(
+                f"THD attention on CUDA needs torch.nn.attention.varlen (torch >= 2.10); this is "
+                f"torch {torch.__version__}. Upgrade torch, or train with --layout bshd."
+            )
+        self.cu_seqlens = cu_seqlens
+        self.max_seqlen = max_seqlen
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        q, k, v = q[0], k[0], v[0]  # [T, H, D]
+        gqa = {}
+        if k.shape[1] != q.shape[1]:
+            if _NATIVE_GQA:
+                gqa["enable_gqa"] = True
+            else:
+                repeat = q.shape[1] // k.shape[1]
+                k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
+        cu, n = self.cu_seqlens, self.max_seqlen
+        out = varlen_attn(q, k, v, cu, cu, n, n, **_CAUSAL, **gqa)
+        return out.unsqueeze(0)
+
+
+def attention_for(batch: Batch, device: torch.device) -> Attention:
+    """The backend for this micro-batch on this device (batch already on ``device``)."""
+    if batch.layout == "bshd":
+        return CausalAttention()
+    if device.type == "cuda":
+        return VarlenAttention(batch.cu_seqlens_padded, batch.max_seqlen)
+    return DocumentMaskedAttention(batch.cu_seqlens_padded, batch.tokens)

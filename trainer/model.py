@@ -1,0 +1,106 @@
+"""A Llama-style decoder, readable top to bottom: RMSNorm, RoPE, GQA, SwiGLU.
+
+The model knows nothing about layouts. It takes token ids [B, L] (BSHD rows, or THD as [1, T]),
+position ids of the same shape, and an attention backend (see attention.py) that knows which
+tokens may see which. RoPE reads the position ids, which restart at 0 for every document, so a
+document inside a pack is encoded exactly as if it were alone.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from packscope.trainer.attention import Attention
+from packscope.trainer.config import ModelConfig
+
+
+def rope_cos_sin(position_ids: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos and sin [B, L, 1, head_dim / 2] in float32, computed from the positions themselves."""
+    inv_freq = theta ** -(torch.arange(0, head_dim, 2, device=position_ids.device, dtype=torch.float32) / head_dim)
+    angles = position_ids.float()[..., None] * inv_freq
+    return angles.cos()[:, :, None, :], angles.sin()[:, :, None, :]
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate pairs (x_i, x_{i + D/2}) in float32; return the input dtype (bf16 stays bf16)."""
+    x1, x2 = x.float().chunk(2, dim=-1)
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1).type_as(x)
+
+
+class SelfAttention(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.heads, self.kv_heads, self.head_dim = cfg.heads, cfg.kv_heads, cfg.head_dim
+        self.wq = nn.Linear(cfg.hidden, cfg.heads * cfg.head_dim, bias=False)
+        self.wk = nn.Linear(cfg.hidden, cfg.kv_heads * cfg.head_dim, bias=False)
+        self.wv = nn.Linear(cfg.hidden, cfg.kv_heads * cfg.head_dim, bias=False)
+        self.wo = nn.Linear(cfg.heads * cfg.head_dim, cfg.hidden, bias=False)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attention: Attention) -> torch.Tensor:
+        b, n, _ = x.shape
+        q = self.wq(x).view(b, n, self.heads, self.head_dim)
+        k = self.wk(x).view(b, n, self.kv_heads, self.head_dim)
+        v = self.wv(x).view(b, n, self.kv_heads, self.head_dim)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        return self.wo(attention(q, k, v).reshape(b, n, -1))
+
+
+class SwiGLU(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(cfg.hidden, cfg.ffn, bias=False)  # gate
+        self.w3 = nn.Linear(cfg.hidden, cfg.ffn, bias=False)  # up
+        self.w2 = nn.Linear(cfg.ffn, cfg.hidden, bias=False)  # down
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.attn_norm = nn.RMSNorm(cfg.hidden, eps=cfg.norm_eps)
+        self.attn = SelfAttention(cfg)
+        self.mlp_norm = nn.RMSNorm(cfg.hidden, eps=cfg.norm_eps)
+        self.mlp = SwiGLU(cfg)
+
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attention: Attention) -> torch.Tensor:
+        x = x + self.attn(self.attn_norm(x), cos, sin, attention)
+        return x + self.mlp(self.mlp_norm(x))
+
+
+class Transformer(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(cfg.vocab, cfg.hidden)
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
+        self.norm = nn.RMSNorm(cfg.hidden, eps=cfg.norm_eps)
+        self.head = nn.Linear(cfg.hidden, cfg.vocab, bias=False)
+        if cfg.tie_embeddings:
+            self.head.weight = self.embed.weight
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        for module in self.modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(module.weight, std=0.02)
+        # GPT-2: scale the projections that write into the residual stream by depth.
+        for block in self.layers:
+            for proj in (block.attn.wo, block.mlp.w2):
+                nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * self.cfg.layers))
+
+    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, attention: Attention) -> torch.Tensor:
+        """Logits [B, L, vocab] for token ids and position ids [B, L]."""
+        cos, sin = rope_cos_sin(position_ids, self.cfg.head_dim, self.cfg.rope_theta)
+        x = self.embed(input_ids)
+        for layer in self.layers:
+            x = layer(x, cos, sin, attention)
+        return self.head(self.norm(x))
+
+    def num_params(self) -> int:
+        return sum(p.numel() for p in self.parameters())

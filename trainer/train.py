@@ -1,0 +1,269 @@
+"""The training loop, with the packscope agent wired in the way a user would wire it.
+
+AdamW (fused on CUDA), bf16 autocast on CUDA, optional torch.compile, gradient accumulation over
+micro-batches. Nothing here reads a device value on an ordinary step: the loss goes to the agent
+as a device tensor, and the progress bar shows a copy taken at log steps once it has landed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+from tqdm import tqdm
+
+from packscope.agent import Agent, AgentConfig
+from packscope.trainer.attention import attention_for
+from packscope.trainer.config import PRESETS, TrainConfig
+from packscope.trainer.data import DocumentStream, step_documents
+from packscope.trainer.model import Transformer
+from packscope.trainer.packing import IGNORE, Batch, pack_bshd, pack_thd
+
+
+def resolve_device(cfg: TrainConfig) -> torch.device:
+    """The device to train on; a ValueError says why the config cannot run here."""
+    if cfg.device == "auto":
+        device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    elif cfg.device == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda was asked for, but torch sees no CUDA GPU; use --device cpu")
+    else:
+        device = torch.device(cfg.device)
+    if device.type == "cuda" and cfg.layout == "thd" and cfg.dtype == "float32":
+        raise ValueError("THD on CUDA runs FlashAttention varlen, which needs --dtype bfloat16 or float16")
+    return device
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warmup, then cosine decay to a tenth of the peak at the last step."""
+    peak = cfg.learning_rate
+    if step < cfg.warmup_steps:
+        return peak * (step + 1) / cfg.warmup_steps
+    progress = (step - cfg.warmup_steps) / max(1, cfg.steps - 1 - cfg.warmup_steps)
+    return peak * (0.1 + 0.45 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+class Trainer:
+    """Model, optimizer and data of one run; ``run_training`` drives it step by step."""
+
+    def __init__(self, cfg: TrainConfig) -> None:
+        self.cfg = cfg
+        self.model_cfg = cfg.model
+        self.device = resolve_device(cfg)
+        cuda = self.device.type == "cuda"
+        torch.manual_seed(cfg.seed)
+        self.model = Transformer(self.model_cfg).to(self.device)
+        self.forward = torch.compile(self.model) if cfg.compile else self.model
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            [
+                {"params": [p for p in params if p.dim() >= 2], "weight_decay": cfg.weight_decay},
+                {"params": [p for p in params if p.dim() < 2], "weight_decay": 0.0},
+            ],
+            lr=cfg.learning_rate,
+            betas=(0.9, 0.95),
+            fused=cuda,
+        )
+        # Mixed precision on CUDA only: parameters and optimizer state stay float32.
+        self.amp_dtype = getattr(torch, cfg.dtype) if cuda and cfg.dtype != "float32" else None
+        docs = DocumentStream(cfg.data, self.model_cfg.vocab, cfg.pack_length, cfg.seed)
+        self._steps = step_documents(
+            iter(docs), cfg.micro_batches, cfg.packs_per_micro_batch, cfg.pack_length,
+            cfg.max_docs_per_pack, cfg.align,
+        )
+        self.step = 0
+
+    def next_batches(self) -> list[Batch]:
+        """The next step's micro-batches in the configured layout, on the device."""
+        cfg = self.cfg
+        groups = next(self._steps)
+        if cfg.layout == "thd":
+            batches = [
+                pack_thd(g, cfg.pack_length, cfg.packs_per_micro_batch, cfg.max_docs_per_pack, cfg.align, cfg.static)
+                for g in groups
+            ]
+        else:
+            batches = [pack_bshd(g, cfg.pack_length) for g in groups]
+        return [b.to(self.device) for b in batches]
+
+    def forward_backward(self, batch: Batch, label_tokens: int) -> torch.Tensor:
+        """Add one micro-batch's gradients; return its share of the step's mean loss (detached).
+
+        Dividing by the step's label count (a host int) makes the summed shares the mean over
+        every predicted token of the step, the same number in both layouts.
+        """
+        with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
+            logits = self.forward(batch.input_ids, batch.position_ids, attention_for(batch, self.device))
+        loss = F.cross_entropy(
+            logits.float().flatten(0, 1), batch.labels.flatten(), ignore_index=IGNORE, reduction="sum"
+        ) / label_tokens
+        loss.backward()
+        return loss.detach()
+
+    def optimizer_step(self) -> tuple[float, torch.Tensor]:
+        """Clip, step and clear; return the learning rate used and the gradient norm (on device)."""
+        lr = lr_at(self.step, self.cfg)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+        return lr, grad_norm
+
+
+class LossReadout:
+    """The loss for the progress bar without waiting for the device.
+
+    At a log step the loss is copied into pinned memory behind an event; ``poll`` hands it over
+    once the event has completed. On the CPU there is nothing to wait for.
+    """
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.host = torch.zeros((), pin_memory=self.cuda)
+        self.event: torch.cuda.Event | None = None
+        self.value: float | None = None
+
+    def push(self, loss: torch.Tensor) -> None:
+        self.host.copy_(loss, non_blocking=True)
+        if self.cuda:
+            self.event = torch.cuda.Event()
+            self.event.record()
+        else:
+            self.value = float(self.host)
+
+    def poll(self) -> float | None:
+        if self.event is not None and self.event.query():
+            self.event = None
+            self.value = float(self.host)
+        value, self.value = self.value, None
+        return value
+
+
+def observe(agent: Agent, batch: Batch) -> None:
+    if batch.layout == "thd":
+        agent.observe_batch(
+            cu_seqlens=batch.cu_seqlens,
+            cu_seqlens_padded=batch.cu_seqlens_padded,
+            shape=(batch.n_packs, batch.pack_length),
+            # Static shapes add a dummy tail of padding; the mask tells the agent it is not a document.
+            token_mask=batch.token_mask if batch.static else None,
+        )
+    else:
+        agent.observe_batch(attention_mask=batch.attention_mask)
+
+
+def run_training(cfg: TrainConfig) -> dict:
+    """Train for ``cfg.steps`` steps with the agent attached; return a summary."""
+    trainer = Trainer(cfg)
+    agent = Agent(
+        AgentConfig(
+            server=cfg.server,
+            run_name=cfg.run_name,
+            project=cfg.project,
+            layout=cfg.layout,
+            log_every=cfg.log_every,
+            tags=["reference-trainer", cfg.preset, cfg.layout],
+            config=dataclasses.asdict(cfg),
+        ),
+        model=trainer.model_cfg.to_model_spec(),
+    )
+    readout = LossReadout(trainer.device)
+    bar = tqdm(range(cfg.steps), desc=cfg.run_name, unit="step", disable=not cfg.progress)
+    first_loss = loss = None
+    real_tokens = slots = logged_tokens = 0
+    start = logged_at = time.perf_counter()
+    rate = 0.0
+    try:
+        for step in bar:
+            batches = trainer.next_batches()
+            label_tokens = sum(b.label_tokens for b in batches)
+            agent.step_begin()
+            loss = torch.zeros((), device=trainer.device)
+            for batch in batches:
+                observe(agent, batch)
+                loss += trainer.forward_backward(batch, label_tokens)
+            lr, grad_norm = trainer.optimizer_step()
+            agent.step_end(loss=loss, lr=lr, grad_norm=grad_norm)
+
+            first_loss = loss if first_loss is None else first_loss
+            real_tokens += sum(b.real_tokens for b in batches)
+            slots += sum(b.tokens for b in batches)
+            if (step + 1) % cfg.log_every == 0 or step + 1 == cfg.steps:
+                readout.push(loss)
+                now = time.perf_counter()
+                rate = (real_tokens - logged_tokens) / (now - logged_at)
+                logged_tokens, logged_at = real_tokens, now
+            shown = readout.poll()
+            if shown is not None:
+                bar.set_postfix(loss=f"{shown:.4f}", tok_s=f"{rate:,.0f}", refresh=False)
+    except BaseException:
+        agent.close(status="failed")
+        raise
+    final_loss = float(loss)  # the one read that waits, after the last step
+    elapsed = time.perf_counter() - start
+    agent.close(status="finished")
+    return {
+        "run_id": agent.run_id,
+        "name": cfg.run_name,
+        "layout": cfg.layout,
+        "preset": cfg.preset,
+        "parameters": trainer.model.num_params(),
+        "steps": cfg.steps,
+        "first_loss": float(first_loss),
+        "final_loss": final_loss,
+        "real_tokens": real_tokens,
+        "token_slots": slots,
+        "seconds": elapsed,
+        "steps_per_s": cfg.steps / elapsed,
+        "tokens_per_s": real_tokens / elapsed,
+    }
+
+
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    d = TrainConfig()
+    parser.add_argument("--layout", choices=["thd", "bshd"], default=d.layout,
+                        help="thd: packed, per-document attention; bshd: one document per padded row")
+    parser.add_argument("--preset", choices=sorted(PRESETS), default=d.preset, help="model size")
+    parser.add_argument("--steps", type=int, default=d.steps)
+    parser.add_argument("--pack-length", type=int, default=d.pack_length)
+    parser.add_argument("--packs-per-step", type=int, default=d.packs_per_step,
+                        help="token budget per step, in packs of --pack-length")
+    parser.add_argument("--micro-batches", type=int, default=d.micro_batches, help="gradient accumulation")
+    parser.add_argument("--max-docs-per-pack", type=int, default=d.max_docs_per_pack)
+    parser.add_argument("--align", type=int, default=d.align, help="THD: round document slots up to this")
+    parser.add_argument("--static", action="store_true", help="THD: static shapes with a dummy tail")
+    parser.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the preset's)")
+    parser.add_argument("--seed", type=int, default=d.seed)
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default=d.device)
+    parser.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default=d.dtype,
+                        help="autocast dtype on CUDA (the CPU runs float32)")
+    parser.add_argument("--compile", action="store_true", help="torch.compile the model")
+    parser.add_argument("--log-every", type=int, default=d.log_every, help="steps per agent interval")
+    parser.add_argument("--server", default=None, help="packscope server URL (default: count, send nothing)")
+    parser.add_argument("--name", default=None, help="run name (default: preset-layout-pack_length)")
+    parser.add_argument("--project", default=d.project)
+    parser.add_argument("--no-progress", dest="progress", action="store_false", help="hide the progress bar")
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    keys = {f.name for f in dataclasses.fields(TrainConfig)} - {"data"}
+    return TrainConfig(**{k: v for k, v in vars(args).items() if k in keys})
+
+
+def train_from_args(args: argparse.Namespace) -> int:
+    try:
+        cfg = config_from_args(args)
+        resolve_device(cfg)
+    except ValueError as err:
+        print(f"packscope train: {err}", file=sys.stderr)
+        return 2
+    summary = run_training(cfg)
+    print(json.dumps(summary, indent=2))
+    return 0
