@@ -28,6 +28,7 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="SQLAlchemy URL, e.g. sqlite:///./packscope.db or postgresql+psycopg://user@host/db "
         "(default: PACKSCOPE_DATABASE_URL, else sqlite:///./packscope.db)",
     )
+    parser.add_argument("--no-access-log", action="store_true", help="do not log every request")
 
 
 def serve_from_args(args: argparse.Namespace) -> int:
@@ -45,7 +46,7 @@ def serve_from_args(args: argparse.Namespace) -> int:
     where = f"http://{args.host}:{args.port}/"
     print(f"packscope: dashboard at {where} (database {settings.database_url})", file=sys.stderr)
     # Live streams never end on their own; without a limit, Ctrl-C would wait for every open page.
-    uvicorn.run(app, host=args.host, port=args.port, timeout_graceful_shutdown=3)
+    uvicorn.run(app, host=args.host, port=args.port, timeout_graceful_shutdown=3, access_log=not args.no_access_log)
     return 0
 
 

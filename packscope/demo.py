@@ -52,7 +52,7 @@ def demo_from_args(args: argparse.Namespace) -> int:
     if _port_taken(args.host, args.port):
         print(f"packscope demo: error: {url} is already in use; stop what runs there or pass --port", file=sys.stderr)
         return 2
-    cmd = [sys.executable, "-m", "packscope", "serve", "--host", args.host, "--port", str(args.port)]
+    cmd = [sys.executable, "-m", "packscope", "serve", "--host", args.host, "--port", str(args.port), "--no-access-log"]
     if args.database_url:
         cmd += ["--database-url", args.database_url]
     server = subprocess.Popen(cmd)
