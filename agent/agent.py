@@ -65,6 +65,7 @@ class _PendingInterval:
     lr: float | None
     syncs: int
     sync_sites: dict[str, int]
+    gpu: dict[str, float] | None
     wall_start: float
     wall_end: float
 
@@ -117,6 +118,11 @@ class Agent:
                 self.syncs = CuptiSyncCounter()
             self.syncs.install()
 
+        self.nvml = None
+        if config.sample_gpu and self.device.type == "cuda":
+            from packscope.agent.nvml import NvmlSampler
+
+            self.nvml = NvmlSampler.try_start(self.device.index or 0)
         self.hardware = describe(self.device, self.world_size, config.peak_tflops)
         self.sender: Sender | None = None
         if config.server and self.rank == 0:
@@ -240,7 +246,7 @@ class Agent:
             index=self._interval, first_step=self._first_step, last_step=self.step,
             gpus=self.world_size, host_counts=host_counts, buffer=pinned, ready=ready,
             n_losses=len(self._losses), has_grad_norm=self._grad_norm is not None, lr=self._lr,
-            syncs=total - base_total, sync_sites=diff,
+            syncs=total - base_total, sync_sites=diff, gpu=self.nvml.take() if self.nvml else None,
             wall_start=self._wall_start or time.time(), wall_end=time.time(),
         ))
         self._interval += 1
@@ -299,7 +305,7 @@ class Agent:
             "syncs": {"total": p.syncs, "per_iteration": p.syncs / n,
                       "sites": [{"site": s, "count": c} for s, c in top]},
             "histograms": stats["histograms"],
-            "loss": loss, "lr": p.lr, "grad_norm": grad_norm,
+            "loss": loss, "lr": p.lr, "grad_norm": grad_norm, "gpu": p.gpu,
         }
 
     # -- shutdown ----------------------------------------------------------------------------
@@ -312,6 +318,8 @@ class Agent:
             return True
         self._closed = True
         self.syncs.uninstall()  # the waits below are ours, not the trainer's
+        if self.nvml is not None:
+            self.nvml.close()
         if self.step >= self._first_step:
             self._close_interval()
         self._times.extend(self._timer.drain())

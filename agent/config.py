@@ -20,6 +20,7 @@ class AgentConfig:
     peak_tflops: float | None = None  # None: looked up from the GPU name (dense bf16)
     parallel: dict[str, int] = field(default_factory=dict)  # dp/tp/pp/cp/ep sizes, for display
     count_syncs: bool = True
+    sample_gpu: bool = True  # NVML telemetry when nvidia-ml-py is installed and the device is CUDA
     sync_backend: str = "debug-mode"  # "debug-mode" (default) or "cupti" (exact, optional extra)
     spool_dir: str | None = None  # None: ~/.cache/packscope/spool
     spool_max_bytes: int = 256 * 1024 * 1024

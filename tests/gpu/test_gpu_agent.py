@@ -163,3 +163,66 @@ def test_gpu_sums_equal_cpu_sums():
         (r,) = agent.records
         results.append({k: r[k] for k in ("tokens", "real_tokens", "documents", "seqlen_sq_sum_thd", "histograms")})
     assert results[0] == results[1]
+
+
+def test_reference_trainer_syncs_per_step_agent_on_equals_off():
+    """CUPTI counts every blocking driver call of real trainer steps, with and without the agent."""
+    from packscope.trainer.config import TrainConfig
+    from packscope.trainer.train import Trainer, observe
+
+    cfg = TrainConfig(preset="tiny", layout="thd", pack_length=2048, packs_per_step=2, device="cuda",
+                      progress=False, steps=1000, log_every=10)
+    trainer = Trainer(cfg)
+    pool = [trainer.next_batches() for _ in range(8)]
+    agent = Agent(AgentConfig(log_every=10, count_syncs=False, sample_gpu=False), model=trainer.model_cfg.to_model_spec())
+
+    def step(i, with_agent):
+        batches = pool[i % len(pool)]
+        labels = sum(b.label_tokens for b in batches)
+        if with_agent:
+            agent.step_begin()
+        loss = torch.zeros((), device="cuda")
+        for b in batches:
+            if with_agent:
+                observe(agent, b)
+            loss += trainer.forward_backward(b, labels)
+        lr, gn = trainer.optimizer_step()
+        if with_agent:
+            agent.step_end(loss=loss, lr=lr, grad_norm=gn)
+
+    for i in range(25):  # warm-up: allocator, pinned buffers, the first log boundaries
+        step(i, True)
+        step(i, False)
+    counter = cupti_counter()
+    try:
+        counts = {True: [], False: []}
+        for i in range(25, 45):  # steps 26..45 with the agent; 30 and 40 are log boundaries
+            for mode in (True, False):
+                before = counter.total
+                step(i, mode)
+                counts[mode].append(counter.total - before)
+        sites = dict(counter.sites)
+    finally:
+        counter.uninstall()
+    agent.close()
+    print(f"syncs per step, agent on: {counts[True]}; off: {counts[False]}; sites: {sites}")
+    assert counts[True] == counts[False], sites
+
+
+def test_nvml_telemetry_reports_a_busy_gpu():
+    from packscope.agent.nvml import NvmlSampler
+
+    sampler = NvmlSampler.try_start(0)
+    assert sampler is not None, "nvidia-ml-py should be importable on the GPU machine"
+    x = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    sampler.take()
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < 1.0:
+        for _ in range(20):
+            x = (x @ x).clamp_(-1, 1)
+        torch.cuda.synchronize()
+    got = sampler.take()
+    sampler.close()
+    print(f"nvml: {got}")
+    assert got["util_pct"] > 50 and got["power_w"] > 100 and got["sm_clock_mhz"] > 500
+    assert got["energy_j"] > 50  # over a second at > 100 W

@@ -1,0 +1,100 @@
+"""Reference-trainer throughput on one GPU: both layouts on the same documents, two model sizes.
+
+For each (preset, layout) the trainer runs ``--steps`` steps with the agent attached (no
+server); the first interval is warm-up and is dropped. Figures come from the agent's own
+records, i.e. from the numbers the dashboard would show: real tokens/s, baseline and
+THD-corrected TFLOP/s per GPU, and MFU against the GPU's dense bf16 peak.
+
+    python bench/trainer_throughput.py [--presets 125m,1b] [--out results.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import datetime, timezone
+
+import torch
+
+from packscope.trainer.config import TrainConfig
+from packscope.trainer.train import Trainer, observe
+from packscope.agent import Agent, AgentConfig
+
+
+def measure(preset: str, layout: str, steps: int, log_every: int, pack_length: int, packs: int, micro: int) -> dict:
+    cfg = TrainConfig(preset=preset, layout=layout, pack_length=pack_length, packs_per_step=packs,
+                      micro_batches=micro, device="cuda", dtype="bfloat16", steps=steps,
+                      log_every=log_every, progress=False)
+    trainer = Trainer(cfg)
+    agent = Agent(AgentConfig(log_every=log_every, layout=layout), model=trainer.model_cfg.to_model_spec())
+    for _ in range(steps):
+        batches = trainer.next_batches()
+        labels = sum(b.label_tokens for b in batches)
+        agent.step_begin()
+        loss = torch.zeros((), device=trainer.device)
+        for b in batches:
+            observe(agent, b)
+            loss += trainer.forward_backward(b, labels)
+        lr, grad_norm = trainer.optimizer_step()
+        agent.step_end(loss=loss, lr=lr, grad_norm=grad_norm)
+    agent.close()
+    recs = list(agent.records)[1:]  # the first interval holds warm-up and allocation
+    t = sum(r["gpu_time_s"] for r in recs)
+    peak = agent.hardware["peak_tflops"]
+    out = {
+        "preset": preset, "layout": layout, "parameters": trainer.model.num_params(),
+        "steps_measured": sum(r["steps"] for r in recs), "s_per_step": t / sum(r["steps"] for r in recs),
+        "real_tokens_per_s": sum(r["real_tokens"] for r in recs) / t,
+        "token_slots_per_s": sum(r["tokens"] for r in recs) / t,
+        "padding_pct": 100 * (1 - sum(r["real_tokens"] for r in recs) / sum(r["tokens"] for r in recs)),
+        "syncs_per_iter": sum(r["syncs"]["total"] for r in recs) / sum(r["steps"] for r in recs),
+        "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
+    }
+    for kind in ("bshd", "thd", "useful"):
+        tf = sum(r[f"flops_{kind}"] for r in recs) / t / 1e12
+        out[f"tflops_{kind}"] = tf
+        out[f"mfu_{kind}"] = tf / peak if peak else None
+    del trainer, agent
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--presets", default="125m,1b")
+    ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--log-every", type=int, default=5)
+    ap.add_argument("--pack-length", type=int, default=4096)
+    ap.add_argument("--packs-per-step", type=int, default=4)
+    ap.add_argument("--micro-batches", type=int, default=4)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    if not torch.cuda.is_available():
+        print("trainer_throughput: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    rows = []
+    for preset in args.presets.split(","):
+        for layout in ("thd", "bshd"):
+            rows.append(measure(preset, layout, args.steps, args.log_every, args.pack_length,
+                                args.packs_per_step, args.micro_batches))
+            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    result = {"bench": "trainer_throughput", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+              "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+              "tokens_per_step_budget": args.pack_length * args.packs_per_step, "results": rows}
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out:
+        with open(args.out, "w") as f:
+            f.write(text)
+    print(f"\n{'preset':<6} {'layout':<5} {'s/step':>8} {'real tok/s':>11} {'TF/s base':>9} {'TF/s THD':>9} {'MFU THD':>8}", file=sys.stderr)
+    for r in rows:
+        mfu = f"{100 * r['mfu_thd']:.1f}%" if r["mfu_thd"] is not None else "-"
+        print(f"{r['preset']:<6} {r['layout']:<5} {r['s_per_step']:>8.4f} {r['real_tokens_per_s']:>11,.0f} "
+              f"{r['tflops_bshd']:>9.1f} {r['tflops_thd']:>9.1f} {mfu:>8}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
