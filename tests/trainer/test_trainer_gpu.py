@@ -16,10 +16,7 @@ from packscope.trainer.config import DataConfig, TrainConfig
 from packscope.trainer.packing import pack_thd
 from packscope.trainer.train import Trainer, run_training
 
-pytestmark = [
-    pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU"),
-]
+pytestmark = pytest.mark.gpu  # deselected by default (pyproject addopts); run with -m gpu
 
 SHORT_DOCS = DataConfig(min_len=8, short_median=24, long_median=96)
 CUDA = torch.device("cuda")
@@ -51,9 +48,14 @@ def test_varlen_matches_the_masked_oracle(static):
     oracle = DocumentMaskedAttention(batch.cu_seqlens_padded, batch.tokens)
     ref = oracle(q, k, v)
     ref_grads = torch.autograd.grad(ref.square().sum(), (q, k, v))
-    torch.testing.assert_close(out.float(), ref, rtol=2e-2, atol=2e-2)
-    for got, want in zip(grads, ref_grads):
-        torch.testing.assert_close(got, want, rtol=5e-2, atol=5e-2)
+    # bf16 operands: judge by the relative error of the whole tensor (a wrong mask or a
+    # missed document boundary gives errors of order 1, rounding gives ~1e-3).
+    def rel_err(got, want):
+        return float((got.float() - want).norm() / want.norm())
+
+    assert rel_err(out, ref) < 1e-2
+    for name, got, want in zip("qkv", grads, ref_grads):
+        assert rel_err(got, want) < 2e-2, name
 
 
 def test_both_layouts_give_the_same_first_loss_on_cuda():
