@@ -22,10 +22,12 @@ from packscope.trainer.train import Trainer, observe
 from packscope.agent import Agent, AgentConfig
 
 
-def measure(preset: str, layout: str, steps: int, log_every: int, pack_length: int, packs: int, micro: int) -> dict:
+def measure(preset: str, layout: str, steps: int, log_every: int, pack_length: int, packs: int, micro: int,
+            compile: bool = False) -> dict:
+    # torch.compile runs THD with static shapes (fixed cu_seqlens size, dummy tail): no recompiles.
     cfg = TrainConfig(preset=preset, layout=layout, pack_length=pack_length, packs_per_step=packs,
                       micro_batches=micro, device="cuda", dtype="bfloat16", steps=steps,
-                      log_every=log_every, progress=False)
+                      log_every=log_every, progress=False, compile=compile, static=compile)
     trainer = Trainer(cfg)
     agent = Agent(AgentConfig(log_every=log_every, layout=layout), model=trainer.model_cfg.to_model_spec())
     for _ in range(steps):
@@ -43,7 +45,7 @@ def measure(preset: str, layout: str, steps: int, log_every: int, pack_length: i
     t = sum(r["gpu_time_s"] for r in recs)
     peak = agent.hardware["peak_tflops"]
     out = {
-        "preset": preset, "layout": layout, "parameters": trainer.model.num_params(),
+        "preset": preset, "layout": layout, "compiled": compile, "parameters": trainer.model.num_params(),
         "steps_measured": sum(r["steps"] for r in recs), "s_per_step": t / sum(r["steps"] for r in recs),
         "real_tokens_per_s": sum(r["real_tokens"] for r in recs) / t,
         "token_slots_per_s": sum(r["tokens"] for r in recs) / t,
@@ -66,19 +68,23 @@ def main() -> int:
     ap.add_argument("--presets", default="125m,1b")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--log-every", type=int, default=5)
-    ap.add_argument("--pack-length", type=int, default=4096)
-    ap.add_argument("--packs-per-step", type=int, default=4)
-    ap.add_argument("--micro-batches", type=int, default=4)
+    ap.add_argument("--pack-length", type=int, default=2048)
+    ap.add_argument("--packs-per-step", type=int, default=8)
+    ap.add_argument("--micro-batches", type=int, default=8)
+    ap.add_argument("--layouts", default="thd,bshd")
+    ap.add_argument("--compile", action="store_true", help="torch.compile (THD only, static shapes)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    if args.compile and "bshd" in args.layouts:
+        ap.error("--compile measures THD only (BSHD row counts vary, so it would recompile); add --layouts thd")
     if not torch.cuda.is_available():
         print("trainer_throughput: needs a CUDA GPU", file=sys.stderr)
         return 2
     rows = []
     for preset in args.presets.split(","):
-        for layout in ("thd", "bshd"):
+        for layout in args.layouts.split(","):
             rows.append(measure(preset, layout, args.steps, args.log_every, args.pack_length,
-                                args.packs_per_step, args.micro_batches))
+                                args.packs_per_step, args.micro_batches, args.compile))
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     result = {"bench": "trainer_throughput", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
               "device": torch.cuda.get_device_name(), "torch": torch.__version__,
@@ -88,10 +94,10 @@ def main() -> int:
     if args.out:
         with open(args.out, "w") as f:
             f.write(text)
-    print(f"\n{'preset':<6} {'layout':<5} {'s/step':>8} {'real tok/s':>11} {'TF/s base':>9} {'TF/s THD':>9} {'MFU THD':>8}", file=sys.stderr)
+    print(f"\n{'preset':<6} {'layout':<7} {'s/step':>8} {'real tok/s':>11} {'TF/s base':>9} {'TF/s THD':>9} {'MFU THD':>8}", file=sys.stderr)
     for r in rows:
         mfu = f"{100 * r['mfu_thd']:.1f}%" if r["mfu_thd"] is not None else "-"
-        print(f"{r['preset']:<6} {r['layout']:<5} {r['s_per_step']:>8.4f} {r['real_tokens_per_s']:>11,.0f} "
+        print(f"{r['preset']:<6} {r['layout'] + ('+c' if r['compiled'] else ''):<7} {r['s_per_step']:>8.4f} {r['real_tokens_per_s']:>11,.0f} "
               f"{r['tflops_bshd']:>9.1f} {r['tflops_thd']:>9.1f} {mfu:>8}", file=sys.stderr)
     return 0
 
