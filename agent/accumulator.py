@@ -1,7 +1,7 @@
 """Per-interval statistics: cheap to add to on every step, reduced once per logging interval.
 
-On a training step the agent only canonicalises the batch (a few device ops, see
-``batch_forms``) and keeps the result. At the log boundary everything the interval saw is
+On a training step the agent keeps the batch (cu_seqlens batches as given, other forms after a
+few device ops, see ``batch_forms``). At the log boundary everything the interval saw is
 reduced with a handful of kernels into one int64 vector, which then travels to the host in a
 single non-blocking copy. Values known on the host (token slots, packs, the baseline S2 of a
 fixed shape) never touch the device.
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from packscope.agent.batch_forms import DocBatch
+from packscope.agent.batch_forms import CuBatch, DocBatch, canonicalize_cu
 from packscope.agent.histograms import NUM_BUCKETS, SLOTS, bucket_of, edges_on, slot_of
 
 # Layout of the reduced int64 vector.
@@ -51,20 +51,25 @@ class IntervalAccumulator:
     def __init__(self) -> None:
         self._lens: list[torch.Tensor] = []
         self._rows: list[torch.Tensor] = []
+        self._cu: list[CuBatch] = []  # canonicalised all together at the log boundary
+        self._cu_row_offsets: list[int] = []
         self._row_offset = 0
         self.host = HostCounts()
         self._edges: torch.Tensor | None = None
 
     @property
     def has_device_data(self) -> bool:
-        return bool(self._lens)
+        return bool(self._lens or self._cu)
 
-    def add(self, batch: DocBatch) -> None:
+    def add(self, batch: DocBatch | CuBatch) -> None:
         h = self.host
         h.tokens += batch.slots
         h.packs += batch.rows
         h.seqlen_sq_sum_bshd += batch.rows * batch.row_len * batch.row_len
-        if batch.doc_lens is None:
+        if isinstance(batch, CuBatch):
+            self._cu.append(batch)
+            self._cu_row_offsets.append(self._row_offset)
+        elif batch.doc_lens is None:
             b = bucket_of(batch.row_len)
             h.host_s2_thd += batch.rows * batch.row_len * batch.row_len
             for hist in (h.doc_hist, h.pack_hist):
@@ -79,6 +84,10 @@ class IntervalAccumulator:
     def reduce(self, device: torch.device) -> torch.Tensor:
         """The interval's device statistics as one int64 vector (DEVICE_LEN long)."""
         out = torch.zeros(DEVICE_LEN, dtype=torch.int64, device=device)
+        if self._cu:
+            lens, rows = canonicalize_cu(self._cu, self._cu_row_offsets, out.device)
+            self._lens.append(lens)
+            self._rows.append(rows)
         if not self._lens:
             return out
         if self._edges is None or self._edges.device != out.device:
@@ -99,6 +108,8 @@ class IntervalAccumulator:
     def reset(self) -> None:
         self._lens.clear()
         self._rows.clear()
+        self._cu.clear()
+        self._cu_row_offsets.clear()
         self._row_offset = 0
         self.host = HostCounts()
 

@@ -1,8 +1,8 @@
 """Turn every accepted batch form into one canonical shape, without a host synchronization.
 
 Whatever the trainer hands us (``cu_seqlens``, a padded/unpadded pair, static padding with
-repeated boundaries or a dummy tail marked by a token mask, ``position_ids`` that restart per document, a BSHD
-``attention_mask`` or a plain fixed-length batch), we reduce it to:
+repeated boundaries or a dummy tail marked by a token mask, ``position_ids`` that restart per
+document, a BSHD ``attention_mask`` or a plain fixed-length batch), we reduce it to:
 
 * ``doc_lens``: int64 device tensor of real document lengths, where 0 means "not a document"
   (zero-length entries, the dummy tail, non-final tokens in the per-token forms), and
@@ -37,13 +37,34 @@ def _check_shape(shape: tuple[int, int]) -> tuple[int, int]:
     return int(shape[0]), int(shape[1])
 
 
+@dataclass
+class CuBatch:
+    """A ``cu_seqlens`` micro-batch, kept as given until the log boundary.
+
+    The hot path does no device work for this form: all of an interval's cu_seqlens batches are
+    turned into document lengths together, by :func:`canonicalize_cu`, with a fixed number of
+    kernels whatever the number of steps. The tensors must not be modified in place before the
+    interval ends.
+    """
+
+    rows: int
+    row_len: int
+    cu: torch.Tensor
+    physical: torch.Tensor  # where sequences sit (the padded boundaries, else cu itself)
+    token_mask: torch.Tensor | None
+
+    @property
+    def slots(self) -> int:
+        return self.rows * self.row_len
+
+
 def from_cu_seqlens(
     cu_seqlens: torch.Tensor,
     shape: tuple[int, int],
     cu_seqlens_padded: torch.Tensor | None = None,
     token_mask: torch.Tensor | None = None,
-) -> DocBatch:
-    """Documents from cumulative boundaries.
+) -> CuBatch:
+    """Documents from cumulative boundaries (validated here, counted at the log boundary).
 
     ``shape`` is (packs, pack_length): the baseline view treats each pack as one dense sequence.
     With ``cu_seqlens_padded`` (the physical layout, as Transformer Engine takes it) the unpadded
@@ -55,26 +76,57 @@ def from_cu_seqlens(
     rows, row_len = _check_shape(shape)
     if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 1:
         raise ValueError(f"cu_seqlens must be 1-D with at least one entry, got shape {tuple(cu_seqlens.shape)}")
-    cu = cu_seqlens.to(torch.int64)
-    lens = cu[1:] - cu[:-1]
-    physical = cu
+    physical = cu_seqlens
     if cu_seqlens_padded is not None:
         if cu_seqlens_padded.shape != cu_seqlens.shape:
             raise ValueError(
                 "cu_seqlens_padded and cu_seqlens must have the same number of entries, got "
                 f"{tuple(cu_seqlens_padded.shape)} and {tuple(cu_seqlens.shape)}"
             )
-        physical = cu_seqlens_padded.to(torch.int64)
-    if token_mask is not None:
-        mask = token_mask.reshape(-1).to(torch.int64)
-        if mask.numel() != rows * row_len:
-            raise ValueError(f"token_mask has {mask.numel()} entries for {rows} x {row_len} token slots")
-        # Real tokens per sequence as a difference of prefix sums at the boundaries: no mask indexing.
+        physical = cu_seqlens_padded
+    if token_mask is not None and token_mask.numel() != rows * row_len:
+        raise ValueError(f"token_mask has {token_mask.numel()} entries for {rows} x {row_len} token slots")
+    return CuBatch(rows, row_len, cu_seqlens, physical, token_mask)
+
+
+def canonicalize_cu(batches: list[CuBatch], row_offsets: list[int], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """Document lengths and global pack rows of many cu_seqlens batches, in ~25 kernels.
+
+    Per-entry facts known on the host (row length, the batch's first row and last row, where
+    its tokens start in the concatenated masks) travel in one pinned, non-blocking copy.
+    """
+    counts = [b.cu.numel() - 1 for b in batches]
+    meta_rows = [[], [], [], [], []]  # row_len, row_offset, last row, token offset, token count
+    token_offset = 0
+    for b, n, off in zip(batches, counts, row_offsets):
+        for row, value in zip(meta_rows, (b.row_len, off, b.rows - 1, token_offset, b.slots)):
+            row.extend([value] * n)
+        token_offset += b.slots
+    meta = torch.tensor(meta_rows, dtype=torch.int64)
+    if device.type == "cuda":
+        meta = meta.pin_memory()
+    meta = meta.to(device, non_blocking=True)
+    row_len, row_off, last_row, tok_off, tok_len = meta
+
+    def cat(parts: list[torch.Tensor]) -> torch.Tensor:
+        return torch.cat(parts).to(torch.int64)
+
+    lens = cat([b.cu[1:] for b in batches]) - cat([b.cu[:-1] for b in batches])
+    starts = cat([b.physical[:-1] for b in batches])
+    rows = torch.minimum(starts // row_len, last_row) + row_off
+    masked = [b.token_mask is not None for b in batches]
+    if any(masked):
+        # A batch without a mask counts every token as real.
+        mask = torch.cat([
+            (b.token_mask if b.token_mask is not None else torch.ones(b.slots, dtype=torch.bool, device=device)).reshape(-1)
+            for b in batches
+        ]).to(torch.int64)
+        # Real tokens per sequence as a difference of prefix sums at its boundaries.
         prefix = torch.cat([mask.new_zeros(1), mask.cumsum(0)])
-        real = prefix[physical[1:].clamp(max=mask.numel())] - prefix[physical[:-1].clamp(max=mask.numel())]
+        ends = cat([b.physical[1:] for b in batches])
+        real = prefix[torch.minimum(ends, tok_len) + tok_off] - prefix[torch.minimum(starts, tok_len) + tok_off]
         lens = torch.minimum(lens, real)
-    doc_rows = torch.clamp(physical[:-1] // row_len, max=rows - 1)
-    return DocBatch(rows, row_len, lens, doc_rows)
+    return lens, rows
 
 
 def from_position_ids(
