@@ -14,6 +14,7 @@ Prints one JSON object, then a short table.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import statistics
 import sys
@@ -83,37 +84,58 @@ def step_time_ratio(steps_per_mode: int, warmup: int, compile: bool) -> dict:
     modes = ["off", *VARIANTS]
     events: dict[str, list] = {m: [] for m in modes}
     host: dict[str, list[float]] = {m: [] for m in modes}
+    in_agent: dict[str, list[float]] = {m: [] for m in VARIANTS}  # host time inside agent calls
+    gc_s: dict[str, float] = dict.fromkeys(modes, 0.0)  # Python GC pauses during each mode's steps
+    current = {"mode": "off", "gc_start": 0.0}
+
+    def on_gc(phase: str, info: dict) -> None:
+        if phase == "start":
+            current["gc_start"] = time.perf_counter()
+        else:
+            gc_s[current["mode"]] += time.perf_counter() - current["gc_start"]
 
     def step(i: int, mode: str, record: bool) -> None:
         agent = agents.get(mode)
         if agent is not None and agent.config.count_syncs:
             agent.syncs.install()
+        current["mode"] = mode
         batches = pool[i % len(pool)]
         labels = sum(b.label_tokens for b in batches)
         t0 = time.perf_counter()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
+        spent = 0.0
         if agent is not None:
+            a0 = time.perf_counter()
             agent.step_begin()
+            spent += time.perf_counter() - a0
         loss = torch.zeros((), device=trainer.device)
         for b in batches:
             if agent is not None:
+                a0 = time.perf_counter()
                 observe(agent, b)
+                spent += time.perf_counter() - a0
             loss += trainer.forward_backward(b, labels)
         lr, grad_norm = trainer.optimizer_step()
         if agent is not None:
+            a0 = time.perf_counter()
             agent.step_end(loss=loss, lr=lr, grad_norm=grad_norm)
+            spent += time.perf_counter() - a0
         end.record()
         if record:
             events[mode].append((start, end))
             host[mode].append(time.perf_counter() - t0)
+            if agent is not None:
+                in_agent[mode].append(spent)
         if agent is not None:
             agent.syncs.uninstall()
 
     for i in range(warmup * len(modes)):
         step(i, modes[i % len(modes)], record=False)
+    gc.callbacks.append(on_gc)
     for i in range(steps_per_mode * len(modes)):
         step(i, modes[i % len(modes)], record=True)
+    gc.callbacks.remove(on_gc)
     torch.cuda.synchronize()
     for a in agents.values():
         a.close()
@@ -126,6 +148,9 @@ def step_time_ratio(steps_per_mode: int, warmup: int, compile: bool) -> dict:
         "median_step_s": {m: statistics.median(t) for m, t in times.items()},
         "p10_p90_step_s": {m: statistics.quantiles(t, n=10)[::8] for m, t in times.items()},
         "median_host_loop_s": {m: statistics.median(t) for m, t in host.items()},
+        "agent_calls_us_per_step": {m: {"median": 1e6 * statistics.median(t), "mean": 1e6 * statistics.fmean(t)}
+                                    for m, t in in_agent.items()},
+        "gc_ms_per_step": {m: 1e3 * t / steps_per_mode for m, t in gc_s.items()},
         "ratio_on_off": {m: statistics.median(times[m]) / off for m in VARIANTS},
         "agent_reported_syncs_per_iter": sum(r["syncs"]["total"] for r in records) / sum(r["steps"] for r in records),
         "agent_reported_thd_tflops": sum(r["flops_thd"] for r in records) / sum(r["gpu_time_s"] for r in records) / 1e12,
