@@ -215,8 +215,10 @@ class Agent:
         vec = self._acc.reduce(self.device)
         host_counts = self._acc.host.as_list()
         if self.dp_size > 1:
-            if self._acc.has_device_data:
-                # Per-rank values differ (THD, padding): one SUM over the data-parallel group.
+            # Every rank must take the same branch in every interval, or a lone all_reduce would
+            # pair with the trainer's next collective: the branch depends on configuration only.
+            if not self.config.uniform_shapes or self._acc.has_device_data:
+                # Per-rank values can differ: one SUM over the data-parallel group.
                 host_dev = torch.tensor(host_counts, dtype=torch.int64).pin_memory() if self.device.type == "cuda" else torch.tensor(host_counts, dtype=torch.int64)
                 vec = torch.cat([vec, host_dev.to(self.device, non_blocking=True)])
                 dist.all_reduce(vec, op=dist.ReduceOp.SUM, group=self.dp_group)
