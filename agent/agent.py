@@ -202,7 +202,7 @@ class Agent:
 
     def _as_device_scalar(self, value: torch.Tensor | float) -> torch.Tensor:
         if isinstance(value, torch.Tensor):
-            return value.detach()
+            return value.detach() if value.requires_grad else value
         return torch.empty((), dtype=torch.float64, device=self.device).fill_(float(value))
 
     # -- log boundary ------------------------------------------------------------------------

@@ -81,7 +81,12 @@ def step_time_ratio(steps_per_mode: int, warmup: int, compile: bool) -> dict:
     agents = {name: Agent(AgentConfig(log_every=cfg.log_every, **kw), model=spec) for name, kw in VARIANTS.items()}
     for a in agents.values():
         a.syncs.uninstall()
-    modes = ["off", *VARIANTS]
+    # Controls, without the agent: two extra timing events per step ("events"), and a host-side
+    # spin as long as the agent's calls take in this loop ("spin"). They tell whether a slowdown
+    # is the agent's doing or what any host work of that size costs in this loop.
+    controls = ["events", "spin"]
+    spin_s = 190e-6
+    modes = ["off", *VARIANTS, *controls]
     events: dict[str, list] = {m: [] for m in modes}
     host: dict[str, list[float]] = {m: [] for m in modes}
     in_agent: dict[str, list[float]] = {m: [] for m in VARIANTS}  # host time inside agent calls
@@ -109,6 +114,12 @@ def step_time_ratio(steps_per_mode: int, warmup: int, compile: bool) -> dict:
             a0 = time.perf_counter()
             agent.step_begin()
             spent += time.perf_counter() - a0
+        elif mode == "events":
+            torch.cuda.Event(enable_timing=True).record()
+        elif mode == "spin":
+            until = time.perf_counter() + spin_s
+            while time.perf_counter() < until:
+                pass
         loss = torch.zeros((), device=trainer.device)
         for b in batches:
             if agent is not None:
@@ -121,6 +132,8 @@ def step_time_ratio(steps_per_mode: int, warmup: int, compile: bool) -> dict:
             a0 = time.perf_counter()
             agent.step_end(loss=loss, lr=lr, grad_norm=grad_norm)
             spent += time.perf_counter() - a0
+        elif mode == "events":
+            torch.cuda.Event(enable_timing=True).record()
         end.record()
         if record:
             events[mode].append((start, end))
@@ -152,6 +165,7 @@ def step_time_ratio(steps_per_mode: int, warmup: int, compile: bool) -> dict:
                                     for m, t in in_agent.items()},
         "gc_ms_per_step": {m: 1e3 * t / steps_per_mode for m, t in gc_s.items()},
         "ratio_on_off": {m: statistics.median(times[m]) / off for m in VARIANTS},
+        "ratio_controls_off": {m: statistics.median(times[m]) / off for m in controls},
         "agent_reported_syncs_per_iter": sum(r["syncs"]["total"] for r in records) / sum(r["steps"] for r in records),
         "agent_reported_thd_tflops": sum(r["flops_thd"] for r in records) / sum(r["gpu_time_s"] for r in records) / 1e12,
     }
@@ -186,7 +200,7 @@ def main() -> int:
         if key not in result:
             continue
         st = result[key]
-        for m, ratio in st["ratio_on_off"].items():
+        for m, ratio in {**st["ratio_on_off"], **st["ratio_controls_off"]}.items():
             print(f"{key[10:]:>8} median step {m}/off: {st['median_step_s'][m] * 1e3:.2f} / "
                   f"{st['median_step_s']['off'] * 1e3:.2f} ms -> ratio {ratio:.4f} (target <= 1.005)", file=sys.stderr)
     return 0
