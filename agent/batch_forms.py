@@ -92,20 +92,21 @@ def from_cu_seqlens(
 def canonicalize_cu(batches: list[CuBatch], row_offsets: list[int], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Document lengths and global pack rows of many cu_seqlens batches, in ~25 kernels.
 
-    Per-entry facts known on the host (row length, the batch's first row and last row, where
-    its tokens start in the concatenated masks) travel in one pinned, non-blocking copy.
+    Per-batch facts known on the host (row length, first and last row, where its tokens start in
+    the concatenated masks) travel in one pinned, non-blocking copy.
     """
-    counts = [b.cu.numel() - 1 for b in batches]
-    meta_rows = [[], [], [], [], []]  # row_len, row_offset, last row, token offset, token count
-    token_offset = 0
-    for b, n, off in zip(batches, counts, row_offsets):
-        for row, value in zip(meta_rows, (b.row_len, off, b.rows - 1, token_offset, b.slots)):
-            row.extend([value] * n)
+    # One row per batch: entries, row length, first row, last row, token offset, token count;
+    # expanded to one column per entry on the device (repeat_interleave with a host-known size).
+    table, token_offset = [], 0
+    for b, off in zip(batches, row_offsets):
+        table.append([b.cu.numel() - 1, b.row_len, off, b.rows - 1, token_offset, b.slots])
         token_offset += b.slots
-    meta = torch.tensor(meta_rows, dtype=torch.int64)
+    table_t = torch.tensor(table, dtype=torch.int64)
     if device.type == "cuda":
-        meta = meta.pin_memory()
-    meta = meta.to(device, non_blocking=True)
+        table_t = table_t.pin_memory()
+    table_t = table_t.to(device, non_blocking=True)
+    entries = sum(row[0] for row in table)
+    meta = torch.repeat_interleave(table_t[:, 1:], table_t[:, 0], dim=0, output_size=entries).T
     row_len, row_off, last_row, tok_off, tok_len = meta
 
     def cat(parts: list[torch.Tensor]) -> torch.Tensor:
