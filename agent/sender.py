@@ -26,7 +26,14 @@ _STOP = object()
 
 
 class ServerError(Exception):
-    pass
+    def __init__(self, message: str, status: int | None = None) -> None:
+        super().__init__(message)
+        self.status = status  # the HTTP status, None when no answer came
+
+    @property
+    def rejected(self) -> bool:
+        """The server answered and refused the request itself: retrying cannot help."""
+        return self.status is not None and 400 <= self.status < 500 and self.status not in (404, 408, 429)
 
 
 class Sender:
@@ -56,6 +63,8 @@ class Sender:
         self.sent = 0
         self.duplicates = 0
         self.dropped = 0  # records refused because the queue was full (reported, not silent)
+        self.rejected = 0  # records the server refused (4xx), set aside in rejected_path
+        self.rejected_path = spool_path.with_suffix(".rejected.jsonl")
         self.last_error: str | None = None
         self._run_registered = False
         self._final_patch: dict | None = None
@@ -93,7 +102,7 @@ class Sender:
                 return json.loads(resp.read() or b"{}")
         except urllib.error.HTTPError as exc:
             detail = exc.read()[:500].decode(errors="replace")
-            raise ServerError(f"{method} {path}: HTTP {exc.code}: {detail}") from None
+            raise ServerError(f"{method} {path}: HTTP {exc.code}: {detail}", exc.code) from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             raise ServerError(f"{method} {path}: {exc}") from None
 
@@ -101,7 +110,15 @@ class Sender:
         if not self._run_registered:
             self._request("POST", "/api/v1/runs", self.run_body)
             self._run_registered = True
-        resp = self._request("POST", f"/api/v1/runs/{self.run_id}/intervals", {"intervals": records})
+        path = f"/api/v1/runs/{self.run_id}/intervals"
+        try:
+            resp = self._request("POST", path, {"intervals": records})
+        except ServerError as exc:
+            if exc.status != 404:
+                raise
+            # The server came back without our run (a new database): register again (idempotent).
+            self._request("POST", "/api/v1/runs", self.run_body)
+            resp = self._request("POST", path, {"intervals": records})
         self.sent += int(resp.get("accepted", 0))
         self.duplicates += int(resp.get("duplicates", 0))
 
@@ -128,15 +145,26 @@ class Sender:
             try:
                 self._post_batch(chunk)
             except ServerError as exc:
-                self._note_error(exc)
-                return False
+                if not exc.rejected:
+                    self._note_error(exc)
+                    return False
+                self._set_aside(chunk, exc)
             self.spool.drop_front(len(chunk))
 
-    def _note_error(self, exc: Exception) -> None:
+    def _note_error(self, exc: ServerError) -> None:
         msg = str(exc)
         if msg != self.last_error:
-            log.warning("packscope: server not reachable, spooling records to %s (%s)", self.spool.path, msg)
+            what = "not reachable" if exc.status is None else f"answered HTTP {exc.status}"
+            log.warning("packscope: server %s, spooling records to %s (%s)", what, self.spool.path, msg)
         self.last_error = msg
+
+    def _set_aside(self, records: list[dict], exc: ServerError) -> None:
+        """Records the server refuses (4xx) go to a side file, so they never block the rest."""
+        self.rejected += len(records)
+        with self.rejected_path.open("a") as f:
+            f.writelines(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
+        log.error("packscope: the server refused %d interval records (%s); kept in %s",
+                  len(records), exc, self.rejected_path)
 
     def _send(self, batch: list[dict]) -> None:
         if batch and len(self.spool) == 0:
@@ -145,6 +173,9 @@ class Sender:
                 self.last_error = None
                 return
             except ServerError as exc:
+                if exc.rejected:
+                    self._set_aside(batch, exc)
+                    return
                 self._note_error(exc)
         if batch:
             self.spool.append(batch)  # keep order: newer records queue up behind the spool

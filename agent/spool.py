@@ -22,12 +22,16 @@ class Spool:
         self.max_bytes = max_bytes
         self.evicted = 0
         path.parent.mkdir(parents=True, exist_ok=True)
+        self._count = self._count_lines()  # a spool left by an earlier process is replayed too
 
-    def __len__(self) -> int:
+    def _count_lines(self) -> int:
         if not self.path.exists():
             return 0
         with self.path.open("rb") as f:
             return sum(1 for _ in f)
+
+    def __len__(self) -> int:
+        return self._count
 
     def append(self, records: list[dict]) -> None:
         data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records).encode()
@@ -35,6 +39,7 @@ class Spool:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
+        self._count += len(records)
         if self.path.stat().st_size > self.max_bytes:
             self._evict_oldest()
 
@@ -71,3 +76,4 @@ class Spool:
         tmp = self.path.with_suffix(".tmp")
         tmp.write_bytes(b"".join(lines))
         os.replace(tmp, self.path)
+        self._count = len(lines)

@@ -79,7 +79,9 @@ class Peer:
         self.intervals: list[dict] = []
         self.keys: set = set()
         self.patches: list[dict] = []
+        self.runs: set[str] = set()
         self.fail = False
+        self.reject_intervals: set[int] = set()  # answer 422 to batches holding these
         self.delay_s = 0.0
         peer = self
 
@@ -107,6 +109,10 @@ class Peer:
                 if peer.fail:
                     return self._answer(503, {"detail": "down"})
                 if self.path.endswith("/intervals"):
+                    if self.path.split("/")[-2] not in peer.runs:
+                        return self._answer(404, {"detail": "unknown run"})
+                    if any(r["interval"] in peer.reject_intervals for r in body["intervals"]):
+                        return self._answer(422, {"detail": "invalid record"})
                     acc = dup = 0
                     for r in body["intervals"]:
                         key = (r["rank"], r["interval"])
@@ -117,6 +123,7 @@ class Peer:
                             peer.intervals.append(r)
                             acc += 1
                     return self._answer(200, {"accepted": acc, "duplicates": dup})
+                peer.runs.add(body["run_id"])
                 return self._answer(201, body)
 
             def do_PATCH(self):
@@ -174,3 +181,26 @@ def test_unreachable_server_keeps_records_on_disk(tmp_path):
     assert agent.close(timeout_s=5) is False
     lines = (tmp_path / f"{agent.run_id}.jsonl").read_text().splitlines()
     assert [json.loads(x)["interval"] for x in lines] == [0, 1]
+
+
+def test_a_server_that_lost_the_run_gets_it_registered_again(peer, tmp_path):
+    agent = Agent(AgentConfig(server=peer.url, log_every=1, count_syncs=False, spool_dir=str(tmp_path)), model=MODEL)
+    agent.sender.retry_s = 0.05
+    run_steps(agent, 3)
+    time.sleep(0.3)
+    peer.runs.clear()  # e.g. the server restarted on a fresh database
+    run_steps(agent, 3)
+    assert agent.close(timeout_s=10)
+    assert [r["interval"] for r in peer.intervals] == list(range(6))
+
+
+def test_a_refused_batch_is_set_aside_and_never_blocks_the_rest(peer, tmp_path):
+    peer.reject_intervals = {2}
+    agent = Agent(AgentConfig(server=peer.url, log_every=1, count_syncs=False, spool_dir=str(tmp_path),
+                              batch_size=1), model=MODEL)
+    run_steps(agent, 5)
+    assert agent.close(timeout_s=10)
+    assert [r["interval"] for r in peer.intervals] == [0, 1, 3, 4]
+    assert agent.sender.rejected == 1
+    aside = [json.loads(x) for x in agent.sender.rejected_path.read_text().splitlines()]
+    assert [r["interval"] for r in aside] == [2]
