@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 import torch
 
 from packscope.trainer.config import TrainConfig
-from packscope.trainer.train import Trainer, observe
+from packscope.trainer.train import Trainer, train_step
 from packscope.agent import Agent, AgentConfig
 
 
@@ -31,15 +31,7 @@ def measure(preset: str, layout: str, steps: int, log_every: int, pack_length: i
     trainer = Trainer(cfg)
     agent = Agent(AgentConfig(log_every=log_every, layout=layout), model=trainer.model_cfg.to_model_spec())
     for _ in range(steps):
-        batches = trainer.next_batches()
-        labels = sum(b.label_tokens for b in batches)
-        agent.step_begin()
-        loss = torch.zeros((), device=trainer.device)
-        for b in batches:
-            observe(agent, b)
-            loss += trainer.forward_backward(b, labels)
-        lr, grad_norm = trainer.optimizer_step()
-        agent.step_end(loss=loss, lr=lr, grad_norm=grad_norm)
+        train_step(trainer, trainer.next_batches(), agent)
     agent.close()
     recs = list(agent.records)[1:]  # the first interval holds warm-up and allocation
     t = sum(r["gpu_time_s"] for r in recs)

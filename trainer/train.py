@@ -117,6 +117,37 @@ class Trainer:
         return lr, grad_norm
 
 
+def observe(agent: Agent, batch: Batch) -> None:
+    """Tell the agent about one micro-batch, in the form this layout has."""
+    if batch.layout == "thd":
+        agent.observe_batch(
+            cu_seqlens=batch.cu_seqlens,
+            cu_seqlens_padded=batch.cu_seqlens_padded,
+            shape=(batch.n_packs, batch.pack_length),
+            # Static shapes add a dummy tail of padding; the mask tells the agent it is not a document.
+            token_mask=batch.token_mask if batch.static else None,
+        )
+    else:
+        agent.observe_batch(attention_mask=batch.attention_mask)
+
+
+def train_step(trainer: Trainer, batches: list[Batch], agent: Agent | None = None) -> torch.Tensor:
+    """One optimizer step over ``batches`` (micro-batches), with the agent's calls where a user
+    would put them; returns the step's mean loss as a device tensor (never read here)."""
+    label_tokens = sum(b.label_tokens for b in batches)
+    if agent is not None:
+        agent.step_begin()
+    loss = torch.zeros((), device=trainer.device)
+    for batch in batches:
+        if agent is not None:
+            observe(agent, batch)
+        loss += trainer.forward_backward(batch, label_tokens)
+    lr, grad_norm = trainer.optimizer_step()
+    if agent is not None:
+        agent.step_end(loss=loss, lr=lr, grad_norm=grad_norm)
+    return loss
+
+
 class LossReadout:
     """The loss for the progress bar without waiting for the device.
 
@@ -146,19 +177,6 @@ class LossReadout:
         return value
 
 
-def observe(agent: Agent, batch: Batch) -> None:
-    if batch.layout == "thd":
-        agent.observe_batch(
-            cu_seqlens=batch.cu_seqlens,
-            cu_seqlens_padded=batch.cu_seqlens_padded,
-            shape=(batch.n_packs, batch.pack_length),
-            # Static shapes add a dummy tail of padding; the mask tells the agent it is not a document.
-            token_mask=batch.token_mask if batch.static else None,
-        )
-    else:
-        agent.observe_batch(attention_mask=batch.attention_mask)
-
-
 def run_training(cfg: TrainConfig) -> dict:
     """Train for ``cfg.steps`` steps with the agent attached; return a summary."""
     trainer = Trainer(cfg)
@@ -183,14 +201,7 @@ def run_training(cfg: TrainConfig) -> dict:
     try:
         for step in bar:
             batches = trainer.next_batches()
-            label_tokens = sum(b.label_tokens for b in batches)
-            agent.step_begin()
-            loss = torch.zeros((), device=trainer.device)
-            for batch in batches:
-                observe(agent, batch)
-                loss += trainer.forward_backward(batch, label_tokens)
-            lr, grad_norm = trainer.optimizer_step()
-            agent.step_end(loss=loss, lr=lr, grad_norm=grad_norm)
+            loss = train_step(trainer, batches, agent)
 
             first_loss = loss if first_loss is None else first_loss
             real_tokens += sum(b.real_tokens for b in batches)

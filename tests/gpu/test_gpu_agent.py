@@ -168,7 +168,7 @@ def test_gpu_sums_equal_cpu_sums():
 def test_reference_trainer_syncs_per_step_agent_on_equals_off():
     """CUPTI counts every blocking driver call of real trainer steps, with and without the agent."""
     from packscope.trainer.config import TrainConfig
-    from packscope.trainer.train import Trainer, observe
+    from packscope.trainer.train import Trainer, train_step
 
     cfg = TrainConfig(preset="tiny", layout="thd", pack_length=2048, packs_per_step=2, device="cuda",
                       progress=False, steps=1000, log_every=10)
@@ -177,18 +177,7 @@ def test_reference_trainer_syncs_per_step_agent_on_equals_off():
     agent = Agent(AgentConfig(log_every=10, count_syncs=False, sample_gpu=False), model=trainer.model_cfg.to_model_spec())
 
     def step(i, with_agent):
-        batches = pool[i % len(pool)]
-        labels = sum(b.label_tokens for b in batches)
-        if with_agent:
-            agent.step_begin()
-        loss = torch.zeros((), device="cuda")
-        for b in batches:
-            if with_agent:
-                observe(agent, b)
-            loss += trainer.forward_backward(b, labels)
-        lr, gn = trainer.optimizer_step()
-        if with_agent:
-            agent.step_end(loss=loss, lr=lr, grad_norm=gn)
+        train_step(trainer, pool[i % len(pool)], agent if with_agent else None)
 
     for i in range(25):  # warm-up: allocator, pinned buffers, the first log boundaries
         step(i, True)

@@ -14,7 +14,7 @@ import torch
 from packscope.trainer.attention import DocumentMaskedAttention, VarlenAttention, attention_for
 from packscope.trainer.config import DataConfig, TrainConfig
 from packscope.trainer.packing import pack_thd
-from packscope.trainer.train import Trainer, run_training
+from packscope.trainer.train import Trainer, run_training, train_step
 
 pytestmark = pytest.mark.gpu  # deselected by default (pyproject addopts); run with -m gpu
 
@@ -27,12 +27,8 @@ def gpu_run(**overrides) -> TrainConfig:
     return TrainConfig(**{**base, **overrides})
 
 
-def train_step(trainer: Trainer) -> torch.Tensor:
-    batches = trainer.next_batches()
-    label_tokens = sum(b.label_tokens for b in batches)
-    loss = sum(trainer.forward_backward(b, label_tokens) for b in batches)
-    trainer.optimizer_step()
-    return loss
+def step(trainer: Trainer) -> torch.Tensor:
+    return train_step(trainer, trainer.next_batches())
 
 
 @pytest.mark.parametrize("static", [False, True])
@@ -76,7 +72,7 @@ def test_both_layouts_give_the_same_first_loss_on_cuda():
 )
 def test_loss_falls_on_cuda(overrides):
     trainer = Trainer(gpu_run(**overrides))
-    losses = [float(train_step(trainer)) for _ in range(trainer.cfg.steps)]
+    losses = [float(step(trainer)) for _ in range(trainer.cfg.steps)]
     assert all(math.isfinite(x) for x in losses)
     assert sum(losses[-10:]) / 10 < 0.7 * losses[0]
 
@@ -84,12 +80,12 @@ def test_loss_falls_on_cuda(overrides):
 @pytest.mark.parametrize("layout", ["thd", "bshd"])
 def test_an_ordinary_step_never_waits_for_the_device(layout):
     trainer = Trainer(gpu_run(layout=layout, static=layout == "thd"))
-    train_step(trainer)  # first step: lazy initialisation (cuBLAS, optimizer state)
+    step(trainer)  # first step: lazy initialisation (cuBLAS, optimizer state)
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
         for _ in range(3):
-            train_step(trainer)
+            step(trainer)
     finally:
         torch.cuda.set_sync_debug_mode("default")
 
@@ -106,6 +102,6 @@ def test_1b_preset_trains_a_few_steps(layout):
     cfg = gpu_run(preset="1b", layout=layout, steps=3, pack_length=2048, packs_per_step=4,
                   micro_batches=2, data=DataConfig(), static=layout == "thd")
     trainer = Trainer(cfg)
-    losses = [float(train_step(trainer)) for _ in range(cfg.steps)]
+    losses = [float(step(trainer)) for _ in range(cfg.steps)]
     assert all(math.isfinite(x) for x in losses)
     assert losses[0] == pytest.approx(math.log(32000), rel=0.1)
