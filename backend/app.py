@@ -59,6 +59,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.sessionmaker = make_sessionmaker(engine)
     app.include_router(ingest.router)
     app.include_router(reads.router)
+    app.include_router(pages.public)
     app.include_router(pages.router)
+    app.add_exception_handler(pages.SignInRequired, pages.sign_in_required)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     return app

@@ -14,6 +14,9 @@ from packscope.backend.settings import Settings
 
 _bearer = HTTPBearer(auto_error=False)
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+# Browsers cannot put a bearer header on EventSource or plain page loads: the dashboard's
+# sign-in page stores the read token in this HttpOnly cookie instead.
+READ_COOKIE = "packscope_read_token"
 
 
 def get_settings(request: Request) -> Settings:
@@ -29,10 +32,14 @@ SettingsDep = Annotated[Settings, Depends(get_settings)]
 SessionDep = Annotated[Session, Depends(get_session)]
 
 
+def token_matches(expected: str, given: str | None) -> bool:
+    return given is not None and hmac.compare_digest(given.encode(), expected.encode())
+
+
 def _check(expected: str | None, given: HTTPAuthorizationCredentials | None, variable: str) -> None:
     if expected is None:
         return
-    if given is None or not hmac.compare_digest(given.credentials.encode(), expected.encode()):
+    if not token_matches(expected, given.credentials if given else None):
         raise HTTPException(
             status.HTTP_401_UNAUTHORIZED,
             detail=f"missing or wrong bearer token: send 'Authorization: Bearer <token>' "
@@ -45,8 +52,19 @@ def require_ingest_token(settings: SettingsDep, credentials: Credentials) -> Non
     _check(settings.ingest_token, credentials, "PACKSCOPE_INGEST_TOKEN")
 
 
-def require_read_token(settings: SettingsDep, credentials: Credentials) -> None:
-    _check(settings.read_token, credentials, "PACKSCOPE_READ_TOKEN")
+def read_allowed(request: Request, settings: Settings, credentials: HTTPAuthorizationCredentials | None) -> bool:
+    """Reads are open, or the request carries the read token (bearer header or sign-in cookie)."""
+    expected = settings.read_token
+    return (
+        expected is None
+        or token_matches(expected, credentials.credentials if credentials else None)
+        or token_matches(expected, request.cookies.get(READ_COOKIE))
+    )
+
+
+def require_read_token(request: Request, settings: SettingsDep, credentials: Credentials) -> None:
+    if not read_allowed(request, settings, credentials):
+        _check(settings.read_token, credentials, "PACKSCOPE_READ_TOKEN")
 
 
 def run_not_found(run_id: str) -> HTTPException:

@@ -3,16 +3,53 @@
 from pathlib import Path
 
 import plotly
-from fastapi import APIRouter, Query, Request
-from fastapi.responses import FileResponse, HTMLResponse
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Form, Query, Request, status
+from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 
 from packscope.backend import queries
-from packscope.backend.deps import SessionDep
+from packscope.backend.deps import READ_COOKIE, Credentials, SessionDep, SettingsDep, read_allowed, token_matches
 from packscope.frontend import TEMPLATES_DIR
 
-router = APIRouter(include_in_schema=False)
 templates = Jinja2Templates(directory=str(TEMPLATES_DIR))
+
+
+class SignInRequired(Exception):
+    """Raised by page dependencies when reads are closed and the visitor has no token."""
+
+
+def require_reader(request: Request, settings: SettingsDep, credentials: Credentials) -> None:
+    if not read_allowed(request, settings, credentials):
+        raise SignInRequired
+
+
+def sign_in_page(request: Request, message: str | None = None, code: int = status.HTTP_401_UNAUTHORIZED):
+    return templates.TemplateResponse(
+        request, "sign_in.html", {"page": "sign-in", "next": request.url.path, "message": message}, status_code=code
+    )
+
+
+async def sign_in_required(request: Request, exc: SignInRequired):
+    """Exception handler: a closed dashboard answers with its sign-in form."""
+    return sign_in_page(request)
+
+
+# `public` serves the sign-in form's target and the plotly bundle; `router` the data pages.
+public = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False, dependencies=[Depends(require_reader)])
+
+
+@public.post("/sign-in")
+def sign_in(request: Request, settings: SettingsDep, token: Annotated[str, Form()], next: Annotated[str, Form()] = "/"):
+    if settings.read_token is None or not token_matches(settings.read_token, token):
+        return sign_in_page(request, "That token does not match the server's PACKSCOPE_READ_TOKEN.")
+    # Only a local path: never redirect to another site.
+    target = next if next.startswith("/") and not next.startswith("//") else "/"
+    response = RedirectResponse(target, status_code=status.HTTP_303_SEE_OTHER)
+    response.set_cookie(READ_COOKIE, token, httponly=True, samesite="strict", secure=request.url.scheme == "https")
+    return response
 
 # The bundle ships inside the plotly wheel, so the dashboard works on offline clusters.
 PLOTLY_JS = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
@@ -40,7 +77,7 @@ def compare_page(request: Request, run_id: list[str] = Query(default=[])):
     return templates.TemplateResponse(request, "compare.html", {"page": "compare", "run_ids": run_id})
 
 
-@router.get("/vendor/plotly.min.js")
+@public.get("/vendor/plotly.min.js")
 def plotly_bundle():
     # Tied to the installed plotly version; a week of caching keeps page loads cheap.
     return FileResponse(

@@ -113,3 +113,44 @@ def test_static_modules_and_their_imports_resolve(client):
         # A typo in a relative import only shows in a browser; catch it here.
         for target in re.findall(r'from "\./([\w.-]+)"', served.text):
             assert (STATIC_DIR / target).is_file(), f"{asset.name} imports missing {target}"
+
+
+@pytest.fixture
+def closed(tmp_path):
+    """A server whose reads need PACKSCOPE_READ_TOKEN, with one run stored."""
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'closed.db'}", read_token="r3ad")
+    with TestClient(create_app(settings)) as client:
+        assert client.post("/api/v1/runs", json=run_body("run-a", "secret-run")).status_code == 201
+        yield client
+
+
+def test_closed_dashboard_asks_for_the_token_and_leaks_nothing(closed):
+    for path in ("/", "/runs/run-a", "/compare?run_id=run-a"):
+        page = closed.get(path)
+        assert page.status_code == 401 and 'action="/sign-in"' in page.text
+        assert "secret-run" not in page.text
+    assert closed.get("/api/v1/runs").status_code == 401
+    assert closed.get("/vendor/plotly.min.js").status_code == 200  # the bundle is public
+
+
+def test_wrong_token_is_refused_with_a_message(closed):
+    answer = closed.post("/sign-in", data={"token": "nope", "next": "/"}, follow_redirects=False)
+    assert answer.status_code == 401 and "does not match" in answer.text
+    assert "packscope_read_token" not in answer.headers.get("set-cookie", "")
+
+
+def test_sign_in_sets_a_cookie_that_opens_pages_api_and_stream(closed):
+    answer = closed.post("/sign-in", data={"token": "r3ad", "next": "/runs/run-a"}, follow_redirects=False)
+    assert answer.status_code == 303 and answer.headers["location"] == "/runs/run-a"
+    cookie = answer.headers["set-cookie"]
+    assert "packscope_read_token=r3ad" in cookie and "HttpOnly" in cookie and "SameSite=strict" in cookie
+    assert "secret-run" in closed.get("/runs/run-a").text  # the client keeps the cookie
+    assert closed.get("/api/v1/runs").json()["runs"][0]["name"] == "secret-run"
+    # Bearer tokens keep working for scripts.
+    closed.cookies.clear()
+    assert closed.get("/api/v1/runs", headers={"Authorization": "Bearer r3ad"}).status_code == 200
+
+
+def test_sign_in_never_redirects_off_site(closed):
+    answer = closed.post("/sign-in", data={"token": "r3ad", "next": "//evil.example/"}, follow_redirects=False)
+    assert answer.headers["location"] == "/"
