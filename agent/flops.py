@@ -130,6 +130,13 @@ class ModelSpec:
         return cls(**data)
 
 
+def moe_layer_pattern(layers: int, freq: int) -> tuple[int, ...]:
+    """Megatron's integer ``moe_layer_freq``: layer i is MoE when i % freq == 0 (one in freq)."""
+    if freq < 1:
+        raise ValueError(f"moe layer frequency must be >= 1, got {freq}")
+    return tuple(int(i % freq == 0) for i in range(layers))
+
+
 @dataclass(frozen=True)
 class FlopsBreakdown:
     """The three numbers of one batch (or interval), with the raw sums behind them."""

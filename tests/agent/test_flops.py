@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from packscope.agent.flops import ModelSpec, packs_breakdown
+from packscope.agent.flops import ModelSpec, moe_layer_pattern, packs_breakdown
 from packscope.agent.hf_config import HFConfigError, read_hf_config, spec_from_hf_dict
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "hf"
@@ -81,6 +81,15 @@ def test_moe_pattern_shared_experts_mtp_and_gate():
     assert m.c_core == 6 * 5 * 1024
 
 
+def test_moe_layer_frequency():
+    assert moe_layer_pattern(6, 2) == (1, 0, 1, 0, 1, 0)
+    assert moe_layer_pattern(3, 1) == (1, 1, 1)
+    m = ModelSpec(layers=6, hidden=256, heads=4, ffn=1024, vocab=1000, moe_layers=moe_layer_pattern(6, 3),
+                  moe_ffn=128, moe_topk=4)
+    # Layers 0 and 3 are MoE; V_p = ceil(1000 / 128) * 128 = 1024.
+    assert m.c_lin == hand_c_lin(6, 256, 256, 256, 1024, 3, 1024, n_moe=2, Fe=128, topk=4)
+
+
 def test_mtp_layer_takes_dense_type_when_last_layer_dense():
     m = ModelSpec(layers=2, hidden=64, heads=4, ffn=256, vocab=128, moe_layers=(1, 0), moe_topk=2, mtp_depth=2)
     assert m.moe_layer_count == 1
@@ -105,6 +114,41 @@ def test_model_roundtrips_through_dict():
 def test_hf_llama3_8b_matches_native_description():
     m = read_hf_config(FIXTURES / "llama3_8b.json")
     assert (m.c_lin, m.c_core) == (LLAMA3_8B.c_lin, LLAMA3_8B.c_core)  # 128256 divisible by 128
+
+
+# Each fixture with its symbols read off by hand from docs/flops.md's table (not by the reader):
+# (L, h, q = d*n, k = d*g, F, f, V_p, n_moe, F_e, topk, F_s)
+HF_CASES = {
+    "mistral_7b.json": (32, 4096, 4096, 1024, 14336, 3, 32000, 0, 0, 0, 0),
+    "qwen2_0p5b.json": (24, 896, 896, 128, 4864, 3, 151936, 0, 0, 0, 0),
+    # Qwen3 gives head_dim explicitly, and here q = 16 * 128 = 2048 differs from h = 1024.
+    "qwen3_0p6b.json": (28, 1024, 2048, 1024, 3072, 3, 151936, 0, 0, 0, 0),
+    "mixtral_8x7b.json": (32, 4096, 4096, 1024, 14336, 3, 32000, 32, 14336, 2, 0),
+    # 6 layers, decoder_sparse_step 2 -> layers 1, 3, 5 are MoE; mlp_only_layers [3] -> 1 and 5.
+    "qwen2_moe_pattern.json": (6, 2048, 2048, 2048, 5632, 3, 151936, 2, 1408, 4, 5632),
+    "qwen3_moe_30b_a3b.json": (48, 2048, 4096, 512, 6144, 3, 151936, 48, 768, 8, 0),
+    # GPT-2: n_inner null -> 4h, plain MLP, odd vocabulary -> divisor 1, V_p = V.
+    "gpt2.json": (12, 768, 768, 768, 3072, 2, 50257, 0, 0, 0, 0),
+}
+
+
+@pytest.mark.parametrize("fixture", sorted(HF_CASES))
+def test_hf_configs_of_every_supported_family(fixture):
+    L, h, q, k, F, f, V, n_moe, Fe, topk, Fs = HF_CASES[fixture]
+    m = read_hf_config(FIXTURES / fixture)
+    assert m.padded_vocab == V
+    assert m.c_lin == hand_c_lin(L, h, q, k, F, f, V, n_moe=n_moe, Fe=Fe, topk=topk, Fs=Fs)
+    assert m.c_core == 6 * L * q
+
+
+def test_hf_qwen_moe_layer_pattern():
+    m = read_hf_config(FIXTURES / "qwen2_moe_pattern.json")
+    assert m.moe_layers == (0, 1, 0, 0, 0, 1)
+
+
+def test_hf_reader_accepts_a_folder(tmp_path):
+    (tmp_path / "config.json").write_text((FIXTURES / "gpt2.json").read_text())
+    assert read_hf_config(tmp_path) == read_hf_config(FIXTURES / "gpt2.json")
 
 
 def test_hf_divisor_is_largest_power_of_two_dividing_vocab():
