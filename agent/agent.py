@@ -95,14 +95,14 @@ class Agent:
             dist.broadcast_object_list(box, src=0)
             self.run_id = box[0]
 
-        self.step = 0
+        self.step = config.start_step
         self.records: deque[dict] = deque(maxlen=1000)  # recent records, also without a server
         self._acc = IntervalAccumulator()
         self._timer = StepTimer(self.device)
         self._times: deque[StepTime] = deque()
         self._inflight: deque[_PendingInterval] = deque()
-        self._interval = 0
-        self._first_step = 1
+        self._interval = config.start_step // config.log_every
+        self._first_step = config.start_step + 1
         self._losses: list[torch.Tensor] = []
         self._grad_norm: torch.Tensor | None = None
         self._lr: float | None = None
@@ -219,7 +219,9 @@ class Agent:
             # pair with the trainer's next collective: the branch depends on configuration only.
             if not self.config.uniform_shapes or self._acc.has_device_data:
                 # Per-rank values can differ: one SUM over the data-parallel group.
-                host_dev = torch.tensor(host_counts, dtype=torch.int64).pin_memory() if self.device.type == "cuda" else torch.tensor(host_counts, dtype=torch.int64)
+                host_dev = torch.tensor(host_counts, dtype=torch.int64)
+                if self.device.type == "cuda":
+                    host_dev = host_dev.pin_memory()  # so the copy below needs no sync
                 vec = torch.cat([vec, host_dev.to(self.device, non_blocking=True)])
                 dist.all_reduce(vec, op=dist.ReduceOp.SUM, group=self.dp_group)
                 host_counts = None

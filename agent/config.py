@@ -14,6 +14,10 @@ class AgentConfig:
     layout: str = "thd"  # "thd" (packed, per-document attention) or "bshd" (padded rows)
     log_every: int = 10  # steps per interval record
     run_id: str | None = None  # give one to resume a run; None: made from the name and time
+    # Resuming from a checkpoint: the last step the checkpoint holds. Steps then continue from
+    # start_step + 1 and interval indexes from start_step // log_every, so the resumed intervals
+    # do not collide with the ones the server already stored.
+    start_step: int = 0
     token: str | None = None  # bearer token for the server's ingest endpoints
     tags: list[str] = field(default_factory=list)
     config: dict[str, Any] = field(default_factory=dict)  # the trainer's own config, stored as-is
@@ -35,6 +39,8 @@ class AgentConfig:
     def __post_init__(self) -> None:
         if self.layout not in ("thd", "bshd"):
             raise ValueError(f"layout must be 'thd' or 'bshd', got {self.layout!r}")
+        if self.start_step < 0:
+            raise ValueError(f"start_step must be >= 0, got {self.start_step}")
         if self.log_every < 1:
             raise ValueError(f"log_every must be >= 1, got {self.log_every}")
         if self.sync_backend not in ("debug-mode", "cupti"):

@@ -20,7 +20,7 @@ class StepTime:
     gpu_s: float  # event-timed on CUDA, host clock on CPU
     host_begin: float  # perf_counter at step_begin
     host_end: float  # perf_counter at step_end
-    lag_steps: int  # steps that had ended when this one resolved, minus one
+    lag_steps: int  # how many later steps had ended when this one's time became known
 
 
 class StepTimer:
@@ -29,7 +29,7 @@ class StepTimer:
         self._pool: list[torch.cuda.Event] = []
         self._pending: deque = deque()
         self._open: tuple | None = None
-        self.steps_ended = 0
+        self.last_ended = 0  # number of the last step that ended
 
     def _event(self) -> torch.cuda.Event:
         return self._pool.pop() if self._pool else torch.cuda.Event(enable_timing=True)
@@ -51,7 +51,7 @@ class StepTimer:
             end = self._event()
             end.record()
         self._pending.append((step, start, end, host_begin, time.perf_counter()))
-        self.steps_ended += 1
+        self.last_ended = step
 
     def poll(self) -> list[StepTime]:
         """Steps whose timing is known now, oldest first. Never blocks."""
@@ -66,7 +66,7 @@ class StepTimer:
             else:
                 gpu_s = he - hb
             self._pending.popleft()
-            done.append(StepTime(step, gpu_s, hb, he, self.steps_ended - step))
+            done.append(StepTime(step, gpu_s, hb, he, self.last_ended - step))
         return done
 
     def drain(self) -> list[StepTime]:

@@ -204,3 +204,12 @@ def test_a_refused_batch_is_set_aside_and_never_blocks_the_rest(peer, tmp_path):
     assert agent.sender.rejected == 1
     aside = [json.loads(x) for x in agent.sender.rejected_path.read_text().splitlines()]
     assert [r["interval"] for r in aside] == [2]
+
+
+def test_a_resumed_run_continues_steps_and_intervals():
+    agent = Agent(AgentConfig(log_every=5, count_syncs=False, run_id="resumed-1", start_step=20), model=MODEL)
+    run_steps(agent, 7)
+    agent.close()
+    assert agent.run_id == "resumed-1"
+    assert [(r["interval"], r["first_step"], r["last_step"]) for r in agent.records] == [(4, 21, 25), (5, 26, 27)]
+    assert all(r["timing_lag_steps"] >= 0 for r in agent.records)
