@@ -1,6 +1,6 @@
 """The write side: create/resume runs and store batches of interval records idempotently."""
 
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import Table
@@ -25,7 +25,7 @@ class ModelConflict(Exception):
 
 
 def _now() -> datetime:
-    return datetime.now(UTC)
+    return datetime.now(timezone.utc)
 
 
 def create_or_resume_run(session: Session, body: RunCreate) -> tuple[Run, bool]:

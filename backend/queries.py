@@ -3,7 +3,7 @@ one of a thousand; every derived number goes through derived.metrics."""
 
 import json
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import UTC, datetime
+from datetime import datetime, timezone
 from typing import Any
 
 from sqlalchemy import Select, distinct, func, select
@@ -51,7 +51,7 @@ def _utc(moment: datetime | None) -> datetime | None:
     # SQLite hands back naive datetimes (stored in UTC), PostgreSQL ones in the session's zone.
     if moment is None:
         return None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment.astimezone(timezone.utc)
 
 
 def coefficients(run: Run) -> Coefficients:
