@@ -2,6 +2,7 @@
 one of a thousand; every derived number goes through derived.metrics."""
 
 import json
+import statistics
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
@@ -18,6 +19,7 @@ from packscope.backend.derived import (
 )
 from packscope.backend.models import Interval, IntervalHistogram, IntervalSyncSite, Run
 from packscope.backend.schemas import HISTOGRAM_BUCKETS
+from packscope.backend.stats import mann_whitney_u
 
 HISTOGRAM_EDGES = [1 << b for b in range(HISTOGRAM_BUCKETS)]
 TOTALS_KEYS = (
@@ -122,6 +124,36 @@ def find_runs(session: Session, run_ids: Sequence[str]) -> tuple[list[Run], list
     """The runs asked for, in the order asked, and the ids that are not stored."""
     found = {r.run_id: r for r in session.scalars(select(Run).where(Run.run_id.in_(run_ids)))}
     return [found[i] for i in run_ids if i in found], [i for i in run_ids if i not in found]
+
+
+def recent_step_times(session: Session, run: Run, window: int) -> list[float]:
+    """Seconds per step of the run's last `window` intervals (one value per interval)."""
+    rows = session.scalars(
+        select(Interval.gpu_time_s / Interval.steps)
+        .where(Interval.run_pk == run.id)
+        .order_by(Interval.interval.desc(), Interval.rank)
+        .limit(window)
+    )
+    return [float(x) for x in rows]
+
+
+def step_time_tests(session: Session, runs: Sequence[Run], window: int) -> list[dict[str, Any]]:
+    """Each run after the first against the first: is its step time really different?"""
+    if len(runs) < 2:
+        return []
+    baseline = recent_step_times(session, runs[0], window)
+    out = []
+    for run in runs[1:]:
+        times = recent_step_times(session, run, window)
+        test = mann_whitney_u(times, baseline)
+        out.append({
+            "run_id": run.run_id, "baseline_run_id": runs[0].run_id, "window": window,
+            "n": len(times), "n_baseline": len(baseline),
+            "median_step_s": statistics.median(times) if times else None,
+            "median_step_s_baseline": statistics.median(baseline) if baseline else None,
+            "p_value": None if test is None else test["p_value"],
+        })
+    return out
 
 
 # -- series ---------------------------------------------------------------------------------------

@@ -231,6 +231,23 @@ class RunList(BaseModel):
     runs: list[RunSummary]
 
 
+class StepTimeTest(BaseModel):
+    """Mann-Whitney U on per-interval step times of the last `window` intervals of each run."""
+
+    run_id: str
+    baseline_run_id: str
+    window: int
+    n: int
+    n_baseline: int
+    median_step_s: float | None
+    median_step_s_baseline: float | None
+    p_value: float | None  # None when a side has fewer than 2 intervals
+
+
+class Comparison(RunList):
+    step_time_tests: list[StepTimeTest]
+
+
 class SeriesColumns(BaseModel):
     step: list[int]
     first_step: list[int]

@@ -23,6 +23,7 @@ from packscope.backend.deps import (
 )
 from packscope.backend.models import Run
 from packscope.backend.schemas import (
+    Comparison,
     IntervalHistograms,
     RunList,
     RunSummary,
@@ -76,10 +77,11 @@ def get_sync_sites(
     return queries.sync_sites(session, run_or_404(session, run_id), limit)
 
 
-@router.get("/compare", response_model=RunList)
+@router.get("/compare", response_model=Comparison)
 def compare(
     session: SessionDep,
     run_id: Annotated[list[str], Query(min_length=1, max_length=MAX_COMPARE)],
+    window: Annotated[int, Query(ge=2, le=100_000, description="intervals per run in the step-time test")] = 200,
 ) -> dict[str, Any]:
     runs, missing = queries.find_runs(session, run_id)
     if missing:
@@ -87,7 +89,7 @@ def compare(
             status.HTTP_404_NOT_FOUND,
             detail=f"run(s) not stored: {', '.join(missing)}; GET /api/v1/runs lists the runs",
         )
-    return {"runs": queries.run_summaries(session, runs)}
+    return {"runs": queries.run_summaries(session, runs), "step_time_tests": queries.step_time_tests(session, runs, window)}
 
 
 def _csv_chunks(make_session: sessionmaker[Session], run_pk: int) -> Iterator[str]:

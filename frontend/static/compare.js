@@ -14,6 +14,8 @@ const METRICS = [
   { key: "step_time_s", label: "Step time", format: fmt.seconds, delta: "rel" },
   { key: "tflops_thd", label: "THD-corrected TFLOP/s/GPU", format: fmt.num, delta: "rel", swatch: "thd" },
   { key: "tflops_bshd", label: "Baseline TFLOP/s/GPU", format: fmt.num, delta: "rel", swatch: "baseline" },
+  // Useful work only (real tokens): what padded and packed runs should be judged by.
+  { key: "tflops_useful", label: "Useful TFLOP/s/GPU", format: fmt.num, delta: "rel", swatch: "useful" },
   { key: "overcount_pct", label: "Over-count", format: fmt.pct, delta: "pp" },
   { key: "mfu_thd", label: "MFU (THD)", format: fmt.fraction, delta: "pp", scale: 100 },
   { key: "tokens_per_s", label: "Tokens/s", format: fmt.si, delta: "rel" },
@@ -40,7 +42,17 @@ function delta(metric, value, reference) {
   return el("div", { class: "delta muted small", text: fmt.signed(change, metric.delta === "pp" ? "pp" : "%") });
 }
 
-function renderTable(runs, names) {
+// The server's rank test of each run's recent step times against the first run's.
+function verdict(test) {
+  if (!test || test.p_value === null) return el("span", { class: "muted small", text: "too few intervals" });
+  const significant = test.p_value < 0.01;
+  return el("div", {}, [
+    el("div", { text: significant ? "different" : "no clear difference" }),
+    el("div", { class: "muted small", text: `p = ${test.p_value < 1e-4 ? test.p_value.toExponential(1) : test.p_value.toFixed(4)} · last ${test.n} vs ${test.n_baseline} intervals` }),
+  ]);
+}
+
+function renderTable(runs, names, tests) {
   const head = el("thead", {}, el("tr", {}, [
     el("th", { text: "" }),
     ...runs.map((run, i) =>
@@ -64,6 +76,11 @@ function renderTable(runs, names) {
       }),
     ]),
   );
+  const byRun = new Map(tests.map((t) => [t.run_id, t]));
+  rows.push(el("tr", {}, [
+    el("th", { scope: "row", title: "Mann-Whitney U on per-interval step times; p < 0.01 counts as different" }, "Step time vs first run"),
+    ...runs.map((run, i) => el("td", { class: "num" }, i > 0 ? [verdict(byRun.get(run.run_id))] : [el("span", { class: "muted small", text: "reference" })])),
+  ]));
   document.getElementById("compare-table").replaceChildren(head, el("tbody", {}, rows));
 }
 
@@ -96,10 +113,10 @@ function renderCharts(runs, names, seriesList) {
 }
 
 async function load() {
-  const { runs } = await api.compareRuns(runIds);
+  const { runs, step_time_tests: tests } = await api.compareRuns(runIds);
   const names = labels(runs);
   const seriesList = await Promise.all(runs.map((run) => api.getSeries(run.run_id, { max_points: MAX_POINTS })));
-  renderTable(runs, names);
+  renderTable(runs, names, tests);
   renderCharts(runs, names, seriesList);
   return runs.some((run) => run.status === "running");
 }

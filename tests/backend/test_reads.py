@@ -2,10 +2,13 @@
 
 import csv
 import io
+import statistics
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+
+from packscope.backend.stats import mann_whitney_u
 
 RUNS = "/api/v1/runs"
 RUN = f"{RUNS}/run-1"
@@ -190,3 +193,29 @@ def test_list_and_compare(client, new_run, records):
     missing = client.get("/api/v1/compare", params=[("run_id", "new"), ("run_id", "gone")])
     assert missing.status_code == 404 and "gone" in missing.json()["detail"]
     assert client.get(f"{RUNS}/gone").status_code == 404
+
+
+def test_compare_tests_step_time_on_recent_windows(client, new_run, records):
+    for run_id in ("a", "b", "c"):
+        client.post(RUNS, json=new_run(run_id))
+    a = records(60, seed=1)
+    b = records(60, seed=2)
+    c = records(60, seed=3)
+    for rec in c:  # run c: every step 20% slower than it would be
+        rec["gpu_time_s"] *= 1.2
+    for run_id, recs in (("a", a), ("b", b), ("c", c)):
+        assert client.post(f"{RUNS}/{run_id}/intervals", json={"intervals": recs}).status_code == 200
+    body = client.get("/api/v1/compare", params=[("run_id", "a"), ("run_id", "b"), ("run_id", "c"), ("window", 50)]).json()
+    tests = {t["run_id"]: t for t in body["step_time_tests"]}
+    assert set(tests) == {"b", "c"} and all(t["baseline_run_id"] == "a" for t in tests.values())
+    # The window holds the 50 most recent intervals of each run (indexes 10..59).
+    def recent(recs):
+        return [r["gpu_time_s"] / r["steps"] for r in recs[10:]]
+
+    expected = mann_whitney_u(recent(c), recent(a))
+    assert tests["c"]["n"] == tests["c"]["n_baseline"] == 50
+    assert tests["c"]["p_value"] == pytest.approx(expected["p_value"])
+    assert tests["c"]["median_step_s"] == pytest.approx(statistics.median(recent(c)))
+    assert tests["c"]["p_value"] < tests["b"]["p_value"]
+    only = client.get("/api/v1/compare", params={"run_id": "a"}).json()
+    assert only["step_time_tests"] == []

@@ -176,6 +176,11 @@ def test_runs_page_lists_runs_and_compares(server, page):
     table = page.inner_text("#compare-table")
     assert "thd-live" in table and "thd-other" in table and "Over-count" in table
     assert "+25.0 %" in table  # the other run's step time, relative to the first
+    test = httpx.get(f"{server}/api/v1/compare", params=[("run_id", "live-run"), ("run_id", "other-run")]).json()
+    (verdict,) = test["step_time_tests"]
+    assert "Step time vs first run" in table and "Useful TFLOP/s/GPU" in table
+    assert f"last {verdict['n']} vs {verdict['n_baseline']} intervals" in table
+    assert ("different" if verdict["p_value"] < 0.01 else "no clear difference") in table
     dashes = page.evaluate("document.querySelector('#chart-tflops .plot').data.map(t => t.line.dash)")
     assert dashes == ["solid", "dash", "solid", "dash"]
     page.screenshot(path="/tmp/compare_page.png", full_page=True)
