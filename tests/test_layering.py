@@ -1,0 +1,26 @@
+"""The architecture's import rules (docs/architecture.md), checked in fresh interpreters."""
+
+import subprocess
+import sys
+
+import pytest
+
+
+def imported_after(statement: str) -> set[str]:
+    code = f"import sys; {statement}; print('\\n'.join(sorted(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    return set(out.split())
+
+
+@pytest.mark.parametrize("statement", [
+    "import packscope.backend.app",
+    "import packscope.backend.cli",
+    "from packscope.agent.flops import ModelSpec",  # the backend's one import from the agent
+])
+def test_the_server_side_never_imports_torch(statement):
+    assert "torch" not in imported_after(statement)
+
+
+def test_the_agent_imports_nothing_from_the_server_side():
+    modules = imported_after("import packscope.agent.agent, packscope.agent.cupti, packscope.agent.nvml")
+    assert not {m for m in modules if m.startswith(("packscope.backend", "fastapi", "sqlalchemy", "pydantic"))}
