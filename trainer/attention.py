@@ -4,7 +4,8 @@ q [B, L, H, D] and k, v [B, L, H_kv, D]; it returns [B, L, H, D].
 * ``CausalAttention``: BSHD, one document per row, SDPA with ``is_causal``.
 * ``VarlenAttention``: THD on CUDA, FlashAttention varlen through ``torch.nn.attention.varlen``.
 * ``DocumentMaskedAttention``: THD anywhere (CPU, and the tests' oracle), SDPA with a
-  block-diagonal causal mask. It costs T^2 memory, so it is not for long packs on a GPU.
+  block-diagonal causal mask per pack. It costs packs x L^2 memory, so it is not for long packs
+  on a GPU.
 """
 
 from __future__ import annotations
@@ -47,18 +48,30 @@ class CausalAttention:
 
 
 class DocumentMaskedAttention:
-    """A token attends to earlier tokens of its own span in the flat [1, T] stream."""
+    """A token attends to earlier tokens of its own span in the flat [1, T] stream.
 
-    def __init__(self, cu_seqlens: torch.Tensor, total: int) -> None:
+    With ``pack_length`` (spans never cross packs, as the THD packer guarantees) the stream is
+    cut into packs and each pack gets its own mask: packs x L^2 work instead of T^2.
+    """
+
+    def __init__(self, cu_seqlens: torch.Tensor, total: int, pack_length: int | None = None) -> None:
         lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).long()
         span = torch.arange(len(lengths), device=cu_seqlens.device)
         # output_size keeps repeat_interleave from reading the total back from the device.
         doc = torch.repeat_interleave(span, lengths, output_size=total)
-        pos = torch.arange(total, device=cu_seqlens.device)
-        self.mask = (doc[:, None] == doc[None, :]) & (pos[:, None] >= pos[None, :])
+        self.packs = total // pack_length if pack_length else 1
+        doc = doc.view(self.packs, total // self.packs)
+        pos = torch.arange(doc.shape[1], device=cu_seqlens.device)
+        causal = pos[:, None] >= pos[None, :]
+        # [packs, 1, L, L]: one mask per pack, shared by every head.
+        self.mask = ((doc[:, :, None] == doc[:, None, :]) & causal).unsqueeze(1)
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return _sdpa(q, k, v, attn_mask=self.mask)
+        def per_pack(t: torch.Tensor) -> torch.Tensor:
+            return t.reshape(self.packs, -1, *t.shape[2:])
+
+        out = _sdpa(per_pack(q), per_pack(k), per_pack(v), attn_mask=self.mask)
+        return out.reshape(q.shape)
 
 
 class VarlenAttention:
@@ -97,4 +110,4 @@ def attention_for(batch: Batch, device: torch.device) -> Attention:
         return CausalAttention()
     if device.type == "cuda":
         return VarlenAttention(batch.cu_seqlens_padded, batch.max_seqlen)
-    return DocumentMaskedAttention(batch.cu_seqlens_padded, batch.tokens)
+    return DocumentMaskedAttention(batch.cu_seqlens_padded, batch.tokens, batch.pack_length)
