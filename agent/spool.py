@@ -47,7 +47,7 @@ class Spool:
         lines = self.path.read_bytes().splitlines(keepends=True)
         size = sum(len(x) for x in lines)
         dropped = 0
-        while lines and size > self.max_bytes:
+        while len(lines) > 1 and size > self.max_bytes:  # never drop the newest record
             size -= len(lines.pop(0))
             dropped += 1
         self._rewrite(lines)
