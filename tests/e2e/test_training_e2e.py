@@ -18,6 +18,7 @@ import torch
 
 from packscope.agent import Agent, AgentConfig
 from packscope.agent.flops import ModelSpec
+from packscope.agent.sender import Sender
 from packscope.trainer.config import PRESETS, TrainConfig
 from packscope.trainer.data import DocumentStream, step_documents
 from packscope.trainer.train import run_training
@@ -204,16 +205,17 @@ def spooled(agent: Agent) -> list[int]:
     return [r["interval"] for r in agent.sender.spool.peek(10_000)]
 
 
+def sending_agent(server: str, run_name: str, **config: Any) -> tuple[Agent, Sender]:
+    """A CPU agent that logs every step and retries fast, so outage tests stay short."""
+    agent = Agent(AgentConfig(server=server, run_name=run_name, log_every=1, request_timeout_s=0.5, **config),
+                  model=SMALL_MODEL, device="cpu")
+    assert agent.sender is not None
+    agent.sender.retry_s = 0.1
+    return agent, agent.sender
+
+
 def test_server_killed_mid_run_every_interval_stored_exactly_once(backend: Backend, tmp_path: Path):
-    agent = Agent(
-        AgentConfig(server=backend.url, run_name="e2e-outage", log_every=1, spool_dir=str(tmp_path / "spool"),
-                    request_timeout_s=0.5),
-        model=SMALL_MODEL,
-        device="cpu",
-    )
-    sender = agent.sender
-    assert sender is not None
-    sender.retry_s = 0.1
+    agent, sender = sending_agent(backend.url, "e2e-outage", spool_dir=str(tmp_path / "spool"))
     work = Workload(agent)
 
     up = work.run(20)
@@ -252,15 +254,7 @@ def test_spool_eviction_is_reported(tmp_path: Path, caplog: pytest.LogCaptureFix
     caplog.set_level(logging.WARNING, logger="packscope.agent")
     max_bytes = 3000
     steps = 15
-    agent = Agent(
-        AgentConfig(server="http://127.0.0.1:9", run_name="e2e-evict", log_every=1, spool_dir=str(tmp_path),
-                    spool_max_bytes=max_bytes, request_timeout_s=0.5),
-        model=SMALL_MODEL,
-        device="cpu",
-    )
-    sender = agent.sender
-    assert sender is not None
-    sender.retry_s = 0.1
+    agent, sender = sending_agent("http://127.0.0.1:9", "e2e-evict", spool_dir=str(tmp_path), spool_max_bytes=max_bytes)
     work = Workload(agent)
     work.run(steps)
     record_bytes = len(json.dumps(agent.records[0], separators=(",", ":"))) + 1
