@@ -1,7 +1,7 @@
 """Per-interval statistics: cheap to add to on every step, reduced once per logging interval.
 
-On a training step the agent keeps the batch (cu_seqlens batches as given, other forms after a
-few device ops, see ``batch_forms``). At the log boundary everything the interval saw is
+On a training step the agent keeps the batch (cu_seqlens batches as given, with one list
+append; other forms after a few device ops, see ``batch_forms``). At the log boundary everything the interval saw is
 reduced with a handful of kernels into one int64 vector, which then travels to the host in a
 single non-blocking copy. Values known on the host (token slots, packs, the baseline S2 of a
 fixed shape) never touch the device.
@@ -51,9 +51,8 @@ class IntervalAccumulator:
     def __init__(self) -> None:
         self._lens: list[torch.Tensor] = []
         self._rows: list[torch.Tensor] = []
-        self._cu: list[CuBatch] = []  # canonicalised all together at the log boundary
-        self._cu_row_offsets: list[int] = []
-        self._row_offset = 0
+        self._cu: list[CuBatch] = []  # counted and canonicalised all together at the log boundary
+        self._row_offset = 0  # rows (packs) of the other forms so far
         self.host = HostCounts()
         self._edges: torch.Tensor | None = None
 
@@ -61,15 +60,19 @@ class IntervalAccumulator:
     def has_device_data(self) -> bool:
         return bool(self._lens or self._cu)
 
+    def add_cu(self, batch: CuBatch) -> None:
+        """The hot path of the commonest form: nothing but an append."""
+        self._cu.append(batch)
+
     def add(self, batch: DocBatch | CuBatch) -> None:
+        if isinstance(batch, CuBatch):
+            self.add_cu(batch)
+            return
         h = self.host
         h.tokens += batch.slots
         h.packs += batch.rows
         h.seqlen_sq_sum_bshd += batch.rows * batch.row_len * batch.row_len
-        if isinstance(batch, CuBatch):
-            self._cu.append(batch)
-            self._cu_row_offsets.append(self._row_offset)
-        elif batch.doc_lens is None:
+        if batch.doc_lens is None:
             b = bucket_of(batch.row_len)
             h.host_s2_thd += batch.rows * batch.row_len * batch.row_len
             for hist in (h.doc_hist, h.pack_hist):
@@ -82,10 +85,19 @@ class IntervalAccumulator:
         self._row_offset += batch.rows
 
     def reduce(self, device: torch.device) -> torch.Tensor:
-        """The interval's device statistics as one int64 vector (DEVICE_LEN long)."""
+        """The interval's device statistics as one int64 vector (DEVICE_LEN long); completes
+        ``host`` with the cu_seqlens batches' shapes."""
         out = torch.zeros(DEVICE_LEN, dtype=torch.int64, device=device)
         if self._cu:
-            lens, rows = canonicalize_cu(self._cu, self._cu_row_offsets, out.device)
+            # Their packs are numbered after those of the other forms.
+            offsets, h = [], self.host
+            for b in self._cu:
+                offsets.append(self._row_offset)
+                self._row_offset += b.rows
+                h.tokens += b.slots
+                h.packs += b.rows
+                h.seqlen_sq_sum_bshd += b.rows * b.row_len * b.row_len
+            lens, rows = canonicalize_cu(self._cu, offsets, out.device)
             self._lens.append(lens)
             self._rows.append(rows)
         if not self._lens:
@@ -109,7 +121,6 @@ class IntervalAccumulator:
         self._lens.clear()
         self._rows.clear()
         self._cu.clear()
-        self._cu_row_offsets.clear()
         self._row_offset = 0
         self.host = HostCounts()
 

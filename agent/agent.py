@@ -8,10 +8,11 @@
         agent.step_end(loss=loss)          # a device tensor: never read back here
     agent.close()
 
-Non-logging steps cost a few asynchronous device ops and no host synchronization. At each
-log boundary the interval's statistics are reduced on the device and copied to pinned host
-memory with one non-blocking copy; the record is built once that copy's event has completed,
-as seen by polling on later steps, so the trainer never waits for the agent.
+Non-logging steps cost two CUDA event records, a few list appends and no host synchronization
+(cu_seqlens batches need no device op at all). At each log boundary the interval's statistics
+are reduced on the device and copied to pinned host memory with one non-blocking copy; the
+record is built once that copy's event and the steps' timing events have completed, as seen by
+polling on the steps after the boundary, so the trainer never waits for the agent.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ class _PendingInterval:
     gpus: int
     host_counts: list[int] | None  # None: they were summed on the device with the rest
     buffer: torch.Tensor  # host copy of the device vector (+ host counts) (+ loss, grad-norm bits)
-    ready: torch.cuda.Event | None
+    ready: torch.Event | None
     n_losses: int
     has_grad_norm: bool
     lr: float | None
@@ -103,6 +104,7 @@ class Agent:
         self._inflight: deque[_PendingInterval] = deque()
         self._interval = config.start_step // config.log_every
         self._first_step = config.start_step + 1
+        self._last_step = config.start_step + config.log_every  # the interval's boundary step
         self._losses: list[torch.Tensor] = []
         self._grad_norm: torch.Tensor | None = None
         self._lr: float | None = None
@@ -170,8 +172,9 @@ class Agent:
         if cu_seqlens is not None:
             if shape is None:
                 raise ValueError("observe_batch(cu_seqlens=...) needs shape=(packs, pack_length)")
-            batch = batch_forms.from_cu_seqlens(cu_seqlens, shape, cu_seqlens_padded, token_mask)
-        elif position_ids is not None:
+            self._acc.add_cu(batch_forms.from_cu_seqlens(cu_seqlens, shape, cu_seqlens_padded, token_mask))
+            return
+        if position_ids is not None:
             batch = batch_forms.from_position_ids(position_ids, attention_mask)
         elif attention_mask is not None:
             batch = batch_forms.from_attention_mask(attention_mask)
@@ -196,9 +199,10 @@ class Agent:
             self._grad_norm = self._as_device_scalar(grad_norm)
         if lr is not None:
             self._lr = float(lr)
-        if self.step - self._first_step + 1 >= self.config.log_every:
+        if self.step >= self._last_step:
             self._close_interval()
-        self._poll()
+        if self._inflight:  # between boundaries there is nothing to poll for
+            self._poll()
 
     def _as_device_scalar(self, value: torch.Tensor | float) -> torch.Tensor:
         if isinstance(value, torch.Tensor):
@@ -210,6 +214,12 @@ class Agent:
         """float64 values as int64 bit patterns, so they ride in the same copy as the counts."""
         vals = torch.stack([v.to(device=self.device, dtype=torch.float64).reshape(()) for v in values])
         return vals.view(torch.int64)
+
+    def _mean_loss(self) -> torch.Tensor:
+        losses = self._losses
+        if all(l.device == self.device and l.dim() == 0 for l in losses):
+            return torch.stack(losses).to(torch.float64).mean()  # three kernels, whatever the count
+        return torch.stack([l.reshape(()).to(self.device, torch.float64) for l in losses]).mean()
 
     def _close_interval(self) -> None:
         vec = self._acc.reduce(self.device)
@@ -230,7 +240,7 @@ class Agent:
                 host_counts = [v * self.dp_size for v in host_counts]
         floats = []
         if self._losses:
-            floats.append(torch.stack([l.reshape(()).to(self.device, torch.float64) for l in self._losses]).mean())
+            floats.append(self._mean_loss())
         if self._grad_norm is not None:
             floats.append(self._grad_norm)
         payload = torch.cat([vec, self._float_bits(floats)]) if floats else vec
@@ -238,7 +248,7 @@ class Agent:
         pinned.copy_(payload, non_blocking=True)
         ready = None
         if self.device.type == "cuda":
-            ready = torch.cuda.Event()
+            ready = torch.Event(self.device)
             ready.record()
 
         total, sites = self.syncs.snapshot()
@@ -255,6 +265,7 @@ class Agent:
         ))
         self._interval += 1
         self._first_step = self.step + 1
+        self._last_step = self.step + self.config.log_every
         self._acc.reset()
         self._losses = []
         self._grad_norm = None

@@ -1,9 +1,11 @@
 """Optional GPU telemetry through NVML (``pip install 'packscope[nvml]'``, i.e. nvidia-ml-py).
 
-A daemon thread samples utilization, power, SM clock and memory every ``period_s``; each
-interval record gets the means of the samples taken since the previous record, and the energy
-the board reports having used over the same window. The trainer thread only takes a lock to
-read the running sums, so sampling never touches the hot path.
+A daemon thread samples utilization, power, SM clock, memory and the board's energy counter
+every ``period_s``; each interval record gets the means of the samples taken since the previous
+record, and the energy used between the last samples before the two records (so the energy
+window is shifted by less than one period). The trainer thread makes no NVML call: it only
+takes a lock to read the running sums, so sampling never touches the hot path (a driver query
+can take milliseconds).
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ class NvmlSampler:
         self._lock = threading.Lock()
         self._sums = dict.fromkeys(FIELDS, 0.0)
         self._n = 0
-        self._energy_mj = self._energy()
+        self._energy_mj = self._energy()  # the counter at the last take()
+        self._energy_latest_mj = self._energy_mj  # the counter at the latest sample
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="packscope-nvml", daemon=True)
         self._thread.start()
@@ -62,16 +65,17 @@ class NvmlSampler:
             except self._nvml.NVMLError as exc:
                 log.warning("packscope: NVML sampling stopped: %s", exc)
                 return
+            energy = self._energy()
             with self._lock:
                 for key, value in sample.items():
                     self._sums[key] += value
                 self._n += 1
+                self._energy_latest_mj = energy
 
     def take(self) -> dict[str, float] | None:
         """Means since the last call, plus the energy used meanwhile (joules)."""
-        energy = self._energy()
         with self._lock:
-            sums, n = self._sums, self._n
+            sums, n, energy = self._sums, self._n, self._energy_latest_mj
             self._sums, self._n = dict.fromkeys(FIELDS, 0.0), 0
         if n == 0:
             return None

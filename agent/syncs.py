@@ -3,7 +3,10 @@
 Default backend ("debug-mode"): PyTorch's sync debug mode makes every implicit synchronizing
 operation (``.item()``, ``.tolist()``, ``nonzero``, a blocking device-to-host copy...) raise a
 warning; we intercept exactly those warnings and count them. Explicit ``torch.cuda.synchronize``,
-``Event.synchronize`` and ``Stream.synchronize`` calls are wrapped. Each sync is attributed to the
+``torch.accelerator.synchronize``, ``torch.cuda.Event.synchronize`` and
+``torch.cuda.Stream.synchronize`` calls are wrapped. The generic ``torch.Event`` and
+``torch.Stream`` are immutable C types that cannot be wrapped: their ``synchronize()`` is seen by
+the CUPTI backend only. Each sync is attributed to the
 first stack frame outside torch and outside packscope.agent, as ``file:line``.
 
 The counter never changes what the program does: other warnings pass through untouched, and
@@ -92,6 +95,7 @@ class SyncCounter:
         warnings.showwarning = self._showwarning
         torch.cuda.set_sync_debug_mode("warn")
         self._wrap(torch.cuda, "synchronize")
+        self._wrap(torch.accelerator, "synchronize")
         self._wrap(torch.cuda.Event, "synchronize")
         self._wrap(torch.cuda.Stream, "synchronize")
         self.installed = True

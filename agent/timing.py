@@ -3,6 +3,10 @@
 Events are recorded at each step's begin and end. They are only ever *queried*, never waited
 on, so timing adds no synchronization; a step's time becomes known a few steps later (the lag),
 and every step is reported exactly once, in order.
+
+The events are ``torch.Event``, whose ``record()`` finds the current stream in C++; the
+``torch.cuda.Event`` wrapper builds a Python ``Stream`` object on every record, which is most of
+the timer's host cost on a slow host.
 """
 
 from __future__ import annotations
@@ -26,13 +30,14 @@ class StepTime:
 class StepTimer:
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
-        self._pool: list[torch.cuda.Event] = []
+        self._device = device
+        self._pool: list[torch.Event] = []
         self._pending: deque = deque()
         self._open: tuple | None = None
         self.last_ended = 0  # number of the last step that ended
 
-    def _event(self) -> torch.cuda.Event:
-        return self._pool.pop() if self._pool else torch.cuda.Event(enable_timing=True)
+    def _event(self) -> torch.Event:
+        return self._pool.pop() if self._pool else torch.Event(self._device, enable_timing=True)
 
     def begin(self, step: int) -> None:
         start = None
@@ -59,7 +64,8 @@ class StepTimer:
         while self._pending:
             step, start, end, hb, he = self._pending[0]
             if end is not None:
-                if not end.query():
+                # The start is checked too: a trainer may switch streams between the two.
+                if not (end.query() and start.query()):
                     break
                 gpu_s = start.elapsed_time(end) / 1e3
                 self._pool += [start, end]

@@ -1,12 +1,14 @@
 """What the agent costs: step time with the agent off and on, alternating in one run.
 
 On CUDA: the reference trainer (125m preset, one 8192-token THD pack per step, bf16 autocast,
-varlen attention, fused AdamW) runs with the agent off and on, the modes taking turns step by
-step, each step timed with its own CUDA events. The result is the ratio of median
-step times on/off (target <= 1.005), for the agent's core, plus its sync counter, plus NVML. Everywhere: the agent's host (CPU) cost per step in
-microseconds, measured around the agent calls alone, split into ordinary and log-boundary steps.
+varlen attention, fused AdamW; eager, then torch.compile) runs with the agent off and on, the
+modes taking turns step by step, each step timed with its own CUDA events. The result is the
+ratio of median step times on/off (target <= 1.005), with a bootstrap 95% interval, for the
+agent's core, plus its sync counter, plus NVML. Everywhere: the agent's host (CPU) cost per
+step in microseconds, measured around the agent calls alone, split into ordinary and
+log-boundary steps; on CUDA also what one event call costs the host.
 
-    python bench/agent_overhead.py [--steps-per-mode 200] [--out results.json]
+    python bench/agent_overhead.py [--steps-per-mode 400] [--presets 125m,1b] [--out results.json]
 
 Prints one JSON object, then a short table.
 """
@@ -16,6 +18,7 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import random
 import statistics
 import sys
 import time
@@ -55,6 +58,40 @@ def host_cost_us(device: torch.device, steps: int = 2000, log_every: int = 10) -
     }
 
 
+def event_call_costs_us(n: int = 2000) -> dict:
+    """Host microseconds per call of the CUDA event operations the step timer makes."""
+    def per_call(fn) -> float:
+        fn()
+        t0 = time.perf_counter()
+        for _ in range(n):
+            fn()
+        return (time.perf_counter() - t0) / n * 1e6
+
+    cuda_ev = torch.cuda.Event(enable_timing=True)
+    generic = torch.Event(torch.device("cuda"), enable_timing=True)
+    generic.record()
+    torch.cuda.synchronize()
+    return {
+        "torch.cuda.Event.record": per_call(cuda_ev.record),
+        "torch.Event.record": per_call(generic.record),
+        "torch.cuda.current_stream": per_call(torch.cuda.current_stream),
+        "torch.Event.query (complete)": per_call(generic.query),
+        "torch.Event.elapsed_time": per_call(lambda: generic.elapsed_time(generic)),
+        "time.perf_counter": per_call(time.perf_counter),
+    }
+
+
+def median_ratio_ci(on: list[float], off: list[float], resamples: int = 2000) -> tuple[float, float]:
+    """Bootstrap 95% interval of median(on) / median(off); on[r] and off[r] ran in the same
+    round, and whole rounds are resampled."""
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.tensor(on, dtype=torch.float64), torch.tensor(off, dtype=torch.float64)
+    idx = torch.randint(len(a), (resamples, len(a)), generator=g)
+    ma, mb = a[idx].quantile(0.5, dim=1), b[idx].quantile(0.5, dim=1)
+    lo, hi = (ma / mb).quantile(torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
+    return lo, hi
+
+
 # Agent variants measured against "off" in the same run: the core alone, plus the debug-mode
 # sync counter, plus NVML telemetry (the default configuration).
 VARIANTS = {
@@ -64,15 +101,17 @@ VARIANTS = {
 }
 
 
-def step_time_ratio(steps_per_mode: int, warmup: int, compile: bool) -> dict:
+def step_time_ratio(preset: str, steps_per_mode: int, warmup: int, compile: bool) -> dict:
     """Median step time of each variant over the median with the agent off.
 
-    The modes take turns step by step (off, core, core+syncs, full, off, ...), so slow drifts of
-    the machine (clocks, other tenants, the host's scheduler) hit every mode alike. Each
-    variant's agent sees only its own steps; its sync counter is installed only around them.
+    The run is a sequence of rounds; each round runs one step of every mode, in a fresh random
+    order, all on the same batch. So the data, slow drifts of the machine (clocks, other
+    tenants, the host's scheduler) and any effect of a step's position hit every mode alike,
+    and the bootstrap resamples whole rounds. Each variant's agent sees only its own steps; its
+    sync counter is installed only around them.
     """
     # torch.compile needs static shapes: a fixed cu_seqlens size and a dummy tail (--static).
-    cfg = TrainConfig(preset="125m", layout="thd", pack_length=8192, packs_per_step=1, device="cuda",
+    cfg = TrainConfig(preset=preset, layout="thd", pack_length=8192, packs_per_step=1, device="cuda",
                       dtype="bfloat16", progress=False, steps=10**6, log_every=10,
                       compile=compile, static=compile)
     trainer = Trainer(cfg)
@@ -82,14 +121,14 @@ def step_time_ratio(steps_per_mode: int, warmup: int, compile: bool) -> dict:
     for a in agents.values():
         a.syncs.uninstall()
     # Controls, without the agent: two extra timing events per step ("events"), and a host-side
-    # spin as long as the agent's calls take in this loop ("spin"). They tell whether a slowdown
-    # is the agent's doing or what any host work of that size costs in this loop.
+    # spin as long as the core agent's calls take in this loop ("spin", sized during warm-up).
+    # They tell whether a slowdown is the agent's doing or what any host work of that size costs.
     controls = ["events", "spin"]
-    spin_s = 190e-6
+    warm_core: list[float] = []
     modes = ["off", *VARIANTS, *controls]
     events: dict[str, list] = {m: [] for m in modes}
     host: dict[str, list[float]] = {m: [] for m in modes}
-    in_agent: dict[str, list[float]] = {m: [] for m in VARIANTS}  # host time inside agent calls
+    in_agent: dict[str, list[list[float]]] = {m: [] for m in VARIANTS}  # host time inside agent calls
     gc_s: dict[str, float] = dict.fromkeys(modes, 0.0)  # Python GC pauses during each mode's steps
     current = {"mode": "off", "gc_start": 0.0}
 
@@ -109,15 +148,15 @@ def step_time_ratio(steps_per_mode: int, warmup: int, compile: bool) -> dict:
         t0 = time.perf_counter()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        spent = 0.0
+        spent = [0.0, 0.0, 0.0]  # host seconds in step_begin, observe_batch, step_end
         if agent is not None:
             a0 = time.perf_counter()
             agent.step_begin()
-            spent += time.perf_counter() - a0
+            spent[0] = time.perf_counter() - a0
         elif mode == "events":
-            torch.cuda.Event(enable_timing=True).record()
+            torch.Event(trainer.device, enable_timing=True).record()
         elif mode == "spin":
-            until = time.perf_counter() + spin_s
+            until = time.perf_counter() + (statistics.median(warm_core) if warm_core else 50e-6)
             while time.perf_counter() < until:
                 pass
         loss = torch.zeros((), device=trainer.device)
@@ -125,29 +164,36 @@ def step_time_ratio(steps_per_mode: int, warmup: int, compile: bool) -> dict:
             if agent is not None:
                 a0 = time.perf_counter()
                 observe(agent, b)
-                spent += time.perf_counter() - a0
+                spent[1] += time.perf_counter() - a0
             loss += trainer.forward_backward(b, labels)
         lr, grad_norm = trainer.optimizer_step()
         if agent is not None:
             a0 = time.perf_counter()
             agent.step_end(loss=loss, lr=lr, grad_norm=grad_norm)
-            spent += time.perf_counter() - a0
+            spent[2] = time.perf_counter() - a0
         elif mode == "events":
-            torch.cuda.Event(enable_timing=True).record()
+            torch.Event(trainer.device, enable_timing=True).record()
         end.record()
         if record:
             events[mode].append((start, end))
             host[mode].append(time.perf_counter() - t0)
             if agent is not None:
                 in_agent[mode].append(spent)
+        elif mode == "core":
+            warm_core.append(sum(spent))
         if agent is not None:
             agent.syncs.uninstall()
 
-    for i in range(warmup * len(modes)):
-        step(i, modes[i % len(modes)], record=False)
+    rng = random.Random(0)
+
+    def rounds(n: int, record: bool) -> None:
+        for r in range(n):
+            for mode in rng.sample(modes, len(modes)):
+                step(r, mode, record)
+
+    rounds(warmup, record=False)
     gc.callbacks.append(on_gc)
-    for i in range(steps_per_mode * len(modes)):
-        step(i, modes[i % len(modes)], record=True)
+    rounds(steps_per_mode, record=True)
     gc.callbacks.remove(on_gc)
     torch.cuda.synchronize()
     for a in agents.values():
@@ -156,16 +202,23 @@ def step_time_ratio(steps_per_mode: int, warmup: int, compile: bool) -> dict:
     off = statistics.median(times["off"])
     records = list(agents["full"].records)
     return {
-        "model": "125m", "parameters": trainer.model.num_params(), "tokens_per_step": 8192,
+        "model": preset, "parameters": trainer.model.num_params(), "tokens_per_step": 8192,
         "compiled": compile, "steps_per_mode": steps_per_mode,
+        "spin_control_us": 1e6 * statistics.median(warm_core),
         "median_step_s": {m: statistics.median(t) for m, t in times.items()},
         "p10_p90_step_s": {m: statistics.quantiles(t, n=10)[::8] for m, t in times.items()},
         "median_host_loop_s": {m: statistics.median(t) for m, t in host.items()},
-        "agent_calls_us_per_step": {m: {"median": 1e6 * statistics.median(t), "mean": 1e6 * statistics.fmean(t)}
-                                    for m, t in in_agent.items()},
+        "agent_calls_us_per_step": {
+            m: {"median": 1e6 * statistics.median(map(sum, t)), "mean": 1e6 * statistics.fmean(map(sum, t)),
+                **{f"{call}_median": 1e6 * statistics.median(x[k] for x in t)
+                   for k, call in enumerate(("step_begin", "observe_batch", "step_end"))}}
+            for m, t in in_agent.items()},
         "gc_ms_per_step": {m: 1e3 * t / steps_per_mode for m, t in gc_s.items()},
         "ratio_on_off": {m: statistics.median(times[m]) / off for m in VARIANTS},
         "ratio_controls_off": {m: statistics.median(times[m]) / off for m in controls},
+        "ratio_ci95": {m: median_ratio_ci(times[m], times["off"]) for m in [*VARIANTS, *controls]},
+        "median_paired_ratio": {m: statistics.median(a / b for a, b in zip(times[m], times["off"]))
+                                for m in [*VARIANTS, *controls]},
         "agent_reported_syncs_per_iter": sum(r["syncs"]["total"] for r in records) / sum(r["steps"] for r in records),
         "agent_reported_thd_tflops": sum(r["flops_thd"] for r in records) / sum(r["gpu_time_s"] for r in records) / 1e12,
     }
@@ -173,7 +226,9 @@ def step_time_ratio(steps_per_mode: int, warmup: int, compile: bool) -> dict:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--steps-per-mode", type=int, default=200)
+    ap.add_argument("--steps-per-mode", type=int, default=400)
+    ap.add_argument("--presets", default="125m", help="comma-separated model presets (125m is the target's)")
+    ap.add_argument("--no-compile", action="store_true", help="eager only")
     ap.add_argument("--warmup", type=int, default=15)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -184,10 +239,13 @@ def main() -> int:
         "host_cost_cpu": host_cost_us(torch.device("cpu")),
     }
     if torch.cuda.is_available():
+        result["event_call_us"] = event_call_costs_us()
         result["host_cost_cuda"] = host_cost_us(torch.device("cuda"))
-        # Eager, the 125m step is bound by the host's Python dispatch; compiled, by the GPU.
-        result["step_time_eager"] = step_time_ratio(args.steps_per_mode, args.warmup, compile=False)
-        result["step_time_compiled"] = step_time_ratio(args.steps_per_mode, args.warmup, compile=True)
+        for preset in args.presets.split(","):
+            for compile in (False,) if args.no_compile else (False, True):
+                key = f"step_time_{preset}_{'compiled' if compile else 'eager'}"
+                print(f"measuring {key} ...", file=sys.stderr)
+                result[key] = step_time_ratio(preset, args.steps_per_mode, args.warmup, compile)
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:
@@ -196,13 +254,13 @@ def main() -> int:
     print("\nagent host cost per step (us, median): "
           f"cpu plain {result['host_cost_cpu']['plain_step_us_median']:.0f}, "
           f"cpu log step {result['host_cost_cpu']['log_step_us_median']:.0f}", file=sys.stderr)
-    for key in ("step_time_eager", "step_time_compiled"):
-        if key not in result:
-            continue
+    for key in [k for k in result if k.startswith("step_time_")]:
         st = result[key]
         for m, ratio in {**st["ratio_on_off"], **st["ratio_controls_off"]}.items():
-            print(f"{key[10:]:>8} median step {m}/off: {st['median_step_s'][m] * 1e3:.2f} / "
-                  f"{st['median_step_s']['off'] * 1e3:.2f} ms -> ratio {ratio:.4f} (target <= 1.005)", file=sys.stderr)
+            lo, hi = st["ratio_ci95"][m]
+            print(f"{key[10:]:>14} median step {m}/off: {st['median_step_s'][m] * 1e3:.2f} / "
+                  f"{st['median_step_s']['off'] * 1e3:.2f} ms -> ratio {ratio:.4f} [{lo:.4f}, {hi:.4f}] "
+                  "(target <= 1.005)", file=sys.stderr)
     return 0
 
 
