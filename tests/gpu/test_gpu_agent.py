@@ -72,6 +72,9 @@ def test_records_arrive_lagged_but_exactly_once_in_order():
         agent.step_begin()
         workload(x, w, 4)
         agent.step_end(loss=x.sum())
+        # A host that waits on its data loader, as real ones do; without it the host would
+        # queue all 30 steps before the GPU had finished the first few.
+        time.sleep(0.005)
         seen_before_close = len(agent.records)
     agent.close()
     recs = list(agent.records)
