@@ -23,6 +23,7 @@ import random
 import statistics
 import sys
 import time
+from collections import Counter
 from datetime import datetime, timezone
 
 import torch
@@ -127,7 +128,9 @@ def step_time_ratio(preset: str, steps_per_mode: int, warmup: int, compile: bool
                       dtype="bfloat16", progress=False, steps=10**6, log_every=10,
                       compile=compile, static=compile)
     trainer = Trainer(cfg)
-    pool = [trainer.next_batches() for _ in range(32)]  # fixed data on the device: no host noise
+    # Fixed data on the device (no host noise); warm-up runs every batch once, so that
+    # torch.compile's recompilations (a new max_seqlen) are over before timing starts.
+    pool = [trainer.next_batches() for _ in range(warmup)]
     spec = trainer.model_cfg.to_model_spec()
     agents = {name: Agent(AgentConfig(log_every=cfg.log_every, **kw), model=spec) for name, kw in VARIANTS.items()}
     for a in agents.values():
@@ -227,6 +230,8 @@ def step_time_ratio(preset: str, steps_per_mode: int, warmup: int, compile: bool
         "gc_ms_per_step": {m: 1e3 * t / steps_per_mode for m, t in gc_s.items()},
         "ratios": {m: ratio_estimates(times[m], times["off"]) for m in [*VARIANTS, *controls]},
         "agent_reported_syncs_per_iter": sum(r["syncs"]["total"] for r in records) / sum(r["steps"] for r in records),
+        "agent_reported_sync_sites": dict(sum((Counter({x["site"]: x["count"]}) for r in records for x in r["syncs"]["sites"]),
+                                              Counter())),
         "agent_reported_thd_tflops": sum(r["flops_thd"] for r in records) / sum(r["gpu_time_s"] for r in records) / 1e12,
     }
 
@@ -236,7 +241,7 @@ def main() -> int:
     ap.add_argument("--steps-per-mode", type=int, default=400)
     ap.add_argument("--presets", default="125m", help="comma-separated model presets (125m is the target's)")
     ap.add_argument("--no-compile", action="store_true", help="eager only")
-    ap.add_argument("--warmup", type=int, default=15)
+    ap.add_argument("--warmup", type=int, default=32, help="warm-up rounds, one per distinct batch")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     result = {
