@@ -13,7 +13,10 @@ python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . || exit
 python3 -m pytest -m gpu tests/gpu tests/trainer -v -s -p no:cacheprovider > "$OUT/gpu_tests.log" 2>&1
 tail -1 "$OUT/gpu_tests.log"
 python3 bench/agent_overhead.py --out "$OUT/agent_overhead.json" > /dev/null 2> "$OUT/agent_overhead.err"
-tail -12 "$OUT/agent_overhead.err"
+tail -14 "$OUT/agent_overhead.err"
+python3 bench/agent_overhead.py --presets 1b --no-compile --steps-per-mode 100 --out "$OUT/agent_overhead_1b.json" \
+  > /dev/null 2> "$OUT/agent_overhead_1b.err"
+tail -7 "$OUT/agent_overhead_1b.err"
 python3 bench/trainer_throughput.py --out "$OUT/trainer_throughput.json" > /dev/null 2> "$OUT/trainer_throughput.err"
 python3 bench/trainer_throughput.py --compile --layouts thd --out "$OUT/trainer_throughput_compiled.json" > /dev/null 2> "$OUT/trainer_throughput_compiled.err"
 tail -6 "$OUT/trainer_throughput.err" "$OUT/trainer_throughput_compiled.err"
