@@ -51,6 +51,20 @@ def test_records_cover_every_step_once_with_exact_sums():
     assert recs[2]["loss"] == pytest.approx((2.2 + 2.1) / 2)
 
 
+def test_steps_between_boundaries_poll_nothing():
+    # The hot path: once an interval's record is out, ordinary steps make no timing query
+    # until the next boundary (on CPU the host clock resolves a step at once).
+    agent = Agent(AgentConfig(log_every=5, count_syncs=False), model=MODEL)
+    polled_at = []
+    poll = agent._timer.poll
+    agent._timer.poll = lambda: polled_at.append(agent.step) or poll()
+    run_steps(agent, 12)
+    assert polled_at == [5, 10]
+    assert [r["last_step"] for r in agent.records] == [5, 10]
+    agent.close()
+    assert [r["first_step"] for r in agent.records] == [1, 6, 11]
+
+
 def test_float_loss_and_grad_norm_are_accepted():
     agent = Agent(AgentConfig(log_every=2, count_syncs=False), model=MODEL)
     for i in range(2):

@@ -52,28 +52,23 @@ def packs_strategy(pack_len):
 PACK_LEN = 64
 
 
-@settings(max_examples=150, deadline=None)
-@given(packs_strategy(PACK_LEN))
-def test_cu_seqlens_with_padded_pair(packs):
-    # Physical layout: docs back to back inside each pack, each pack padded at its end; the
-    # padded boundaries put the pack padding on the last document of every pack.
-    unpadded, padded, pos = [0], [0], 0
+def padded_pair_batch(packs):
+    """cu_seqlens + cu_seqlens_padded: docs back to back inside each pack, each pack padded at
+    its end; the padded boundaries put the pack padding on the last document of every pack."""
+    unpadded, padded = [0], [0]
     for i, p in enumerate(packs):
         docs = p or [0]
         for j, d in enumerate(docs):
-            pos += d
             unpadded.append(unpadded[-1] + d)
             padded.append((i + 1) * PACK_LEN if j == len(docs) - 1 else padded[-1] + d)
-    got = reduce(from_cu_seqlens(torch.tensor(unpadded, dtype=torch.int32), (len(packs), PACK_LEN),
-                                 cu_seqlens_padded=torch.tensor(padded, dtype=torch.int32)))
-    assert got == brute(packs, PACK_LEN)
+    batch = from_cu_seqlens(torch.tensor(unpadded, dtype=torch.int32), (len(packs), PACK_LEN),
+                            cu_seqlens_padded=torch.tensor(padded, dtype=torch.int32))
+    return batch, brute(packs, PACK_LEN)
 
 
-@settings(max_examples=150, deadline=None)
-@given(packs_strategy(PACK_LEN), st.integers(0, 4))
-def test_cu_seqlens_static_padding_dummy_tail_and_repeated_boundaries(packs, repeats):
-    # One long row of len(packs) * PACK_LEN slots: all documents back to back, then a dummy
-    # tail sequence holding the padding, then repeated boundaries up to a static entry count.
+def static_tail_batch(packs, repeats):
+    """One long row of len(packs) * PACK_LEN slots: all documents back to back, then a dummy
+    tail sequence holding the padding, then repeated boundaries up to a static entry count."""
     docs = [d for p in packs for d in p]
     slots = len(packs) * PACK_LEN
     cu = [0]
@@ -83,14 +78,10 @@ def test_cu_seqlens_static_padding_dummy_tail_and_repeated_boundaries(packs, rep
         cu.append(slots)  # the dummy tail
     cu += [slots] * repeats
     mask = torch.arange(slots) < sum(docs)  # the trainer's padding mask: the tail is padding
-    got = reduce(from_cu_seqlens(torch.tensor(cu, dtype=torch.int32), (1, slots), token_mask=mask))
-    exp = brute([docs], slots)
-    assert got == exp
+    return from_cu_seqlens(torch.tensor(cu, dtype=torch.int32), (1, slots), token_mask=mask), brute([docs], slots)
 
 
-@settings(max_examples=150, deadline=None)
-@given(packs_strategy(PACK_LEN))
-def test_position_ids_with_padding_mask(packs):
+def position_ids_batch(packs):
     pos, mask = [], []
     for p in packs:
         row_pos, row_mask = [], []
@@ -102,8 +93,60 @@ def test_position_ids_with_padding_mask(packs):
         row_mask += [0] * pad
         pos.append(row_pos)
         mask.append(row_mask)
-    got = reduce(from_position_ids(torch.tensor(pos), torch.tensor(mask)))
-    assert got == brute(packs, PACK_LEN)
+    return from_position_ids(torch.tensor(pos), torch.tensor(mask)), brute(packs, PACK_LEN)
+
+
+def merged(results: list[dict]) -> dict:
+    """Totals of several batches: every count and histogram bucket adds up."""
+    def add(a, b):
+        if isinstance(a, dict):
+            return {k: add(a[k], b[k]) for k in a}
+        if isinstance(a, list):
+            return [add(x, y) for x, y in zip(a, b)]
+        return a + b
+
+    out = results[0]
+    for r in results[1:]:
+        out = add(out, r)
+    return out
+
+
+@settings(max_examples=150, deadline=None)
+@given(packs_strategy(PACK_LEN))
+def test_cu_seqlens_with_padded_pair(packs):
+    batch, exp = padded_pair_batch(packs)
+    assert reduce(batch) == exp
+
+
+@settings(max_examples=150, deadline=None)
+@given(packs_strategy(PACK_LEN), st.integers(0, 4))
+def test_cu_seqlens_static_padding_dummy_tail_and_repeated_boundaries(packs, repeats):
+    batch, exp = static_tail_batch(packs, repeats)
+    assert reduce(batch) == exp
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["padded", "static", "position_ids"]), packs_strategy(PACK_LEN),
+                          st.integers(0, 3)), min_size=1, max_size=6))
+def test_an_interval_of_mixed_micro_batches(micro_batches):
+    # Many micro-batches in one interval, cu_seqlens forms (canonicalised together at the
+    # boundary, packs numbered after the other forms') interleaved with a per-token form.
+    built = []
+    for kind, packs, repeats in micro_batches:
+        if kind == "padded":
+            built.append(padded_pair_batch(packs))
+        elif kind == "static":
+            built.append(static_tail_batch(packs, repeats))
+        else:
+            built.append(position_ids_batch(packs))
+    assert reduce(*(b for b, _ in built)) == merged([e for _, e in built])
+
+
+@settings(max_examples=150, deadline=None)
+@given(packs_strategy(PACK_LEN))
+def test_position_ids_with_padding_mask(packs):
+    batch, exp = position_ids_batch(packs)
+    assert reduce(batch) == exp
 
 
 @settings(max_examples=100, deadline=None)
