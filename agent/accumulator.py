@@ -1,10 +1,10 @@
 """Per-interval statistics: cheap to add to on every step, reduced once per logging interval.
 
 On a training step the agent keeps the batch (cu_seqlens batches as given, with one list
-append; other forms after a few device ops, see ``batch_forms``). At the log boundary everything the interval saw is
-reduced with a handful of kernels into one int64 vector, which then travels to the host in a
-single non-blocking copy. Values known on the host (token slots, packs, the baseline S2 of a
-fixed shape) never touch the device.
+append; other forms after a few device ops, see ``batch_forms``). At the log boundary
+everything the interval saw is reduced with a few dozen ops into one int64 vector, which then
+travels to the host in a single non-blocking copy. Values known on the host (token slots,
+packs, the baseline S2 of a fixed shape) never touch the device.
 """
 
 from __future__ import annotations

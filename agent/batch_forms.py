@@ -93,9 +93,10 @@ def canonicalize_cu(batches: list[CuBatch], row_offsets: list[int], device: torc
     """Document lengths and global pack rows of many cu_seqlens batches, in about 20 ops
     whatever the number of batches (no per-batch slicing: on a slow host every op counts).
 
-    Per-batch facts known on the host (entries, row length, first and last row, where its tokens
-    start in the concatenated masks, its ordinal) travel in one pinned, non-blocking copy and are expanded
-    to one column per entry on the device (repeat_interleave with a host-known size).
+    Per-batch facts known on the host (entries, row length, first and last row, where its
+    tokens start in the concatenated masks, its ordinal) travel in one pinned, non-blocking
+    copy and are expanded to one column per entry on the device (repeat_interleave with a
+    host-known size).
     """
     table, token_offset = [], 0
     for i, (b, off) in enumerate(zip(batches, row_offsets)):

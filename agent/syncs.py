@@ -5,9 +5,9 @@ operation (``.item()``, ``.tolist()``, ``nonzero``, a blocking device-to-host co
 warning; we intercept exactly those warnings and count them. Explicit ``torch.cuda.synchronize``,
 ``torch.accelerator.synchronize``, ``torch.cuda.Event.synchronize`` and
 ``torch.cuda.Stream.synchronize`` calls are wrapped. The generic ``torch.Event`` and
-``torch.Stream`` are immutable C types that cannot be wrapped: their ``synchronize()`` is seen by
-the CUPTI backend only. Each sync is attributed to the
-first stack frame outside torch and outside packscope.agent, as ``file:line``.
+``torch.Stream`` are immutable C types that cannot be wrapped: their ``synchronize()`` is seen
+by the CUPTI backend only. Each sync is attributed to the first stack frame outside torch and
+outside packscope.agent, as ``file:line``.
 
 The counter never changes what the program does: other warnings pass through untouched, and
 uninstall restores everything.

@@ -1,8 +1,9 @@
 """Step timing: CUDA events on the GPU, resolved lazily; the host clock on CPU.
 
 Events are recorded at each step's begin and end. They are only ever *queried*, never waited
-on, so timing adds no synchronization; a step's time becomes known a few steps later (the lag),
-and every step is reported exactly once, in order.
+on, so timing adds no synchronization. The agent polls only after a log boundary, until the
+interval's steps are resolved, so a step's time becomes known up to an interval later (the
+lag); every step is reported exactly once, in order.
 
 The events are ``torch.Event``, whose ``record()`` finds the current stream in C++; the
 ``torch.cuda.Event`` wrapper builds a Python ``Stream`` object on every record, which is most of
