@@ -1,13 +1,19 @@
 """Exact sync counting through CUPTI (optional extra ``packscope[cupti]``).
 
 Counts every driver call that makes the host wait for the device: context, stream and event
-synchronize, and the synchronous memcpy entry points. Nothing is inferred from PyTorch's
-warnings, so syncs made by other libraries (NCCL, cuBLAS workspace setup, Triton autotuning,
-your own extensions) are counted too. CUPTI allows one subscriber per process: when
+synchronize, the synchronous memcpy entry points, and an *asynchronous* device-to-host copy
+whose destination is pageable (not pinned) host memory, which the driver can only complete by
+waiting for the device: ``cpu_tensor.copy_(gpu_tensor, non_blocking=True)`` into an ordinary
+CPU tensor. Nothing is inferred from PyTorch's warnings, so syncs made by other libraries
+(NCCL, cuBLAS workspace setup, Triton autotuning, your own extensions) are counted too. CUPTI allows one subscriber per process: when
 torch.profiler, Nsight or another tool holds it, installing fails with a message saying so.
 """
 
 from __future__ import annotations
+
+import ctypes
+import logging
+import threading
 
 from packscope.agent.syncs import SyncCounter, caller_site
 
@@ -18,6 +24,24 @@ BLOCKING_DRIVER_CALLS = (
     "cuEventSynchronize",
     "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2", "cuMemcpyDtoD_v2", "cuMemcpy", "cuMemcpy_ptds",
 )
+# Asynchronous copies that block only when they write device data to pageable host memory.
+# Their parameter structs start with (dst, src); cudaMemcpyAsync arrives as cuMemcpyAsync.
+ASYNC_COPY_CALLS = (
+    "cuMemcpyAsync", "cuMemcpyAsync_ptsz", "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoHAsync_v2_ptsz",
+)
+log = logging.getLogger("packscope.agent")
+# CUpti_CallbackData: callbackSite (4 bytes + 4 of padding), functionName, functionParams...
+_FUNCTION_PARAMS_OFFSET = 16
+_CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2
+_CU_MEMORYTYPE_DEVICE = 2
+
+
+def _memory_type(driver: ctypes.CDLL, address: int) -> int | None:
+    """CUmemorytype of an address, or None for pageable host memory the driver does not know."""
+    kind = ctypes.c_uint(0)
+    status = driver.cuPointerGetAttribute(ctypes.byref(kind), _CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
+                                          ctypes.c_uint64(address))
+    return kind.value if status == 0 else None
 
 
 class CuptiUnavailable(RuntimeError):
@@ -29,10 +53,43 @@ class CuptiSyncCounter(SyncCounter):
         super().__init__()
         self._cupti = None
         self._subscriber = None
+        self._driver: ctypes.CDLL | None = None
+        self._async_copy_cbids: set[int] = set()
+        self._stream_sync_cbids: set[int] = set()
+        self._last = threading.local()  # per thread: the site of a blocking copy just counted
+        self._warned = False
 
     def _callback(self, userdata, domain, cbid, cbdata) -> None:
-        if cbdata.callback_site == self._cupti.ApiCallbackSite.API_ENTER:
-            self.record(caller_site())
+        if cbdata.callback_site != self._cupti.ApiCallbackSite.API_ENTER:
+            return
+        cbid = int(cbid)
+        copy_site, self._last.copy_site = getattr(self._last, "copy_site", None), None
+        if cbid in self._async_copy_cbids:
+            if self._blocking_async_copy(cbdata):
+                site = caller_site()
+                self.record(site)
+                self._last.copy_site = site
+            return
+        site = caller_site()
+        if cbid in self._stream_sync_cbids and site == copy_site:
+            # PyTorch's blocking copies (.item(), .tolist(), .cpu()) are an async copy to
+            # pageable memory followed at once by a stream synchronize: one wait, counted once.
+            return
+        self.record(site)
+
+    def _blocking_async_copy(self, cbdata) -> bool:
+        """Device data to pageable host memory: the call returns only when the copy is done."""
+        try:
+            params = ctypes.c_void_p.from_address(cbdata.ptr + _FUNCTION_PARAMS_OFFSET).value
+            dst = ctypes.c_uint64.from_address(params).value
+            src = ctypes.c_uint64.from_address(params + 8).value
+            return _memory_type(self._driver, dst) is None and _memory_type(self._driver, src) == _CU_MEMORYTYPE_DEVICE
+        except Exception as exc:  # noqa: BLE001 - an exception must not escape into the driver
+            if not self._warned:
+                self._warned = True
+                log.warning("packscope: CUPTI could not read an async copy's parameters (%s); "
+                            "copies to pageable memory are not counted", exc)
+            return False
 
     def install(self) -> CuptiSyncCounter:
         if self.installed:
@@ -58,9 +115,14 @@ class CuptiSyncCounter(SyncCounter):
                     "sync_backend='debug-mode'"
                 ) from None
             raise CuptiUnavailable(f"CUPTI refused the subscription: {cupti.Result(exc.status).name}") from None
-        for name in BLOCKING_DRIVER_CALLS:
+        self._driver = ctypes.CDLL("libcuda.so.1")
+        for name in BLOCKING_DRIVER_CALLS + ASYNC_COPY_CALLS:
             cbid = getattr(cupti.driver_api_trace_cbid, name, None)
             if cbid is not None:
+                if name in ASYNC_COPY_CALLS:
+                    self._async_copy_cbids.add(int(cbid))
+                elif name.startswith("cuStreamSynchronize"):
+                    self._stream_sync_cbids.add(int(cbid))
                 cupti.enable_callback(1, self._subscriber, cupti.CallbackDomain.DRIVER_API, cbid)
         self.installed = True
         return self

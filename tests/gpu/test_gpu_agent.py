@@ -109,31 +109,44 @@ def test_agent_adds_no_sync_on_non_logging_steps_cupti():
     assert sum(per_step) == 0, (per_step, dict(counter.sites))
 
 
-def inject_syncs(x):
-    """One micro-batch that carries five known host syncs."""
-    x.sum().item()                       # .item()
-    x[:4, 0].tolist()                    # .tolist()
-    torch.nonzero(x[:64, 0] > 0)         # nonzero: output size depends on the data
-    torch.cuda.synchronize()             # explicit
-    torch.tensor([1.0], device="cuda")   # a pageable blocking host-to-device copy
+def inject_syncs(x, pageable):
+    """One micro-batch that carries six known host syncs, one per line."""
+    x.sum().item()                               # .item()
+    x[:4, 0].tolist()                            # .tolist()
+    torch.nonzero(x[:64, 0] > 0)                 # nonzero: output size depends on the data
+    torch.cuda.synchronize()                     # explicit
+    torch.tensor([1.0], device="cuda")           # a pageable blocking host-to-device copy
+    pageable.copy_(x[:4, 0], non_blocking=True)  # "non-blocking" into pageable memory: blocks
+
+
+INJECTED_LINES = 6
 
 
 @pytest.mark.parametrize("backend", ["debug-mode", "cupti"])
 def test_both_backends_count_injected_syncs(backend):
     dev = torch.device("cuda")
     x = torch.randn(1024, 64, device=dev)
+    pageable = torch.empty(4)
     counter = cupti_counter() if backend == "cupti" else SyncCounter().install()
     try:
         base = counter.total
         for _ in range(3):  # three micro-batches
-            inject_syncs(x)
+            inject_syncs(x, pageable)
         total, sites = counter.snapshot()
     finally:
         counter.uninstall()
     n = total - base
     print(f"{backend}: {n} syncs; sites {dict(sites)}")
-    assert n >= 15, dict(sites)
-    assert all(site.startswith("test_gpu_agent.py:") for site in sites), dict(sites)
+    first = inject_syncs.__code__.co_firstlineno + 2  # the .item() line
+    lines = {f"test_gpu_agent.py:{first + k}": 3 for k in range(INJECTED_LINES)}
+    pageable_copy = f"test_gpu_agent.py:{first + INJECTED_LINES - 1}"
+    if backend == "cupti":
+        assert dict(sites) == lines  # every injected sync, once each, at its own line
+    else:
+        # PyTorch's debug mode does not flag a non_blocking copy into pageable memory
+        # (docs/BENCHMARKS.md): the one difference between the backends here.
+        lines.pop(pageable_copy)
+        assert {s: c for s, c in sites.items() if s != pageable_copy} == lines
 
 
 def test_debug_mode_counter_sees_nothing_from_the_agent():
