@@ -115,7 +115,7 @@ VARIANTS = {
 
 
 def step_time_ratio(preset: str, steps_per_mode: int, warmup: int, compile: bool) -> dict:
-    """Median step time of each variant over the median with the agent off.
+    """Step-time ratios of each agent variant and control to the agent off, and what they cost.
 
     The run is a sequence of rounds; each round runs one step of every mode, in a fresh random
     order, all on the same batch. So the data, slow drifts of the machine (clocks, other
@@ -230,10 +230,17 @@ def step_time_ratio(preset: str, steps_per_mode: int, warmup: int, compile: bool
         "gc_ms_per_step": {m: 1e3 * t / steps_per_mode for m, t in gc_s.items()},
         "ratios": {m: ratio_estimates(times[m], times["off"]) for m in [*VARIANTS, *controls]},
         "agent_reported_syncs_per_iter": sum(r["syncs"]["total"] for r in records) / sum(r["steps"] for r in records),
-        "agent_reported_sync_sites": dict(sum((Counter({x["site"]: x["count"]}) for r in records for x in r["syncs"]["sites"]),
-                                              Counter())),
+        "agent_reported_sync_sites": dict(sync_sites(records)),
         "agent_reported_thd_tflops": sum(r["flops_thd"] for r in records) / sum(r["gpu_time_s"] for r in records) / 1e12,
     }
+
+
+def sync_sites(records: list[dict]) -> Counter:
+    sites: Counter = Counter()
+    for r in records:
+        for x in r["syncs"]["sites"]:
+            sites[x["site"]] += x["count"]
+    return sites
 
 
 def main() -> int:
@@ -244,6 +251,8 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=32, help="warm-up rounds, one per distinct batch")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    if args.warmup < 1 or args.steps_per_mode < 2:
+        ap.error("--warmup needs at least 1 round (one per batch) and --steps-per-mode at least 2")
     result = {
         "bench": "agent_overhead", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         "torch": torch.__version__,
