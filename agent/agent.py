@@ -18,14 +18,12 @@ polling on the steps after the boundary, so the trainer never waits for the agen
 from __future__ import annotations
 
 import logging
-import os
 import secrets
 import statistics
 import time
 from collections import deque
 from dataclasses import dataclass
 from datetime import datetime, timezone
-from pathlib import Path
 
 import torch
 import torch.distributed as dist
@@ -128,12 +126,7 @@ class Agent:
         self.hardware = describe(self.device, self.world_size, config.peak_tflops)
         self.sender: Sender | None = None
         if config.server and self.rank == 0:
-            spool_dir = Path(config.spool_dir or os.path.expanduser("~/.cache/packscope/spool"))
-            self.sender = Sender(
-                config.server, self.run_id, self.run_body(), spool_dir / f"{self.run_id}.jsonl",
-                token=config.token, queue_size=config.queue_size, batch_size=config.batch_size,
-                timeout_s=config.request_timeout_s, spool_max_bytes=config.spool_max_bytes,
-            )
+            self.sender = Sender(config, self.run_id, self.run_body())
 
     def run_body(self) -> dict:
         cfg = self.config
