@@ -1,25 +1,8 @@
-"""packscope.agent: lives inside the trainer; imports torch and the standard library only.
+"""packscope.agent: lives inside the trainer; imports torch, the standard library and packscope.core."""
 
-Attributes load lazily so that the pure-Python FLOPs model (``packscope.agent.flops``) can be
-imported by the backend without pulling in torch.
-"""
+from packscope.agent.agent import Agent
+from packscope.agent.config import AgentConfig
+from packscope.agent.hf_config import read_hf_config
+from packscope.core.flops import FlopsBreakdown, ModelSpec
 
-from __future__ import annotations
-
-import importlib
-
-_EXPORTS = {
-    "Agent": "packscope.agent.agent",
-    "AgentConfig": "packscope.agent.config",
-    "ModelSpec": "packscope.agent.flops",
-    "FlopsBreakdown": "packscope.agent.flops",
-    "read_hf_config": "packscope.agent.hf_config",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'packscope.agent' has no attribute {name!r}")
+__all__ = ["Agent", "AgentConfig", "FlopsBreakdown", "ModelSpec", "read_hf_config"]

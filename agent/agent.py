@@ -31,7 +31,7 @@ import torch.distributed as dist
 from packscope.agent import batch_forms
 from packscope.agent.accumulator import IntervalAccumulator, decode, DEVICE_LEN
 from packscope.agent.config import AgentConfig
-from packscope.agent.flops import ModelSpec
+from packscope.core.flops import ModelSpec
 from packscope.agent.hardware import describe
 from packscope.agent.sender import Sender
 from packscope.agent.syncs import SyncCounter

@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from packscope.agent.flops import ModelSpec
+from packscope.core.flops import ModelSpec
 
 DENSE_GATED = {"llama", "mistral", "qwen2", "qwen3"}
 MIXTRAL = {"mixtral"}

@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy import ColumnElement, Float, cast, func
 
-from packscope.agent.flops import ModelSpec
+from packscope.core.flops import ModelSpec
 
 
 @dataclass(frozen=True)

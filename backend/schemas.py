@@ -9,7 +9,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, Field, StringConstraints, field_validator, model_validator
 
-from packscope.agent.flops import ModelSpec
+from packscope.core.flops import ModelSpec
 
 HISTOGRAM_BUCKETS = 24  # bucket b holds lengths in [2^b, 2^(b+1)); the last one is open
 MAX_BATCH = 1000

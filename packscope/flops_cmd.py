@@ -7,7 +7,7 @@ import dataclasses
 import json
 import sys
 
-from packscope.agent.flops import packs_breakdown
+from packscope.core.flops import packs_breakdown
 from packscope.agent.hf_config import HFConfigError, read_hf_config
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from packscope.agent.flops import ModelSpec
+from packscope.core.flops import ModelSpec
 
 
 @dataclass(frozen=True)

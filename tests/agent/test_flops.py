@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from packscope.agent.flops import ModelSpec, moe_layer_pattern, packs_breakdown
+from packscope.core.flops import ModelSpec, moe_layer_pattern, packs_breakdown
 from packscope.agent.hf_config import HFConfigError, read_hf_config, spec_from_hf_dict
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "hf"

@@ -12,7 +12,7 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from packscope.agent.flops import ModelSpec
+from packscope.core.flops import ModelSpec
 from packscope.backend.app import create_app
 from packscope.backend.settings import Settings
 

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from packscope.agent import Agent, AgentConfig
-from packscope.agent.flops import ModelSpec
+from packscope.core.flops import ModelSpec
 from packscope.agent.sender import Sender
 from packscope.trainer.config import PRESETS, TrainConfig
 from packscope.trainer.data import DocumentStream, step_documents
