@@ -307,11 +307,8 @@ class Agent:
             "timing_lag_steps": max(s.lag_steps for s in steps),
             "tokens": tokens, "real_tokens": real, "packs": stats["packs"], "documents": stats["documents"],
             "seqlen_sq_sum_bshd": s2b, "seqlen_sq_sum_thd": s2t,
-            "flops_bshd": float(m.flops(tokens, s2b)),
-            "flops_thd": float(m.flops(tokens, s2t)),
-            "flops_useful": float(m.flops(real, s2t)),
-            "syncs": {"total": p.syncs, "per_iteration": p.syncs / n,
-                      "sites": [{"site": s, "count": c} for s, c in top]},
+            **{f"flops_{kind}": float(value) for kind, value in m.triad(tokens, real, s2b, s2t).items()},
+            "syncs": {"total": p.syncs, "sites": [{"site": s, "count": c} for s, c in top]},
             "histograms": stats["histograms"],
             "loss": loss, "lr": p.lr, "grad_norm": grad_norm, "gpu": p.gpu,
         }

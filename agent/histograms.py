@@ -1,7 +1,6 @@
-"""Fixed log2 length histograms.
+"""Log2 length histograms on the device (the edges are packscope.core.histograms').
 
-Bucket b (0-based) holds lengths in [2^b, 2^(b+1)); the last bucket is open-ended. On the
-device we keep one extra leading slot that collects zero-length entries (static padding,
+On the device we keep one extra leading slot that collects zero-length entries (static padding,
 empty documents) so that bucketing needs no boolean mask, which would synchronize.
 """
 
@@ -9,8 +8,10 @@ from __future__ import annotations
 
 import torch
 
-NUM_BUCKETS = 24
-EDGES = [1 << b for b in range(NUM_BUCKETS)]  # lower edge of each bucket
+from packscope.core.histograms import NUM_BUCKETS, bucket_of
+
+__all__ = ["NUM_BUCKETS", "SLOTS", "bucket_of", "edges_on", "slot_of"]
+
 SLOTS = NUM_BUCKETS + 1  # device layout: slot 0 = zero length, slot b+1 = bucket b
 
 
@@ -23,9 +24,3 @@ def slot_of(lengths: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
     """Slot index per length: 0 for length 0, b + 1 for lengths in bucket b."""
     return torch.bucketize(lengths, edges, right=True)
 
-
-def bucket_of(length: int) -> int:
-    """Host-side bucket of a positive length (for static shapes and tests)."""
-    if length <= 0:
-        raise ValueError(f"length must be positive, got {length}")
-    return min(length.bit_length() - 1, NUM_BUCKETS - 1)

@@ -8,10 +8,12 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from packscope.backend.models import Interval, IntervalHistogram, IntervalSyncSite, Run
+from packscope.core.catalogue import FIELDS
+from packscope.core.histograms import KINDS
+
+from packscope.backend.models import IntervalHistogram, IntervalSyncSite, Run, intervals
 from packscope.backend.queries import get_run
 from packscope.backend.schemas import (
-    GpuStats,
     IngestResult,
     IntervalBatch,
     IntervalRecord,
@@ -80,12 +82,13 @@ def patch_run(session: Session, run: Run, body: RunPatch) -> Run:
 
 
 def _interval_row(run_pk: int, r: IntervalRecord) -> dict[str, Any]:
-    row = r.model_dump(exclude={"syncs", "histograms", "gpu"})
-    row["run_pk"] = run_pk
-    row["syncs_total"] = r.syncs.total
-    row["syncs_per_iteration"] = r.syncs.per_iteration
-    for key in GpuStats.model_fields:
-        row[f"gpu_{key}"] = None if r.gpu is None else getattr(r.gpu, key)
+    """The record's table row: every catalogue field, read from its place on the wire."""
+    row: dict[str, Any] = {"run_pk": run_pk, "channel_loss": r.channel_loss}
+    for f in FIELDS:
+        value: Any = r
+        for key in f.wire_path:
+            value = getattr(value, key, None)
+        row[f.name] = value
     return row
 
 
@@ -109,8 +112,7 @@ def ingest_batch(session: Session, run: Run, batch: IntervalBatch) -> IngestResu
     for record in batch.intervals:
         fresh.setdefault((record.interval, record.rank), record)
 
-    table = Interval.__table__
-    assert isinstance(table, Table)
+    table = intervals
     stmt = (
         _insert(session, table)
         .on_conflict_do_nothing(index_elements=["run_pk", "interval", "rank"])
@@ -122,7 +124,7 @@ def ingest_batch(session: Session, run: Run, batch: IntervalBatch) -> IngestResu
     site_rows: list[dict[str, Any]] = []
     for interval_id, interval, rank in inserted:
         record = fresh[(interval, rank)]
-        for kind in ("documents", "packs"):
+        for kind in KINDS:
             hist = getattr(record.histograms, kind)
             for bucket, (count, tokens) in enumerate(zip(hist.count, hist.tokens, strict=True)):
                 if count or tokens:  # empty buckets are implied, which keeps the table small

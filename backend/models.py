@@ -9,6 +9,8 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
+    Column,
+    Table,
     BigInteger,
     CheckConstraint,
     DateTime,
@@ -22,6 +24,8 @@ from sqlalchemy import (
     UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+from packscope.core.catalogue import FIELDS, Field
 
 # Deterministic constraint names, so later migrations can refer to them on every database.
 NAMING_CONVENTION = {
@@ -60,53 +64,27 @@ class Run(Base):
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
 
 
-class Interval(Base):
-    """One wire record: what `gpus` GPUs did during steps first_step..last_step."""
+def _catalogue_column(f: Field) -> Column[Any]:
+    if f.kind == "float":
+        kind: Any = Float()
+    else:
+        kind = Integer() if f.small else BigInteger()
+    return Column(f.name, kind, nullable=not f.required)
 
-    __tablename__ = "intervals"
-    __table_args__ = (
-        # The idempotency key; `interval` before `rank` so the index also serves ordering by interval.
-        UniqueConstraint("run_pk", "interval", "rank"),
-        Index(None, "run_pk", "last_step"),
-    )
 
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    run_pk: Mapped[int] = mapped_column(ForeignKey("runs.id", ondelete="CASCADE"))
-    interval: Mapped[int] = mapped_column(Integer)
-    rank: Mapped[int] = mapped_column(Integer)
-    first_step: Mapped[int] = mapped_column(BigInteger)
-    last_step: Mapped[int] = mapped_column(BigInteger)
-    steps: Mapped[int] = mapped_column(Integer)
-    gpus: Mapped[int] = mapped_column(Integer)
-    wall_start: Mapped[float] = mapped_column(Float)
-    wall_end: Mapped[float] = mapped_column(Float)
-    gpu_time_s: Mapped[float] = mapped_column(Float)
-    host_time_s: Mapped[float] = mapped_column(Float)
-    step_time_p50_s: Mapped[float] = mapped_column(Float)
-    step_time_p90_s: Mapped[float] = mapped_column(Float)
-    step_time_max_s: Mapped[float] = mapped_column(Float)
-    timing_lag_steps: Mapped[int] = mapped_column(Integer)
-    tokens: Mapped[int] = mapped_column(BigInteger)
-    real_tokens: Mapped[int] = mapped_column(BigInteger)
-    packs: Mapped[int] = mapped_column(BigInteger)
-    documents: Mapped[int] = mapped_column(BigInteger)
-    seqlen_sq_sum_bshd: Mapped[int] = mapped_column(BigInteger)
-    seqlen_sq_sum_thd: Mapped[int] = mapped_column(BigInteger)
-    # The agent's own FLOPs, kept for audit; rates are re-derived from the raw sums above.
-    flops_bshd: Mapped[float] = mapped_column(Float)
-    flops_thd: Mapped[float] = mapped_column(Float)
-    flops_useful: Mapped[float] = mapped_column(Float)
-    syncs_total: Mapped[int] = mapped_column(BigInteger)
-    syncs_per_iteration: Mapped[float] = mapped_column(Float)
-    loss: Mapped[float | None] = mapped_column(Float)
-    lr: Mapped[float | None] = mapped_column(Float)
-    grad_norm: Mapped[float | None] = mapped_column(Float)
-    channel_loss: Mapped[dict[str, float] | None] = mapped_column(JSON)
-    gpu_util_pct: Mapped[float | None] = mapped_column(Float)
-    gpu_power_w: Mapped[float | None] = mapped_column(Float)
-    gpu_sm_clock_mhz: Mapped[float | None] = mapped_column(Float)
-    gpu_mem_used_bytes: Mapped[float | None] = mapped_column(Float)
-    gpu_energy_j: Mapped[float | None] = mapped_column(Float)
+# One wire record: what `gpus` GPUs did during steps first_step..last_step. Its scalar columns
+# come from the catalogue (packscope/core/catalogue.py), in the catalogue's order.
+intervals = Table(
+    "intervals",
+    Base.metadata,
+    Column("id", BigId, primary_key=True),
+    Column("run_pk", ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    *(_catalogue_column(f) for f in FIELDS),
+    Column("channel_loss", JSON, nullable=True),
+    # The idempotency key; `interval` before `rank` so the index also serves ordering by interval.
+    UniqueConstraint("run_pk", "interval", "rank"),
+    Index(None, "run_pk", "last_step"),
+)
 
 
 class IntervalHistogram(Base):

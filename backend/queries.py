@@ -10,42 +10,15 @@ from typing import Any
 from sqlalchemy import Select, distinct, func, select
 from sqlalchemy.orm import Session
 
-from packscope.backend.derived import (
-    Coefficients,
-    Sums,
-    interval_rate_expressions,
-    metrics,
-    sum_expressions,
-)
-from packscope.backend.models import Interval, IntervalHistogram, IntervalSyncSite, Run
-from packscope.backend.schemas import HISTOGRAM_BUCKETS
+from packscope.backend.derived import interval_rate_expressions, sum_expressions
+from packscope.backend.models import IntervalHistogram, IntervalSyncSite, Run, intervals
 from packscope.backend.stats import mann_whitney_u
+from packscope.core.catalogue import BAND_METRICS, FIELDS, METRIC, METRICS, Coefficients, derive, sums_of_rows
+from packscope.core.histograms import EDGES, KINDS, NUM_BUCKETS
 
-HISTOGRAM_EDGES = [1 << b for b in range(HISTOGRAM_BUCKETS)]
-TOTALS_KEYS = (
-    "steps", "gpu_time_s", "tokens", "real_tokens", "documents", "packs",
-    "flops_bshd", "flops_thd", "flops_useful", "tflops_bshd", "tflops_thd", "tflops_useful",
-    "mfu_bshd", "mfu_thd", "mfu_useful", "overcount_pct", "step_time_s", "tokens_per_s",
-    "padding_pct", "syncs_per_iter",
-)
-RATE_BANDS = ("tflops_bshd", "tflops_thd", "tflops_useful", "step_time_s")
-SERIES_METRICS = (
-    "tflops_bshd", "tflops_thd", "tflops_useful", "overcount_pct", "mfu_thd",
-    "step_time_s", "tokens_per_s", "syncs_per_iter", "loss", "padding_pct",
-)
-# The wire record's columns as stored (syncs.total and syncs.per_iteration flattened, gpu.* prefixed).
-CSV_RAW_COLUMNS = (
-    "interval", "rank", "first_step", "last_step", "steps", "gpus", "wall_start", "wall_end",
-    "gpu_time_s", "host_time_s", "step_time_p50_s", "step_time_p90_s", "step_time_max_s",
-    "timing_lag_steps", "tokens", "real_tokens", "packs", "documents",
-    "seqlen_sq_sum_bshd", "seqlen_sq_sum_thd", "flops_bshd", "flops_thd", "flops_useful",
-    "syncs_total", "syncs_per_iteration", "loss", "lr", "grad_norm", "channel_loss",
-    "gpu_util_pct", "gpu_power_w", "gpu_sm_clock_mhz", "gpu_mem_used_bytes", "gpu_energy_j",
-)
-CSV_DERIVED_COLUMNS = (
-    "tflops_bshd", "tflops_thd", "tflops_useful", "mfu_bshd", "mfu_thd", "mfu_useful",
-    "overcount_pct", "tokens_per_s", "padding_pct",
-)
+# The CSV: every stored column of the catalogue, then every derived metric of the interval.
+CSV_RAW_COLUMNS = (*(f.name for f in FIELDS), "channel_loss")
+CSV_DERIVED_COLUMNS = tuple(m.name for m in METRICS if m.name not in CSV_RAW_COLUMNS)
 CSV_COLUMNS = CSV_RAW_COLUMNS + CSV_DERIVED_COLUMNS
 
 
@@ -66,21 +39,18 @@ def get_run(session: Session, run_id: str) -> Run | None:
 
 
 def _run_sums_query() -> Select[Any]:
-    sums = [expr.label(name) for name, expr in sum_expressions(Interval).items()]
+    sums = [expr.label(name) for name, expr in sum_expressions(intervals.c).items()]
     return select(
-        Interval.run_pk,
+        intervals.c.run_pk,
         func.count().label("intervals"),
-        func.max(Interval.last_step).label("last_step"),
+        func.max(intervals.c.last_step).label("last_step"),
         *sums,
-    ).group_by(Interval.run_pk)
+    ).group_by(intervals.c.run_pk)
 
 
 def _summary(run: Run, sums: Mapping[str, Any] | None) -> dict[str, Any]:
     c = coefficients(run)
-    totals = None
-    if sums is not None:
-        derived = metrics(Sums.from_row(sums), c)
-        totals = {key: derived[key] for key in TOTALS_KEYS}
+    totals = None if sums is None else derive(sums, c)
     return {
         "run_id": run.run_id,
         "name": run.name,
@@ -107,7 +77,7 @@ def run_summaries(session: Session, runs: Sequence[Run]) -> list[dict[str, Any]]
     """RunSummary dicts (docs/api.md) for `runs`, in the order given; one aggregate query for all."""
     if not runs:
         return []
-    query = _run_sums_query().where(Interval.run_pk.in_([r.id for r in runs]))
+    query = _run_sums_query().where(intervals.c.run_pk.in_([r.id for r in runs]))
     by_run = {row.run_pk: dict(row._mapping) for row in session.execute(query)}
     return [_summary(run, by_run.get(run.id)) for run in runs]
 
@@ -129,9 +99,9 @@ def find_runs(session: Session, run_ids: Sequence[str]) -> tuple[list[Run], list
 def recent_step_times(session: Session, run: Run, window: int) -> list[float]:
     """Seconds per step of the run's last `window` intervals (one value per interval)."""
     rows = session.scalars(
-        select(Interval.gpu_time_s / Interval.steps)
-        .where(Interval.run_pk == run.id)
-        .order_by(Interval.interval.desc(), Interval.rank)
+        select(intervals.c.gpu_time_s / intervals.c.steps)
+        .where(intervals.c.run_pk == run.id)
+        .order_by(intervals.c.interval.desc(), intervals.c.rank)
         .limit(window)
     )
     return [float(x) for x in rows]
@@ -169,15 +139,15 @@ def series(
     Intervals are numbered 1..n by DENSE_RANK over their index (all ranks of an interval share a
     number, so they land in one bucket) and bucket = (number - 1) * max_points // n.
     """
-    where = [Interval.run_pk == run.id]
+    where = [intervals.c.run_pk == run.id]
     if step_min is not None:
-        where.append(Interval.last_step >= step_min)
+        where.append(intervals.c.last_step >= step_min)
     if step_max is not None:
-        where.append(Interval.first_step <= step_max)
-    n = select(func.count(distinct(Interval.interval))).where(*where).scalar_subquery()
-    ordinal = func.dense_rank().over(order_by=Interval.interval)
+        where.append(intervals.c.first_step <= step_max)
+    n = select(func.count(distinct(intervals.c.interval))).where(*where).scalar_subquery()
+    ordinal = func.dense_rank().over(order_by=intervals.c.interval)
     rows = select(
-        *Interval.__table__.c,
+        *intervals.c,
         ((ordinal - 1) * max_points // n).label("bucket"),
     ).where(*where).subquery()
 
@@ -198,16 +168,16 @@ def series(
     )
 
     columns: dict[str, list[Any]] = {"step": [], "first_step": [], "last_step": []}
-    columns.update({name: [] for name in SERIES_METRICS})
-    columns.update({f"{name}_{end}": [] for name in RATE_BANDS for end in ("min", "max")})
+    columns.update({name: [] for name in METRIC})
+    columns.update({f"{name}_{end}": [] for name in BAND_METRICS for end in ("min", "max")})
     for row in session.execute(query).mappings():
-        derived = metrics(Sums.from_row(row), c)
+        derived = derive(row, c)
         columns["step"].append(int(row["last_step"]))  # a bucket is drawn at its last step
         columns["first_step"].append(int(row["first_step"]))
         columns["last_step"].append(int(row["last_step"]))
-        for name in SERIES_METRICS:
+        for name in METRIC:
             columns[name].append(derived[name])
-        for name in RATE_BANDS:
+        for name in BAND_METRICS:
             for end in ("min", "max"):
                 value = row[f"{name}_{end}"]
                 columns[f"{name}_{end}"].append(None if value is None else float(value))
@@ -218,12 +188,12 @@ def series(
 def histograms(session: Session, run: Run, interval: int | None = None) -> dict[str, Any] | None:
     """An interval's length histograms summed over the ranks that sent it; None if not stored."""
     if interval is None:
-        interval = session.scalar(select(func.max(Interval.interval)).where(Interval.run_pk == run.id))
+        interval = session.scalar(select(func.max(intervals.c.interval)).where(intervals.c.run_pk == run.id))
         if interval is None:
             return None
-    of_interval = (Interval.run_pk == run.id, Interval.interval == interval)
+    of_interval = (intervals.c.run_pk == run.id, intervals.c.interval == interval)
     steps = session.execute(
-        select(func.min(Interval.first_step), func.max(Interval.last_step)).where(*of_interval)
+        select(func.min(intervals.c.first_step), func.max(intervals.c.last_step)).where(*of_interval)
     ).one()
     if steps[0] is None:
         return None
@@ -231,10 +201,10 @@ def histograms(session: Session, run: Run, interval: int | None = None) -> dict[
         "interval": interval,
         "first_step": int(steps[0]),
         "last_step": int(steps[1]),
-        "edges": HISTOGRAM_EDGES,
+        "edges": EDGES,
     }
-    for kind in ("documents", "packs"):
-        out[kind] = {"count": [0] * HISTOGRAM_BUCKETS, "tokens": [0] * HISTOGRAM_BUCKETS}
+    for kind in KINDS:
+        out[kind] = {"count": [0] * NUM_BUCKETS, "tokens": [0] * NUM_BUCKETS}
     buckets = (
         select(
             IntervalHistogram.kind,
@@ -242,7 +212,7 @@ def histograms(session: Session, run: Run, interval: int | None = None) -> dict[
             func.sum(IntervalHistogram.count),
             func.sum(IntervalHistogram.tokens),
         )
-        .join(Interval, Interval.id == IntervalHistogram.interval_id)
+        .join(intervals, intervals.c.id == IntervalHistogram.interval_id)
         .where(*of_interval)
         .group_by(IntervalHistogram.kind, IntervalHistogram.bucket)
     )
@@ -255,20 +225,20 @@ def histograms(session: Session, run: Run, interval: int | None = None) -> dict[
 def sync_sites(session: Session, run: Run, limit: int) -> dict[str, Any]:
     """Sync sites summed over the whole run, most frequent first."""
     steps, syncs = session.execute(
-        select(func.sum(Interval.steps), func.sum(Interval.syncs_total)).where(Interval.run_pk == run.id)
+        select(func.sum(intervals.c.steps), func.sum(intervals.c.syncs_total)).where(intervals.c.run_pk == run.id)
     ).one()
     steps = int(steps or 0)
     total = func.sum(IntervalSyncSite.count)
     query = (
         select(IntervalSyncSite.site, total)
-        .join(Interval, Interval.id == IntervalSyncSite.interval_id)
-        .where(Interval.run_pk == run.id)
+        .join(intervals, intervals.c.id == IntervalSyncSite.interval_id)
+        .where(intervals.c.run_pk == run.id)
         .group_by(IntervalSyncSite.site)
         .order_by(total.desc(), IntervalSyncSite.site)
         .limit(limit)
     )
     sites = [
-        {"site": site, "count": int(count), "per_iteration": int(count) / steps if steps else None}
+        {"site": site, "count": int(count), "per_iter": int(count) / steps if steps else None}
         for site, count in session.execute(query)
     ]
     return {"syncs_per_iter": int(syncs) / steps if steps else None, "sites": sites}
@@ -278,8 +248,8 @@ def sync_sites(session: Session, run: Run, limit: int) -> dict[str, Any]:
 def stream_state(session: Session, run: Run) -> tuple[int, int | None, int | None]:
     """(stored rows, latest interval, latest step): the stream sends an event when this changes."""
     count, interval, last_step = session.execute(
-        select(func.count(), func.max(Interval.interval), func.max(Interval.last_step)).where(
-            Interval.run_pk == run.id
+        select(func.count(), func.max(intervals.c.interval), func.max(intervals.c.last_step)).where(
+            intervals.c.run_pk == run.id
         )
     ).one()
     return int(count), interval, None if last_step is None else int(last_step)
@@ -297,27 +267,13 @@ def iter_csv_rows(session: Session, run: Run, batch: int = 2000) -> Iterator[lis
     """Every stored interval of `run`, one row each, in CSV_COLUMNS order; streamed from the database."""
     c = coefficients(run)
     query = (
-        select(*(getattr(Interval, name) for name in CSV_RAW_COLUMNS))
-        .where(Interval.run_pk == run.id)
-        .order_by(Interval.interval, Interval.rank)
+        select(*(intervals.c[name] for name in CSV_RAW_COLUMNS))
+        .where(intervals.c.run_pk == run.id)
+        .order_by(intervals.c.interval, intervals.c.rank)
         .execution_options(yield_per=batch)
     )
     for row in session.execute(query).mappings():
-        sums = Sums(
-            steps=row["steps"],
-            gpu_time_s=row["gpu_time_s"],
-            gpu_seconds=row["gpu_time_s"] * row["gpus"],
-            tokens=row["tokens"],
-            real_tokens=row["real_tokens"],
-            s2_bshd=row["seqlen_sq_sum_bshd"],
-            s2_thd=row["seqlen_sq_sum_thd"],
-            documents=row["documents"],
-            packs=row["packs"],
-            syncs=row["syncs_total"],
-            loss_weighted=None,
-            loss_tokens=0,
-        )
-        derived = metrics(sums, c)
+        derived = derive(sums_of_rows([row]), c, CSV_DERIVED_COLUMNS)
         yield [_csv_value(row[name]) for name in CSV_RAW_COLUMNS] + [
             _csv_value(derived[name]) for name in CSV_DERIVED_COLUMNS
         ]

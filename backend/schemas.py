@@ -5,31 +5,24 @@ Unknown fields are ignored rather than rejected, so a newer agent can still talk
 
 import math
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, StringConstraints, field_validator, model_validator
+from pydantic import BaseModel, BeforeValidator, Field, StringConstraints, create_model, field_validator, model_validator
 
+from packscope.core.catalogue import BAND_METRICS, FIELDS, FLOAT_MAX, INT32_MAX, INT64_MAX, METRIC
+from packscope.core.catalogue import Field as CatalogueField
 from packscope.core.flops import ModelSpec
+from packscope.core.histograms import NUM_BUCKETS
 
-HISTOGRAM_BUCKETS = 24  # bucket b holds lengths in [2^b, 2^(b+1)); the last one is open
 MAX_BATCH = 1000
 RUN_ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
-INT32_MAX = 2**31 - 1
-INT64_MAX = 2**63 - 1  # the BIGINT columns' range
 
 RunId = Annotated[str, StringConstraints(pattern=RUN_ID_PATTERN)]
 Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
 SmallCount = Annotated[int, Field(ge=0, le=INT32_MAX)]
 Positive = Annotated[int, Field(ge=1, le=INT32_MAX)]
-Seconds = Annotated[float, Field(ge=0, allow_inf_nan=False)]
-Finite = Annotated[float, Field(allow_inf_nan=False)]
 RunStatus = Literal["running", "finished", "failed"]
 PARALLEL_DEFAULTS = {"dp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1}
-
-
-def _finite_or_none(value: float | None) -> float | None:
-    # A diverged loss (NaN/inf) must not make the whole batch undeliverable; it is stored as missing.
-    return value if value is None or math.isfinite(value) else None
 
 
 # -- runs -----------------------------------------------------------------------------------------
@@ -76,9 +69,42 @@ class RunPatch(BaseModel):
 
 
 # -- interval records -----------------------------------------------------------------------------
+# The scalar fields come from the catalogue (packscope/core/catalogue.py); only the nested,
+# non-scalar parts of a record are written out here.
+def _diverged_to_none(value: Any) -> Any:
+    # An optional reading that diverged (NaN, inf, or beyond what a sum can hold) must not make
+    # the whole batch undeliverable: it is stored as missing.
+    if isinstance(value, float) and not (math.isfinite(value) and abs(value) <= FLOAT_MAX):
+        return None
+    return value
+
+
+def _field_type(f: CatalogueField) -> Any:
+    """The pydantic type of a catalogue field: strict (no "1024" or true for a number), bounded."""
+    lower = f.minimum if f.minimum is not None else -f.upper
+    if f.kind == "int":
+        return Annotated[int, Field(strict=True, ge=lower, le=f.upper, description=f.doc)]
+    return Annotated[float, Field(strict=True, ge=lower, le=f.upper, allow_inf_nan=False, description=f.doc)]
+
+
+def _model_fields(fields: list[CatalogueField]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for f in fields:
+        key = f.wire_path[-1]
+        if f.required:
+            out[key] = (_field_type(f), ...)
+        else:
+            out[key] = (Annotated[_field_type(f) | None, BeforeValidator(_diverged_to_none)], None)
+    return out
+
+
+def _on_wire(prefix: str) -> list[CatalogueField]:
+    return [f for f in FIELDS if f.wire_path[:-1] == ((prefix,) if prefix else ())]
+
+
 class Histogram(BaseModel):
-    count: list[Count] = Field(min_length=HISTOGRAM_BUCKETS, max_length=HISTOGRAM_BUCKETS)
-    tokens: list[Count] = Field(min_length=HISTOGRAM_BUCKETS, max_length=HISTOGRAM_BUCKETS)
+    count: list[Count] = Field(min_length=NUM_BUCKETS, max_length=NUM_BUCKETS)
+    tokens: list[Count] = Field(min_length=NUM_BUCKETS, max_length=NUM_BUCKETS)
 
 
 class Histograms(BaseModel):
@@ -91,9 +117,9 @@ class SyncSite(BaseModel):
     count: Count
 
 
-class Syncs(BaseModel):
-    total: Count
-    per_iteration: Seconds
+class SyncsBase(BaseModel):
+    # v1 agents also send `per_iteration`; it is total / steps and derived by the server, so it is
+    # accepted and ignored.
     sites: list[SyncSite] = Field(default_factory=list, max_length=100)
 
     @field_validator("sites")
@@ -107,70 +133,45 @@ class Syncs(BaseModel):
         return sites
 
 
-class GpuStats(BaseModel):
-    util_pct: Seconds | None = None
-    power_w: Seconds | None = None
-    sm_clock_mhz: Seconds | None = None
-    mem_used_bytes: Seconds | None = None
-    energy_j: Seconds | None = None
+class IntervalRecordBase(BaseModel):
+    """What the catalogue's scalar fields do not cover, and the checks across fields."""
 
-
-class IntervalRecord(BaseModel):
-    interval: SmallCount
-    rank: SmallCount
-    first_step: Count
-    last_step: Count
-    steps: Positive
-    gpus: Positive
-    wall_start: Finite
-    wall_end: Finite
-    gpu_time_s: Seconds
-    host_time_s: Seconds
-    step_time_p50_s: Seconds
-    step_time_p90_s: Seconds
-    step_time_max_s: Seconds
-    timing_lag_steps: SmallCount
-    tokens: Count
-    real_tokens: Count
-    packs: Count
-    documents: Count
-    seqlen_sq_sum_bshd: Count
-    seqlen_sq_sum_thd: Count
-    flops_bshd: Seconds
-    flops_thd: Seconds
-    flops_useful: Seconds
-    syncs: Syncs
+    syncs: SyncsBase
     histograms: Histograms
-    loss: float | None = None
-    lr: float | None = None
-    grad_norm: float | None = None
-    channel_loss: dict[Annotated[str, Field(max_length=100)], float | None] | None = None
-    gpu: GpuStats | None = None
-
-    _finite = field_validator("loss", "lr", "grad_norm")(_finite_or_none)
-
-    @field_validator("channel_loss")
-    @classmethod
-    def _finite_channels(cls, value: dict[str, float | None] | None) -> dict[str, float | None] | None:
-        return None if value is None else {k: _finite_or_none(v) for k, v in value.items()}
+    channel_loss: dict[Annotated[str, Field(max_length=100)], Annotated[float | None, BeforeValidator(_diverged_to_none)]] | None = None
 
     @model_validator(mode="after")
-    def _consistent(self) -> "IntervalRecord":
-        if self.first_step > self.last_step:
-            raise ValueError(f"first_step ({self.first_step}) is after last_step ({self.last_step})")
-        span = self.last_step - self.first_step + 1
-        if self.steps > span:
+    def _consistent(self) -> "IntervalRecordBase":
+        v = {k: getattr(self, k) for k in ("first_step", "last_step", "steps", "tokens", "real_tokens", "wall_start", "wall_end")}
+        if v["first_step"] > v["last_step"]:
+            raise ValueError(f"first_step ({v['first_step']}) is after last_step ({v['last_step']})")
+        span = v["last_step"] - v["first_step"] + 1
+        if v["steps"] > span:
+            raise ValueError(f"steps ({v['steps']}) is more than the {span} steps from first_step to last_step")
+        if v["real_tokens"] > v["tokens"]:
             raise ValueError(
-                f"steps ({self.steps}) is more than the {span} steps from first_step to last_step"
-            )
-        if self.real_tokens > self.tokens:
-            raise ValueError(
-                f"real_tokens ({self.real_tokens}) exceeds tokens ({self.tokens}); "
+                f"real_tokens ({v['real_tokens']}) exceeds tokens ({v['tokens']}); "
                 "tokens counts every slot the model ran, padding included"
             )
-        if self.wall_end < self.wall_start:
-            raise ValueError(f"wall_end ({self.wall_end}) is before wall_start ({self.wall_start})")
+        if v["wall_end"] < v["wall_start"]:
+            raise ValueError(f"wall_end ({v['wall_end']}) is before wall_start ({v['wall_start']})")
         return self
+
+
+if TYPE_CHECKING:  # the type checker sees the generated classes as their bases
+    Syncs = SyncsBase
+    GpuStats = BaseModel
+    IntervalRecord = IntervalRecordBase
+else:
+    Syncs = create_model("Syncs", __base__=SyncsBase, **_model_fields(_on_wire("syncs")))
+    GpuStats = create_model("GpuStats", **_model_fields(_on_wire("gpu")))
+    IntervalRecord = create_model(
+        "IntervalRecord",
+        __base__=IntervalRecordBase,
+        syncs=(Syncs, ...),
+        gpu=(GpuStats | None, None),
+        **_model_fields(_on_wire("")),
+    )
 
 
 class IntervalBatch(BaseModel):
@@ -183,27 +184,7 @@ class IngestResult(BaseModel):
 
 
 # -- reads ----------------------------------------------------------------------------------------
-class Totals(BaseModel):
-    steps: int
-    gpu_time_s: float
-    tokens: int
-    real_tokens: int
-    documents: int
-    packs: int
-    flops_bshd: float
-    flops_thd: float
-    flops_useful: float
-    tflops_bshd: float | None
-    tflops_thd: float | None
-    tflops_useful: float | None
-    mfu_bshd: float | None
-    mfu_thd: float | None
-    mfu_useful: float | None
-    overcount_pct: float | None
-    step_time_s: float | None
-    tokens_per_s: float | None
-    padding_pct: float | None
-    syncs_per_iter: float | None
+Totals = create_model("Totals", **{name: (float | None, ...) for name in METRIC})
 
 
 class RunSummary(BaseModel):
@@ -224,7 +205,7 @@ class RunSummary(BaseModel):
     c_core: int
     intervals: int
     last_step: int | None
-    totals: Totals | None
+    totals: Totals | None  # type: ignore[valid-type]
 
 
 class RunList(BaseModel):
@@ -248,34 +229,20 @@ class Comparison(RunList):
     step_time_tests: list[StepTimeTest]
 
 
-class SeriesColumns(BaseModel):
-    step: list[int]
-    first_step: list[int]
-    last_step: list[int]
-    tflops_bshd: list[float | None]
-    tflops_bshd_min: list[float | None]
-    tflops_bshd_max: list[float | None]
-    tflops_thd: list[float | None]
-    tflops_thd_min: list[float | None]
-    tflops_thd_max: list[float | None]
-    tflops_useful: list[float | None]
-    tflops_useful_min: list[float | None]
-    tflops_useful_max: list[float | None]
-    overcount_pct: list[float | None]
-    mfu_thd: list[float | None]
-    step_time_s: list[float | None]
-    step_time_s_min: list[float | None]
-    step_time_s_max: list[float | None]
-    tokens_per_s: list[float | None]
-    syncs_per_iter: list[float | None]
-    loss: list[float | None]
-    padding_pct: list[float | None]
+SeriesColumns = create_model(
+    "SeriesColumns",
+    step=(list[int], ...),
+    first_step=(list[int], ...),
+    last_step=(list[int], ...),
+    **{name: (list[float | None], ...) for name in METRIC},
+    **{f"{name}_{end}": (list[float | None], ...) for name in BAND_METRICS for end in ("min", "max")},
+)
 
 
 class Series(BaseModel):
     run_id: str
     points: int
-    columns: SeriesColumns
+    columns: SeriesColumns  # type: ignore[valid-type]
 
 
 class HistogramRead(BaseModel):
@@ -295,7 +262,7 @@ class IntervalHistograms(BaseModel):
 class SyncSiteTotal(BaseModel):
     site: str
     count: int
-    per_iteration: float | None
+    per_iter: float | None
 
 
 class SyncSites(BaseModel):

@@ -15,10 +15,23 @@ def imported_after(statement: str) -> set[str]:
 @pytest.mark.parametrize("statement", [
     "import packscope.backend.app",
     "import packscope.backend.cli",
-    "from packscope.agent.flops import ModelSpec",  # the backend's one import from the agent
 ])
 def test_the_server_side_never_imports_torch(statement):
     assert "torch" not in imported_after(statement)
+
+
+def test_the_server_side_imports_nothing_from_the_agent():
+    modules = imported_after("import packscope.backend.app, packscope.backend.cli")
+    assert not {m for m in modules if m.startswith(("packscope.agent", "packscope.trainer"))}
+
+
+SERVER_LIBRARIES = ("fastapi", "starlette", "sqlalchemy", "pydantic", "alembic", "uvicorn", "plotly", "jinja2")
+
+
+def test_the_core_imports_neither_torch_nor_the_server_libraries():
+    modules = imported_after("import packscope.core.flops, packscope.core.histograms, packscope.core.catalogue")
+    assert not {m for m in modules if m.split(".")[0] in ("torch", "numpy", *SERVER_LIBRARIES)}
+    assert not {m for m in modules if m.startswith(("packscope.agent", "packscope.backend", "packscope.trainer"))}
 
 
 def test_the_agent_imports_nothing_from_the_server_side():

@@ -22,6 +22,7 @@ from packscope.backend.deps import (
     run_or_404,
 )
 from packscope.backend.models import Run
+from packscope.core import catalogue
 from packscope.backend.schemas import (
     Comparison,
     IntervalHistograms,
@@ -35,6 +36,12 @@ router = APIRouter(prefix="/api/v1", tags=["reads"], dependencies=[Depends(requi
 
 MAX_COMPARE = 20
 CSV_CHUNK_BYTES = 64 * 1024
+
+
+@router.get("/catalogue")
+def get_catalogue() -> dict[str, Any]:
+    """Every interval field and derived metric: name, label, unit, display format, definition."""
+    return catalogue.as_json()
 
 
 @router.get("/runs", response_model=RunList)

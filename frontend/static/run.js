@@ -178,7 +178,7 @@ async function loadSyncSites(run) {
     el("tr", {}, [
       el("td", {}, el("code", { text: site.site })),
       el("td", { class: "num", text: fmt.int(site.count) }),
-      el("td", { class: "num", text: fmt.num(site.per_iteration) }),
+      el("td", { class: "num", text: fmt.num(site.per_iter) }),
     ]),
   );
   body.replaceChildren(...(rows.length ? rows : [el("tr", { class: "placeholder" }, el("td", { colspan: 3, text: "No host syncs recorded." }))]));

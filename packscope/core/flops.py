@@ -15,6 +15,26 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
+from typing import Any
+
+
+def flops(tokens: Any, seqlen_sq_sum: Any, c_lin: Any, c_core: Any) -> Any:
+    """FLOPs(T, S2) = T·c_lin + S2·c_core, for ints, floats and SQL expressions alike."""
+    return tokens * c_lin + seqlen_sq_sum * c_core
+
+
+def flops_triad(tokens: Any, real_tokens: Any, s2_bshd: Any, s2_thd: Any, c_lin: Any, c_core: Any) -> dict[str, Any]:
+    """The three counts packscope reports, the one place they are defined (docs/flops.md):
+
+    * ``bshd`` (baseline): every token slot, every pack one dense sequence;
+    * ``thd`` (THD-corrected): every token slot, attention over the real documents only;
+    * ``useful``: real tokens only, attention over the real documents.
+    """
+    return {
+        "bshd": flops(tokens, s2_bshd, c_lin, c_core),
+        "thd": flops(tokens, s2_thd, c_lin, c_core),
+        "useful": flops(real_tokens, s2_thd, c_lin, c_core),
+    }
 
 
 @dataclass(frozen=True)
@@ -112,7 +132,10 @@ class ModelSpec:
 
     def flops(self, tokens: int, seqlen_sq_sum: int) -> int:
         """Exact integer FLOPs for T tokens and S2 = sum of squared sequence lengths."""
-        return tokens * self.c_lin + seqlen_sq_sum * self.c_core
+        return flops(tokens, seqlen_sq_sum, self.c_lin, self.c_core)
+
+    def triad(self, tokens: int, real_tokens: int, s2_bshd: int, s2_thd: int) -> dict[str, int]:
+        return flops_triad(tokens, real_tokens, s2_bshd, s2_thd, self.c_lin, self.c_core)
 
     # -- (de)serialisation for the wire ----------------------------------------------------------
     def to_dict(self) -> dict:
@@ -153,14 +176,15 @@ class FlopsBreakdown:
     def compute(
         cls, model: ModelSpec, tokens: int, real_tokens: int, s2_bshd: int, s2_thd: int
     ) -> FlopsBreakdown:
+        triad = model.triad(tokens, real_tokens, s2_bshd, s2_thd)
         return cls(
             tokens=tokens,
             real_tokens=real_tokens,
             seqlen_sq_sum_bshd=s2_bshd,
             seqlen_sq_sum_thd=s2_thd,
-            flops_bshd=model.flops(tokens, s2_bshd),
-            flops_thd=model.flops(tokens, s2_thd),
-            flops_useful=model.flops(real_tokens, s2_thd),
+            flops_bshd=triad["bshd"],
+            flops_thd=triad["thd"],
+            flops_useful=triad["useful"],
         )
 
 

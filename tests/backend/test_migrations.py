@@ -2,9 +2,10 @@
 
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
 
-from packscope.backend.db import make_engine, upgrade_schema
+from packscope.backend.db import alembic_config, make_engine, upgrade_schema
 from packscope.backend.models import Base
 
 
@@ -17,7 +18,7 @@ def test_upgrade_head_equals_the_models(database_url):
             diff = compare_metadata(MigrationContext.configure(connection), Base.metadata)
             version = connection.execute(text("SELECT version_num FROM alembic_version")).scalar_one()
         assert diff == []
-        assert version == "0001"
+        assert version == ScriptDirectory.from_config(alembic_config()).get_current_head()
         tables = set(inspect(engine).get_table_names())
         assert {"runs", "intervals", "interval_histograms", "interval_sync_sites"} <= tables
         uniques = inspect(engine).get_unique_constraints("intervals")

@@ -175,7 +175,7 @@ def test_sync_sites_sum_over_the_run(client, run, records):
     assert [s["count"] for s in body["sites"]] == sorted(want.values(), reverse=True)
     for s in body["sites"]:
         assert s["count"] == want[s["site"]]
-        assert s["per_iteration"] == pytest.approx(want[s["site"]] / steps)
+        assert s["per_iter"] == pytest.approx(want[s["site"]] / steps)
     assert len(client.get(f"{RUN}/sync-sites", params={"limit": 1}).json()["sites"]) == 1
 
 

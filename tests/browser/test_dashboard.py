@@ -43,7 +43,7 @@ def interval(k, gpu_time_s):
         "tokens": tokens, "real_tokens": tokens - 256, "packs": STEPS, "documents": 8 * STEPS,
         "seqlen_sq_sum_bshd": STEPS * PACK**2, "seqlen_sq_sum_thd": STEPS * 8 * 512**2,
         "flops_bshd": 1e12, "flops_thd": 5e11, "flops_useful": 4e11,
-        "syncs": {"total": 3 * STEPS, "per_iteration": 3.0, "sites": [{"site": "train.py:88", "count": 3 * STEPS}]},
+        "syncs": {"total": 3 * STEPS, "sites": [{"site": "train.py:88", "count": 3 * STEPS}]},
         "histograms": {"documents": hist, "packs": packs},
         "loss": 5.0 - 0.1 * k,
     }

@@ -30,7 +30,7 @@ def interval(k, steps=10, pack=1024):
         "packs": steps, "documents": 4 * steps,
         "seqlen_sq_sum_bshd": steps * pack**2, "seqlen_sq_sum_thd": steps * 4 * 256**2,
         "flops_bshd": 2e12, "flops_thd": 1.5e12, "flops_useful": 1.4e12,
-        "syncs": {"total": 2 * steps, "per_iteration": 2.0, "sites": [{"site": "train.py:88", "count": 2 * steps}]},
+        "syncs": {"total": 2 * steps, "sites": [{"site": "train.py:88", "count": 2 * steps}]},
         "histograms": {"documents": hist, "packs": hist},
         "loss": 3.0,
     }

@@ -1,0 +1,319 @@
+"""The catalogue: every interval field and every derived metric, defined once.
+
+* ``FIELDS`` — the scalar quantities of one interval record, as the agent sends them (``wire``,
+  a dotted path where the record nests them), as the server stores them (``name``, one column
+  each) and as the CSV export lists them. The server's validation schema and table columns are
+  generated from this list.
+* ``SUMS`` — the additive sums over a set of intervals (a chart bucket, a rollup, a run, one
+  CSV row) that every derived number is computed from. Sums add across ranks and intervals, so
+  a rollup of sums is exact.
+* ``METRICS`` — every number the dashboard and the API show, with its label, unit, display
+  format and its derivation from SUMS; ``derive`` is the one implementation of those formulas.
+
+Nothing here imports torch or the server's libraries; the pages fetch this catalogue as JSON
+(``GET /api/v1/catalogue``) for their labels, units and formats.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from packscope.core.flops import ModelSpec, flops_triad
+
+INT64_MAX = 2**63 - 1
+INT32_MAX = 2**31 - 1
+# Floats must be finite and small enough that a sum of a million of them stays finite and that
+# PostgreSQL's double precision (which has no subnormals on some builds) can store them.
+FLOAT_MAX = 1e300
+FLOAT_MIN_NORMAL = 2.2250738585072014e-308
+
+Kind = Literal["int", "float"]
+
+
+@dataclass(frozen=True)
+class Field:
+    """One scalar quantity of an interval record."""
+
+    name: str  # the column and CSV name
+    kind: Kind
+    unit: str
+    doc: str
+    wire: str = ""  # dotted path in the wire record when it differs from ``name``
+    required: bool = True
+    minimum: float | None = 0
+    maximum: float | None = None
+    small: bool = False  # fits int32 (indexes, ranks)
+
+    @property
+    def wire_path(self) -> tuple[str, ...]:
+        return tuple((self.wire or self.name).split("."))
+
+    @property
+    def upper(self) -> float:
+        if self.maximum is not None:
+            return self.maximum
+        if self.kind == "float":
+            return FLOAT_MAX
+        return INT32_MAX if self.small else INT64_MAX
+
+
+def _int(name: str, unit: str, doc: str, **kw: Any) -> Field:
+    return Field(name, "int", unit, doc, **kw)
+
+
+def _float(name: str, unit: str, doc: str, **kw: Any) -> Field:
+    return Field(name, "float", unit, doc, **kw)
+
+
+FIELDS: tuple[Field, ...] = (
+    _int("interval", "", "interval index; (run, rank, interval) is the idempotency key", small=True),
+    _int("rank", "", "the sending rank", small=True),
+    _int("first_step", "step", "first optimizer step of the interval"),
+    _int("last_step", "step", "last optimizer step of the interval"),
+    _int("steps", "steps", "steps measured in the interval", minimum=1, small=True),
+    _int("gpus", "GPUs", "GPUs whose work the sums cover", minimum=1, small=True),
+    _float("wall_start", "s", "unix time of the first step's begin", minimum=None),
+    _float("wall_end", "s", "unix time of the last step's end", minimum=None),
+    _float("gpu_time_s", "s", "sum of the steps' event-timed durations"),
+    _float("host_time_s", "s", "host clock from the first step's begin to the last step's end"),
+    _float("step_time_p50_s", "s", "median step time"),
+    _float("step_time_p90_s", "s", "90th percentile step time"),
+    _float("step_time_max_s", "s", "slowest step"),
+    _int("timing_lag_steps", "steps", "how many steps later the event timing resolved", small=True),
+    _int("tokens", "tokens", "token slots the model ran, padding included (T)"),
+    _int("real_tokens", "tokens", "tokens of real documents"),
+    _int("packs", "packs", "packs (THD) or rows (BSHD)"),
+    _int("documents", "documents", "real documents"),
+    _int("seqlen_sq_sum_bshd", "tokens²", "S2 of the baseline: every pack one dense sequence"),
+    _int("seqlen_sq_sum_thd", "tokens²", "S2 over the real documents"),
+    _float("flops_bshd", "FLOP", "the agent's baseline FLOPs (kept for audit; rates are re-derived)"),
+    _float("flops_thd", "FLOP", "the agent's THD-corrected FLOPs (kept for audit)"),
+    _float("flops_useful", "FLOP", "the agent's useful FLOPs (kept for audit)"),
+    _int("syncs_total", "syncs", "host synchronizations counted in the interval", wire="syncs.total"),
+    _float("loss", "", "mean training loss", required=False, minimum=None),
+    _float("lr", "", "learning rate", required=False, minimum=None),
+    _float("grad_norm", "", "gradient norm", required=False),
+    _float("gpu_util_pct", "%", "GPU utilisation (NVML), mean", wire="gpu.util_pct", required=False, maximum=100),
+    _float("gpu_power_w", "W", "GPU power (NVML), mean", wire="gpu.power_w", required=False),
+    _float("gpu_sm_clock_mhz", "MHz", "SM clock (NVML), mean", wire="gpu.sm_clock_mhz", required=False),
+    _float("gpu_mem_used_bytes", "B", "GPU memory used (NVML)", wire="gpu.mem_used_bytes", required=False),
+    _float("gpu_energy_j", "J", "GPU energy over the interval (NVML)", wire="gpu.energy_j", required=False),
+)
+FIELD = {f.name: f for f in FIELDS}
+
+
+@dataclass(frozen=True)
+class Sum:
+    """Σ over intervals of the product of ``of`` (fields), over intervals where ``present`` is set."""
+
+    name: str
+    of: tuple[str, ...]
+    present: str | None = None
+
+    def of_row(self, row: Mapping[str, Any]) -> float | int:
+        if self.present is not None and row[self.present] is None:
+            return 0
+        return math.prod(row[f] for f in self.of)
+
+
+SUMS: tuple[Sum, ...] = (
+    Sum("steps", ("steps",)),
+    Sum("gpu_time_s", ("gpu_time_s",)),
+    Sum("gpu_seconds", ("gpu_time_s", "gpus")),  # the GPU time the FLOPs were spread over
+    Sum("tokens", ("tokens",)),
+    Sum("real_tokens", ("real_tokens",)),
+    Sum("seqlen_sq_sum_bshd", ("seqlen_sq_sum_bshd",)),
+    Sum("seqlen_sq_sum_thd", ("seqlen_sq_sum_thd",)),
+    Sum("documents", ("documents",)),
+    Sum("packs", ("packs",)),
+    Sum("syncs_total", ("syncs_total",)),
+    # Loss is averaged over real tokens, as the trainer computes it (padding carries no loss).
+    Sum("loss_x_tokens", ("loss", "real_tokens"), present="loss"),
+    Sum("loss_tokens", ("real_tokens",), present="loss"),
+    # NVML readings are interval means: weighted by the interval's host time.
+    Sum("gpu_util_x_s", ("gpu_util_pct", "host_time_s"), present="gpu_util_pct"),
+    Sum("gpu_util_s", ("host_time_s",), present="gpu_util_pct"),
+    Sum("gpu_power_x_s", ("gpu_power_w", "host_time_s"), present="gpu_power_w"),
+    Sum("gpu_power_s", ("host_time_s",), present="gpu_power_w"),
+    Sum("gpu_energy_j", ("gpu_energy_j",), present="gpu_energy_j"),
+    Sum("energy_tokens", ("real_tokens",), present="gpu_energy_j"),
+)
+SUM_NAMES = tuple(s.name for s in SUMS)
+
+
+def sums_of_rows(rows: Iterable[Mapping[str, Any]]) -> dict[str, float]:
+    """The SUMS of interval rows (field name -> value), in Python: for tests and one-row CSV lines."""
+    out: dict[str, float] = dict.fromkeys(SUM_NAMES, 0)
+    for row in rows:
+        for s in SUMS:
+            out[s.name] += s.of_row(row)
+    return out
+
+
+@dataclass(frozen=True)
+class Coefficients:
+    """What turns a run's raw sums into FLOPs and MFU."""
+
+    c_lin: int  # FLOPs per token of the linear layers
+    c_core: int  # FLOPs per unit of S2 (sum of squared sequence lengths)
+    peak_tflops: float | None  # per GPU; None when the GPU is unknown
+
+    @classmethod
+    def for_run(cls, model: Mapping[str, Any], hardware: Mapping[str, Any]) -> Coefficients:
+        spec = ModelSpec.from_dict(dict(model))
+        return cls(c_lin=spec.c_lin, c_core=spec.c_core, peak_tflops=hardware.get("peak_tflops"))
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A number shown to users: how it is labelled, formatted and derived from SUMS."""
+
+    name: str
+    label: str
+    unit: str
+    format: str  # a d3-format specifier, as plotly and the pages use it
+    doc: str
+    derive: Callable[[Mapping[str, float], Coefficients], float | None]
+    band: bool = False  # charts show the min-max of per-interval values around it
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    if num is None or not den:
+        return None
+    value = num / den
+    return value if math.isfinite(value) else None
+
+
+def _triad(s: Mapping[str, float], c: Coefficients) -> dict[str, float]:
+    return flops_triad(
+        float(s["tokens"]), float(s["real_tokens"]), float(s["seqlen_sq_sum_bshd"]),
+        float(s["seqlen_sq_sum_thd"]), float(c.c_lin), float(c.c_core),
+    )  # fmt: skip
+
+
+def _tflops(kind: str) -> Callable[[Mapping[str, float], Coefficients], float | None]:
+    return lambda s, c: _ratio(_triad(s, c)[kind] / 1e12, s["gpu_seconds"])
+
+
+def _mfu(kind: str) -> Callable[[Mapping[str, float], Coefficients], float | None]:
+    # MFU is a fraction of the GPU's dense peak, not a percentage.
+    return lambda s, c: _ratio(_tflops(kind)(s, c), c.peak_tflops)
+
+
+def _overcount(s: Mapping[str, float], c: Coefficients) -> float | None:
+    f = _triad(s, c)
+    over = _ratio(f["bshd"], f["thd"])
+    return None if over is None else 100.0 * (over - 1.0)
+
+
+def _padding(s: Mapping[str, float], c: Coefficients) -> float | None:
+    real_share = _ratio(s["real_tokens"], s["tokens"])
+    return None if real_share is None else 100.0 * (1.0 - real_share)
+
+
+_DOC_TFLOPS = {
+    "bshd": "baseline: every pack counted as one dense sequence (T·C_lin + Σ L_pack²·C_core); over-reports packed runs",
+    "thd": "THD-corrected: every token slot, attention over the real documents only (T·C_lin + Σ s_i²·C_core)",
+    "useful": "useful: real tokens only, attention over the real documents; comparable across layouts",
+}
+_LABEL = {"bshd": "baseline", "thd": "THD-corrected", "useful": "useful"}
+
+
+def _flops_metrics() -> list[Metric]:
+    out = []
+    for kind in ("bshd", "thd", "useful"):
+        out.append(Metric(
+            f"flops_{kind}", f"{_LABEL[kind]} FLOPs", "FLOP", ".4s", _DOC_TFLOPS[kind],
+            lambda s, c, k=kind: _triad(s, c)[k],
+        ))  # fmt: skip
+        out.append(Metric(
+            f"tflops_{kind}", f"{_LABEL[kind]} TFLOP/s/GPU", "TFLOP/s", ".4g",
+            f"{_DOC_TFLOPS[kind]}; per GPU: FLOPs ÷ Σ(gpu_time_s·gpus) ÷ 1e12", _tflops(kind), band=True,
+        ))  # fmt: skip
+        out.append(Metric(
+            f"mfu_{kind}", f"MFU ({_LABEL[kind]})", "", ".1%",
+            f"{_LABEL[kind]} TFLOP/s/GPU ÷ the GPU's dense bf16 peak", _mfu(kind),
+        ))  # fmt: skip
+    return out
+
+
+METRICS: tuple[Metric, ...] = (
+    Metric("steps", "steps", "steps", ",d", "optimizer steps", lambda s, c: s["steps"]),
+    Metric("gpu_time_s", "GPU time", "s", ".4s", "Σ event-timed step durations", lambda s, c: s["gpu_time_s"]),
+    Metric("tokens", "token slots", "tokens", ".4s", "token slots, padding included", lambda s, c: s["tokens"]),
+    Metric("real_tokens", "real tokens", "tokens", ".4s", "tokens of real documents", lambda s, c: s["real_tokens"]),
+    Metric("documents", "documents", "documents", ",d", "real documents", lambda s, c: s["documents"]),
+    Metric("packs", "packs", "packs", ",d", "packs (THD) or rows (BSHD)", lambda s, c: s["packs"]),
+    *_flops_metrics(),
+    Metric(
+        "overcount_pct", "over-count", "%", ".1f",
+        "how much the baseline over-reports: 100·(baseline FLOPs ÷ THD-corrected FLOPs − 1)", _overcount,
+    ),
+    Metric(
+        "step_time_s", "step time", "s", ".4g", "Σ GPU time ÷ Σ steps (event-timed)",
+        lambda s, c: _ratio(s["gpu_time_s"], s["steps"]), band=True,
+    ),
+    Metric(
+        "tokens_per_s", "token slots/s", "tokens/s", ".4s", "token slots (padding included) per second",
+        lambda s, c: _ratio(s["tokens"], s["gpu_time_s"]),
+    ),
+    Metric(
+        "real_tokens_per_s", "real tokens/s", "tokens/s", ".4s", "real (non-padding) tokens per second",
+        lambda s, c: _ratio(s["real_tokens"], s["gpu_time_s"]),
+    ),
+    Metric("padding_pct", "padding", "%", ".1f", "share of token slots that hold no real token", _padding),
+    Metric(
+        "syncs_per_iter", "syncs/iteration", "syncs", ".3g", "host synchronizations per optimizer step",
+        lambda s, c: _ratio(s["syncs_total"], s["steps"]),
+    ),
+    Metric(
+        "loss", "loss", "", ".4g", "training loss, averaged over real tokens",
+        lambda s, c: _ratio(s["loss_x_tokens"], s["loss_tokens"]),
+    ),
+    Metric(
+        "gpu_util_pct", "GPU utilisation", "%", ".1f", "NVML utilisation, time-weighted",
+        lambda s, c: _ratio(s["gpu_util_x_s"], s["gpu_util_s"]),
+    ),
+    Metric(
+        "gpu_power_w", "GPU power", "W", ".4g", "NVML power, time-weighted",
+        lambda s, c: _ratio(s["gpu_power_x_s"], s["gpu_power_s"]),
+    ),
+    Metric(
+        "energy_per_token_j", "energy/token", "J", ".3s", "NVML energy ÷ real tokens",
+        lambda s, c: _ratio(s["gpu_energy_j"], s["energy_tokens"]),
+    ),
+)
+METRIC = {m.name: m for m in METRICS}
+BAND_METRICS = tuple(m.name for m in METRICS if m.band)
+
+
+def derive(sums: Mapping[str, float], c: Coefficients, names: Iterable[str] | None = None) -> dict[str, float | None]:
+    """Every (or the named) derived metric of one window; None where it is undefined (0/0)."""
+    chosen = METRICS if names is None else [METRIC[n] for n in names]
+    out: dict[str, float | None] = {}
+    for m in chosen:
+        value = m.derive(sums, c)
+        out[m.name] = None if value is None or not math.isfinite(value) else value
+    return out
+
+
+def interval_rates(row: Mapping[str, Any], c: Coefficients) -> dict[str, float | None]:
+    """The band metrics of a single interval row: what a chart bucket's min-max band spans."""
+    return derive(sums_of_rows([row]), c, BAND_METRICS)
+
+
+def as_json() -> dict[str, Any]:
+    """The catalogue as the pages and API clients read it."""
+    return {
+        "fields": [
+            {"name": f.name, "kind": f.kind, "unit": f.unit, "doc": f.doc, "wire": ".".join(f.wire_path)}
+            for f in FIELDS
+        ],
+        "metrics": [
+            {"name": m.name, "label": m.label, "unit": m.unit, "format": m.format, "doc": m.doc, "band": m.band}
+            for m in METRICS
+        ],
+    }

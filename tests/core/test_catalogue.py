@@ -1,0 +1,75 @@
+"""The catalogue is the one definition of fields and metrics: check it against hand-computed values
+and check that the server's schema, table and CSV are exactly what it says."""
+
+import pytest
+
+from packscope.core.catalogue import FIELDS, METRIC, SUM_NAMES, Coefficients, derive, sums_of_rows
+from packscope.core.flops import ModelSpec
+
+# Two intervals of one run on 8 GPUs; every number below is worked out by hand from them.
+ROWS = [
+    {"steps": 10, "gpus": 8, "gpu_time_s": 2.0, "host_time_s": 2.0, "tokens": 1000, "real_tokens": 900,
+     "seqlen_sq_sum_bshd": 100_000, "seqlen_sq_sum_thd": 40_000, "documents": 30, "packs": 10,
+     "syncs_total": 20, "loss": 2.0, "gpu_util_pct": 90.0, "gpu_power_w": 600.0, "gpu_energy_j": 900.0},
+    {"steps": 10, "gpus": 8, "gpu_time_s": 3.0, "host_time_s": 3.0, "tokens": 1000, "real_tokens": 600,
+     "seqlen_sq_sum_bshd": 100_000, "seqlen_sq_sum_thd": 20_000, "documents": 20, "packs": 10,
+     "syncs_total": 0, "loss": None, "gpu_util_pct": 60.0, "gpu_power_w": None, "gpu_energy_j": None},
+]
+C = Coefficients(c_lin=1_000_000, c_core=100, peak_tflops=1e-3)
+
+
+def test_metrics_of_two_intervals_match_hand_computed_values():
+    got = derive(sums_of_rows(ROWS), C)
+    gpu_seconds = 2.0 * 8 + 3.0 * 8  # 40
+    bshd = 2000 * 1e6 + 200_000 * 100  # 2.02e9
+    thd = 2000 * 1e6 + 60_000 * 100  # 2.006e9
+    useful = 1500 * 1e6 + 60_000 * 100  # 1.506e9
+    assert got["flops_bshd"] == bshd and got["flops_thd"] == thd and got["flops_useful"] == useful
+    assert got["tflops_bshd"] == pytest.approx(bshd / gpu_seconds / 1e12)
+    assert got["tflops_useful"] == pytest.approx(useful / gpu_seconds / 1e12)
+    assert got["mfu_thd"] == pytest.approx(thd / gpu_seconds / 1e12 / 1e-3)
+    assert got["overcount_pct"] == pytest.approx(100 * (bshd / thd - 1))
+    assert got["step_time_s"] == pytest.approx(5.0 / 20)
+    assert got["tokens_per_s"] == pytest.approx(2000 / 5.0)
+    assert got["real_tokens_per_s"] == pytest.approx(1500 / 5.0)
+    assert got["padding_pct"] == pytest.approx(25.0)
+    assert got["syncs_per_iter"] == pytest.approx(1.0)
+    assert got["loss"] == pytest.approx(2.0)  # the interval without a loss carries no weight
+    assert got["gpu_util_pct"] == pytest.approx((90 * 2 + 60 * 3) / 5)
+    assert got["gpu_power_w"] == pytest.approx(600.0)
+    assert got["energy_per_token_j"] == pytest.approx(900 / 900)
+
+
+def test_undefined_metrics_are_none_not_errors():
+    empty = dict.fromkeys(SUM_NAMES, 0)
+    got = derive(empty, Coefficients(c_lin=1, c_core=1, peak_tflops=None))
+    assert got["tflops_thd"] is None and got["mfu_thd"] is None and got["overcount_pct"] is None
+    assert got["loss"] is None and got["step_time_s"] is None
+
+
+def test_mfu_needs_a_known_peak():
+    assert derive(sums_of_rows(ROWS), Coefficients(1, 1, None))["mfu_useful"] is None
+
+
+def test_coefficients_come_from_the_flops_model():
+    spec = ModelSpec(layers=2, hidden=256, heads=4, ffn=1024, vocab=32000)
+    c = Coefficients.for_run(spec.to_dict(), {"peak_tflops": 989.0})
+    assert (c.c_lin, c.c_core, c.peak_tflops) == (spec.c_lin, spec.c_core, 989.0)
+
+
+def test_every_metric_has_a_label_unit_format_and_definition():
+    for m in METRIC.values():
+        assert m.label and m.format and m.doc, m.name
+
+
+def test_the_server_schema_table_and_csv_are_the_catalogue():
+    from packscope.backend import queries
+    from packscope.backend.models import intervals
+    from packscope.backend.schemas import IntervalRecord
+
+    names = [f.name for f in FIELDS]
+    assert [c.name for c in intervals.columns if c.name in names] == names
+    assert set(intervals.columns.keys()) == {"id", "run_pk", "channel_loss", *names}
+    top_level = {f.wire_path[0] for f in FIELDS}
+    assert top_level | {"histograms", "channel_loss"} == set(IntervalRecord.model_fields)
+    assert list(queries.CSV_COLUMNS[: len(names)]) == names
