@@ -21,10 +21,10 @@ DOC_COUNT = slice(0, SLOTS)
 DOC_TOKENS = slice(SLOTS, 2 * SLOTS)
 PACK_COUNT = slice(2 * SLOTS, 3 * SLOTS)
 PACK_TOKENS = slice(3 * SLOTS, 4 * SLOTS)
-S2_THD = 4 * SLOTS
+SEQLEN_SQ_SUM_THD = 4 * SLOTS
 DEVICE_LEN = 4 * SLOTS + 1
 # Host statics (then the four host histograms); summed with the device vector under data parallelism.
-HOST_FIELDS = ("tokens", "packs", "seqlen_sq_sum_bshd", "host_s2_thd")
+HOST_FIELDS = ("tokens", "packs", "seqlen_sq_sum_bshd", "seqlen_sq_sum_thd")
 
 
 @dataclass
@@ -35,7 +35,7 @@ class HostCounts:
     packs: int = 0
     seqlen_sq_sum_bshd: int = 0
     # Plain fixed-length batches: every row is one document of row_len tokens.
-    host_s2_thd: int = 0
+    seqlen_sq_sum_thd: int = 0
     doc_hist: list[list[int]] = field(default_factory=lambda: [[0] * NUM_BUCKETS, [0] * NUM_BUCKETS])
     pack_hist: list[list[int]] = field(default_factory=lambda: [[0] * NUM_BUCKETS, [0] * NUM_BUCKETS])
 
@@ -74,7 +74,7 @@ class IntervalAccumulator:
         h.seqlen_sq_sum_bshd += batch.rows * batch.row_len * batch.row_len
         if batch.doc_lens is None:
             b = bucket_of(batch.row_len)
-            h.host_s2_thd += batch.rows * batch.row_len * batch.row_len
+            h.seqlen_sq_sum_thd += batch.rows * batch.row_len * batch.row_len
             for hist in (h.doc_hist, h.pack_hist):
                 hist[0][b] += batch.rows
                 hist[1][b] += batch.slots
@@ -109,7 +109,7 @@ class IntervalAccumulator:
         slots = slot_of(lens, self._edges)
         out[DOC_COUNT].index_add_(0, slots, torch.ones_like(lens))
         out[DOC_TOKENS].index_add_(0, slots, lens)
-        out[S2_THD] = (lens * lens).sum()
+        out[SEQLEN_SQ_SUM_THD] = (lens * lens).sum()
         pack_real = torch.zeros(self._row_offset, dtype=torch.int64, device=out.device)
         pack_real.index_add_(0, rows, lens)
         pack_slots = slot_of(pack_real, self._edges)
@@ -146,6 +146,6 @@ def decode(vec: list[int], host: list[int]) -> dict:
         "real_tokens": sum(docs["tokens"]),
         "documents": sum(docs["count"]),
         "seqlen_sq_sum_bshd": h["seqlen_sq_sum_bshd"],
-        "seqlen_sq_sum_thd": vec[S2_THD] + h["host_s2_thd"],
+        "seqlen_sq_sum_thd": vec[SEQLEN_SQ_SUM_THD] + h["seqlen_sq_sum_thd"],
         "histograms": {"documents": docs, "packs": packs},
     }

@@ -28,7 +28,7 @@ from datetime import datetime, timezone
 import torch
 import torch.distributed as dist
 
-from packscope.agent import batch_forms
+from packscope.agent import batch_forms, payload
 from packscope.agent.accumulator import IntervalAccumulator, decode, DEVICE_LEN
 from packscope.agent.config import AgentConfig
 from packscope.core.flops import ModelSpec
@@ -57,10 +57,9 @@ class _PendingInterval:
     last_step: int
     gpus: int
     host_counts: list[int] | None  # None: they were summed on the device with the rest
-    buffer: torch.Tensor  # host copy of the device vector (+ host counts) (+ loss, grad-norm bits)
-    ready: torch.Event | None
-    n_losses: int
-    has_grad_norm: bool
+    buffer: torch.Tensor  # pinned host copy of the packed payload (agent/payload.py)
+    layout: payload.Layout
+    ready: torch.Event | None  # the copy's completion; None on CPU, where it is synchronous
     lr: float | None
     syncs: int
     sync_sites: dict[str, int]
@@ -202,60 +201,73 @@ class Agent:
             return value.detach() if value.requires_grad else value
         return torch.empty((), dtype=torch.float64, device=self.device).fill_(float(value))
 
-    # -- log boundary ------------------------------------------------------------------------
-    def _float_bits(self, values: list[torch.Tensor]) -> torch.Tensor:
-        """float64 values as int64 bit patterns, so they ride in the same copy as the counts."""
-        vals = torch.stack([v.to(device=self.device, dtype=torch.float64).reshape(()) for v in values])
-        return vals.view(torch.int64)
+    # -- log boundary: each step of an interval's life has its own function ------------------
+    def _close_interval(self) -> None:
+        """Start the interval's trip to the host without waiting for it, then open the next one."""
+        counts, host_counts = self._reduce_counts()
+        packed, layout = payload.pack(counts, self._interval_floats(), self.device)
+        buffer, ready = self._copy_to_host(packed)
+        syncs, sites = self._sync_delta()
+        self._inflight.append(_PendingInterval(
+            index=self._interval, first_step=self._first_step, last_step=self.step,
+            gpus=self.world_size, host_counts=host_counts, buffer=buffer, layout=layout, ready=ready,
+            lr=self._lr, syncs=syncs, sync_sites=sites, gpu=self.nvml.take() if self.nvml else None,
+            wall_start=self._wall_start or time.time(), wall_end=time.time(),
+        ))  # fmt: skip
+        self._open_next_interval()
+
+    def _reduce_counts(self) -> tuple[torch.Tensor, list[int] | None]:
+        """The interval's counts on the device, summed over data-parallel ranks, and the host counts
+        when they were not summed with them (None when they were)."""
+        counts = self._acc.reduce(self.device)
+        host_counts = self._acc.host.as_list()
+        if self.dp_size == 1:
+            return counts, host_counts
+        # Every rank must take the same branch in every interval, or a lone all_reduce would pair
+        # with the trainer's next collective: the branch depends on configuration only.
+        if self.config.uniform_shapes and not self._acc.has_device_data:
+            # Identical fixed shapes on every rank: scale locally, no collective.
+            return counts * self.dp_size, [v * self.dp_size for v in host_counts]
+        host = torch.tensor(host_counts, dtype=torch.int64)
+        if self.device.type == "cuda":
+            host = host.pin_memory()  # so the copy below needs no sync
+        counts = torch.cat([counts, host.to(self.device, non_blocking=True)])
+        dist.all_reduce(counts, op=dist.ReduceOp.SUM, group=self.dp_group)
+        return counts, None
+
+    def _interval_floats(self) -> dict[str, torch.Tensor]:
+        floats = {}
+        if self._losses:
+            floats["loss"] = self._mean_loss()
+        if self._grad_norm is not None:
+            floats["grad_norm"] = self._grad_norm
+        return floats
 
     def _mean_loss(self) -> torch.Tensor:
         losses = self._losses
-        if all(l.device == self.device and l.dim() == 0 for l in losses):
+        if all(loss.device == self.device and loss.dim() == 0 for loss in losses):
             return torch.stack(losses).to(torch.float64).mean()  # three kernels, whatever the count
-        return torch.stack([l.reshape(()).to(self.device, torch.float64) for l in losses]).mean()
+        return torch.stack([loss.reshape(()).to(self.device, torch.float64) for loss in losses]).mean()
 
-    def _close_interval(self) -> None:
-        vec = self._acc.reduce(self.device)
-        host_counts = self._acc.host.as_list()
-        if self.dp_size > 1:
-            # Every rank must take the same branch in every interval, or a lone all_reduce would
-            # pair with the trainer's next collective: the branch depends on configuration only.
-            if not self.config.uniform_shapes or self._acc.has_device_data:
-                # Per-rank values can differ: one SUM over the data-parallel group.
-                host_dev = torch.tensor(host_counts, dtype=torch.int64)
-                if self.device.type == "cuda":
-                    host_dev = host_dev.pin_memory()  # so the copy below needs no sync
-                vec = torch.cat([vec, host_dev.to(self.device, non_blocking=True)])
-                dist.all_reduce(vec, op=dist.ReduceOp.SUM, group=self.dp_group)
-                host_counts = None
-            else:  # identical fixed shapes on every rank: scale locally, no collective
-                vec = vec * self.dp_size
-                host_counts = [v * self.dp_size for v in host_counts]
-        floats = []
-        if self._losses:
-            floats.append(self._mean_loss())
-        if self._grad_norm is not None:
-            floats.append(self._grad_norm)
-        payload = torch.cat([vec, self._float_bits(floats)]) if floats else vec
-        pinned = torch.empty(payload.shape, dtype=torch.int64, pin_memory=self.device.type == "cuda")
-        pinned.copy_(payload, non_blocking=True)
-        ready = None
-        if self.device.type == "cuda":
-            ready = torch.Event(self.device)
-            ready.record()
+    def _copy_to_host(self, packed: torch.Tensor) -> tuple[torch.Tensor, torch.Event | None]:
+        """One non-blocking copy into pinned memory and an event that tells when it has landed."""
+        buffer = torch.empty(packed.shape, dtype=torch.int64, pin_memory=self.device.type == "cuda")
+        buffer.copy_(packed, non_blocking=True)
+        if self.device.type != "cuda":
+            return buffer, None
+        ready = torch.Event(self.device)
+        ready.record()
+        return buffer, ready
 
+    def _sync_delta(self) -> tuple[int, dict[str, int]]:
+        """Host syncs counted since the last boundary, in total and by site."""
         total, sites = self.syncs.snapshot()
         base_total, base_sites = self._sync_base
         self._sync_base = (total, sites)
-        diff = {s: n - base_sites.get(s, 0) for s, n in sites.items() if n > base_sites.get(s, 0)}
+        delta = {site: n - base_sites.get(site, 0) for site, n in sites.items() if n > base_sites.get(site, 0)}
+        return total - base_total, delta
 
-        self._inflight.append(_PendingInterval(
-            index=self._interval, first_step=self._first_step, last_step=self.step,
-            gpus=self.world_size, host_counts=host_counts, buffer=pinned, ready=ready,
-            n_losses=len(self._losses), has_grad_norm=self._grad_norm is not None, lr=self._lr,
-            syncs=total - base_total, sync_sites=diff, gpu=self.nvml.take() if self.nvml else None,
-            wall_start=self._wall_start or time.time(), wall_end=time.time(),
-        ))
+    def _open_next_interval(self) -> None:
         self._interval += 1
         self._first_step = self.step + 1
         self._last_step = self.step + self.config.log_every
@@ -276,25 +288,21 @@ class Agent:
 
     def _emit(self, p: _PendingInterval) -> None:
         steps = [self._times.popleft() for _ in range(p.last_step - p.first_step + 1)]
-        values = p.buffer.tolist()  # host memory, already complete: no device work
-        n_float = (1 if p.n_losses else 0) + (1 if p.has_grad_norm else 0)
-        floats = p.buffer[len(values) - n_float:].view(torch.float64).tolist() if n_float else []
-        ints = values[: len(values) - n_float]
-        host = p.host_counts if p.host_counts is not None else ints[DEVICE_LEN:]
-        stats = decode(ints[:DEVICE_LEN], host)
-        record = self._record(p, steps, stats, floats)
+        counts, floats = payload.unpack(p.buffer, p.layout)  # host memory, already complete
+        host = p.host_counts if p.host_counts is not None else counts[DEVICE_LEN:]
+        record = self._record(p, steps, decode(counts[:DEVICE_LEN], host), floats)
         self.records.append(record)
         if self.sender is not None:
             self.sender.submit(record)
 
-    def _record(self, p: _PendingInterval, steps: list[StepTime], stats: dict, floats: list[float]) -> dict:
+    def _record(self, p: _PendingInterval, steps: list[StepTime], stats: dict, floats: dict[str, float]) -> dict:
+        """The wire record (docs/wire.md; its fields are packscope.core.catalogue.FIELDS)."""
         durations = sorted(s.gpu_s for s in steps)
         n = len(steps)
-        m = self.model
-        tokens, real, s2b, s2t = (stats["tokens"], stats["real_tokens"], stats["seqlen_sq_sum_bshd"], stats["seqlen_sq_sum_thd"])
-        loss = floats[0] if p.n_losses else None
-        grad_norm = floats[-1] if p.has_grad_norm else None
         top = sorted(p.sync_sites.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_SYNC_SITES]
+        flops = self.model.triad(
+            stats["tokens"], stats["real_tokens"], stats["seqlen_sq_sum_bshd"], stats["seqlen_sq_sum_thd"]
+        )
         return {
             "interval": p.index, "rank": self.rank,
             "first_step": p.first_step, "last_step": p.last_step, "steps": n, "gpus": p.gpus,
@@ -305,13 +313,13 @@ class Agent:
             "step_time_p90_s": durations[min(n - 1, int(0.9 * n))],
             "step_time_max_s": durations[-1],
             "timing_lag_steps": max(s.lag_steps for s in steps),
-            "tokens": tokens, "real_tokens": real, "packs": stats["packs"], "documents": stats["documents"],
-            "seqlen_sq_sum_bshd": s2b, "seqlen_sq_sum_thd": s2t,
-            **{f"flops_{kind}": float(value) for kind, value in m.triad(tokens, real, s2b, s2t).items()},
+            **{key: stats[key] for key in ("tokens", "real_tokens", "packs", "documents")},
+            "seqlen_sq_sum_bshd": stats["seqlen_sq_sum_bshd"], "seqlen_sq_sum_thd": stats["seqlen_sq_sum_thd"],
+            **{f"flops_{kind}": float(value) for kind, value in flops.items()},
             "syncs": {"total": p.syncs, "sites": [{"site": s, "count": c} for s, c in top]},
             "histograms": stats["histograms"],
-            "loss": loss, "lr": p.lr, "grad_norm": grad_norm, "gpu": p.gpu,
-        }
+            "loss": floats.get("loss"), "lr": p.lr, "grad_norm": floats.get("grad_norm"), "gpu": p.gpu,
+        }  # fmt: skip
 
     # -- shutdown ----------------------------------------------------------------------------
     def close(self, status: str = "finished", timeout_s: float = 30.0) -> bool:

@@ -23,7 +23,7 @@ def flops(tokens: Any, seqlen_sq_sum: Any, c_lin: Any, c_core: Any) -> Any:
     return tokens * c_lin + seqlen_sq_sum * c_core
 
 
-def flops_triad(tokens: Any, real_tokens: Any, s2_bshd: Any, s2_thd: Any, c_lin: Any, c_core: Any) -> dict[str, Any]:
+def flops_triad(tokens: Any, real_tokens: Any, seqlen_sq_sum_bshd: Any, seqlen_sq_sum_thd: Any, c_lin: Any, c_core: Any) -> dict[str, Any]:
     """The three counts packscope reports, the one place they are defined (docs/flops.md):
 
     * ``bshd`` (baseline): every token slot, every pack one dense sequence;
@@ -31,9 +31,9 @@ def flops_triad(tokens: Any, real_tokens: Any, s2_bshd: Any, s2_thd: Any, c_lin:
     * ``useful``: real tokens only, attention over the real documents.
     """
     return {
-        "bshd": flops(tokens, s2_bshd, c_lin, c_core),
-        "thd": flops(tokens, s2_thd, c_lin, c_core),
-        "useful": flops(real_tokens, s2_thd, c_lin, c_core),
+        "bshd": flops(tokens, seqlen_sq_sum_bshd, c_lin, c_core),
+        "thd": flops(tokens, seqlen_sq_sum_thd, c_lin, c_core),
+        "useful": flops(real_tokens, seqlen_sq_sum_thd, c_lin, c_core),
     }
 
 
@@ -134,8 +134,8 @@ class ModelSpec:
         """Exact integer FLOPs for T tokens and S2 = sum of squared sequence lengths."""
         return flops(tokens, seqlen_sq_sum, self.c_lin, self.c_core)
 
-    def triad(self, tokens: int, real_tokens: int, s2_bshd: int, s2_thd: int) -> dict[str, int]:
-        return flops_triad(tokens, real_tokens, s2_bshd, s2_thd, self.c_lin, self.c_core)
+    def triad(self, tokens: int, real_tokens: int, seqlen_sq_sum_bshd: int, seqlen_sq_sum_thd: int) -> dict[str, int]:
+        return flops_triad(tokens, real_tokens, seqlen_sq_sum_bshd, seqlen_sq_sum_thd, self.c_lin, self.c_core)
 
     # -- (de)serialisation for the wire ----------------------------------------------------------
     def to_dict(self) -> dict:
@@ -174,14 +174,14 @@ class FlopsBreakdown:
 
     @classmethod
     def compute(
-        cls, model: ModelSpec, tokens: int, real_tokens: int, s2_bshd: int, s2_thd: int
+        cls, model: ModelSpec, tokens: int, real_tokens: int, seqlen_sq_sum_bshd: int, seqlen_sq_sum_thd: int
     ) -> FlopsBreakdown:
-        triad = model.triad(tokens, real_tokens, s2_bshd, s2_thd)
+        triad = model.triad(tokens, real_tokens, seqlen_sq_sum_bshd, seqlen_sq_sum_thd)
         return cls(
             tokens=tokens,
             real_tokens=real_tokens,
-            seqlen_sq_sum_bshd=s2_bshd,
-            seqlen_sq_sum_thd=s2_thd,
+            seqlen_sq_sum_bshd=seqlen_sq_sum_bshd,
+            seqlen_sq_sum_thd=seqlen_sq_sum_thd,
             flops_bshd=triad["bshd"],
             flops_thd=triad["thd"],
             flops_useful=triad["useful"],
@@ -209,6 +209,6 @@ def packs_breakdown(
         model,
         tokens=slots * len(packs),
         real_tokens=sum(totals),
-        s2_bshd=len(packs) * slots * slots,
-        s2_thd=sum(s * s for p in packs for s in p),
+        seqlen_sq_sum_bshd=len(packs) * slots * slots,
+        seqlen_sq_sum_thd=sum(s * s for p in packs for s in p),
     )
