@@ -7,12 +7,13 @@ import math
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, Field, StringConstraints, create_model, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, StringConstraints, create_model, field_validator, model_validator
 
 from packscope.core.catalogue import BAND_METRICS, FIELDS, FLOAT_MAX, INT32_MAX, INT64_MAX, METRIC
 from packscope.core.catalogue import Field as CatalogueField
 from packscope.core.flops import ModelSpec
 from packscope.core.histograms import NUM_BUCKETS
+from packscope.backend.text import SafeStr, storable_json
 
 MAX_BATCH = 1000
 RUN_ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
@@ -22,25 +23,32 @@ Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
 SmallCount = Annotated[int, Field(ge=0, le=INT32_MAX)]
 Positive = Annotated[int, Field(ge=1, le=INT32_MAX)]
 RunStatus = Literal["running", "finished", "failed"]
+StrictPositive = Annotated[int, Field(strict=True, ge=1, le=INT32_MAX)]
 PARALLEL_DEFAULTS = {"dp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1}
+MODEL_FLAGS = {"gated", "attn_output_gate"}
+MODEL_OPTIONAL = {"kv_heads", "head_dim", "moe_ffn"}
+MAX_MODEL_SIZE = 2**24  # any layer count, width or vocabulary of a real model
 
 
 # -- runs -----------------------------------------------------------------------------------------
 class Hardware(BaseModel):
-    gpu_name: str | None = Field(default=None, max_length=200)
-    gpu_count: Positive = 1
-    peak_tflops: Annotated[float, Field(gt=0, allow_inf_nan=False)] | None = None  # dense BF16, per GPU
+    gpu_name: SafeStr | None = Field(default=None, max_length=200)
+    gpu_count: StrictPositive = 1
+    peak_tflops: Annotated[float, Field(strict=True, gt=0, le=1e9, allow_inf_nan=False)] | None = None  # dense BF16, per GPU
 
 
 class RunCreate(BaseModel):
     run_id: RunId
-    name: str | None = Field(default=None, max_length=200)
-    project: str | None = Field(default=None, max_length=200)
-    tags: list[Annotated[str, Field(max_length=100)]] = Field(default_factory=list, max_length=50)
-    config: dict[str, Any] = Field(default_factory=dict)
+    name: SafeStr | None = Field(default=None, max_length=200)
+    project: SafeStr | None = Field(default=None, max_length=200)
+    tags: list[Annotated[SafeStr, Field(max_length=100)]] = Field(default_factory=list, max_length=50)
+    # Checked before anything is stored: depth, size, strings and numbers every backend can hold.
+    config: Annotated[dict[str, Any], AfterValidator(storable_json)] = Field(default_factory=dict)
     model: ModelSpec
     hardware: Hardware = Field(default_factory=Hardware)
-    parallel: dict[str, Positive] = Field(default_factory=lambda: dict(PARALLEL_DEFAULTS))
+    parallel: dict[Annotated[SafeStr, Field(max_length=20)], StrictPositive] = Field(
+        default_factory=lambda: dict(PARALLEL_DEFAULTS), max_length=20
+    )
     layout: Literal["thd", "bshd"]
     started_at: datetime | None = None
 
@@ -55,12 +63,30 @@ class RunCreate(BaseModel):
                 raise ValueError(
                     f"unknown model field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
                 )
+            _check_model_numbers(value)
         return value
 
     @field_validator("parallel")
     @classmethod
     def _parallel_defaults(cls, value: dict[str, int]) -> dict[str, int]:
         return {**PARALLEL_DEFAULTS, **value}
+
+
+def _check_model_numbers(model: dict[str, Any]) -> None:
+    # The dataclass would take "1024" or true for a size, and sizes beyond any real model would
+    # make FLOPs that no column or float holds.
+    for key, value in model.items():
+        if key in MODEL_FLAGS:
+            if not isinstance(value, bool):
+                raise ValueError(f"model field {key!r} must be true or false, got {value!r}")
+        elif key == "moe_layers":
+            if value is not None and not (
+                isinstance(value, list) and all(isinstance(x, int) and not isinstance(x, bool) and x in (0, 1) for x in value)
+            ):
+                raise ValueError("model field 'moe_layers' must be null or a list of 0/1 flags, one per layer")
+        elif value is not None or key not in MODEL_OPTIONAL:
+            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_MODEL_SIZE:
+                raise ValueError(f"model field {key!r} must be an integer from 0 to {MAX_MODEL_SIZE}, got {value!r}")
 
 
 class RunPatch(BaseModel):
