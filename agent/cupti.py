@@ -102,19 +102,7 @@ class CuptiSyncCounter(SyncCounter):
                 f"(torch.version.cuda); install it with pip install 'cupti-python==<major>.*' ({exc})"
             ) from None
         self._cupti = cupti
-        params = cupti.SubscriberParams()
-        params.struct_size = cupti.SUBSCRIBER_PARAMS_SIZE
-        params.subscriber_name = "packscope"
-        try:
-            self._subscriber = cupti.subscribe_v2(self._callback, None, params.ptr)
-        except cupti.cuptiError as exc:
-            if exc.status == cupti.Result.ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED:
-                raise CuptiUnavailable(
-                    f"CUPTI already has a subscriber ({params.old_subscriber_name or 'another profiler'}); "
-                    "CUPTI allows one per process. Stop torch.profiler/Nsight for this run, or use "
-                    "sync_backend='debug-mode'"
-                ) from None
-            raise CuptiUnavailable(f"CUPTI refused the subscription: {cupti.Result(exc.status).name}") from None
+        self._subscriber = self._subscribe(cupti)
         self._driver = ctypes.CDLL("libcuda.so.1")
         for name in BLOCKING_DRIVER_CALLS + ASYNC_COPY_CALLS:
             cbid = getattr(cupti.driver_api_trace_cbid, name, None)
@@ -126,6 +114,34 @@ class CuptiSyncCounter(SyncCounter):
                 cupti.enable_callback(1, self._subscriber, cupti.CallbackDomain.DRIVER_API, cbid)
         self.installed = True
         return self
+
+    def _subscribe(self, cupti) -> int:
+        """A CUPTI subscriber handle, with a message naming whoever holds CUPTI when it is taken.
+
+        ``subscribe_v2`` names the other subscriber, but its parameter struct grows between
+        releases: cupti-python 13.4 sends a struct that the libcupti torch already loaded (13.0,
+        the same soname) refuses with ERROR_INVALID_PARAMETER. The plain ``subscribe`` takes no
+        struct and works with every release.
+        """
+        params = cupti.SubscriberParams()
+        params.struct_size = cupti.SUBSCRIBER_PARAMS_SIZE
+        params.subscriber_name = "packscope"
+        try:
+            return cupti.subscribe_v2(self._callback, None, params.ptr)
+        except cupti.cuptiError as exc:
+            status = exc.status
+            if status == cupti.Result.ERROR_INVALID_PARAMETER:
+                try:
+                    return cupti.subscribe(self._callback, None)
+                except cupti.cuptiError as plain:
+                    status = plain.status
+            if status == cupti.Result.ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED:
+                holder = getattr(params, "old_subscriber_name", None) or "another profiler"
+                raise CuptiUnavailable(
+                    f"CUPTI already has a subscriber ({holder}); CUPTI allows one per process. "
+                    "Stop torch.profiler/Nsight for this run, or use sync_backend='debug-mode'"
+                ) from None
+            raise CuptiUnavailable(f"CUPTI refused the subscription: {cupti.Result(status).name}") from None
 
     def uninstall(self) -> None:
         if self.installed:
