@@ -1,4 +1,5 @@
-"""Read a Hugging Face ``config.json`` into a :class:`ModelSpec` (docs/flops.md, last table).
+"""Read a Hugging Face ``config.json``, or a loaded config object, into a :class:`ModelSpec`
+(docs/flops.md, last table).
 
 A config that names an architecture we do not know, or lacks a field we need, is an error that
 names it: a silent default would put a wrong number on the dashboard.
@@ -108,3 +109,18 @@ def read_hf_config(path: str | Path, tp: int = 1) -> ModelSpec:
     if not isinstance(cfg, dict):
         raise HFConfigError(f"{p} does not hold a JSON object")
     return spec_from_hf_dict(cfg, tp=tp)
+
+
+def spec_from_hf_config(config: Any, tp: int = 1) -> ModelSpec:
+    """A :class:`ModelSpec` from a loaded ``transformers`` config (``model.config``) or a dict.
+
+    Multimodal configs are read through their decoder (``get_text_config()``), whose FLOPs are
+    the ones counted here; no import of ``transformers`` is needed.
+    """
+    if isinstance(config, dict):
+        return spec_from_hf_dict(config, tp=tp)
+    if hasattr(config, "get_text_config"):
+        config = config.get_text_config()
+    if not hasattr(config, "to_dict"):
+        raise HFConfigError(f"expected a transformers config or a dict, got {type(config).__name__}")
+    return spec_from_hf_dict(config.to_dict(), tp=tp)
