@@ -152,15 +152,24 @@ class Agent:
         token_mask: torch.Tensor | None = None,
         position_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
+        packed_seq_params: object | None = None,
     ) -> None:
         """Count one micro-batch. Give exactly one form:
 
         * ``cu_seqlens`` + ``shape=(packs, pack_length)`` [+ ``cu_seqlens_padded``; + ``token_mask``,
           True for real tokens, when static padding or a dummy tail holds padding]
+        * ``packed_seq_params`` (anything with Megatron's ``PackedSeqParams`` fields) + ``shape``
+          [+ ``token_mask``]: the same as its ``cu_seqlens_q`` / ``cu_seqlens_q_padded``
         * ``position_ids`` (restarting at 0 per document) [+ ``attention_mask`` for padding]
         * ``attention_mask`` alone: BSHD padded rows, one document per row
         * ``shape=(rows, length)`` alone: plain fixed-length BSHD
         """
+        if packed_seq_params is not None:
+            if cu_seqlens is not None or cu_seqlens_padded is not None:
+                raise ValueError("observe_batch: give packed_seq_params or cu_seqlens, not both")
+            cu_seqlens, cu_seqlens_padded = batch_forms.cu_seqlens_of_packed_seq_params(packed_seq_params)
+            if shape is None:
+                raise ValueError("observe_batch(packed_seq_params=...) needs shape=(packs, pack_length)")
         if cu_seqlens is not None:
             if shape is None:
                 raise ValueError("observe_batch(cu_seqlens=...) needs shape=(packs, pack_length)")

@@ -89,6 +89,25 @@ def from_cu_seqlens(
     return CuBatch(rows, row_len, cu_seqlens, physical, token_mask)
 
 
+def cu_seqlens_of_packed_seq_params(params: object) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """``(cu_seqlens, cu_seqlens_padded)`` of an object with Megatron's ``PackedSeqParams`` fields.
+
+    Duck-typed, so that the agent need not import Megatron: ``qkv_format`` must be ``"thd"``
+    (Megatron ignores these params otherwise), ``cu_seqlens_q`` holds the real boundaries and
+    ``cu_seqlens_q_padded``, when set, the physical ones. ``max_seqlen_q`` is not needed.
+    Self-attention only: the key side (``cu_seqlens_kv``) is assumed to equal the query side.
+    """
+    qkv_format = getattr(params, "qkv_format", "thd")
+    if qkv_format != "thd":
+        raise ValueError(f"packed_seq_params has qkv_format={qkv_format!r}; only 'thd' describes packed documents "
+                         "(for sbhd/bshd batches pass shape=(rows, seq_len) alone)")
+    cu = getattr(params, "cu_seqlens_q", None)
+    if not isinstance(cu, torch.Tensor):
+        raise ValueError(f"packed_seq_params.cu_seqlens_q must be a tensor, got {type(cu).__name__}")
+    padded = getattr(params, "cu_seqlens_q_padded", None)
+    return cu, padded if isinstance(padded, torch.Tensor) else None
+
+
 def canonicalize_cu(batches: list[CuBatch], row_offsets: list[int], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
     """Document lengths and global pack rows of many cu_seqlens batches, in about 20 ops
     whatever the number of batches (no per-batch slicing: on a slow host every op counts).
