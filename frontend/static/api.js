@@ -5,7 +5,10 @@ const BASE = "/api/v1";
 async function getJSON(path) {
   const response = await fetch(BASE + path, { headers: { Accept: "application/json" } });
   if (!response.ok) {
-    throw new Error(`GET ${BASE}${path} answered HTTP ${response.status}`);
+    // The status travels with the error: a 404 names missing runs, which pages handle.
+    const error = new Error(`GET ${BASE}${path} answered HTTP ${response.status}`);
+    error.status = response.status;
+    throw error;
   }
   return response.json();
 }
@@ -22,6 +25,7 @@ function query(params) {
 
 const runPath = (runId) => `/runs/${encodeURIComponent(runId)}`;
 
+export const getCatalogue = () => getJSON("/catalogue");
 export const listRuns = () => getJSON("/runs");
 export const getRun = (runId) => getJSON(runPath(runId));
 export const getSeries = (runId, params = {}) => getJSON(runPath(runId) + "/series" + query(params));

@@ -1,24 +1,18 @@
-// Plotly builders: one colour per metric everywhere, bands for min–max, and a chart panel
-// that shows an empty state until there is data and extends in place when new data arrives.
+// Plotly builders: catalogue formats in hovers, min–max bands, upload-free plots, and a chart
+// panel that shows an empty state until there is data and extends in place when data arrives.
 
 import { csvLink, tracesToCSV } from "./csv.js";
-
-export const COLORS = {
-  baseline: "#d97706", // amber: the dense BSHD count that over-reports packed runs
-  thd: "#2563eb", // blue: the THD-corrected count, the headline number
-  useful: "#059669", // green: real tokens only
-  overcount: "#dc2626",
-  neutral: "#475569",
-  documents: "#7c3aed",
-  packs: "#0891b2",
-};
-
-// Distinct colours for runs on the compare page, kept apart from the metric colours above.
-export const RUN_COLORS = ["#7c3aed", "#0891b2", "#db2777", "#65a30d", "#334155", "#ea580c", "#4f46e5", "#0f766e"];
+import { unitSuffix } from "./format.js";
+import { linkX, unlinkX } from "./linkedzoom.js";
 
 const FONT = 'system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif';
+const BAND_NOTE = "shaded: min–max of the intervals in each point";
 
-export function layout({ yTitle, xTitle = "step", ySuffix = "", yFormat = "", barmode, xType, fromZero = true } = {}) {
+// Tick labels trim trailing zeros ("100", not "100.0"); hovers keep the catalogue's exact format.
+const tickFormat = (spec) => (spec ? spec.replace(/([a-z%])$/, "~$1") : "");
+
+// `metric` (a catalogue entry) gives the y axis its tick format and unit unless yFormat names one.
+export function layout({ yTitle, metric, yFormat, xTitle = "step", barmode, xType, fromZero = true } = {}) {
   return {
     font: { family: FONT, size: 12, color: "#1f2937" },
     margin: { l: 64, r: 16, t: 8, b: 44 },
@@ -28,14 +22,16 @@ export function layout({ yTitle, xTitle = "step", ySuffix = "", yFormat = "", ba
     showlegend: true,
     // "normal" keeps legend order = trace order; fill traces would otherwise reverse it.
     legend: { orientation: "h", x: 0, y: 1.02, yanchor: "bottom", font: { size: 11 }, traceorder: "normal" },
-    xaxis: { title: { text: xTitle }, gridcolor: "#e5e7eb", zeroline: false, type: xType, automargin: true },
+    // The standoffs keep the y "0" and the first x tick apart where they meet at the origin.
+    xaxis: { title: { text: xTitle }, gridcolor: "#e5e7eb", zeroline: false, type: xType, automargin: true, ticklabelstandoff: 6 },
     yaxis: {
       title: { text: yTitle },
       gridcolor: "#e5e7eb",
       zeroline: false,
       rangemode: fromZero ? "tozero" : "normal",
-      ticksuffix: ySuffix,
-      tickformat: yFormat,
+      ticksuffix: metric ? unitSuffix(metric) : "",
+      tickformat: yFormat ?? tickFormat(metric?.format),
+      ticklabelstandoff: 6,
       automargin: true,
     },
     barmode,
@@ -43,15 +39,16 @@ export function layout({ yTitle, xTitle = "step", ySuffix = "", yFormat = "", ba
   };
 }
 
-// meta.column names the series column a trace plots, so live updates can extend it generically.
-export function line(column, name, color, { dash = "solid", hoverFormat = ".3r", unit = "", width = 2, rank } = {}) {
+// One series column as a line, named and hover-formatted from its catalogue metric.
+// meta.column names the column it plots, so live updates can extend it generically.
+export function line(column, metric, color, { name = metric.label, dash = "solid", width = 2, rank } = {}) {
   return {
     type: "scatter",
     mode: "lines",
     name,
     legendrank: rank,
     line: { color, dash, width },
-    hovertemplate: `%{y:${hoverFormat}}${unit}<extra>${name}</extra>`,
+    hovertemplate: `%{y:${metric.format}}${unitSuffix(metric)}<extra>${name}</extra>`,
     meta: { column, kind: "line", csv: column },
     x: [],
     y: [],
@@ -93,14 +90,37 @@ function translucent(hex, alpha) {
   return `rgba(${(value >> 16) & 255}, ${(value >> 8) & 255}, ${value & 255}, ${alpha})`;
 }
 
-const CONFIG = { responsive: true, displaylogo: false, modeBarButtonsToRemove: ["lasso2d", "select2d"] };
+// Nothing on a chart may upload data or link off the server: no logo link, no cloud buttons.
+export const CONFIG = {
+  responsive: true,
+  displaylogo: false,
+  showSendToCloud: false,
+  showEditInChartStudio: false,
+  showLink: false,
+  modeBarButtonsToRemove: ["lasso2d", "select2d", "sendDataToCloud", "editInChartStudio"],
+};
+
+// A band is worth announcing only where it has a width: one interval per point has none.
+function bandsShow(traces) {
+  const edges = new Map(traces.filter((t) => t.meta?.kind === "band").map((t) => [t.meta.column, t.y]));
+  for (const [column, max] of edges) {
+    if (!column.endsWith("_max")) continue;
+    const min = edges.get(column.replace(/_max$/, "_min")) || [];
+    if (max.some((v, i) => v !== null && min[i] !== null && v > min[i])) return true;
+  }
+  return false;
+}
 
 // A .chart element from the templates: holds the plot, the empty-state note and the CSV link.
+// linked: the chart plots against the step and zooms together with the page's other such charts.
 export class ChartPanel {
-  constructor(element, { filename, xName = "step" }) {
+  constructor(element, { filename, xName = "step", linked = xName === "step" }) {
     this.element = element;
     this.plot = element.querySelector(".plot");
-    this.note = element.querySelector(".empty");
+    this.empty = element.querySelector(".empty");
+    this.note = element.querySelector(".card-head .note");
+    this.baseNote = this.note?.textContent.trim() ?? "";
+    this.linked = linked;
     this.drawn = false;
     element.querySelector(".chart-foot").append(
       csvLink(filename, () => tracesToCSV(this.plot.data || [], xName)),
@@ -108,16 +128,21 @@ export class ChartPanel {
   }
 
   showEmpty(message) {
-    this.note.textContent = message;
+    this.empty.textContent = message;
     this.element.classList.add("is-empty");
-    if (this.drawn) Plotly.purge(this.plot);
+    if (this.drawn) {
+      unlinkX(this.plot);
+      Plotly.purge(this.plot);
+    }
     this.drawn = false;
   }
 
   draw(traces, plotLayout) {
     this.element.classList.remove("is-empty");
     Plotly.react(this.plot, traces, plotLayout, CONFIG);
+    if (this.linked) linkX(this.plot);
     this.drawn = true;
+    this.describeBands();
   }
 
   // Appends new points to every trace; each trace reads its own column from `columns`.
@@ -127,6 +152,13 @@ export class ChartPanel {
     const x = traces.map(() => columns[xColumn]);
     const y = traces.map((trace) => columns[trace.meta.column]);
     Plotly.extendTraces(this.plot, { x, y }, indices);
+    this.describeBands();
+  }
+
+  describeBands() {
+    if (!this.note) return;
+    const parts = [this.baseNote, bandsShow(this.plot.data || []) ? BAND_NOTE : ""].filter(Boolean);
+    this.note.textContent = parts.join("; ");
   }
 }
 

@@ -1,27 +1,32 @@
-// Compare page: side-by-side table and overlays of TFLOP/s and step time for the chosen runs.
+// Compare page: side-by-side table and overlays of useful TFLOP/s and step time for the chosen
+// runs. Ids the server does not know are named, and the rest are compared.
 
 import * as api from "./api.js";
-import * as fmt from "./format.js";
-import { ChartPanel, RUN_COLORS, fill, layout, line } from "./charts.js";
+import { loadCatalogue, metricOf } from "./catalogue.js";
+import { runColor } from "./colors.js";
+import { display, signed } from "./format.js";
+import { ChartPanel, fill, layout, line } from "./charts.js";
+import { metricLabel, renderDefinitions } from "./definitions.js";
 import { el, showError, statusBadge } from "./dom.js";
 
-const runIds = JSON.parse(document.getElementById("compare").dataset.runIds);
+const requestedIds = JSON.parse(document.getElementById("compare").dataset.runIds);
 const MAX_POINTS = 500;
 const REFRESH_MS = 5000;
 
-// delta: how a run differs from the first one — "rel" in percent, "pp" in percentage points.
-const METRICS = [
-  { key: "step_time_s", label: "Step time", format: fmt.seconds, delta: "rel" },
-  { key: "tflops_thd", label: "THD-corrected TFLOP/s/GPU", format: fmt.num, delta: "rel", swatch: "thd" },
-  { key: "tflops_bshd", label: "Baseline TFLOP/s/GPU", format: fmt.num, delta: "rel", swatch: "baseline" },
-  // Useful work only (real tokens): what padded and packed runs should be judged by.
-  { key: "tflops_useful", label: "Useful TFLOP/s/GPU", format: fmt.num, delta: "rel", swatch: "useful" },
-  { key: "overcount_pct", label: "Over-count", format: fmt.pct, delta: "pp" },
-  { key: "mfu_thd", label: "MFU (THD)", format: fmt.fraction, delta: "pp", scale: 100 },
-  { key: "tokens_per_s", label: "Tokens/s", format: fmt.si, delta: "rel" },
-  { key: "padding_pct", label: "Padding", format: fmt.pct, delta: "pp" },
-  { key: "syncs_per_iter", label: "Syncs/iter", format: fmt.num, delta: "rel" },
-  { key: "steps", label: "Steps", format: fmt.int },
+// Rows of the table, useful work first. delta: how a run differs from the first one —
+// "rel" in percent, "pp" in percentage points (for shares and fractions).
+const ROWS = [
+  { name: "tflops_useful", delta: "rel", headline: true },
+  { name: "real_tokens_per_s", delta: "rel" },
+  { name: "padding_pct", delta: "pp" },
+  { name: "step_time_s", delta: "rel" },
+  { name: "tflops_thd", delta: "rel" },
+  { name: "tflops_bshd", delta: "rel" },
+  { name: "overcount_pct", delta: "pp" },
+  { name: "mfu_useful", delta: "pp" },
+  { name: "tokens_per_s", delta: "rel" },
+  { name: "syncs_per_iter", delta: "rel" },
+  { name: "steps" },
 ];
 
 const panels = {
@@ -36,10 +41,12 @@ function labels(runs) {
   return runs.map((run) => (run.name && counts.get(run.name) === 1 ? run.name : run.run_id));
 }
 
-function delta(metric, value, reference) {
-  if (!metric.delta || value === null || value === undefined || !reference) return null;
-  const change = metric.delta === "pp" ? (value - reference) * (metric.scale || 1) : (100 * (value - reference)) / reference;
-  return el("div", { class: "delta muted small", text: fmt.signed(change, metric.delta === "pp" ? "pp" : "%") });
+function delta(row, metric, value, reference) {
+  if (!row.delta || value === null || value === undefined || !reference) return null;
+  // A fraction (format ".1%") differs in points of its percentage.
+  const scale = metric.format.endsWith("%") ? 100 : 1;
+  const change = row.delta === "pp" ? (value - reference) * scale : (100 * (value - reference)) / reference;
+  return el("div", { class: "delta muted small", text: signed(change, row.delta === "pp" ? "pp" : "%") });
 }
 
 // The server's rank test of each run's recent step times against the first run's.
@@ -52,30 +59,31 @@ function verdict(test) {
   ]);
 }
 
-function renderTable(runs, names, tests) {
+function renderTable(catalogue, runs, names, tests) {
   const head = el("thead", {}, el("tr", {}, [
     el("th", { text: "" }),
     ...runs.map((run, i) =>
       el("th", { class: "num" }, [
-        el("span", { class: "run-swatch", style: `background:${RUN_COLORS[i % RUN_COLORS.length]}` }),
+        el("span", { class: "run-swatch", style: `background:${runColor(i)}` }),
         el("a", { href: api.runPageUrl(run.run_id), text: names[i] }),
         el("div", { class: "muted small" }, [`${run.layout} · `, statusBadge(run.status)]),
       ]),
     ),
   ]));
   const reference = runs[0].totals || {};
-  const rows = METRICS.map((metric) =>
-    el("tr", {}, [
-      el("th", { scope: "row" }, [metric.swatch ? el("span", { class: `swatch ${metric.swatch}` }) : null, metric.label]),
+  const rows = ROWS.map((row) => {
+    const metric = metricOf(catalogue, row.name);
+    return el("tr", { class: row.headline ? "headline" : null, "data-metric": row.name }, [
+      el("th", { scope: "row" }, metricLabel(metric)),
       ...runs.map((run, i) => {
-        const value = run.totals ? run.totals[metric.key] : null;
+        const value = run.totals ? run.totals[row.name] : null;
         return el("td", { class: "num" }, [
-          el("div", { text: metric.format(value) }),
-          i > 0 ? delta(metric, value, reference[metric.key]) : null,
+          el("div", { class: "value", text: display(metric, value) }),
+          i > 0 ? delta(row, metric, value, reference[row.name]) : null,
         ]);
       }),
-    ]),
-  );
+    ]);
+  });
   const byRun = new Map(tests.map((t) => [t.run_id, t]));
   rows.push(el("tr", {}, [
     el("th", { scope: "row", title: "Mann-Whitney U on per-interval step times; p < 0.01 counts as different" }, "Step time vs first run"),
@@ -88,19 +96,18 @@ function named(trace, name, csv) {
   return { ...trace, meta: { ...trace.meta, csv }, name };
 }
 
-function renderCharts(runs, names, seriesList) {
+// Per run: useful TFLOP/s solid (plotted first, the honest number across layouts), THD-corrected dashed.
+function renderCharts(m, runs, names, seriesList) {
   const tflops = [];
   const stepTime = [];
   runs.forEach((run, i) => {
     const series = seriesList[i];
     if (!series.points) return;
-    const color = RUN_COLORS[i % RUN_COLORS.length];
-    const thd = line("tflops_thd", "", color, { unit: " TFLOP/s" });
-    const bshd = line("tflops_bshd", "", color, { dash: "dash", unit: " TFLOP/s", width: 1.5 });
-    const step = line("step_time_s", "", color, { unit: " s" });
-    tflops.push(
-      ...fill([named(thd, `${names[i]} · THD`, `${names[i]}:tflops_thd`), named(bshd, `${names[i]} · baseline`, `${names[i]}:tflops_bshd`)], series.columns),
-    );
+    const color = runColor(i);
+    const useful = line("tflops_useful", m("tflops_useful"), color, { name: `${names[i]} · useful` });
+    const thd = line("tflops_thd", m("tflops_thd"), color, { name: `${names[i]} · THD-corrected`, dash: "dash", width: 1.5 });
+    const step = line("step_time_s", m("step_time_s"), color, { name: names[i] });
+    tflops.push(...fill([named(useful, useful.name, `${names[i]}:tflops_useful`), named(thd, thd.name, `${names[i]}:tflops_thd`)], series.columns));
     stepTime.push(...fill([named(step, names[i], `${names[i]}:step_time_s`)], series.columns));
   });
   if (!tflops.length) {
@@ -108,34 +115,79 @@ function renderCharts(runs, names, seriesList) {
     panels.step_time.showEmpty("Waiting for the first interval…");
     return;
   }
-  panels.tflops.draw(tflops, layout({ yTitle: "TFLOP/s per GPU" }));
-  panels.step_time.draw(stepTime, layout({ yTitle: "seconds per step", ySuffix: " s" }));
+  panels.tflops.draw(tflops, layout({ yTitle: "TFLOP/s per GPU", metric: m("tflops_useful") }));
+  panels.step_time.draw(stepTime, layout({ yTitle: "seconds per step", metric: m("step_time_s") }));
 }
 
-async function load() {
-  const { runs, step_time_tests: tests } = await api.compareRuns(runIds);
-  const names = labels(runs);
-  const seriesList = await Promise.all(runs.map((run) => api.getSeries(run.run_id, { max_points: MAX_POINTS })));
-  renderTable(runs, names, tests);
-  renderCharts(runs, names, seriesList);
-  return runs.some((run) => run.status === "running");
+// The compare API answers 404 for the whole set when any id is unknown; ask per id which.
+async function knownIds(ids) {
+  const found = await Promise.all(
+    ids.map((id) => api.getRun(id).then(() => true, (error) => (error.status === 404 ? false : Promise.reject(error)))),
+  );
+  return { known: ids.filter((_, i) => found[i]), unknown: ids.filter((_, i) => !found[i]) };
 }
 
-// Keeps refreshing while any compared run is still running.
-async function loop() {
-  let running = false;
-  try {
-    running = await load();
-    showError(null);
-  } catch (error) {
-    showError(error);
-    running = true;
-  }
-  if (running) setTimeout(loop, REFRESH_MS);
+function reportUnknown(unknown, known) {
+  const box = document.getElementById("unknown");
+  box.hidden = unknown.length === 0;
+  const rest = known.length ? " The other runs are compared below." : "";
+  box.replaceChildren(
+    `No run is stored with id${unknown.length > 1 ? "s" : ""} `,
+    ...unknown.flatMap((id, i) => [i ? ", " : "", el("code", { class: "unknown-id", text: id })]),
+    `.${rest}`,
+  );
 }
 
-if (runIds.length) loop();
-else {
+function hideResults() {
   document.getElementById("compare-table-card").hidden = true;
   for (const panel of Object.values(panels)) panel.element.hidden = true;
 }
+
+async function load(catalogue, runIds) {
+  const m = (name) => metricOf(catalogue, name);
+  const { runs, step_time_tests: tests } = await api.compareRuns(runIds);
+  const names = labels(runs);
+  const seriesList = await Promise.all(runs.map((run) => api.getSeries(run.run_id, { max_points: MAX_POINTS })));
+  renderTable(catalogue, runs, names, tests);
+  renderCharts(m, runs, names, seriesList);
+  return runs.some((run) => run.status === "running");
+}
+
+// Keeps refreshing while any compared run is still running. A 404 means some id is unknown:
+// those are named and the rest compared, instead of retrying the whole set forever.
+async function loop(catalogue, runIds) {
+  let running = false;
+  try {
+    running = await load(catalogue, runIds);
+    showError(null);
+  } catch (error) {
+    if (error.status === 404) return compareKnown(catalogue, runIds);
+    showError(error);
+    running = true;
+  }
+  if (running) setTimeout(() => loop(catalogue, runIds), REFRESH_MS);
+}
+
+async function compareKnown(catalogue, runIds) {
+  try {
+    const { known, unknown } = await knownIds(runIds);
+    reportUnknown(unknown, known);
+    if (!known.length) return hideResults();
+    return loop(catalogue, known);
+  } catch (error) {
+    showError(error);
+  }
+}
+
+async function start() {
+  if (!requestedIds.length) return hideResults();
+  try {
+    const catalogue = await loadCatalogue();
+    renderDefinitions(catalogue, ROWS.map((row) => row.name));
+    await loop(catalogue, requestedIds);
+  } catch (error) {
+    showError(error);
+  }
+}
+
+start();

@@ -1,6 +1,7 @@
 // Length histograms (log2 buckets) as bar traces with readable bucket labels.
 
-import { COLORS, bar } from "./charts.js";
+import { bar } from "./charts.js";
+import { COLORS } from "./colors.js";
 
 // Bucket b holds lengths in [edges[b], edges[b+1]); the last bucket is open.
 function bucketLabels(edges) {

@@ -1,8 +1,13 @@
-// Run page: totals, series charts, histograms and sync sites; live through SSE.
+// Run page: totals, series charts, histograms, sync sites and the system panel; live through SSE.
+// Every number is the server's (series and totals carry each catalogue metric); this page only
+// picks which to show and formats them as the catalogue says.
 
 import * as api from "./api.js";
-import * as fmt from "./format.js";
-import { COLORS, ChartPanel, band, fill, layout, line } from "./charts.js";
+import { loadCatalogue, metricOf } from "./catalogue.js";
+import { COLORS } from "./colors.js";
+import { count, display, formatNumber } from "./format.js";
+import { ChartPanel, band, fill, layout, line } from "./charts.js";
+import { metricLabel, renderDefinitions } from "./definitions.js";
 import { histogramTraces } from "./histogram.js";
 import { el, showError } from "./dom.js";
 
@@ -10,123 +15,102 @@ const runId = document.getElementById("run").dataset.runId;
 const MAX_POINTS = 500;
 // Extending forever would grow the traces without bound; past this, fetch a re-downsampled series.
 const REDRAW_POINTS = 3 * MAX_POINTS;
+// A run's end arrives by PATCH, which the stream does not announce; ask now and then while live.
+const STATUS_POLL_MS = 10_000;
 const WAITING = "Waiting for the first interval…";
+const SYSTEM_METRICS = ["gpu_util_pct", "gpu_power_w", "energy_per_token_j"];
 
-const pctLine = { unit: " %" };
-
-// THD-corrected is drawn last so it stays visible where useful nearly coincides with it;
-// legendrank keeps the legend in reading order regardless.
-function threeCounts(prefix, suffix, options) {
-  return [
-    line(`${prefix}_useful${suffix}`, "useful", COLORS.useful, { ...options, dash: "dot", rank: 3 }),
-    line(`${prefix}_bshd${suffix}`, "baseline", COLORS.baseline, { ...options, rank: 1 }),
-    line(`${prefix}_thd${suffix}`, "THD-corrected", COLORS.thd, { ...options, rank: 2, width: 2.5 }),
+// Useful is drawn last and widest: it is the headline, and THD-corrected nearly covers it
+// otherwise; legendrank keeps the legend in reading order regardless of drawing order.
+function threeCounts(m, prefix, { bands = false } = {}) {
+  const counts = [
+    ["bshd", COLORS.baseline, { dash: "dash", rank: 3 }],
+    ["thd", COLORS.thd, { rank: 2 }],
+    ["useful", COLORS.useful, { rank: 1, width: 2.5 }],
   ];
+  const edges = bands ? counts.flatMap(([kind, color]) => band(`${prefix}_${kind}`, m(`${prefix}_${kind}`).label, color)) : [];
+  return [...edges, ...counts.map(([kind, color, options]) => line(`${prefix}_${kind}`, m(`${prefix}_${kind}`), color, options))];
 }
 
-const SERIES_CHARTS = {
-  tflops: {
-    traces: () => [
-      ...band("tflops_useful", "useful", COLORS.useful),
-      ...band("tflops_bshd", "baseline", COLORS.baseline),
-      ...band("tflops_thd", "THD-corrected", COLORS.thd),
-      ...threeCounts("tflops", "", { unit: " TFLOP/s" }),
-    ],
-    layout: layout({ yTitle: "TFLOP/s per GPU" }),
-  },
-  overcount: {
-    traces: () => [line("overcount_pct", "over-count", COLORS.overcount, pctLine)],
-    layout: { ...layout({ yTitle: "over-count", ySuffix: " %" }), showlegend: false },
-  },
-  mfu: {
-    unavailable: (state) => !state.peak && "MFU needs the GPU's peak TFLOP/s, which this run did not report.",
-    traces: () => threeCounts("mfu", "_pct", pctLine),
-    layout: layout({ yTitle: "MFU", ySuffix: " %" }),
-  },
-  step_time: {
-    traces: () => [
-      ...band("step_time_s", "step time", COLORS.neutral),
-      line("step_time_s", "step time", COLORS.neutral, { unit: " s" }),
-    ],
-    layout: { ...layout({ yTitle: "seconds per step", ySuffix: " s" }), showlegend: false },
-  },
-  tokens: {
-    traces: () => [line("tokens_per_s", "tokens/s", COLORS.neutral, { hoverFormat: ".3s", unit: " tokens/s" })],
-    layout: { ...layout({ yTitle: "tokens/s", yFormat: "~s" }), showlegend: false },
-  },
-  syncs: {
-    traces: () => [line("syncs_per_iter", "syncs/iter", COLORS.overcount)],
-    layout: { ...layout({ yTitle: "syncs per iteration" }), showlegend: false },
-  },
-  padding: {
-    traces: () => [line("padding_pct", "padding", COLORS.neutral, pctLine)],
-    layout: { ...layout({ yTitle: "padding", ySuffix: " %" }), showlegend: false },
-  },
-  loss: {
-    emptyMessage: "This run has not reported a loss.",
-    traces: () => [line("loss", "loss", COLORS.neutral, { hoverFormat: ".4r" })],
-    layout: { ...layout({ yTitle: "loss", fromZero: false }), showlegend: false },
-  },
-};
+const single = (m, name, color, options) => [line(name, m(name), color, options)];
+const withBand = (m, name, color) => [...band(name, m(name).label, color), line(name, m(name), color)];
+const alone = (plotLayout) => ({ ...plotLayout, showlegend: false });
 
-const STATS = {
-  tflops_thd: fmt.num,
-  tflops_bshd: fmt.num,
-  tflops_useful: fmt.num,
-  overcount_pct: fmt.pct,
-  mfu_thd: fmt.fraction,
-  step_time_s: fmt.seconds,
-  tokens_per_s: fmt.si,
-  padding_pct: fmt.pct,
-  syncs_per_iter: fmt.num,
-  steps: fmt.int,
-};
+// m: metric name -> catalogue entry.
+function seriesCharts(m) {
+  return {
+    tflops: { traces: threeCounts(m, "tflops", { bands: true }), layout: layout({ yTitle: "TFLOP/s per GPU", metric: m("tflops_useful") }) },
+    overcount: {
+      traces: single(m, "overcount_pct", COLORS.overcount),
+      layout: alone(layout({ yTitle: m("overcount_pct").label, metric: m("overcount_pct") })),
+    },
+    mfu: {
+      unavailable: (run) => !run.hardware?.peak_tflops && "MFU needs the GPU's peak TFLOP/s, which this run did not report.",
+      traces: threeCounts(m, "mfu"),
+      layout: layout({ yTitle: "MFU", metric: m("mfu_useful") }),
+    },
+    step_time: { traces: withBand(m, "step_time_s", COLORS.neutral), layout: alone(layout({ yTitle: "seconds per step", metric: m("step_time_s") })) },
+    tokens: {
+      traces: [
+        line("tokens_per_s", m("tokens_per_s"), COLORS.neutral, { dash: "dash", rank: 2 }),
+        line("real_tokens_per_s", m("real_tokens_per_s"), COLORS.useful, { rank: 1 }),
+      ],
+      layout: layout({ yTitle: "tokens/s", metric: m("real_tokens_per_s") }),
+    },
+    syncs: { traces: single(m, "syncs_per_iter", COLORS.overcount), layout: alone(layout({ yTitle: "syncs per iteration", metric: m("syncs_per_iter") })) },
+    padding: { traces: single(m, "padding_pct", COLORS.neutral), layout: alone(layout({ yTitle: "padding", metric: m("padding_pct") })) },
+    loss: {
+      emptyMessage: "This run has not reported a loss.",
+      traces: single(m, "loss", COLORS.neutral),
+      layout: alone(layout({ yTitle: "loss", metric: m("loss"), fromZero: false })),
+    },
+    gpu_util: { system: true, traces: single(m, "gpu_util_pct", COLORS.system), layout: alone(layout({ yTitle: "utilisation", metric: m("gpu_util_pct") })) },
+    gpu_power: { system: true, traces: single(m, "gpu_power_w", COLORS.system), layout: alone(layout({ yTitle: "power", metric: m("gpu_power_w") })) },
+    energy: { system: true, traces: single(m, "energy_per_token_j", COLORS.system), layout: alone(layout({ yTitle: "J per real token", metric: m("energy_per_token_j") })) },
+  };
+}
 
+const state = { run: null, charts: null, columns: null, points: 0, lastStep: null };
 const panels = {};
-for (const id of [...Object.keys(SERIES_CHARTS), "histogram"]) {
-  panels[id] = new ChartPanel(document.getElementById(`chart-${id}`), {
-    filename: `${runId}-${id}.csv`,
-    xName: id === "histogram" ? "length_bucket" : "step",
-  });
-}
-
-const state = { peak: null, columns: null, points: 0, lastStep: null };
-
-// MFU per count, in percent, from the same peak the server uses.
-function derive(columns) {
-  if (state.peak) {
-    for (const count of ["bshd", "thd", "useful"]) {
-      columns[`mfu_${count}_pct`] = columns[`tflops_${count}`].map((v) => (v === null ? null : (100 * v) / state.peak));
-    }
-  }
-  return columns;
-}
 
 const lineColumns = (traces) => traces.filter((t) => t.meta.kind === "line").map((t) => t.meta.column);
-const hasData = (traces, columns) =>
-  state.points > 0 && lineColumns(traces).some((c) => columns[c].some((v) => v !== null));
+const anyValue = (columns, names) => names.some((name) => columns?.[name]?.some((v) => v !== null));
+const hasData = (traces) => state.points > 0 && anyValue(state.columns, lineColumns(traces));
+
+// The system panel shows once the run has NVML readings (totals or series); it stays hidden otherwise.
+function systemShown() {
+  const shown = SYSTEM_METRICS.some((name) => state.run?.totals?.[name] != null) || anyValue(state.columns, SYSTEM_METRICS);
+  document.getElementById("system").hidden = !shown;
+  return shown;
+}
+
+function emptyReason(spec) {
+  if (spec.unavailable?.(state.run)) return spec.unavailable(state.run);
+  if (!hasData(spec.traces)) return state.points ? spec.emptyMessage ?? WAITING : WAITING;
+  return null;
+}
 
 function drawSeries() {
-  for (const [id, spec] of Object.entries(SERIES_CHARTS)) {
-    const reason = spec.unavailable?.(state);
-    const traces = spec.traces();
+  const system = systemShown();
+  for (const [id, spec] of Object.entries(state.charts)) {
+    if (spec.system && !system) continue; // a hidden plot has no size to draw into
+    const reason = emptyReason(spec);
     if (reason) panels[id].showEmpty(reason);
-    else if (!hasData(traces, state.columns)) panels[id].showEmpty(state.points ? spec.emptyMessage ?? WAITING : WAITING);
-    else panels[id].draw(fill(traces, state.columns), spec.layout);
+    else panels[id].draw(fill(spec.traces, state.columns), spec.layout);
   }
 }
 
 function extendSeries(fresh) {
-  for (const [id, spec] of Object.entries(SERIES_CHARTS)) {
+  const system = systemShown();
+  for (const [id, spec] of Object.entries(state.charts)) {
+    if (spec.system && !system) continue;
     if (panels[id].drawn) panels[id].extend(fresh);
-    else if (!spec.unavailable?.(state) && hasData(spec.traces(), state.columns)) {
-      panels[id].draw(fill(spec.traces(), state.columns), spec.layout);
-    }
+    else if (!emptyReason(spec)) panels[id].draw(fill(spec.traces, state.columns), spec.layout);
   }
 }
 
 function remember(series) {
-  state.columns = derive(series.columns);
+  state.columns = series.columns;
   state.points = series.points;
   state.lastStep = series.points ? series.columns.step.at(-1) : null;
 }
@@ -140,18 +124,23 @@ async function extendWithNewIntervals() {
   if (state.lastStep === null || state.points > REDRAW_POINTS) return loadSeries();
   const series = await api.getSeries(runId, { max_points: MAX_POINTS, step_min: state.lastStep + 1 });
   if (!series.points) return;
-  const fresh = derive(series.columns);
-  for (const [name, values] of Object.entries(fresh)) state.columns[name]?.push(...values);
+  for (const [name, values] of Object.entries(series.columns)) state.columns[name]?.push(...values);
   state.points += series.points;
-  state.lastStep = fresh.step.at(-1);
-  extendSeries(fresh);
+  state.lastStep = series.columns.step.at(-1);
+  extendSeries(series.columns);
 }
 
-function renderTotals(run) {
-  state.peak = run.hardware?.peak_tflops || null;
+function labelStats(catalogue) {
   for (const node of document.querySelectorAll("[data-stat]")) {
-    const key = node.dataset.stat;
-    node.querySelector(".value").textContent = STATS[key](run.totals ? run.totals[key] : null);
+    node.querySelector(".label").replaceChildren(metricLabel(metricOf(catalogue, node.dataset.stat)));
+  }
+}
+
+function renderTotals(catalogue, run) {
+  state.run = run;
+  for (const node of document.querySelectorAll("[data-stat]")) {
+    const metric = metricOf(catalogue, node.dataset.stat);
+    node.querySelector(".value").textContent = display(metric, run.totals?.[metric.name]);
   }
   const badge = document.getElementById("run-status");
   badge.textContent = run.status;
@@ -170,24 +159,56 @@ async function loadHistogram(run) {
   });
 }
 
-async function loadSyncSites(run) {
+async function loadSyncSites(catalogue, run) {
   const body = document.getElementById("sync-sites-body");
   if (!run.intervals) return;
+  const perIter = metricOf(catalogue, "syncs_per_iter");
   const { sites } = await api.getSyncSites(runId);
   const rows = sites.map((site) =>
     el("tr", {}, [
       el("td", {}, el("code", { text: site.site })),
-      el("td", { class: "num", text: fmt.int(site.count) }),
-      el("td", { class: "num", text: fmt.num(site.per_iter) }),
+      el("td", { class: "num", text: count(site.count) }),
+      el("td", { class: "num", text: formatNumber(perIter.format, site.per_iter) }),
     ]),
   );
   body.replaceChildren(...(rows.length ? rows : [el("tr", { class: "placeholder" }, el("td", { colspan: 3, text: "No host syncs recorded." }))]));
 }
 
+// "● live" only while the run is running and the stream is open; a finished or failed run
+// closes its stream, so the badge cannot outlive the run.
+const live = {
+  source: null,
+  poll: null,
+  badge: document.getElementById("live"),
+  show(mode, text) {
+    Object.assign(this.badge, { textContent: text, className: `muted live ${mode}` });
+  },
+  follow(status) {
+    if (status === "running" && !this.source) this.open();
+    else if (status !== "running" && this.source) this.close();
+  },
+  open() {
+    this.source = new EventSource(api.streamUrl(runId));
+    this.source.addEventListener("open", () => this.show("on", "● live"));
+    this.source.addEventListener("error", () => this.show("off", "reconnecting…"));
+    this.source.addEventListener("interval", scheduleRefresh);
+    this.poll = setInterval(() => document.hidden || scheduleRefresh(), STATUS_POLL_MS);
+  },
+  close() {
+    this.source.close();
+    clearInterval(this.poll);
+    this.source = null;
+    this.show("off", "");
+  },
+};
+
+let catalogue = null;
+
 async function refreshSummary() {
   const run = await api.getRun(runId);
-  renderTotals(run);
-  await Promise.all([loadHistogram(run), loadSyncSites(run)]);
+  renderTotals(catalogue, run);
+  live.follow(run.status);
+  await Promise.all([loadHistogram(run), loadSyncSites(catalogue, run)]);
 }
 
 // Coalesces bursts of SSE events: at most one refresh runs, and at most one waits behind it.
@@ -208,24 +229,28 @@ function scheduleRefresh() {
   });
 }
 
-function listen() {
-  const live = document.getElementById("live");
-  const source = new EventSource(api.streamUrl(runId));
-  const show = (mode, text) => Object.assign(live, { textContent: text, className: `live ${mode}` });
-  source.addEventListener("open", () => show("on", "● live"));
-  source.addEventListener("error", () => show("off", "reconnecting…"));
-  source.addEventListener("interval", scheduleRefresh);
-}
-
 async function start() {
   try {
-    const run = await api.getRun(runId);
-    renderTotals(run);
-    await Promise.all([loadSeries(), loadHistogram(run), loadSyncSites(run)]);
+    const [loaded, run] = await Promise.all([loadCatalogue(), api.getRun(runId)]);
+    catalogue = loaded;
+    const m = (name) => metricOf(catalogue, name);
+    state.charts = seriesCharts(m);
+    for (const id of [...Object.keys(state.charts), "histogram"]) {
+      panels[id] = new ChartPanel(document.getElementById(`chart-${id}`), {
+        filename: `${runId}-${id}.csv`,
+        xName: id === "histogram" ? "length_bucket" : "step",
+      });
+    }
+    labelStats(catalogue);
+    const shown = [...document.querySelectorAll("[data-stat]")].map((node) => node.dataset.stat);
+    renderDefinitions(catalogue, [...shown, "tflops_bshd", "tflops_thd", "tflops_useful", "mfu_bshd", "mfu_thd", "tokens_per_s"]);
+    renderTotals(catalogue, run);
+    await Promise.all([loadSeries(), loadHistogram(run), loadSyncSites(catalogue, run)]);
   } catch (error) {
     showError(error);
   }
-  listen();
+  // Listening starts after the first load: the stream's first event would only repeat it.
+  if (state.run) live.follow(state.run.status);
 }
 
 start();

@@ -1,13 +1,19 @@
 // Runs page: the run table, refreshed every 5 s so live status shows; pick runs to compare.
+// Metric columns are declared in the template (th[data-metric]); labels and formats come from the catalogue.
 
 import * as api from "./api.js";
-import * as fmt from "./format.js";
+import { loadCatalogue, metricOf } from "./catalogue.js";
+import { metricLabel, renderDefinitions } from "./definitions.js";
+import { count, display } from "./format.js";
 import { el, showError, statusBadge } from "./dom.js";
 
 const REFRESH_MS = 5000;
 const selected = new Set();
 const body = document.getElementById("runs-body");
 const compareButton = document.getElementById("compare");
+const metricHeads = [...document.querySelectorAll("#runs-table th[data-metric]")];
+const columnCount = document.querySelectorAll("#runs-table thead th").length;
+let metrics = [];
 
 function updateCompareButton() {
   compareButton.disabled = selected.size < 2;
@@ -28,7 +34,7 @@ function checkbox(runId) {
 }
 
 function row(run) {
-  const t = run.totals || {};
+  const totals = run.totals || {};
   const cell = (text, cls = "num") => el("td", { class: cls, text });
   return el("tr", { "data-run-id": run.run_id }, [
     el("td", { class: "check" }, checkbox(run.run_id)),
@@ -39,13 +45,8 @@ function row(run) {
     cell(run.project || "—", ""),
     cell(run.layout, ""),
     el("td", {}, statusBadge(run.status)),
-    cell(fmt.int(run.last_step)),
-    el("td", { class: "num strong", text: fmt.num(t.tflops_thd) }),
-    cell(fmt.num(t.tflops_bshd)),
-    cell(fmt.pct(t.overcount_pct)),
-    cell(fmt.fraction(t.mfu_thd)),
-    cell(fmt.seconds(t.step_time_s)),
-    cell(fmt.num(t.syncs_per_iter)),
+    cell(count(run.last_step)),
+    ...metrics.map((metric, i) => cell(display(metric, totals[metric.name]), metricHeads[i].className)),
   ]);
 }
 
@@ -56,7 +57,7 @@ function render(runs) {
   updateCompareButton();
   if (!runs.length) {
     const hint = "No runs yet. Runs appear here as soon as a trainer with the packscope agent starts.";
-    body.replaceChildren(el("tr", { class: "placeholder" }, el("td", { colspan: 12, text: hint })));
+    body.replaceChildren(el("tr", { class: "placeholder" }, el("td", { colspan: columnCount, text: hint })));
     return;
   }
   body.replaceChildren(...runs.map(row));
@@ -78,7 +79,19 @@ compareButton.addEventListener("click", () => {
   window.location.href = `/compare?${params}`;
 });
 
-refresh();
-// A hidden tab does not need fresh numbers; it catches up when shown again.
-setInterval(() => document.hidden || refresh(), REFRESH_MS);
-document.addEventListener("visibilitychange", () => document.hidden || refresh());
+async function start() {
+  try {
+    const catalogue = await loadCatalogue();
+    metrics = metricHeads.map((th) => metricOf(catalogue, th.dataset.metric));
+    metricHeads.forEach((th, i) => th.replaceChildren(metricLabel(metrics[i])));
+    renderDefinitions(catalogue, metrics.map((metric) => metric.name));
+  } catch (error) {
+    return showError(error);
+  }
+  refresh();
+  // A hidden tab does not need fresh numbers; it catches up when shown again.
+  setInterval(() => document.hidden || refresh(), REFRESH_MS);
+  document.addEventListener("visibilitychange", () => document.hidden || refresh());
+}
+
+start();

@@ -1,0 +1,28 @@
+// The one place colours are defined. Charts take them from here; the stylesheet reads the same
+// values as CSS custom properties (--thd, --baseline, ...), set on <html> when a page imports this.
+
+export const COLORS = {
+  baseline: "#d97706", // amber: the dense BSHD count that over-reports packed runs
+  thd: "#2563eb", // blue: the THD-corrected count
+  useful: "#059669", // green: real tokens only, the headline across layouts
+  overcount: "#dc2626",
+  neutral: "#475569",
+  documents: "#7c3aed",
+  packs: "#0891b2",
+  system: "#9333ea",
+};
+
+// Distinct colours for runs on the compare page, kept apart from the metric colours above.
+export const RUN_COLORS = ["#7c3aed", "#0891b2", "#db2777", "#65a30d", "#334155", "#ea580c", "#4f46e5", "#0f766e"];
+
+export const runColor = (i) => RUN_COLORS[i % RUN_COLORS.length];
+
+for (const [name, value] of Object.entries(COLORS)) {
+  document.documentElement.style.setProperty(`--${name}`, value);
+}
+
+// The FLOPs counts keep their colour wherever they appear: "tflops_thd", "mfu_thd" -> "thd".
+export function countColorOf(metricName) {
+  const kind = { bshd: "baseline", thd: "thd", useful: "useful" }[metricName.split("_").at(-1)];
+  return kind && /^(tflops|mfu|flops)_/.test(metricName) ? kind : null;
+}
