@@ -12,8 +12,12 @@ from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from packscope import __version__
+from packscope.backend import openapi
+from packscope.backend.admission import Admission
 from packscope.backend.db import make_engine, make_sessionmaker, upgrade_schema
+from packscope.backend.errors import add_database_error_handlers
 from packscope.backend.routes import ingest, pages, reads
+from packscope.backend.security import SecurityHeaders, SignInGuard
 from packscope.backend.settings import Settings
 from packscope.frontend import STATIC_DIR
 
@@ -22,7 +26,9 @@ def _echo(value: Any) -> Any:
     """What a 422 repeats of the offending input: scalars only, and JSON-safe."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
-    return value if isinstance(value, str | int | float | bool) or value is None else "..."
+    if isinstance(value, str):  # a lone surrogate cannot be encoded into the answer
+        return value.encode("utf-8", "backslashreplace").decode()
+    return value if isinstance(value, int | float | bool) or value is None else "..."
 
 
 async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
@@ -39,7 +45,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     The schema is brought to the latest migration here, so a fresh database works at once.
     """
     settings = settings or Settings()
-    engine = make_engine(settings.database_url)
+    engine = make_engine(
+        settings.database_url,
+        pool_size=settings.db_slots,
+        pool_timeout_s=settings.pool_wait_s,
+        sqlite_busy_s=settings.sqlite_busy_s,
+    )
     upgrade_schema(engine)
 
     @asynccontextmanager
@@ -54,13 +65,24 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         lifespan=lifespan,
     )
     app.add_exception_handler(RequestValidationError, _validation_error)
+    add_database_error_handlers(app)
     app.state.settings = settings
     app.state.engine = engine
     app.state.sessionmaker = make_sessionmaker(engine)
+    app.state.write_sessionmaker = make_sessionmaker(engine, writes=True)
+    app.state.admission = Admission(
+        slots=settings.db_slots,
+        wait_s=settings.queue_wait_s,
+        retry_after_s=settings.retry_after_s,
+        serialise_writes=engine.dialect.name == "sqlite",
+    )
     app.include_router(ingest.router)
     app.include_router(reads.router)
     app.include_router(pages.public)
     app.include_router(pages.router)
     app.add_exception_handler(pages.SignInRequired, pages.sign_in_required)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    app.add_middleware(SignInGuard, per_minute=settings.sign_in_per_minute)
+    app.add_middleware(SecurityHeaders)
+    app.openapi = lambda: openapi.document(app, settings)  # type: ignore[method-assign]
     return app

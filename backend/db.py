@@ -1,29 +1,44 @@
-"""Engine, session factory and schema upgrades for SQLite (embedded default) and PostgreSQL."""
+"""Engine, session factories and schema upgrades for SQLite (embedded default) and PostgreSQL."""
 
 from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 import packscope.migrations
 
+# Execution option that marks a write session's connections (SQLite starts them BEGIN IMMEDIATE).
+WRITES = "packscope_writes"
 
-def make_engine(url: str) -> Engine:
-    """An engine for `url`; `postgresql://` URLs are pointed at the psycopg 3 driver."""
+
+def make_engine(url: str, *, pool_size: int = 10, pool_timeout_s: float = 2.0, sqlite_busy_s: float = 5.0) -> Engine:
+    """An engine for `url`; `postgresql://` URLs are pointed at the psycopg 3 driver.
+
+    The pool holds `pool_size` connections plus half as many again for connections on their way
+    back; a request that still finds none within `pool_timeout_s` fails with sqlalchemy's
+    TimeoutError, which the app answers 503 (never a wait without end).
+    """
     parsed = make_url(url)
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
+    pool = {"pool_size": pool_size, "max_overflow": max(pool_size // 2, 2), "pool_timeout": pool_timeout_s}
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(parsed, pool_pre_ping=True)
+        return create_engine(parsed, pool_pre_ping=True, **pool)
+    if parsed.database in (None, "", ":memory:"):
+        raise ValueError("an in-memory SQLite database is private to one connection; give a file path")
 
-    # Requests run in a thread pool, so one connection may be used from several threads.
-    engine = create_engine(parsed, connect_args={"check_same_thread": False, "timeout": 30})
+    # A session is opened in the event loop, used in a worker thread and closed in another.
+    # `timeout` is SQLite's busy timeout: a writer that finds the file locked (another worker
+    # process writing) waits that long before "database is locked" (answered 503).
+    engine = create_engine(parsed, connect_args={"check_same_thread": False, "timeout": sqlite_busy_s}, **pool)
 
     @event.listens_for(engine, "connect")
     def _sqlite_pragmas(dbapi_connection, _record) -> None:
+        # The driver's own BEGIN would be deferred; transactions are begun in _begin below.
+        dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         # WAL lets the dashboard read while the agent writes; SQLite leaves foreign keys off by default.
         cursor.execute("PRAGMA journal_mode=WAL")
@@ -31,12 +46,21 @@ def make_engine(url: str) -> Engine:
         cursor.execute("PRAGMA foreign_keys=ON")
         cursor.close()
 
+    @event.listens_for(engine, "begin")
+    def _begin(connection: Connection) -> None:
+        # A deferred transaction that reads and then writes fails at once ("database is locked",
+        # no busy wait) when another process wrote in between; IMMEDIATE takes the write lock
+        # first, waiting up to the busy timeout.
+        writes = connection.get_execution_options().get(WRITES, False)
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if writes else "BEGIN")
+
     return engine
 
 
-def make_sessionmaker(engine: Engine) -> sessionmaker[Session]:
+def make_sessionmaker(engine: Engine, *, writes: bool = False) -> sessionmaker[Session]:
     # Rows are turned into dicts right after queries; expiring them on commit would only cost reloads.
-    return sessionmaker(engine, expire_on_commit=False)
+    bind = engine.execution_options(**{WRITES: True}) if writes else engine
+    return sessionmaker(bind, expire_on_commit=False)
 
 
 def alembic_config() -> Config:

@@ -1,35 +1,49 @@
 """Request dependencies shared by the routers: settings, a database session, bearer tokens."""
 
 import hmac
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
+from packscope.backend.admission import Admission
 from packscope.backend.models import Run
 from packscope.backend.queries import get_run
+from packscope.backend.security import read_cookie_value
 from packscope.backend.settings import Settings
 
 _bearer = HTTPBearer(auto_error=False)
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 # Browsers cannot put a bearer header on EventSource or plain page loads: the dashboard's
-# sign-in page stores the read token in this HttpOnly cookie instead.
-READ_COOKIE = "packscope_read_token"
+# sign-in page stores a value derived from the read token in this HttpOnly cookie instead.
+READ_COOKIE = "packscope_read"
 
 
 def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
-def get_session(request: Request) -> Iterator[Session]:
-    with request.app.state.sessionmaker() as session:
-        yield session
+async def get_session(request: Request) -> AsyncIterator[Session]:
+    """A session for one request: its turn is taken after the body is read and validated, and it
+    is closed as soon as the endpoint returns (before the response is sent).
+
+    Writes (any method but GET/HEAD) get a write session, which on SQLite begins IMMEDIATE.
+    """
+    state = request.app.state
+    admission: Admission = state.admission
+    writes = request.method not in ("GET", "HEAD")
+    async with admission.turn(writes):
+        session = (state.write_sessionmaker if writes else state.sessionmaker)()
+        try:
+            yield session
+        finally:
+            await admission.run_closing(session.close)
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
-SessionDep = Annotated[Session, Depends(get_session)]
+SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 
 
 def token_matches(expected: str, given: str | None) -> bool:
@@ -58,7 +72,7 @@ def read_allowed(request: Request, settings: Settings, credentials: HTTPAuthoriz
     return (
         expected is None
         or token_matches(expected, credentials.credentials if credentials else None)
-        or token_matches(expected, request.cookies.get(READ_COOKIE))
+        or token_matches(read_cookie_value(expected), request.cookies.get(READ_COOKIE))
     )
 
 

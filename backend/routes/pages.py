@@ -10,6 +10,7 @@ from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 
 from packscope.backend import queries
+from packscope.backend.security import read_cookie_value
 from packscope.backend.deps import READ_COOKIE, Credentials, SessionDep, SettingsDep, read_allowed, token_matches
 from packscope.frontend import TEMPLATES_DIR
 
@@ -48,7 +49,9 @@ def sign_in(request: Request, settings: SettingsDep, token: Annotated[str, Form(
     # Only a local path: never redirect to another site.
     target = next if next.startswith("/") and not next.startswith("//") else "/"
     response = RedirectResponse(target, status_code=status.HTTP_303_SEE_OTHER)
-    response.set_cookie(READ_COOKIE, token, httponly=True, samesite="strict", secure=request.url.scheme == "https")
+    response.set_cookie(
+        READ_COOKIE, read_cookie_value(token), httponly=True, samesite="strict", secure=request.url.scheme == "https"
+    )
     return response
 
 # The bundle ships inside the plotly wheel, so the dashboard works on offline clusters.

@@ -1,0 +1,110 @@
+"""Bursts against a real uvicorn server: every request is answered within a bounded time, with
+2xx or 503/429 plus Retry-After (never 500, never a stall), and after retrying as told everything
+is stored exactly once."""
+
+import random
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any
+
+import httpx
+import pytest
+import uvicorn
+
+from packscope.backend.app import create_app
+from packscope.backend.settings import Settings
+
+ANSWER_WITHIN_S = 10.0  # far below the 30 s pool timeout that the old deadlock ended in
+
+
+@contextmanager
+def running_server(database_url: str, **settings: Any) -> Iterator[str]:
+    """A uvicorn server in a thread on a free loopback port; yields its URL."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    app = create_app(Settings(database_url=database_url, ingest_token=None, read_token=None, **settings))
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", backlog=2048))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 15
+    while not server.started:
+        assert thread.is_alive() and time.monotonic() < deadline, "uvicorn did not start"
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(15)
+
+
+def send_until_accepted(http: httpx.Client, method: str, path: str, body: Any, log: list[tuple[int, float]]) -> int:
+    """Send, and on 503/429 wait Retry-After (plus jitter) and send again; log (status, seconds)."""
+    while True:
+        started = time.monotonic()
+        answer = http.request(method, path, json=body)
+        log.append((answer.status_code, time.monotonic() - started))
+        if answer.status_code not in (429, 503):
+            return answer.status_code
+        assert answer.headers.get("retry-after", "").isdigit(), answer.headers
+        time.sleep(int(answer.headers["retry-after"]) + random.uniform(0, 0.5))
+
+
+def burst(url: str, calls: list[tuple[str, str, Any]]) -> tuple[list[int], list[tuple[int, float]]]:
+    """All `calls` at once, one thread each; (final status of each call, every answer's log)."""
+    log: list[tuple[int, float]] = []
+    start = threading.Barrier(len(calls))
+
+    def one(call: tuple[str, str, Any]) -> int:
+        with httpx.Client(base_url=url, timeout=ANSWER_WITHIN_S) as http:
+            start.wait()
+            return send_until_accepted(http, *call, log)
+
+    with ThreadPoolExecutor(len(calls)) as pool:
+        finals = list(pool.map(one, calls))
+    return finals, log
+
+
+def assert_answered_well(log: list[tuple[int, float]]) -> None:
+    codes = Counter(code for code, _ in log)
+    assert set(codes) <= {200, 201, 429, 503}, codes
+    assert max(seconds for _, seconds in log) < ANSWER_WITHIN_S
+
+
+@pytest.mark.slow
+def test_a_burst_of_runs_and_batches_is_answered_and_stored_once(database_url, new_run, records):
+    with running_server(database_url) as url:
+        runs = [("POST", "/api/v1/runs", new_run(f"run-{i}")) for i in range(100)]
+        finals, log = burst(url, runs)
+        assert Counter(finals) == {201: 100}
+        assert_answered_well(log)
+
+        # 50 ranks of one job flush the same interval at once; then all send it again (a replay).
+        batches = [
+            ("POST", "/api/v1/runs/run-0/intervals", {"intervals": records(4, rank=rank)}) for rank in range(50)
+        ]
+        finals, log = burst(url, batches)
+        assert Counter(finals) == {200: 50}
+        assert_answered_well(log)
+        finals, log = burst(url, batches)
+        assert Counter(finals) == {200: 50}
+        assert_answered_well(log)
+
+        listed = httpx.get(f"{url}/api/v1/runs", timeout=10).json()["runs"]
+        assert sorted(r["run_id"] for r in listed) == sorted(f"run-{i}" for i in range(100))
+        stored = httpx.get(f"{url}/api/v1/runs/run-0/intervals.csv", timeout=10).text.splitlines()
+        assert len(stored) - 1 == 50 * 4  # header + one row per (rank, interval), none doubled
+
+
+def test_a_full_queue_is_answered_503_with_retry_after_at_once(sqlite_url, new_run):
+    # One slot and almost no patience: of 20 simultaneous writes, most are shed, fast.
+    with running_server(sqlite_url, db_slots=1, queue_wait_s=0.01) as url:
+        finals, log = burst(url, [("POST", "/api/v1/runs", new_run(f"run-{i}")) for i in range(20)])
+        assert Counter(finals) == {201: 20}
+        assert_answered_well(log)
+        assert any(code == 503 for code, _ in log)
