@@ -28,25 +28,63 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         help="SQLAlchemy URL, e.g. sqlite:///./packscope.db or postgresql+psycopg://user@host/db "
         "(default: PACKSCOPE_DATABASE_URL, else sqlite:///./packscope.db)",
     )
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=default_workers(),
+        help="server processes (default: %(default)s, one per core up to 4); SQLite serves several "
+        "through WAL and its busy timeout",
+    )
     parser.add_argument("--no-access-log", action="store_true", help="do not log every request")
+
+
+def default_workers() -> int:
+    return max(1, min(4, os.cpu_count() or 1))
+
+
+def shown_url(url: str) -> str:
+    """A database URL fit for a banner or a log: the password masked."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # not a URL at all: SQLAlchemy says so when the server starts
+        return "<unparsable URL>"
 
 
 def serve_from_args(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from packscope.backend.app import create_app
+    from packscope.backend.db import make_engine, upgrade_schema
     from packscope.backend.settings import Settings
 
-    settings = Settings(database_url=args.database_url) if args.database_url else Settings()
+    if args.workers < 1:
+        return _fail(f"--workers must be at least 1, got {args.workers}")
+    if args.database_url:
+        # Worker processes build their app from the environment (create_app's default settings).
+        os.environ["PACKSCOPE_DATABASE_URL"] = args.database_url
+    settings = Settings()
+    shown = shown_url(settings.database_url)
     try:
-        app = create_app(settings)
-    except SQLAlchemyError as exc:
+        # Migrate once here, so that workers starting together do not race to migrate.
+        engine = make_engine(settings.database_url)
+        upgrade_schema(engine)
+        engine.dispose()
+    except (SQLAlchemyError, ValueError) as exc:
         reason = getattr(exc, "orig", None) or exc  # the driver's message, without SQLAlchemy's boilerplate
-        return _fail(f"cannot open or migrate the database {settings.database_url!r}: {reason}; check --database-url")
+        return _fail(f"cannot open or migrate the database {shown}: {reason}; check --database-url")
     where = f"http://{args.host}:{args.port}/"
-    print(f"packscope: dashboard at {where} (database {settings.database_url})", file=sys.stderr)
-    # Live streams never end on their own; without a limit, Ctrl-C would wait for every open page.
-    uvicorn.run(app, host=args.host, port=args.port, timeout_graceful_shutdown=3, access_log=not args.no_access_log)
+    print(f"packscope: dashboard at {where} (database {shown}, {args.workers} worker(s))", file=sys.stderr)
+    uvicorn.run(
+        "packscope.backend.app:create_app",
+        factory=True,
+        host=args.host,
+        port=args.port,
+        workers=args.workers,
+        # Live streams never end on their own; without a limit, Ctrl-C would wait for every open page.
+        timeout_graceful_shutdown=3,
+        access_log=not args.no_access_log,
+    )
     return 0
 
 
