@@ -23,6 +23,7 @@ from packscope.backend.deps import (
 )
 from packscope.backend.models import Run
 from packscope.core import catalogue
+from packscope.core.catalogue import INT32_MAX, INT64_MAX
 from packscope.backend.schemas import (
     Comparison,
     IntervalHistograms,
@@ -59,8 +60,8 @@ def get_series(
     run_id: str,
     session: SessionDep,
     max_points: Annotated[int, Query(ge=1, le=10_000)] = 500,
-    step_min: Annotated[int | None, Query(ge=0)] = None,
-    step_max: Annotated[int | None, Query(ge=0)] = None,
+    step_min: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
+    step_max: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
 ) -> dict[str, Any]:
     run = run_or_404(session, run_id)
     return queries.series(session, run, max_points, step_min, step_max)
@@ -68,7 +69,7 @@ def get_series(
 
 @router.get("/runs/{run_id}/histograms", response_model=IntervalHistograms)
 def get_histograms(
-    run_id: str, session: SessionDep, interval: Annotated[int | None, Query(ge=0)] = None
+    run_id: str, session: SessionDep, interval: Annotated[int | None, Query(ge=0, le=INT32_MAX)] = None
 ) -> dict[str, Any]:
     found = queries.histograms(session, run_or_404(session, run_id), interval)
     if found is None:
