@@ -1,0 +1,138 @@
+"""Input the schema cannot take is a 4xx naming the field, and changes nothing; a database that
+is down, read-only or locked is a 503 with Retry-After, never a 500 or a traceback."""
+
+import os
+import sqlite3
+from typing import Any
+
+import pytest
+
+RUNS = "/api/v1/runs"
+
+
+def deep(levels: int) -> dict[str, Any]:
+    value: dict[str, Any] = {}
+    for _ in range(levels - 1):
+        value = {"a": value}
+    return value
+
+
+BAD_RUN_BODIES = {
+    "config 300 levels deep": ({"config": deep(300)}, "config"),
+    "config over 256 KiB": ({"config": {"x": "y" * 300_000}}, "config"),
+    "NaN in config": ({"config": {"lr": float("nan")}}, "config"),
+    "NUL in name": ({"name": "a\x00b"}, "name"),
+    "lone surrogate in project": ({"project": "\ud800"}, "project"),
+    "lone surrogate in a tag": ({"tags": ["ok", "\udfff"]}, "tags"),
+    "NUL in a config key": ({"config": {"k\x00": 1}}, "config"),
+    "lone surrogate in gpu_name": ({"hardware": {"gpu_name": "\ud83d"}}, "hardware"),
+    "string for a count": ({"parallel": {"dp": "8"}}, "parallel"),
+    "true for a count": ({"hardware": {"gpu_count": True}}, "hardware"),
+    "string for a model size": ({"model": {"layers": "4", "hidden": 256, "heads": 8, "ffn": 688, "vocab": 32000}}, "model"),
+    "a model beyond any real one": ({"model": {"layers": 2**40, "hidden": 256, "heads": 8, "ffn": 688, "vocab": 32000}}, "model"),
+}
+
+
+def raw_json(body: dict[str, Any]) -> bytes:
+    # ensure_ascii keeps lone surrogates as \ud800 escapes, as a buggy client would send them.
+    import json
+
+    return json.dumps(body, ensure_ascii=True).encode()
+
+
+@pytest.mark.parametrize("case", list(BAD_RUN_BODIES))
+def test_a_run_body_the_schema_cannot_take_is_422_and_stores_nothing(make_client, database_url, new_run, case):
+    client = make_client(database_url)
+    change, field = BAD_RUN_BODIES[case]
+    answer = client.post(RUNS, content=raw_json(new_run(**change)), headers={"content-type": "application/json"})
+    assert answer.status_code == 422, answer.text
+    assert any(field in map(str, error["loc"]) for error in answer.json()["detail"]), answer.text
+    assert client.get(RUNS).json() == {"runs": []}
+    assert client.get(RUNS).status_code == 200
+
+
+def test_a_config_64_levels_deep_is_stored_and_read_back(make_client, database_url, new_run):
+    client = make_client(database_url)
+    assert client.post(RUNS, json=new_run(config=deep(64))).status_code == 201
+    assert client.get(RUNS).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/runs/run-1/series?step_max=9223372036854775808",
+        "/api/v1/runs/run-1/series?step_min=-1",
+        "/api/v1/runs/run-1/histograms?interval=2147483648",
+        "/api/v1/runs/run-1/histograms?interval=99999999999999999999999",
+        "/api/v1/runs/run-1/sync-sites?limit=0",
+        "/api/v1/compare?run_id=run-1&window=1",
+    ],
+)
+def test_query_parameters_out_of_range_are_422(make_client, database_url, new_run, path):
+    client = make_client(database_url)
+    client.post(RUNS, json=new_run())
+    answer = client.get(path)
+    assert answer.status_code == 422, (path, answer.status_code, answer.text)
+
+
+@pytest.mark.parametrize("run_id", ["a%00b", "%ED%A0%80", "%FF"])
+def test_strange_run_ids_in_the_path_are_404_or_422_not_500(make_client, database_url, run_id):
+    client = make_client(database_url)
+    for path in (f"/api/v1/runs/{run_id}", f"/api/v1/runs/{run_id}/series", f"/api/v1/compare?run_id={run_id}"):
+        assert client.get(path).status_code in (404, 422), path
+
+
+def test_a_read_only_database_is_503_with_retry_after_and_a_message(make_client, sqlite_url, new_run, tmp_path):
+    client = make_client(sqlite_url)
+    client.get(RUNS)
+    path = sqlite_url.removeprefix("sqlite:///")
+    os.chmod(tmp_path, 0o555)
+    os.chmod(path, 0o444)
+    try:
+        # A fresh connection sees the file read-only (as after a remount or a full disk).
+        client.app.state.engine.dispose()
+        answer = client.post(RUNS, json=new_run())
+    finally:
+        os.chmod(tmp_path, 0o755)
+        os.chmod(path, 0o644)
+    if os.geteuid() == 0:
+        pytest.skip("root writes read-only files anyway")
+    assert answer.status_code == 503, answer.text
+    assert answer.headers["retry-after"].isdigit()
+    assert "read-only" in answer.json()["detail"]
+
+
+def test_a_locked_database_is_503_with_retry_after(make_client, sqlite_url, new_run):
+    client = make_client(sqlite_url, sqlite_busy_s=0.2)
+    client.get(RUNS)
+    holder = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another process is writing, for longer than the busy timeout
+    try:
+        answer = client.post(RUNS, json=new_run())
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert answer.status_code == 503, answer.text
+    assert answer.headers["retry-after"] == "1"
+    assert "busy" in answer.json()["detail"]
+    assert client.post(RUNS, json=new_run()).status_code == 201  # and it works again at once
+
+
+@pytest.mark.postgres
+def test_postgresql_going_away_is_503_then_recovers(make_client, postgres, new_run):
+    import psycopg
+
+    from tests.backend.conftest import PG_ADMIN  # noqa: F401  (same server as the fixture)
+
+    client = make_client(postgres, pool_wait_s=1.0)
+    assert client.post(RUNS, json=new_run()).status_code == 201
+    name = postgres.rsplit("/", 1)[1]
+    with psycopg.connect("host=127.0.0.1 port=5432 user=postgres dbname=postgres", autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
+        admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
+        answer = client.get(RUNS)
+        admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS true')
+    assert answer.status_code == 503, answer.text
+    assert answer.headers["retry-after"].isdigit()
+    assert "unavailable" in answer.json()["detail"]
+    assert client.get(RUNS).status_code == 200
