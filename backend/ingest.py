@@ -1,25 +1,25 @@
-"""The write side: create/resume runs and store batches of interval records idempotently."""
+"""The write side: create/resume runs and store batches of interval records idempotently.
+
+A batch is one transaction: the new interval rows (ON CONFLICT DO NOTHING RETURNING tells which
+are new), their details, and the rollups, run totals and run sync sites that only the new rows
+feed, each upserted once per touched key so a replay never double-counts.
+"""
 
 from datetime import datetime, timezone
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Table
+from sqlalchemy import ColumnElement, Table, func, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from packscope.core.catalogue import FIELDS
+from packscope.core.catalogue import BAND_METRICS, FIELDS, SUM_NAMES, Coefficients, interval_rates, sums_of_rows
 from packscope.core.histograms import KINDS
 
-from packscope.backend.models import IntervalHistogram, IntervalSyncSite, Run, intervals
-from packscope.backend.queries import get_run
-from packscope.backend.schemas import (
-    IngestResult,
-    IntervalBatch,
-    IntervalRecord,
-    RunCreate,
-    RunPatch,
-)
+from packscope.backend.models import ROLLUP_LEVELS, Run, interval_details, intervals, rollups, run_sync_sites, run_totals
+from packscope.backend.queries import coefficients, get_run
+from packscope.backend.schemas import IngestResult, IntervalRecord, RunCreate, RunPatch
 
 
 class ModelConflict(Exception):
@@ -81,19 +81,93 @@ def patch_run(session: Session, run: Run, body: RunPatch) -> Run:
     return run
 
 
-def _interval_row(run_pk: int, r: IntervalRecord) -> dict[str, Any]:
+# -- rows of a batch -------------------------------------------------------------------------------
+_WIRE_PATHS = tuple((f.name, f.wire_path) for f in FIELDS)
+
+
+def interval_row(run_pk: int, r: IntervalRecord) -> dict[str, Any]:
     """The record's table row: every catalogue field, read from its place on the wire."""
     row: dict[str, Any] = {"run_pk": run_pk, "channel_loss": r.channel_loss}
-    for f in FIELDS:
+    for name, path in _WIRE_PATHS:
         value: Any = r
-        for key in f.wire_path:
+        for key in path:
             value = getattr(value, key, None)
-        row[f.name] = value
+        row[name] = value
     return row
 
 
+def details_row(r: IntervalRecord) -> dict[str, Any]:
+    """What `interval_details` keeps of a record, without its interval_id."""
+    return {
+        "histograms": {k: {"count": getattr(r.histograms, k).count, "tokens": getattr(r.histograms, k).tokens} for k in KINDS},
+        "sync_sites": {s.site: s.count for s in r.syncs.sites},
+    }
+
+
+# -- rollups and totals, aggregated in Python before one upsert per key ---------------------------
+def _new_aggregate(row: Mapping[str, Any]) -> dict[str, Any]:
+    return {"rows": 0, "first_step": row["first_step"], "last_step": row["last_step"], **dict.fromkeys(SUM_NAMES, 0.0)}
+
+
+def _add_row(agg: dict[str, Any], row: Mapping[str, Any], sums: Mapping[str, float]) -> None:
+    agg["rows"] += 1
+    agg["first_step"] = min(agg["first_step"], row["first_step"])
+    agg["last_step"] = max(agg["last_step"], row["last_step"])
+    for name in SUM_NAMES:
+        agg[name] += sums[name]
+
+
+def _add_band(agg: dict[str, Any], rates: Mapping[str, float | None]) -> None:
+    for name in BAND_METRICS:
+        value = rates[name]
+        if value is None:
+            continue
+        low, high = agg.get(f"{name}_min"), agg.get(f"{name}_max")
+        agg[f"{name}_min"] = value if low is None else min(low, value)
+        agg[f"{name}_max"] = value if high is None else max(high, value)
+
+
+class Aggregates:
+    """The rollup blocks and run totals that a set of new interval rows adds to."""
+
+    def __init__(self, c: Coefficients) -> None:
+        self.c = c
+        self.blocks: dict[tuple[int, int], dict[str, Any]] = {}
+        self.totals: dict[str, Any] | None = None
+        self.sync_sites: dict[str, int] = {}
+
+    def add(self, row: Mapping[str, Any], sync_sites: Mapping[str, int]) -> None:
+        sums = sums_of_rows([row])
+        rates = interval_rates(row, self.c)
+        for level in ROLLUP_LEVELS:
+            key = (level, row["interval"] >> (2 * level))
+            block = self.blocks.get(key)
+            if block is None:
+                block = self.blocks[key] = {**_new_aggregate(row), **{f"{n}_{e}": None for n in BAND_METRICS for e in ("min", "max")}}
+            _add_row(block, row, sums)
+            _add_band(block, rates)
+        if self.totals is None:
+            self.totals = {**_new_aggregate(row), "last_interval": row["interval"]}
+        _add_row(self.totals, row, sums)
+        self.totals["last_interval"] = max(self.totals["last_interval"], row["interval"])
+        for site, count in sync_sites.items():
+            self.sync_sites[site] = self.sync_sites.get(site, 0) + count
+
+    def store(self, session: Session, run_pk: int) -> None:
+        """Add these aggregates to the stored ones. Keys are written in sorted order, so concurrent
+        batches of one run lock rows in the same order and cannot deadlock."""
+        if self.totals is None:
+            return
+        blocks = [{"run_pk": run_pk, "level": level, "block": block, **agg} for (level, block), agg in sorted(self.blocks.items())]
+        session.execute(_upsert_adding(session, rollups, ["run_pk", "level", "block"]), blocks)
+        session.execute(_upsert_adding(session, run_totals, ["run_pk"]), [{"run_pk": run_pk, **self.totals}])
+        if self.sync_sites:
+            sites = [{"run_pk": run_pk, "site": site, "count": n} for site, n in sorted(self.sync_sites.items())]
+            session.execute(_upsert_adding(session, run_sync_sites, ["run_pk", "site"]), sites)
+
+
 def _insert(session: Session, table: Table) -> postgresql.Insert | sqlite.Insert:
-    # ON CONFLICT DO NOTHING has the same spelling on both backends, but lives in dialect modules.
+    # ON CONFLICT has the same spelling on both backends, but lives in dialect modules.
     dialect = session.get_bind().dialect.name
     if dialect == "postgresql":
         return postgresql.insert(table)
@@ -102,43 +176,72 @@ def _insert(session: Session, table: Table) -> postgresql.Insert | sqlite.Insert
     raise RuntimeError(f"unsupported database {dialect!r}; use SQLite or PostgreSQL")
 
 
-def ingest_batch(session: Session, run: Run, batch: IntervalBatch) -> IngestResult:
+def _upsert_adding(session: Session, table: Table, key: Sequence[str]) -> Any:
+    """INSERT … ON CONFLICT (key) DO UPDATE: counts and sums add, steps and bands widen."""
+    stmt = _insert(session, table)
+    postgres = session.get_bind().dialect.name == "postgresql"
+    least, greatest = (func.least, func.greatest) if postgres else (func.min, func.max)
+
+    def widen(pick: Any, stored: ColumnElement[Any], new: ColumnElement[Any]) -> ColumnElement[Any]:
+        return func.coalesce(pick(stored, new), stored, new)  # SQLite's min(x, NULL) is NULL
+
+    changes: dict[str, Any] = {}
+    for column in table.columns:
+        stored, new = column, stmt.excluded[column.name]
+        if column.name in key:
+            continue
+        if column.name.endswith("_min") or column.name == "first_step":
+            changes[column.name] = widen(least, stored, new)
+        elif column.name.endswith("_max") or column.name in ("last_step", "last_interval"):
+            changes[column.name] = widen(greatest, stored, new)
+        else:
+            changes[column.name] = stored + new
+    return stmt.on_conflict_do_update(index_elements=list(key), set_=changes)
+
+
+# -- one batch ------------------------------------------------------------------------------------
+def ingest_batch(session: Session, run: Run, records: Iterable[IntervalRecord]) -> IngestResult:
     """Store the records whose (rank, interval) is new for `run`, in one transaction.
 
     A key already stored (or repeated inside the batch) counts as a duplicate and the stored row is
     left untouched, so a spool replay after a lost response never changes or doubles data.
     """
     fresh: dict[tuple[int, int], IntervalRecord] = {}
-    for record in batch.intervals:
+    received = 0
+    for record in records:
+        received += 1
         fresh.setdefault((record.interval, record.rank), record)
-
-    table = intervals
-    stmt = (
-        _insert(session, table)
-        .on_conflict_do_nothing(index_elements=["run_pk", "interval", "rank"])
-        .returning(table.c.id, table.c.interval, table.c.rank)
-    )
-    inserted = session.execute(stmt, [_interval_row(run.id, r) for r in fresh.values()]).all()
-
-    histogram_rows: list[dict[str, Any]] = []
-    site_rows: list[dict[str, Any]] = []
-    for interval_id, interval, rank in inserted:
-        record = fresh[(interval, rank)]
-        for kind in KINDS:
-            hist = getattr(record.histograms, kind)
-            for bucket, (count, tokens) in enumerate(zip(hist.count, hist.tokens, strict=True)):
-                if count or tokens:  # empty buckets are implied, which keeps the table small
-                    histogram_rows.append(
-                        {"interval_id": interval_id, "kind": kind, "bucket": bucket, "count": count, "tokens": tokens}
-                    )
-        site_rows += [
-            {"interval_id": interval_id, "site": s.site, "count": s.count} for s in record.syncs.sites
-        ]
-    if histogram_rows:
-        session.execute(IntervalHistogram.__table__.insert(), histogram_rows)
-    if site_rows:
-        session.execute(IntervalSyncSite.__table__.insert(), site_rows)
-    if inserted:
-        run.updated_at = _now()
+    rows = {key: interval_row(run.id, r) for key, r in fresh.items()}
+    inserted = insert_rows(session, run, rows, {key: details_row(r) for key, r in fresh.items()})
     session.commit()
-    return IngestResult(accepted=len(inserted), duplicates=len(batch.intervals) - len(inserted))
+    return IngestResult(accepted=inserted, duplicates=received - inserted)
+
+
+def insert_rows(
+    session: Session,
+    run: Run,
+    rows: Mapping[tuple[int, int], dict[str, Any]],
+    details: Mapping[tuple[int, int], dict[str, Any]],
+) -> int:
+    """Insert interval rows keyed (interval, rank) with their details; feed only the new ones to
+    the aggregates. Returns how many were new. The caller commits."""
+    if not rows:
+        return 0
+    stmt = (
+        _insert(session, intervals)
+        .on_conflict_do_nothing(index_elements=["run_pk", "interval", "rank"])
+        .returning(intervals.c.id, intervals.c.interval, intervals.c.rank)
+    )
+    inserted = session.execute(stmt, list(rows.values())).all()
+    if not inserted:
+        return 0
+    aggregates = Aggregates(coefficients(run))
+    new_details = []
+    for interval_id, interval, rank in inserted:
+        detail = details[(interval, rank)]
+        new_details.append({"interval_id": interval_id, **detail})
+        aggregates.add(rows[(interval, rank)], detail["sync_sites"])
+    session.execute(interval_details.insert(), new_details)
+    aggregates.store(session, run.id)
+    session.execute(update(Run).where(Run.id == run.id).values(updated_at=_now()))
+    return len(inserted)

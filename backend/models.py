@@ -1,7 +1,11 @@
 """The stored schema. Alembic owns it (alembic/versions); these models must match the migrations.
 
-One wide, typed `intervals` row per (run, rank, interval) keeps a million-interval run cheap to
-aggregate in SQL; histograms and sync sites, which vary in length, live in child tables.
+* `intervals`: one wide, typed row per (run, rank, interval), as the agent sent it; its compact
+  `interval_details` row holds the length histograms and the interval's top sync sites.
+* `rollups`: the catalogue's SUMS of every aligned block of 4^level interval indexes (all ranks),
+  kept at ingest, so a chart reads about max_points rows whatever the run's length.
+* `run_totals` and `run_sync_sites`: the whole run's sums and sync sites, kept at ingest, so the
+  runs list and the run page never scan a run's intervals.
 """
 
 from datetime import datetime
@@ -12,7 +16,6 @@ from sqlalchemy import (
     Column,
     Table,
     BigInteger,
-    CheckConstraint,
     DateTime,
     Float,
     ForeignKey,
@@ -25,7 +28,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from packscope.core.catalogue import FIELDS, Field
+from packscope.core.catalogue import BAND_METRICS, FIELDS, SUM_NAMES, Field
 
 # Deterministic constraint names, so later migrations can refer to them on every database.
 NAMING_CONVENTION = {
@@ -87,28 +90,59 @@ intervals = Table(
 )
 
 
-class IntervalHistogram(Base):
-    """One non-empty log2 bucket of an interval's length histogram (empty buckets are not stored)."""
+# The length histograms (packscope.core.histograms, KINDS -> {"count": [...], "tokens": [...]}) and
+# the sync sites ({site: count}) of one interval row: read one interval at a time, never aggregated
+# in SQL, so one JSON row each instead of a row per bucket.
+interval_details = Table(
+    "interval_details",
+    Base.metadata,
+    Column("interval_id", BigId, ForeignKey("intervals.id", ondelete="CASCADE"), primary_key=True),
+    Column("histograms", JSON, nullable=False),
+    Column("sync_sites", JSON, nullable=False),
+)
 
-    __tablename__ = "interval_histograms"
-    __table_args__ = (
-        UniqueConstraint("interval_id", "kind", "bucket"),
-        CheckConstraint("kind IN ('documents', 'packs')", name="kind"),
-    )
-
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    interval_id: Mapped[int] = mapped_column(ForeignKey("intervals.id", ondelete="CASCADE"))
-    kind: Mapped[str] = mapped_column(String(16))
-    bucket: Mapped[int] = mapped_column(SmallInteger)
-    count: Mapped[int] = mapped_column(BigInteger)
-    tokens: Mapped[int] = mapped_column(BigInteger)
+# Rollup levels: a level-k block holds interval indexes [b·4^k, (b+1)·4^k). Level 10 blocks hold
+# about a million intervals, enough for a chart of any run to read a few hundred rows at most.
+ROLLUP_LEVELS = range(11)
 
 
-class IntervalSyncSite(Base):
-    __tablename__ = "interval_sync_sites"
-    __table_args__ = (UniqueConstraint("interval_id", "site"),)
+def _sum_columns() -> list[Column[Any]]:
+    # Floats: S2 and token sums of a long run pass 2^63, and every derived number is a ratio.
+    return [Column(name, Float(), nullable=False) for name in SUM_NAMES]
 
-    id: Mapped[int] = mapped_column(BigId, primary_key=True)
-    interval_id: Mapped[int] = mapped_column(ForeignKey("intervals.id", ondelete="CASCADE"))
-    site: Mapped[str] = mapped_column(String(500))
-    count: Mapped[int] = mapped_column(BigInteger)
+
+def _band_columns() -> list[Column[Any]]:
+    # NULL where no interval of the block defines the metric (0/0).
+    return [Column(f"{name}_{end}", Float(), nullable=True) for name in BAND_METRICS for end in ("min", "max")]
+
+
+rollups = Table(
+    "rollups",
+    Base.metadata,
+    Column("run_pk", ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("level", SmallInteger, primary_key=True, autoincrement=False),
+    Column("block", Integer, primary_key=True, autoincrement=False),
+    Column("rows", BigInteger, nullable=False),  # interval rows (ranks count separately)
+    Column("first_step", BigInteger, nullable=False),
+    Column("last_step", BigInteger, nullable=False),
+    *_sum_columns(),
+    *_band_columns(),
+)
+
+run_totals = Table(
+    "run_totals",
+    Base.metadata,
+    Column("run_pk", ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True, autoincrement=False),
+    Column("rows", BigInteger, nullable=False),
+    Column("last_interval", Integer, nullable=False),
+    Column("last_step", BigInteger, nullable=False),
+    *_sum_columns(),
+)
+
+run_sync_sites = Table(
+    "run_sync_sites",
+    Base.metadata,
+    Column("run_pk", ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("site", String(500), primary_key=True),
+    Column("count", BigInteger, nullable=False),
+)

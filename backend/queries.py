@@ -1,5 +1,5 @@
-"""Read queries. Charts aggregate in SQL, so a run of a million intervals costs the same to draw as
-one of a thousand; every derived number goes through derived.metrics."""
+"""Read queries. Charts read the rollups kept at ingest (about max_points rows whatever the run's
+length), summaries read the run totals; every derived number goes through catalogue.derive."""
 
 import json
 import statistics
@@ -7,19 +7,19 @@ from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import Select, distinct, func, select
+from sqlalchemy import Row, and_, or_, select
 from sqlalchemy.orm import Session
 
-from packscope.backend.derived import interval_rate_expressions, sum_expressions
-from packscope.backend.models import IntervalHistogram, IntervalSyncSite, Run, intervals
+from packscope.backend.models import ROLLUP_LEVELS, Run, interval_details, intervals, rollups, run_sync_sites, run_totals
 from packscope.backend.stats import mann_whitney_u
-from packscope.core.catalogue import BAND_METRICS, FIELDS, METRIC, METRICS, Coefficients, derive, sums_of_rows
+from packscope.core.catalogue import BAND_METRICS, FIELDS, METRIC, METRICS, SUM_NAMES, Coefficients, derive, sums_of_rows
 from packscope.core.histograms import EDGES, KINDS, NUM_BUCKETS
 
 # The CSV: every stored column of the catalogue, then every derived metric of the interval.
 CSV_RAW_COLUMNS = (*(f.name for f in FIELDS), "channel_loss")
 CSV_DERIVED_COLUMNS = tuple(m.name for m in METRICS if m.name not in CSV_RAW_COLUMNS)
 CSV_COLUMNS = CSV_RAW_COLUMNS + CSV_DERIVED_COLUMNS
+BAND_COLUMNS = tuple(f"{name}_{end}" for name in BAND_METRICS for end in ("min", "max"))
 
 
 def _utc(moment: datetime | None) -> datetime | None:
@@ -36,16 +36,6 @@ def coefficients(run: Run) -> Coefficients:
 # -- runs -----------------------------------------------------------------------------------------
 def get_run(session: Session, run_id: str) -> Run | None:
     return session.scalars(select(Run).where(Run.run_id == run_id)).one_or_none()
-
-
-def _run_sums_query() -> Select[Any]:
-    sums = [expr.label(name) for name, expr in sum_expressions(intervals.c).items()]
-    return select(
-        intervals.c.run_pk,
-        func.count().label("intervals"),
-        func.max(intervals.c.last_step).label("last_step"),
-        *sums,
-    ).group_by(intervals.c.run_pk)
 
 
 def _summary(run: Run, sums: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -67,18 +57,18 @@ def _summary(run: Run, sums: Mapping[str, Any] | None) -> dict[str, Any]:
         "config": run.config,
         "c_lin": c.c_lin,
         "c_core": c.c_core,
-        "intervals": 0 if sums is None else int(sums["intervals"]),
+        "intervals": 0 if sums is None else int(sums["rows"]),
         "last_step": None if sums is None else int(sums["last_step"]),
         "totals": totals,
     }
 
 
 def run_summaries(session: Session, runs: Sequence[Run]) -> list[dict[str, Any]]:
-    """RunSummary dicts (docs/api.md) for `runs`, in the order given; one aggregate query for all."""
+    """RunSummary dicts (docs/api.md) for `runs`, in the order given; one read of the run totals."""
     if not runs:
         return []
-    query = _run_sums_query().where(intervals.c.run_pk.in_([r.id for r in runs]))
-    by_run = {row.run_pk: dict(row._mapping) for row in session.execute(query)}
+    query = select(run_totals).where(run_totals.c.run_pk.in_([r.id for r in runs]))
+    by_run = {row.run_pk: row._mapping for row in session.execute(query)}
     return [_summary(run, by_run.get(run.id)) for run in runs]
 
 
@@ -127,6 +117,79 @@ def step_time_tests(session: Session, runs: Sequence[Run], window: int) -> list[
 
 
 # -- series ---------------------------------------------------------------------------------------
+def _interval_range(session: Session, run: Run, step_min: int | None, step_max: int | None) -> tuple[int, int] | None:
+    """The interval indexes [first, last] whose steps meet [step_min, step_max]; None if none do.
+
+    Steps grow with the interval index, so the range is found on the (run_pk, last_step) index:
+    the first interval ending at or after step_min, the last one starting at or before step_max.
+    """
+    of_run = intervals.c.run_pk == run.id
+    last = session.scalar(select(run_totals.c.last_interval).where(run_totals.c.run_pk == run.id))
+    first = session.scalar(select(intervals.c.interval).where(of_run).order_by(intervals.c.interval).limit(1))
+    if last is None or first is None:
+        return None
+    by_last_step = select(intervals.c.interval, intervals.c.first_step).where(of_run).order_by(intervals.c.last_step).limit(1)
+    if step_min is not None:
+        found = session.execute(by_last_step.where(intervals.c.last_step >= step_min)).first()
+        if found is None:
+            return None
+        first = max(first, found.interval)
+    if step_max is not None:
+        found = session.execute(by_last_step.where(intervals.c.last_step >= step_max)).first()
+        if found is not None:
+            last = min(last, found.interval if found.first_step <= step_max else found.interval - 1)
+    return (first, last) if first <= last else None
+
+
+def _chart_level(first: int, last: int, max_points: int) -> int:
+    """The coarsest rollup level that still has at least max_points blocks over [first, last]."""
+    chosen = 0
+    for level in ROLLUP_LEVELS:
+        if (last >> 2 * level) - (first >> 2 * level) + 1 < max_points:
+            break
+        chosen = level
+    return chosen
+
+
+def _tiles(first: int, last: int, top: int) -> list[tuple[int, int]]:
+    """Aligned blocks (level, block), none coarser than `top`, that tile [first, last] exactly:
+    level-`top` blocks inside, finer ones (at most 3 per level) at each partial edge."""
+    out = []
+    at = first
+    while at <= last:
+        level = top
+        while level and (at % (1 << 2 * level) or at + (1 << 2 * level) - 1 > last):
+            level -= 1
+        out.append((level, at >> 2 * level))
+        at += 1 << 2 * level
+    return out
+
+
+def _read_tiles(session: Session, run: Run, tiles: list[tuple[int, int]], top: int) -> dict[tuple[int, int], Row[Any]]:
+    by_level: dict[int, list[int]] = {}
+    for level, block in tiles:
+        by_level.setdefault(level, []).append(block)
+    wanted = [
+        and_(rollups.c.level == level, rollups.c.block.between(blocks[0], blocks[-1]))
+        if level == top  # contiguous: the inner blocks
+        else and_(rollups.c.level == level, rollups.c.block.in_(blocks))
+        for level, blocks in by_level.items()
+    ]
+    query = select(rollups).where(rollups.c.run_pk == run.id, or_(*wanted))
+    return {(row.level, row.block): row for row in session.execute(query)}
+
+
+def _merge(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One chart bucket from rollup rows: sums add, steps and bands widen."""
+    out: dict[str, Any] = {name: sum(p[name] for p in parts) for name in SUM_NAMES}
+    out["first_step"] = min(p["first_step"] for p in parts)
+    out["last_step"] = max(p["last_step"] for p in parts)
+    for name in BAND_COLUMNS:
+        values = [p[name] for p in parts if p[name] is not None]
+        out[name] = (min(values) if name.endswith("_min") else max(values)) if values else None
+    return out
+
+
 def series(
     session: Session,
     run: Run,
@@ -134,125 +197,102 @@ def series(
     step_min: int | None = None,
     step_max: int | None = None,
 ) -> dict[str, Any]:
-    """Consecutive intervals grouped into at most `max_points` buckets, aggregated in SQL.
+    """Consecutive intervals grouped into at most `max_points` buckets, from the rollups.
 
-    Intervals are numbered 1..n by DENSE_RANK over their index (all ranks of an interval share a
-    number, so they land in one bucket) and bucket = (number - 1) * max_points // n.
+    The level is the coarsest whose 4^level-interval blocks still number ≥ max_points over the
+    range (so about max_points..4·max_points rows are read); blocks cut by the range's ends are
+    summed exactly from finer levels. The stored blocks are then dealt into max_points buckets of
+    consecutive blocks, as evenly as whole blocks allow.
     """
-    where = [intervals.c.run_pk == run.id]
-    if step_min is not None:
-        where.append(intervals.c.last_step >= step_min)
-    if step_max is not None:
-        where.append(intervals.c.first_step <= step_max)
-    n = select(func.count(distinct(intervals.c.interval))).where(*where).scalar_subquery()
-    ordinal = func.dense_rank().over(order_by=intervals.c.interval)
-    rows = select(
-        *intervals.c,
-        ((ordinal - 1) * max_points // n).label("bucket"),
-    ).where(*where).subquery()
-
-    c = coefficients(run)
-    sums = [expr.label(name) for name, expr in sum_expressions(rows.c).items()]
-    bands = []
-    for name, expr in interval_rate_expressions(rows.c, c).items():
-        bands += [func.min(expr).label(f"{name}_min"), func.max(expr).label(f"{name}_max")]
-    query = (
-        select(
-            func.min(rows.c.first_step).label("first_step"),
-            func.max(rows.c.last_step).label("last_step"),
-            *sums,
-            *bands,
-        )
-        .group_by(rows.c.bucket)
-        .order_by(rows.c.bucket)
-    )
-
     columns: dict[str, list[Any]] = {"step": [], "first_step": [], "last_step": []}
     columns.update({name: [] for name in METRIC})
-    columns.update({f"{name}_{end}": [] for name in BAND_METRICS for end in ("min", "max")})
-    for row in session.execute(query).mappings():
-        derived = derive(row, c)
-        columns["step"].append(int(row["last_step"]))  # a bucket is drawn at its last step
-        columns["first_step"].append(int(row["first_step"]))
-        columns["last_step"].append(int(row["last_step"]))
-        for name in METRIC:
-            columns[name].append(derived[name])
-        for name in BAND_METRICS:
-            for end in ("min", "max"):
-                value = row[f"{name}_{end}"]
-                columns[f"{name}_{end}"].append(None if value is None else float(value))
+    columns.update({name: [] for name in BAND_COLUMNS})
+    span = _interval_range(session, run, step_min, step_max)
+    if span is not None:
+        top = _chart_level(*span, max_points)
+        tiles = _tiles(*span, top)
+        stored = _read_tiles(session, run, tiles, top)
+        blocks: dict[int, list[Mapping[str, Any]]] = {}
+        for level, block in tiles:  # in interval order
+            row = stored.get((level, block))
+            if row is not None:
+                blocks.setdefault((block << 2 * level) >> 2 * top, []).append(row._mapping)
+        parts = list(blocks.values())
+        c = coefficients(run)
+        n, points = len(parts), min(len(parts), max_points)
+        for i in range(points):
+            bucket = _merge([p for part in parts[i * n // points:(i + 1) * n // points] for p in part])
+            _append_bucket(columns, bucket, derive(bucket, c))
     return {"run_id": run.run_id, "points": len(columns["step"]), "columns": columns}
+
+
+def _append_bucket(columns: dict[str, list[Any]], bucket: Mapping[str, Any], derived: Mapping[str, Any]) -> None:
+    columns["step"].append(int(bucket["last_step"]))  # a bucket is drawn at its last step
+    columns["first_step"].append(int(bucket["first_step"]))
+    columns["last_step"].append(int(bucket["last_step"]))
+    for name in METRIC:
+        columns[name].append(derived[name])
+    for name in BAND_COLUMNS:
+        columns[name].append(bucket[name])
 
 
 # -- histograms and sync sites --------------------------------------------------------------------
 def histograms(session: Session, run: Run, interval: int | None = None) -> dict[str, Any] | None:
     """An interval's length histograms summed over the ranks that sent it; None if not stored."""
     if interval is None:
-        interval = session.scalar(select(func.max(intervals.c.interval)).where(intervals.c.run_pk == run.id))
+        interval = session.scalar(select(run_totals.c.last_interval).where(run_totals.c.run_pk == run.id))
         if interval is None:
             return None
-    of_interval = (intervals.c.run_pk == run.id, intervals.c.interval == interval)
-    steps = session.execute(
-        select(func.min(intervals.c.first_step), func.max(intervals.c.last_step)).where(*of_interval)
-    ).one()
-    if steps[0] is None:
+    query = (
+        select(intervals.c.first_step, intervals.c.last_step, interval_details.c.histograms)
+        .join(interval_details, interval_details.c.interval_id == intervals.c.id)
+        .where(intervals.c.run_pk == run.id, intervals.c.interval == interval)
+    )
+    ranks = session.execute(query).all()
+    if not ranks:
         return None
     out: dict[str, Any] = {
         "interval": interval,
-        "first_step": int(steps[0]),
-        "last_step": int(steps[1]),
+        "first_step": int(min(r.first_step for r in ranks)),
+        "last_step": int(max(r.last_step for r in ranks)),
         "edges": EDGES,
     }
     for kind in KINDS:
-        out[kind] = {"count": [0] * NUM_BUCKETS, "tokens": [0] * NUM_BUCKETS}
-    buckets = (
-        select(
-            IntervalHistogram.kind,
-            IntervalHistogram.bucket,
-            func.sum(IntervalHistogram.count),
-            func.sum(IntervalHistogram.tokens),
-        )
-        .join(intervals, intervals.c.id == IntervalHistogram.interval_id)
-        .where(*of_interval)
-        .group_by(IntervalHistogram.kind, IntervalHistogram.bucket)
-    )
-    for kind, bucket, count, tokens in session.execute(buckets):
-        out[kind]["count"][bucket] = int(count)
-        out[kind]["tokens"][bucket] = int(tokens)
+        out[kind] = {
+            part: [sum(r.histograms[kind][part][b] for r in ranks) for b in range(NUM_BUCKETS)]
+            for part in ("count", "tokens")
+        }
     return out
 
 
 def sync_sites(session: Session, run: Run, limit: int) -> dict[str, Any]:
     """Sync sites summed over the whole run, most frequent first."""
-    steps, syncs = session.execute(
-        select(func.sum(intervals.c.steps), func.sum(intervals.c.syncs_total)).where(intervals.c.run_pk == run.id)
-    ).one()
-    steps = int(steps or 0)
-    total = func.sum(IntervalSyncSite.count)
+    totals = session.execute(
+        select(run_totals.c.steps, run_totals.c.syncs_total).where(run_totals.c.run_pk == run.id)
+    ).first()
+    steps = int(totals.steps) if totals else 0
     query = (
-        select(IntervalSyncSite.site, total)
-        .join(intervals, intervals.c.id == IntervalSyncSite.interval_id)
-        .where(intervals.c.run_pk == run.id)
-        .group_by(IntervalSyncSite.site)
-        .order_by(total.desc(), IntervalSyncSite.site)
+        select(run_sync_sites.c.site, run_sync_sites.c.count)
+        .where(run_sync_sites.c.run_pk == run.id)
+        .order_by(run_sync_sites.c.count.desc(), run_sync_sites.c.site)
         .limit(limit)
     )
     sites = [
         {"site": site, "count": int(count), "per_iter": int(count) / steps if steps else None}
         for site, count in session.execute(query)
     ]
-    return {"syncs_per_iter": int(syncs) / steps if steps else None, "sites": sites}
+    return {"syncs_per_iter": totals.syncs_total / steps if steps else None, "sites": sites}
 
 
 # -- live stream and CSV --------------------------------------------------------------------------
 def stream_state(session: Session, run: Run) -> tuple[int, int | None, int | None]:
     """(stored rows, latest interval, latest step): the stream sends an event when this changes."""
-    count, interval, last_step = session.execute(
-        select(func.count(), func.max(intervals.c.interval), func.max(intervals.c.last_step)).where(
-            intervals.c.run_pk == run.id
-        )
-    ).one()
-    return int(count), interval, None if last_step is None else int(last_step)
+    totals = session.execute(
+        select(run_totals.c.rows, run_totals.c.last_interval, run_totals.c.last_step).where(run_totals.c.run_pk == run.id)
+    ).first()
+    if totals is None:
+        return 0, None, None
+    return int(totals.rows), int(totals.last_interval), int(totals.last_step)
 
 
 def _csv_value(value: Any) -> Any:

@@ -139,7 +139,7 @@ class Histograms(BaseModel):
 
 
 class SyncSite(BaseModel):
-    site: str = Field(min_length=1, max_length=500)
+    site: SafeStr = Field(min_length=1, max_length=500)
     count: Count
 
 
@@ -164,7 +164,7 @@ class IntervalRecordBase(BaseModel):
 
     syncs: SyncsBase
     histograms: Histograms
-    channel_loss: dict[Annotated[str, Field(max_length=100)], Annotated[float | None, BeforeValidator(_diverged_to_none)]] | None = None
+    channel_loss: dict[Annotated[SafeStr, Field(max_length=100)], Annotated[float | None, BeforeValidator(_diverged_to_none)]] | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> "IntervalRecordBase":

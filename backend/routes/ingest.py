@@ -2,10 +2,12 @@
 
 import zlib
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Request, Response, status
+from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
+from pydantic import TypeAdapter, ValidationError
 
 from packscope.backend.deps import SessionDep, require_ingest_token, run_or_404
 from packscope.backend.ingest import ModelConflict, create_or_resume_run, ingest_batch, patch_run
@@ -103,9 +105,23 @@ def create_run(body: RunCreate, session: SessionDep, response: Response) -> dict
     return run_summary(session, run)
 
 
+# Validating the raw bytes in pydantic-core skips FastAPI's parse-to-dicts-then-validate pass.
+_BATCH = TypeAdapter(IntervalBatch)
+
+
+async def _batch(request: Request) -> IntervalBatch:
+    try:
+        return _BATCH.validate_json(await request.body())
+    except ValidationError as exc:
+        # The same 422 body FastAPI gives (the app's handler trims echoed input), rooted at "body".
+        raise RequestValidationError(
+            [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
+        ) from None
+
+
 @router.post("/runs/{run_id}/intervals", response_model=IngestResult)
-def post_intervals(run_id: str, body: IntervalBatch, session: SessionDep) -> IngestResult:
-    return ingest_batch(session, run_or_404(session, run_id), body)
+def post_intervals(run_id: str, body: Annotated[IntervalBatch, Depends(_batch)], session: SessionDep) -> IngestResult:
+    return ingest_batch(session, run_or_404(session, run_id), body.intervals)
 
 
 @router.patch("/runs/{run_id}", response_model=RunSummary)

@@ -79,8 +79,29 @@ def test_buckets_are_consecutive_and_cover_every_interval(client, new_run, recor
     assert len(cols["step"]) == min(n, max_points)
     assert cols["first_step"][0] == 1 and cols["last_step"][-1] == 10 * n
     assert all(b == a + 1 for a, b in zip(cols["last_step"], cols["first_step"][1:], strict=False))
+    # Buckets are whole aligned blocks of 4^k intervals (docs/api.md): every inner boundary is a
+    # multiple of one block size, and bucket sizes differ by at most one block.
+    starts = [(first - 1) // 10 for first in cols["first_step"]]
+    block = max(4**k for k in range(6) if all(s % 4**k == 0 for s in starts))
     sizes = [(last - first + 1) // 10 for first, last in zip(cols["first_step"], cols["last_step"], strict=True)]
-    assert max(sizes) - min(sizes) <= 1  # buckets as even as integers allow
+    assert max(sizes[:-1] or [0]) - min(sizes[:-1] or [0]) <= block  # the last block may be cut short
+    if n <= max_points:
+        assert sizes == [1] * n
+
+
+def _assert_buckets_match_the_oracle(cols, recs, oracle, close):
+    """Every bucket equals the oracle over exactly the records between its first and last step."""
+    covered = []
+    for i, (first, last) in enumerate(zip(cols["first_step"], cols["last_step"], strict=True)):
+        bucket = [r for r in recs if first <= r["first_step"] and r["last_step"] <= last]
+        assert (bucket[0]["first_step"], bucket[-1]["last_step"]) == (first, last)
+        covered += bucket
+        got = {name: values[i] for name, values in cols.items()}
+        close(got, oracle(bucket), [
+            "tflops_useful", "tflops_thd_min", "tflops_thd_max", "step_time_s", "step_time_s_min",
+            "step_time_s_max", "loss", "syncs_per_iter", "padding_pct", "overcount_pct",
+        ])
+    return covered
 
 
 def test_series_step_range(any_client, thousand, oracle, close):
@@ -89,10 +110,16 @@ def test_series_step_range(any_client, thousand, oracle, close):
     assert new_part["columns"]["first_step"] == [r["first_step"] for r in thousand[990:]]
     window = any_client.get(f"{RUN}/series", params={"max_points": 2, "step_min": 101, "step_max": 200}).json()
     assert window["points"] == 2
-    close({"t": window["columns"]["tflops_useful"][0]}, {"t": oracle(thousand[10:15])["tflops_useful"]})
-    close({"t": window["columns"]["tflops_useful"][1]}, {"t": oracle(thousand[15:20])["tflops_useful"]})
+    # exactly intervals 10..19 (steps 101..200), cut at a block boundary (16 = 4^2)
+    assert _assert_buckets_match_the_oracle(window["columns"], thousand, oracle, close) == thousand[10:20]
+    assert window["columns"]["first_step"] == [101, 161]
+    # a range that starts and ends inside intervals keeps the intervals it touches
+    inside = any_client.get(f"{RUN}/series", params={"max_points": 7, "step_min": 1234, "step_max": 8765}).json()
+    assert _assert_buckets_match_the_oracle(inside["columns"], thousand, oracle, close) == thousand[123:877]
+    assert inside["points"] == 7
     empty = any_client.get(f"{RUN}/series", params={"step_min": 10_001}).json()
     assert empty["points"] == 0 and empty["columns"]["tflops_thd"] == []
+    assert any_client.get(f"{RUN}/series", params={"step_min": 300, "step_max": 200}).json()["points"] == 0
     assert any_client.get(f"{RUN}/series", params={"max_points": 0}).status_code == 422
 
 

@@ -1,0 +1,139 @@
+"""The rollups kept at ingest: charts and totals read from them must equal a brute-force
+computation over the raw records (conftest's oracle, which does not use the catalogue's code)."""
+
+import random
+
+import pytest
+from sqlalchemy import func, select
+
+from packscope.backend.models import ROLLUP_LEVELS, rollups, run_totals
+
+RUNS = "/api/v1/runs"
+
+
+@pytest.fixture
+def any_client(database_url, make_client):
+    return make_client(database_url)
+
+
+def post_all(client, run_id, recs, rng, batch=64):
+    """Post `recs` in batches of random size (at most `batch`), in order."""
+    at = 0
+    while at < len(recs):
+        size = rng.randint(1, batch)
+        response = client.post(f"{RUNS}/{run_id}/intervals", json={"intervals": recs[at:at + size]})
+        assert response.status_code == 200, response.text
+        at += size
+
+
+def in_range(recs, step_min, step_max):
+    return [
+        r for r in recs
+        if (step_min is None or r["last_step"] >= step_min) and (step_max is None or r["first_step"] <= step_max)
+    ]
+
+
+def check_series(client, run_id, recs, oracle, close, max_points, step_min=None, step_max=None):
+    params = {"max_points": max_points}
+    params.update({k: v for k, v in (("step_min", step_min), ("step_max", step_max)) if v is not None})
+    cols = client.get(f"{RUNS}/{run_id}/series", params=params).json()["columns"]
+    want_rows = in_range(recs, step_min, step_max)
+    intervals = sorted({r["interval"] for r in want_rows})
+    assert len(cols["step"]) == min(len(intervals), max_points)
+    covered = []
+    for i, (first, last) in enumerate(zip(cols["first_step"], cols["last_step"], strict=True)):
+        bucket = [r for r in want_rows if first <= r["first_step"] and r["last_step"] <= last]
+        assert bucket and min(r["first_step"] for r in bucket) == first and max(r["last_step"] for r in bucket) == last
+        covered += bucket
+        got = {name: values[i] for name, values in cols.items()}
+        close(got, oracle(bucket), [
+            "steps", "tokens", "real_tokens", "tflops_bshd", "tflops_bshd_min", "tflops_bshd_max",
+            "tflops_thd", "tflops_thd_min", "tflops_thd_max", "tflops_useful", "tflops_useful_min",
+            "tflops_useful_max", "overcount_pct", "mfu_thd", "step_time_s", "step_time_s_min",
+            "step_time_s_max", "tokens_per_s", "syncs_per_iter", "loss", "padding_pct",
+        ])
+    key = lambda r: (r["interval"], r["rank"])  # noqa: E731
+    assert sorted(covered, key=key) == sorted(want_rows, key=key)  # each row in exactly one bucket
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_series_from_rollups_equal_brute_force(any_client, new_run, records, oracle, close, seed):
+    rng = random.Random(seed)
+    run_id = f"random-{seed}"
+    assert any_client.post(RUNS, json=new_run(run_id)).status_code == 201
+    start = rng.randint(0, 100)
+    recs = records(rng.randint(150, 400), start=start, seed=seed)
+    post_all(any_client, run_id, recs, rng)
+    first, last = recs[0]["first_step"], recs[-1]["last_step"]
+    for _ in range(6):
+        step_min = rng.choice([None, rng.randint(first - 20, last)])
+        step_max = rng.choice([None, rng.randint(step_min or first, last + 20)])
+        check_series(any_client, run_id, recs, oracle, close, rng.randint(1, 120), step_min, step_max)
+    check_series(any_client, run_id, recs, oracle, close, 1)
+    check_series(any_client, run_id, recs, oracle, close, 10_000)
+
+
+def test_multi_rank_run(any_client, new_run, records, oracle, close):
+    assert any_client.post(RUNS, json=new_run("ranks")).status_code == 201
+    rng = random.Random(3)
+    recs = [r for rank in range(3) for r in records(90, seed=10 + rank, gpus=4, rank=rank)]
+    rng.shuffle(recs)  # ranks arrive interleaved and out of order
+    post_all(any_client, "ranks", recs, rng)
+    recs.sort(key=lambda r: (r["interval"], r["rank"]))
+    for max_points, step_min, step_max in [(7, None, None), (90, None, None), (5, 155, 633), (1, 1, 900)]:
+        check_series(any_client, "ranks", recs, oracle, close, max_points, step_min, step_max)
+    run = any_client.get(f"{RUNS}/ranks").json()
+    assert (run["intervals"], run["last_step"]) == (270, 900)
+    close(run["totals"], oracle(recs), ["steps", "tokens", "tflops_thd", "overcount_pct", "loss", "syncs_per_iter"])
+
+
+def stored_rollup_sums(client, run_pk=1):
+    """Per level: (Σ rows, Σ steps, Σ tokens) over the stored rollup blocks of the run."""
+    with client.app.state.engine.connect() as connection:
+        query = (
+            select(rollups.c.level, func.sum(rollups.c.rows), func.sum(rollups.c.steps), func.sum(rollups.c.tokens))
+            .where(rollups.c.run_pk == run_pk)
+            .group_by(rollups.c.level)
+        )
+        return {level: (int(n), int(steps), int(tokens)) for level, n, steps, tokens in connection.execute(query)}
+
+
+def test_duplicates_never_double_count(any_client, new_run, records, oracle, close):
+    assert any_client.post(RUNS, json=new_run()).status_code == 201
+    recs = records(40, seed=5)
+    batch = f"{RUNS}/run-1/intervals"
+    first = any_client.post(batch, json={"intervals": recs[:25] + recs[3:9]}).json()  # repeats inside
+    assert first == {"accepted": 25, "duplicates": 6}
+    replay = [dict(r, tokens=r["tokens"] * 2, steps=r["steps"]) for r in recs]  # changed numbers, same keys
+    assert any_client.post(batch, json={"intervals": replay}).json() == {"accepted": 15, "duplicates": 25}
+    assert any_client.post(batch, json={"intervals": replay}).json() == {"accepted": 0, "duplicates": 40}
+    stored = recs[:25] + replay[25:]
+
+    want = (len(stored), sum(r["steps"] for r in stored), sum(r["tokens"] for r in stored))
+    assert stored_rollup_sums(any_client) == {level: want for level in ROLLUP_LEVELS}
+    check_series(any_client, "run-1", stored, oracle, close, 1)
+    check_series(any_client, "run-1", stored, oracle, close, 40)
+    sites = any_client.get(f"{RUNS}/run-1/sync-sites").json()
+    assert sum(s["count"] for s in sites["sites"]) == sum(r["syncs"]["total"] for r in stored)
+
+
+def test_run_totals_equal_sums_over_rows(any_client, new_run, records, oracle, close):
+    assert any_client.post(RUNS, json=new_run()).status_code == 201
+    recs = records(123, seed=9)
+    recs[5]["gpu"] = {"util_pct": 80.0, "power_w": 500.0, "energy_j": 900.0}
+    recs[6]["loss"] = None
+    post_all(any_client, "run-1", recs, random.Random(9))
+    with any_client.app.state.engine.connect() as connection:
+        totals = connection.execute(select(run_totals)).one()._mapping
+    assert (totals["rows"], totals["last_interval"], totals["last_step"]) == (123, 122, 1230)
+    for name in ("steps", "tokens", "real_tokens", "packs", "documents", "seqlen_sq_sum_thd"):
+        assert totals[name] == sum(r[name] for r in recs), name
+    assert totals["syncs_total"] == sum(r["syncs"]["total"] for r in recs)
+    assert totals["loss_tokens"] == sum(r["real_tokens"] for r in recs if r["loss"] is not None)
+    assert totals["gpu_power_x_s"] == pytest.approx(500.0 * recs[5]["host_time_s"])
+    assert totals["energy_tokens"] == recs[5]["real_tokens"]
+    run = any_client.get(f"{RUNS}/run-1").json()
+    with_loss = [r for r in recs if r["loss"] is not None]
+    close(run["totals"], oracle(with_loss), ["loss"])  # a missing loss weighs nothing
+    filled = [dict(r, loss=r["loss"] or 0.0) for r in recs]  # the oracle wants a loss everywhere
+    close(run["totals"], oracle(filled), ["steps", "tokens", "tflops_useful", "mfu_bshd", "padding_pct", "syncs_per_iter"])
