@@ -1,0 +1,69 @@
+"""Which ``observe_batch`` form a dict batch is in, from its keys alone (no device read).
+
+Shared by the integrations: Hugging Face models take their batch as keyword arguments with these
+names, and Lightning users commonly keep the same names in their dict batches.
+
+Precedence, cheapest and most exact first:
+
+1. ``cu_seqlens`` or ``cu_seq_lens_q`` (HF padding-free collators with flash-attention kwargs,
+   TRL ``padding_free``/``packing``) [+ ``cu_seqlens_padded``, ``token_mask``]: packed documents;
+   each row of the tokens is one pack for the baseline.
+2. ``position_ids`` restarting at 0 per document [+ a 2-D ``attention_mask`` for padding].
+3. a 2-D ``attention_mask``: padded rows, one document per row.
+4. the tokens' shape alone: plain fixed-length rows.
+
+The tokens are ``input_ids``, else ``inputs_embeds`` (its first two dimensions), else ``tokens``;
+a 1-D tensor is one row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+TOKEN_KEYS = ("input_ids", "inputs_embeds", "tokens")
+CU_KEYS = ("cu_seqlens", "cu_seq_lens_q")
+
+
+def _tensor(batch: Mapping[str, Any], key: str) -> torch.Tensor | None:
+    value = batch.get(key)
+    return value if isinstance(value, torch.Tensor) else None
+
+
+def rows_and_length(batch: Mapping[str, Any]) -> tuple[int, int] | None:
+    """(rows, row_len) of the tokens the model runs, from the tensor's shape (host metadata)."""
+    for key in TOKEN_KEYS:
+        tokens = _tensor(batch, key)
+        if tokens is not None:
+            batched = tokens.dim() >= (3 if key == "inputs_embeds" else 2)
+            return (tokens.shape[0], tokens.shape[1]) if batched else (1, tokens.shape[0])
+    return None
+
+
+def observe_kwargs(batch: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``observe_batch`` keyword arguments for ``batch``; None when it names no tokens."""
+    shape = rows_and_length(batch)
+    if shape is None:
+        return None
+    for key in CU_KEYS:
+        cu = _tensor(batch, key)
+        if cu is not None:
+            form: dict[str, Any] = {"cu_seqlens": cu.reshape(-1), "shape": shape}
+            padded = _tensor(batch, "cu_seqlens_padded")
+            if padded is not None:
+                form["cu_seqlens_padded"] = padded.reshape(-1)
+            token_mask = _tensor(batch, "token_mask")
+            if token_mask is not None:
+                form["token_mask"] = token_mask
+            return form
+    mask = _tensor(batch, "attention_mask")
+    if mask is not None and mask.dim() != 2:
+        mask = None  # a 4-D custom mask says nothing the agent can count
+    position_ids = _tensor(batch, "position_ids")
+    if position_ids is not None and position_ids.dim() <= 2:  # 3-D: multimodal RoPE, not per document
+        return {"position_ids": position_ids, "attention_mask": mask}
+    if mask is not None:
+        return {"attention_mask": mask}
+    return {"shape": shape}

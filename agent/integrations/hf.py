@@ -1,0 +1,122 @@
+"""packscope in the Hugging Face ``Trainer`` (and TRL's ``SFTTrainer``, a subclass)::
+
+    trainer = SFTTrainer(..., callbacks=[PackscopeCallback(server="http://packscope:8000", run_name="sft")])
+
+* The FLOPs model comes from ``model.config`` (``spec_from_hf_config``), unless ``model=`` gives one.
+* One agent step per optimizer step: ``on_step_begin`` / ``on_step_end`` (gradient accumulation
+  included). Intervals default to the Trainer's ``logging_steps``.
+* Every training micro-batch is seen by a forward pre-hook on the model, which reads the keyword
+  arguments the Trainer passes (``batches.observe_kwargs``): ``cu_seq_lens_q`` (TRL padding-free
+  and packing, ``DataCollatorWithFlattening(return_flash_attn_kwargs=True)``), ``position_ids``
+  (``DataCollatorWithFlattening``), ``attention_mask`` (padded rows) or the tokens' shape.
+  Forwards in eval mode are not counted.
+* The loss is the Trainer's own per-step value on this rank, assembled on the device from the
+  model's ``outputs.loss`` (a forward hook; never read back here). When a custom
+  ``compute_loss_func`` or label smoothing computes the loss outside the model, there is none.
+* The learning rate is read from the optimizer before the scheduler steps, as the Trainer logs it.
+
+The host syncs that the agent reports are the Trainer's own (e.g. its NaN/Inf check of every
+micro-batch's loss with ``logging_nan_inf_filter``): a finding, not the agent's doing.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import torch
+from transformers import TrainerCallback
+
+from packscope.agent.agent import Agent
+from packscope.agent.config import AgentConfig
+from packscope.agent.hf_config import spec_from_hf_config
+from packscope.agent.integrations.batches import observe_kwargs
+from packscope.core.flops import ModelSpec
+
+log = logging.getLogger("packscope.agent")
+
+
+class PackscopeCallback(TrainerCallback):
+    """``callbacks=[PackscopeCallback(server=..., run_name=...)]``; other keyword arguments go to
+    :class:`AgentConfig` (``log_every`` defaults to the Trainer's ``logging_steps``, ``config``
+    to its arguments, ``start_step`` to the step it resumes from). ``tp`` pads the vocabulary as
+    a tensor-parallel trainer would (docs/flops.md)."""
+
+    def __init__(self, server: str | None = None, run_name: str = "run", *,
+                 model: ModelSpec | None = None, tp: int = 1, **config: Any) -> None:
+        self.agent_config = dict(server=server, run_name=run_name, **config)
+        self.model_spec = model
+        self.tp = tp
+        self.agent: Agent | None = None
+        self._hooks: list[torch.utils.hooks.RemovableHandle] = []
+        self._losses: list[torch.Tensor] = []
+        self._loss_is_share = False  # each micro-batch's loss is already its share of the step's
+        self._loss_scale = 1
+        self._lr: float | None = None
+        self._warned_unknown = False
+
+    # -- training starts and ends --------------------------------------------------------
+    def on_train_begin(self, args, state, control, model=None, **kwargs):
+        if model is None:
+            raise ValueError("PackscopeCallback: the Trainer passed no model to on_train_begin")
+        spec = self.model_spec or spec_from_hf_config(model.config, tp=self.tp)
+        settings = dict(self.agent_config)
+        settings.setdefault("log_every", max(1, int(state.logging_steps or 10)))
+        settings.setdefault("start_step", state.global_step)
+        settings.setdefault("config", args.to_sanitized_dict())
+        self.agent = Agent(AgentConfig(**settings), model=spec, device=args.device)
+        # The Trainer multiplies a loss normalised over all ranks' tokens by the world size.
+        self._loss_scale = args.world_size if args.average_tokens_across_devices else 1
+        self._hooks = [
+            model.register_forward_pre_hook(self._observe, with_kwargs=True),
+            model.register_forward_hook(self._keep_loss, with_kwargs=True),
+        ]
+
+    def on_train_end(self, args, state, control, **kwargs):
+        for hook in self._hooks:
+            hook.remove()
+        self._hooks = []
+        if self.agent is not None:
+            self.agent.close()
+
+    # -- one optimizer step ---------------------------------------------------------------
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._losses = []
+        self.agent.step_begin()
+
+    def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
+        lr = optimizer.param_groups[0]["lr"] if optimizer is not None else None
+        # A device tensor lr would need a read; leave it to the Trainer's own log.
+        self._lr = float(lr) if isinstance(lr, (int, float)) else None
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.agent.step_end(loss=self._step_loss(), lr=self._lr)
+
+    # -- every micro-batch ----------------------------------------------------------------
+    def _observe(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+        if not module.training:
+            return
+        batch = kwargs if args == () else {"input_ids": args[0], **kwargs}
+        form = observe_kwargs(batch)
+        if form is None:
+            if not self._warned_unknown:
+                log.warning("packscope: a training forward had no input_ids/inputs_embeds; not counted")
+                self._warned_unknown = True
+            return
+        self.agent.observe_batch(**form)
+
+    def _keep_loss(self, module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        loss = getattr(output, "loss", None)
+        if module.training and isinstance(loss, torch.Tensor):
+            self._losses.append(loss.detach())
+            self._loss_is_share = kwargs.get("num_items_in_batch") is not None
+
+    def _step_loss(self) -> torch.Tensor | None:
+        """The step's loss as the Trainer adds it up, on the device: a sum of shares when the
+        model normalised each micro-batch by the step's token count, else a mean."""
+        if not self._losses:
+            return None
+        losses = torch.stack([loss.reshape(()) for loss in self._losses]).to(torch.float64)
+        if self._loss_is_share:
+            return losses.sum() * self._loss_scale
+        return losses.mean()

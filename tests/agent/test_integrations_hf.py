@@ -1,0 +1,242 @@
+"""PackscopeCallback in the Hugging Face Trainer and TRL's SFTTrainer, on CPU with tiny random
+models: every interval's counts equal a brute-force computation over the micro-batches the
+collator really produced (recorded by wrapping the collator, from the examples it was given),
+grouped into optimizer steps as the Trainer does."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+transformers = pytest.importorskip("transformers")
+trl = pytest.importorskip("trl")
+datasets = pytest.importorskip("datasets")
+# transformers and trl import lazily: pay for it at collection, not inside the first test's time.
+from transformers import LlamaForCausalLM, Qwen2ForCausalLM, Trainer  # noqa: E402,F401
+from trl import SFTTrainer  # noqa: E402,F401
+
+from packscope.agent.hf_config import spec_from_hf_config  # noqa: E402
+from packscope.agent.histograms import NUM_BUCKETS, bucket_of  # noqa: E402
+from packscope.agent.integrations.hf import PackscopeCallback  # noqa: E402
+
+AGENT_DIR = Path(__file__).resolve().parents[2] / "agent"
+VOCAB = 64
+TINY = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+
+
+@pytest.fixture(autouse=True)
+def _one_intra_op_thread():
+    # On a loaded 2-core machine a wide intra-op pool makes these tiny models 10x slower.
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def tiny_model(kind: str):
+    torch.manual_seed(0)
+    if kind == "llama":
+        return transformers.LlamaForCausalLM(transformers.LlamaConfig(**TINY))
+    return transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**TINY))
+
+
+def dataset(n: int = 48, seed: int = 1):
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(2, 40, (n,), generator=g).tolist()
+    return datasets.Dataset.from_dict({"input_ids": [torch.randint(3, VOCAB, (k,), generator=g).tolist() for k in lengths]})
+
+
+def tokenizer():
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+
+    vocab = {"<pad>": 0, **{f"t{i}": i for i in range(1, VOCAB)}}
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(WordLevel(vocab, unk_token="t1")), pad_token="<pad>", eos_token="t2")
+
+
+class Recorded:
+    """Wraps a collator; keeps, per micro-batch, its packs (rows) as lists of document lengths
+    taken from the examples the collator was given, and the row length it produced."""
+
+    def __init__(self, collator, flattens: bool):
+        self.collator = collator
+        self.flattens = flattens
+        self.batches: list[tuple[list[list[int]], int]] = []
+
+    def __call__(self, features):
+        out = self.collator(features)
+        docs = [f.get("seq_lengths") or [len(f["input_ids"])] for f in features]
+        rows = [sum(docs, [])] if self.flattens else docs
+        self.batches.append((rows, out["input_ids"].shape[1]))
+        return out
+
+
+def brute(batches: list[tuple[list[list[int]], int]]) -> dict:
+    docs = [d for rows, _ in batches for row in rows for d in row]
+    hist = [0] * NUM_BUCKETS
+    for d in docs:
+        hist[bucket_of(d)] += 1
+    return {
+        "tokens": sum(len(rows) * n for rows, n in batches),
+        "packs": sum(len(rows) for rows, _ in batches),
+        "real_tokens": sum(docs),
+        "documents": len(docs),
+        "seqlen_sq_sum_bshd": sum(len(rows) * n * n for rows, n in batches),
+        "seqlen_sq_sum_thd": sum(d * d for d in docs),
+        "doc_hist": hist,
+    }
+
+
+def counted(record: dict) -> dict:
+    keys = ("tokens", "packs", "real_tokens", "documents", "seqlen_sq_sum_bshd", "seqlen_sq_sum_thd")
+    return {**{k: record[k] for k in keys}, "doc_hist": record["histograms"]["documents"]["count"]}
+
+
+def check_intervals(records: list[dict], recorded: Recorded, spec, accumulation: int, log_every: int, steps: int) -> None:
+    # The dataloader may collate one batch ahead of training; the first ones are those trained.
+    assert len(recorded.batches) >= steps * accumulation
+    per_interval = log_every * accumulation
+    assert [(r["first_step"], r["last_step"]) for r in records] == [
+        (s + 1, min(s + log_every, steps)) for s in range(0, steps, log_every)]
+    for i, r in enumerate(records):
+        trained = recorded.batches[i * per_interval:min((i + 1) * per_interval, steps * accumulation)]
+        assert counted(r) == brute(trained)
+        assert r["flops_thd"] == spec.flops(r["tokens"], r["seqlen_sq_sum_thd"])
+
+
+def train(model, collator, *, accumulation=2, steps=4, logging_steps=2, trainer_cls=None, args_cls=None,
+          callback: PackscopeCallback | None = None, **trainer_kwargs):
+    args_cls = args_cls or transformers.TrainingArguments
+    args = args_cls(
+        output_dir=str(Path(os.environ.get("TMPDIR", "/tmp")) / "packscope-hf-test"), per_device_train_batch_size=3,
+        gradient_accumulation_steps=accumulation, max_steps=steps, logging_steps=logging_steps,
+        report_to=[], use_cpu=True, save_strategy="no", disable_tqdm=True,
+        **trainer_kwargs.pop("args", {}))
+    callback = callback or PackscopeCallback(run_name="hf-test")
+    trainer = (trainer_cls or transformers.Trainer)(
+        model=model, args=args, data_collator=collator, callbacks=[callback], **trainer_kwargs)
+    trainer.train()
+    assert callback.agent.model == spec_from_hf_config(model.config)
+    return trainer, callback
+
+
+@pytest.mark.parametrize("kind, flash_kwargs", [("llama", False), ("qwen2", True)])
+def test_flattening_collator_is_counted_exactly(kind, flash_kwargs):
+    # position_ids only, or cu_seq_lens_q/max_length_q as well (return_flash_attn_kwargs).
+    recorded = Recorded(transformers.DataCollatorWithFlattening(return_flash_attn_kwargs=flash_kwargs), flattens=True)
+    model = tiny_model(kind)
+    trainer, cb = train(model, recorded, train_dataset=dataset())
+    records = list(cb.agent.records)
+    check_intervals(records, recorded, cb.agent.model, accumulation=2, log_every=2, steps=4)
+    assert all(r["documents"] > r["packs"] for r in records)  # really packed
+    # The loss is the Trainer's own, assembled on the device: equal to what it logs.
+    logged = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert [r["loss"] for r in records] == pytest.approx(logged, rel=1e-5)
+    assert [r["lr"] for r in records] == pytest.approx([h["learning_rate"] for h in trainer.state.log_history if "loss" in h])
+
+
+def test_padded_rows_are_counted_from_the_attention_mask():
+    collator = trl.trainer.sft_trainer.DataCollatorForLanguageModeling(pad_token_id=0)
+    recorded = Recorded(collator, flattens=False)
+    _, cb = train(tiny_model("llama"), recorded, accumulation=3, steps=3, logging_steps=2, train_dataset=dataset())
+    records = list(cb.agent.records)
+    check_intervals(records, recorded, cb.agent.model, accumulation=3, log_every=2, steps=3)
+    assert all(r["documents"] == r["packs"] and r["real_tokens"] < r["tokens"] for r in records)
+
+
+def test_eval_forwards_are_not_counted():
+    recorded = Recorded(transformers.DataCollatorWithFlattening(), flattens=True)
+    evaluation = datasets.Dataset.from_dict({"input_ids": [[5] * 41] * 4})  # longer than any training example
+    _, cb = train(tiny_model("llama"), recorded, steps=2, train_dataset=dataset(), eval_dataset=evaluation,
+                  args={"eval_strategy": "steps", "eval_steps": 1})
+    # Evaluation collates through the same collator and runs the same model in eval mode.
+    assert any(41 in b[0][0] for b in recorded.batches)
+    trained = [b for b in recorded.batches if 41 not in b[0][0]][:4]
+    assert sum(r["documents"] for r in cb.agent.records) == brute(trained)["documents"]
+    assert sum(r["tokens"] for r in cb.agent.records) == brute(trained)["tokens"]
+
+
+def test_ordinary_steps_read_nothing_back(monkeypatch):
+    """No .item()/.tolist()/bool()/float() on a tensor from agent code, except at a log boundary."""
+    reads: list[tuple[int, str]] = []
+    cb = PackscopeCallback(run_name="no-reads", log_every=3)
+
+    def spy(name):
+        original = getattr(torch.Tensor, name)
+
+        def read(self, *args, **kwargs):
+            frame = sys._getframe(1)
+            if frame.f_code.co_filename.startswith(str(AGENT_DIR)) and cb.agent is not None:
+                reads.append((cb.agent.step, name))
+            return original(self, *args, **kwargs)
+        monkeypatch.setattr(torch.Tensor, name, read)
+
+    for name in ("item", "tolist", "__bool__", "__int__", "__float__", "cpu", "numpy"):
+        spy(name)
+    recorded = Recorded(transformers.DataCollatorWithFlattening(return_flash_attn_kwargs=False), flattens=True)
+    train(tiny_model("qwen2"), recorded, steps=5, callback=cb, train_dataset=dataset())
+    monkeypatch.undo()
+    assert len(cb.agent.records) == 2
+    assert reads, "the spy saw no read at all: it would not see one on an ordinary step either"
+    assert {step for step, _ in reads} <= {3, 5}, reads  # boundaries (3) and close (5) only
+
+
+# -- TRL SFTTrainer ---------------------------------------------------------------------------
+def sft(model, *, packing: bool, padding_free: bool, callback: PackscopeCallback, steps=4):
+    trainer = trl.SFTTrainer(
+        model=model, processing_class=tokenizer(), train_dataset=dataset(60),
+        args=trl.SFTConfig(
+            output_dir=str(Path(os.environ.get("TMPDIR", "/tmp")) / "packscope-sft-test"), per_device_train_batch_size=2,
+            gradient_accumulation_steps=2, max_steps=steps, logging_steps=2, report_to=[], use_cpu=True,
+            save_strategy="no", disable_tqdm=True, packing=packing, padding_free=padding_free,
+            max_length=64 if packing else None),  # TRL refuses a max_length it would not enforce
+        callbacks=[callback])
+    # SFTTrainer builds its collator; wrap that one. Padding-free flattens every example into one row.
+    recorded = Recorded(trainer.data_collator, flattens=packing or padding_free)
+    trainer.data_collator = recorded
+    trainer.train()
+    assert callback.agent.model == spec_from_hf_config(model.config)
+    return trainer, recorded
+
+
+def test_sft_trainer_padding_free_without_packing():
+    cb = PackscopeCallback(run_name="sft-padding-free")
+    _, recorded = sft(tiny_model("qwen2"), packing=False, padding_free=True, callback=cb)
+    check_intervals(list(cb.agent.records), recorded, cb.agent.model, accumulation=2, log_every=2, steps=4)
+
+
+@pytest.mark.slow  # starts the real backend (imports the server stack): about 13 s here
+def test_sft_trainer_with_packing_reaches_a_live_backend(tmp_path):
+    from tests.e2e.conftest import Backend, free_port
+
+    backend = Backend(f"sqlite:///{tmp_path / 'hf.db'}", free_port()).start()
+    try:
+        cb = PackscopeCallback(server=backend.url, run_name="sft-packed", project="hf", spool_dir=str(tmp_path / "spool"))
+        _, recorded = sft(tiny_model("llama"), packing=True, padding_free=False, callback=cb)
+        records = list(cb.agent.records)
+        check_intervals(records, recorded, cb.agent.model, accumulation=2, log_every=2, steps=4)
+        assert all(r["documents"] > r["packs"] for r in records)
+        run = backend.get(f"/api/v1/runs/{cb.agent.run_id}")
+        assert run["status"] == "finished" and run["name"] == "sft-packed" and run["intervals"] == 2
+        assert run["model"] == cb.agent.model.to_dict()
+        rows = backend.csv_rows(cb.agent.run_id)
+        assert [int(row["seqlen_sq_sum_thd"]) for row in rows] == [r["seqlen_sq_sum_thd"] for r in records]
+        assert [int(row["tokens"]) for row in rows] == [r["tokens"] for r in records]
+    finally:
+        backend.stop()
+
+
+def test_the_agent_imports_no_training_library():
+    code = ("import sys, packscope.agent, packscope.agent.integrations.batches; "
+            "print(' '.join(m for m in sys.modules if m.split('.')[0] in "
+            "('transformers', 'trl', 'datasets', 'lightning', 'pytorch_lightning')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == ""
