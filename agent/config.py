@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+DEFAULT_SPOOL_DIR = "~/.cache/packscope/spool"
+
 
 @dataclass
 class AgentConfig:
@@ -30,11 +32,18 @@ class AgentConfig:
     count_syncs: bool = True
     sample_gpu: bool = True  # NVML telemetry when nvidia-ml-py is installed and the device is CUDA
     sync_backend: str = "debug-mode"  # "debug-mode" (default) or "cupti" (exact, optional extra)
-    spool_dir: str | None = None  # None: ~/.cache/packscope/spool
-    spool_max_bytes: int = 256 * 1024 * 1024
-    queue_size: int = 4096  # records waiting for the sender thread
+    # Delivery (docs/agent.md, "Delivery"): every record is committed to a spool file,
+    # <spool_dir>/<run_id>.sqlite, before it is sent, and deleted once the server has it.
+    spool_dir: str | None = None  # None: DEFAULT_SPOOL_DIR
+    spool_max_bytes: int = 256 * 1024 * 1024  # the oldest records are evicted (and counted) past this
+    queue_size: int = 4096  # records waiting for the sender thread; more are dropped (and counted)
     batch_size: int = 64  # records per HTTP request
     request_timeout_s: float = 5.0
+    retry_s: float = 2.0  # wait after a failed request; doubles with each failure in a row...
+    retry_max_s: float = 60.0  # ...up to this. A server's Retry-After (429, 503) replaces both.
+    # 5xx answers to the same request before it is split in halves to find the record(s) the
+    # server keeps failing on; such a record is set aside once the one after it goes through.
+    max_attempts: int = 3
 
     def __post_init__(self) -> None:
         if self.layout not in ("thd", "bshd"):
@@ -45,3 +54,9 @@ class AgentConfig:
             raise ValueError(f"log_every must be >= 1, got {self.log_every}")
         if self.sync_backend not in ("debug-mode", "cupti"):
             raise ValueError(f"sync_backend must be 'debug-mode' or 'cupti', got {self.sync_backend!r}")
+        for name in ("spool_max_bytes", "queue_size", "batch_size", "max_attempts"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("request_timeout_s", "retry_s", "retry_max_s"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")

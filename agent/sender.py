@@ -1,79 +1,197 @@
 """The sender thread: takes interval records off the trainer's hands and gets them to the server.
 
-The trainer only ever calls ``submit`` (a non-blocking queue put). This thread batches records,
-POSTs them gzip-compressed, and on any failure moves them to the on-disk spool, replaying the
-spool in order before anything newer once the server answers again. The server treats
-(run, rank, interval) as an idempotency key, so a replay never duplicates. Nothing here raises
-into the training loop.
+The trainer only calls `submit` (a non-blocking queue put) and, at the end, `close`. The thread
+commits every record to the run's spool (agent/spool.py) before sending it, sends the spool's
+oldest records in gzip-compressed batches, and deletes them once the server has them, so a
+kill -9 loses nothing committed. What a failed request leads to:
+
+    no answer, 404, 408, 502, 504   the server is down: keep, retry with backoff
+    401, 403                        wrong token: keep (an agent with the right token and the same
+                                    run_id replays them), log an error
+    429, 503                        keep, wait for the server's Retry-After
+    any other 4xx                   halve the batch until the refused records are alone; set those
+                                    aside with the server's message
+    500 and any other 5xx           retry max_attempts times, then halve the same way; a record
+                                    that still fails alone while the one after it goes through is
+                                    set aside as poisoned
+
+The server treats (run, rank, interval) as an idempotency key, so a record sent twice (after a
+crash between the answer and the delete) is stored once. Nothing here raises into, or blocks,
+the training loop; an unexpected error in the thread is logged and the thread carries on. What
+became of every record is counted in `stats()`.
 """
 
 from __future__ import annotations
 
+import email.utils
 import gzip
+import hashlib
+import http.client
 import json
 import logging
+import math
 import queue
+import re
 import threading
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from packscope.agent.spool import Spool
+from packscope.agent.config import DEFAULT_SPOOL_DIR
+from packscope.agent.spool import Entry, Spool, SpoolError, encode
+
+if TYPE_CHECKING:
+    from packscope.agent.config import AgentConfig
 
 log = logging.getLogger("packscope.agent")
 _STOP = object()
+IDLE_WAIT_S = 1.0  # the longest the thread sleeps with nothing to do (close() wakes it at once)
+RETRY_AFTER_CAP_S = 3600.0  # a Retry-After longer than this is taken as this
+LOG_REPEAT_S = 300.0  # an unchanged problem is logged again after this long
+GZIP_LEVEL = 6  # 9 costs ~35% more time for the same size on interval records
 
 
+# -- where the spool lives ---------------------------------------------------------------------------
+def spool_path(config: AgentConfig, run_id: str) -> Path:
+    """<spool_dir>/<run_id>.sqlite: one spool per run, so a resumed run replays a killed one's."""
+    return _spool_dir(config) / f"{_file_stem(run_id)}.sqlite"
+
+
+def _spool_dir(config: AgentConfig) -> Path:
+    return Path(config.spool_dir or DEFAULT_SPOOL_DIR).expanduser()
+
+
+def _file_stem(run_id: str) -> str:
+    safe = re.sub(r"[^A-Za-z0-9._-]", "_", run_id)
+    if safe != run_id:  # two run_ids must not share a file once their odd characters are replaced
+        safe += "-" + hashlib.sha1(run_id.encode()).hexdigest()[:8]
+    return safe
+
+
+def _legacy_path(config: AgentConfig, run_id: str) -> Path:
+    """Where packscope before the SQLite spool kept a run's records (JSON lines)."""
+    return _spool_dir(config) / f"{_file_stem(run_id)}.jsonl"
+
+
+# -- HTTP answers ------------------------------------------------------------------------------------
 class ServerError(Exception):
-    def __init__(self, message: str, status: int | None = None) -> None:
+    """A request that did not succeed; `kind` decides what the sender does (module docstring)."""
+
+    def __init__(
+        self, message: str, status: int | None = None, retry_after: float | None = None, kind: str | None = None
+    ) -> None:
         super().__init__(message)
         self.status = status  # the HTTP status, None when no answer came
+        self.retry_after = retry_after  # seconds, from the answer's Retry-After header
+        self.kind = kind or _kind_of(status)
+        self.registering = False  # the run's registration failed, not the records themselves
+
+
+def _kind_of(status: int | None) -> str:
+    if status in (401, 403):
+        return "auth"
+    if status in (429, 503):
+        return "throttled"
+    if status is None or status in (404, 408, 502, 504) or status < 400:
+        return "down"  # no answer, no such route or run (yet), or a proxy without its backend
+    return "refused" if status < 500 else "failing"
+
+
+def _retry_after(headers: object) -> float | None:
+    """Retry-After in seconds (it may also be an HTTP date); None when absent or unreadable."""
+    value = headers.get("Retry-After") if headers is not None else None  # type: ignore[attr-defined]
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
+
+def _ingest_counts(answer: object) -> tuple[int, int]:
+    try:
+        return int(answer["accepted"]), int(answer["duplicates"])  # type: ignore[index]
+    except (TypeError, KeyError, ValueError):
+        # The records may or may not be stored: keep them; a resend is at worst a duplicate.
+        raise ServerError(f"the server answered {str(answer)[:200]!r}, not an ingest result", kind="down") from None
+
+
+class _Isolation:
+    """Bookkeeping for finding, by halving a batch, the records the server will not take.
+
+    It starts when a batch is refused (4xx) or keeps failing (5xx). While it is active, requests
+    hold at most `size` records and none after `until_id`, the last record of that batch. It ends
+    when the spool's oldest record is past `until_id`, or when a record was set aside as poisoned.
+    """
+
+    def __init__(self) -> None:
+        self.reset()
+
+    def reset(self) -> None:
+        self.until_id: int | None = None
+        self.size = 0
+        self.attempts = 0  # 5xx answers to the current request
+        self.probing = False  # the next request is the record after the suspect, alone
+        self.peer_ok = False  # that record just went through: the suspect fails on its own
 
     @property
-    def rejected(self) -> bool:
-        """The server answered and refused the request itself: retrying cannot help."""
-        return self.status is not None and 400 <= self.status < 500 and self.status not in (404, 408, 429)
+    def active(self) -> bool:
+        return self.until_id is not None
+
+    def start(self, entries: list[Entry]) -> None:
+        if not self.active:
+            self.until_id, self.size, self.attempts = entries[-1].id, len(entries), 0
+
+    def split(self, entries: list[Entry]) -> None:
+        self.start(entries)
+        self.size, self.attempts = (len(entries) + 1) // 2, 0
 
 
+# -- the sender --------------------------------------------------------------------------------------
 class Sender:
-    def __init__(
-        self,
-        server: str,
-        run_id: str,
-        run_body: dict,
-        spool_path: Path,
-        *,
-        token: str | None = None,
-        queue_size: int = 4096,
-        batch_size: int = 64,
-        timeout_s: float = 5.0,
-        spool_max_bytes: int = 256 * 1024 * 1024,
-        retry_s: float = 2.0,
-    ) -> None:
-        self.base = server.rstrip("/")
+    def __init__(self, config: AgentConfig, run_id: str, run_body: dict) -> None:
+        self.config = config
+        self.base = (config.server or "").rstrip("/")
         self.run_id = run_id
         self.run_body = run_body
-        self.token = token
-        self.batch_size = batch_size
-        self.timeout_s = timeout_s
-        self.retry_s = retry_s
-        self.spool = Spool(spool_path, spool_max_bytes)
-        self.queue: queue.Queue = queue.Queue(maxsize=queue_size)
+        self.retry_s = config.retry_s  # read at each failure, so a test may shorten it on a live sender
+        self.spool = Spool(spool_path(config, run_id), config.spool_max_bytes, _legacy_path(config, run_id))
+        self.queue: queue.Queue = queue.Queue(maxsize=config.queue_size)
+        # What became of the records (see stats()); only `dropped` is written outside the thread.
+        self.kept = 0
         self.sent = 0
         self.duplicates = 0
-        self.dropped = 0  # records refused because the queue was full (reported, not silent)
-        self.rejected = 0  # records the server refused (4xx), set aside in rejected_path
-        self.rejected_path = spool_path.with_suffix(".rejected.jsonl")
+        self.rejected = 0
+        self.poisoned = 0
+        self.lost = 0
+        self.dropped = 0
         self.last_error: str | None = None
         self._run_registered = False
         self._final_patch: dict | None = None
-        self._thread = threading.Thread(target=self._loop, name="packscope-sender", daemon=True)
+        self._status_delivered: bool | None = None  # the final PATCH; None while not tried
+        self._closing = False  # close() was called: later submits are dropped
+        self._stopping = False  # the thread has taken the stop mark off the queue
+        self._deadline = math.inf  # set by close(): the thread gives up delivering then
+        self._not_before = 0.0  # monotonic time of the next request (backoff, Retry-After)
+        self._server_wait_until = 0.0  # end of the last Retry-After; close() honours it too
+        self._failures = 0  # failed requests in a row, for the backoff
+        self._iso = _Isolation()
+        self._last_logged: dict[str, float] = {}
+        self._thread = threading.Thread(target=self._run, name="packscope-sender", daemon=True)
         self._thread.start()
 
-    # -- trainer side (never blocks, never raises) ----------------------------------------------
+    # -- trainer side (never blocks, never raises) -----------------------------------------------
     def submit(self, record: dict) -> None:
         try:
+            if self._closing:
+                raise queue.Full
             self.queue.put_nowait(record)
         except queue.Full:
             self.dropped += 1
@@ -81,133 +199,427 @@ class Sender:
                 log.warning("packscope sender queue full: %d interval records dropped", self.dropped)
 
     def close(self, patch: dict | None, timeout_s: float = 30.0) -> bool:
-        """Send what is queued (and the run's final status); True when everything reached the server."""
-        self._final_patch = patch
-        try:
-            self.queue.put(_STOP, timeout=timeout_s)
-        except queue.Full:
-            return False
-        self._thread.join(timeout_s)
-        return not self._thread.is_alive() and len(self.spool) == 0
+        """Deliver what is queued or spooled, then the run's final status, within timeout_s.
 
-    # -- HTTP ------------------------------------------------------------------------------
-    def _request(self, method: str, path: str, body: dict) -> dict:
-        data = gzip.compress(json.dumps(body, separators=(",", ":")).encode())
-        headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        req = urllib.request.Request(self.base + path, data=data, headers=headers, method=method)
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                return json.loads(resp.read() or b"{}")
-        except urllib.error.HTTPError as exc:
-            detail = exc.read()[:500].decode(errors="replace")
-            raise ServerError(f"{method} {path}: HTTP {exc.code}: {detail}", exc.code) from None
-        except (urllib.error.URLError, OSError, ValueError) as exc:
-            raise ServerError(f"{method} {path}: {exc}") from None
+        True only when everything reached the server. False when records stay in the spool (an
+        agent started with the same run_id replays them) or were set aside, evicted, dropped or
+        lost, or when the status could not be set; stats() says which.
+        """
+        if not self._closing:
+            self._final_patch = patch
+            self._deadline = time.monotonic() + timeout_s
+            self._closing = True
+            try:
+                self.queue.put(_STOP, timeout=timeout_s)
+            except queue.Full:
+                return False
+        # The thread bounds its own requests by the deadline; the grace covers closing the file.
+        self._thread.join(max(0.0, self._deadline - time.monotonic()) + 0.5)
+        return not self._thread.is_alive() and self._all_delivered()
 
-    def _post_batch(self, records: list[dict]) -> None:
-        if not self._run_registered:
-            self._request("POST", "/api/v1/runs", self.run_body)
-            self._run_registered = True
-        path = f"/api/v1/runs/{self.run_id}/intervals"
-        try:
-            resp = self._request("POST", path, {"intervals": records})
-        except ServerError as exc:
-            if exc.status != 404:
-                raise
-            # The server came back without our run (a new database): register again (idempotent).
-            self._request("POST", "/api/v1/runs", self.run_body)
-            resp = self._request("POST", path, {"intervals": records})
-        self.sent += int(resp.get("accepted", 0))
-        self.duplicates += int(resp.get("duplicates", 0))
+    def stats(self) -> dict[str, int]:
+        """What became of the records submitted to this process's sender."""
+        return {
+            "sent": self.sent,  # stored by the server
+            "duplicates": self.duplicates,  # sent, and the server had them already (a replay)
+            "spooled": len(self.spool),  # waiting in the spool now (an earlier process's included)
+            "evicted": self.spool.evicted,  # dropped, oldest first, to keep the spool under its limit
+            "rejected": self.rejected,  # refused by the server (4xx), set aside
+            "poisoned": self.poisoned,  # failed alone (5xx) while the next one went through, set aside
+            "lost": self.lost + self.spool.unreadable,  # could not be kept: disk full, not JSON, torn
+            "dropped": self.dropped,  # the queue was full, or the sender was closing
+            "kept": self.kept,  # committed to the spool: from then on a crash cannot lose them
+            "queued": self.queue.qsize(),
+        }
 
-    # -- the thread ------------------------------------------------------------------------
-    def _drain_queue(self, first, limit: int) -> tuple[list[dict], bool]:
-        batch, stop = ([] if first is _STOP else [first]), first is _STOP
-        while not stop and len(batch) < limit:
+    def _all_delivered(self) -> bool:
+        s = self.stats()
+        undelivered = sum(s[k] for k in ("spooled", "evicted", "rejected", "poisoned", "lost", "dropped"))
+        return undelivered == 0 and self.spool.quarantined is None and self._status_delivered is not False
+
+    # -- the thread ------------------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            self.spool.open()
+        except SpoolError as exc:
+            log.error("packscope: %s; records are sent without a spool, and lost when the server cannot take them", exc)
+        while not self._stopping:
+            try:
+                self._wait_for_records()
+                self._deliver()
+            except Exception:  # noqa: BLE001 - the sender must never die; records stay spooled
+                self._unexpected()
+        self._finish()
+
+    def _unexpected(self) -> None:
+        self._say(
+            logging.ERROR,
+            "unexpected",
+            "packscope sender: unexpected error; carrying on, undelivered records stay in the spool",
+            exc_info=True,
+        )
+        self._iso.reset()
+        self._not_before = max(self._not_before, time.monotonic() + self.retry_s)
+        time.sleep(min(self.retry_s, IDLE_WAIT_S))  # no busy loop if the error repeats
+
+    def _wait_for_records(self) -> None:
+        """Block until records arrive, a retry is due or close() is called; spool what arrived."""
+        wait = IDLE_WAIT_S
+        if len(self.spool):
+            wait = min(wait, self._not_before - time.monotonic())
+        try:
+            first = self.queue.get(timeout=wait) if wait > 0 else self.queue.get_nowait()
+        except queue.Empty:
+            return
+        self._take(first)
+
+    def _spool_queued(self) -> None:
+        """Move whatever waits in the queue to the spool, without blocking."""
+        try:
+            first = self.queue.get_nowait()
+        except queue.Empty:
+            return
+        self._take(first)
+
+    def _take(self, item: object) -> None:
+        records: list[dict] = []
+        while True:
+            if item is _STOP:
+                self._stopping = True
+            else:
+                records.append(item)  # type: ignore[arg-type]  # submit() only queues dicts
             try:
                 item = self.queue.get_nowait()
             except queue.Empty:
                 break
-            if item is _STOP:
-                stop = True
-            else:
-                batch.append(item)
-        return batch, stop
+        self._keep(records)
 
-    def _flush_spool(self) -> bool:
-        """Replay the spool in order; True when it is empty."""
-        while True:
-            chunk = self.spool.peek(self.batch_size)
-            if not chunk:
-                return True
+    def _keep(self, records: list[dict]) -> None:
+        """Commit records to the spool; those it cannot keep get one direct try, or are lost."""
+        bodies = []
+        for record in records:
             try:
-                self._post_batch(chunk)
-            except ServerError as exc:
-                if not exc.rejected:
-                    self._note_error(exc)
-                    return False
-                self._set_aside(chunk, exc)
-            self.spool.drop_front(len(chunk))
-
-    def _note_error(self, exc: ServerError) -> None:
-        msg = str(exc)
-        if msg != self.last_error:
-            what = "not reachable" if exc.status is None else f"answered HTTP {exc.status}"
-            log.warning("packscope: server %s, spooling records to %s (%s)", what, self.spool.path, msg)
-        self.last_error = msg
-
-    def _set_aside(self, records: list[dict], exc: ServerError) -> None:
-        """Records the server refuses (4xx) go to a side file, so they never block the rest."""
-        self.rejected += len(records)
-        with self.rejected_path.open("a") as f:
-            f.writelines(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
-        log.error("packscope: the server refused %d interval records (%s); kept in %s",
-                  len(records), exc, self.rejected_path)
-
-    def _send(self, batch: list[dict]) -> None:
-        if batch and len(self.spool) == 0:
-            try:
-                self._post_batch(batch)
-                self.last_error = None
-                return
-            except ServerError as exc:
-                if exc.rejected:
-                    self._set_aside(batch, exc)
-                    return
-                self._note_error(exc)
-        if batch:
-            self.spool.append(batch)  # keep order: newer records queue up behind the spool
-        self._flush_spool()
-
-    def _loop(self) -> None:
-        stop = False
-        while not stop:
-            try:
-                first = self.queue.get(timeout=self.retry_s)
-            except queue.Empty:
-                if len(self.spool):
-                    self._flush_spool()
-                continue
-            batch, stop = self._drain_queue(first, self.batch_size)
-            try:
-                self._send(batch)
-            except Exception:  # noqa: BLE001 - the sender must never die and lose records
-                log.exception("packscope sender: unexpected error; records kept in the spool")
-        self._finish()
-
-    def _finish(self) -> None:
-        if len(self.spool) and not self._flush_spool():
-            log.warning(
-                "packscope: %d interval records stay in %s; an agent resumed with the same run_id "
-                "replays them", len(self.spool), self.spool.path,
-            )
+                bodies.append(encode(record))
+            except (TypeError, ValueError) as exc:
+                self._lose(1, f"a record is not JSON ({exc})")
+        if not bodies:
             return
-        if self._final_patch is not None:
+        try:
+            self.spool.append(bodies)
+        except Exception as exc:  # noqa: BLE001 - SpoolError or not, these records were not kept
+            self._send_unkept(bodies, exc)
+            return
+        self.kept += len(bodies)
+
+    def _send_unkept(self, bodies: list[str], why: Exception) -> None:
+        self._say(
+            logging.ERROR,
+            "unkept",
+            "packscope: could not write %d interval records to the spool (%s); sending them without keeping them",
+            len(bodies),
+            why,
+        )
+        for start in range(0, len(bodies), self.config.batch_size):
+            chunk = bodies[start : start + self.config.batch_size]
+            if time.monotonic() < self._not_before:  # the server is failing too: no use trying
+                self._lose(len(bodies) - start, f"not kept ({why}), and the server is not taking records")
+                return
             try:
-                if not self._run_registered:
-                    self._request("POST", "/api/v1/runs", self.run_body)
-                self._request("PATCH", f"/api/v1/runs/{self.run_id}", self._final_patch)
+                self._count_delivery(self._post_intervals(chunk))
             except ServerError as exc:
-                log.warning("packscope: could not set the run's final status: %s", exc)
+                self._lose(len(bodies) - start, f"not kept ({why}), and not delivered ({exc})")
+                self._back_off(exc)
+                return
+
+    def _lose(self, n: int, why: str) -> None:
+        self.lost += n
+        log.error("packscope: %d interval records lost: %s (%d lost in total)", n, why, self.lost)
+
+    # -- delivery --------------------------------------------------------------------------------
+    def _deliver(self) -> None:
+        """Send the spool's oldest records for as long as the server takes them."""
+        while len(self.spool) and time.monotonic() >= self._not_before and not self._stopping:
+            self._send_next()
+            self._spool_queued()  # while a backlog replays, new records wait on disk, not in the queue
+
+    def _send_next(self) -> None:
+        entries = self._next_request()
+        if not entries:  # the spool's count and rows disagree (another process?): do not spin
+            self._not_before = time.monotonic() + self.retry_s
+            return
+        try:
+            counts = self._post_intervals([e.body for e in entries])
+        except ServerError as exc:
+            self._on_failure(entries, exc)
+            return
+        try:
+            self.spool.ack(entries)  # before counting: `sent` never includes a record still spooled
+        except SpoolError as exc:
+            self._count_delivery(counts)
+            self._say(
+                logging.ERROR,
+                "ack",
+                "packscope: delivered %d records but could not delete them from the "
+                "spool (%s); they will be sent again and counted as duplicates",
+                len(entries),
+                exc,
+            )
+            self._not_before = time.monotonic() + self.retry_s
+            return
+        self._count_delivery(counts)
+        self._on_success()
+
+    def _next_request(self) -> list[Entry]:
+        iso = self._iso
+        if iso.probing:
+            after = self.spool.head(1, skip=1)
+            if after:
+                return after
+            iso.probing = False  # nothing after the suspect yet: retry the suspect itself
+        if iso.active:
+            entries = [e for e in self.spool.head(iso.size) if e.id <= iso.until_id]  # type: ignore[operator]
+            if entries:
+                return entries
+            iso.reset()  # the suspected batch is all delivered or set aside
+        return self.spool.head(self.config.batch_size)
+
+    def _count_delivery(self, counts: tuple[int, int]) -> None:
+        self.sent += counts[0]
+        self.duplicates += counts[1]
+
+    def _on_success(self) -> None:
+        iso = self._iso
+        if iso.probing:
+            iso.probing, iso.peer_ok = False, True  # give the suspect one last try
+        else:
+            iso.peer_ok, iso.attempts = False, 0
+        self._failures, self._not_before = 0, 0.0
+        if self.last_error is not None:
+            log.info("packscope: the server takes records again (%d waiting in the spool)", len(self.spool))
+            self.last_error = None
+
+    def _on_failure(self, entries: list[Entry], exc: ServerError) -> None:
+        if exc.registering or exc.kind in ("down", "auth", "throttled"):
+            self._back_off(exc)  # nothing to do with these records: keep them and wait
+        elif exc.kind == "refused":
+            self._on_refused(entries, exc)
+        else:
+            self._on_failing(entries, exc)
+
+    def _on_refused(self, entries: list[Entry], exc: ServerError) -> None:
+        """4xx: the server will never take this batch. Halve it until the refused ones are alone."""
+        if len(entries) > 1:
+            self._iso.split(entries)  # the halves go out at once: a refusal is not worth waiting on
+            return
+        self._iso.probing = False  # a refused probe says nothing about the suspect
+        self._set_aside(entries, "rejected", exc)
+
+    def _on_failing(self, entries: list[Entry], exc: ServerError) -> None:
+        """5xx: retry, then halve; set a record aside only when it fails alone and the next
+        record goes through, so a server that fails every request never loses anything."""
+        iso = self._iso
+        if iso.probing:  # the record after the suspect fails too: it is the server, not the record
+            iso.probing = False
+            self._back_off(exc)
+            return
+        iso.start(entries)
+        iso.attempts += 1
+        if iso.attempts < self.config.max_attempts:
+            self._back_off(exc)
+        elif len(entries) > 1:
+            iso.split(entries)
+            self._failures = 0  # the halves are new requests: their retries start from retry_s
+        elif iso.peer_ok:
+            self._set_aside(entries, "poisoned", exc)
+            iso.reset()
+        elif len(self.spool) > 1:
+            iso.probing = True  # this record, or the server? send the next record alone
+        else:
+            self._back_off(exc)  # nothing to compare with yet: wait, then try it again
+
+    def _set_aside(self, entries: list[Entry], kind: str, exc: ServerError) -> None:
+        self.spool.set_aside(entries, kind, str(exc))
+        if kind == "rejected":
+            self.rejected += len(entries)
+        else:
+            self.poisoned += len(entries)
+        intervals = ", ".join(str(_interval_of(e)) for e in entries)
+        what = "refused" if kind == "rejected" else "keeps failing on"
+        log.error(
+            "packscope: the server %s interval %s (%s); set aside in %s (table set_aside), "
+            "%d rejected and %d poisoned so far",
+            what,
+            intervals,
+            exc,
+            self.spool.path,
+            self.rejected,
+            self.poisoned,
+        )
+
+    def _back_off(self, exc: ServerError) -> None:
+        self._failures += 1
+        now = time.monotonic()
+        if exc.retry_after is not None:
+            delay = min(exc.retry_after, RETRY_AFTER_CAP_S)
+            self._server_wait_until = now + delay
+        else:
+            delay = min(self.config.retry_max_s, self.retry_s * 2 ** min(self._failures - 1, 30))
+        self._not_before = now + delay
+        self._report(exc, delay)
+
+    def _report(self, exc: ServerError, delay: float) -> None:
+        self.last_error = str(exc)
+        waiting = f"{len(self.spool)} records wait in the spool {self.spool.path}"
+        if exc.kind == "auth":
+            self._say(
+                logging.ERROR,
+                str(exc),
+                "packscope: the server refuses our token (%s). %s; they are "
+                "sent once the token is fixed (an agent with the right token and the same run_id replays "
+                "them)",
+                exc,
+                waiting,
+            )
+        elif exc.registering and exc.kind == "refused":
+            self._say(
+                logging.ERROR,
+                str(exc),
+                "packscope: the server refuses to register run %s (%s). %s",
+                self.run_id,
+                exc,
+                waiting,
+            )
+        elif exc.kind == "throttled":
+            self._say(
+                logging.WARNING, str(exc), "packscope: the server asks us to wait %.3g s (%s). %s", delay, exc, waiting
+            )
+        else:
+            what = "is not reachable" if exc.status is None else "failed a request"
+            self._say(
+                logging.WARNING,
+                str(exc),
+                "packscope: the server %s (%s). %s; next try in %.3g s",
+                what,
+                exc,
+                waiting,
+                delay,
+            )
+
+    def _say(self, level: int, topic: str, msg: str, *args: object, exc_info: bool = False) -> None:
+        """Log, but the same topic at most once per LOG_REPEAT_S."""
+        now = time.monotonic()
+        if now - self._last_logged.get(topic, -math.inf) >= LOG_REPEAT_S:
+            self._last_logged[topic] = now
+            log.log(level, msg, *args, exc_info=exc_info)
+
+    # -- HTTP ------------------------------------------------------------------------------------
+    def _post_intervals(self, bodies: list[str]) -> tuple[int, int]:
+        """POST spooled JSON bodies as one batch (joined, never re-parsed); (accepted, duplicates)."""
+        data = ('{"intervals":[' + ",".join(bodies) + "]}").encode()
+        path = f"/api/v1/runs/{urllib.parse.quote(self.run_id, safe='')}/intervals"
+        if not self._run_registered:
+            self._register()
+        try:
+            answer = self._request("POST", path, data)
+        except ServerError as exc:
+            if exc.status != 404:
+                raise
+            # The server came back without our run (a new database): register again (idempotent).
+            self._register()
+            answer = self._request("POST", path, data)
+        return _ingest_counts(answer)
+
+    def _register(self) -> None:
+        try:
+            self._request("POST", "/api/v1/runs", json.dumps(self.run_body, default=str).encode())
+        except ServerError as exc:
+            exc.registering = True
+            raise
+        self._run_registered = True
+
+    def _request(self, method: str, path: str, data: bytes) -> object:
+        headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+        if self.config.token:
+            headers["Authorization"] = f"Bearer {self.config.token}"
+        req = urllib.request.Request(
+            self.base + path, data=gzip.compress(data, GZIP_LEVEL), headers=headers, method=method
+        )
+        timeout = min(self.config.request_timeout_s, max(0.05, self._deadline - time.monotonic()))
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                raw = resp.read()
+        except urllib.error.HTTPError as exc:
+            try:
+                detail = exc.read()[:500].decode(errors="replace")
+            except Exception:  # noqa: BLE001 - the connection broke while reading the error
+                detail = exc.reason
+            message = f"{method} {path}: HTTP {exc.code}: {detail}"
+            raise ServerError(message, exc.code, _retry_after(exc.headers)) from None
+        except (OSError, http.client.HTTPException, ValueError) as exc:  # URLError is an OSError
+            raise ServerError(f"{method} {path}: {exc!r}") from None
+        try:
+            return json.loads(raw or b"{}")
+        except ValueError:
+            raise ServerError(f"{method} {path}: the answer is not JSON: {raw[:200]!r}", kind="down") from None
+
+    # -- closing ---------------------------------------------------------------------------------
+    def _finish(self) -> None:
+        try:
+            self._deliver_until_deadline()
+            self._send_final_status()
+        except Exception:
+            log.exception("packscope sender: unexpected error while closing")
+        finally:
+            self.spool.close(remove_if_empty=True)
+            self._summarize()
+
+    def _deliver_until_deadline(self) -> None:
+        # A last try now, whatever our own backoff says; a server's Retry-After is still honoured.
+        self._not_before = self._server_wait_until
+        while True:
+            try:
+                self._spool_queued()
+                now = time.monotonic()
+                if not len(self.spool) or max(now, self._not_before) >= self._deadline:
+                    return
+                if self._not_before > now:
+                    time.sleep(self._not_before - now)
+                self._send_next()
+            except Exception:  # noqa: BLE001
+                self._unexpected()
+
+    def _send_final_status(self) -> None:
+        if self._final_patch is None:
+            return
+        if time.monotonic() >= self._deadline:
+            self._status_delivered = False
+            return
+        try:
+            if not self._run_registered:
+                self._register()
+            path = f"/api/v1/runs/{urllib.parse.quote(self.run_id, safe='')}"
+            self._request("PATCH", path, json.dumps(self._final_patch, default=str).encode())
+            self._status_delivered = True
+        except ServerError as exc:
+            self._status_delivered = False
+            log.warning("packscope: could not set the run's final status: %s", exc)
+
+    def _summarize(self) -> None:
+        if self._all_delivered():
+            return
+        s = self.stats()
+        log.warning(
+            "packscope: not everything reached the server: %s%s",
+            ", ".join(f"{k} {v}" for k, v in s.items()),
+            f"; {s['spooled']} records stay in {self.spool.path} and are replayed by an agent started "
+            "with the same run_id"
+            if s["spooled"]
+            else "",
+        )
+
+
+def _interval_of(entry: Entry) -> object:
+    try:
+        return entry.record.get("interval", "?")
+    except (ValueError, AttributeError):
+        return "?"

@@ -1,9 +1,21 @@
-"""Append-only on-disk spool for records the server could not take yet.
+"""The sender's on-disk spool: one SQLite file (WAL mode) per run, holding undelivered records.
 
-One JSON record per line. Replay reads from the front in order; what was sent is cut off by
-rewriting the remainder (the spool is small next to a training run's I/O and only touched by
-the sender thread). When the spool would grow past its limit, the oldest records are evicted
-and counted, never silently.
+Every record the trainer hands over is committed here before it is sent, and deleted once the
+server has taken it (write-ahead). A kill -9 at any point therefore loses nothing that was
+committed and never stores a record twice; at worst a record is sent again after a crash
+between the server's answer and its deletion, which the server's (run, rank, interval) key
+turns into a counted duplicate. A spool left by an earlier process with the same run_id is
+simply the same file, so it is replayed first.
+
+Costs do not grow with the spool's size: records are rows keyed by an increasing INTEGER
+PRIMARY KEY, so appending, reading the oldest and deleting them (after delivery, or to evict)
+touch O(log n) pages, and the record and byte totals live in a one-row table updated in the same
+transactions, so opening the file and evicting never scan it. Bodies are stored as the compact
+JSON sent on the wire: a replay joins them without parsing, and
+``sqlite3 <path> "select json_extract(body, '$.interval') from records"`` shows what waits.
+
+Records the server will not take are moved, in one transaction, to the ``set_aside`` table with
+the reason, so they never block the rest and are never lost silently.
 """
 
 from __future__ import annotations
@@ -11,69 +23,339 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import NamedTuple
 
 log = logging.getLogger("packscope.agent")
 
+FORMAT_VERSION = 1  # PRAGMA user_version of a spool file this module wrote
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS records (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,  -- delivery order; never reused, even once empty
+    body TEXT NOT NULL,                    -- the record's compact JSON, exactly as sent
+    size INTEGER NOT NULL                  -- len(body): bytes, as the JSON is ASCII
+);
+CREATE TABLE IF NOT EXISTS totals (
+    one INTEGER PRIMARY KEY CHECK (one = 1),
+    records INTEGER NOT NULL,
+    bytes INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO totals VALUES (1, 0, 0);
+CREATE TABLE IF NOT EXISTS set_aside (
+    id INTEGER PRIMARY KEY,  -- the record's id in `records`
+    kind TEXT NOT NULL,      -- 'rejected' (4xx) or 'poisoned' (5xx for this record alone)
+    reason TEXT NOT NULL,    -- the server's answer
+    at TEXT NOT NULL,        -- UTC, when it was set aside
+    body TEXT NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+"""
+_CORRUPTION = {"SQLITE_CORRUPT", "SQLITE_NOTADB"}  # the file is damaged; anything else is I/O
+
+
+class SpoolError(Exception):
+    """The spool could not be read or written: disk full, I/O error, read-only, damaged file."""
+
+
+class Entry(NamedTuple):
+    """One spooled record: its place in the delivery order and its JSON."""
+
+    id: int
+    body: str
+
+    @property
+    def record(self) -> dict:
+        return json.loads(self.body)
+
+
+def encode(record: dict) -> str:
+    """The record's wire form. ASCII (json's default), so len() is its size in bytes."""
+    return json.dumps(record, separators=(",", ":"))
+
 
 class Spool:
-    def __init__(self, path: Path, max_bytes: int) -> None:
+    """Opened lazily, by whichever thread first needs it; every method is thread-safe."""
+
+    def __init__(self, path: Path, max_bytes: int, legacy_path: Path | None = None) -> None:
         self.path = path
         self.max_bytes = max_bytes
-        self.evicted = 0
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._count = self._count_lines()  # a spool left by an earlier process is replayed too
-
-    def _count_lines(self) -> int:
-        if not self.path.exists():
-            return 0
-        with self.path.open("rb") as f:
-            return sum(1 for _ in f)
+        self.legacy_path = legacy_path  # a JSON-lines spool from an older packscope, imported once
+        self.evicted = 0  # records evicted by this process to stay under max_bytes
+        self.unreadable = 0  # lines of a legacy spool that were not JSON (a torn last line): lost
+        self.quarantined: Path | None = None  # where a damaged spool file was moved aside
+        self._count = 0
+        self._bytes = 0
+        self._db: sqlite3.Connection | None = None
+        self._closed = False
+        self._lock = threading.RLock()
 
     def __len__(self) -> int:
         return self._count
 
-    def append(self, records: list[dict]) -> None:
-        data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records).encode()
-        with self.path.open("ab") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        self._count += len(records)
-        if self.path.stat().st_size > self.max_bytes:
-            self._evict_oldest()
+    @property
+    def bytes(self) -> int:
+        """The size of the spooled records' JSON (the file adds SQLite's pages and its WAL)."""
+        return self._bytes
 
-    def _evict_oldest(self) -> None:
-        lines = self.path.read_bytes().splitlines(keepends=True)
-        size = sum(len(x) for x in lines)
-        dropped = 0
-        while len(lines) > 1 and size > self.max_bytes:  # never drop the newest record
-            size -= len(lines.pop(0))
-            dropped += 1
-        self._rewrite(lines)
-        self.evicted += dropped
-        log.warning(
-            "packscope spool over %d bytes: evicted the %d oldest interval records (%d in total)",
-            self.max_bytes, dropped, self.evicted,
+    # -- opening ---------------------------------------------------------------------------------
+    def open(self) -> None:
+        """Open (or create) the file; a damaged one is moved aside and a fresh one started."""
+        with self._lock:
+            self._closed = False
+            self._ensure_open()
+
+    def _ensure_open(self) -> sqlite3.Connection:
+        if self._db is not None:
+            return self._db
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self._db = self._connect()
+            except sqlite3.DatabaseError as exc:
+                if getattr(exc, "sqlite_errorname", "") not in _CORRUPTION:
+                    raise
+                self._quarantine(exc)
+                self._db = self._connect()
+            self._read_totals()
+            self._import_legacy()
+        except (sqlite3.Error, OSError) as exc:
+            self._drop_connection()
+            raise SpoolError(f"cannot open the spool {self.path}: {exc}") from None
+        return self._db
+
+    def _connect(self) -> sqlite3.Connection:
+        # isolation_level=None: transactions are ours (BEGIN IMMEDIATE ... COMMIT), not implicit.
+        db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False, timeout=10.0)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            # FULL: a commit is on the disk before the sender calls the record kept, so even a
+            # power cut loses nothing committed (NORMAL would only survive a process crash).
+            db.execute("PRAGMA synchronous=FULL")
+            db.executescript(_SCHEMA)
+            if db.execute("PRAGMA user_version").fetchone()[0] == 0:
+                db.execute(f"PRAGMA user_version={FORMAT_VERSION}")
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _quarantine(self, exc: sqlite3.DatabaseError) -> None:
+        aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
+        for suffix in ("", "-wal", "-shm"):
+            src = Path(f"{self.path}{suffix}")
+            if src.exists():
+                os.replace(src, f"{aside}{suffix}")
+        self.quarantined = aside
+        log.error(
+            "packscope: the spool %s is damaged (%s); moved to %s, its records are NOT replayed; starting a new spool",
+            self.path,
+            exc,
+            aside,
         )
 
+    def _read_totals(self) -> None:
+        assert self._db is not None
+        self._count, self._bytes = self._db.execute("SELECT records, bytes FROM totals").fetchone()
+
+    def _import_legacy(self) -> None:
+        """Move an older packscope's JSON-lines spool in, in one transaction with a marker, so a
+        crash mid-import neither loses it nor imports it twice."""
+        legacy = self.legacy_path
+        if legacy is None or not legacy.exists():
+            return
+        marker = f"imported {legacy.name}"
+        with self._transaction() as db:
+            if db.execute("SELECT 1 FROM meta WHERE key = ?", (marker,)).fetchone() is None:
+                bodies, unreadable = _read_json_lines(legacy)
+                self._insert(db, bodies)
+                db.execute("INSERT INTO meta VALUES (?, ?)", (marker, _utc_now()))
+            else:
+                bodies, unreadable = [], 0  # imported before a crash; only the unlink was missing
+        self._read_totals()
+        legacy.unlink()
+        self.unreadable += unreadable
+        log.warning(
+            "packscope: imported %d records from the older spool %s into %s%s",
+            len(bodies),
+            legacy,
+            self.path,
+            f"; {unreadable} unreadable lines (a torn write) are lost" if unreadable else "",
+        )
+
+    # -- writing ---------------------------------------------------------------------------------
+    def append(self, bodies: list[str]) -> int:
+        """Commit records (encoded with `encode`) after every other; returns how many of the
+        oldest were evicted to stay under max_bytes. Raises SpoolError: then nothing was kept."""
+        if not bodies:
+            return 0
+        with self._lock, self._guard():
+            with self._transaction() as db:
+                self._insert(db, bodies)
+                evicted = self._evict_oldest(db)
+            self._read_totals()
+        if evicted:
+            self.evicted += evicted
+            log.warning(
+                "packscope spool over %d bytes: evicted the %d oldest interval records (%d in total)",
+                self.max_bytes,
+                evicted,
+                self.evicted,
+            )
+        return evicted
+
+    @staticmethod
+    def _insert(db: sqlite3.Connection, bodies: list[str]) -> None:
+        db.executemany("INSERT INTO records (body, size) VALUES (?, ?)", ((b, len(b)) for b in bodies))
+        db.execute(
+            "UPDATE totals SET records = records + ?, bytes = bytes + ?", (len(bodies), sum(len(b) for b in bodies))
+        )
+
+    def _evict_oldest(self, db: sqlite3.Connection) -> int:
+        """Delete the oldest records until the total fits; reads only the rows it deletes."""
+        total = db.execute("SELECT bytes FROM totals").fetchone()[0]
+        excess = total - self.max_bytes
+        if excess <= 0:
+            return 0
+        newest = db.execute("SELECT max(id) FROM records").fetchone()[0]
+        count = freed = 0
+        last_id = None
+        for row_id, size in db.execute("SELECT id, size FROM records WHERE id < ? ORDER BY id", (newest,)):
+            count, freed, last_id = count + 1, freed + size, row_id
+            if freed >= excess:
+                break
+        if last_id is not None:  # never the newest record, even when it alone is over the limit
+            db.execute("DELETE FROM records WHERE id <= ?", (last_id,))
+            db.execute("UPDATE totals SET records = records - ?, bytes = bytes - ?", (count, freed))
+        return count
+
+    def ack(self, entries: list[Entry]) -> None:
+        """The server has these: delete them."""
+        with self._lock, self._guard():
+            with self._transaction() as db:
+                self._delete(db, [e.id for e in entries])
+            self._read_totals()
+
+    def set_aside(self, entries: list[Entry], kind: str, reason: str) -> None:
+        """Move records the server will not take out of the delivery order, with the reason."""
+        at = _utc_now()
+        with self._lock, self._guard():
+            with self._transaction() as db:
+                db.executemany(
+                    "INSERT OR REPLACE INTO set_aside VALUES (?, ?, ?, ?, ?)",
+                    [(e.id, kind, reason, at, e.body) for e in entries],
+                )
+                self._delete(db, [e.id for e in entries])
+            self._read_totals()
+
+    @staticmethod
+    def _delete(db: sqlite3.Connection, ids: list[int]) -> None:
+        marks = ",".join("?" * len(ids))
+        # Count what is really there: another process with the same run_id may have taken some.
+        where = f"WHERE id IN ({marks})"
+        count, size = db.execute(f"SELECT count(*), coalesce(sum(size), 0) FROM records {where}", ids).fetchone()
+        db.execute(f"DELETE FROM records {where}", ids)
+        db.execute("UPDATE totals SET records = records - ?, bytes = bytes - ?", (count, size))
+
+    # -- reading ---------------------------------------------------------------------------------
+    def head(self, n: int, skip: int = 0) -> list[Entry]:
+        """The n oldest records, after skipping the `skip` oldest."""
+        with self._lock, self._guard():
+            if not self._readable():
+                return []
+            db = self._ensure_open()
+            rows = db.execute("SELECT id, body FROM records ORDER BY id LIMIT ? OFFSET ?", (n, skip)).fetchall()
+        return [Entry(*row) for row in rows]
+
     def peek(self, n: int) -> list[dict]:
-        if not self.path.exists():
-            return []
-        out = []
-        with self.path.open("rb") as f:
-            for line in f:
-                if len(out) == n:
-                    break
-                out.append(json.loads(line))
-        return out
+        """The n oldest records, decoded (for inspection)."""
+        return [e.record for e in self.head(n)]
 
-    def drop_front(self, n: int) -> None:
-        lines = self.path.read_bytes().splitlines(keepends=True)
-        self._rewrite(lines[n:])
+    def set_aside_records(self) -> list[tuple[str, str, dict]]:
+        """(kind, reason, record) for every record set aside in this file, oldest first."""
+        with self._lock, self._guard():
+            if not self._readable():
+                return []
+            rows = self._ensure_open().execute("SELECT kind, reason, body FROM set_aside ORDER BY id").fetchall()
+        return [(kind, reason, json.loads(body)) for kind, reason, body in rows]
 
-    def _rewrite(self, lines: list[bytes]) -> None:
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_bytes(b"".join(lines))
-        os.replace(tmp, self.path)
-        self._count = len(lines)
+    def _readable(self) -> bool:
+        # After close, reading reopens the file if it is still there, but never creates one.
+        return self._db is not None or not self._closed or self.path.exists()
+
+    # -- closing ---------------------------------------------------------------------------------
+    def close(self, remove_if_empty: bool = True) -> None:
+        """Close the file; remove it when nothing waits in it and nothing was set aside."""
+        with self._lock:
+            db, self._closed = self._db, True
+            if db is None:
+                return
+            try:
+                empty = not self._count and db.execute("SELECT 1 FROM set_aside LIMIT 1").fetchone() is None
+            except sqlite3.Error:
+                empty = False
+            self._drop_connection()
+            if remove_if_empty and empty:
+                for suffix in ("", "-wal", "-shm"):
+                    Path(f"{self.path}{suffix}").unlink(missing_ok=True)
+
+    def _drop_connection(self) -> None:
+        if self._db is not None:
+            with suppress(sqlite3.Error):
+                self._db.close()
+            self._db = None
+
+    # -- helpers ---------------------------------------------------------------------------------
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        db = self._ensure_open()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+            db.execute("COMMIT")
+        except BaseException:
+            if db.in_transaction:
+                db.execute("ROLLBACK")
+            raise
+
+    @contextmanager
+    def _guard(self) -> Iterator[None]:
+        """SQLite and OS errors become SpoolError; a file found damaged is moved aside, so the
+        next call starts a fresh spool instead of failing forever."""
+        try:
+            yield
+        except SpoolError:
+            raise
+        except sqlite3.DatabaseError as exc:
+            if getattr(exc, "sqlite_errorname", "") in _CORRUPTION:
+                self._drop_connection()
+                self._count = self._bytes = 0
+                try:
+                    self._quarantine(exc)
+                except OSError as move_exc:
+                    log.error("packscope: could not move the damaged spool %s aside: %s", self.path, move_exc)
+            raise SpoolError(f"spool {self.path}: {exc}") from None
+        except (sqlite3.Error, OSError) as exc:
+            raise SpoolError(f"spool {self.path}: {exc}") from None
+
+
+def _utc_now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+
+
+def _read_json_lines(path: Path) -> tuple[list[str], int]:
+    """A legacy spool's records re-encoded, and the number of lines that were not JSON."""
+    bodies, unreadable = [], 0
+    with path.open("rb") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            try:
+                bodies.append(encode(json.loads(line)))
+            except ValueError:
+                unreadable += 1
+    return bodies, unreadable

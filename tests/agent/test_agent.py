@@ -188,15 +188,6 @@ def test_a_slow_server_never_blocks_the_step(peer, tmp_path):
     assert len(peer.intervals) == 5
 
 
-def test_unreachable_server_keeps_records_on_disk(tmp_path):
-    agent = Agent(AgentConfig(server="http://127.0.0.1:9", log_every=2, count_syncs=False, spool_dir=str(tmp_path),
-                              request_timeout_s=0.5), model=MODEL)
-    run_steps(agent, 4)
-    assert agent.close(timeout_s=5) is False
-    lines = (tmp_path / f"{agent.run_id}.jsonl").read_text().splitlines()
-    assert [json.loads(x)["interval"] for x in lines] == [0, 1]
-
-
 def test_a_server_that_lost_the_run_gets_it_registered_again(peer, tmp_path):
     agent = Agent(AgentConfig(server=peer.url, log_every=1, count_syncs=False, spool_dir=str(tmp_path)), model=MODEL)
     agent.sender.retry_s = 0.05
@@ -206,18 +197,6 @@ def test_a_server_that_lost_the_run_gets_it_registered_again(peer, tmp_path):
     run_steps(agent, 3)
     assert agent.close(timeout_s=10)
     assert [r["interval"] for r in peer.intervals] == list(range(6))
-
-
-def test_a_refused_batch_is_set_aside_and_never_blocks_the_rest(peer, tmp_path):
-    peer.reject_intervals = {2}
-    agent = Agent(AgentConfig(server=peer.url, log_every=1, count_syncs=False, spool_dir=str(tmp_path),
-                              batch_size=1), model=MODEL)
-    run_steps(agent, 5)
-    assert agent.close(timeout_s=10)
-    assert [r["interval"] for r in peer.intervals] == [0, 1, 3, 4]
-    assert agent.sender.rejected == 1
-    aside = [json.loads(x) for x in agent.sender.rejected_path.read_text().splitlines()]
-    assert [r["interval"] for r in aside] == [2]
 
 
 def test_a_resumed_run_continues_steps_and_intervals():

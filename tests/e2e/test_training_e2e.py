@@ -4,9 +4,6 @@ everything is checked through the HTTP read API."""
 
 from __future__ import annotations
 
-import json
-import logging
-import socket
 import statistics
 import time
 from collections.abc import Callable
@@ -246,31 +243,3 @@ def test_server_killed_mid_run_every_interval_stored_exactly_once(backend: Backe
     assert all(r["tokens"] == 2 * PACK and r["real_tokens"] == 236 + 256 for r in rows)
     run = backend.get(f"/api/v1/runs/{agent.run_id}")
     assert run["status"] == "finished" and run["intervals"] == 60 and run["last_step"] == 60
-
-
-def test_spool_eviction_is_reported(tmp_path: Path, caplog: pytest.LogCaptureFixture):
-    with socket.socket() as s, pytest.raises(ConnectionRefusedError):
-        s.connect(("127.0.0.1", 9))  # precondition: nothing listens there
-    caplog.set_level(logging.WARNING, logger="packscope.agent")
-    max_bytes = 3000
-    steps = 15
-    agent, sender = sending_agent("http://127.0.0.1:9", "e2e-evict", spool_dir=str(tmp_path), spool_max_bytes=max_bytes)
-    work = Workload(agent)
-    work.run(steps)
-    record_bytes = len(json.dumps(agent.records[0], separators=(",", ":"))) + 1
-    assert steps * record_bytes > 2 * max_bytes  # the test really overflows the spool
-
-    assert agent.close(timeout_s=10) is False  # nothing reached the server
-    lines = sender.spool.path.read_bytes().splitlines()
-    kept = [json.loads(line)["interval"] for line in lines]
-    assert sender.spool.evicted > 0
-    assert sender.spool.evicted + len(kept) == steps  # every record is either kept or counted
-    assert kept == list(range(steps - len(kept), steps))  # the newest, in order
-    assert len(kept) >= 1
-    assert sender.spool.path.stat().st_size <= max_bytes
-    assert len(agent.records) == steps  # the agent itself still has them all
-
-    warnings = [r for r in caplog.records if r.name == "packscope.agent" and r.levelno == logging.WARNING]
-    evictions = [r for r in warnings if "evicted" in r.getMessage()]
-    assert evictions, [r.getMessage() for r in warnings]
-    assert f"({sender.spool.evicted} in total)" in evictions[-1].getMessage()
