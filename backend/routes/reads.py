@@ -24,6 +24,7 @@ from packscope.backend.deps import (
 from packscope.backend.models import Run
 from packscope.core import catalogue
 from packscope.core.catalogue import INT32_MAX, INT64_MAX
+from packscope.core.catalogue import INT32_MAX, INT64_MAX
 from packscope.backend.schemas import (
     Comparison,
     IntervalHistograms,
