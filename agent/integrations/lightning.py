@@ -1,0 +1,126 @@
+"""packscope in PyTorch Lightning::
+
+    trainer = L.Trainer(..., callbacks=[PackscopeCallback(server="http://packscope:8000", run_name="sft")])
+
+* One agent step per optimizer step (``accumulate_grad_batches`` included): a step opens at the
+  first micro-batch after an optimizer step and closes at the end of the batch in which
+  ``on_before_optimizer_step`` ran.
+* Every training batch is read by ``batch_to_form(batch) -> dict of observe_batch arguments``.
+  The default reads a dict batch by its keys (``batches.observe_kwargs``): ``cu_seqlens``
+  [+ ``cu_seqlens_padded``, ``token_mask``] with the shape of ``input_ids``/``tokens``,
+  ``position_ids`` [+ ``attention_mask``], ``attention_mask``, or the tokens' shape. Give your
+  own for any other batch; returning None skips the batch.
+* The FLOPs model is ``model=`` (a ``ModelSpec``, a ``transformers`` config or a dict), else the
+  Hugging Face config found at ``pl_module.config`` or ``pl_module.model.config``.
+* The loss is the mean of the step's ``training_step`` losses, kept on the device; the learning
+  rate is the first parameter group's, read before the optimizer steps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+try:
+    from lightning.pytorch import Callback
+except ImportError:  # the older package name
+    from pytorch_lightning import Callback
+
+from packscope.agent.agent import Agent
+from packscope.agent.config import AgentConfig
+from packscope.agent.hf_config import spec_from_hf_config
+from packscope.agent.integrations.batches import observe_kwargs
+from packscope.core.flops import ModelSpec
+
+
+def _default_form(batch: Any) -> dict[str, Any] | None:
+    if not isinstance(batch, dict):
+        raise TypeError(f"PackscopeCallback reads dict batches by their keys; for a {type(batch).__name__} batch "
+                        "pass batch_to_form=lambda batch: dict(cu_seqlens=..., shape=...) (observe_batch's arguments)")
+    form = observe_kwargs(batch)
+    if form is None:
+        raise KeyError(f"PackscopeCallback found no input_ids/tokens/inputs_embeds in the batch (keys: {sorted(batch)}); "
+                       "pass batch_to_form=... to say how to read it")
+    return form
+
+
+def _find_spec(pl_module: Any, model: ModelSpec | Any | None, tp: int) -> ModelSpec:
+    if isinstance(model, ModelSpec):
+        return model
+    if model is not None:
+        return spec_from_hf_config(model, tp=tp)
+    for owner in (pl_module, getattr(pl_module, "model", None)):
+        config = getattr(owner, "config", None)
+        if config is not None and (isinstance(config, dict) or hasattr(config, "to_dict")):
+            return spec_from_hf_config(config, tp=tp)
+    raise ValueError("PackscopeCallback needs the FLOPs model: pass model=ModelSpec(...) or a Hugging Face config")
+
+
+class PackscopeCallback(Callback):
+    """Other keyword arguments go to :class:`AgentConfig`; ``tp`` pads the vocabulary as a
+    tensor-parallel trainer would (docs/flops.md)."""
+
+    def __init__(self, server: str | None = None, run_name: str = "run", *, model: ModelSpec | Any | None = None,
+                 batch_to_form: Callable[[Any], dict[str, Any] | None] | None = None, tp: int = 1,
+                 **config: Any) -> None:
+        self.agent_config = dict(server=server, run_name=run_name, **config)
+        self.model = model
+        self.batch_to_form = batch_to_form or _default_form
+        self.tp = tp
+        self.agent: Agent | None = None
+        self._in_step = False
+        self._optimizer_stepped = False
+        self._losses: list[torch.Tensor] = []
+        self._lr: float | None = None
+
+    def on_train_start(self, trainer, pl_module) -> None:
+        settings = dict(self.agent_config)
+        settings.setdefault("start_step", trainer.global_step)
+        self.agent = Agent(AgentConfig(**settings), model=_find_spec(pl_module, self.model, self.tp),
+                           device=pl_module.device)
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
+        if not self._in_step:
+            self.agent.step_begin()
+            self._in_step = True
+            self._losses = []
+        form = self.batch_to_form(batch)
+        if form is not None:
+            self.agent.observe_batch(**form)
+
+    def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
+        self._optimizer_stepped = True
+        lr = optimizer.param_groups[0]["lr"]
+        self._lr = float(lr) if isinstance(lr, (int, float)) else None  # a tensor lr would need a read
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        if isinstance(loss, torch.Tensor):
+            if pl_module.automatic_optimization:
+                # Lightning hands back the loss divided by accumulate_grad_batches, as it backpropagates it.
+                loss = loss * trainer.accumulate_grad_batches
+            self._losses.append(loss.detach().reshape(()))
+        if not self._optimizer_stepped:
+            return
+        mean_loss = torch.stack(self._losses).to(torch.float64).mean() if self._losses else None
+        self.agent.step_end(loss=mean_loss, lr=self._lr)
+        self._in_step = self._optimizer_stepped = False
+
+    def on_train_end(self, trainer, pl_module) -> None:
+        if self.agent is not None:
+            self._close_open_step()
+            self.agent.close()
+
+    def on_exception(self, trainer, pl_module, exception: BaseException) -> None:
+        if self.agent is not None:
+            self._close_open_step()
+            self.agent.close("failed")
+
+    def _close_open_step(self) -> None:
+        # Micro-batches after the last optimizer step (an epoch that ends mid-accumulation
+        # still steps in Lightning; an interrupted run may not) still get counted.
+        if self._in_step:
+            self.agent.step_end()
+            self._in_step = False
