@@ -42,7 +42,7 @@ export function formatNumber(spec, x) {
   return negative ? MINUS + text : text;
 }
 
-// A unit that the label already names ("useful TFLOP/s/GPU", "real tokens/s") is not repeated.
+// A unit that the label already names (a "… TFLOP/s/GPU" or "… tokens/s" label) is not repeated.
 export const unitInLabel = (metric) =>
   new RegExp(`(^|\\s)${metric.unit.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&")}($|\\s|/)`).test(metric.label);
 

@@ -7,6 +7,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from packscope.backend.app import create_app
+from packscope.backend.deps import READ_COOKIE
 from packscope.backend.settings import Settings
 from packscope.frontend import STATIC_DIR
 
@@ -64,8 +65,14 @@ def test_run_page_renders_the_run(client):
     assert 'href="/api/v1/runs/run-a/intervals.csv"' in page.text
     assert '<script src="/vendor/plotly.min.js"></script>' in page.text
     # Every chart the page script draws into is in the markup.
-    for chart in ("tflops", "overcount", "mfu", "step_time", "tokens", "syncs", "histogram", "padding", "loss"):
+    charts = ("tflops", "overcount", "mfu", "step_time", "tokens", "syncs", "histogram", "padding", "loss",
+              "gpu_util", "gpu_power", "energy")
+    for chart in charts:
         assert f'id="chart-{chart}"' in page.text
+    # Useful work is the headline; the system panel waits hidden for NVML readings.
+    assert re.search(r'class="stat headline" data-stat="tflops_useful"', page.text)
+    assert '<section class="system" id="system" hidden>' in page.text
+    assert 'id="definitions"' in page.text
 
 
 def test_run_page_escapes_names(client):
@@ -105,6 +112,53 @@ def test_plotly_bundle_is_served_from_the_package(client):
     assert b"plotly.js v" in bundle.content[:200]
 
 
+def test_useful_tflops_is_the_runs_lists_headline_column(client):
+    page = client.get("/")
+    metrics = re.findall(r'<th class="([^"]*)" data-metric="(\w+)"', page.text)
+    assert metrics[0] == ("num headline", "tflops_useful")
+    assert [name for _, name in metrics[:3]] == ["tflops_useful", "real_tokens_per_s", "padding_pct"]
+
+
+def test_every_metric_a_page_names_is_in_the_catalogue(client):
+    catalogue = {m["name"]: m for m in client.get("/api/v1/catalogue").json()["metrics"]}
+    named = set()
+    for path in ("/", "/runs/run-a", "/compare?run_id=run-a&run_id=run-b"):
+        named |= set(re.findall(r'data-(?:stat|metric)="(\w+)"', client.get(path).text))
+    for script in ("run.js", "compare.js"):
+        text = (STATIC_DIR / script).read_text()
+        named |= set(re.findall(r'\bm\("(\w+)"\)', text)) | set(re.findall(r'name: "(\w+)"', text))
+    assert {"tflops_useful", "real_tokens_per_s", "gpu_util_pct", "energy_per_token_j", "mfu_useful"} <= named
+    assert named - set(catalogue) == set()
+    # The pages format with these specifiers only (static/format.js implements exactly them).
+    assert {m["format"] for m in catalogue.values()} <= {".4g", ".4s", ".1f", ".1%", ",d", ".3g", ".3s"}
+
+
+def test_labels_and_colours_are_defined_once(client):
+    """Labels come from the catalogue, colours from colors.js; no page repeats either."""
+    catalogue = client.get("/api/v1/catalogue").json()["metrics"]
+    flops_labels = [m["label"] for m in catalogue if m["name"].startswith("tflops_")]
+    colours = set(re.findall(r'"(#[0-9a-f]{6})"', (STATIC_DIR / "colors.js").read_text()))
+    assert len(colours) >= 8
+    templates = STATIC_DIR.parent / "templates"
+    for path in [*templates.glob("*.html"), *STATIC_DIR.glob("*.js"), STATIC_DIR / "app.css"]:
+        text = path.read_text()
+        for label in flops_labels:
+            assert label not in text, f"{path.name} spells the label {label!r}: take it from the catalogue"
+        if path.suffix == ".js" and path.name != "colors.js":
+            assert not colours & set(re.findall(r"#[0-9a-f]{6}", text)), f"{path.name} repeats a colour of colors.js"
+    # The stylesheet reads the metric colours that colors.js sets; it declares none of them.
+    css = (STATIC_DIR / "app.css").read_text()
+    names = re.findall(r"^  (\w+): \"#", (STATIC_DIR / "colors.js").read_text(), re.M)
+    assert {"thd", "baseline", "useful"} <= set(names)
+    for name in names:
+        assert not re.search(rf"--{name}\s*:", css), f"app.css declares --{name}; colors.js sets it"
+    assert ".swatch.useful { background: var(--useful); }" in css
+    # MFU and every other derived number come from the server, never from the peak in the browser.
+    for script in STATIC_DIR.glob("*.js"):
+        assert "peak_tflops" not in script.read_text() or script.name == "run.js"
+    assert "/ state.peak" not in (STATIC_DIR / "run.js").read_text()
+
+
 def test_static_modules_and_their_imports_resolve(client):
     assets = sorted(STATIC_DIR.glob("*.js")) + [STATIC_DIR / "app.css"]
     for asset in assets:
@@ -136,14 +190,14 @@ def test_closed_dashboard_asks_for_the_token_and_leaks_nothing(closed):
 def test_wrong_token_is_refused_with_a_message(closed):
     answer = closed.post("/sign-in", data={"token": "nope", "next": "/"}, follow_redirects=False)
     assert answer.status_code == 401 and "does not match" in answer.text
-    assert "packscope_read_token" not in answer.headers.get("set-cookie", "")
+    assert READ_COOKIE not in answer.headers.get("set-cookie", "")
 
 
 def test_sign_in_sets_a_cookie_that_opens_pages_api_and_stream(closed):
     answer = closed.post("/sign-in", data={"token": "r3ad", "next": "/runs/run-a"}, follow_redirects=False)
     assert answer.status_code == 303 and answer.headers["location"] == "/runs/run-a"
     cookie = answer.headers["set-cookie"]
-    assert "packscope_read_token=r3ad" in cookie and "HttpOnly" in cookie and "SameSite=strict" in cookie
+    assert f"{READ_COOKIE}=" in cookie and "HttpOnly" in cookie and "SameSite=strict" in cookie
     assert "secret-run" in closed.get("/runs/run-a").text  # the client keeps the cookie
     assert closed.get("/api/v1/runs").json()["runs"][0]["name"] == "secret-run"
     # Bearer tokens keep working for scripts.
