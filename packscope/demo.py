@@ -69,7 +69,8 @@ def demo_from_args(args: argparse.Namespace) -> int:
                               name=f"demo-{layout}", project="demo")
             summary = run_training(cfg)
             run_ids.append(summary["run_id"])
-            print(f"  {layout}: loss {summary['first_loss']:.3f} -> {summary['final_loss']:.3f}  {url}/runs/{summary['run_id']}")
+            loss = f"loss {summary['first_loss']:.3f} -> {summary['final_loss']:.3f}"
+            print(f"  {layout}: {loss}  {url}/runs/{summary['run_id']}")
         compare = "&".join(f"run_id={r}" for r in run_ids)
         print(f"\nDashboard: {url}/\nCompare:   {url}/compare?{compare}")
         if args.exit_when_done:
