@@ -6,6 +6,7 @@ feed, each upserted once per touched key so a replay never double-counts.
 """
 
 from datetime import datetime, timezone
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -105,70 +106,88 @@ def details_row(r: IntervalRecord) -> dict[str, Any]:
 
 
 # -- rollups and totals, aggregated in Python before one upsert per key ---------------------------
-def _new_aggregate(row: Mapping[str, Any]) -> dict[str, Any]:
-    return {"rows": 0, "first_step": row["first_step"], "last_step": row["last_step"], **dict.fromkeys(SUM_NAMES, 0.0)}
+_BAND_COLUMNS = tuple((name, f"{name}_min", f"{name}_max") for name in BAND_METRICS)
 
 
-def _add_row(agg: dict[str, Any], row: Mapping[str, Any], sums: Mapping[str, float]) -> None:
-    agg["rows"] += 1
-    agg["first_step"] = min(agg["first_step"], row["first_step"])
-    agg["last_step"] = max(agg["last_step"], row["last_step"])
+def _block_of(rows: Sequence[Mapping[str, Any]], c: Coefficients) -> dict[str, Any]:
+    """The level-0 block of one interval: its rows' (all ranks') sums, steps and band extremes."""
+    block: dict[str, Any] = {
+        "rows": len(rows),
+        "first_step": min(r["first_step"] for r in rows),
+        "last_step": max(r["last_step"] for r in rows),
+        **sums_of_rows(rows),
+    }
+    rates = [interval_rates(r, c) for r in rows]
+    for name, low, high in _BAND_COLUMNS:
+        values = [v[name] for v in rates if v[name] is not None]
+        block[low], block[high] = (min(values), max(values)) if values else (None, None)
+    return block
+
+
+def _merge_into(target: dict[str, Any], block: Mapping[str, Any]) -> None:
+    """Add `block` to `target`: counts and sums add, steps and bands widen."""
+    target["rows"] += block["rows"]
+    target["first_step"] = min(target["first_step"], block["first_step"])
+    target["last_step"] = max(target["last_step"], block["last_step"])
     for name in SUM_NAMES:
-        agg[name] += sums[name]
-
-
-def _add_band(agg: dict[str, Any], rates: Mapping[str, float | None]) -> None:
-    for name in BAND_METRICS:
-        value = rates[name]
-        if value is None:
-            continue
-        low, high = agg.get(f"{name}_min"), agg.get(f"{name}_max")
-        agg[f"{name}_min"] = value if low is None else min(low, value)
-        agg[f"{name}_max"] = value if high is None else max(high, value)
+        target[name] += block[name]
+    for _, low, high in _BAND_COLUMNS:
+        if block[low] is not None:
+            target[low] = block[low] if target[low] is None else min(target[low], block[low])
+            target[high] = block[high] if target[high] is None else max(target[high], block[high])
 
 
 class Aggregates:
-    """The rollup blocks and run totals that a set of new interval rows adds to."""
+    """The rollup blocks, run totals and run sync sites that a set of new interval rows adds to."""
 
     def __init__(self, c: Coefficients) -> None:
         self.c = c
-        self.blocks: dict[tuple[int, int], dict[str, Any]] = {}
-        self.totals: dict[str, Any] | None = None
+        self.rows_by_interval: dict[int, list[Mapping[str, Any]]] = {}
         self.sync_sites: dict[str, int] = {}
 
     def add(self, row: Mapping[str, Any], sync_sites: Mapping[str, int]) -> None:
-        sums = sums_of_rows([row])
-        rates = interval_rates(row, self.c)
-        for level in ROLLUP_LEVELS:
-            key = (level, row["interval"] >> (2 * level))
-            block = self.blocks.get(key)
-            if block is None:
-                block = self.blocks[key] = {**_new_aggregate(row), **{f"{n}_{e}": None for n in BAND_METRICS for e in ("min", "max")}}
-            _add_row(block, row, sums)
-            _add_band(block, rates)
-        if self.totals is None:
-            self.totals = {**_new_aggregate(row), "last_interval": row["interval"]}
-        _add_row(self.totals, row, sums)
-        self.totals["last_interval"] = max(self.totals["last_interval"], row["interval"])
+        self.rows_by_interval.setdefault(row["interval"], []).append(row)
         for site, count in sync_sites.items():
             self.sync_sites[site] = self.sync_sites.get(site, 0) + count
+
+    def blocks(self) -> dict[tuple[int, int], dict[str, Any]]:
+        """(level, block) -> aggregate; each level is built from the one below, not from rows."""
+        level_blocks = {i: _block_of(rows, self.c) for i, rows in self.rows_by_interval.items()}
+        out = {(0, i): b for i, b in level_blocks.items()}
+        for level in ROLLUP_LEVELS[1:]:
+            coarser: dict[int, dict[str, Any]] = {}
+            for index, block in sorted(level_blocks.items()):
+                parent = coarser.get(index >> 2)
+                if parent is None:
+                    coarser[index >> 2] = dict(block)
+                else:
+                    _merge_into(parent, block)
+            level_blocks = coarser
+            out.update(((level, i), b) for i, b in level_blocks.items())
+        return out
 
     def store(self, session: Session, run_pk: int) -> None:
         """Add these aggregates to the stored ones. Keys are written in sorted order, so concurrent
         batches of one run lock rows in the same order and cannot deadlock."""
-        if self.totals is None:
+        if not self.rows_by_interval:
             return
-        blocks = [{"run_pk": run_pk, "level": level, "block": block, **agg} for (level, block), agg in sorted(self.blocks.items())]
-        session.execute(_upsert_adding(session, rollups, ["run_pk", "level", "block"]), blocks)
-        session.execute(_upsert_adding(session, run_totals, ["run_pk"]), [{"run_pk": run_pk, **self.totals}])
+        blocks = self.blocks()
+        dialect = session.get_bind().dialect.name
+        session.execute(
+            _upsert_adding(dialect, "rollups"),
+            [{"run_pk": run_pk, "level": level, "block": block, **agg} for (level, block), agg in sorted(blocks.items())],
+        )
+        tops = [agg for (level, _), agg in blocks.items() if level == ROLLUP_LEVELS[-1]]  # cover every row once
+        totals = {name: sum(agg[name] for agg in tops) for name in ("rows", *SUM_NAMES)}
+        totals.update(last_interval=max(self.rows_by_interval), last_step=max(agg["last_step"] for agg in tops))
+        session.execute(_upsert_adding(dialect, "run_totals"), [{"run_pk": run_pk, **totals}])
         if self.sync_sites:
             sites = [{"run_pk": run_pk, "site": site, "count": n} for site, n in sorted(self.sync_sites.items())]
-            session.execute(_upsert_adding(session, run_sync_sites, ["run_pk", "site"]), sites)
+            session.execute(_upsert_adding(dialect, "run_sync_sites"), sites)
 
 
-def _insert(session: Session, table: Table) -> postgresql.Insert | sqlite.Insert:
+def _insert(dialect: str, table: Table) -> postgresql.Insert | sqlite.Insert:
     # ON CONFLICT has the same spelling on both backends, but lives in dialect modules.
-    dialect = session.get_bind().dialect.name
     if dialect == "postgresql":
         return postgresql.insert(table)
     if dialect == "sqlite":
@@ -176,11 +195,17 @@ def _insert(session: Session, table: Table) -> postgresql.Insert | sqlite.Insert
     raise RuntimeError(f"unsupported database {dialect!r}; use SQLite or PostgreSQL")
 
 
-def _upsert_adding(session: Session, table: Table, key: Sequence[str]) -> Any:
-    """INSERT … ON CONFLICT (key) DO UPDATE: counts and sums add, steps and bands widen."""
-    stmt = _insert(session, table)
-    postgres = session.get_bind().dialect.name == "postgresql"
-    least, greatest = (func.least, func.greatest) if postgres else (func.min, func.max)
+_AGGREGATE_TABLES = {t.name: t for t in (rollups, run_totals, run_sync_sites)}
+
+
+@functools.cache
+def _upsert_adding(dialect: str, table_name: str) -> Any:
+    """INSERT … ON CONFLICT (primary key) DO UPDATE: counts and sums add, steps and bands widen.
+    Built once per dialect and table: building it costs more than running it."""
+    table = _AGGREGATE_TABLES[table_name]
+    key = [c.name for c in table.primary_key.columns]
+    stmt = _insert(dialect, table)
+    least, greatest = (func.least, func.greatest) if dialect == "postgresql" else (func.min, func.max)
 
     def widen(pick: Any, stored: ColumnElement[Any], new: ColumnElement[Any]) -> ColumnElement[Any]:
         return func.coalesce(pick(stored, new), stored, new)  # SQLite's min(x, NULL) is NULL
@@ -196,7 +221,7 @@ def _upsert_adding(session: Session, table: Table, key: Sequence[str]) -> Any:
             changes[column.name] = widen(greatest, stored, new)
         else:
             changes[column.name] = stored + new
-    return stmt.on_conflict_do_update(index_elements=list(key), set_=changes)
+    return stmt.on_conflict_do_update(index_elements=key, set_=changes)
 
 
 # -- one batch ------------------------------------------------------------------------------------
@@ -228,7 +253,7 @@ def insert_rows(
     if not rows:
         return 0
     stmt = (
-        _insert(session, intervals)
+        _insert(session.get_bind().dialect.name, intervals)
         .on_conflict_do_nothing(index_elements=["run_pk", "interval", "rank"])
         .returning(intervals.c.id, intervals.c.interval, intervals.c.rank)
     )

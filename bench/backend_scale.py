@@ -1,0 +1,244 @@
+"""The backend at scale: ingest rate and server CPU per row, and read latency on large runs.
+
+* ingest: interval rows/s through a real uvicorn server on 127.0.0.1, batches of 64, with 1 and
+  with 8 concurrent senders (8 ranks of one run), and the server's CPU time per row (from
+  /proc/<pid>/stat before and after);
+* reads on runs of --intervals sizes (rows generated in-process through the ingest function,
+  not over HTTP): series (max_points=1000) p50/p95, run page data (summary + series + sync sites)
+  p50, sync sites p50, runs list of 200 runs p50, CSV export rows/s.
+
+    python bench/backend_scale.py --database sqlite|postgresql [--intervals 10000,100000] [--batches 60]
+
+PostgreSQL: a scratch database on 127.0.0.1:5432 (user postgres, trust auth), dropped afterwards.
+Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from typing import Any
+
+import httpx
+
+from packscope.backend.db import make_engine, make_sessionmaker, upgrade_schema
+from packscope.backend.ingest import insert_rows
+from packscope.backend.queries import get_run
+from packscope.core.catalogue import FIELDS
+from packscope.core.histograms import NUM_BUCKETS
+
+PG_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
+MODEL = {"layers": 24, "hidden": 2048, "heads": 16, "kv_heads": 4, "head_dim": 128, "ffn": 5504,
+         "gated": True, "vocab": 32000, "vocab_divisor": 128, "tp": 1}
+BATCH = 64
+
+
+def run_body(run_id: str) -> dict[str, Any]:
+    return {"run_id": run_id, "model": MODEL, "layout": "thd",
+            "hardware": {"gpu_name": "NVIDIA H200", "gpu_count": 8, "peak_tflops": 989.0}}
+
+
+def record(interval: int, rank: int, rng: random.Random) -> dict[str, Any]:
+    """A wire record with plausible, varied numbers."""
+    steps, gpus, packs = 10, 1, 40
+    tokens = packs * 8192
+    real = tokens - rng.randint(0, 4000)
+    gpu_time = steps * rng.uniform(0.3, 0.5)
+    docs = rng.randint(200, 400)
+    return {
+        "interval": interval, "rank": rank, "first_step": interval * steps + 1, "last_step": (interval + 1) * steps,
+        "steps": steps, "gpus": gpus, "wall_start": 1.7e9 + interval, "wall_end": 1.7e9 + interval + gpu_time,
+        "gpu_time_s": gpu_time, "host_time_s": gpu_time * 1.01, "step_time_p50_s": gpu_time / steps,
+        "step_time_p90_s": gpu_time / steps, "step_time_max_s": gpu_time / steps, "timing_lag_steps": 1,
+        "tokens": tokens, "real_tokens": real, "packs": packs, "documents": docs,
+        "seqlen_sq_sum_bshd": packs * 8192 * 8192, "seqlen_sq_sum_thd": docs * 900 * 900,
+        "flops_bshd": 1.0, "flops_thd": 1.0, "flops_useful": 1.0, "loss": rng.uniform(2, 3), "lr": 3e-4,
+        "grad_norm": 1.0, "gpu": {"util_pct": 95.0, "power_w": 600.0, "energy_j": 600.0 * gpu_time},
+        "syncs": {"total": 20, "sites": [{"site": "train.py:88", "count": 10}, {"site": f"model.py:{interval % 7}", "count": 10}]},
+        "histograms": {k: {"count": [rng.randint(0, 9) for _ in range(NUM_BUCKETS)],
+                           "tokens": [rng.randint(0, 9999) for _ in range(NUM_BUCKETS)]} for k in ("documents", "packs")},
+    }
+
+
+def table_row(run_pk: int, rec: dict[str, Any]) -> dict[str, Any]:
+    row: dict[str, Any] = {"run_pk": run_pk, "channel_loss": None}
+    for f in FIELDS:
+        value: Any = rec
+        for key in f.wire_path:
+            value = value.get(key) if isinstance(value, dict) else None
+        row[f.name] = value
+    return row
+
+
+def fill_run(make_session: Any, http: httpx.Client, run_id: str, intervals: int) -> float:
+    """Store `intervals` records for a new run in-process, in transactions of 1000 rows; seconds taken."""
+    assert http.post("/api/v1/runs", json=run_body(run_id)).status_code == 201
+    rng = random.Random(run_id)
+    template = [record(i, 0, rng) for i in range(64)]
+    t0 = time.perf_counter()
+    with make_session() as session:
+        run = get_run(session, run_id)
+        for start in range(0, intervals, 1000):
+            rows, details = {}, {}
+            for i in range(start, min(start + 1000, intervals)):
+                rec = dict(template[i % 64], interval=i, first_step=i * 10 + 1, last_step=i * 10 + 10)
+                rows[(i, 0)] = table_row(run.id, rec)
+                details[(i, 0)] = {"histograms": rec["histograms"], "sync_sites": {s["site"]: s["count"] for s in rec["syncs"]["sites"]}}
+            insert_rows(session, run, rows, details)
+            session.commit()
+    return time.perf_counter() - t0
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def ingest(url: str, pid: int, senders: int, batches: int, run_id: str) -> dict[str, Any]:
+    """`senders` threads, one rank each, post `batches` batches of 64 consecutive intervals."""
+    http = httpx.Client(base_url=url, timeout=60)
+    assert http.post("/api/v1/runs", json=run_body(run_id)).status_code == 201
+    rng = random.Random(1)
+    bodies = {
+        rank: [json.dumps({"intervals": [record(b * BATCH + i, rank, rng) for i in range(BATCH)]}).encode() for b in range(batches)]
+        for rank in range(senders)
+    }
+    errors: list[str] = []
+
+    def send(rank: int) -> None:
+        with httpx.Client(base_url=url, timeout=60) as client:
+            for body in bodies[rank]:
+                while True:
+                    r = client.post(f"/api/v1/runs/{run_id}/intervals", content=body, headers={"Content-Type": "application/json"})
+                    if r.status_code in (429, 503):  # shed load: retry as the agent would
+                        time.sleep(float(r.headers.get("retry-after", "0.05")) / 10)
+                        continue
+                    if r.status_code != 200:
+                        errors.append(r.text[:200])
+                    break
+
+    threads = [threading.Thread(target=send, args=(rank,)) for rank in range(senders)]
+    cpu0, t0 = cpu_seconds(pid), time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    seconds, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
+    rows = senders * batches * BATCH
+    stored = http.get(f"/api/v1/runs/{run_id}").json()["intervals"]
+    return {"senders": senders, "rows": rows, "stored": stored, "errors": len(errors), "rows_per_s": rows / seconds,
+            "server_cpu_us_per_row": cpu / rows * 1e6}
+
+
+def timed(http: httpx.Client, paths: list[str], repeat: int) -> list[float]:
+    out = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        for path in paths:
+            response = http.get(path)
+            assert response.status_code == 200, (path, response.text[:200])
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def p(values: list[float], q: float) -> float:
+    return round(sorted(values)[min(len(values) - 1, int(q * len(values)))] * 1000, 2)
+
+
+def reads(http: httpx.Client, run_id: str, intervals: int, repeat: int) -> dict[str, Any]:
+    base = f"/api/v1/runs/{run_id}"
+    series = timed(http, [f"{base}/series?max_points=1000"], repeat)
+    page = timed(http, [base, f"{base}/series?max_points=1000", f"{base}/sync-sites"], repeat)
+    recent = timed(http, [f"{base}/series?max_points=1000&step_min={intervals * 10 - 500}"], repeat)
+    sites = timed(http, [f"{base}/sync-sites"], repeat)
+    t0 = time.perf_counter()
+    with http.stream("GET", f"{base}/intervals.csv") as response:
+        lines = sum(chunk.count("\n") for chunk in response.iter_text())
+    csv_s = time.perf_counter() - t0
+    return {"intervals": intervals, "series_ms_p50": p(series, 0.5), "series_ms_p95": p(series, 0.95),
+            "series_recent_ms_p50": p(recent, 0.5), "run_page_ms_p50": p(page, 0.5), "sync_sites_ms_p50": p(sites, 0.5),
+            "csv_rows": lines - 1, "csv_rows_per_s": (lines - 1) / csv_s}
+
+
+def start_server(database_url: str) -> tuple[subprocess.Popen[bytes], str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = (
+        "import uvicorn; from packscope.backend.app import create_app; from packscope.backend.settings import Settings; "
+        f"uvicorn.run(create_app(Settings(database_url={database_url!r}, ingest_token=None, read_token=None)), "
+        f"host='127.0.0.1', port={port}, log_level='warning')"
+    )
+    server = subprocess.Popen([sys.executable, "-c", code])
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            httpx.get(f"{url}/api/v1/catalogue", timeout=1)
+            return server, url
+        except httpx.HTTPError:
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise SystemExit("the server did not start") from None
+            time.sleep(0.2)
+
+
+def bench(database_url: str, args: argparse.Namespace) -> dict[str, Any]:
+    engine = make_engine(database_url)
+    upgrade_schema(engine)
+    make_session = make_sessionmaker(engine)
+    server, url = start_server(database_url)
+    try:
+        http = httpx.Client(base_url=url, timeout=300)
+        out: dict[str, Any] = {"database": args.database, "cpus": os.cpu_count(), "load_avg": os.getloadavg()}
+        out["ingest"] = [ingest(url, server.pid, n, args.batches // n, f"ingest-{n}") for n in (1, 8)]
+        out["runs"] = []
+        for n in args.intervals:
+            fill_s = fill_run(make_session, http, f"big-{n}", n)
+            out["runs"].append({**reads(http, f"big-{n}", n, args.repeat), "fill_in_process_rows_per_s": n / fill_s})
+        for i in range(200 - len(args.intervals) - 2):
+            http.post("/api/v1/runs", json=run_body(f"small-{i}"))
+        runs_list = timed(http, ["/api/v1/runs"], args.repeat)
+        out["runs_list"] = {"runs": len(http.get("/api/v1/runs").json()["runs"]), "ms_p50": p(runs_list, 0.5)}
+        return out
+    finally:
+        server.terminate()
+        server.wait(10)
+        engine.dispose()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--database", choices=["sqlite", "postgresql"], default="sqlite")
+    ap.add_argument("--intervals", default="10000,100000", help="run sizes for the read benchmarks, comma-separated")
+    ap.add_argument("--batches", type=int, default=64, help="batches of 64 rows per ingest measurement")
+    ap.add_argument("--repeat", type=int, default=20, help="timed repetitions per read")
+    args = ap.parse_args()
+    args.intervals = [int(x) for x in args.intervals.split(",")]
+    if args.database == "sqlite":
+        with tempfile.TemporaryDirectory() as tmp:
+            result = bench(f"sqlite:///{tmp}/bench.db", args)
+    else:
+        import psycopg
+
+        name = f"packscope_bench_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
+            admin.execute(f'CREATE DATABASE "{name}"')
+            try:
+                result = bench(f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}", args)
+            finally:
+                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
