@@ -4,7 +4,9 @@ that falls on the tiny preset, and a full run with the agent attached."""
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
+from collections.abc import Iterator
 
 import pytest
 import torch
@@ -24,6 +26,16 @@ from packscope.trainer.train import (
 
 # Short documents: many per step, so a few hundred tokens already mix many rules.
 SHORT_DOCS = DataConfig(min_len=8, short_median=24, long_median=96)
+
+
+@pytest.fixture(autouse=True)
+def _one_intra_op_thread() -> Iterator[None]:
+    """On this busy 2-core machine, two intra-op threads made a CPU step of the tiny preset take
+    0.5-4.7 s instead of a steady 0.2 s with one (measured); no number checked here changes."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
 
 
 def small_run(**overrides) -> TrainConfig:
@@ -74,10 +86,13 @@ def test_both_layouts_see_the_same_documents_and_the_same_first_loss():
 
 
 def test_loss_falls_on_the_tiny_preset():
-    trainer = Trainer(small_run())
+    trainer = Trainer(small_run(steps=40))
     losses = [float(step(trainer)) for _ in range(trainer.cfg.steps)]
     assert all(math.isfinite(x) for x in losses)
-    assert sum(losses[-10:]) / 10 < 0.7 * losses[0]
+    # From ln(vocab) = 6.2, past ln(band) = 4.2 (which tokens a document may use) into the
+    # transitions themselves: 2.9 (0.46x) over the last 10 steps when written.
+    assert losses[0] == pytest.approx(math.log(512), rel=0.05)
+    assert sum(losses[-10:]) / 10 < 0.6 * losses[0]
 
 
 def test_static_shapes_train_the_same_as_dynamic():
@@ -91,7 +106,7 @@ def test_lr_schedule_warms_up_then_decays_to_a_tenth():
     lrs = [lr_at(s, cfg) for s in range(50)]
     assert lrs[0] == pytest.approx(2e-4) and lrs[4] == pytest.approx(1e-3)
     assert lrs[-1] == pytest.approx(1e-4)
-    assert all(a >= b for a, b in zip(lrs[4:], lrs[5:]))
+    assert all(a >= b for a, b in itertools.pairwise(lrs[4:]))
 
 
 def test_run_training_with_the_agent():
