@@ -6,34 +6,47 @@ from __future__ import annotations
 import argparse
 import importlib
 import sys
+from typing import Any
 
-# subcommand -> (module, add-arguments function, run function, help)
+# subcommand -> (the function adding its options, the function running it, help), as
+# "module:function". Only the chosen subcommand's modules are imported (serve must not pull in
+# torch, for one), and its runner only once the arguments parsed, so that `packscope train --help`
+# and a mistyped option answer without loading torch.
 COMMANDS = {
-    "serve": ("packscope.backend.cli", "add_serve_arguments", "serve_from_args", "run the dashboard and ingest server"),
-    "train": ("packscope.trainer.train", "add_train_arguments", "train_from_args", "run the reference trainer with the agent wired in"),
-    "demo": ("packscope.demo", "add_demo_arguments", "demo_from_args", "start a server and feed it two reference runs (BSHD and THD)"),
-    "export": ("packscope.backend.cli", "add_export_arguments", "export_from_args", "download a run's intervals as CSV"),
-    "flops": ("packscope.flops_cmd", "add_flops_arguments", "flops_from_args", "FLOPs of packs of documents for a Hugging Face model"),
+    "serve": ("packscope.backend.cli:add_serve_arguments", "packscope.backend.cli:serve_from_args",
+              "run the dashboard and ingest server"),
+    "train": ("packscope.trainer.config:add_train_arguments", "packscope.trainer.train:train_from_args",
+              "run the reference trainer with the agent wired in"),
+    "demo": ("packscope.demo:add_demo_arguments", "packscope.demo:demo_from_args",
+             "start a server and feed it two reference runs (BSHD and THD)"),
+    "export": ("packscope.backend.cli:add_export_arguments", "packscope.backend.cli:export_from_args",
+               "download a run's intervals as CSV"),
+    "flops": ("packscope.flops_cmd:add_flops_arguments", "packscope.flops_cmd:flops_from_args",
+              "FLOPs of packs of documents for a Hugging Face model"),
 }
+
+
+def load(reference: str) -> Any:
+    """The object a "module:function" reference names."""
+    module, name = reference.split(":")
+    return getattr(importlib.import_module(module), name)
 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    # Import only the chosen subcommand's module (serve must not pull in torch, for one).
     chosen = next((a for a in argv if not a.startswith("-")), None)
     if chosen in COMMANDS:
-        module, add, run, help_text = COMMANDS[chosen]
+        add, run, help_text = COMMANDS[chosen]
         parser = argparse.ArgumentParser(prog=f"packscope {chosen}", description=help_text)
-        mod = importlib.import_module(module)
-        getattr(mod, add)(parser)
+        load(add)(parser)
         rest = list(argv)
         rest.remove(chosen)
         args = parser.parse_args(rest)
-        return int(getattr(mod, run)(args) or 0)
+        return int(load(run)(args) or 0)
     parser = argparse.ArgumentParser(
         prog="packscope",
         description="How fast is this training run, really?",
-        epilog="commands:\n" + "\n".join(f"  {k:<8}{v[3]}" for k, v in COMMANDS.items()),
+        epilog="commands:\n" + "\n".join(f"  {k:<8}{v[2]}" for k, v in COMMANDS.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("command", choices=sorted(COMMANDS), metavar="COMMAND")

@@ -1,11 +1,16 @@
-"""Small config dataclasses for the reference trainer: the model, the synthetic data, the run.
+"""Small config dataclasses for the reference trainer: the model, the synthetic data, the run,
+and the `packscope train` command line generated from the run's fields.
 
 No torch here, so that the CLI can build its parser without importing torch.
 """
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import typing
 from dataclasses import dataclass, field, replace
+from typing import Any, Literal, TypeGuard
 
 from packscope.core.flops import ModelSpec
 
@@ -79,52 +84,83 @@ PRESETS: dict[str, ModelConfig] = {
 PRESETS["125m"] = replace(PRESETS["small"], name="125m")
 
 
+def option(default: Any, help: str, **metadata: Any) -> Any:
+    """A field with a default and its `packscope train` help (``choices=`` narrows a plain str)."""
+    return field(default=default, metadata={"help": help, **metadata})
+
+
 @dataclass(frozen=True)
 class DataConfig:
     """Synthetic documents: a chat-like short mode and a long mode, both log-normal."""
 
-    min_len: int = 16
-    short_share: float = 0.7
-    short_median: int = 96
-    long_median: int = 1024
-    sigma: float = 0.8
-    rules: int = 8  # affine recurrences that generate the content
+    min_len: int = option(16, "shortest document, in tokens")
+    short_share: float = option(0.7, "share of documents drawn from the short, chat-like mode")
+    short_median: int = option(96, "median length of the short mode, in tokens")
+    long_median: int = option(1024, "median length of the long mode (documents are clipped to --pack-length)")
+    sigma: float = option(0.8, "log-normal spread of both modes")
+    rules: int = option(8, "affine recurrences that generate the content, one vocabulary band each")
+
+    def __post_init__(self) -> None:
+        for key in ("min_len", "short_median", "long_median", "rules"):
+            if getattr(self, key) < 1:
+                raise ValueError(f"data.{key} must be >= 1, got {getattr(self, key)}")
+        if not 0 <= self.short_share <= 1:
+            raise ValueError(f"data.short_share must be between 0 and 1, got {self.short_share}")
+        if self.sigma < 0:
+            raise ValueError(f"data.sigma must be >= 0, got {self.sigma}")
+
+
+Layout = Literal["thd", "bshd"]
+Device = Literal["auto", "cpu", "cuda"]
+DType = Literal["bfloat16", "float16", "float32"]
 
 
 @dataclass
 class TrainConfig:
-    preset: str = "tiny"
-    layout: str = "thd"  # "thd": packed with per-document attention; "bshd": one document per padded row
-    steps: int = 100
-    pack_length: int = 512
-    packs_per_step: int = 4  # token budget per step = packs_per_step * pack_length
-    micro_batches: int = 1  # gradient accumulation; packs_per_step is split evenly between them
-    max_docs_per_pack: int = 64
-    align: int = 1  # THD: each document's slot is rounded up to a multiple of this
-    static: bool = False  # THD: fixed cu_seqlens size and a dummy tail (CUDA graphs, no recompiles)
-    lr: float | None = None  # None: the preset's
-    warmup_steps: int = 10
-    weight_decay: float = 0.1
-    grad_clip: float = 1.0
-    seed: int = 0
-    device: str = "auto"  # "auto" | "cpu" | "cuda"
-    dtype: str = "bfloat16"  # autocast dtype on CUDA; CPU always runs float32
-    compile: bool = False
-    log_every: int = 10
-    progress: bool = True
-    server: str | None = None  # None: the agent counts but sends nothing
-    name: str | None = None  # None: made from the layout and preset
-    project: str = "packscope"
+    """One run of the reference trainer. Every field is also a `packscope train` option
+    (``add_train_arguments``), so a new field needs no second edit to reach the command line."""
+
+    preset: str = option("tiny", "model size", choices=sorted(PRESETS))
+    layout: Layout = option("thd", "thd: packed, per-document attention; bshd: one document per padded row")
+    steps: int = option(100, "steps to train")
+    pack_length: int = option(512, "token slots per pack; no document is longer")
+    packs_per_step: int = option(4, "token budget per step, in packs of --pack-length")
+    micro_batches: int = option(1, "gradient accumulation: --packs-per-step is split evenly between them")
+    max_docs_per_pack: int = option(64, "THD: at most this many documents share a pack")
+    align: int = option(1, "THD: round each document's slot up to a multiple of this")
+    static: bool = option(False, "THD: static shapes, a fixed cu_seqlens size and a dummy tail (for CUDA graphs)")
+    lr: float | None = option(None, "peak learning rate (default: the preset's)")
+    warmup_steps: int = option(10, "steps of linear warmup; then cosine decay to a tenth of the peak")
+    weight_decay: float = option(0.1, "AdamW weight decay of the weight matrices")
+    grad_clip: float = option(1.0, "clip the gradient norm to this")
+    seed: int = option(0, "seeds the model's initialization and the synthetic documents")
+    device: Device = option("auto", "auto: CUDA when torch sees a GPU, else the CPU")
+    dtype: DType = option("bfloat16", "autocast dtype on CUDA (the CPU runs float32)")
+    compile: bool = option(False, "torch.compile the model")
+    log_every: int = option(10, "steps per agent interval")
+    progress: bool = option(True, "the progress bar")
+    server: str | None = option(None, "packscope server URL (default: count, send nothing)")
+    name: str | None = option(None, "run name (default: preset-layout-pack_length)")
+    project: str = option("packscope", "project the run is filed under on the server")
     data: DataConfig = field(default_factory=DataConfig)
 
     def __post_init__(self) -> None:
         ModelConfig.preset(self.preset)
-        if self.layout not in ("thd", "bshd"):
-            raise ValueError(f"layout must be 'thd' or 'bshd', got {self.layout!r}")
+        for key, allowed in (("layout", Layout), ("device", Device), ("dtype", DType)):
+            if getattr(self, key) not in typing.get_args(allowed):
+                choices = ", ".join(map(repr, typing.get_args(allowed)))
+                raise ValueError(f"{key} must be one of {choices}, got {getattr(self, key)!r}")
         for key in ("steps", "pack_length", "packs_per_step", "micro_batches", "max_docs_per_pack",
                     "align", "log_every"):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
+        for key in ("warmup_steps", "weight_decay"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"{key} must be >= 0, got {getattr(self, key)}")
+        if self.lr is not None and self.lr <= 0:
+            raise ValueError(f"lr must be > 0, got {self.lr}")
+        if self.grad_clip <= 0:
+            raise ValueError(f"grad_clip must be > 0, got {self.grad_clip}")
         if self.packs_per_step % self.micro_batches:
             raise ValueError(
                 f"packs_per_step ({self.packs_per_step}) must be a multiple of micro_batches "
@@ -134,10 +170,6 @@ class TrainConfig:
             raise ValueError(f"pack_length ({self.pack_length}) must be a multiple of align ({self.align})")
         if self.data.min_len > self.pack_length:
             raise ValueError(f"pack_length ({self.pack_length}) is below the shortest document ({self.data.min_len})")
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise ValueError(f"device must be 'auto', 'cpu' or 'cuda', got {self.device!r}")
-        if self.dtype not in ("bfloat16", "float16", "float32"):
-            raise ValueError(f"dtype must be 'bfloat16', 'float16' or 'float32', got {self.dtype!r}")
 
     @property
     def model(self) -> ModelConfig:
@@ -154,3 +186,72 @@ class TrainConfig:
     @property
     def learning_rate(self) -> float:
         return self.lr if self.lr is not None else self.model.lr
+
+
+# -- the command line, generated from the fields ---------------------------------------------------
+def add_train_arguments(parser: argparse.ArgumentParser) -> None:
+    """One option per TrainConfig field: the name in --kebab-case, typed by the annotation, with
+    the field's help and default. A nested config's fields get its name as prefix (--data-sigma)."""
+    _add_fields(parser, TrainConfig, prefix="")
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    """The TrainConfig that parsed options describe; a ValueError says why it cannot be."""
+    return _build(TrainConfig, vars(args), prefix="")
+
+
+def _add_fields(parser: argparse.ArgumentParser, cls: type, prefix: str) -> None:
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        dest, kind = prefix + f.name, hints[f.name]
+        if _is_config(kind):
+            _add_fields(parser, kind, prefix=f"{dest}_")
+        else:
+            _add_option(parser, dest, kind, f)
+
+
+def _add_option(parser: argparse.ArgumentParser, dest: str, kind: Any, f: dataclasses.Field) -> None:
+    flag = dest.replace("_", "-")
+    help_text = f.metadata.get("help", "").replace("%", "%%")  # argparse formats help with %
+    if kind is bool:
+        # A flag turns on what is off by default, --no-x turns off what is on.
+        if f.default:
+            parser.add_argument(f"--no-{flag}", dest=dest, action="store_false", help=f"turn off {help_text}")
+        else:
+            parser.add_argument(f"--{flag}", dest=dest, action="store_true", help=help_text)
+        return
+    value_type, choices = _value_type(kind, f"{dest}: {kind}")
+    if f.default is not None:
+        help_text += " (default: %(default)s)"
+    choices = f.metadata.get("choices", choices)
+    # A number shows its type (--steps INT); text reads best as its name (--server SERVER).
+    metavar = value_type.__name__.upper() if value_type in (int, float) and not choices else None
+    parser.add_argument(f"--{flag}", dest=dest, type=value_type, choices=choices, default=f.default, help=help_text,
+                        metavar=metavar)
+
+
+def _value_type(kind: Any, where: str) -> tuple[type, list | None]:
+    """The argparse type, and choices, of an annotation: int, float, str, Literal[...], X | None."""
+    args = typing.get_args(kind)
+    if typing.get_origin(kind) is Literal:
+        return type(args[0]), list(args)
+    if len(args) == 2 and type(None) in args:  # X | None: None is the default, not a value to type
+        return _value_type(next(a for a in args if a is not type(None)), where)
+    if kind in (int, float, str):
+        return kind, None
+    raise TypeError(f"{where}: no command-line form for this type; give the field one of int, float, "
+                    "str, bool, Literal[...] or X | None, or teach _value_type the new one")
+
+
+def _build(cls: type, values: dict[str, Any], prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    kwargs = {}
+    for f in dataclasses.fields(cls):
+        dest, kind = prefix + f.name, hints[f.name]
+        kwargs[f.name] = _build(kind, values, f"{dest}_") if _is_config(kind) else values[dest]
+    return cls(**kwargs)
+
+
+def _is_config(kind: Any) -> TypeGuard[type]:
+    """A nested config (a dataclass type), whose fields become options of their own."""
+    return isinstance(kind, type) and dataclasses.is_dataclass(kind)

@@ -20,7 +20,7 @@ from tqdm import tqdm
 
 from packscope.agent import Agent, AgentConfig
 from packscope.trainer.attention import attention_for
-from packscope.trainer.config import PRESETS, TrainConfig
+from packscope.trainer.config import TrainConfig, config_from_args
 from packscope.trainer.data import DocumentStream, step_documents
 from packscope.trainer.model import Transformer
 from packscope.trainer.packing import IGNORE, Batch, pack_bshd, pack_thd
@@ -217,6 +217,7 @@ def run_training(cfg: TrainConfig) -> dict:
     except BaseException:
         agent.close(status="failed")
         raise
+    assert loss is not None and first_loss is not None  # steps >= 1: at least one step ran
     final_loss = float(loss)  # the one read that waits, after the last step
     elapsed = time.perf_counter() - start
     agent.close(status="finished")
@@ -237,43 +238,12 @@ def run_training(cfg: TrainConfig) -> dict:
     }
 
 
-def add_train_arguments(parser: argparse.ArgumentParser) -> None:
-    d = TrainConfig()
-    parser.add_argument("--layout", choices=["thd", "bshd"], default=d.layout,
-                        help="thd: packed, per-document attention; bshd: one document per padded row")
-    parser.add_argument("--preset", choices=sorted(PRESETS), default=d.preset, help="model size")
-    parser.add_argument("--steps", type=int, default=d.steps)
-    parser.add_argument("--pack-length", type=int, default=d.pack_length)
-    parser.add_argument("--packs-per-step", type=int, default=d.packs_per_step,
-                        help="token budget per step, in packs of --pack-length")
-    parser.add_argument("--micro-batches", type=int, default=d.micro_batches, help="gradient accumulation")
-    parser.add_argument("--max-docs-per-pack", type=int, default=d.max_docs_per_pack)
-    parser.add_argument("--align", type=int, default=d.align, help="THD: round document slots up to this")
-    parser.add_argument("--static", action="store_true", help="THD: static shapes with a dummy tail")
-    parser.add_argument("--lr", type=float, default=None, help="peak learning rate (default: the preset's)")
-    parser.add_argument("--seed", type=int, default=d.seed)
-    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], default=d.device)
-    parser.add_argument("--dtype", choices=["bfloat16", "float16", "float32"], default=d.dtype,
-                        help="autocast dtype on CUDA (the CPU runs float32)")
-    parser.add_argument("--compile", action="store_true", help="torch.compile the model")
-    parser.add_argument("--log-every", type=int, default=d.log_every, help="steps per agent interval")
-    parser.add_argument("--server", default=None, help="packscope server URL (default: count, send nothing)")
-    parser.add_argument("--name", default=None, help="run name (default: preset-layout-pack_length)")
-    parser.add_argument("--project", default=d.project)
-    parser.add_argument("--no-progress", dest="progress", action="store_false", help="hide the progress bar")
-
-
-def config_from_args(args: argparse.Namespace) -> TrainConfig:
-    keys = {f.name for f in dataclasses.fields(TrainConfig)} - {"data"}
-    return TrainConfig(**{k: v for k, v in vars(args).items() if k in keys})
-
-
 def train_from_args(args: argparse.Namespace) -> int:
     try:
         cfg = config_from_args(args)
         resolve_device(cfg)
     except ValueError as err:
-        print(f"packscope train: {err}", file=sys.stderr)
+        print(f"packscope train: error: {err}", file=sys.stderr)
         return 2
     summary = run_training(cfg)
     print(json.dumps(summary, indent=2))

@@ -1,9 +1,8 @@
-"""The data, the loop and the CLI: same documents in both layouts, same loss at step 0, a loss
-that falls on the tiny preset, and a full run with the agent attached."""
+"""The data and the loop: same documents in both layouts, same loss at step 0, a loss that falls
+on the tiny preset, and a full run with the agent attached (the CLI: test_trainer_cli.py)."""
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import math
 from collections.abc import Iterator
@@ -14,15 +13,7 @@ import torch
 from packscope.trainer.config import DataConfig, TrainConfig
 from packscope.trainer.data import DocumentStream, step_documents
 from packscope.trainer.packing import first_fit_decreasing
-from packscope.trainer.train import (
-    Trainer,
-    add_train_arguments,
-    config_from_args,
-    lr_at,
-    run_training,
-    train_step,
-    train_from_args,
-)
+from packscope.trainer.train import Trainer, lr_at, run_training, train_step
 
 # Short documents: many per step, so a few hundred tokens already mix many rules.
 SHORT_DOCS = DataConfig(min_len=8, short_median=24, long_median=96)
@@ -114,27 +105,3 @@ def test_run_training_with_the_agent():
     assert summary["steps"] == 6 and isinstance(summary["run_id"], str)
     assert math.isfinite(summary["final_loss"]) and math.isfinite(summary["first_loss"])
     assert summary["token_slots"] == 6 * 2 * 256 >= summary["real_tokens"] > 0
-
-
-def parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser()
-    add_train_arguments(parser)
-    return parser.parse_args(argv)
-
-
-def test_cli_arguments_map_onto_the_config():
-    args = parse(["--layout", "bshd", "--steps", "7", "--preset", "1b", "--pack-length", "1024",
-                  "--packs-per-step", "8", "--micro-batches", "2", "--static", "--compile",
-                  "--device", "cpu", "--name", "n", "--project", "p", "--server", "http://x:1",
-                  "--log-every", "5", "--lr", "0.01", "--no-progress"])
-    cfg = config_from_args(args)
-    assert (cfg.layout, cfg.steps, cfg.preset, cfg.pack_length, cfg.packs_per_step) == ("bshd", 7, "1b", 1024, 8)
-    assert (cfg.micro_batches, cfg.static, cfg.compile, cfg.device) == (2, True, True, "cpu")
-    assert (cfg.run_name, cfg.project, cfg.server, cfg.log_every, cfg.learning_rate) == ("n", "p", "http://x:1", 5, 0.01)
-    assert not cfg.progress
-    assert config_from_args(parse([])) == TrainConfig()
-
-
-def test_cli_explains_a_bad_config(capsys):
-    assert train_from_args(parse(["--packs-per-step", "3", "--micro-batches", "2"])) == 2
-    assert "multiple of micro_batches" in capsys.readouterr().err
