@@ -51,7 +51,7 @@ _STOP = object()
 IDLE_WAIT_S = 1.0  # the longest the thread sleeps with nothing to do (close() wakes it at once)
 RETRY_AFTER_CAP_S = 3600.0  # a Retry-After longer than this is taken as this
 LOG_REPEAT_S = 300.0  # an unchanged problem is logged again after this long
-GZIP_LEVEL = 6  # 9 costs ~35% more time for the same size on interval records
+GZIP_LEVEL = 1  # on 64 interval records: 3.5x smaller at level 1, 4.1x at 6 for 1.8x the time
 
 
 # -- where the spool lives ---------------------------------------------------------------------------

@@ -515,7 +515,7 @@ elif mode == "finish":
     print(json.dumps({"closed": sender.close(None, timeout_s=20), **sender.stats()}), flush=True)
 elif mode == "disk-full":  # the spool's file may not grow past a few pages: writes fail with EFBIG
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
-    limit = 96 * 1024
+    limit = 320 * 1024
     resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
     for i in range(400):
         sender.submit({"rank": 0, "interval": base + i, "pad": "d" * 1000})
