@@ -9,10 +9,13 @@
   arguments the Trainer passes (``batches.observe_kwargs``): ``cu_seq_lens_q`` (TRL padding-free
   and packing, ``DataCollatorWithFlattening(return_flash_attn_kwargs=True)``), ``position_ids``
   (``DataCollatorWithFlattening``), ``attention_mask`` (padded rows) or the tokens' shape.
-  Forwards in eval mode are not counted.
-* The loss is the Trainer's own per-step value on this rank, assembled on the device from the
-  model's ``outputs.loss`` (a forward hook; never read back here). When a custom
-  ``compute_loss_func`` or label smoothing computes the loss outside the model, there is none.
+  Forwards in eval mode or without autograd (evaluation, TRL's metrics-only second forward)
+  are not counted.
+* The loss is the step's token-weighted mean on this rank, assembled on the device from the
+  model's ``outputs.loss`` and the micro-batch's target count (a forward hook; never read back
+  here): what the Trainer and TRL log whenever they normalise by ``num_items_in_batch``. When
+  a custom ``compute_loss_func`` or label smoothing computes the loss outside the model, there
+  is none.
 * The learning rate is read from the optimizer before the scheduler steps, as the Trainer logs it.
 
 The host syncs that the agent reports are the Trainer's own (e.g. its NaN/Inf check of every
@@ -49,9 +52,8 @@ class PackscopeCallback(TrainerCallback):
         self.tp = tp
         self.agent: Agent | None = None
         self._hooks: list[torch.utils.hooks.RemovableHandle] = []
-        self._losses: list[torch.Tensor] = []
-        self._loss_is_share = False  # each micro-batch's loss is already its share of the step's
-        self._loss_scale = 1
+        self._loss_sums: list[torch.Tensor] = []  # per micro-batch: summed loss over its targets
+        self._targets: list[torch.Tensor] = []  # per micro-batch: tokens with a label
         self._lr: float | None = None
         self._warned_unknown = False
 
@@ -65,8 +67,6 @@ class PackscopeCallback(TrainerCallback):
         settings.setdefault("start_step", state.global_step)
         settings.setdefault("config", args.to_sanitized_dict())
         self.agent = Agent(AgentConfig(**settings), model=spec, device=args.device)
-        # The Trainer multiplies a loss normalised over all ranks' tokens by the world size.
-        self._loss_scale = args.world_size if args.average_tokens_across_devices else 1
         self._hooks = [
             model.register_forward_pre_hook(self._observe, with_kwargs=True),
             model.register_forward_hook(self._keep_loss, with_kwargs=True),
@@ -81,7 +81,7 @@ class PackscopeCallback(TrainerCallback):
 
     # -- one optimizer step ---------------------------------------------------------------
     def on_step_begin(self, args, state, control, **kwargs):
-        self._losses = []
+        self._loss_sums, self._targets = [], []
         self.agent.step_begin()
 
     def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
@@ -93,8 +93,12 @@ class PackscopeCallback(TrainerCallback):
         self.agent.step_end(loss=self._step_loss(), lr=self._lr)
 
     # -- every micro-batch ----------------------------------------------------------------
+    @staticmethod
+    def _trains(module: torch.nn.Module) -> bool:
+        return module.training and torch.is_grad_enabled()
+
     def _observe(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
-        if not module.training:
+        if not self._trains(module):
             return
         batch = kwargs if args == () else {"input_ids": args[0], **kwargs}
         form = observe_kwargs(batch)
@@ -107,16 +111,22 @@ class PackscopeCallback(TrainerCallback):
 
     def _keep_loss(self, module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
         loss = getattr(output, "loss", None)
-        if module.training and isinstance(loss, torch.Tensor):
-            self._losses.append(loss.detach())
-            self._loss_is_share = kwargs.get("num_items_in_batch") is not None
+        labels = kwargs.get("shift_labels")
+        shifted = labels is not None
+        if not shifted:
+            labels = kwargs.get("labels")
+        if not (self._trains(module) and isinstance(loss, torch.Tensor) and isinstance(labels, torch.Tensor)):
+            return
+        # HF's causal-LM loss predicts labels[..., 1:] (unless given shift_labels) and ignores -100.
+        targets = (labels if shifted else labels[..., 1:]).ne(-100).sum()
+        # The model's loss is a mean over its own targets or, given num_items_in_batch, the
+        # micro-batch's summed loss divided by that step-wide count.
+        divisor = kwargs.get("num_items_in_batch")
+        self._loss_sums.append(loss.detach().reshape(()).to(torch.float64) * (targets if divisor is None else divisor))
+        self._targets.append(targets)
 
     def _step_loss(self) -> torch.Tensor | None:
-        """The step's loss as the Trainer adds it up, on the device: a sum of shares when the
-        model normalised each micro-batch by the step's token count, else a mean."""
-        if not self._losses:
+        """The step's token-weighted mean loss on this rank, on the device."""
+        if not self._loss_sums:
             return None
-        losses = torch.stack([loss.reshape(()) for loss in self._losses]).to(torch.float64)
-        if self._loss_is_share:
-            return losses.sum() * self._loss_scale
-        return losses.mean()
+        return torch.stack(self._loss_sums).sum() / torch.stack(self._targets).sum().clamp(min=1)
