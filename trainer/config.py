@@ -122,7 +122,7 @@ class TrainConfig:
 
     preset: str = option("tiny", "model size", choices=sorted(PRESETS))
     layout: Layout = option("thd", "thd: packed, per-document attention; bshd: one document per padded row")
-    steps: int = option(100, "steps to train")
+    steps: int = option(100, "the run's last step (a resumed run counts the steps before --start-step too)")
     pack_length: int = option(512, "token slots per pack; no document is longer")
     packs_per_step: int = option(4, "token budget per step, in packs of --pack-length")
     micro_batches: int = option(1, "gradient accumulation: --packs-per-step is split evenly between them")
@@ -142,6 +142,19 @@ class TrainConfig:
     server: str | None = option(None, "packscope server URL (default: count, send nothing)")
     name: str | None = option(None, "run name (default: preset-layout-pack_length)")
     project: str = option("packscope", "project the run is filed under on the server")
+    run_id: str | None = option(
+        None,
+        "continue the run with this id (a killed run's, as its progress bar and the dashboard show it): "
+        "the server marks it running again, and the agent first sends what the killed run left in "
+        "its spool (default: a new id from the name and the time)",
+    )
+    start_step: int = option(
+        0,
+        "with --run-id: the last step the killed run logged (its last step on the dashboard; best a "
+        "multiple of --log-every). Steps, learning rate, data and interval indexes continue after it. "
+        "Model weights are not restored (no checkpoints), so the loss starts over, but the documents, "
+        "and so every interval's tokens and FLOPs, are those the killed run would have trained on",
+    )
     data: DataConfig = field(default_factory=DataConfig)
 
     def __post_init__(self) -> None:
@@ -154,13 +167,20 @@ class TrainConfig:
                     "align", "log_every"):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
-        for key in ("warmup_steps", "weight_decay"):
+        for key in ("warmup_steps", "weight_decay", "start_step"):
             if getattr(self, key) < 0:
                 raise ValueError(f"{key} must be >= 0, got {getattr(self, key)}")
         if self.lr is not None and self.lr <= 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         if self.grad_clip <= 0:
             raise ValueError(f"grad_clip must be > 0, got {self.grad_clip}")
+        if self.start_step and self.run_id is None:
+            raise ValueError(f"start_step ({self.start_step}) continues an existing run: give its run_id too")
+        if self.start_step >= self.steps:
+            raise ValueError(
+                f"start_step ({self.start_step}) must be below steps ({self.steps}): steps is the "
+                "run's last step, the steps before start_step included"
+            )
         if self.packs_per_step % self.micro_batches:
             raise ValueError(
                 f"packs_per_step ({self.packs_per_step}) must be a multiple of micro_batches "

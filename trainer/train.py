@@ -76,7 +76,11 @@ class Trainer:
             iter(docs), cfg.micro_batches, cfg.packs_per_micro_batch, cfg.pack_length,
             cfg.max_docs_per_pack, cfg.align,
         )
-        self.step = 0
+        # A resumed run trains on the documents the killed run would have had next: the stream is
+        # seeded, so drawing the earlier steps' documents again lands on them.
+        for _ in range(cfg.start_step):
+            next(self._steps)
+        self.step = cfg.start_step
 
     def next_batches(self) -> list[Batch]:
         """The next step's micro-batches in the configured layout, on the device."""
@@ -178,7 +182,7 @@ class LossReadout:
 
 
 def run_training(cfg: TrainConfig) -> dict:
-    """Train for ``cfg.steps`` steps with the agent attached; return a summary."""
+    """Train steps ``cfg.start_step + 1`` to ``cfg.steps`` with the agent attached; return a summary."""
     trainer = Trainer(cfg)
     agent = Agent(
         AgentConfig(
@@ -187,13 +191,17 @@ def run_training(cfg: TrainConfig) -> dict:
             project=cfg.project,
             layout=cfg.layout,
             log_every=cfg.log_every,
+            run_id=cfg.run_id,
+            start_step=cfg.start_step,
             tags=["reference-trainer", cfg.preset, cfg.layout],
             config=dataclasses.asdict(cfg),
         ),
         model=trainer.model_cfg.to_model_spec(),
     )
     readout = LossReadout(trainer.device)
-    bar = tqdm(range(cfg.steps), desc=cfg.run_name, unit="step", disable=not cfg.progress)
+    # The bar shows the run id: what --run-id needs to continue this run if it is killed.
+    bar = tqdm(range(cfg.start_step, cfg.steps), desc=agent.run_id, initial=cfg.start_step, total=cfg.steps,
+               unit="step", disable=not cfg.progress)
     first_loss = loss = None
     real_tokens = slots = logged_tokens = 0
     start = logged_at = time.perf_counter()
@@ -217,23 +225,25 @@ def run_training(cfg: TrainConfig) -> dict:
     except BaseException:
         agent.close(status="failed")
         raise
-    assert loss is not None and first_loss is not None  # steps >= 1: at least one step ran
+    assert loss is not None and first_loss is not None  # start_step < steps: at least one step ran
     final_loss = float(loss)  # the one read that waits, after the last step
     elapsed = time.perf_counter() - start
     agent.close(status="finished")
+    steps = cfg.steps - cfg.start_step  # trained by this process
     return {
         "run_id": agent.run_id,
         "name": cfg.run_name,
         "layout": cfg.layout,
         "preset": cfg.preset,
         "parameters": trainer.model.num_params(),
-        "steps": cfg.steps,
+        "start_step": cfg.start_step,
+        "steps": steps,
         "first_loss": float(first_loss),
         "final_loss": final_loss,
         "real_tokens": real_tokens,
         "token_slots": slots,
         "seconds": elapsed,
-        "steps_per_s": cfg.steps / elapsed,
+        "steps_per_s": steps / elapsed,
         "tokens_per_s": real_tokens / elapsed,
     }
 

@@ -20,7 +20,7 @@ EVERY_FIELD_CHANGED = TrainConfig(
     preset="1b", layout="bshd", steps=7, pack_length=1024, packs_per_step=8, micro_batches=2,
     max_docs_per_pack=5, align=8, static=True, lr=0.01, warmup_steps=3, weight_decay=0.05,
     grad_clip=0.5, seed=4, device="cpu", dtype="float16", compile=True, log_every=5, progress=False,
-    server="http://x:1", name="n", project="p",
+    server="http://x:1", name="n", project="p", run_id="run-1", start_step=6,
     data=DataConfig(min_len=4, short_share=0.5, short_median=32, long_median=256, sigma=0.5, rules=4),
 )
 
@@ -89,6 +89,8 @@ def test_help_shows_the_fields_help_and_defaults():
     (["--lr", "fast"], "argument --lr: invalid float value: 'fast'"),
     (["--packs-per-step", "3", "--micro-batches", "2"],
      "packscope train: error: packs_per_step (3) must be a multiple of micro_batches (2)"),
+    (["--steps", "10", "--start-step", "10", "--run-id", "r"], "error: start_step (10) must be below steps (10)"),
+    (["--start-step", "3"], "packscope train: error: start_step (3) continues an existing run: give its run_id too"),
     (["--data-short-share", "1.5"], "packscope train: error: data.short_share must be between 0 and 1, got 1.5"),
     (["--steps", "0"], "packscope train: error: steps must be >= 1, got 0"),
 ])
@@ -108,4 +110,4 @@ def test_the_train_command_parses_without_torch():
             "main(['train', '--help'])")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert "--pack-length" in proc.stdout and "--data-sigma" in proc.stdout
+    assert "--run-id" in proc.stdout and "--data-sigma" in proc.stdout

@@ -1,5 +1,5 @@
 """The data and the loop: same documents in both layouts, same loss at step 0, a loss that falls
-on the tiny preset, and a full run with the agent attached (the CLI: test_trainer_cli.py)."""
+on the tiny preset, a full run with the agent attached, and a resumed run that continues it."""
 
 from __future__ import annotations
 
@@ -105,3 +105,22 @@ def test_run_training_with_the_agent():
     assert summary["steps"] == 6 and isinstance(summary["run_id"], str)
     assert math.isfinite(summary["final_loss"]) and math.isfinite(summary["first_loss"])
     assert summary["token_slots"] == 6 * 2 * 256 >= summary["real_tokens"] > 0
+
+
+def test_a_resumed_run_continues_the_steps_the_data_and_the_schedule():
+    whole, resumed = Trainer(small_run(steps=10)), Trainer(small_run(steps=10, start_step=3, run_id="r"))
+    for _ in range(3):
+        step(whole)
+    assert resumed.step == whole.step == 3
+    wanted, batches = whole.next_batches(), resumed.next_batches()
+    for want, got in zip(wanted, batches, strict=True):
+        assert torch.equal(want.input_ids, got.input_ids) and want.doc_lengths == got.doc_lengths
+    train_step(resumed, batches)
+    assert resumed.step == 4 and resumed.optimizer.param_groups[0]["lr"] == lr_at(3, resumed.cfg)
+
+
+def test_run_training_resumes_the_given_run_id_after_the_start_step():
+    summary = run_training(small_run(steps=8, log_every=2, start_step=4, run_id="resumed-run"))
+    assert summary["run_id"] == "resumed-run"
+    assert (summary["start_step"], summary["steps"]) == (4, 4)
+    assert summary["token_slots"] == 4 * 2 * 256
