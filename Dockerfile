@@ -4,18 +4,17 @@ FROM python:3.11-slim
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1
 WORKDIR /app
 
-# torch is a dependency of the distribution (the agent's), pinned first as in the Makefile (2.13.0 is
-# the CPU wheel on the registries this project uses). The server itself never imports it.
-RUN pip install torch==2.13.0
-
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md LICENSE ./
 COPY packscope packscope
 COPY agent agent
 COPY trainer trainer
 COPY backend backend
 COPY frontend frontend
 COPY alembic alembic
-RUN pip install '.[server]'
+# The server's extra only: no torch (the base distribution is torch-free; torch comes with the
+# [agent] and [trainer] extras, which a server never needs). The build fails if torch slipped in.
+RUN pip install '.[server]' \
+    && python -c "import importlib.util, sys; sys.exit('torch is installed' if importlib.util.find_spec('torch') else 0)"
 
 EXPOSE 8000
 # Migrations run on start (alembic upgrade head), so an empty database is ready at once.

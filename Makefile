@@ -1,16 +1,20 @@
 # Two commands do all set-up on a fresh machine (Python, git and the package registries):
 #   make demo   - server on the embedded SQLite default + two reference training runs feeding it
-#   make test   - the whole test suite
+#   make test   - the whole test suite (slow tests included), then its 15 slowest tests
+# and, for developers:
+#   make lint       - ruff check, ruff format --check and mypy (configured in pyproject.toml)
+#   make test-fast  - the suite without the tests marked slow
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: demo test serve bench clean
+.PHONY: demo test test-fast lint serve bench clean
 
-# torch is pinned first: on these machines 2.13.0 is a CPU wheel; a looser range pulls a
-# multi-GB CUDA build. The project's own range (2.11-2.13) then installs nothing more.
+# torch is installed first, at the release these machines carry as a CPU wheel (2.13.0); the
+# project itself only asks for torch>=2.6 (the [agent] extra), which that release satisfies, so
+# `-e .[dev]` then installs no other torch. Elsewhere any torch >= 2.6 does.
 $(STAMP): pyproject.toml
 	$(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
@@ -30,10 +34,26 @@ test: $(STAMP)
 		echo "installing Debian's chromium for the browser tests"; \
 		(apt-get install -y -q chromium >/dev/null 2>&1 || (apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null)); \
 	fi
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --durations=15 $(PYTEST_ARGS)
+
+# -m replaces pyproject's `-m "not gpu"`, so gpu stays deselected here too.
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest --durations=15 -m "not gpu and not slow" $(PYTEST_ARGS)
+
+# All three run, whatever the first ones find; the target fails if any did.
+lint: $(STAMP)
+	@status=0; \
+	echo "ruff check"; $(BIN)/ruff check . || status=1; \
+	echo "ruff format --check"; $(BIN)/ruff format --check . || status=1; \
+	echo "mypy"; $(BIN)/python .ci/typecheck.py || status=1; \
+	exit $$status
 
 bench: $(STAMP)
 	$(BIN)/python bench/agent_overhead.py
 
+# The venv, build outputs, tool caches, and the demo's database (the server's default,
+# sqlite:///./packscope.db, with its WAL files).
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache packscope-demo.db*
+	rm -rf $(VENV) *.egg-info build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -f packscope.db packscope.db-*
+	find . -name __pycache__ -type d -prune -exec rm -rf {} +
