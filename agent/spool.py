@@ -278,13 +278,14 @@ class Spool:
         """The n oldest records, decoded (for inspection)."""
         return [e.record for e in self.head(n)]
 
-    def set_aside_records(self) -> list[tuple[str, str, dict]]:
-        """(kind, reason, record) for every record set aside in this file, oldest first."""
+    def set_aside_records(self) -> list[tuple[str, str, dict | str]]:
+        """(kind, reason, record) for every record set aside in this file, oldest first; the
+        record is its raw text when it is not JSON (a damaged row the server refused)."""
         with self._lock, self._guard():
             if not self._readable():
                 return []
             rows = self._ensure_open().execute("SELECT kind, reason, body FROM set_aside ORDER BY id").fetchall()
-        return [(kind, reason, json.loads(body)) for kind, reason, body in rows]
+        return [(kind, reason, _decoded(body)) for kind, reason, body in rows]
 
     def _readable(self) -> bool:
         # After close, reading reopens the file if it is still there, but never creates one.
@@ -350,6 +351,13 @@ class Spool:
             raise SpoolError(f"spool {self.path}: {exc}") from None
         except (sqlite3.Error, OSError) as exc:
             raise SpoolError(f"spool {self.path}: {exc}") from None
+
+
+def _decoded(body: str) -> dict | str:
+    try:
+        return json.loads(body)
+    except ValueError:
+        return body
 
 
 def _utc_now() -> str:

@@ -85,7 +85,10 @@ class Server:
                 return False
 
             def do_POST(self):
-                body = self._body()
+                try:
+                    body = self._body()
+                except ValueError as exc:  # as FastAPI does with a body that is not JSON
+                    return self._answer(422, {"detail": f"JSON decode error: {exc}"})
                 if not self._authorized():
                     return
                 if self.path == "/api/v1/runs":
@@ -448,6 +451,27 @@ def test_a_damaged_spool_file_is_moved_aside_and_the_sender_goes_on(server, tmp_
     assert sender.close(None, timeout_s=10) is False  # whatever the damaged file held was not replayed
     assert sender.spool.quarantined is not None and sender.spool.quarantined.exists()
     assert errors(caplog, "is damaged")
+
+
+def test_a_damaged_row_in_the_spool_is_refused_by_the_server_and_set_aside(server, tmp_path):
+    server.stop()
+    first = make_sender(server, tmp_path, request_timeout_s=0.5)
+    for i in range(6):
+        first.submit(rec(i))
+    wait_until(lambda: first.stats()["kept"] == 6)
+    assert first.close(None, timeout_s=0.1) is False
+    db = sqlite3.connect(first.spool.path)  # one row's text damaged on the disk: no longer JSON
+    with db:
+        db.execute("""UPDATE records SET body = replace(body, '"interval":3,', '"interval":3 ')""")
+    db.close()
+
+    server.start()
+    second = make_sender(server, tmp_path, batch_size=8)
+    assert second.close(None, timeout_s=10) is False
+    assert sorted(server.order) == [0, 1, 2, 4, 5]
+    ((kind, reason, record),) = second.spool.set_aside_records()
+    assert kind == "rejected" and "422" in reason and isinstance(record, str) and '"interval":3 ' in record
+    assert second.stats()["rejected"] == 1 and second.stats()["spooled"] == 0
 
 
 def test_an_unexpected_error_in_the_thread_is_logged_and_the_thread_goes_on(server, tmp_path, monkeypatch, caplog):
