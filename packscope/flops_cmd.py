@@ -8,7 +8,7 @@ import json
 import sys
 
 from packscope.core.flops import packs_breakdown
-from packscope.agent.hf_config import HFConfigError, read_hf_config
+from packscope.core.hf_config import HFConfigError, read_hf_config
 
 
 def _pack(text: str) -> list[int]:

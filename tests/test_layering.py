@@ -29,7 +29,7 @@ SERVER_LIBRARIES = ("fastapi", "starlette", "sqlalchemy", "pydantic", "alembic",
 
 
 def test_the_core_imports_neither_torch_nor_the_server_libraries():
-    modules = imported_after("import packscope.core.flops, packscope.core.histograms, packscope.core.catalogue")
+    modules = imported_after("import packscope.core.flops, packscope.core.histograms, packscope.core.catalogue, packscope.core.hf_config, packscope.flops_cmd")
     assert not {m for m in modules if m.split(".")[0] in ("torch", "numpy", *SERVER_LIBRARIES)}
     assert not {m for m in modules if m.startswith(("packscope.agent", "packscope.backend", "packscope.trainer"))}
 

@@ -30,7 +30,7 @@ except ImportError:  # the older package name
 
 from packscope.agent.agent import Agent
 from packscope.agent.config import AgentConfig
-from packscope.agent.hf_config import spec_from_hf_config
+from packscope.core.hf_config import spec_from_hf_config
 from packscope.agent.integrations.batches import observe_kwargs
 from packscope.core.flops import ModelSpec
 

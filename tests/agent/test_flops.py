@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from packscope.core.flops import ModelSpec, moe_layer_pattern, packs_breakdown
-from packscope.agent.hf_config import HFConfigError, read_hf_config, spec_from_hf_dict
+from packscope.core.hf_config import HFConfigError, read_hf_config, spec_from_hf_dict
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "hf"
 LLAMA3_8B = ModelSpec(layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128, ffn=14336, vocab=128256)

@@ -21,7 +21,7 @@ datasets = pytest.importorskip("datasets")
 from transformers import LlamaForCausalLM, Qwen2ForCausalLM, Trainer  # noqa: E402,F401
 from trl import SFTTrainer  # noqa: E402,F401
 
-from packscope.agent.hf_config import spec_from_hf_config  # noqa: E402
+from packscope.core.hf_config import spec_from_hf_config  # noqa: E402
 from packscope.agent.histograms import NUM_BUCKETS, bucket_of  # noqa: E402
 from packscope.agent.integrations.hf import PackscopeCallback  # noqa: E402
 
