@@ -5,19 +5,23 @@ are new), their details, and the rollups, run totals and run sync sites that onl
 feed, each upserted once per touched key so a replay never double-counts.
 """
 
-from datetime import datetime, timezone
 import functools
-from collections.abc import Iterable, Mapping, Sequence
+import itertools
+import json
+import operator
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import ColumnElement, Table, func, update
+import numpy as np
+from sqlalchemy import ColumnElement, Connection, Dialect, Table, func, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from packscope.core.catalogue import BAND_METRICS, FIELDS, SUM_NAMES, Coefficients, interval_rates, sums_of_rows
-from packscope.core.histograms import KINDS
+from packscope.core.catalogue import BAND_METRICS, FIELDS, SUM_NAMES, Coefficients
 
+from packscope.backend.columns import derive_columns, sums_per_row
 from packscope.backend.models import ROLLUP_LEVELS, Run, interval_details, intervals, rollups, run_sync_sites, run_totals
 from packscope.backend.queries import coefficients, get_run
 from packscope.backend.schemas import IngestResult, IntervalRecord, RunCreate, RunPatch
@@ -83,129 +87,151 @@ def patch_run(session: Session, run: Run, body: RunPatch) -> Run:
 
 
 # -- rows of a batch -------------------------------------------------------------------------------
-_WIRE_PATHS = tuple((f.name, f.wire_path) for f in FIELDS)
+def _wire_groups() -> list[tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]], int]]:
+    """(parent path, getter of its values, how many) per object of the wire record that holds
+    catalogue fields: one C-level attrgetter call per object instead of a getattr per field."""
+    by_parent: dict[tuple[str, ...], list[str]] = {}
+    for f in FIELDS:
+        by_parent.setdefault(f.wire_path[:-1], []).append(f.wire_path[-1])
+    groups = []
+    for parent, keys in by_parent.items():
+        get = operator.attrgetter(*keys)
+        groups.append((parent, get if len(keys) > 1 else (lambda obj, one=get: (one(obj),)), len(keys)))
+    return groups
 
 
-def interval_row(run_pk: int, r: IntervalRecord) -> dict[str, Any]:
-    """The record's table row: every catalogue field, read from its place on the wire."""
-    row: dict[str, Any] = {"run_pk": run_pk, "channel_loss": r.channel_loss}
-    for name, path in _WIRE_PATHS:
-        value: Any = r
-        for key in path:
-            value = getattr(value, key, None)
-        row[name] = value
-    return row
+_WIRE_GROUPS = _wire_groups()
+_WIRE_ORDER = [f.name for parent in dict.fromkeys(f.wire_path[:-1] for f in FIELDS) for f in FIELDS if f.wire_path[:-1] == parent]
+# The columns of an inserted interval row: the table's, without the generated id.
+ROW_COLUMNS = tuple(name for name in intervals.columns.keys() if name != "id")
+_AT = {name: i for i, name in enumerate(ROW_COLUMNS)}
+_FIELD_SLICE = slice(_AT[FIELDS[0].name], _AT[FIELDS[-1].name] + 1)  # the catalogue fields of a row
+# From the fields in wire-group order (run_pk and channel_loss around them) to ROW_COLUMNS order.
+_TO_ROW_ORDER = operator.itemgetter(*(("run_pk", *_WIRE_ORDER, "channel_loss").index(name) for name in ROW_COLUMNS))
+Key = tuple[int, int]  # (interval, rank)
 
 
-def details_row(r: IntervalRecord) -> dict[str, Any]:
-    """What `interval_details` keeps of a record, without its interval_id."""
-    return {
-        "histograms": {k: {"count": getattr(r.histograms, k).count, "tokens": getattr(r.histograms, k).tokens} for k in KINDS},
-        "sync_sites": {s.site: s.count for s in r.syncs.sites},
-    }
+def interval_row(run_pk: int, r: IntervalRecord) -> tuple[Any, ...]:
+    """The record's table row in ROW_COLUMNS order: every catalogue field, read from its place on
+    the wire (None where an optional object is missing), and channel_loss as JSON text."""
+    values: list[Any] = [run_pk]
+    for parent, get, count in _WIRE_GROUPS:
+        obj: Any = r
+        for key in parent:
+            obj = getattr(obj, key)
+        values.extend((None,) * count if obj is None else get(obj))
+    values.append(None if r.channel_loss is None else json.dumps(r.channel_loss, sort_keys=True))
+    return _TO_ROW_ORDER(values)  # type: ignore[no-any-return]
 
 
-# -- rollups and totals, aggregated in Python before one upsert per key ---------------------------
-_BAND_COLUMNS = tuple((name, f"{name}_min", f"{name}_max") for name in BAND_METRICS)
+def row_key(row: Sequence[Any]) -> Key:
+    return row[_AT["interval"]], row[_AT["rank"]]
 
 
-def _block_of(rows: Sequence[Mapping[str, Any]], c: Coefficients) -> dict[str, Any]:
-    """The level-0 block of one interval: its rows' (all ranks') sums, steps and band extremes."""
-    block: dict[str, Any] = {
-        "rows": len(rows),
-        "first_step": min(r["first_step"] for r in rows),
-        "last_step": max(r["last_step"] for r in rows),
-        **sums_of_rows(rows),
-    }
-    rates = [interval_rates(r, c) for r in rows]
-    for name, low, high in _BAND_COLUMNS:
-        values = [v[name] for v in rates if v[name] is not None]
-        block[low], block[high] = (min(values), max(values)) if values else (None, None)
-    return block
+def sync_sites_of(r: IntervalRecord) -> dict[str, int]:
+    return {s.site: s.count for s in r.syncs.sites}
 
 
-def _merge_into(target: dict[str, Any], block: Mapping[str, Any]) -> None:
-    """Add `block` to `target`: counts and sums add, steps and bands widen."""
-    target["rows"] += block["rows"]
-    target["first_step"] = min(target["first_step"], block["first_step"])
-    target["last_step"] = max(target["last_step"], block["last_step"])
-    for name in SUM_NAMES:
-        target[name] += block[name]
-    for _, low, high in _BAND_COLUMNS:
-        if block[low] is not None:
-            target[low] = block[low] if target[low] is None else min(target[low], block[low])
-            target[high] = block[high] if target[high] is None else max(target[high], block[high])
+# -- rollups and totals of a set of new rows, aggregated with numpy -------------------------------
+_BAND_COLUMNS = tuple(f"{name}_{end}" for name in BAND_METRICS for end in ("min", "max"))
+# A block: its integer columns (exact int64) and its float columns, in the rollups table's order.
+_INT_COLUMNS = ("rows", "first_step", "last_step")
+_FLOAT_COLUMNS = (*SUM_NAMES, *_BAND_COLUMNS)
+_MIN_AT = [i for i, name in enumerate(_FLOAT_COLUMNS) if name.endswith("_min")]
+_MAX_AT = [i for i, name in enumerate(_FLOAT_COLUMNS) if name.endswith("_max")]
+_ADD_AT = list(range(len(SUM_NAMES)))
 
 
-class Aggregates:
-    """The rollup blocks, run totals and run sync sites that a set of new interval rows adds to."""
-
-    def __init__(self, c: Coefficients) -> None:
-        self.c = c
-        self.rows_by_interval: dict[int, list[Mapping[str, Any]]] = {}
-        self.sync_sites: dict[str, int] = {}
-
-    def add(self, row: Mapping[str, Any], sync_sites: Mapping[str, int]) -> None:
-        self.rows_by_interval.setdefault(row["interval"], []).append(row)
-        for site, count in sync_sites.items():
-            self.sync_sites[site] = self.sync_sites.get(site, 0) + count
-
-    def blocks(self) -> dict[tuple[int, int], dict[str, Any]]:
-        """(level, block) -> aggregate; each level is built from the one below, not from rows."""
-        level_blocks = {i: _block_of(rows, self.c) for i, rows in self.rows_by_interval.items()}
-        out = {(0, i): b for i, b in level_blocks.items()}
-        for level in ROLLUP_LEVELS[1:]:
-            coarser: dict[int, dict[str, Any]] = {}
-            for index, block in sorted(level_blocks.items()):
-                parent = coarser.get(index >> 2)
-                if parent is None:
-                    coarser[index >> 2] = dict(block)
-                else:
-                    _merge_into(parent, block)
-            level_blocks = coarser
-            out.update(((level, i), b) for i, b in level_blocks.items())
-        return out
-
-    def store(self, session: Session, run_pk: int) -> None:
-        """Add these aggregates to the stored ones. Keys are written in sorted order, so concurrent
-        batches of one run lock rows in the same order and cannot deadlock."""
-        if not self.rows_by_interval:
-            return
-        blocks = self.blocks()
-        dialect = session.get_bind().dialect.name
-        session.execute(
-            _upsert_adding(dialect, "rollups"),
-            [{"run_pk": run_pk, "level": level, "block": block, **agg} for (level, block), agg in sorted(blocks.items())],
-        )
-        tops = [agg for (level, _), agg in blocks.items() if level == ROLLUP_LEVELS[-1]]  # cover every row once
-        totals = {name: sum(agg[name] for agg in tops) for name in ("rows", *SUM_NAMES)}
-        totals.update(last_interval=max(self.rows_by_interval), last_step=max(agg["last_step"] for agg in tops))
-        session.execute(_upsert_adding(dialect, "run_totals"), [{"run_pk": run_pk, **totals}])
-        if self.sync_sites:
-            sites = [{"run_pk": run_pk, "site": site, "count": n} for site, n in sorted(self.sync_sites.items())]
-            session.execute(_upsert_adding(dialect, "run_sync_sites"), sites)
+def _per_row_blocks(rows: Sequence[Sequence[Any]], c: Coefficients) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(interval, int columns, float columns) of each row as its own block: its sums, and its band
+    metrics as both the min and the max."""
+    fields = np.array([row[_FIELD_SLICE] for row in rows], dtype=float)  # None -> NaN
+    by_name = {name: fields[:, i] for i, name in enumerate(ROW_COLUMNS[_FIELD_SLICE])}
+    sums = sums_per_row(by_name)
+    rates = derive_columns(sums, c, BAND_METRICS)
+    floats = np.column_stack([sums[n] for n in SUM_NAMES] + [rates[n.rsplit("_", 1)[0]] for n in _BAND_COLUMNS])
+    steps = [(1, row[_AT["first_step"]], row[_AT["last_step"]]) for row in rows]
+    return np.array([row[_AT["interval"]] for row in rows], dtype=np.int64), np.array(steps, dtype=np.int64), floats
 
 
-def _insert(dialect: str, table: Table) -> postgresql.Insert | sqlite.Insert:
+def _coarser(keys: np.ndarray, ints: np.ndarray, floats: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Blocks with equal (sorted) keys merged: counts and sums add, steps and bands widen."""
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    merged_ints = np.column_stack([
+        np.add.reduceat(ints[:, 0], starts), np.minimum.reduceat(ints[:, 1], starts), np.maximum.reduceat(ints[:, 2], starts),
+    ])  # fmt: skip
+    merged = np.empty((len(starts), floats.shape[1]))
+    merged[:, _ADD_AT] = np.add.reduceat(floats[:, _ADD_AT], starts)
+    merged[:, _MIN_AT] = np.fmin.reduceat(floats[:, _MIN_AT], starts)  # fmin/fmax skip NaN (undefined)
+    merged[:, _MAX_AT] = np.fmax.reduceat(floats[:, _MAX_AT], starts)
+    return keys[starts], merged_ints, merged
+
+
+def _with_nulls(floats: np.ndarray) -> list[list[float | None]]:
+    values = floats.astype(object)
+    values[np.isnan(floats)] = None
+    return values.tolist()  # type: ignore[no-any-return]
+
+
+def store_aggregates(
+    connection: Connection, run_pk: int, c: Coefficients, rows: Sequence[Sequence[Any]], sync_sites: Mapping[str, int]
+) -> None:
+    """Add new interval rows (ROW_COLUMNS tuples, sorted by interval then rank) to the run's
+    rollups, totals and sync sites. Keys are written in sorted order, so concurrent batches of one
+    run lock rows in the same order and cannot deadlock."""
+    if not rows:
+        return
+    dialect_class = type(connection.dialect)
+    keys, ints, floats = _per_row_blocks(rows, c)
+    blocks = []
+    for level in ROLLUP_LEVELS:
+        keys, ints, floats = _coarser(keys >> 2 if level else keys, ints, floats)
+        blocks += [(run_pk, level, *rest) for rest in zip(keys.tolist(), *zip(*ints.tolist()), *zip(*_with_nulls(floats)))]
+    connection.exec_driver_sql(_upsert_adding(dialect_class, "rollups"), blocks)
+    # The top level covers every new row once.
+    last_interval = max(row[_AT["interval"]] for row in rows)
+    totals = (run_pk, int(ints[:, 0].sum()), last_interval, int(ints[:, 2].max()), *floats[:, _ADD_AT].sum(axis=0).tolist())
+    connection.exec_driver_sql(_upsert_adding(dialect_class, "run_totals"), [totals])
+    if sync_sites:
+        sites = [(run_pk, site, n) for site, n in sorted(sync_sites.items())]
+        connection.exec_driver_sql(_upsert_adding(dialect_class, "run_sync_sites"), sites)
+
+
+# -- statements, compiled once per dialect to the driver's own SQL --------------------------------
+def _insert(dialect: Dialect, table: Table) -> postgresql.Insert | sqlite.Insert:
     # ON CONFLICT has the same spelling on both backends, but lives in dialect modules.
-    if dialect == "postgresql":
+    if dialect.name == "postgresql":
         return postgresql.insert(table)
-    if dialect == "sqlite":
+    if dialect.name == "sqlite":
         return sqlite.insert(table)
-    raise RuntimeError(f"unsupported database {dialect!r}; use SQLite or PostgreSQL")
+    raise RuntimeError(f"unsupported database {dialect.name!r}; use SQLite or PostgreSQL")
+
+
+def _positional_dialect(dialect_class: type[Dialect]) -> Dialect:
+    # The paramstyles sqlite3 and psycopg take positionally.
+    return dialect_class(paramstyle="qmark" if dialect_class.name == "sqlite" else "format")
+
+
+def _positional(dialect: Dialect, stmt: Any, columns: Sequence[str]) -> str:
+    """`stmt` as the driver's SQL with positional parameters in `columns` order: executemany with
+    tuples skips SQLAlchemy's per-row parameter handling."""
+    compiled = stmt.compile(dialect=dialect, column_keys=list(columns))
+    assert list(compiled.positiontup) == list(columns), compiled.positiontup
+    return str(compiled)
 
 
 _AGGREGATE_TABLES = {t.name: t for t in (rollups, run_totals, run_sync_sites)}
 
 
 @functools.cache
-def _upsert_adding(dialect: str, table_name: str) -> Any:
+def _upsert_adding(dialect_class: type[Dialect], table_name: str) -> str:
     """INSERT … ON CONFLICT (primary key) DO UPDATE: counts and sums add, steps and bands widen.
-    Built once per dialect and table: building it costs more than running it."""
+    Parameters: the table's columns in order."""
+    dialect = _positional_dialect(dialect_class)
     table = _AGGREGATE_TABLES[table_name]
     key = [c.name for c in table.primary_key.columns]
     stmt = _insert(dialect, table)
-    least, greatest = (func.least, func.greatest) if dialect == "postgresql" else (func.min, func.max)
+    least, greatest = (func.least, func.greatest) if dialect.name == "postgresql" else (func.min, func.max)
 
     def widen(pick: Any, stored: ColumnElement[Any], new: ColumnElement[Any]) -> ColumnElement[Any]:
         return func.coalesce(pick(stored, new), stored, new)  # SQLite's min(x, NULL) is NULL
@@ -221,7 +247,31 @@ def _upsert_adding(dialect: str, table_name: str) -> Any:
             changes[column.name] = widen(greatest, stored, new)
         else:
             changes[column.name] = stored + new
-    return stmt.on_conflict_do_update(index_elements=key, set_=changes)
+    return _positional(dialect, stmt.on_conflict_do_update(index_elements=key, set_=changes), table.columns.keys())
+
+
+@functools.cache
+def _insert_new_intervals(dialect_class: type[Dialect], count: int) -> str:
+    """One INSERT of `count` interval rows (ROW_COLUMNS) that skips stored keys and returns
+    (id, interval, rank) of the rows it inserted: one round trip per chunk of a batch."""
+    dialect = _positional_dialect(dialect_class)
+    one_row = _positional(dialect, intervals.insert().inline(), ROW_COLUMNS)  # inline: no RETURNING of its own
+    head, values = one_row.split(" VALUES ")
+    q = dialect.identifier_preparer.quote
+    key = ", ".join(q(name) for name in ("run_pk", "interval", "rank"))
+    return (
+        f"{head} VALUES {', '.join([values] * count)} "
+        f"ON CONFLICT ({key}) DO NOTHING RETURNING {q('id')}, {q('interval')}, {q('rank')}"
+    )
+
+
+@functools.cache
+def _insert_details(dialect_class: type[Dialect]) -> str:
+    return _positional(_positional_dialect(dialect_class), interval_details.insert(), interval_details.columns.keys())
+
+
+# SQLite binds at most 32766 parameters per statement; PostgreSQL 65535.
+INSERT_CHUNK = 32766 // len(ROW_COLUMNS)
 
 
 # -- one batch ------------------------------------------------------------------------------------
@@ -231,13 +281,14 @@ def ingest_batch(session: Session, run: Run, records: Iterable[IntervalRecord]) 
     A key already stored (or repeated inside the batch) counts as a duplicate and the stored row is
     left untouched, so a spool replay after a lost response never changes or doubles data.
     """
-    fresh: dict[tuple[int, int], IntervalRecord] = {}
+    fresh: dict[Key, IntervalRecord] = {}
     received = 0
     for record in records:
         received += 1
         fresh.setdefault((record.interval, record.rank), record)
     rows = {key: interval_row(run.id, r) for key, r in fresh.items()}
-    inserted = insert_rows(session, run, rows, {key: details_row(r) for key, r in fresh.items()})
+    details = {key: (r.histograms.model_dump_json(), sync_sites_of(r)) for key, r in fresh.items()}
+    inserted = insert_rows(session, run, rows, details)
     session.commit()
     return IngestResult(accepted=inserted, duplicates=received - inserted)
 
@@ -245,28 +296,34 @@ def ingest_batch(session: Session, run: Run, records: Iterable[IntervalRecord]) 
 def insert_rows(
     session: Session,
     run: Run,
-    rows: Mapping[tuple[int, int], dict[str, Any]],
-    details: Mapping[tuple[int, int], dict[str, Any]],
+    rows: Mapping[Key, Sequence[Any]],
+    details: Mapping[Key, tuple[str, Mapping[str, int]]],
 ) -> int:
-    """Insert interval rows keyed (interval, rank) with their details; feed only the new ones to
-    the aggregates. Returns how many were new. The caller commits."""
+    """Insert interval rows (ROW_COLUMNS tuples keyed (interval, rank)) with their details
+    (histograms as JSON text, sync sites); feed only the new ones to the aggregates. Returns how
+    many were new. The caller commits."""
     if not rows:
         return 0
-    stmt = (
-        _insert(session.get_bind().dialect.name, intervals)
-        .on_conflict_do_nothing(index_elements=["run_pk", "interval", "rank"])
-        .returning(intervals.c.id, intervals.c.interval, intervals.c.rank)
-    )
-    inserted = session.execute(stmt, list(rows.values())).all()
-    if not inserted:
+    connection = session.connection()
+    dialect_class = type(connection.dialect)
+    ordered = [rows[key] for key in sorted(rows)]  # concurrent batches take index locks in one order
+    new_ids: dict[Key, int] = {}
+    for at in range(0, len(ordered), INSERT_CHUNK):
+        chunk = ordered[at:at + INSERT_CHUNK]
+        params = tuple(itertools.chain.from_iterable(chunk))
+        for interval_id, interval, rank in connection.exec_driver_sql(_insert_new_intervals(dialect_class, len(chunk)), params):
+            new_ids[(interval, rank)] = interval_id
+    if not new_ids:
         return 0
-    aggregates = Aggregates(coefficients(run))
-    new_details = []
-    for interval_id, interval, rank in inserted:
-        detail = details[(interval, rank)]
-        new_details.append({"interval_id": interval_id, **detail})
-        aggregates.add(rows[(interval, rank)], detail["sync_sites"])
-    session.execute(interval_details.insert(), new_details)
-    aggregates.store(session, run.id)
+    new_keys = sorted(new_ids)
+    sites: dict[str, int] = {}
+    for key in new_keys:
+        for site, count in details[key][1].items():
+            sites[site] = sites.get(site, 0) + count
+    connection.exec_driver_sql(
+        _insert_details(dialect_class),
+        [(new_ids[key], details[key][0], json.dumps(details[key][1])) for key in new_keys],
+    )
+    store_aggregates(connection, run.id, coefficients(run), [rows[key] for key in new_keys], sites)
     session.execute(update(Run).where(Run.id == run.id).values(updated_at=_now()))
-    return len(inserted)
+    return len(new_ids)

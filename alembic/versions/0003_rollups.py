@@ -8,7 +8,7 @@
 
 The backfill reads every stored interval once, in Python (the band metrics are computed by the
 catalogue, not SQL): on a database of millions of intervals it takes minutes. It runs with the
-same aggregation code as ingest (packscope.backend.ingest.Aggregates), so the rollups it writes
+same aggregation code as ingest (packscope.backend.ingest.store_aggregates), so the rollups it writes
 are those ingest would have written.
 
 Revision ID: 0003
@@ -123,7 +123,7 @@ def _details(connection: sa.Connection, ids: list[int]) -> dict[int, dict[str, A
 
 def _backfill(connection: sa.Connection) -> None:
     # Imported here: the backfill aggregates exactly as ingest does (one implementation).
-    from packscope.backend.ingest import Aggregates
+    from packscope.backend.ingest import ROW_COLUMNS, row_key, store_aggregates
     from packscope.backend.models import Run, interval_details, intervals
     from packscope.backend.queries import coefficients
 
@@ -131,22 +131,23 @@ def _backfill(connection: sa.Connection) -> None:
     for run in session.scalars(sa.select(Run)).all():
         after = 0
         while True:
-            rows = [
-                dict(r._mapping)
-                for r in connection.execute(
-                    sa.select(intervals).where(intervals.c.run_pk == run.id, intervals.c.id > after)
-                    .order_by(intervals.c.id).limit(CHUNK)
-                )
-            ]
-            if not rows:
+            chunk = connection.execute(
+                sa.select(intervals.c.id, *(intervals.c[name] for name in ROW_COLUMNS))
+                .where(intervals.c.run_pk == run.id, intervals.c.id > after)
+                .order_by(intervals.c.id).limit(CHUNK)
+            ).all()
+            if not chunk:
                 break
-            after = rows[-1]["id"]
-            details = _details(connection, [r["id"] for r in rows])
-            aggregates = Aggregates(coefficients(run))
-            for row in rows:
-                aggregates.add(row, details[row["id"]]["sync_sites"])
+            after = chunk[-1].id
+            details = _details(connection, [r.id for r in chunk])
             connection.execute(interval_details.insert(), [{"interval_id": i, **d} for i, d in details.items()])
-            aggregates.store(session, run.id)  # upserts add, so chunk by chunk is exact
+            sites: dict[str, int] = {}
+            for d in details.values():
+                for site, count in d["sync_sites"].items():
+                    sites[site] = sites.get(site, 0) + count
+            # Upserts add, so chunk by chunk is exact.
+            rows = sorted((tuple(r)[1:] for r in chunk), key=row_key)
+            store_aggregates(connection, run.id, coefficients(run), rows, sites)
 
 
 def upgrade() -> None:

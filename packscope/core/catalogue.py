@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from packscope.core.flops import ModelSpec, flops_triad
 
@@ -116,7 +116,10 @@ class Sum:
     def of_row(self, row: Mapping[str, Any]) -> float | int:
         if self.present is not None and row[self.present] is None:
             return 0
-        return math.prod(row[f] for f in self.of)
+        value = row[self.of[0]]
+        for f in self.of[1:]:
+            value *= row[f]
+        return value
 
 
 SUMS: tuple[Sum, ...] = (
@@ -142,10 +145,12 @@ SUMS: tuple[Sum, ...] = (
     Sum("energy_tokens", ("real_tokens",), present="gpu_energy_j"),
 )
 SUM_NAMES = tuple(s.name for s in SUMS)
+# The fields any sum reads, in catalogue order: what a row needs to carry for `sums_of_rows`.
+SUM_FIELDS = tuple(f.name for f in FIELDS if any(f.name in (*s.of, s.present) for s in SUMS))
 
 
 def sums_of_rows(rows: Iterable[Mapping[str, Any]]) -> dict[str, float]:
-    """The SUMS of interval rows (field name -> value), in Python: for tests and one-row CSV lines."""
+    """The SUMS of interval rows (field name -> value), in Python: for tests and small windows."""
     out: dict[str, float] = dict.fromkeys(SUM_NAMES, 0)
     for row in rows:
         for s in SUMS:
@@ -167,51 +172,74 @@ class Coefficients:
         return cls(c_lin=spec.c_lin, c_core=spec.c_core, peak_tflops=hardware.get("peak_tflops"))
 
 
+class Ops(Protocol):
+    """What a formula may do beyond + − ×: divide by something that may be 0.
+
+    The result of a division by 0 is undefined (NaN, NULL) and stays undefined through the rest of
+    the formula, so one definition evaluates on floats, on numpy arrays and as SQL expressions.
+    """
+
+    def ratio(self, num: Any, den: Any) -> Any: ...
+
+
+class FloatOps:
+    """Formulas on Python floats: a division by 0 is NaN."""
+
+    @staticmethod
+    def ratio(num: float, den: float) -> float:
+        return num / den if den else math.nan
+
+
+FLOAT_OPS = FloatOps()
+Formula = Callable[[Mapping[str, Any], Coefficients, Ops], Any]
+
+
 @dataclass(frozen=True)
 class Metric:
-    """A number shown to users: how it is labelled, formatted and derived from SUMS."""
+    """A number shown to users: how it is labelled, formatted and derived from SUMS.
+
+    ``formula(sums, coefficients, ops)`` uses only + − × and ``ops.ratio``; the sums are floats
+    (or float arrays, or SQL expressions), never Python ints, so every evaluator rounds alike.
+    """
 
     name: str
     label: str
     unit: str
     format: str  # a d3-format specifier, as plotly and the pages use it
     doc: str
-    derive: Callable[[Mapping[str, float], Coefficients], float | None]
+    formula: Formula
     band: bool = False  # charts show the min-max of per-interval values around it
 
 
-def _ratio(num: float | None, den: float | None) -> float | None:
-    if num is None or not den:
-        return None
-    value = num / den
-    return value if math.isfinite(value) else None
-
-
-def _triad(s: Mapping[str, float], c: Coefficients) -> dict[str, float]:
+def _flops(kind: str, s: Mapping[str, Any], c: Coefficients) -> Any:
     return flops_triad(
-        float(s["tokens"]), float(s["real_tokens"]), float(s["seqlen_sq_sum_bshd"]),
-        float(s["seqlen_sq_sum_thd"]), float(c.c_lin), float(c.c_core),
-    )  # fmt: skip
+        s["tokens"], s["real_tokens"], s["seqlen_sq_sum_bshd"], s["seqlen_sq_sum_thd"], float(c.c_lin), float(c.c_core)
+    )[kind]
 
 
-def _tflops(kind: str) -> Callable[[Mapping[str, float], Coefficients], float | None]:
-    return lambda s, c: _ratio(_triad(s, c)[kind] / 1e12, s["gpu_seconds"])
+def _tflops(kind: str) -> Formula:
+    return lambda s, c, ops: ops.ratio(_flops(kind, s, c) / 1e12, s["gpu_seconds"])
 
 
-def _mfu(kind: str) -> Callable[[Mapping[str, float], Coefficients], float | None]:
-    # MFU is a fraction of the GPU's dense peak, not a percentage.
-    return lambda s, c: _ratio(_tflops(kind)(s, c), c.peak_tflops)
+def _mfu(kind: str) -> Formula:
+    # MFU is a fraction of the GPU's dense peak, not a percentage; an unknown peak divides by 0.
+    return lambda s, c, ops: ops.ratio(_tflops(kind)(s, c, ops), float(c.peak_tflops or 0.0))
 
 
-def _overcount(s: Mapping[str, float], c: Coefficients) -> float | None:
-    f = _triad(s, c)
-    over = _ratio(f["bshd"], f["thd"])
-    return None if over is None else 100.0 * (over - 1.0)
+def _overcount(s: Mapping[str, Any], c: Coefficients, ops: Ops) -> Any:
+    return 100.0 * (ops.ratio(_flops("bshd", s, c), _flops("thd", s, c)) - 1.0)
 
 
-def _padding(s: Mapping[str, float], c: Coefficients) -> float | None:
-    real_share = _ratio(s["real_tokens"], s["tokens"])
-    return None if real_share is None else 100.0 * (1.0 - real_share)
+def _padding(s: Mapping[str, Any], c: Coefficients, ops: Ops) -> Any:
+    return 100.0 * (1.0 - ops.ratio(s["real_tokens"], s["tokens"]))
+
+
+def _sum(name: str) -> Formula:
+    return lambda s, c, ops: s[name]
+
+
+def _per(num: str, den: str) -> Formula:
+    return lambda s, c, ops: ops.ratio(s[num], s[den])
 
 
 _DOC_TFLOPS = {
@@ -227,7 +255,7 @@ def _flops_metrics() -> list[Metric]:
     for kind in ("bshd", "thd", "useful"):
         out.append(Metric(
             f"flops_{kind}", f"{_LABEL[kind]} FLOPs", "FLOP", ".4s", _DOC_TFLOPS[kind],
-            lambda s, c, k=kind: _triad(s, c)[k],
+            lambda s, c, ops, k=kind: _flops(k, s, c),
         ))  # fmt: skip
         out.append(Metric(
             f"tflops_{kind}", f"{_LABEL[kind]} TFLOP/s/GPU", "TFLOP/s", ".4g",
@@ -241,12 +269,12 @@ def _flops_metrics() -> list[Metric]:
 
 
 METRICS: tuple[Metric, ...] = (
-    Metric("steps", "steps", "steps", ",d", "optimizer steps", lambda s, c: s["steps"]),
-    Metric("gpu_time_s", "GPU time", "s", ".4s", "Σ event-timed step durations", lambda s, c: s["gpu_time_s"]),
-    Metric("tokens", "token slots", "tokens", ".4s", "token slots, padding included", lambda s, c: s["tokens"]),
-    Metric("real_tokens", "real tokens", "tokens", ".4s", "tokens of real documents", lambda s, c: s["real_tokens"]),
-    Metric("documents", "documents", "documents", ",d", "real documents", lambda s, c: s["documents"]),
-    Metric("packs", "packs", "packs", ",d", "packs (THD) or rows (BSHD)", lambda s, c: s["packs"]),
+    Metric("steps", "steps", "steps", ",d", "optimizer steps", _sum("steps")),
+    Metric("gpu_time_s", "GPU time", "s", ".4s", "Σ event-timed step durations", _sum("gpu_time_s")),
+    Metric("tokens", "token slots", "tokens", ".4s", "token slots, padding included", _sum("tokens")),
+    Metric("real_tokens", "real tokens", "tokens", ".4s", "tokens of real documents", _sum("real_tokens")),
+    Metric("documents", "documents", "documents", ",d", "real documents", _sum("documents")),
+    Metric("packs", "packs", "packs", ",d", "packs (THD) or rows (BSHD)", _sum("packs")),
     *_flops_metrics(),
     Metric(
         "overcount_pct", "over-count", "%", ".1f",
@@ -254,50 +282,44 @@ METRICS: tuple[Metric, ...] = (
     ),
     Metric(
         "step_time_s", "step time", "s", ".4g", "Σ GPU time ÷ Σ steps (event-timed)",
-        lambda s, c: _ratio(s["gpu_time_s"], s["steps"]), band=True,
+        _per("gpu_time_s", "steps"), band=True,
     ),
     Metric(
         "tokens_per_s", "token slots/s", "tokens/s", ".4s", "token slots (padding included) per second",
-        lambda s, c: _ratio(s["tokens"], s["gpu_time_s"]),
+        _per("tokens", "gpu_time_s"),
     ),
     Metric(
         "real_tokens_per_s", "real tokens/s", "tokens/s", ".4s", "real (non-padding) tokens per second",
-        lambda s, c: _ratio(s["real_tokens"], s["gpu_time_s"]),
+        _per("real_tokens", "gpu_time_s"),
     ),
     Metric("padding_pct", "padding", "%", ".1f", "share of token slots that hold no real token", _padding),
     Metric(
         "syncs_per_iter", "syncs/iteration", "syncs", ".3g", "host synchronizations per optimizer step",
-        lambda s, c: _ratio(s["syncs_total"], s["steps"]),
+        _per("syncs_total", "steps"),
     ),
-    Metric(
-        "loss", "loss", "", ".4g", "training loss, averaged over real tokens",
-        lambda s, c: _ratio(s["loss_x_tokens"], s["loss_tokens"]),
-    ),
-    Metric(
-        "gpu_util_pct", "GPU utilisation", "%", ".1f", "NVML utilisation, time-weighted",
-        lambda s, c: _ratio(s["gpu_util_x_s"], s["gpu_util_s"]),
-    ),
-    Metric(
-        "gpu_power_w", "GPU power", "W", ".4g", "NVML power, time-weighted",
-        lambda s, c: _ratio(s["gpu_power_x_s"], s["gpu_power_s"]),
-    ),
+    Metric("loss", "loss", "", ".4g", "training loss, averaged over real tokens", _per("loss_x_tokens", "loss_tokens")),
+    Metric("gpu_util_pct", "GPU utilisation", "%", ".1f", "NVML utilisation, time-weighted", _per("gpu_util_x_s", "gpu_util_s")),
+    Metric("gpu_power_w", "GPU power", "W", ".4g", "NVML power, time-weighted", _per("gpu_power_x_s", "gpu_power_s")),
     Metric(
         "energy_per_token_j", "energy/token", "J", ".3s", "NVML energy ÷ real tokens",
-        lambda s, c: _ratio(s["gpu_energy_j"], s["energy_tokens"]),
+        _per("gpu_energy_j", "energy_tokens"),
     ),
 )
 METRIC = {m.name: m for m in METRICS}
 BAND_METRICS = tuple(m.name for m in METRICS if m.band)
 
 
+def evaluate(sums: Mapping[str, Any], c: Coefficients, ops: Ops, names: Iterable[str] | None = None) -> dict[str, Any]:
+    """Every (or the named) metric's formula on `sums` with `ops`, undefined values left as the
+    evaluator represents them (NaN, NULL): the building block of every evaluator."""
+    chosen = METRICS if names is None else [METRIC[n] for n in names]
+    return {m.name: m.formula(sums, c, ops) for m in chosen}
+
+
 def derive(sums: Mapping[str, float], c: Coefficients, names: Iterable[str] | None = None) -> dict[str, float | None]:
     """Every (or the named) derived metric of one window; None where it is undefined (0/0)."""
-    chosen = METRICS if names is None else [METRIC[n] for n in names]
-    out: dict[str, float | None] = {}
-    for m in chosen:
-        value = m.derive(sums, c)
-        out[m.name] = None if value is None or not math.isfinite(value) else value
-    return out
+    floats = {name: float(sums[name]) for name in SUM_NAMES}
+    return {name: value if math.isfinite(value) else None for name, value in evaluate(floats, c, FLOAT_OPS, names).items()}
 
 
 def interval_rates(row: Mapping[str, Any], c: Coefficients) -> dict[str, float | None]:
