@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from packscope.core.catalogue import SUM_NAMES, SUMS, Coefficients, evaluate
+from packscope.core.catalogue import BAND_METRICS, SUM_NAMES, SUMS, Coefficients, evaluate
 
 Columns = Mapping[str, np.ndarray]
 
@@ -53,6 +53,39 @@ def derive_columns(sums: Columns, c: Coefficients, names: Iterable[str] | None =
 
 def listed(column: np.ndarray) -> list[float | None]:
     """A float column as a list, None where it is NaN (JSON null, SQL NULL, an empty CSV cell)."""
-    values = column.astype(object)
-    values[np.isnan(column)] = None
+    return [row[0] for row in rows_with_nulls(column.reshape(-1, 1))]
+
+
+# A rollup block (or a chart bucket): its exact integer columns and its float columns, in the
+# rollups table's order. Merging blocks adds counts and sums and widens steps and bands.
+BAND_COLUMNS = tuple(f"{name}_{end}" for name in BAND_METRICS for end in ("min", "max"))
+BLOCK_INT_COLUMNS = ("rows", "first_step", "last_step")
+BLOCK_FLOAT_COLUMNS = (*SUM_NAMES, *BAND_COLUMNS)
+_ADD_AT = list(range(len(SUM_NAMES)))
+_MIN_AT = [i for i, name in enumerate(BLOCK_FLOAT_COLUMNS) if name.endswith("_min")]
+_MAX_AT = [i for i, name in enumerate(BLOCK_FLOAT_COLUMNS) if name.endswith("_max")]
+
+
+Blocks = tuple[np.ndarray, np.ndarray, np.ndarray]  # (keys, int columns, float columns)
+
+
+def merge_blocks(keys: np.ndarray, ints: np.ndarray, floats: np.ndarray) -> Blocks:
+    """Blocks with equal keys (sorted, so equal keys are adjacent) merged into one each."""
+    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
+    merged_ints = np.column_stack([
+        np.add.reduceat(ints[:, 0], starts),
+        np.minimum.reduceat(ints[:, 1], starts),
+        np.maximum.reduceat(ints[:, 2], starts),
+    ])
+    merged = np.empty((len(starts), floats.shape[1]))
+    merged[:, _ADD_AT] = np.add.reduceat(floats[:, _ADD_AT], starts)
+    merged[:, _MIN_AT] = np.fmin.reduceat(floats[:, _MIN_AT], starts)  # fmin/fmax skip NaN (undefined)
+    merged[:, _MAX_AT] = np.fmax.reduceat(floats[:, _MAX_AT], starts)
+    return keys[starts], merged_ints, merged
+
+
+def rows_with_nulls(floats: np.ndarray) -> list[list[float | None]]:
+    """A float matrix as lists of rows, None where it is NaN."""
+    values = floats.astype(object)
+    values[np.isnan(floats)] = None
     return values.tolist()  # type: ignore[no-any-return]

@@ -19,12 +19,19 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from packscope.core.catalogue import BAND_METRICS, FIELDS, SUM_NAMES, Coefficients
-
-from packscope.backend.columns import derive_columns, sums_per_row
-from packscope.backend.models import ROLLUP_LEVELS, Run, interval_details, intervals, rollups, run_sync_sites, run_totals
+from packscope.backend.columns import BAND_COLUMNS, derive_columns, merge_blocks, rows_with_nulls, sums_per_row
+from packscope.backend.models import (
+    ROLLUP_LEVELS,
+    Run,
+    interval_details,
+    intervals,
+    rollups,
+    run_sync_sites,
+    run_totals,
+)
 from packscope.backend.queries import coefficients, get_run
 from packscope.backend.schemas import IngestResult, IntervalRecord, RunCreate, RunPatch
+from packscope.core.catalogue import BAND_METRICS, FIELDS, SUM_NAMES, Coefficients
 
 
 class ModelConflict(Exception):
@@ -101,9 +108,9 @@ def _wire_groups() -> list[tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...
 
 
 _WIRE_GROUPS = _wire_groups()
-_WIRE_ORDER = [f.name for parent in dict.fromkeys(f.wire_path[:-1] for f in FIELDS) for f in FIELDS if f.wire_path[:-1] == parent]
+_WIRE_ORDER = [f.name for parent in {f.wire_path[:-1]: 0 for f in FIELDS} for f in FIELDS if f.wire_path[:-1] == parent]
 # The columns of an inserted interval row: the table's, without the generated id.
-ROW_COLUMNS = tuple(name for name in intervals.columns.keys() if name != "id")
+ROW_COLUMNS = tuple(name for name in intervals.columns.keys() if name != "id")  # noqa: SIM118
 _AT = {name: i for i, name in enumerate(ROW_COLUMNS)}
 _FIELD_SLICE = slice(_AT[FIELDS[0].name], _AT[FIELDS[-1].name] + 1)  # the catalogue fields of a row
 # From the fields in wire-group order (run_pk and channel_loss around them) to ROW_COLUMNS order.
@@ -133,15 +140,6 @@ def sync_sites_of(r: IntervalRecord) -> dict[str, int]:
 
 
 # -- rollups and totals of a set of new rows, aggregated with numpy -------------------------------
-_BAND_COLUMNS = tuple(f"{name}_{end}" for name in BAND_METRICS for end in ("min", "max"))
-# A block: its integer columns (exact int64) and its float columns, in the rollups table's order.
-_INT_COLUMNS = ("rows", "first_step", "last_step")
-_FLOAT_COLUMNS = (*SUM_NAMES, *_BAND_COLUMNS)
-_MIN_AT = [i for i, name in enumerate(_FLOAT_COLUMNS) if name.endswith("_min")]
-_MAX_AT = [i for i, name in enumerate(_FLOAT_COLUMNS) if name.endswith("_max")]
-_ADD_AT = list(range(len(SUM_NAMES)))
-
-
 def _per_row_blocks(rows: Sequence[Sequence[Any]], c: Coefficients) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(interval, int columns, float columns) of each row as its own block: its sums, and its band
     metrics as both the min and the max."""
@@ -149,28 +147,9 @@ def _per_row_blocks(rows: Sequence[Sequence[Any]], c: Coefficients) -> tuple[np.
     by_name = {name: fields[:, i] for i, name in enumerate(ROW_COLUMNS[_FIELD_SLICE])}
     sums = sums_per_row(by_name)
     rates = derive_columns(sums, c, BAND_METRICS)
-    floats = np.column_stack([sums[n] for n in SUM_NAMES] + [rates[n.rsplit("_", 1)[0]] for n in _BAND_COLUMNS])
+    floats = np.column_stack([sums[n] for n in SUM_NAMES] + [rates[n.rsplit("_", 1)[0]] for n in BAND_COLUMNS])
     steps = [(1, row[_AT["first_step"]], row[_AT["last_step"]]) for row in rows]
     return np.array([row[_AT["interval"]] for row in rows], dtype=np.int64), np.array(steps, dtype=np.int64), floats
-
-
-def _coarser(keys: np.ndarray, ints: np.ndarray, floats: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Blocks with equal (sorted) keys merged: counts and sums add, steps and bands widen."""
-    starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
-    merged_ints = np.column_stack([
-        np.add.reduceat(ints[:, 0], starts), np.minimum.reduceat(ints[:, 1], starts), np.maximum.reduceat(ints[:, 2], starts),
-    ])  # fmt: skip
-    merged = np.empty((len(starts), floats.shape[1]))
-    merged[:, _ADD_AT] = np.add.reduceat(floats[:, _ADD_AT], starts)
-    merged[:, _MIN_AT] = np.fmin.reduceat(floats[:, _MIN_AT], starts)  # fmin/fmax skip NaN (undefined)
-    merged[:, _MAX_AT] = np.fmax.reduceat(floats[:, _MAX_AT], starts)
-    return keys[starts], merged_ints, merged
-
-
-def _with_nulls(floats: np.ndarray) -> list[list[float | None]]:
-    values = floats.astype(object)
-    values[np.isnan(floats)] = None
-    return values.tolist()  # type: ignore[no-any-return]
 
 
 def store_aggregates(
@@ -185,12 +164,14 @@ def store_aggregates(
     keys, ints, floats = _per_row_blocks(rows, c)
     blocks = []
     for level in ROLLUP_LEVELS:
-        keys, ints, floats = _coarser(keys >> 2 if level else keys, ints, floats)
-        blocks += [(run_pk, level, *rest) for rest in zip(keys.tolist(), *zip(*ints.tolist()), *zip(*_with_nulls(floats)))]
+        keys, ints, floats = merge_blocks(keys >> 2 if level else keys, ints, floats)
+        listed = zip(keys.tolist(), ints.tolist(), rows_with_nulls(floats), strict=True)
+        blocks += [(run_pk, level, key, *i, *f) for key, i, f in listed]
     connection.exec_driver_sql(_upsert_adding(dialect_class, "rollups"), blocks)
     # The top level covers every new row once.
     last_interval = max(row[_AT["interval"]] for row in rows)
-    totals = (run_pk, int(ints[:, 0].sum()), last_interval, int(ints[:, 2].max()), *floats[:, _ADD_AT].sum(axis=0).tolist())
+    sums = floats[:, : len(SUM_NAMES)].sum(axis=0).tolist()
+    totals = (run_pk, int(ints[:, 0].sum()), last_interval, int(ints[:, 2].max()), *sums)
     connection.exec_driver_sql(_upsert_adding(dialect_class, "run_totals"), [totals])
     if sync_sites:
         sites = [(run_pk, site, n) for site, n in sorted(sync_sites.items())]
@@ -311,7 +292,8 @@ def insert_rows(
     for at in range(0, len(ordered), INSERT_CHUNK):
         chunk = ordered[at:at + INSERT_CHUNK]
         params = tuple(itertools.chain.from_iterable(chunk))
-        for interval_id, interval, rank in connection.exec_driver_sql(_insert_new_intervals(dialect_class, len(chunk)), params):
+        inserted = connection.exec_driver_sql(_insert_new_intervals(dialect_class, len(chunk)), params)
+        for interval_id, interval, rank in inserted:
             new_ids[(interval, rank)] = interval_id
     if not new_ids:
         return 0

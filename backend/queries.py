@@ -1,25 +1,43 @@
 """Read queries. Charts read the rollups kept at ingest (about max_points rows whatever the run's
-length), summaries read the run totals; every derived number goes through catalogue.derive."""
+length), summaries read the run totals; every derived number comes from the catalogue's formulas
+(catalogue.derive on floats, backend.columns on numpy columns)."""
 
-import json
 import statistics
 from collections.abc import Iterator, Mapping, Sequence
 from datetime import datetime, timezone
 from typing import Any
 
-from sqlalchemy import Row, and_, or_, select
+import numpy as np
+from sqlalchemy import Row, String, and_, cast, or_, select
 from sqlalchemy.orm import Session
 
-from packscope.backend.models import ROLLUP_LEVELS, Run, interval_details, intervals, rollups, run_sync_sites, run_totals
+from packscope.backend.columns import (
+    BAND_COLUMNS,
+    BLOCK_FLOAT_COLUMNS,
+    BLOCK_INT_COLUMNS,
+    derive_columns,
+    listed,
+    merge_blocks,
+    rows_with_nulls,
+    sums_per_row,
+)
+from packscope.backend.models import (
+    ROLLUP_LEVELS,
+    Run,
+    interval_details,
+    intervals,
+    rollups,
+    run_sync_sites,
+    run_totals,
+)
 from packscope.backend.stats import mann_whitney_u
-from packscope.core.catalogue import BAND_METRICS, FIELDS, METRIC, METRICS, SUM_NAMES, Coefficients, derive, sums_of_rows
+from packscope.core.catalogue import FIELDS, METRIC, METRICS, SUM_FIELDS, SUM_NAMES, Coefficients, derive
 from packscope.core.histograms import EDGES, KINDS, NUM_BUCKETS
 
 # The CSV: every stored column of the catalogue, then every derived metric of the interval.
 CSV_RAW_COLUMNS = (*(f.name for f in FIELDS), "channel_loss")
 CSV_DERIVED_COLUMNS = tuple(m.name for m in METRICS if m.name not in CSV_RAW_COLUMNS)
 CSV_COLUMNS = CSV_RAW_COLUMNS + CSV_DERIVED_COLUMNS
-BAND_COLUMNS = tuple(f"{name}_{end}" for name in BAND_METRICS for end in ("min", "max"))
 
 
 def _utc(moment: datetime | None) -> datetime | None:
@@ -165,7 +183,8 @@ def _tiles(first: int, last: int, top: int) -> list[tuple[int, int]]:
     return out
 
 
-def _read_tiles(session: Session, run: Run, tiles: list[tuple[int, int]], top: int) -> dict[tuple[int, int], Row[Any]]:
+def _read_tiles(session: Session, run: Run, tiles: list[tuple[int, int]], top: int) -> list[Row[Any]]:
+    """The stored rollup rows of `tiles` (level, block, then the block columns), in tile order."""
     by_level: dict[int, list[int]] = {}
     for level, block in tiles:
         by_level.setdefault(level, []).append(block)
@@ -175,19 +194,21 @@ def _read_tiles(session: Session, run: Run, tiles: list[tuple[int, int]], top: i
         else and_(rollups.c.level == level, rollups.c.block.in_(blocks))
         for level, blocks in by_level.items()
     ]
-    query = select(rollups).where(rollups.c.run_pk == run.id, or_(*wanted))
-    return {(row.level, row.block): row for row in session.execute(query)}
+    query = select(
+        rollups.c.level, rollups.c.block, *(rollups.c[name] for name in (*BLOCK_INT_COLUMNS, *BLOCK_FLOAT_COLUMNS))
+    ).where(rollups.c.run_pk == run.id, or_(*wanted))
+    stored = {(row.level, row.block): row for row in session.execute(query)}
+    return [stored[tile] for tile in tiles if tile in stored]
 
 
-def _merge(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """One chart bucket from rollup rows: sums add, steps and bands widen."""
-    out: dict[str, Any] = {name: sum(p[name] for p in parts) for name in SUM_NAMES}
-    out["first_step"] = min(p["first_step"] for p in parts)
-    out["last_step"] = max(p["last_step"] for p in parts)
-    for name in BAND_COLUMNS:
-        values = [p[name] for p in parts if p[name] is not None]
-        out[name] = (min(values) if name.endswith("_min") else max(values)) if values else None
-    return out
+def _bucket_of_rows(parts: np.ndarray, max_points: int) -> np.ndarray:
+    """The chart bucket of each row, given each row's part (top-level block, non-decreasing): the
+    parts are dealt into at most max_points buckets of consecutive parts, as evenly as they allow."""
+    ordinal = np.cumsum(np.r_[0, parts[1:] != parts[:-1]])
+    n = int(ordinal[-1]) + 1
+    points = min(n, max_points)
+    first_part = np.arange(points) * n // points
+    return np.searchsorted(first_part, ordinal, side="right") - 1
 
 
 def series(
@@ -202,38 +223,31 @@ def series(
     The level is the coarsest whose 4^level-interval blocks still number ≥ max_points over the
     range (so about max_points..4·max_points rows are read); blocks cut by the range's ends are
     summed exactly from finer levels. The stored blocks are then dealt into max_points buckets of
-    consecutive blocks, as evenly as whole blocks allow.
+    consecutive blocks, as evenly as whole blocks allow, merged and derived with numpy.
     """
     columns: dict[str, list[Any]] = {"step": [], "first_step": [], "last_step": []}
     columns.update({name: [] for name in METRIC})
     columns.update({name: [] for name in BAND_COLUMNS})
     span = _interval_range(session, run, step_min, step_max)
-    if span is not None:
-        top = _chart_level(*span, max_points)
-        tiles = _tiles(*span, top)
-        stored = _read_tiles(session, run, tiles, top)
-        blocks: dict[int, list[Mapping[str, Any]]] = {}
-        for level, block in tiles:  # in interval order
-            row = stored.get((level, block))
-            if row is not None:
-                blocks.setdefault((block << 2 * level) >> 2 * top, []).append(row._mapping)
-        parts = list(blocks.values())
-        c = coefficients(run)
-        n, points = len(parts), min(len(parts), max_points)
-        for i in range(points):
-            bucket = _merge([p for part in parts[i * n // points:(i + 1) * n // points] for p in part])
-            _append_bucket(columns, bucket, derive(bucket, c))
+    if span is None:
+        return {"run_id": run.run_id, "points": 0, "columns": columns}
+    top = _chart_level(*span, max_points)
+    stored = _read_tiles(session, run, _tiles(*span, top), top)
+    if stored:
+        at = len(BLOCK_INT_COLUMNS) + 2
+        parts = np.array([(row.block << 2 * row.level) >> 2 * top for row in stored], dtype=np.int64)
+        ints = np.array([row[2:at] for row in stored], dtype=np.int64)
+        floats = np.array([row[at:] for row in stored], dtype=float)  # NULL bands -> NaN
+        _, ints, floats = merge_blocks(_bucket_of_rows(parts, max_points), ints, floats)
+        sums = {name: floats[:, i] for i, name in enumerate(SUM_NAMES)}
+        columns["first_step"] = ints[:, 1].tolist()
+        columns["last_step"] = ints[:, 2].tolist()
+        columns["step"] = ints[:, 2].tolist()  # a bucket is drawn at its last step
+        for name, values in derive_columns(sums, coefficients(run)).items():
+            columns[name] = listed(values)
+        for i, name in enumerate(BLOCK_FLOAT_COLUMNS[len(SUM_NAMES):], start=len(SUM_NAMES)):
+            columns[name] = listed(floats[:, i])
     return {"run_id": run.run_id, "points": len(columns["step"]), "columns": columns}
-
-
-def _append_bucket(columns: dict[str, list[Any]], bucket: Mapping[str, Any], derived: Mapping[str, Any]) -> None:
-    columns["step"].append(int(bucket["last_step"]))  # a bucket is drawn at its last step
-    columns["first_step"].append(int(bucket["first_step"]))
-    columns["last_step"].append(int(bucket["last_step"]))
-    for name in METRIC:
-        columns[name].append(derived[name])
-    for name in BAND_COLUMNS:
-        columns[name].append(bucket[name])
 
 
 # -- histograms and sync sites --------------------------------------------------------------------
@@ -295,25 +309,22 @@ def stream_state(session: Session, run: Run) -> tuple[int, int | None, int | Non
     return int(totals.rows), int(totals.last_interval), int(totals.last_step)
 
 
-def _csv_value(value: Any) -> Any:
-    if value is None:
-        return ""
-    if isinstance(value, dict):
-        return json.dumps(value, sort_keys=True)
-    return value
-
-
-def iter_csv_rows(session: Session, run: Run, batch: int = 2000) -> Iterator[list[Any]]:
-    """Every stored interval of `run`, one row each, in CSV_COLUMNS order; streamed from the database."""
+def iter_csv_chunks(session: Session, run: Run, chunk_rows: int = 2000) -> Iterator[list[list[Any]]]:
+    """Every stored interval of `run`, one row each in CSV_COLUMNS order, `chunk_rows` at a time:
+    streamed from a server-side cursor, the derived columns computed per chunk with numpy."""
     c = coefficients(run)
     query = (
-        select(*(intervals.c[name] for name in CSV_RAW_COLUMNS))
+        select(
+            *(intervals.c[name] for name in CSV_RAW_COLUMNS if name != "channel_loss"),
+            cast(intervals.c.channel_loss, String),  # the stored JSON text, not parsed and dumped again
+        )
         .where(intervals.c.run_pk == run.id)
         .order_by(intervals.c.interval, intervals.c.rank)
-        .execution_options(yield_per=batch)
     )
-    for row in session.execute(query).mappings():
-        derived = derive(sums_of_rows([row]), c, CSV_DERIVED_COLUMNS)
-        yield [_csv_value(row[name]) for name in CSV_RAW_COLUMNS] + [
-            _csv_value(derived[name]) for name in CSV_DERIVED_COLUMNS
-        ]
+    result = session.execute(query, execution_options={"stream_results": True, "yield_per": chunk_rows})
+    for chunk in result.partitions():
+        values = dict(zip(CSV_RAW_COLUMNS, zip(*chunk, strict=True), strict=True))
+        sums = sums_per_row({name: np.array(values[name], dtype=float) for name in SUM_FIELDS})  # None -> NaN
+        derived = derive_columns(sums, c, CSV_DERIVED_COLUMNS)
+        per_row = rows_with_nulls(np.column_stack([derived[name] for name in CSV_DERIVED_COLUMNS]))
+        yield [[*row, *extra] for row, extra in zip(chunk, per_row, strict=True)]

@@ -24,7 +24,6 @@ from packscope.backend.deps import (
 from packscope.backend.models import Run
 from packscope.core import catalogue
 from packscope.core.catalogue import INT32_MAX, INT64_MAX
-from packscope.core.catalogue import INT32_MAX, INT64_MAX
 from packscope.backend.schemas import (
     Comparison,
     IntervalHistograms,
@@ -37,7 +36,6 @@ from packscope.backend.schemas import (
 router = APIRouter(prefix="/api/v1", tags=["reads"], dependencies=[Depends(require_read_token)])
 
 MAX_COMPARE = 20
-CSV_CHUNK_BYTES = 64 * 1024
 
 
 @router.get("/catalogue")
@@ -109,12 +107,11 @@ def _csv_chunks(make_session: sessionmaker[Session], run_pk: int) -> Iterator[st
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow(queries.CSV_COLUMNS)
-        for row in queries.iter_csv_rows(session, run):
-            writer.writerow(row)
-            if buffer.tell() >= CSV_CHUNK_BYTES:
-                yield buffer.getvalue()
-                buffer.seek(0)
-                buffer.truncate()
+        for rows in queries.iter_csv_chunks(session, run):
+            writer.writerows(rows)
+            yield buffer.getvalue()
+            buffer.seek(0)
+            buffer.truncate()
         yield buffer.getvalue()
 
 

@@ -173,7 +173,7 @@ class Coefficients:
 
 
 class Ops(Protocol):
-    """What a formula may do beyond + − ×: divide by something that may be 0.
+    """What a formula may do beyond +, - and *: divide by something that may be 0.
 
     The result of a division by 0 is undefined (NaN, NULL) and stays undefined through the rest of
     the formula, so one definition evaluates on floats, on numpy arrays and as SQL expressions.
@@ -198,7 +198,7 @@ Formula = Callable[[Mapping[str, Any], Coefficients, Ops], Any]
 class Metric:
     """A number shown to users: how it is labelled, formatted and derived from SUMS.
 
-    ``formula(sums, coefficients, ops)`` uses only + − × and ``ops.ratio``; the sums are floats
+    ``formula(sums, coefficients, ops)`` uses only +, -, * and ``ops.ratio``; the sums are floats
     (or float arrays, or SQL expressions), never Python ints, so every evaluator rounds alike.
     """
 
@@ -298,7 +298,9 @@ METRICS: tuple[Metric, ...] = (
         _per("syncs_total", "steps"),
     ),
     Metric("loss", "loss", "", ".4g", "training loss, averaged over real tokens", _per("loss_x_tokens", "loss_tokens")),
-    Metric("gpu_util_pct", "GPU utilisation", "%", ".1f", "NVML utilisation, time-weighted", _per("gpu_util_x_s", "gpu_util_s")),
+    Metric(
+        "gpu_util_pct", "GPU utilisation", "%", ".1f", "NVML utilisation, time-weighted", _per("gpu_util_x_s", "gpu_util_s")
+    ),
     Metric("gpu_power_w", "GPU power", "W", ".4g", "NVML power, time-weighted", _per("gpu_power_x_s", "gpu_power_s")),
     Metric(
         "energy_per_token_j", "energy/token", "J", ".3s", "NVML energy ÷ real tokens",
@@ -319,7 +321,8 @@ def evaluate(sums: Mapping[str, Any], c: Coefficients, ops: Ops, names: Iterable
 def derive(sums: Mapping[str, float], c: Coefficients, names: Iterable[str] | None = None) -> dict[str, float | None]:
     """Every (or the named) derived metric of one window; None where it is undefined (0/0)."""
     floats = {name: float(sums[name]) for name in SUM_NAMES}
-    return {name: value if math.isfinite(value) else None for name, value in evaluate(floats, c, FLOAT_OPS, names).items()}
+    values = evaluate(floats, c, FLOAT_OPS, names)
+    return {name: value if math.isfinite(value) else None for name, value in values.items()}
 
 
 def interval_rates(row: Mapping[str, Any], c: Coefficients) -> dict[str, float | None]:
