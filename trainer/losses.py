@@ -63,10 +63,12 @@ def chunked_cross_entropy(
     dtype: torch.dtype | None = None,
     chunk: int = CHUNK_TOKENS,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Cross-entropy of the logits ``hidden @ weight.T`` (``dtype``: the matmul's dtype, as
-    autocast would choose it; default the hidden states'), as (float32 sum over labelled
-    tokens, float32 per-token losses with 0 where the label is ``IGNORE``)."""
-    dtype = dtype or hidden.dtype
+    """Cross-entropy of the logits ``hidden @ weight.T``, as (float32 sum over labelled tokens,
+    float32 per-token losses with 0 where the label is ``IGNORE``). ``dtype`` is the matmul's;
+    by default autocast's when it is on (as it would run the head), else the hidden states'."""
+    device = hidden.device.type
+    if dtype is None:
+        dtype = torch.get_autocast_dtype(device) if torch.is_autocast_enabled(device) else hidden.dtype
     with torch.autocast(hidden.device.type, enabled=False):
         h = hidden.reshape(-1, hidden.shape[-1]).to(dtype)
         return _ChunkedCrossEntropy.apply(h, weight.to(dtype), labels.reshape(-1), chunk)

@@ -16,6 +16,7 @@ from torch import nn
 
 from packscope.trainer.attention import Attention
 from packscope.trainer.config import ModelConfig
+from packscope.trainer.losses import chunked_cross_entropy
 
 
 def rope_cos_sin(position_ids: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -94,13 +95,22 @@ class Transformer(nn.Module):
             for proj in (block.attn.wo, block.mlp.w2):
                 nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * self.cfg.layers))
 
-    def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor, attention: Attention) -> torch.Tensor:
-        """Logits [B, L, vocab] for token ids and position ids [B, L]."""
+    def forward(
+        self, input_ids: torch.Tensor, position_ids: torch.Tensor, attention: Attention,
+        labels: torch.Tensor | None = None,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """Logits [B, L, vocab] for token ids and position ids [B, L]; with ``labels``, the
+        chunked cross-entropy instead, as (summed loss, per-token losses [B * L]), which never
+        holds every token's logits. The loss is computed here, inside forward, so that wrappers
+        that hook forward (DDP, FSDP) see the head's weight used."""
         cos, sin = rope_cos_sin(position_ids, self.cfg.head_dim, self.cfg.rope_theta)
         x = self.embed(input_ids)
         for layer in self.layers:
             x = layer(x, cos, sin, attention)
-        return self.head(self.norm(x))
+        x = self.norm(x)
+        if labels is None:
+            return self.head(x)
+        return chunked_cross_entropy(x, self.head.weight, labels)
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

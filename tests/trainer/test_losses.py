@@ -55,3 +55,11 @@ def test_only_the_sum_carries_a_gradient_and_shapes_flatten():
     h, w, labels = _problem(tokens=24)
     total, per_token = chunked_cross_entropy(h.view(2, 12, -1), w, labels.view(2, 12), chunk=5)
     assert per_token.shape == (24,) and not per_token.requires_grad and total.requires_grad
+
+
+def test_autocast_picks_the_matmul_dtype():
+    h, w, labels = _problem(tokens=16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        under_autocast, _ = chunked_cross_entropy(h, w, labels)
+    explicit, _ = chunked_cross_entropy(h, w, labels, dtype=torch.bfloat16)
+    assert torch.equal(under_autocast, explicit)
