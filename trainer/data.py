@@ -3,7 +3,8 @@
 Lengths mix a chat-like short mode and a long mode (both log-normal), clipped to
 [min_len, pack_length]. For content the vocabulary is split into ``rules`` bands, each with an
 affine recurrence x' = (a*x + b) mod band that visits every token of its band; a document follows
-one rule from a random start. The next token is a function of the current one, so a model first
+one rule from a random start, and its rule fixes its source (its channel: code, math, chat,
+web), so the stream and the channels are both seeded. The next token is a function of the current one, so a model first
 learns which band a document lives in (loss -> ln(band)), then the transitions (loss -> 0): the
 loss falls clearly within ~100 steps on the tiny preset.
 
@@ -20,6 +21,16 @@ import torch
 
 from packscope.trainer.config import DataConfig
 from packscope.trainer.packing import first_fit_decreasing, round_up
+
+
+# The sources documents come from; the loss can be followed per source (--channel-loss).
+CHANNELS = ("code", "math", "chat", "web")
+
+
+def channel_of(doc: torch.Tensor) -> int:
+    """The index in CHANNELS of a document's source (0 for a tensor that did not come from a
+    DocumentStream)."""
+    return getattr(doc, "channel", 0)
 
 
 class DocumentStream:
@@ -70,7 +81,9 @@ class DocumentStream:
         for _ in range(length - 1):
             x = (a * x + b) % m
             tokens.append(x)
-        return torch.tensor(tokens, dtype=torch.long) + k * m
+        doc = torch.tensor(tokens, dtype=torch.long) + k * m
+        doc.channel = k % len(CHANNELS)  # each rule is one source's content
+        return doc
 
     def __iter__(self) -> Iterator[torch.Tensor]:
         while True:
