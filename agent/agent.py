@@ -17,7 +17,9 @@ polling on the steps after the boundary, so the trainer never waits for the agen
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
 import secrets
 import statistics
 import time
@@ -29,8 +31,8 @@ import torch
 import torch.distributed as dist
 
 from packscope.agent import batch_forms, payload
-from packscope.agent.accumulator import IntervalAccumulator, decode, DEVICE_LEN
-from packscope.agent.config import AgentConfig
+from packscope.agent.accumulator import IntervalAccumulator, decode
+from packscope.agent.config import DEFAULT_SPOOL_DIR, AgentConfig
 from packscope.core.flops import ModelSpec
 from packscope.agent.hardware import describe
 from packscope.agent.sender import Sender
@@ -55,8 +57,7 @@ class _PendingInterval:
     index: int
     first_step: int
     last_step: int
-    gpus: int
-    host_counts: list[int] | None  # None: they were summed on the device with the rest
+    host_counts: list[int]
     buffer: torch.Tensor  # pinned host copy of the packed payload (agent/payload.py)
     layout: payload.Layout
     ready: torch.Event | None  # the copy's completion; None on CPU, where it is synchronous
@@ -84,8 +85,12 @@ class Agent:
         distributed = dist.is_available() and dist.is_initialized()
         self.world_size = dist.get_world_size() if distributed else 1
         self.rank = dist.get_rank() if distributed else 0
-        self.dp_group = dp_group
         self.dp_size = dist.get_world_size(dp_group) if distributed else 1
+        # Every rank sends its own record and the server sums them. Ranks that see the same
+        # documents (context/tensor parallel peers of one replica) must not all count them: only
+        # the data-parallel group that holds global rank 0 counts, one rank per replica; the others
+        # send their timing with zero counts. Known from the group's membership, no collective.
+        self.counts_batches = not distributed or dp_group is None or 0 in dist.get_process_group_ranks(dp_group)
         self.run_id = config.run_id or make_run_id(config.run_name)
         if distributed and self.world_size > 1 and config.run_id is None:
             # Every rank must agree on the run id; rank 0's wins.
@@ -124,8 +129,15 @@ class Agent:
             self.nvml = NvmlSampler.try_start(self.device.index or 0)
         self.hardware = describe(self.device, self.world_size, config.peak_tflops)
         self.sender: Sender | None = None
-        if config.server and self.rank == 0:
-            self.sender = Sender(config, self.run_id, self.run_body())
+        if config.server:
+            self.sender = Sender(self._rank_config(config), self.run_id, self.run_body())
+
+    def _rank_config(self, config: AgentConfig) -> AgentConfig:
+        """Rank r > 0 spools under <spool_dir>/rank<r>/, so the ranks of one host never share a
+        spool file; rank 0 keeps <spool_dir>/<run_id>.sqlite, the single-process path."""
+        if self.rank == 0:
+            return config
+        return dataclasses.replace(config, spool_dir=os.path.join(config.spool_dir or DEFAULT_SPOOL_DIR, f"rank{self.rank}"))
 
     def run_body(self) -> dict:
         cfg = self.config
@@ -170,6 +182,8 @@ class Agent:
             cu_seqlens, cu_seqlens_padded = batch_forms.cu_seqlens_of_packed_seq_params(packed_seq_params)
             if shape is None:
                 raise ValueError("observe_batch(packed_seq_params=...) needs shape=(packs, pack_length)")
+        if not self.counts_batches:  # a peer of a rank that counts these documents
+            return
         if cu_seqlens is not None:
             if shape is None:
                 raise ValueError("observe_batch(cu_seqlens=...) needs shape=(packs, pack_length)")
@@ -213,36 +227,17 @@ class Agent:
     # -- log boundary: each step of an interval's life has its own function ------------------
     def _close_interval(self) -> None:
         """Start the interval's trip to the host without waiting for it, then open the next one."""
-        counts, host_counts = self._reduce_counts()
+        counts, host_counts = self._acc.reduce(self.device), self._acc.host.as_list()
         packed, layout = payload.pack(counts, self._interval_floats(), self.device)
         buffer, ready = self._copy_to_host(packed)
         syncs, sites = self._sync_delta()
         self._inflight.append(_PendingInterval(
             index=self._interval, first_step=self._first_step, last_step=self.step,
-            gpus=self.world_size, host_counts=host_counts, buffer=buffer, layout=layout, ready=ready,
+            host_counts=host_counts, buffer=buffer, layout=layout, ready=ready,
             lr=self._lr, syncs=syncs, sync_sites=sites, gpu=self.nvml.take() if self.nvml else None,
             wall_start=self._wall_start or time.time(), wall_end=time.time(),
         ))  # fmt: skip
         self._open_next_interval()
-
-    def _reduce_counts(self) -> tuple[torch.Tensor, list[int] | None]:
-        """The interval's counts on the device, summed over data-parallel ranks, and the host counts
-        when they were not summed with them (None when they were)."""
-        counts = self._acc.reduce(self.device)
-        host_counts = self._acc.host.as_list()
-        if self.dp_size == 1:
-            return counts, host_counts
-        # Every rank must take the same branch in every interval, or a lone all_reduce would pair
-        # with the trainer's next collective: the branch depends on configuration only.
-        if self.config.uniform_shapes and not self._acc.has_device_data:
-            # Identical fixed shapes on every rank: scale locally, no collective.
-            return counts * self.dp_size, [v * self.dp_size for v in host_counts]
-        host = torch.tensor(host_counts, dtype=torch.int64)
-        if self.device.type == "cuda":
-            host = host.pin_memory()  # so the copy below needs no sync
-        counts = torch.cat([counts, host.to(self.device, non_blocking=True)])
-        dist.all_reduce(counts, op=dist.ReduceOp.SUM, group=self.dp_group)
-        return counts, None
 
     def _interval_floats(self) -> dict[str, torch.Tensor]:
         floats = {}
@@ -298,8 +293,7 @@ class Agent:
     def _emit(self, p: _PendingInterval) -> None:
         steps = [self._times.popleft() for _ in range(p.last_step - p.first_step + 1)]
         counts, floats = payload.unpack(p.buffer, p.layout)  # host memory, already complete
-        host = p.host_counts if p.host_counts is not None else counts[DEVICE_LEN:]
-        record = self._record(p, steps, decode(counts[:DEVICE_LEN], host), floats)
+        record = self._record(p, steps, decode(counts, p.host_counts), floats)
         self.records.append(record)
         if self.sender is not None:
             self.sender.submit(record)
@@ -314,7 +308,7 @@ class Agent:
         )
         return {
             "interval": p.index, "rank": self.rank,
-            "first_step": p.first_step, "last_step": p.last_step, "steps": n, "gpus": p.gpus,
+            "first_step": p.first_step, "last_step": p.last_step, "steps": n, "gpus": 1,
             "wall_start": p.wall_start, "wall_end": p.wall_end,
             "gpu_time_s": sum(durations),
             "host_time_s": steps[-1].host_end - steps[0].host_begin,
@@ -351,7 +345,8 @@ class Agent:
         self._poll()
         if self.sender is None:
             return True
-        patch = {"status": status, "ended_at": _utc_now()}
+        # Rank 0 sets the run's final status; another rank only reports its own failure.
+        patch = {"status": status, "ended_at": _utc_now()} if self.rank == 0 or status == "failed" else None
         ok = self.sender.close(patch, timeout_s)
         if not ok:
             log.warning("packscope: not every record reached %s; see the spool at %s", self.config.server, self.sender.spool.path)

@@ -25,10 +25,6 @@ class AgentConfig:
     config: dict[str, Any] = field(default_factory=dict)  # the trainer's own config, stored as-is
     peak_tflops: float | None = None  # None: looked up from the GPU name (dense bf16)
     parallel: dict[str, int] = field(default_factory=dict)  # dp/tp/pp/cp/ep sizes, for display
-    # Data parallel: True promises that plain shape= batches are identical on every DP rank in
-    # every interval, so they are scaled locally with no collective. False (default): one
-    # all_reduce of ~200 int64 per interval, always, so every rank takes the same path.
-    uniform_shapes: bool = False
     count_syncs: bool = True
     sample_gpu: bool = True  # NVML telemetry when nvidia-ml-py is installed and the device is CUDA
     sync_backend: str = "debug-mode"  # "debug-mode" (default) or "cupti" (exact, optional extra)

@@ -2,31 +2,28 @@
 
 One set of worker processes is spawned per world size (2 and 4); each rank runs every scenario
 in sequence, writes its agent's records to JSON, and the test process checks them against a
-brute-force per-document computation over all ranks. The batches are a pure function of
-(scenario, data rank, step, micro-batch), so the test process rebuilds every rank's input
-without it having to travel back.
+brute-force per-document computation. The batches are a pure function of (scenario, data rank,
+step, micro-batch), so the test process rebuilds every rank's input without it having to travel
+back.
 
-Scenarios:
+Every rank sends its own record (its own counts, gpus = 1) and the server sums them; the agent
+runs no collective after its constructor. Scenarios:
 
 * ``uneven``: every rank sees different documents (cu_seqlens with and without a padded
-  twin, zero-length entries, empty packs, position_ids, attention_mask, and an extra plain
-  shape that differs per rank), a different number of micro-batches per step; the totals must
-  be the sum over all ranks, on every rank, with one all_reduce per logging interval.
-* ``fixed``: only identical plain shapes, promised with ``uniform_shapes=True``: no collective
-  at all, totals scaled by dp size.
-* ``ragged``: plain shapes that differ by rank, default config: summed with one all_reduce.
+  twin, zero-length entries, empty packs, position_ids, attention_mask, and a plain shape that
+  differs per rank), a different number of micro-batches per step; each rank's record holds
+  its own batches, and the SUM over the ranks' records equals brute force over all batches.
+  The agent has a server here (an unreachable one), so every rank spools to its own file.
 * ``cp`` (world 4 only): dp 2 x cp 2 with the layout ``rank = dp_rank * CP + cp_rank`` (CP
-  is the fast dimension), so the DP groups are {0, 2} and {1, 3} and the CP groups {0, 1} and
-  {2, 3}. CP ranks of one replica see the same global cu_seqlens; with the DP group handed to
-  the agent, each replica is counted once.
-* ``cp_world`` (world 4 only): the same inputs with ``dp_group=None`` (the whole world), to
+  is the fast dimension), so the DP groups are {0, 2} and {1, 3}. CP ranks of one replica see
+  the same global cu_seqlens; only the DP group holding rank 0 counts, the others send zeros.
+* ``cp_world`` (world 4 only): the same inputs with ``dp_group=None`` (every rank counts), to
   show the check above is sensitive: every replica is then counted twice.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import random
 import time
 from datetime import timedelta
@@ -84,15 +81,9 @@ def _packs(rng: random.Random, rows: int, row_len: int, zeros: bool) -> list[lis
 
 def batch_specs(scenario: str, data_rank: int, step: int) -> list[dict]:
     """The micro-batches one data rank observes on one step (1-based)."""
-    if scenario == "fixed":  # identical on every rank, different from step to step
-        return [{"form": "shape", "rows": 1 + step % 3, "row_len": 32 << (step % 4)}]
-    if scenario == "ragged":  # plain shapes that differ by rank (dynamic padding per rank)
-        return [{"form": "shape", "rows": 2, "row_len": 64 * (1 + data_rank)}]
     rng = random.Random(f"{scenario}/{data_rank}/{step}")
     forms = ["cu_padded", "cu_full", "pos", "mask"]
     specs = []
-    # Every step starts with a form that reads the device, on every rank, so that every interval
-    # takes the all_reduce path everywhere (the agent requires the same path on all ranks).
     for micro in range(1 + (data_rank + step) % 3):  # uneven micro-batch counts across ranks
         form = forms[(step + micro + data_rank) % len(forms)]
         rows, row_len = rng.randint(1, 4), rng.choice([16, 64, 100, 512, 1024])
@@ -209,38 +200,41 @@ def expected_intervals(scenario: str, data_ranks: list[int], weight: int = 1) ->
 
 
 # -- the worker -------------------------------------------------------------------------------
-def _group_ranks(group) -> list[int] | str:
-    return "world" if group is None else sorted(dist.get_process_group_ranks(group))
+# Every collective a rank could start; the agent must call none of them after its constructor.
+COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce",
+               "reduce_scatter_tensor", "broadcast", "broadcast_object_list", "barrier", "all_to_all_single")
 
 
-def _run_scenario(scenario: str, data_rank: int, dp_group) -> dict:
-    calls: list[dict] = []
-    holder: dict = {}
-    original = dist.all_reduce
+def _run_scenario(scenario: str, data_rank: int, dp_group, spool_dir: str | None = None) -> dict:
+    calls: list[str] = []
+    originals = {name: getattr(dist, name) for name in COLLECTIVES}
 
-    def counting_all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
-        calls.append({"step": holder["agent"].step, "group": _group_ranks(group), "numel": tensor.numel()})
-        return original(tensor, op=op, group=group, async_op=async_op)
+    def counting(name):
+        def call(*args, **kwargs):
+            calls.append(name)
+            return originals[name](*args, **kwargs)
+        return call
 
-    dist.all_reduce = counting_all_reduce  # the agent looks it up on the module at call time
+    server = {"server": "http://127.0.0.1:9", "spool_dir": spool_dir, "request_timeout_s": 0.2} if spool_dir else {}
+    agent = Agent(AgentConfig(log_every=LOG_EVERY, count_syncs=False, sample_gpu=False, **server),
+                  model=MODEL, device="cpu", dp_group=dp_group)
+    for name in COLLECTIVES:  # the agent looks them up on the module at call time
+        setattr(dist, name, counting(name))
     try:
-        # Only the "fixed" scenario promises identical plain shapes on every rank.
-        agent = Agent(AgentConfig(log_every=LOG_EVERY, count_syncs=False, sample_gpu=False,
-                                  uniform_shapes=scenario == "fixed"),
-                      model=MODEL, device="cpu", dp_group=dp_group)
-        holder["agent"] = agent
         for step in range(1, STEPS + 1):
             agent.step_begin()
             for spec in batch_specs(scenario, data_rank, step):
                 observe(agent, spec)
             agent.step_end(loss=float(dist.get_rank() + step), lr=1e-3)
-        agent.close()
+        agent.close(timeout_s=0.5)
     finally:
-        dist.all_reduce = original
+        for name, original in originals.items():
+            setattr(dist, name, original)
+    spool = None if agent.sender is None else {"path": str(agent.sender.spool.path), "records": len(agent.sender.spool)}
     return {
-        "records": list(agent.records), "all_reduce_calls": calls, "run_id": agent.run_id,
+        "records": list(agent.records), "collectives": calls, "run_id": agent.run_id,
         "rank": agent.rank, "world_size": agent.world_size, "dp_size": agent.dp_size,
-        "sender_is_none": agent.sender is None,
+        "counts_batches": agent.counts_batches, "spool": spool,
     }
 
 
@@ -249,18 +243,12 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
                             timeout=COLLECTIVE_TIMEOUT)
     try:
-        results = {
-            "uneven": _run_scenario("uneven", rank, None),
-            "fixed": _run_scenario("fixed", rank, None),
-            "ragged": _run_scenario("ragged", rank, None),
-        }
+        results = {"uneven": _run_scenario("uneven", rank, None, spool_dir=str(Path(out_dir, "spool")))}
         if world == 4:
             dp, cp = world // CP, CP
             # rank = dp_rank * CP + cp_rank. Every rank creates every group, in the same order.
             dp_groups = [dist.new_group([d * cp + c for d in range(dp)]) for c in range(cp)]
-            cp_groups = [dist.new_group([d * cp + c for c in range(cp)]) for d in range(dp)]
             dp_rank, cp_rank = divmod(rank, cp)
-            assert dist.get_process_group_ranks(cp_groups[dp_rank]) == [dp_rank * cp + c for c in range(cp)]
             # CP ranks of one replica observe the same global cu_seqlens: the data key is dp_rank.
             results["cp"] = _run_scenario("cp", dp_rank, dp_groups[cp_rank])
             results["cp_world"] = _run_scenario("cp", dp_rank, None)
@@ -307,19 +295,39 @@ def runs(tmp_path_factory):
 
 
 # -- checks -----------------------------------------------------------------------------------
-def assert_totals(records: list[dict], expected: list[dict], world: int, rank: int) -> None:
+def summed(per_rank: list[list[dict]]) -> list[dict]:
+    """What the server's sums over ranks hold: each interval's counts and histograms added up."""
+    out = []
+    for recs in zip(*per_rank, strict=True):
+        assert len({r["interval"] for r in recs}) == 1
+        total = {k: sum(r[k] for r in recs) for k in (*COUNT_KEYS, "flops_thd", "flops_bshd", "flops_useful", "gpus")}
+        total["histograms"] = {
+            kind: {part: [sum(r["histograms"][kind][part][b] for r in recs) for b in range(NUM_BUCKETS)]
+                   for part in ("count", "tokens")}
+            for kind in ("documents", "packs")
+        }
+        out.append(total)
+    return out
+
+
+def assert_counts(records: list[dict], expected: list[dict], where: str) -> None:
+    assert len(records) == len(expected) == INTERVALS
+    for i, (rec, exp) in enumerate(zip(records, expected)):
+        assert {k: rec[k] for k in COUNT_KEYS} == {k: exp[k] for k in COUNT_KEYS}, f"{where}, interval {i}"
+        assert rec["histograms"] == exp["histograms"], f"{where}, interval {i}"
+        # FLOPs are linear in the sums, so the per-rank FLOPs add up to those of the totals.
+        assert rec["flops_thd"] == pytest.approx(float(MODEL.flops(exp["tokens"], exp["seqlen_sq_sum_thd"])), rel=1e-12)
+        assert rec["flops_bshd"] == pytest.approx(float(MODEL.flops(exp["tokens"], exp["seqlen_sq_sum_bshd"])), rel=1e-12)
+        assert rec["flops_useful"] == pytest.approx(float(MODEL.flops(exp["real_tokens"], exp["seqlen_sq_sum_thd"])), rel=1e-12)
+
+
+def assert_own_records(records: list[dict], rank: int) -> None:
     assert [r["interval"] for r in records] == list(range(INTERVALS))
     assert [(r["first_step"], r["last_step"], r["steps"]) for r in records] == [
         (i * LOG_EVERY + 1, (i + 1) * LOG_EVERY, LOG_EVERY) for i in range(INTERVALS)
     ]
-    for rec, exp in zip(records, expected):
-        got = {k: rec[k] for k in COUNT_KEYS}
-        assert got == {k: exp[k] for k in COUNT_KEYS}, f"rank {rank}, interval {rec['interval']}"
-        assert rec["histograms"] == exp["histograms"], f"rank {rank}, interval {rec['interval']}"
-        assert rec["gpus"] == world and rec["rank"] == rank
-        assert rec["flops_thd"] == float(MODEL.flops(exp["tokens"], exp["seqlen_sq_sum_thd"]))
-        assert rec["flops_bshd"] == float(MODEL.flops(exp["tokens"], exp["seqlen_sq_sum_bshd"]))
-        assert rec["flops_useful"] == float(MODEL.flops(exp["real_tokens"], exp["seqlen_sq_sum_thd"]))
+    assert all(r["rank"] == rank and r["gpus"] == 1 for r in records)
+    assert all(r["gpu_time_s"] > 0 for r in records)  # its own step times
 
 
 def test_reference_inputs_are_uneven_and_cover_every_form():
@@ -337,70 +345,56 @@ def test_reference_inputs_are_uneven_and_cover_every_form():
 
 
 @pytest.mark.parametrize("world", [2, 4])
-def test_uneven_documents_are_summed_over_ranks_on_every_rank(runs, world):
+def test_each_rank_sends_its_own_counts_and_their_sum_is_the_total(runs, world):
     results = runs(world)
-    expected = expected_intervals("uneven", list(range(world)))
-    run_ids = {res["uneven"]["run_id"] for res in results}
-    assert len(run_ids) == 1  # rank 0's run id, broadcast
+    assert len({res["uneven"]["run_id"] for res in results}) == 1  # rank 0's run id, broadcast
     for rank, res in enumerate(results):
         r = res["uneven"]
-        assert r["rank"] == rank and r["world_size"] == world and r["dp_size"] == world
-        assert r["sender_is_none"]  # no server configured; only rank 0 would ever get one
-        assert_totals(r["records"], expected, world, rank)
+        assert r["rank"] == rank and r["world_size"] == world and r["counts_batches"]
+        assert_own_records(r["records"], rank)
+        assert_counts(r["records"], expected_intervals("uneven", [rank]), f"rank {rank}")
+    total = summed([res["uneven"]["records"] for res in results])
+    assert_counts(total, expected_intervals("uneven", list(range(world))), "sum over ranks")
+    assert all(t["gpus"] == world for t in total)  # Σ gpus: the GPU-seconds cover every rank
 
 
 @pytest.mark.parametrize("world", [2, 4])
-def test_one_all_reduce_per_logging_interval(runs, world):
-    for rank, res in enumerate(runs(world)):
-        calls = res["uneven"]["all_reduce_calls"]
-        assert len(calls) == INTERVALS, calls  # not one per step (STEPS), nor per micro-batch
-        assert [c["step"] for c in calls] == [LOG_EVERY * (i + 1) for i in range(INTERVALS)]
-        assert all(c["group"] == "world" for c in calls)
+def test_the_agent_runs_no_collective_after_its_constructor(runs, world):
+    for res in runs(world):
+        for scenario in res.values():
+            assert scenario["collectives"] == []
 
 
 @pytest.mark.parametrize("world", [2, 4])
-def test_fixed_shapes_scale_locally_without_a_collective(runs, world):
-    per_rank = expected_intervals("fixed", [0])
-    scaled = expected_intervals("fixed", [0], weight=world)
-    assert scaled[0]["tokens"] == world * per_rank[0]["tokens"]
-    for rank, res in enumerate(runs(world)):
-        r = res["fixed"]
-        assert r["all_reduce_calls"] == []
-        assert_totals(r["records"], scaled, world, rank)
+def test_every_rank_has_a_sender_with_its_own_spool(runs, world):
+    spools = [res["uneven"]["spool"] for res in runs(world)]
+    assert all(s is not None for s in spools)
+    assert len({s["path"] for s in spools}) == world  # ranks of one host never share a spool file
+    assert "rank" not in Path(spools[0]["path"]).parent.name  # rank 0 keeps the single-process path
+    assert all(s["records"] == INTERVALS for s in spools)  # the server is down: every record waits
 
 
-@pytest.mark.parametrize("world", [2, 4])
-def test_plain_shapes_that_differ_by_rank_are_summed_by_default(runs, world):
-    expected = expected_intervals("ragged", list(range(world)))
-    for rank, res in enumerate(runs(world)):
-        r = res["ragged"]
-        assert len(r["all_reduce_calls"]) == INTERVALS
-        assert_totals(r["records"], expected, world, rank)
-
-
-def test_context_parallel_ranks_are_not_double_counted(runs):
+def test_context_parallel_peers_send_timing_with_zero_counts(runs):
     world, dp = 4, 4 // CP
     results = runs(world)
-    expected = expected_intervals("cp", list(range(dp)))  # the DP replicas only, once each
+    zeros = expected_intervals("cp", [])
     for rank, res in enumerate(results):
         r = res["cp"]
+        dp_rank, cp_rank = divmod(rank, CP)
         assert r["dp_size"] == dp and r["world_size"] == world
-        assert_totals(r["records"], expected, world, rank)
-        cp_rank = rank % CP
-        my_dp_group = [d * CP + cp_rank for d in range(dp)]  # {0, 2} or {1, 3}
-        assert [c["group"] for c in r["all_reduce_calls"]] == [my_dp_group] * INTERVALS
-        assert [c["step"] for c in r["all_reduce_calls"]] == [LOG_EVERY * (i + 1) for i in range(INTERVALS)]
+        assert r["counts_batches"] == (cp_rank == 0)  # the DP group {0, 2} holds rank 0
+        assert_own_records(r["records"], rank)
+        assert_counts(r["records"], expected_intervals("cp", [dp_rank]) if cp_rank == 0 else zeros, f"rank {rank}")
+    total = summed([res["cp"]["records"] for res in results])
+    assert_counts(total, expected_intervals("cp", list(range(dp))), "sum over ranks")  # each replica once
 
 
 def test_context_parallel_without_dp_group_counts_each_replica_cp_times(runs):
-    """The control for the test above: over the whole world, CP ranks are counted twice."""
+    """The control for the test above: with every rank counting, CP peers count twice."""
     world, dp = 4, 4 // CP
     results = runs(world)
     doubled = expected_intervals("cp", list(range(dp)), weight=CP)
     once = expected_intervals("cp", list(range(dp)))
     assert doubled[0]["tokens"] == CP * once[0]["tokens"]
-    for rank, res in enumerate(results):
-        r = res["cp_world"]
-        assert r["dp_size"] == world
-        assert_totals(r["records"], doubled, world, rank)
-        assert len(r["all_reduce_calls"]) == INTERVALS
+    total = summed([res["cp_world"]["records"] for res in results])
+    assert_counts(total, doubled, "sum over ranks")
