@@ -1,0 +1,72 @@
+"""Per-channel loss: the vectorized form, the legacy per-document loop and a brute force agree,
+for THD (dynamic and static) and BSHD batches with extra masked tokens."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from packscope.trainer.channel_loss import channel_loss_sums, channel_loss_sums_loop, span_bounds, span_channels
+from packscope.trainer.packing import IGNORE, pack_bshd, pack_thd
+
+CHANNELS = 4
+BASE = 1000  # document j is made of token BASE + j only, so a label names its document
+
+
+def _documents(n: int, seed: int) -> tuple[list[torch.Tensor], list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    docs, channels = [], []
+    for j in range(n):
+        doc = torch.full((int(torch.randint(1, 90, (), generator=g)),), BASE + j)
+        doc.channel = int(torch.randint(CHANNELS, (), generator=g))
+        docs.append(doc)
+        channels.append(doc.channel)
+    return docs, channels
+
+
+def _brute_force(token_losses, labels, channels) -> torch.Tensor:
+    sums = torch.zeros(CHANNELS, 2, dtype=torch.float64)
+    for loss, label in zip(token_losses.flatten().tolist(), labels.flatten().tolist()):
+        if label != IGNORE:
+            c = channels[label - BASE]
+            sums[c, 0] += loss
+            sums[c, 1] += 1
+    return sums
+
+
+@pytest.mark.parametrize(
+    "layout,static,align", [("thd", False, 1), ("thd", True, 8), ("thd", True, 1), ("bshd", False, 1)]
+)
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_vectorized_equals_loop_equals_brute_force(layout, static, align, seed):
+    docs, channels = _documents(40, seed)
+    if layout == "thd":
+        batch = pack_thd(docs, 256, n_packs=12, max_docs_per_pack=8, align=align, static=static)
+    else:
+        batch = pack_bshd(docs, 128)
+    g = torch.Generator().manual_seed(100 + seed)
+    labels = batch.labels.clone()
+    labels[torch.rand(labels.shape, generator=g) < 0.25] = IGNORE  # masked tokens besides the padding
+    token_losses = 5 * torch.rand(labels.shape, generator=g)
+    bounds, of_spans = span_bounds(batch), span_channels(docs, batch, max_docs_per_pack=8, align=align)
+
+    fast = channel_loss_sums(token_losses, labels, bounds, of_spans, CHANNELS)
+    loop = channel_loss_sums_loop(token_losses, labels, bounds, of_spans, CHANNELS)
+    brute = _brute_force(token_losses, labels, channels)
+    for got in (fast, loop):
+        assert torch.equal(got[:, 1], brute[:, 1])  # token counts: exact
+        torch.testing.assert_close(got[:, 0], brute[:, 0], rtol=1e-5, atol=0)
+    assert brute[:, 1].sum() > 0
+
+
+def test_the_legacy_loop_reads_two_bounds_per_document(monkeypatch):
+    docs, _ = _documents(10, 0)
+    batch = pack_thd(docs, 256, n_packs=4, max_docs_per_pack=8)
+    reads = []
+    original = torch.Tensor.item
+    monkeypatch.setattr(torch.Tensor, "item", lambda t: reads.append(1) or original(t))
+    args = (torch.rand(batch.labels.shape), batch.labels, span_bounds(batch), span_channels(docs, batch, 8, 1), CHANNELS)
+    channel_loss_sums(*args)
+    assert not reads
+    channel_loss_sums_loop(*args)
+    assert len(reads) == 2 * len(docs)
