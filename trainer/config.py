@@ -113,6 +113,8 @@ class DataConfig:
 Layout = Literal["thd", "bshd"]
 Device = Literal["auto", "cpu", "cuda"]
 DType = Literal["bfloat16", "float16", "float32"]
+ParallelKind = Literal["none", "ddp", "fsdp2"]
+SyncBackend = Literal["debug-mode", "cupti"]
 
 
 @dataclass
@@ -137,6 +139,14 @@ class TrainConfig:
     device: Device = option("auto", "auto: CUDA when torch sees a GPU, else the CPU")
     dtype: DType = option("bfloat16", "autocast dtype on CUDA (the CPU runs float32)")
     compile: bool = option(False, "torch.compile the model")
+    parallel: ParallelKind = option(
+        "none",
+        "none: one process; ddp or fsdp2: data parallel over the processes torchrun starts "
+        "(torchrun --nproc-per-node N -m packscope train --parallel ddp ...), NCCL on CUDA, gloo on "
+        "the CPU, each rank its own documents; every rank's agent sends its own records",
+    )
+    sync_backend: SyncBackend = option("debug-mode", "how the agent counts host syncs (cupti: exact, needs cupti-python)")
+    records_dir: str | None = option(None, "also write each rank's interval records to <dir>/rank<r>.jsonl (no server needed)")
     log_every: int = option(10, "steps per agent interval")
     progress: bool = option(True, "the progress bar")
     server: str | None = option(None, "packscope server URL (default: count, send nothing)")
@@ -159,7 +169,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         ModelConfig.preset(self.preset)
-        for key, allowed in (("layout", Layout), ("device", Device), ("dtype", DType)):
+        for key, allowed in (("layout", Layout), ("device", Device), ("dtype", DType),
+                             ("parallel", ParallelKind), ("sync_backend", SyncBackend)):
             if getattr(self, key) not in typing.get_args(allowed):
                 choices = ", ".join(map(repr, typing.get_args(allowed)))
                 raise ValueError(f"{key} must be one of {choices}, got {getattr(self, key)!r}")
