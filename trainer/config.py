@@ -139,6 +139,18 @@ class TrainConfig:
     device: Device = option("auto", "auto: CUDA when torch sees a GPU, else the CPU")
     dtype: DType = option("bfloat16", "autocast dtype on CUDA (the CPU runs float32)")
     compile: bool = option(False, "torch.compile the model")
+    chunked_ce: bool = option(True, "cross-entropy over chunks of tokens: no float32 logits for every token")
+    cuda_graphs: bool = option(
+        False, "CUDA, THD with --static: capture forward+backward once and replay it (eager when a batch does not fit)"
+    )
+    legacy_logging: bool = option(
+        False, "log the way loops used to (per-step .item(), torch.tensor accumulator, synchronize timer, "
+        "NaN checks per bucket): the host syncs the fixed path avoids",
+    )
+    channel_loss: bool = option(False, "the loss per document source (code, math, chat, web), sent per interval")
+    legacy_channel_loss: bool = option(
+        False, "with --channel-loss: a per-document Python loop (three syncs per document), the slow baseline"
+    )
     parallel: ParallelKind = option(
         "none",
         "none: one process; ddp or fsdp2: data parallel over the processes torchrun starts "
@@ -201,6 +213,12 @@ class TrainConfig:
             raise ValueError(f"pack_length ({self.pack_length}) must be a multiple of align ({self.align})")
         if self.data.min_len > self.pack_length:
             raise ValueError(f"pack_length ({self.pack_length}) is below the shortest document ({self.data.min_len})")
+        if self.legacy_channel_loss and not self.channel_loss:
+            raise ValueError("legacy_channel_loss is a way to compute --channel-loss: give channel_loss too")
+        if self.cuda_graphs and (self.layout != "thd" or not self.static or self.compile):
+            raise ValueError(
+                "cuda_graphs captures the static THD form: give layout thd and static, without compile"
+            )
 
     @property
     def model(self) -> ModelConfig:
