@@ -13,12 +13,14 @@ import json
 import math
 import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 from tqdm import tqdm
 
 from packscope.agent import Agent, AgentConfig
+from packscope.trainer import distributed
 from packscope.trainer.attention import attention_for
 from packscope.trainer.config import TrainConfig, config_from_args
 from packscope.trainer.data import DocumentStream, step_documents
@@ -54,11 +56,13 @@ class Trainer:
     def __init__(self, cfg: TrainConfig) -> None:
         self.cfg = cfg
         self.model_cfg = cfg.model
-        self.device = resolve_device(cfg)
+        # Under torchrun: this rank's GPU, and the process group joined.
+        self.parallel, self.device = distributed.setup(cfg.parallel, resolve_device(cfg))
         cuda = self.device.type == "cuda"
-        torch.manual_seed(cfg.seed)
+        torch.manual_seed(cfg.seed)  # the same initial weights on every rank
         self.model = Transformer(self.model_cfg).to(self.device)
-        self.forward = torch.compile(self.model) if cfg.compile else self.model
+        wrapped = distributed.wrap(self.model, self.parallel, self.device)
+        self.forward = torch.compile(wrapped) if cfg.compile else wrapped
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             [
@@ -71,7 +75,7 @@ class Trainer:
         )
         # Mixed precision on CUDA only: parameters and optimizer state stay float32.
         self.amp_dtype = getattr(torch, cfg.dtype) if cuda and cfg.dtype != "float32" else None
-        docs = DocumentStream(cfg.data, self.model_cfg.vocab, cfg.pack_length, cfg.seed)
+        docs = DocumentStream(cfg.data, self.model_cfg.vocab, cfg.pack_length, self.parallel.data_seed(cfg.seed))
         self._steps = step_documents(
             iter(docs), cfg.micro_batches, cfg.packs_per_micro_batch, cfg.pack_length,
             cfg.max_docs_per_pack, cfg.align,
@@ -118,7 +122,7 @@ class Trainer:
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
         self.step += 1
-        return lr, grad_norm
+        return lr, distributed.local(grad_norm)
 
 
 def observe(agent: Agent, batch: Batch) -> None:
@@ -195,13 +199,14 @@ def run_training(cfg: TrainConfig) -> dict:
             start_step=cfg.start_step,
             tags=["reference-trainer", cfg.preset, cfg.layout],
             config=dataclasses.asdict(cfg),
+            sync_backend=cfg.sync_backend,
         ),
         model=trainer.model_cfg.to_model_spec(),
     )
     readout = LossReadout(trainer.device)
     # The bar shows the run id: what --run-id needs to continue this run if it is killed.
     bar = tqdm(range(cfg.start_step, cfg.steps), desc=agent.run_id, initial=cfg.start_step, total=cfg.steps,
-               unit="step", disable=not cfg.progress)
+               unit="step", disable=not cfg.progress or trainer.parallel.rank != 0)
     first_loss = loss = None
     real_tokens = slots = logged_tokens = 0
     start = logged_at = time.perf_counter()
@@ -229,9 +234,14 @@ def run_training(cfg: TrainConfig) -> dict:
     final_loss = float(loss)  # the one read that waits, after the last step
     elapsed = time.perf_counter() - start
     agent.close(status="finished")
+    if cfg.records_dir:
+        write_records(cfg.records_dir, agent)
+    trainer.parallel.close()
     steps = cfg.steps - cfg.start_step  # trained by this process
     return {
         "run_id": agent.run_id,
+        "rank": trainer.parallel.rank,
+        "world_size": trainer.parallel.world_size,
         "name": cfg.run_name,
         "layout": cfg.layout,
         "preset": cfg.preset,
@@ -246,6 +256,14 @@ def run_training(cfg: TrainConfig) -> dict:
         "steps_per_s": steps / elapsed,
         "tokens_per_s": real_tokens / elapsed,
     }
+
+
+def write_records(directory: str, agent: Agent) -> None:
+    """This rank's interval records (the agent keeps the last 1000) as JSON lines in
+    <directory>/rank<r>.jsonl: what the server would have stored, for a run without one."""
+    path = Path(directory) / f"rank{agent.rank}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(record) + "\n" for record in agent.records))
 
 
 def train_from_args(args: argparse.Namespace) -> int:
