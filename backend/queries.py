@@ -8,7 +8,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Row, String, and_, cast, or_, select
+from sqlalchemy import String, cast, select, union_all
 from sqlalchemy.orm import Session
 
 from packscope.backend.columns import (
@@ -183,21 +183,25 @@ def _tiles(first: int, last: int, top: int) -> list[tuple[int, int]]:
     return out
 
 
-def _read_tiles(session: Session, run: Run, tiles: list[tuple[int, int]], top: int) -> list[Row[Any]]:
-    """The stored rollup rows of `tiles` (level, block, then the block columns), in tile order."""
+def _read_tiles(session: Session, run: Run, tiles: list[tuple[int, int]], top: int) -> list[tuple[Any, ...]]:
+    """The stored rollup rows of `tiles` (level, block, then the block columns), in tile order.
+
+    One SELECT per level, joined by UNION ALL, so each is a range or IN lookup on the primary key
+    (an OR across levels lets SQLite scan every block of the run instead)."""
     by_level: dict[int, list[int]] = {}
     for level, block in tiles:
         by_level.setdefault(level, []).append(block)
-    wanted = [
-        and_(rollups.c.level == level, rollups.c.block.between(blocks[0], blocks[-1]))
-        if level == top  # contiguous: the inner blocks
-        else and_(rollups.c.level == level, rollups.c.block.in_(blocks))
+    columns = (rollups.c.level, rollups.c.block, *(rollups.c[name] for name in (*BLOCK_INT_COLUMNS, *BLOCK_FLOAT_COLUMNS)))
+    selects = [
+        select(*columns).where(
+            rollups.c.run_pk == run.id,
+            rollups.c.level == level,
+            # the inner blocks are contiguous; the edge blocks at most 3 per level
+            rollups.c.block.between(blocks[0], blocks[-1]) if level == top else rollups.c.block.in_(blocks),
+        )
         for level, blocks in by_level.items()
     ]
-    query = select(
-        rollups.c.level, rollups.c.block, *(rollups.c[name] for name in (*BLOCK_INT_COLUMNS, *BLOCK_FLOAT_COLUMNS))
-    ).where(rollups.c.run_pk == run.id, or_(*wanted))
-    stored = {(row.level, row.block): row for row in session.execute(query)}
+    stored = {(row[0], row[1]): row for row in map(tuple, session.execute(union_all(*selects)).all())}
     return [stored[tile] for tile in tiles if tile in stored]
 
 
@@ -235,7 +239,7 @@ def series(
     stored = _read_tiles(session, run, _tiles(*span, top), top)
     if stored:
         at = len(BLOCK_INT_COLUMNS) + 2
-        parts = np.array([(row.block << 2 * row.level) >> 2 * top for row in stored], dtype=np.int64)
+        parts = np.array([(block << 2 * level) >> 2 * top for level, block, *_ in stored], dtype=np.int64)
         ints = np.array([row[2:at] for row in stored], dtype=np.int64)
         floats = np.array([row[at:] for row in stored], dtype=float)  # NULL bands -> NaN
         _, ints, floats = merge_blocks(_bucket_of_rows(parts, max_points), ints, floats)

@@ -2,12 +2,13 @@
 
 * ingest: interval rows/s through a real uvicorn server on 127.0.0.1, batches of 64, with 1 and
   with 8 concurrent senders (8 ranks of one run), and the server's CPU time per row (from
-  /proc/<pid>/stat before and after);
+  /proc/<pid>/stat before and after); and in this process, the CPU time per row of validating
+  raw batches and of storing them (ingest_batch), apart from HTTP;
 * reads on runs of --intervals sizes (rows generated in-process through the ingest function,
   not over HTTP): series (max_points=1000) p50/p95, run page data (summary + series + sync sites)
   p50, sync sites p50, runs list of 200 runs p50, CSV export rows/s.
 
-    python bench/backend_scale.py --database sqlite|postgresql [--intervals 10000,100000] [--batches 60]
+    python bench/backend_scale.py --database sqlite|postgresql [--intervals 10000,100000] [--batches 64]
 
 PostgreSQL: a scratch database on 127.0.0.1:5432 (user postgres, trust auth), dropped afterwards.
 Prints one JSON object.
@@ -32,9 +33,9 @@ from typing import Any
 import httpx
 
 from packscope.backend.db import make_engine, make_sessionmaker, upgrade_schema
-from packscope.backend.ingest import insert_rows
+from packscope.backend.ingest import ingest_batch
 from packscope.backend.queries import get_run
-from packscope.core.catalogue import FIELDS
+from packscope.backend.routes.ingest import _BATCH
 from packscope.core.histograms import NUM_BUCKETS
 
 PG_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
@@ -70,33 +71,41 @@ def record(interval: int, rank: int, rng: random.Random) -> dict[str, Any]:
     }
 
 
-def table_row(run_pk: int, rec: dict[str, Any]) -> dict[str, Any]:
-    row: dict[str, Any] = {"run_pk": run_pk, "channel_loss": None}
-    for f in FIELDS:
-        value: Any = rec
-        for key in f.wire_path:
-            value = value.get(key) if isinstance(value, dict) else None
-        row[f.name] = value
-    return row
-
-
 def fill_run(make_session: Any, http: httpx.Client, run_id: str, intervals: int) -> float:
-    """Store `intervals` records for a new run in-process, in transactions of 1000 rows; seconds taken."""
+    """Store `intervals` records for a new run in-process through ingest_batch, in batches of 1000
+    validated records (64 distinct records re-numbered); seconds taken."""
     assert http.post("/api/v1/runs", json=run_body(run_id)).status_code == 201
     rng = random.Random(run_id)
-    template = [record(i, 0, rng) for i in range(64)]
+    template = _BATCH.validate_json(json.dumps({"intervals": [record(i, 0, rng) for i in range(64)]})).intervals
     t0 = time.perf_counter()
     with make_session() as session:
         run = get_run(session, run_id)
         for start in range(0, intervals, 1000):
-            rows, details = {}, {}
-            for i in range(start, min(start + 1000, intervals)):
-                rec = dict(template[i % 64], interval=i, first_step=i * 10 + 1, last_step=i * 10 + 10)
-                rows[(i, 0)] = table_row(run.id, rec)
-                details[(i, 0)] = {"histograms": rec["histograms"], "sync_sites": {s["site"]: s["count"] for s in rec["syncs"]["sites"]}}
-            insert_rows(session, run, rows, details)
-            session.commit()
+            batch = [
+                template[i % 64].model_copy(update={"interval": i, "first_step": i * 10 + 1, "last_step": i * 10 + 10})
+                for i in range(start, min(start + 1000, intervals))
+            ]
+            ingest_batch(session, run, batch)
     return time.perf_counter() - t0
+
+
+def ingest_in_process(make_session: Any, http: httpx.Client, batches: int) -> dict[str, Any]:
+    """CPU seconds per row of validating raw batches of 64 and storing them (ingest_batch), in this
+    process: what the server spends per row without HTTP, and steadier than wall time on a busy machine."""
+    run_id = "in-process"
+    assert http.post("/api/v1/runs", json=run_body(run_id)).status_code == 201
+    rng = random.Random(2)
+    bodies = [json.dumps({"intervals": [record(b * BATCH + i, 0, rng) for i in range(BATCH)]}).encode() for b in range(batches)]
+    with make_session() as session:
+        run = get_run(session, run_id)
+        cpu0 = time.process_time()
+        validated = [_BATCH.validate_json(body).intervals for body in bodies]
+        cpu1 = time.process_time()
+        for records in validated:
+            ingest_batch(session, run, records)
+        cpu2 = time.process_time()
+    rows = batches * BATCH
+    return {"rows": rows, "validate_cpu_us_per_row": (cpu1 - cpu0) / rows * 1e6, "store_cpu_us_per_row": (cpu2 - cpu1) / rows * 1e6}
 
 
 def cpu_seconds(pid: int) -> float:
@@ -201,6 +210,7 @@ def bench(database_url: str, args: argparse.Namespace) -> dict[str, Any]:
         http = httpx.Client(base_url=url, timeout=300)
         out: dict[str, Any] = {"database": args.database, "cpus": os.cpu_count(), "load_avg": os.getloadavg()}
         out["ingest"] = [ingest(url, server.pid, n, args.batches // n, f"ingest-{n}") for n in (1, 8)]
+        out["ingest_in_process"] = ingest_in_process(make_session, http, args.batches)
         out["runs"] = []
         for n in args.intervals:
             fill_s = fill_run(make_session, http, f"big-{n}", n)
@@ -209,6 +219,7 @@ def bench(database_url: str, args: argparse.Namespace) -> dict[str, Any]:
             http.post("/api/v1/runs", json=run_body(f"small-{i}"))
         runs_list = timed(http, ["/api/v1/runs"], args.repeat)
         out["runs_list"] = {"runs": len(http.get("/api/v1/runs").json()["runs"]), "ms_p50": p(runs_list, 0.5)}
+        out["load_avg_end"] = os.getloadavg()
         return out
     finally:
         server.terminate()
