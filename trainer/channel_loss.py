@@ -16,10 +16,25 @@ static form's dummy tail included) or BSHD rows; padding carries no label, so it
 
 from __future__ import annotations
 
+from dataclasses import dataclass, fields
+
 import torch
 
 from packscope.trainer.data import channel_of
 from packscope.trainer.packing import IGNORE, Batch, first_fit_decreasing
+
+
+@dataclass
+class ChannelBatch(Batch):
+    """A batch that also carries its spans' channels, moved to the device along with it."""
+
+    span_channels: torch.Tensor | None = None
+
+
+def with_channels(batch: Batch, docs: list[torch.Tensor], max_docs_per_pack: int, align: int) -> ChannelBatch:
+    """``batch`` (packed from ``docs``, on the host) with the channel of each of its spans."""
+    channels = span_channels(docs, batch, max_docs_per_pack, align)
+    return ChannelBatch(**{f.name: getattr(batch, f.name) for f in fields(Batch)}, span_channels=channels)
 
 
 def span_bounds(batch: Batch) -> torch.Tensor:

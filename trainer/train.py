@@ -26,6 +26,10 @@ from packscope.trainer.config import TrainConfig, config_from_args
 from packscope.trainer.data import DocumentStream, step_documents
 from packscope.trainer.model import Transformer
 from packscope.trainer.packing import IGNORE, Batch, pack_bshd, pack_thd
+from packscope.trainer.channel_loss import channel_loss_sums, channel_loss_sums_loop, span_bounds, with_channels
+from packscope.trainer.data import CHANNELS
+from packscope.trainer.graphs import GraphedStep
+from packscope.trainer.legacy_logging import LegacyLogging
 
 
 def resolve_device(cfg: TrainConfig) -> torch.device:
@@ -38,6 +42,8 @@ def resolve_device(cfg: TrainConfig) -> torch.device:
         device = torch.device(cfg.device)
     if device.type == "cuda" and cfg.layout == "thd" and cfg.dtype == "float32":
         raise ValueError("THD on CUDA runs FlashAttention varlen, which needs --dtype bfloat16 or float16")
+    if cfg.cuda_graphs and device.type != "cuda":
+        raise ValueError("--cuda-graphs captures CUDA work: it needs a CUDA GPU (--device cuda)")
     return device
 
 
@@ -85,6 +91,8 @@ class Trainer:
         for _ in range(cfg.start_step):
             next(self._steps)
         self.step = cfg.start_step
+        self.legacy_logging = LegacyLogging(self.device) if cfg.legacy_logging else None
+        self.graphs = GraphedStep(self) if cfg.cuda_graphs else None
 
     def next_batches(self) -> list[Batch]:
         """The next step's micro-batches in the configured layout, on the device."""
@@ -97,21 +105,43 @@ class Trainer:
             ]
         else:
             batches = [pack_bshd(g, cfg.pack_length) for g in groups]
+        if cfg.channel_loss:
+            batches = [with_channels(b, g, cfg.max_docs_per_pack, cfg.align) for b, g in zip(batches, groups)]
         return [b.to(self.device) for b in batches]
 
-    def forward_backward(self, batch: Batch, label_tokens: int) -> torch.Tensor:
+    def loss_terms(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """The micro-batch's summed loss over labelled tokens (float32, differentiable) and its
+        per-token losses (detached, 0 where there is no label)."""
+        # No autocast weight cache under CUDA graphs: it would outlive the capture.
+        with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None,
+                            cache_enabled=self.graphs is None):
+            attention = attention_for(batch, self.device)
+            if self.cfg.chunked_ce:
+                return self.forward(batch.input_ids, batch.position_ids, attention, batch.labels)
+            logits = self.forward(batch.input_ids, batch.position_ids, attention)
+        token_losses = F.cross_entropy(
+            logits.float().flatten(0, 1), batch.labels.flatten(), ignore_index=IGNORE, reduction="none"
+        )
+        return token_losses.sum(), token_losses.detach()
+
+    def eager_forward_backward(self, batch: Batch, label_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+        loss_sum, token_losses = self.loss_terms(batch)
+        (loss_sum / label_tokens).backward()
+        return loss_sum, token_losses
+
+    def forward_backward(self, batch: Batch, label_tokens: int, channel_sums: torch.Tensor | None = None) -> torch.Tensor:
         """Add one micro-batch's gradients; return its share of the step's mean loss (detached).
+        With ``channel_sums`` (--channel-loss), add its (loss, tokens) per channel into them.
 
         Dividing by the step's label count (a host int) makes the summed shares the mean over
         every predicted token of the step, the same number in both layouts.
         """
-        with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None):
-            logits = self.forward(batch.input_ids, batch.position_ids, attention_for(batch, self.device))
-        loss = F.cross_entropy(
-            logits.float().flatten(0, 1), batch.labels.flatten(), ignore_index=IGNORE, reduction="sum"
-        ) / label_tokens
-        loss.backward()
-        return loss.detach()
+        run = self.graphs.run if self.graphs is not None else self.eager_forward_backward
+        loss_sum, token_losses = run(batch, label_tokens)
+        if channel_sums is not None:
+            reduce = channel_loss_sums_loop if self.cfg.legacy_channel_loss else channel_loss_sums
+            channel_sums += reduce(token_losses, batch.labels, span_bounds(batch), batch.span_channels, len(CHANNELS))
+        return loss_sum.detach() / label_tokens
 
     def optimizer_step(self) -> tuple[float, torch.Tensor]:
         """Clip, step and clear; return the learning rate used and the gradient norm (on device)."""
@@ -120,7 +150,8 @@ class Trainer:
             group["lr"] = lr
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.grad_clip)
         self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
+        # A CUDA graph owns the gradient tensors: zero them in place, never drop them.
+        self.optimizer.zero_grad(set_to_none=self.graphs is None)
         self.step += 1
         return lr, distributed.local(grad_norm)
 
@@ -143,16 +174,27 @@ def train_step(trainer: Trainer, batches: list[Batch], agent: Agent | None = Non
     """One optimizer step over ``batches`` (micro-batches), with the agent's calls where a user
     would put them; returns the step's mean loss as a device tensor (never read here)."""
     label_tokens = sum(b.label_tokens for b in batches)
+    legacy = trainer.legacy_logging
     if agent is not None:
         agent.step_begin()
-    loss = torch.zeros((), device=trainer.device)
+    if legacy is not None:
+        legacy.step_begin()
+    loss = legacy.loss_accumulator() if legacy is not None else torch.zeros((), device=trainer.device)
+    channel_sums = None
+    if trainer.cfg.channel_loss:
+        channel_sums = torch.zeros(len(CHANNELS), 2, dtype=torch.float64, device=trainer.device)
     for batch in batches:
         if agent is not None:
             observe(agent, batch)
-        loss += trainer.forward_backward(batch, label_tokens)
+        loss += trainer.forward_backward(batch, label_tokens, channel_sums)
+    if legacy is not None:
+        legacy.check_gradients(trainer.model)
     lr, grad_norm = trainer.optimizer_step()
+    if legacy is not None:
+        legacy.step_end(loss, grad_norm)
     if agent is not None:
-        agent.step_end(loss=loss, lr=lr, grad_norm=grad_norm)
+        channels = {} if channel_sums is None else {"channel_loss": channel_sums, "channel_names": CHANNELS}
+        agent.step_end(loss=loss, lr=lr, grad_norm=grad_norm, **channels)
     return loss
 
 
