@@ -24,6 +24,7 @@ import secrets
 import statistics
 import time
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
@@ -109,6 +110,8 @@ class Agent:
         self._last_step = config.start_step + config.log_every  # the interval's boundary step
         self._losses: list[torch.Tensor] = []
         self._grad_norm: torch.Tensor | None = None
+        self._channel_sums: list[torch.Tensor] = []  # per step: (channels, 2) loss sums and token counts
+        self._channel_names: tuple[str, ...] = ()
         self._lr: float | None = None
         self._wall_start: float | None = None
         self._sync_base = (0, {})
@@ -204,7 +207,12 @@ class Agent:
         loss: torch.Tensor | float | None = None,
         lr: float | None = None,
         grad_norm: torch.Tensor | float | None = None,
+        channel_loss: torch.Tensor | None = None,
+        channel_names: Sequence[str] | None = None,
     ) -> None:
+        """End the step. ``channel_loss`` is a (channels, 2) device tensor of summed loss and
+        token count per channel for this step; the record gets each named channel's mean over
+        the interval (``channel_names``, given once or every step; default ch0, ch1, ...)."""
         self._timer.end()
         # Device tensors are kept as they are (reading them would synchronize); Python floats
         # become device scalars with fill_, which, unlike torch.tensor(x, device=...), is no copy.
@@ -214,10 +222,24 @@ class Agent:
             self._grad_norm = self._as_device_scalar(grad_norm)
         if lr is not None:
             self._lr = float(lr)
+        if channel_loss is not None:
+            self._add_channel_loss(channel_loss, channel_names)
         if self.step >= self._last_step:
             self._close_interval()
         if self._inflight:  # between boundaries there is nothing to poll for
             self._poll()
+
+    def _add_channel_loss(self, sums: torch.Tensor, names: Sequence[str] | None) -> None:
+        """Keep a reference (no kernel, no read); the interval sums them at its boundary."""
+        if sums.dim() != 2 or sums.shape[1] != 2:
+            raise ValueError(f"channel_loss must be (channels, 2) summed loss and token count, got {tuple(sums.shape)}")
+        if names is not None:
+            self._channel_names = tuple(names)
+        elif not self._channel_names:
+            self._channel_names = tuple(f"ch{i}" for i in range(sums.shape[0]))
+        if len(self._channel_names) != sums.shape[0]:
+            raise ValueError(f"channel_loss has {sums.shape[0]} channels but {len(self._channel_names)} names")
+        self._channel_sums.append(sums.detach())
 
     def _as_device_scalar(self, value: torch.Tensor | float) -> torch.Tensor:
         if isinstance(value, torch.Tensor):
@@ -245,6 +267,9 @@ class Agent:
             floats["loss"] = self._mean_loss()
         if self._grad_norm is not None:
             floats["grad_norm"] = self._grad_norm
+        if self._channel_sums:
+            sums = [s.to(self.device, torch.float64) for s in self._channel_sums]
+            floats["channel_loss"] = torch.stack(sums).sum(0)
         return floats
 
     def _mean_loss(self) -> torch.Tensor:
@@ -278,6 +303,7 @@ class Agent:
         self._acc.reset()
         self._losses = []
         self._grad_norm = None
+        self._channel_sums = []
         self._wall_start = None
 
     def _poll(self) -> None:
@@ -322,7 +348,15 @@ class Agent:
             "syncs": {"total": p.syncs, "sites": [{"site": s, "count": c} for s, c in top]},
             "histograms": stats["histograms"],
             "loss": floats.get("loss"), "lr": p.lr, "grad_norm": floats.get("grad_norm"), "gpu": p.gpu,
+            **self._channel_loss_field(floats),
         }  # fmt: skip
+
+    def _channel_loss_field(self, floats: dict) -> dict:
+        """``{"channel_loss": {name: mean loss}}`` over the channels that had tokens, if any were sent."""
+        if "channel_loss" not in floats:
+            return {}
+        means = {name: total / count for name, (total, count) in zip(self._channel_names, floats["channel_loss"]) if count}
+        return {"channel_loss": means}
 
     # -- shutdown ----------------------------------------------------------------------------
     def close(self, status: str = "finished", timeout_s: float = 30.0) -> bool:
