@@ -17,6 +17,7 @@ from packscope.backend.admission import Admission
 from packscope.backend.db import make_engine, make_sessionmaker, upgrade_schema
 from packscope.backend.errors import add_database_error_handlers
 from packscope.backend.routes import ingest, pages, reads
+from packscope.backend.routes.ranks import router as ranks_router
 from packscope.backend.security import SecurityHeaders, SignInGuard
 from packscope.backend.settings import Settings
 from packscope.frontend import STATIC_DIR
@@ -78,6 +79,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.include_router(ingest.router)
     app.include_router(reads.router)
+    app.include_router(ranks_router)
     app.include_router(pages.public)
     app.include_router(pages.router)
     app.add_exception_handler(pages.SignInRequired, pages.sign_in_required)
