@@ -70,3 +70,28 @@ def test_the_legacy_loop_reads_two_bounds_per_document(monkeypatch):
     assert not reads
     channel_loss_sums_loop(*args)
     assert len(reads) == 2 * len(docs)
+
+
+def test_the_trainer_sends_channel_loss_per_interval_either_way():
+    from packscope.agent import Agent, AgentConfig
+    from packscope.trainer.config import DataConfig, TrainConfig
+    from packscope.trainer.data import CHANNELS
+    from packscope.trainer.train import Trainer, train_step
+
+    records = []
+    for legacy in (False, True):
+        cfg = TrainConfig(preset="tiny", steps=4, pack_length=128, packs_per_step=2, micro_batches=2, device="cpu",
+                          progress=False, data=DataConfig(min_len=8, short_median=24, long_median=64),
+                          channel_loss=True, legacy_channel_loss=legacy)
+        trainer = Trainer(cfg)
+        agent = Agent(AgentConfig(log_every=2, count_syncs=False), model=trainer.model_cfg.to_model_spec())
+        for _ in range(cfg.steps):
+            train_step(trainer, trainer.next_batches(), agent)
+        agent.close()
+        records.append([r["channel_loss"] for r in agent.records])
+    fast, loop = records
+    assert len(fast) == 2 and set(fast[0]) <= set(CHANNELS) and len(fast[0]) >= 2
+    for a, b in zip(fast, loop):
+        assert a.keys() == b.keys()
+        for name in a:
+            assert a[name] == pytest.approx(b[name], rel=1e-6)
