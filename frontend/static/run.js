@@ -10,6 +10,7 @@ import { ChartPanel, band, fill, layout, line } from "./charts.js";
 import { metricLabel, renderDefinitions } from "./definitions.js";
 import { histogramTraces } from "./histogram.js";
 import { el, showError } from "./dom.js";
+import { RanksPanel } from "./ranks.js";
 
 const runId = document.getElementById("run").dataset.runId;
 const MAX_POINTS = 500;
@@ -203,12 +204,13 @@ const live = {
 };
 
 let catalogue = null;
+let ranksPanel = null;
 
 async function refreshSummary() {
   const run = await api.getRun(runId);
   renderTotals(catalogue, run);
   live.follow(run.status);
-  await Promise.all([loadHistogram(run), loadSyncSites(catalogue, run)]);
+  await Promise.all([loadHistogram(run), loadSyncSites(catalogue, run), ranksPanel.load()]);
 }
 
 // Coalesces bursts of SSE events: at most one refresh runs, and at most one waits behind it.
@@ -245,7 +247,8 @@ async function start() {
     const shown = [...document.querySelectorAll("[data-stat]")].map((node) => node.dataset.stat);
     renderDefinitions(catalogue, [...shown, "tflops_bshd", "tflops_thd", "tflops_useful", "mfu_bshd", "mfu_thd", "tokens_per_s"]);
     renderTotals(catalogue, run);
-    await Promise.all([loadSeries(), loadHistogram(run), loadSyncSites(catalogue, run)]);
+    ranksPanel = new RanksPanel(runId, m("step_time_s"));
+    await Promise.all([loadSeries(), loadHistogram(run), loadSyncSites(catalogue, run), ranksPanel.load()]);
   } catch (error) {
     showError(error);
   }

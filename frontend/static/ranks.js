@@ -1,0 +1,89 @@
+// The run page's Ranks panel: each rank's step time (a rank × step heatmap), the straggler
+// spread (slowest rank ÷ median) per interval, and the slowest rank of the latest interval.
+// Shown only for runs with more than one rank (GET /api/v1/runs/{id}/ranks).
+
+import { COLORS } from "./colors.js";
+import { ChartPanel, fill, layout, line } from "./charts.js";
+import { csvLink, tracesToCSV } from "./csv.js";
+import { display, formatNumber, unitSuffix } from "./format.js";
+
+const MAX_POINTS = 200;
+// The spread has no catalogue entry (it is not a ratio of additive sums); its label lives here.
+const SPREAD = { name: "spread", label: "slowest ÷ median", unit: "×", format: ".3f" };
+
+async function getRanks(runId) {
+  const path = `/api/v1/runs/${encodeURIComponent(runId)}/ranks?max_points=${MAX_POINTS}`;
+  const response = await fetch(path, { headers: { Accept: "application/json" } });
+  if (!response.ok) throw Object.assign(new Error(`GET ${path} answered HTTP ${response.status}`), { status: response.status });
+  return response.json();
+}
+
+// The newest interval every rank has sent: a partial one would name a slowest rank too early.
+function latestComplete(ranks) {
+  for (let i = ranks.interval.length - 1; i >= 0; i--) {
+    if (ranks.reporting_ranks[i] === ranks.ranks.length) return i;
+  }
+  return null;
+}
+
+export class RanksPanel {
+  // stepTime: the catalogue's step_time_s metric (its format and unit label the heatmap).
+  constructor(runId, stepTime) {
+    this.runId = runId;
+    this.stepTime = stepTime;
+    this.section = document.getElementById("ranks");
+    this.latest = document.getElementById("ranks-latest");
+    this.data = null;
+    this.heatmap = new ChartPanel(document.getElementById("chart-rank_heatmap"), { filename: `${runId}-ranks.csv` });
+    // A heatmap has no x/y traces for the generic CSV: one column per rank instead.
+    this.heatmap.element.querySelector(".chart-foot").replaceChildren(csvLink(`${runId}-ranks.csv`, () => this.csv()));
+    this.spread = new ChartPanel(document.getElementById("chart-rank_spread"), { filename: `${runId}-rank-spread.csv` });
+  }
+
+  async load() {
+    const ranks = await getRanks(this.runId);
+    this.data = ranks;
+    this.section.hidden = ranks.ranks.length < 2;
+    if (this.section.hidden) return; // a hidden plot has no size to draw into
+    this.drawHeatmap(ranks);
+    this.spread.draw(fill([line("spread", SPREAD, COLORS.overcount)], ranks), {
+      ...layout({ yTitle: SPREAD.label, yFormat: ".2f", fromZero: false }),
+      showlegend: false,
+    });
+    this.describeLatest(ranks);
+  }
+
+  drawHeatmap(ranks) {
+    const m = this.stepTime;
+    const trace = {
+      type: "heatmap",
+      x: ranks.step,
+      y: ranks.ranks.map((r) => `rank ${r}`),
+      z: ranks.step_time_s,
+      colorscale: "YlOrRd",
+      colorbar: { title: { text: "s/step" }, thickness: 12 },
+      hovertemplate: `%{y}, step %{x}: %{z:${m.format}}${unitSuffix(m)}<extra></extra>`,
+      meta: { kind: "heatmap" },
+    };
+    this.heatmap.draw([trace], { ...layout({ yTitle: "" }), hovermode: "closest", yaxis: { type: "category", automargin: true } });
+  }
+
+  describeLatest(ranks) {
+    const i = latestComplete(ranks);
+    if (i === null) {
+      this.latest.textContent = "Waiting for an interval that every rank has sent…";
+      return;
+    }
+    const slowest = ranks.slowest_rank[i];
+    this.latest.textContent =
+      `Latest interval (step ${ranks.step[i]}): rank ${slowest} is slowest at ${display(this.stepTime, ranks.slowest_s[i])}` +
+      ` per step, ${formatNumber(SPREAD.format, ranks.spread[i])}× the median of ${display(this.stepTime, ranks.median_s[i])}.`;
+  }
+
+  csv() {
+    const d = this.data;
+    if (!d) return "";
+    const traces = d.ranks.map((r, k) => ({ x: d.step, y: d.step_time_s[k], meta: { csv: `rank_${r}_step_time_s` } }));
+    return tracesToCSV(traces, "step");
+  }
+}
