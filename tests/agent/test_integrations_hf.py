@@ -14,9 +14,9 @@ import pytest
 import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-transformers = pytest.importorskip("transformers")
-trl = pytest.importorskip("trl")
-datasets = pytest.importorskip("datasets")
+import transformers
+import trl
+import datasets
 # transformers and trl import lazily: pay for it at collection, not inside the first test's time.
 from transformers import LlamaForCausalLM, Qwen2ForCausalLM, Trainer  # noqa: E402,F401
 from trl import SFTTrainer  # noqa: E402,F401

@@ -9,7 +9,7 @@ import random
 import pytest
 import torch
 
-L = pytest.importorskip("lightning.pytorch")
+import lightning.pytorch as L
 
 from packscope.agent.histograms import NUM_BUCKETS, bucket_of  # noqa: E402
 from packscope.agent.integrations.lightning import PackscopeCallback  # noqa: E402

@@ -6,7 +6,7 @@ from collections.abc import Callable
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-schemathesis = pytest.importorskip("schemathesis")
+import schemathesis
 from schemathesis.checks import not_a_server_error  # noqa: E402
 from schemathesis.specs.openapi.checks import response_schema_conformance  # noqa: E402
 
