@@ -99,7 +99,7 @@ def main() -> int:
     print(f"\n{'docs':>6} {'labelled':>8} {'before ms':>10} {'after ms':>9} {'speedup':>8} {'equal':>6}", file=sys.stderr)
     for r in rows:
         print(f"{r['documents']:>6} {r['unmasked']:>8.0%} {r['before_ms']:>10.2f} {r['after_ms']:>9.3f} "
-              f"{r["speedup"]:>7.1f}x {str(r['equal']):>6}", file=sys.stderr)
+              f"{r['speedup']:>7.1f}x {str(r['equal']):>6}", file=sys.stderr)
     return 0 if all(r["equal"] for r in rows) else 1
 
 
