@@ -15,9 +15,9 @@ if not (hasattr(torch, "accelerator") and hasattr(torch, "Event")):
         f"{torch.__version__}: pip install -U 'torch>=2.6'"
     )
 
-from packscope.agent.agent import Agent  # noqa: E402 - after the torch check, on purpose
-from packscope.agent.config import AgentConfig  # noqa: E402
-from packscope.core.flops import FlopsBreakdown, ModelSpec  # noqa: E402
-from packscope.core.hf_config import read_hf_config  # noqa: E402
+from packscope.agent.agent import Agent
+from packscope.agent.config import AgentConfig
+from packscope.core.flops import FlopsBreakdown, ModelSpec
+from packscope.core.hf_config import read_hf_config
 
 __all__ = ["Agent", "AgentConfig", "FlopsBreakdown", "ModelSpec", "read_hf_config"]

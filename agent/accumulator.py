@@ -127,15 +127,15 @@ class IntervalAccumulator:
 
 def decode(vec: list[int], host: list[int]) -> dict:
     """Interval totals from the reduced device vector and the flat host counts."""
-    h = dict(zip(HOST_FIELDS, host))
+    h = dict(zip(HOST_FIELDS, host[: len(HOST_FIELDS)], strict=True))
     n, k = NUM_BUCKETS, len(HOST_FIELDS)
     host_hists = [host[k + i * n : k + (i + 1) * n] for i in range(4)]
 
     def merged(count: slice, tokens: slice, extra_count: list[int], extra_tokens: list[int]) -> dict:
         # Slot 0 of the device layout holds zero-length entries: dropped.
         return {
-            "count": [a + b for a, b in zip(vec[count][1:], extra_count)],
-            "tokens": [a + b for a, b in zip(vec[tokens][1:], extra_tokens)],
+            "count": [a + b for a, b in zip(vec[count][1:], extra_count, strict=True)],
+            "tokens": [a + b for a, b in zip(vec[tokens][1:], extra_tokens, strict=True)],
         }
 
     docs = merged(DOC_COUNT, DOC_TOKENS, host_hists[0], host_hists[1])

@@ -99,8 +99,10 @@ def cu_seqlens_of_packed_seq_params(params: object) -> tuple[torch.Tensor, torch
     """
     qkv_format = getattr(params, "qkv_format", "thd")
     if qkv_format != "thd":
-        raise ValueError(f"packed_seq_params has qkv_format={qkv_format!r}; only 'thd' describes packed documents "
-                         "(for sbhd/bshd batches pass shape=(rows, seq_len) alone)")
+        raise ValueError(
+            f"packed_seq_params has qkv_format={qkv_format!r}; only 'thd' describes packed documents "
+            "(for sbhd/bshd batches pass shape=(rows, seq_len) alone)"
+        )
     cu = getattr(params, "cu_seqlens_q", None)
     if not isinstance(cu, torch.Tensor):
         raise ValueError(f"packed_seq_params.cu_seqlens_q must be a tensor, got {type(cu).__name__}")
@@ -108,7 +110,9 @@ def cu_seqlens_of_packed_seq_params(params: object) -> tuple[torch.Tensor, torch
     return cu, padded if isinstance(padded, torch.Tensor) else None
 
 
-def canonicalize_cu(batches: list[CuBatch], row_offsets: list[int], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+def canonicalize_cu(
+    batches: list[CuBatch], row_offsets: list[int], device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Document lengths and global pack rows of many cu_seqlens batches, in about 20 ops
     whatever the number of batches (no per-batch slicing: on a slow host every op counts).
 
@@ -118,7 +122,7 @@ def canonicalize_cu(batches: list[CuBatch], row_offsets: list[int], device: torc
     host-known size).
     """
     table, token_offset = [], 0
-    for i, (b, off) in enumerate(zip(batches, row_offsets)):
+    for i, (b, off) in enumerate(zip(batches, row_offsets, strict=True)):
         table.append([b.cu.numel() - 1, b.row_len, off, b.rows - 1, token_offset, b.slots, i])
         token_offset += b.slots
     table_t = torch.tensor(table, dtype=torch.int64)
@@ -141,8 +145,10 @@ def canonicalize_cu(batches: list[CuBatch], row_offsets: list[int], device: torc
     rows = torch.minimum(starts // row_len, last_row) + row_off
     if any(b.token_mask is not None for b in batches):
         # A batch without a mask counts every token as real.
-        masks = [b.token_mask if b.token_mask is not None else torch.ones(b.slots, dtype=torch.bool, device=device)
-                 for b in batches]
+        masks = [
+            b.token_mask if b.token_mask is not None else torch.ones(b.slots, dtype=torch.bool, device=device)
+            for b in batches
+        ]
         mask = torch.cat([m if m.dim() == 1 else m.reshape(-1) for m in masks]).to(torch.int64)
         # Real tokens per sequence as a difference of prefix sums at its boundaries.
         prefix = torch.cat([mask.new_zeros(1), mask.cumsum(0)])
@@ -152,9 +158,7 @@ def canonicalize_cu(batches: list[CuBatch], row_offsets: list[int], device: torc
     return lens, rows
 
 
-def from_position_ids(
-    position_ids: torch.Tensor, attention_mask: torch.Tensor | None = None
-) -> DocBatch:
+def from_position_ids(position_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> DocBatch:
     """Documents from HF-style position ids that restart at 0 for every document.
 
     A document ends where the next token's position is 0, the next token is padding, or the row

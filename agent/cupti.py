@@ -5,8 +5,9 @@ synchronize, the synchronous memcpy entry points, and an *asynchronous* device-t
 whose destination is pageable (not pinned) host memory, which the driver can only complete by
 waiting for the device: ``cpu_tensor.copy_(gpu_tensor, non_blocking=True)`` into an ordinary
 CPU tensor. Nothing is inferred from PyTorch's warnings, so syncs made by other libraries
-(NCCL, cuBLAS workspace setup, Triton autotuning, your own extensions) are counted too. CUPTI allows one subscriber per process: when
-torch.profiler, Nsight or another tool holds it, installing fails with a message saying so.
+(NCCL, cuBLAS workspace setup, Triton autotuning, your own extensions) are counted too. CUPTI
+allows one subscriber per process: when torch.profiler, Nsight or another tool holds it,
+installing fails with a message saying so.
 """
 
 from __future__ import annotations
@@ -19,15 +20,24 @@ from packscope.agent.syncs import SyncCounter, caller_site
 
 # Driver entry points that block the calling host thread until device work completes.
 BLOCKING_DRIVER_CALLS = (
-    "cuCtxSynchronize", "cuCtxSynchronize_v2",
-    "cuStreamSynchronize", "cuStreamSynchronize_ptsz",
+    "cuCtxSynchronize",
+    "cuCtxSynchronize_v2",
+    "cuStreamSynchronize",
+    "cuStreamSynchronize_ptsz",
     "cuEventSynchronize",
-    "cuMemcpyDtoH_v2", "cuMemcpyHtoD_v2", "cuMemcpyDtoD_v2", "cuMemcpy", "cuMemcpy_ptds",
+    "cuMemcpyDtoH_v2",
+    "cuMemcpyHtoD_v2",
+    "cuMemcpyDtoD_v2",
+    "cuMemcpy",
+    "cuMemcpy_ptds",
 )
 # Asynchronous copies that block only when they write device data to pageable host memory.
 # Their parameter structs start with (dst, src); cudaMemcpyAsync arrives as cuMemcpyAsync.
 ASYNC_COPY_CALLS = (
-    "cuMemcpyAsync", "cuMemcpyAsync_ptsz", "cuMemcpyDtoHAsync_v2", "cuMemcpyDtoHAsync_v2_ptsz",
+    "cuMemcpyAsync",
+    "cuMemcpyAsync_ptsz",
+    "cuMemcpyDtoHAsync_v2",
+    "cuMemcpyDtoHAsync_v2_ptsz",
 )
 log = logging.getLogger("packscope.agent")
 # CUpti_CallbackData: callbackSite (4 bytes + 4 of padding), functionName, functionParams...
@@ -39,8 +49,9 @@ _CU_MEMORYTYPE_DEVICE = 2
 def _memory_type(driver: ctypes.CDLL, address: int) -> int | None:
     """CUmemorytype of an address, or None for pageable host memory the driver does not know."""
     kind = ctypes.c_uint(0)
-    status = driver.cuPointerGetAttribute(ctypes.byref(kind), _CU_POINTER_ATTRIBUTE_MEMORY_TYPE,
-                                          ctypes.c_uint64(address))
+    status = driver.cuPointerGetAttribute(
+        ctypes.byref(kind), _CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ctypes.c_uint64(address)
+    )
     return kind.value if status == 0 else None
 
 
@@ -87,8 +98,11 @@ class CuptiSyncCounter(SyncCounter):
         except Exception as exc:  # noqa: BLE001 - an exception must not escape into the driver
             if not self._warned:
                 self._warned = True
-                log.warning("packscope: CUPTI could not read an async copy's parameters (%s); "
-                            "copies to pageable memory are not counted", exc)
+                log.warning(
+                    "packscope: CUPTI could not read an async copy's parameters (%s); "
+                    "copies to pageable memory are not counted",
+                    exc,
+                )
             return False
 
     def install(self) -> CuptiSyncCounter:

@@ -23,4 +23,3 @@ def edges_on(device: torch.device) -> torch.Tensor:
 def slot_of(lengths: torch.Tensor, edges: torch.Tensor) -> torch.Tensor:
     """Slot index per length: 0 for length 0, b + 1 for lengths in bucket b."""
     return torch.bucketize(lengths, edges, right=True)
-

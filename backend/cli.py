@@ -48,7 +48,7 @@ def shown_url(url: str) -> str:
 
     try:
         return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # not a URL at all: SQLAlchemy says so when the server starts
+    except Exception:  # noqa: BLE001 - not a URL at all: SQLAlchemy says so when the server starts
         return "<unparsable URL>"
 
 

@@ -23,7 +23,9 @@ def _driver_message(error: sa.DBAPIError | sa.SQLAlchemyError) -> str:
 
 def busy(message: str, retry_after_s: int) -> JSONResponse:
     return JSONResponse(
-        {"detail": message}, status_code=status.HTTP_503_SERVICE_UNAVAILABLE, headers={"Retry-After": str(retry_after_s)}
+        {"detail": message},
+        status_code=status.HTTP_503_SERVICE_UNAVAILABLE,
+        headers={"Retry-After": str(retry_after_s)},
     )
 
 

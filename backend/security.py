@@ -59,7 +59,7 @@ class SecurityHeaders:
 
 
 async def _answer(send: Send, code: int, detail: str, retry_after_s: int | None = None) -> None:
-    body = ('{"detail": "%s"}' % detail).encode()
+    body = (f'{{"detail": "{detail}"}}').encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if retry_after_s is not None:
         headers.append((b"retry-after", str(retry_after_s).encode()))

@@ -24,7 +24,7 @@ import statistics
 import sys
 import time
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import torch
 
@@ -43,7 +43,11 @@ def host_cost_us(device: torch.device, steps: int = 2000, log_every: int = 10) -
             cu.append(min(end, cu[-1] + int(torch.randint(16, 2048, (1,), generator=g))))
     cu_t = torch.tensor(cu, dtype=torch.int32).to(device)
     loss = torch.zeros((), device=device)
-    agent = Agent(AgentConfig(log_every=log_every, count_syncs=False, sample_gpu=False), model=PRESETS["125m"].to_model_spec(), device=device)
+    agent = Agent(
+        AgentConfig(log_every=log_every, count_syncs=False, sample_gpu=False),
+        model=PRESETS["125m"].to_model_spec(),
+        device=device,
+    )
     plain, boundary = [], []
     for step in range(1, steps + 1):
         t0 = time.perf_counter()
@@ -54,14 +58,18 @@ def host_cost_us(device: torch.device, steps: int = 2000, log_every: int = 10) -
         (boundary if step % log_every == 0 else plain).append(dt)
     agent.close()
     return {
-        "device": device.type, "documents_per_step": len(cu) - 1, "log_every": log_every,
-        "plain_step_us_median": statistics.median(plain), "log_step_us_median": statistics.median(boundary),
+        "device": device.type,
+        "documents_per_step": len(cu) - 1,
+        "log_every": log_every,
+        "plain_step_us_median": statistics.median(plain),
+        "log_step_us_median": statistics.median(boundary),
         "mean_us_per_step": (sum(plain) + sum(boundary)) / steps,
     }
 
 
 def event_call_costs_us(n: int = 2000) -> dict:
     """Host microseconds per call of the CUDA event operations the step timer makes."""
+
     def per_call(fn) -> float:
         fn()
         t0 = time.perf_counter()
@@ -100,8 +108,11 @@ def ratio_estimates(on: list[float], off: list[float], resamples: int = 2000) ->
         "paired": (a / b)[idx].quantile(0.5, dim=1),
         "of_means": a[idx].mean(dim=1) / b[idx].mean(dim=1),
     }
-    point = {"of_medians": a.quantile(0.5) / b.quantile(0.5), "paired": (a / b).quantile(0.5),
-             "of_means": a.mean() / b.mean()}
+    point = {
+        "of_medians": a.quantile(0.5) / b.quantile(0.5),
+        "paired": (a / b).quantile(0.5),
+        "of_means": a.mean() / b.mean(),
+    }
     return {k: {"ratio": float(point[k]), "ci95": boot[k].quantile(q).tolist()} for k in boot}
 
 
@@ -124,9 +135,19 @@ def step_time_ratio(preset: str, steps_per_mode: int, warmup: int, compile: bool
     sync counter is installed only around them.
     """
     # torch.compile needs static shapes: a fixed cu_seqlens size and a dummy tail (--static).
-    cfg = TrainConfig(preset=preset, layout="thd", pack_length=8192, packs_per_step=1, device="cuda",
-                      dtype="bfloat16", progress=False, steps=10**6, log_every=10,
-                      compile=compile, static=compile)
+    cfg = TrainConfig(
+        preset=preset,
+        layout="thd",
+        pack_length=8192,
+        packs_per_step=1,
+        device="cuda",
+        dtype="bfloat16",
+        progress=False,
+        steps=10**6,
+        log_every=10,
+        compile=compile,
+        static=compile,
+    )
     trainer = Trainer(cfg)
     # Fixed data on the device (no host noise); warm-up runs every batch once, so that
     # torch.compile's recompilations (a new max_seqlen) are over before timing starts.
@@ -216,22 +237,33 @@ def step_time_ratio(preset: str, steps_per_mode: int, warmup: int, compile: bool
     times = {m: [s.elapsed_time(e) / 1e3 for s, e in ev] for m, ev in events.items()}
     records = list(agents["full"].records)
     return {
-        "model": preset, "parameters": trainer.model.num_params(), "tokens_per_step": 8192,
-        "compiled": compile, "steps_per_mode": steps_per_mode,
+        "model": preset,
+        "parameters": trainer.model.num_params(),
+        "tokens_per_step": 8192,
+        "compiled": compile,
+        "steps_per_mode": steps_per_mode,
         "spin_control_us": 1e6 * statistics.median(warm_core),
         "median_step_s": {m: statistics.median(t) for m, t in times.items()},
         "p10_p90_step_s": {m: statistics.quantiles(t, n=10)[::8] for m, t in times.items()},
         "median_host_loop_s": {m: statistics.median(t) for m, t in host.items()},
         "agent_calls_us_per_step": {
-            m: {"median": 1e6 * statistics.median(map(sum, t)), "mean": 1e6 * statistics.fmean(map(sum, t)),
-                **{f"{call}_median": 1e6 * statistics.median(x[k] for x in t)
-                   for k, call in enumerate(("step_begin", "observe_batch", "step_end"))}}
-            for m, t in in_agent.items()},
+            m: {
+                "median": 1e6 * statistics.median(map(sum, t)),
+                "mean": 1e6 * statistics.fmean(map(sum, t)),
+                **{
+                    f"{call}_median": 1e6 * statistics.median(x[k] for x in t)
+                    for k, call in enumerate(("step_begin", "observe_batch", "step_end"))
+                },
+            }
+            for m, t in in_agent.items()
+        },
         "gc_ms_per_step": {m: 1e3 * t / steps_per_mode for m, t in gc_s.items()},
         "ratios": {m: ratio_estimates(times[m], times["off"]) for m in [*VARIANTS, *controls]},
         "agent_reported_syncs_per_iter": sum(r["syncs"]["total"] for r in records) / sum(r["steps"] for r in records),
         "agent_reported_sync_sites": dict(sync_sites(records)),
-        "agent_reported_thd_tflops": sum(r["flops_thd"] for r in records) / sum(r["gpu_time_s"] for r in records) / 1e12,
+        "agent_reported_thd_tflops": sum(r["flops_thd"] for r in records)
+        / sum(r["gpu_time_s"] for r in records)
+        / 1e12,
     }
 
 
@@ -254,7 +286,8 @@ def main() -> int:
     if args.warmup < 1 or args.steps_per_mode < 2:
         ap.error("--warmup needs at least 1 round (one per batch) and --steps-per-mode at least 2")
     result = {
-        "bench": "agent_overhead", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "bench": "agent_overhead",
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "torch": torch.__version__,
         "device": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
         "host_cost_cpu": host_cost_us(torch.device("cpu")),
@@ -272,17 +305,27 @@ def main() -> int:
     if args.out:
         with open(args.out, "w") as f:
             f.write(text)
-    print("\nagent host cost per step (us, median): "
-          f"cpu plain {result['host_cost_cpu']['plain_step_us_median']:.0f}, "
-          f"cpu log step {result['host_cost_cpu']['log_step_us_median']:.0f}", file=sys.stderr)
+    print(
+        "\nagent host cost per step (us, median): "
+        f"cpu plain {result['host_cost_cpu']['plain_step_us_median']:.0f}, "
+        f"cpu log step {result['host_cost_cpu']['log_step_us_median']:.0f}",
+        file=sys.stderr,
+    )
     for key in [k for k in result if k.startswith("step_time_")]:
         st = result[key]
-        print(f"{key[10:]}: median step off {st['median_step_s']['off'] * 1e3:.2f} ms; ratios to off "
-              "with 95% intervals (target <= 1.005)", file=sys.stderr)
+        print(
+            f"{key[10:]}: median step off {st['median_step_s']['off'] * 1e3:.2f} ms; ratios to off "
+            "with 95% intervals (target <= 1.005)",
+            file=sys.stderr,
+        )
         for m, est in st["ratios"].items():
-            print(f"  {m:>10}: " + "   ".join(
-                f"{kind} {e['ratio']:.4f} [{e['ci95'][0]:.4f}, {e['ci95'][1]:.4f}]" for kind, e in est.items()
-            ), file=sys.stderr)
+            print(
+                f"  {m:>10}: "
+                + "   ".join(
+                    f"{kind} {e['ratio']:.4f} [{e['ci95'][0]:.4f}, {e['ci95'][1]:.4f}]" for kind, e in est.items()
+                ),
+                file=sys.stderr,
+            )
     return 0
 
 

@@ -26,7 +26,7 @@ import httpx
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "backend"))
-from conftest import make_record, run_body  # noqa: E402  (the tests' realistic records)
+from conftest import make_record, run_body
 
 PG_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
 
@@ -49,7 +49,9 @@ def renumbered(record: dict[str, Any], interval: int) -> dict[str, Any]:
     return {**record, "interval": interval, "first_step": interval * steps + 1, "last_step": (interval + 1) * steps}
 
 
-async def sender(rank: int, http: httpx.AsyncClient, args: argparse.Namespace, t0: float, stats: dict[str, Any]) -> None:
+async def sender(
+    rank: int, http: httpx.AsyncClient, args: argparse.Namespace, t0: float, stats: dict[str, Any]
+) -> None:
     rng = random.Random(rank)
     # Records are made once and renumbered per batch: making them costs more CPU than the server
     # spends storing them, and the benchmark must measure the server, not its own client.
@@ -110,7 +112,17 @@ def main() -> None:
                 admin.execute(f'CREATE DATABASE "{pg_name}"')
             database_url = f"postgresql+psycopg://postgres@127.0.0.1:5432/{pg_name}"
         port = free_port()
-        command = [sys.executable, "-m", "packscope", "serve", "--port", str(port), "--database-url", database_url, "--no-access-log"]
+        command = [
+            sys.executable,
+            "-m",
+            "packscope",
+            "serve",
+            "--port",
+            str(port),
+            "--database-url",
+            database_url,
+            "--no-access-log",
+        ]
         if args.workers:
             command += ["--workers", str(args.workers)]
         env = {**os.environ, "PACKSCOPE_INGEST_TOKEN": "", "PACKSCOPE_READ_TOKEN": ""}
@@ -135,16 +147,29 @@ def main() -> None:
 
     latencies = stats.pop("latencies")
     errors = stats.pop("errors")
-    print(json.dumps({
-        "database": args.database, "senders": args.senders, "records_per_batch": args.records,
-        "period_s": args.period, "seconds": args.seconds, "workers": args.workers or "default",
-        "requests": len(latencies), "errors": len(errors), "error_kinds": sorted(set(map(str, errors))),
-        "shed_503_429": stats["shed"],
-        "latency_s": {q: percentile(latencies, p) for q, p in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))},
-        "records_offered": stats["offered"], "records_acknowledged": stats["acknowledged"],
-        "rows_stored": stats["stored"], "stored_equals_acknowledged": stats["stored"] == stats["acknowledged"],
-        "elapsed_s": round(stats["elapsed_s"], 2),
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "database": args.database,
+                "senders": args.senders,
+                "records_per_batch": args.records,
+                "period_s": args.period,
+                "seconds": args.seconds,
+                "workers": args.workers or "default",
+                "requests": len(latencies),
+                "errors": len(errors),
+                "error_kinds": sorted(set(map(str, errors))),
+                "shed_503_429": stats["shed"],
+                "latency_s": {q: percentile(latencies, p) for q, p in (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))},
+                "records_offered": stats["offered"],
+                "records_acknowledged": stats["acknowledged"],
+                "rows_stored": stats["stored"],
+                "stored_equals_acknowledged": stats["stored"] == stats["acknowledged"],
+                "elapsed_s": round(stats["elapsed_s"], 2),
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

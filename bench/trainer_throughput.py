@@ -13,21 +13,40 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import torch
 
+from packscope.agent import Agent, AgentConfig
 from packscope.trainer.config import TrainConfig
 from packscope.trainer.train import Trainer, train_step
-from packscope.agent import Agent, AgentConfig
 
 
-def measure(preset: str, layout: str, steps: int, log_every: int, pack_length: int, packs: int, micro: int,
-            compile: bool = False) -> dict:
+def measure(
+    preset: str,
+    layout: str,
+    steps: int,
+    log_every: int,
+    pack_length: int,
+    packs: int,
+    micro: int,
+    compile: bool = False,
+) -> dict:
     # torch.compile runs THD with static shapes (fixed cu_seqlens size, dummy tail): no recompiles.
-    cfg = TrainConfig(preset=preset, layout=layout, pack_length=pack_length, packs_per_step=packs,
-                      micro_batches=micro, device="cuda", dtype="bfloat16", steps=steps,
-                      log_every=log_every, progress=False, compile=compile, static=compile)
+    cfg = TrainConfig(
+        preset=preset,
+        layout=layout,
+        pack_length=pack_length,
+        packs_per_step=packs,
+        micro_batches=micro,
+        device="cuda",
+        dtype="bfloat16",
+        steps=steps,
+        log_every=log_every,
+        progress=False,
+        compile=compile,
+        static=compile,
+    )
     trainer = Trainer(cfg)
     agent = Agent(AgentConfig(log_every=log_every, layout=layout), model=trainer.model_cfg.to_model_spec())
     for _ in range(steps):
@@ -37,8 +56,12 @@ def measure(preset: str, layout: str, steps: int, log_every: int, pack_length: i
     t = sum(r["gpu_time_s"] for r in recs)
     peak = agent.hardware["peak_tflops"]
     out = {
-        "preset": preset, "layout": layout, "compiled": compile, "parameters": trainer.model.num_params(),
-        "steps_measured": sum(r["steps"] for r in recs), "s_per_step": t / sum(r["steps"] for r in recs),
+        "preset": preset,
+        "layout": layout,
+        "compiled": compile,
+        "parameters": trainer.model.num_params(),
+        "steps_measured": sum(r["steps"] for r in recs),
+        "s_per_step": t / sum(r["steps"] for r in recs),
         "real_tokens_per_s": sum(r["real_tokens"] for r in recs) / t,
         "token_slots_per_s": sum(r["tokens"] for r in recs) / t,
         "padding_pct": 100 * (1 - sum(r["real_tokens"] for r in recs) / sum(r["tokens"] for r in recs)),
@@ -75,22 +98,41 @@ def main() -> int:
     rows = []
     for preset in args.presets.split(","):
         for layout in args.layouts.split(","):
-            rows.append(measure(preset, layout, args.steps, args.log_every, args.pack_length,
-                                args.packs_per_step, args.micro_batches, args.compile))
+            rows.append(
+                measure(
+                    preset,
+                    layout,
+                    args.steps,
+                    args.log_every,
+                    args.pack_length,
+                    args.packs_per_step,
+                    args.micro_batches,
+                    args.compile,
+                )
+            )
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    result = {"bench": "trainer_throughput", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-              "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-              "tokens_per_step_budget": args.pack_length * args.packs_per_step, "results": rows}
+    result = {
+        "bench": "trainer_throughput",
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "tokens_per_step_budget": args.pack_length * args.packs_per_step,
+        "results": rows,
+    }
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:
         with open(args.out, "w") as f:
             f.write(text)
-    print(f"\n{'preset':<6} {'layout':<7} {'s/step':>8} {'real tok/s':>11} {'TF/s base':>9} {'TF/s THD':>9} {'MFU THD':>8}", file=sys.stderr)
+    header = ("preset", "layout", "s/step", "real tok/s", "TF/s base", "TF/s THD", "MFU THD")
+    print("\n{:<6} {:<7} {:>8} {:>11} {:>9} {:>9} {:>8}".format(*header), file=sys.stderr)
     for r in rows:
         mfu = f"{100 * r['mfu_thd']:.1f}%" if r["mfu_thd"] is not None else "-"
-        print(f"{r['preset']:<6} {r['layout'] + ('+c' if r['compiled'] else ''):<7} {r['s_per_step']:>8.4f} {r['real_tokens_per_s']:>11,.0f} "
-              f"{r['tflops_bshd']:>9.1f} {r['tflops_thd']:>9.1f} {mfu:>8}", file=sys.stderr)
+        print(
+            f"{r['preset']:<6} {r['layout'] + ('+c' if r['compiled'] else ''):<7} {r['s_per_step']:>8.4f} "
+            f"{r['real_tokens_per_s']:>11,.0f} {r['tflops_bshd']:>9.1f} {r['tflops_thd']:>9.1f} {mfu:>8}",
+            file=sys.stderr,
+        )
     return 0
 
 

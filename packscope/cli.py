@@ -13,16 +13,31 @@ from typing import Any
 # torch, for one), and its runner only once the arguments parsed, so that `packscope train --help`
 # and a mistyped option answer without loading torch.
 COMMANDS = {
-    "serve": ("packscope.backend.cli:add_serve_arguments", "packscope.backend.cli:serve_from_args",
-              "run the dashboard and ingest server"),
-    "train": ("packscope.trainer.config:add_train_arguments", "packscope.trainer.train:train_from_args",
-              "run the reference trainer with the agent wired in"),
-    "demo": ("packscope.demo:add_demo_arguments", "packscope.demo:demo_from_args",
-             "start a server and feed it two reference runs (BSHD and THD)"),
-    "export": ("packscope.backend.cli:add_export_arguments", "packscope.backend.cli:export_from_args",
-               "download a run's intervals as CSV"),
-    "flops": ("packscope.flops_cmd:add_flops_arguments", "packscope.flops_cmd:flops_from_args",
-              "FLOPs of packs of documents for a Hugging Face model"),
+    "serve": (
+        "packscope.backend.cli:add_serve_arguments",
+        "packscope.backend.cli:serve_from_args",
+        "run the dashboard and ingest server",
+    ),
+    "train": (
+        "packscope.trainer.config:add_train_arguments",
+        "packscope.trainer.train:train_from_args",
+        "run the reference trainer with the agent wired in",
+    ),
+    "demo": (
+        "packscope.demo:add_demo_arguments",
+        "packscope.demo:demo_from_args",
+        "start a server and feed it two reference runs (BSHD and THD)",
+    ),
+    "export": (
+        "packscope.backend.cli:add_export_arguments",
+        "packscope.backend.cli:export_from_args",
+        "download a run's intervals as CSV",
+    ),
+    "flops": (
+        "packscope.flops_cmd:add_flops_arguments",
+        "packscope.flops_cmd:flops_from_args",
+        "FLOPs of packs of documents for a Hugging Face model",
+    ),
 }
 
 

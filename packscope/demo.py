@@ -22,8 +22,9 @@ def add_demo_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--database-url", default=None, help="default: the server's (sqlite:///./packscope.db)")
     p.add_argument("--steps", type=int, default=120, help="training steps of each run (default 120)")
     p.add_argument("--log-every", type=int, default=5)
-    p.add_argument("--exit-when-done", action="store_true",
-                   help="stop the server after the runs instead of waiting for Ctrl-C")
+    p.add_argument(
+        "--exit-when-done", action="store_true", help="stop the server after the runs instead of waiting for Ctrl-C"
+    )
 
 
 def _wait_for_server(url: str, proc: subprocess.Popen, timeout_s: float = 60.0) -> None:
@@ -65,8 +66,14 @@ def demo_from_args(args: argparse.Namespace) -> int:
 
         run_ids = []
         for layout in ("bshd", "thd"):
-            cfg = TrainConfig(layout=layout, steps=args.steps, log_every=args.log_every, server=url,
-                              name=f"demo-{layout}", project="demo")
+            cfg = TrainConfig(
+                layout=layout,
+                steps=args.steps,
+                log_every=args.log_every,
+                server=url,
+                name=f"demo-{layout}",
+                project="demo",
+            )
             summary = run_training(cfg)
             run_ids.append(summary["run_id"])
             loss = f"loss {summary['first_loss']:.3f} -> {summary['final_loss']:.3f}"

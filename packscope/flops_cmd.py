@@ -24,10 +24,17 @@ def _pack(text: str) -> list[int]:
 def add_flops_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hf-config", required=True, metavar="PATH", help="a Hugging Face config.json (or its folder)")
     p.add_argument("--tp", type=int, default=1, help="tensor-parallel size (pads the vocabulary), default 1")
-    p.add_argument("--pack", type=_pack, action="append", required=True, metavar="L1,L2,...",
-                   help="one pack's document lengths; repeat for more packs")
-    p.add_argument("--pack-length", type=int, default=None,
-                   help="token slots of every pack (default: the largest pack's total)")
+    p.add_argument(
+        "--pack",
+        type=_pack,
+        action="append",
+        required=True,
+        metavar="L1,L2,...",
+        help="one pack's document lengths; repeat for more packs",
+    )
+    p.add_argument(
+        "--pack-length", type=int, default=None, help="token slots of every pack (default: the largest pack's total)"
+    )
 
 
 def flops_from_args(args: argparse.Namespace) -> int:
@@ -40,7 +47,11 @@ def flops_from_args(args: argparse.Namespace) -> int:
         print(f"packscope flops: error: {exc}", file=sys.stderr)
         return 2
     out = dataclasses.asdict(result)
-    out.update(c_lin=model.c_lin, c_core=model.c_core, padded_vocab=model.padded_vocab,
-               overcount_pct=100.0 * (result.flops_bshd / result.flops_thd - 1.0))
+    out.update(
+        c_lin=model.c_lin,
+        c_core=model.c_core,
+        padded_vocab=model.padded_vocab,
+        overcount_pct=100.0 * (result.flops_bshd / result.flops_thd - 1.0),
+    )
     print(json.dumps(out, indent=2))
     return 0

@@ -25,6 +25,7 @@ predicted across a document boundary.
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, fields, replace
 
 import torch
@@ -37,9 +38,7 @@ def round_up(n: int, multiple: int) -> int:
     return -(-n // multiple) * multiple
 
 
-def first_fit_decreasing(
-    lengths: list[int], capacity: int, max_docs: int, align: int = 1
-) -> list[list[int]]:
+def first_fit_decreasing(lengths: list[int], capacity: int, max_docs: int, align: int = 1) -> list[list[int]]:
     """Document indices per pack: longest first, each into the first pack with room for it."""
     packs: list[list[int]] = []
     room: list[int] = []
@@ -163,13 +162,13 @@ def pack_thd(
     last_end = starts[-1] + round_up(lengths[-1], align)
     tail = total - last_end if static else 0
     span_starts = starts + ([last_end] if tail else [])
-    bounds = span_starts + [total]
-    span_lens = [b - a for a, b in zip(bounds, bounds[1:])]
+    bounds = [*span_starts, total]
+    span_lens = [b - a for a, b in itertools.pairwise(bounds)]
 
     input_ids = torch.zeros(total, dtype=torch.long)
     labels = torch.full((total,), IGNORE, dtype=torch.long)
     token_mask = torch.zeros(total, dtype=torch.bool)
-    for i, start in zip(order, starts):
+    for i, start in zip(order, starts, strict=True):
         doc = docs[i]
         input_ids[start : start + len(doc)] = doc
         labels[start : start + len(doc) - 1] = doc[1:]

@@ -32,9 +32,9 @@ from transformers import TrainerCallback
 
 from packscope.agent.agent import Agent
 from packscope.agent.config import AgentConfig
-from packscope.core.hf_config import spec_from_hf_config
 from packscope.agent.integrations.batches import observe_kwargs
 from packscope.core.flops import ModelSpec
+from packscope.core.hf_config import spec_from_hf_config
 
 log = logging.getLogger("packscope.agent")
 
@@ -45,8 +45,15 @@ class PackscopeCallback(TrainerCallback):
     to its arguments, ``start_step`` to the step it resumes from). ``tp`` pads the vocabulary as
     a tensor-parallel trainer would (docs/flops.md)."""
 
-    def __init__(self, server: str | None = None, run_name: str = "run", *,
-                 model: ModelSpec | None = None, tp: int = 1, **config: Any) -> None:
+    def __init__(
+        self,
+        server: str | None = None,
+        run_name: str = "run",
+        *,
+        model: ModelSpec | None = None,
+        tp: int = 1,
+        **config: Any,
+    ) -> None:
         self.agent_config = dict(server=server, run_name=run_name, **config)
         self.model_spec = model
         self.tp = tp

@@ -30,19 +30,23 @@ except ImportError:  # the older package name
 
 from packscope.agent.agent import Agent
 from packscope.agent.config import AgentConfig
-from packscope.core.hf_config import spec_from_hf_config
 from packscope.agent.integrations.batches import observe_kwargs
 from packscope.core.flops import ModelSpec
+from packscope.core.hf_config import spec_from_hf_config
 
 
 def _default_form(batch: Any) -> dict[str, Any] | None:
     if not isinstance(batch, dict):
-        raise TypeError(f"PackscopeCallback reads dict batches by their keys; for a {type(batch).__name__} batch "
-                        "pass batch_to_form=lambda batch: dict(cu_seqlens=..., shape=...) (observe_batch's arguments)")
+        raise TypeError(
+            f"PackscopeCallback reads dict batches by their keys; for a {type(batch).__name__} batch "
+            "pass batch_to_form=lambda batch: dict(cu_seqlens=..., shape=...) (observe_batch's arguments)"
+        )
     form = observe_kwargs(batch)
     if form is None:
-        raise KeyError(f"PackscopeCallback found no input_ids/tokens/inputs_embeds in the batch (keys: {sorted(batch)}); "
-                       "pass batch_to_form=... to say how to read it")
+        raise KeyError(
+            f"PackscopeCallback found no input_ids/tokens/inputs_embeds in the batch (keys: {sorted(batch)}); "
+            "pass batch_to_form=... to say how to read it"
+        )
     return form
 
 
@@ -62,9 +66,16 @@ class PackscopeCallback(Callback):
     """Other keyword arguments go to :class:`AgentConfig`; ``tp`` pads the vocabulary as a
     tensor-parallel trainer would (docs/flops.md)."""
 
-    def __init__(self, server: str | None = None, run_name: str = "run", *, model: ModelSpec | Any | None = None,
-                 batch_to_form: Callable[[Any], dict[str, Any] | None] | None = None, tp: int = 1,
-                 **config: Any) -> None:
+    def __init__(
+        self,
+        server: str | None = None,
+        run_name: str = "run",
+        *,
+        model: ModelSpec | Any | None = None,
+        batch_to_form: Callable[[Any], dict[str, Any] | None] | None = None,
+        tp: int = 1,
+        **config: Any,
+    ) -> None:
         self.agent_config = dict(server=server, run_name=run_name, **config)
         self.model = model
         self.batch_to_form = batch_to_form or _default_form
@@ -78,8 +89,9 @@ class PackscopeCallback(Callback):
     def on_train_start(self, trainer, pl_module) -> None:
         settings = dict(self.agent_config)
         settings.setdefault("start_step", trainer.global_step)
-        self.agent = Agent(AgentConfig(**settings), model=_find_spec(pl_module, self.model, self.tp),
-                           device=pl_module.device)
+        self.agent = Agent(
+            AgentConfig(**settings), model=_find_spec(pl_module, self.model, self.tp), device=pl_module.device
+        )
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if not self._in_step:

@@ -80,9 +80,7 @@ def upgrade() -> None:
         sa.Column("gpu_sm_clock_mhz", sa.Float(), nullable=True),
         sa.Column("gpu_mem_used_bytes", sa.Float(), nullable=True),
         sa.Column("gpu_energy_j", sa.Float(), nullable=True),
-        sa.ForeignKeyConstraint(
-            ["run_pk"], ["runs.id"], name=op.f("fk_intervals_run_pk_runs"), ondelete="CASCADE"
-        ),
+        sa.ForeignKeyConstraint(["run_pk"], ["runs.id"], name=op.f("fk_intervals_run_pk_runs"), ondelete="CASCADE"),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_intervals")),
         # The idempotency key; `interval` before `rank` so the index also serves ordering by interval.
         sa.UniqueConstraint("run_pk", "interval", "rank", name=op.f("uq_intervals_run_pk_interval_rank")),

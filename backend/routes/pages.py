@@ -1,17 +1,16 @@
 """Server-rendered dashboard pages; the JS on each page reads the JSON API (docs/api.md)."""
 
 from pathlib import Path
-
-import plotly
 from typing import Annotated
 
+import plotly
 from fastapi import APIRouter, Depends, Form, Query, Request, status
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 
 from packscope.backend import queries
-from packscope.backend.security import read_cookie_value
 from packscope.backend.deps import READ_COOKIE, Credentials, SessionDep, SettingsDep, read_allowed, token_matches
+from packscope.backend.security import read_cookie_value
 from packscope.frontend import TEMPLATES_DIR
 
 templates = Jinja2Templates(directory=str(TEMPLATES_DIR))
@@ -54,6 +53,7 @@ def sign_in(request: Request, settings: SettingsDep, token: Annotated[str, Form(
     )
     return response
 
+
 # The bundle ships inside the plotly wheel, so the dashboard works on offline clusters.
 PLOTLY_JS = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
 
@@ -67,9 +67,7 @@ def runs_page(request: Request):
 def run_page(request: Request, run_id: str, session: SessionDep):
     run = queries.get_run(session, run_id)
     if run is None:
-        return templates.TemplateResponse(
-            request, "not_found.html", {"page": "run", "run_id": run_id}, status_code=404
-        )
+        return templates.TemplateResponse(request, "not_found.html", {"page": "run", "run_id": run_id}, status_code=404)
     # The header is rendered here so the page reads right before the first fetch returns.
     summary = queries.run_summary(session, run)
     return templates.TemplateResponse(request, "run.html", {"page": "run", "run_id": run_id, "run": summary})

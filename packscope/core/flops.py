@@ -23,7 +23,9 @@ def flops(tokens: Any, seqlen_sq_sum: Any, c_lin: Any, c_core: Any) -> Any:
     return tokens * c_lin + seqlen_sq_sum * c_core
 
 
-def flops_triad(tokens: Any, real_tokens: Any, seqlen_sq_sum_bshd: Any, seqlen_sq_sum_thd: Any, c_lin: Any, c_core: Any) -> dict[str, Any]:
+def flops_triad(
+    tokens: Any, real_tokens: Any, seqlen_sq_sum_bshd: Any, seqlen_sq_sum_thd: Any, c_lin: Any, c_core: Any
+) -> dict[str, Any]:
     """The three counts packscope reports, the one place they are defined (docs/flops.md):
 
     * ``bshd`` (baseline): every token slot, every pack one dense sequence;
@@ -67,17 +69,13 @@ class ModelSpec:
         if self.kv_heads is not None and self.kv_heads <= 0:
             raise ValueError(f"model field 'kv_heads' must be positive, got {self.kv_heads}")
         if self.head_dim is None and self.hidden % self.heads:
-            raise ValueError(
-                f"hidden ({self.hidden}) is not divisible by heads ({self.heads}); give head_dim"
-            )
+            raise ValueError(f"hidden ({self.hidden}) is not divisible by heads ({self.heads}); give head_dim")
         if self.mtp_depth < 0:
             raise ValueError(f"model field 'mtp_depth' must be >= 0, got {self.mtp_depth}")
         if self.moe_layers is not None:
             object.__setattr__(self, "moe_layers", tuple(int(bool(x)) for x in self.moe_layers))
             if len(self.moe_layers) != self.layers:
-                raise ValueError(
-                    f"moe_layers has {len(self.moe_layers)} entries for {self.layers} layers"
-                )
+                raise ValueError(f"moe_layers has {len(self.moe_layers)} entries for {self.layers} layers")
             if any(self.moe_layers) and self.moe_topk <= 0:
                 raise ValueError("a model with MoE layers needs moe_topk >= 1")
 
@@ -188,9 +186,7 @@ class FlopsBreakdown:
         )
 
 
-def packs_breakdown(
-    model: ModelSpec, packs: list[list[int]], pack_length: int | None = None
-) -> FlopsBreakdown:
+def packs_breakdown(model: ModelSpec, packs: list[list[int]], pack_length: int | None = None) -> FlopsBreakdown:
     """The three numbers for packs given as lists of document lengths (host-side calculator)."""
     if not packs:
         raise ValueError("give at least one pack")

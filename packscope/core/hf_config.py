@@ -57,9 +57,17 @@ def spec_from_hf_dict(cfg: dict[str, Any], tp: int = 1) -> ModelSpec:
         layers, hidden, heads = (_need(cfg, k, mt) for k in ("n_layer", "n_embd", "n_head"))
         vocab = _need(cfg, "vocab_size", mt)
         return ModelSpec(
-            layers=layers, hidden=hidden, heads=heads, kv_heads=heads, head_dim=hidden // heads,
-            ffn=cfg.get("n_inner") or 4 * hidden, gated=False, vocab=vocab,
-            vocab_divisor=_largest_pow2_divisor(vocab), tp=tp, name=mt,
+            layers=layers,
+            hidden=hidden,
+            heads=heads,
+            kv_heads=heads,
+            head_dim=hidden // heads,
+            ffn=cfg.get("n_inner") or 4 * hidden,
+            gated=False,
+            vocab=vocab,
+            vocab_divisor=_largest_pow2_divisor(vocab),
+            tp=tp,
+            name=mt,
         )
 
     layers = _need(cfg, "num_hidden_layers", mt)
@@ -67,18 +75,27 @@ def spec_from_hf_dict(cfg: dict[str, Any], tp: int = 1) -> ModelSpec:
     heads = _need(cfg, "num_attention_heads", mt)
     vocab = _need(cfg, "vocab_size", mt)
     common = dict(
-        layers=layers, hidden=hidden, heads=heads,
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
         kv_heads=cfg.get("num_key_value_heads") or heads,
         head_dim=cfg.get("head_dim") or hidden // heads,
-        gated=True, vocab=vocab, vocab_divisor=_largest_pow2_divisor(vocab), tp=tp, name=mt,
+        gated=True,
+        vocab=vocab,
+        vocab_divisor=_largest_pow2_divisor(vocab),
+        tp=tp,
+        name=mt,
     )
     if mt in DENSE_GATED:
         return ModelSpec(ffn=_need(cfg, "intermediate_size", mt), **common)
     if mt in MIXTRAL:
         ffn = _need(cfg, "intermediate_size", mt)
         return ModelSpec(
-            ffn=ffn, moe_layers=(1,) * layers, moe_ffn=ffn,
-            moe_topk=_need(cfg, "num_experts_per_tok", mt), **common,
+            ffn=ffn,
+            moe_layers=(1,) * layers,
+            moe_ffn=ffn,
+            moe_topk=_need(cfg, "num_experts_per_tok", mt),
+            **common,
         )
     # Qwen2-MoE / Qwen3-MoE: MoE unless listed in mlp_only_layers, every decoder_sparse_step-th.
     step = cfg.get("decoder_sparse_step") or 1
@@ -88,10 +105,12 @@ def spec_from_hf_dict(cfg: dict[str, Any], tp: int = 1) -> ModelSpec:
     if ffn is None and not all(pattern):
         _need(cfg, "intermediate_size", mt)
     return ModelSpec(
-        ffn=ffn or 1, moe_layers=pattern,
+        ffn=ffn or 1,
+        moe_layers=pattern,
         moe_ffn=_need(cfg, "moe_intermediate_size", mt),
         moe_topk=_need(cfg, "num_experts_per_tok", mt),
-        moe_shared_ffn=cfg.get("shared_expert_intermediate_size") or 0, **common,
+        moe_shared_ffn=cfg.get("shared_expert_intermediate_size") or 0,
+        **common,
     )
 
 

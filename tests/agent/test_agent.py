@@ -22,8 +22,11 @@ def run_steps(agent, steps, packs=((100, 200), (150, 62))):
             for d in docs:
                 cu.append(cu[-1] + d)
             cu.append((p + 1) * 512) if cu[-1] < (p + 1) * 512 else None
-        agent.observe_batch(cu_seqlens=torch.tensor(cu, dtype=torch.int32), shape=(len(packs), 512),
-                            token_mask=torch.ones(len(packs) * 512, dtype=torch.bool))
+        agent.observe_batch(
+            cu_seqlens=torch.tensor(cu, dtype=torch.int32),
+            shape=(len(packs), 512),
+            token_mask=torch.ones(len(packs) * 512, dtype=torch.bool),
+        )
         agent.step_end(loss=torch.tensor(3.0 - 0.1 * i), lr=1e-3)
 
 

@@ -22,8 +22,10 @@ def brute(packs: list[list[int]], pack_len: int) -> dict:
             ph[0][bucket_of(sum(p))] += 1
             ph[1][bucket_of(sum(p))] += sum(p)
     return {
-        "tokens": len(packs) * pack_len, "packs": len(packs),
-        "real_tokens": sum(docs), "documents": len(docs),
+        "tokens": len(packs) * pack_len,
+        "packs": len(packs),
+        "real_tokens": sum(docs),
+        "documents": len(docs),
         "seqlen_sq_sum_bshd": len(packs) * pack_len**2,
         "seqlen_sq_sum_thd": sum(d * d for d in docs),
         "histograms": {"documents": {"count": dh[0], "tokens": dh[1]}, "packs": {"count": ph[0], "tokens": ph[1]}},
@@ -39,6 +41,7 @@ def reduce(*batches) -> dict:
 
 def packs_strategy(pack_len):
     """Packs of documents (zero-length ones included) that fit pack_len, possibly empty packs."""
+
     def fit(docs):
         out, total = [], 0
         for d in docs:
@@ -46,6 +49,7 @@ def packs_strategy(pack_len):
                 out.append(d)
                 total += d
         return out
+
     return st.lists(st.lists(st.integers(0, pack_len), max_size=6).map(fit), min_size=1, max_size=5)
 
 
@@ -61,8 +65,11 @@ def padded_pair_batch(packs):
         for j, d in enumerate(docs):
             unpadded.append(unpadded[-1] + d)
             padded.append((i + 1) * PACK_LEN if j == len(docs) - 1 else padded[-1] + d)
-    batch = from_cu_seqlens(torch.tensor(unpadded, dtype=torch.int32), (len(packs), PACK_LEN),
-                            cu_seqlens_padded=torch.tensor(padded, dtype=torch.int32))
+    batch = from_cu_seqlens(
+        torch.tensor(unpadded, dtype=torch.int32),
+        (len(packs), PACK_LEN),
+        cu_seqlens_padded=torch.tensor(padded, dtype=torch.int32),
+    )
     return batch, brute(packs, PACK_LEN)
 
 
@@ -98,11 +105,12 @@ def position_ids_batch(packs):
 
 def merged(results: list[dict]) -> dict:
     """Totals of several batches: every count and histogram bucket adds up."""
+
     def add(a, b):
         if isinstance(a, dict):
             return {k: add(a[k], b[k]) for k in a}
         if isinstance(a, list):
-            return [add(x, y) for x, y in zip(a, b)]
+            return [add(x, y) for x, y in zip(a, b, strict=True)]
         return a + b
 
     out = results[0]
@@ -126,8 +134,13 @@ def test_cu_seqlens_static_padding_dummy_tail_and_repeated_boundaries(packs, rep
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.tuples(st.sampled_from(["padded", "static", "position_ids"]), packs_strategy(PACK_LEN),
-                          st.integers(0, 3)), min_size=1, max_size=6))
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["padded", "static", "position_ids"]), packs_strategy(PACK_LEN), st.integers(0, 3)),
+        min_size=1,
+        max_size=6,
+    )
+)
 def test_an_interval_of_mixed_micro_batches(micro_batches):
     # Many micro-batches in one interval, cu_seqlens forms (canonicalised together at the
     # boundary, packs numbered after the other forms') interleaved with a per-token form.
@@ -150,7 +163,7 @@ def test_position_ids_with_padding_mask(packs):
 
 
 @settings(max_examples=100, deadline=None)
-@given(st.lists(st.integers(1, PACK_LEN), min_size=1, max_size=6).map(lambda ds: [d for d in ds]))
+@given(st.lists(st.integers(1, PACK_LEN), min_size=1, max_size=6).map(lambda ds: list(ds)))
 def test_position_ids_single_unpadded_row(docs):
     row = [i for d in docs for i in range(d)]
     got = reduce(from_position_ids(torch.tensor(row)))

@@ -57,8 +57,13 @@ def hand_c_lin(L, h, q, k, F, f, V, n_moe=0, Fe=0, topk=0, Fs=0, m=0, gate=False
     """The bracket of docs/flops.md, written out once more, independently of ModelSpec."""
     Lp = L + m
     per_layer_attn = h * (q + 2 * k) + q * h + (h * q if gate else 0)
-    return 6 * (Lp * per_layer_attn + h * f * F * (Lp - n_moe) + h * f * (Fe * topk + Fs) * n_moe
-                + m * (3 * h + 2 * h * h) + h * V * (m + 1))
+    return 6 * (
+        Lp * per_layer_attn
+        + h * f * F * (Lp - n_moe)
+        + h * f * (Fe * topk + Fs) * n_moe
+        + m * (3 * h + 2 * h * h)
+        + h * V * (m + 1)
+    )
 
 
 def test_plain_mlp_no_gqa():
@@ -71,9 +76,21 @@ def test_plain_mlp_no_gqa():
 
 def test_moe_pattern_shared_experts_mtp_and_gate():
     pattern = (0, 1, 1, 1)  # first layer dense
-    m = ModelSpec(layers=4, hidden=1024, heads=16, kv_heads=4, head_dim=64, ffn=4096, vocab=32000,
-                  moe_layers=pattern, moe_ffn=512, moe_topk=8, moe_shared_ffn=1024, mtp_depth=1,
-                  attn_output_gate=True)
+    m = ModelSpec(
+        layers=4,
+        hidden=1024,
+        heads=16,
+        kv_heads=4,
+        head_dim=64,
+        ffn=4096,
+        vocab=32000,
+        moe_layers=pattern,
+        moe_ffn=512,
+        moe_topk=8,
+        moe_shared_ffn=1024,
+        mtp_depth=1,
+        attn_output_gate=True,
+    )
     # L' = 5; the MTP layer takes the type of the last decoder layer (MoE): 4 MoE layers, 1 dense
     assert m.moe_layer_count == 4
     expected = hand_c_lin(4, 1024, 1024, 256, 4096, 3, 32000, n_moe=4, Fe=512, topk=8, Fs=1024, m=1, gate=True)
@@ -84,8 +101,9 @@ def test_moe_pattern_shared_experts_mtp_and_gate():
 def test_moe_layer_frequency():
     assert moe_layer_pattern(6, 2) == (1, 0, 1, 0, 1, 0)
     assert moe_layer_pattern(3, 1) == (1, 1, 1)
-    m = ModelSpec(layers=6, hidden=256, heads=4, ffn=1024, vocab=1000, moe_layers=moe_layer_pattern(6, 3),
-                  moe_ffn=128, moe_topk=4)
+    m = ModelSpec(
+        layers=6, hidden=256, heads=4, ffn=1024, vocab=1000, moe_layers=moe_layer_pattern(6, 3), moe_ffn=128, moe_topk=4
+    )
     # Layers 0 and 3 are MoE; V_p = ceil(1000 / 128) * 128 = 1024.
     assert m.c_lin == hand_c_lin(6, 256, 256, 256, 1024, 3, 1024, n_moe=2, Fe=128, topk=4)
 
@@ -110,6 +128,7 @@ def test_model_roundtrips_through_dict():
 
 
 # -- Hugging Face config.json ---------------------------------------------------------------
+
 
 def test_hf_llama3_8b_matches_native_description():
     m = read_hf_config(FIXTURES / "llama3_8b.json")
@@ -152,8 +171,15 @@ def test_hf_reader_accepts_a_folder(tmp_path):
 
 
 def test_hf_divisor_is_largest_power_of_two_dividing_vocab():
-    cfg = {"model_type": "qwen2", "hidden_size": 896, "intermediate_size": 4864, "num_attention_heads": 14,
-           "num_hidden_layers": 24, "num_key_value_heads": 2, "vocab_size": 151936}
+    cfg = {
+        "model_type": "qwen2",
+        "hidden_size": 896,
+        "intermediate_size": 4864,
+        "num_attention_heads": 14,
+        "num_hidden_layers": 24,
+        "num_key_value_heads": 2,
+        "vocab_size": 151936,
+    }
     m = spec_from_hf_dict(cfg)
     assert m.vocab_divisor == 128 and m.padded_vocab == 151936
     odd = spec_from_hf_dict({**cfg, "vocab_size": 151655})  # odd vocab: divisor 1, V_p = V at TP=1
@@ -165,8 +191,15 @@ def test_hf_unknown_architecture_and_missing_field_are_named():
     with pytest.raises(HFConfigError, match="unknown model_type 'mamba'"):
         spec_from_hf_dict({"model_type": "mamba"})
     with pytest.raises(HFConfigError, match="'intermediate_size'"):
-        spec_from_hf_dict({"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4,
-                           "num_hidden_layers": 2, "vocab_size": 100})
+        spec_from_hf_dict(
+            {
+                "model_type": "llama",
+                "hidden_size": 64,
+                "num_attention_heads": 4,
+                "num_hidden_layers": 2,
+                "vocab_size": 100,
+            }
+        )
 
 
 def run_cli(*args):

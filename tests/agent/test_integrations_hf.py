@@ -14,21 +14,32 @@ import pytest
 import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import functools
+import operator
+
+import datasets
 import transformers
 import trl
-import datasets
-# transformers and trl import lazily: pay for it at collection, not inside the first test's time.
-from transformers import LlamaForCausalLM, Qwen2ForCausalLM, Trainer  # noqa: E402,F401
-from trl import SFTTrainer  # noqa: E402,F401
 
-from packscope.core.hf_config import spec_from_hf_config  # noqa: E402
-from packscope.agent.histograms import NUM_BUCKETS, bucket_of  # noqa: E402
-from packscope.agent.integrations.hf import PackscopeCallback  # noqa: E402
+# transformers and trl import lazily: pay for it at collection, not inside the first test's time.
+from transformers import LlamaForCausalLM, Qwen2ForCausalLM, Trainer  # noqa: F401
+from trl import SFTTrainer  # noqa: F401
+
+from packscope.agent.histograms import NUM_BUCKETS, bucket_of
+from packscope.agent.integrations.hf import PackscopeCallback
+from packscope.core.hf_config import spec_from_hf_config
 
 AGENT_DIR = Path(__file__).resolve().parents[2] / "agent"
 VOCAB = 64
-TINY = dict(vocab_size=VOCAB, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-            num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256)
+TINY = dict(
+    vocab_size=VOCAB,
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -50,7 +61,9 @@ def tiny_model(kind: str):
 def dataset(n: int = 48, seed: int = 1):
     g = torch.Generator().manual_seed(seed)
     lengths = torch.randint(2, 40, (n,), generator=g).tolist()
-    return datasets.Dataset.from_dict({"input_ids": [torch.randint(3, VOCAB, (k,), generator=g).tolist() for k in lengths]})
+    return datasets.Dataset.from_dict(
+        {"input_ids": [torch.randint(3, VOCAB, (k,), generator=g).tolist() for k in lengths]}
+    )
 
 
 def tokenizer():
@@ -59,7 +72,8 @@ def tokenizer():
 
     vocab = {"<pad>": 0, **{f"t{i}": i for i in range(1, VOCAB)}}
     return transformers.PreTrainedTokenizerFast(
-        tokenizer_object=Tokenizer(WordLevel(vocab, unk_token="t1")), pad_token="<pad>", eos_token="t2")
+        tokenizer_object=Tokenizer(WordLevel(vocab, unk_token="t1")), pad_token="<pad>", eos_token="t2"
+    )
 
 
 class Recorded:
@@ -74,7 +88,7 @@ class Recorded:
     def __call__(self, features):
         out = self.collator(features)
         docs = [f.get("seq_lengths") or [len(f["input_ids"])] for f in features]
-        rows = [sum(docs, [])] if self.flattens else docs
+        rows = [functools.reduce(operator.iadd, docs, [])] if self.flattens else docs
         self.batches.append((rows, out["input_ids"].shape[1]))
         return out
 
@@ -100,29 +114,50 @@ def counted(record: dict) -> dict:
     return {**{k: record[k] for k in keys}, "doc_hist": record["histograms"]["documents"]["count"]}
 
 
-def check_intervals(records: list[dict], recorded: Recorded, spec, accumulation: int, log_every: int, steps: int) -> None:
+def check_intervals(
+    records: list[dict], recorded: Recorded, spec, accumulation: int, log_every: int, steps: int
+) -> None:
     # The dataloader may collate one batch ahead of training; the first ones are those trained.
     assert len(recorded.batches) >= steps * accumulation
     per_interval = log_every * accumulation
     assert [(r["first_step"], r["last_step"]) for r in records] == [
-        (s + 1, min(s + log_every, steps)) for s in range(0, steps, log_every)]
+        (s + 1, min(s + log_every, steps)) for s in range(0, steps, log_every)
+    ]
     for i, r in enumerate(records):
-        trained = recorded.batches[i * per_interval:min((i + 1) * per_interval, steps * accumulation)]
+        trained = recorded.batches[i * per_interval : min((i + 1) * per_interval, steps * accumulation)]
         assert counted(r) == brute(trained)
         assert r["flops_thd"] == spec.flops(r["tokens"], r["seqlen_sq_sum_thd"])
 
 
-def train(model, collator, *, accumulation=2, steps=4, logging_steps=2, trainer_cls=None, args_cls=None,
-          callback: PackscopeCallback | None = None, **trainer_kwargs):
+def train(
+    model,
+    collator,
+    *,
+    accumulation=2,
+    steps=4,
+    logging_steps=2,
+    trainer_cls=None,
+    args_cls=None,
+    callback: PackscopeCallback | None = None,
+    **trainer_kwargs,
+):
     args_cls = args_cls or transformers.TrainingArguments
     args = args_cls(
-        output_dir=str(Path(os.environ.get("TMPDIR", "/tmp")) / "packscope-hf-test"), per_device_train_batch_size=3,
-        gradient_accumulation_steps=accumulation, max_steps=steps, logging_steps=logging_steps,
-        report_to=[], use_cpu=True, save_strategy="no", disable_tqdm=True,
-        **trainer_kwargs.pop("args", {}))
+        output_dir=str(Path(os.environ.get("TMPDIR", "/tmp")) / "packscope-hf-test"),
+        per_device_train_batch_size=3,
+        gradient_accumulation_steps=accumulation,
+        max_steps=steps,
+        logging_steps=logging_steps,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        disable_tqdm=True,
+        **trainer_kwargs.pop("args", {}),
+    )
     callback = callback or PackscopeCallback(run_name="hf-test")
     trainer = (trainer_cls or transformers.Trainer)(
-        model=model, args=args, data_collator=collator, callbacks=[callback], **trainer_kwargs)
+        model=model, args=args, data_collator=collator, callbacks=[callback], **trainer_kwargs
+    )
     trainer.train()
     assert callback.agent.model == spec_from_hf_config(model.config)
     return trainer, callback
@@ -140,7 +175,9 @@ def test_flattening_collator_is_counted_exactly(kind, flash_kwargs):
     # The loss is assembled on the device from the model's outputs: equal to what the Trainer logs.
     logged = [h["loss"] for h in trainer.state.log_history if "loss" in h]
     assert [r["loss"] for r in records] == pytest.approx(logged, rel=1e-5)
-    assert [r["lr"] for r in records] == pytest.approx([h["learning_rate"] for h in trainer.state.log_history if "loss" in h])
+    assert [r["lr"] for r in records] == pytest.approx(
+        [h["learning_rate"] for h in trainer.state.log_history if "loss" in h]
+    )
 
 
 def test_padded_rows_are_counted_from_the_attention_mask():
@@ -155,8 +192,14 @@ def test_padded_rows_are_counted_from_the_attention_mask():
 def test_eval_forwards_are_not_counted():
     recorded = Recorded(transformers.DataCollatorWithFlattening(), flattens=True)
     evaluation = datasets.Dataset.from_dict({"input_ids": [[5] * 41] * 4})  # longer than any training example
-    _, cb = train(tiny_model("llama"), recorded, steps=2, train_dataset=dataset(), eval_dataset=evaluation,
-                  args={"eval_strategy": "steps", "eval_steps": 1})
+    _, cb = train(
+        tiny_model("llama"),
+        recorded,
+        steps=2,
+        train_dataset=dataset(),
+        eval_dataset=evaluation,
+        args={"eval_strategy": "steps", "eval_steps": 1},
+    )
     # Evaluation collates through the same collator and runs the same model in eval mode.
     assert any(41 in b[0][0] for b in recorded.batches)
     trained = [b for b in recorded.batches if 41 not in b[0][0]][:4]
@@ -177,6 +220,7 @@ def test_ordinary_steps_read_nothing_back(monkeypatch):
             if frame.f_code.co_filename.startswith(str(AGENT_DIR)) and cb.agent is not None:
                 reads.append((cb.agent.step, name))
             return original(self, *args, **kwargs)
+
         monkeypatch.setattr(torch.Tensor, name, read)
 
     for name in ("item", "tolist", "__bool__", "__int__", "__float__", "cpu", "numpy"):
@@ -192,13 +236,25 @@ def test_ordinary_steps_read_nothing_back(monkeypatch):
 # -- TRL SFTTrainer ---------------------------------------------------------------------------
 def sft(model, *, packing: bool, padding_free: bool, callback: PackscopeCallback, steps=4):
     trainer = trl.SFTTrainer(
-        model=model, processing_class=tokenizer(), train_dataset=dataset(60),
+        model=model,
+        processing_class=tokenizer(),
+        train_dataset=dataset(60),
         args=trl.SFTConfig(
-            output_dir=str(Path(os.environ.get("TMPDIR", "/tmp")) / "packscope-sft-test"), per_device_train_batch_size=2,
-            gradient_accumulation_steps=2, max_steps=steps, logging_steps=2, report_to=[], use_cpu=True,
-            save_strategy="no", disable_tqdm=True, packing=packing, padding_free=padding_free,
-            max_length=64 if packing else None),  # TRL refuses a max_length it would not enforce
-        callbacks=[callback])
+            output_dir=str(Path(os.environ.get("TMPDIR", "/tmp")) / "packscope-sft-test"),
+            per_device_train_batch_size=2,
+            gradient_accumulation_steps=2,
+            max_steps=steps,
+            logging_steps=2,
+            report_to=[],
+            use_cpu=True,
+            save_strategy="no",
+            disable_tqdm=True,
+            packing=packing,
+            padding_free=padding_free,
+            max_length=64 if packing else None,
+        ),  # TRL refuses a max_length it would not enforce
+        callbacks=[callback],
+    )
     # SFTTrainer builds its collator; wrap that one. Padding-free flattens every example into one row.
     recorded = Recorded(trainer.data_collator, flattens=packing or padding_free)
     trainer.data_collator = recorded
@@ -221,7 +277,9 @@ def test_sft_trainer_with_packing_reaches_a_live_backend(tmp_path):
 
     backend = Backend(f"sqlite:///{tmp_path / 'hf.db'}", free_port()).start()
     try:
-        cb = PackscopeCallback(server=backend.url, run_name="sft-packed", project="hf", spool_dir=str(tmp_path / "spool"))
+        cb = PackscopeCallback(
+            server=backend.url, run_name="sft-packed", project="hf", spool_dir=str(tmp_path / "spool")
+        )
         trainer, recorded = sft(tiny_model("llama"), packing=True, padding_free=False, callback=cb)
         records = list(cb.agent.records)
         check_intervals(records, recorded, cb.agent.model, accumulation=2, log_every=2, steps=4)
@@ -240,8 +298,10 @@ def test_sft_trainer_with_packing_reaches_a_live_backend(tmp_path):
 
 @pytest.mark.slow  # a fresh interpreter imports torch: up to 20 s on a loaded machine
 def test_the_agent_imports_no_training_library():
-    code = ("import sys, packscope.agent, packscope.agent.integrations.batches; "
-            "print(' '.join(m for m in sys.modules if m.split('.')[0] in "
-            "('transformers', 'trl', 'datasets', 'lightning', 'pytorch_lightning')))")
+    code = (
+        "import sys, packscope.agent, packscope.agent.integrations.batches; "
+        "print(' '.join(m for m in sys.modules if m.split('.')[0] in "
+        "('transformers', 'trl', 'datasets', 'lightning', 'pytorch_lightning')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == ""

@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import random
 
+import lightning.pytorch as L
 import pytest
 import torch
 
-import lightning.pytorch as L
-
-from packscope.agent.histograms import NUM_BUCKETS, bucket_of  # noqa: E402
-from packscope.agent.integrations.lightning import PackscopeCallback  # noqa: E402
-from packscope.core.flops import ModelSpec  # noqa: E402
+from packscope.agent.histograms import NUM_BUCKETS, bucket_of
+from packscope.agent.integrations.lightning import PackscopeCallback
+from packscope.core.flops import ModelSpec
 
 SPEC = ModelSpec(layers=2, hidden=16, heads=2, ffn=32, vocab=64)
 PACK_LEN = 32
@@ -50,13 +49,17 @@ class Collate:
     def __call__(self, packs: list[list[int]]):
         rows = len(packs)
         input_ids = torch.randint(1, SPEC.vocab, (rows, PACK_LEN))
-        cu, pos, mask = [0], torch.zeros(rows, PACK_LEN, dtype=torch.long), torch.zeros(rows, PACK_LEN, dtype=torch.bool)
+        cu, pos, mask = (
+            [0],
+            torch.zeros(rows, PACK_LEN, dtype=torch.long),
+            torch.zeros(rows, PACK_LEN, dtype=torch.bool),
+        )
         for r, docs in enumerate(packs):
             start = r * PACK_LEN
             for d in docs:
                 cu.append(cu[-1] + d)
-                pos[r, cu[-2] - start:cu[-1] - start] = torch.arange(d)
-            mask[r, :sum(docs)] = True
+                pos[r, cu[-2] - start : cu[-1] - start] = torch.arange(d)
+            mask[r, : sum(docs)] = True
             if cu[-1] < start + PACK_LEN:
                 cu.append(start + PACK_LEN)  # the row's padding: a sequence of its own, masked out
         cu_seqlens = torch.tensor(cu, dtype=torch.int32)
@@ -95,10 +98,13 @@ def brute(batches: list[tuple[list[list[int]], int]]) -> dict:
     for d in docs:
         hist[bucket_of(d)] += 1
     return {
-        "tokens": sum(len(rows) * n for rows, n in batches), "packs": sum(len(rows) for rows, _ in batches),
-        "real_tokens": sum(docs), "documents": len(docs),
+        "tokens": sum(len(rows) * n for rows, n in batches),
+        "packs": sum(len(rows) for rows, _ in batches),
+        "real_tokens": sum(docs),
+        "documents": len(docs),
         "seqlen_sq_sum_bshd": sum(len(rows) * n * n for rows, n in batches),
-        "seqlen_sq_sum_thd": sum(d * d for d in docs), "doc_hist": hist,
+        "seqlen_sq_sum_thd": sum(d * d for d in docs),
+        "doc_hist": hist,
     }
 
 
@@ -111,9 +117,17 @@ def fit(form: str, callback: PackscopeCallback, steps: int = 5, accumulation: in
     collate = Collate(form)
     loader = torch.utils.data.DataLoader(random_packs(60), batch_size=3, collate_fn=collate)
     module = Tiny()
-    trainer = L.Trainer(max_steps=steps, accumulate_grad_batches=accumulation, accelerator="cpu", devices=1,
-                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
-                        enable_model_summary=False, callbacks=[callback])
+    trainer = L.Trainer(
+        max_steps=steps,
+        accumulate_grad_batches=accumulation,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[callback],
+    )
     trainer.fit(module, loader)
     return collate, module
 
@@ -126,26 +140,33 @@ def tuple_form(batch):
 @pytest.mark.parametrize("form", ["cu_seqlens", "position_ids", "attention_mask", "tuple"])
 def test_every_interval_equals_brute_force(form):
     steps, accumulation, log_every = 5, 2, 2
-    cb = PackscopeCallback(run_name="lightning", model=SPEC, log_every=log_every,
-                           batch_to_form=tuple_form if form == "tuple" else None)
+    cb = PackscopeCallback(
+        run_name="lightning", model=SPEC, log_every=log_every, batch_to_form=tuple_form if form == "tuple" else None
+    )
     collate, module = fit(form, cb, steps, accumulation)
     records = list(cb.agent.records)
     assert [(r["first_step"], r["last_step"]) for r in records] == [(1, 2), (3, 4), (5, 5)]
     # The loader may collate ahead of training; the first batches are the trained ones.
-    trained = collate.batches[:steps * accumulation]
+    trained = collate.batches[: steps * accumulation]
     assert len(module.losses) == len(trained)
     for i, r in enumerate(records):
-        batches = trained[i * log_every * accumulation:(i + 1) * log_every * accumulation]
+        batches = trained[i * log_every * accumulation : (i + 1) * log_every * accumulation]
         assert counted(r) == brute(batches)
         assert r["flops_thd"] == SPEC.flops(r["tokens"], r["seqlen_sq_sum_thd"])
-        losses = module.losses[i * log_every * accumulation:(i + 1) * log_every * accumulation]
+        losses = module.losses[i * log_every * accumulation : (i + 1) * log_every * accumulation]
         assert r["loss"] == pytest.approx(sum(losses) / len(losses), rel=1e-5)
         assert r["lr"] == 0.1
 
 
 def test_the_model_comes_from_a_hugging_face_config_on_the_module():
-    config = {"model_type": "llama", "num_hidden_layers": 2, "hidden_size": 16, "num_attention_heads": 2,
-              "intermediate_size": 32, "vocab_size": 64}
+    config = {
+        "model_type": "llama",
+        "num_hidden_layers": 2,
+        "hidden_size": 16,
+        "num_attention_heads": 2,
+        "intermediate_size": 32,
+        "vocab_size": 64,
+    }
     cb = PackscopeCallback(run_name="lightning-hf", log_every=2)
 
     class WithConfig(Tiny):
@@ -154,8 +175,16 @@ def test_the_model_comes_from_a_hugging_face_config_on_the_module():
             self.config = config
 
     loader = torch.utils.data.DataLoader(random_packs(8), batch_size=2, collate_fn=Collate("cu_seqlens"))
-    L.Trainer(max_steps=2, accelerator="cpu", devices=1, logger=False, enable_checkpointing=False,
-              enable_progress_bar=False, enable_model_summary=False, callbacks=[cb]).fit(WithConfig(), loader)
+    L.Trainer(
+        max_steps=2,
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[cb],
+    ).fit(WithConfig(), loader)
     assert cb.agent.model.hidden == 16 and cb.agent.model.name == "llama"
 
 

@@ -5,7 +5,9 @@ so each model replica counts it once; the agent's data-parallel group sums the r
 
 from __future__ import annotations
 
+import functools
 import json
+import operator
 import random
 import time
 from dataclasses import dataclass
@@ -57,8 +59,14 @@ def packed_seq_params(docs: list[int]) -> PackedSeqParams:
 def brute(docs_per_micro_batch: list[list[int]]) -> dict:
     docs = [d for mb in docs_per_micro_batch for d in mb]
     n = len(docs_per_micro_batch)
-    return {"tokens": n * SEQ_LEN, "real_tokens": sum(docs), "packs": n, "documents": len(docs),
-            "seqlen_sq_sum_bshd": n * SEQ_LEN**2, "seqlen_sq_sum_thd": sum(d * d for d in docs)}
+    return {
+        "tokens": n * SEQ_LEN,
+        "real_tokens": sum(docs),
+        "packs": n,
+        "documents": len(docs),
+        "seqlen_sq_sum_bshd": n * SEQ_LEN**2,
+        "seqlen_sq_sum_thd": sum(d * d for d in docs),
+    }
 
 
 # -- the recipe, as a simulated Megatron loop ---------------------------------------------------
@@ -81,14 +89,15 @@ def train(agent: Agent, pp_rank: int, dp_rank: int, observe_every_chunk: bool = 
         for vp_stage, mb in interleaved_forward_order(MICRO_BATCHES, VPP, PP):
             # forward_step(data_iterator, model_chunk): the recipe's one guarded line.
             if observe_every_chunk or is_pipeline_first_stage(pp_rank, vp_stage):
-                agent.observe_batch(packed_seq_params=packed_seq_params(documents(dp_rank, step, mb)),
-                                    shape=(1, SEQ_LEN))
+                agent.observe_batch(
+                    packed_seq_params=packed_seq_params(documents(dp_rank, step, mb)), shape=(1, SEQ_LEN)
+                )
         agent.step_end(loss=torch.tensor(1.0))
 
 
 def interval_truth(dp_ranks: range) -> list[dict]:
     per_step = [[documents(d, s, mb) for d in dp_ranks for mb in range(MICRO_BATCHES)] for s in range(STEPS)]
-    return [brute(sum(per_step[i:i + LOG_EVERY], [])) for i in range(0, STEPS, LOG_EVERY)]
+    return [brute(functools.reduce(operator.iadd, per_step[i : i + LOG_EVERY], [])) for i in range(0, STEPS, LOG_EVERY)]
 
 
 def counts(records) -> list[dict]:
@@ -164,8 +173,9 @@ SPAWN_TIMEOUT_S = 240.0  # 78 s measured on a loaded two-core machine
 
 def _worker(rank: int, init_file: str, out_dir: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=PP * DP,
-                            timeout=timedelta(seconds=30))
+    dist.init_process_group(
+        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=PP * DP, timeout=timedelta(seconds=30)
+    )
     try:
         # Megatron's order puts pipeline ranks slowest: rank = pp_rank * DP + dp_rank.
         pp_rank, dp_rank = divmod(rank, DP)
@@ -181,8 +191,9 @@ def _worker(rank: int, init_file: str, out_dir: str) -> None:
 @pytest.mark.slow  # four spawned processes, each importing torch
 @pytest.mark.skipif(not (dist.is_available() and dist.is_gloo_available()), reason="needs torch.distributed with gloo")
 def test_pipeline_and_data_parallel_ranks_sum_to_each_micro_batch_once(tmp_path):
-    ctx = mp.start_processes(_worker, args=(str(tmp_path / "init"), str(tmp_path)), nprocs=PP * DP,
-                             join=False, start_method="spawn")
+    ctx = mp.start_processes(
+        _worker, args=(str(tmp_path / "init"), str(tmp_path)), nprocs=PP * DP, join=False, start_method="spawn"
+    )
     deadline = time.monotonic() + SPAWN_TIMEOUT_S
     try:
         while not ctx.join(timeout=1.0):

@@ -7,7 +7,7 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any
@@ -85,9 +85,7 @@ def test_a_burst_of_runs_and_batches_is_answered_and_stored_once(database_url, n
         assert_answered_well(log)
 
         # 50 ranks of one job flush the same interval at once; then all send it again (a replay).
-        batches = [
-            ("POST", "/api/v1/runs/run-0/intervals", {"intervals": records(4, rank=rank)}) for rank in range(50)
-        ]
+        batches = [("POST", "/api/v1/runs/run-0/intervals", {"intervals": records(4, rank=rank)}) for rank in range(50)]
         finals, log = burst(url, batches)
         assert Counter(finals) == {200: 50}
         assert_answered_well(log)

@@ -28,8 +28,14 @@ BAD_RUN_BODIES = {
     "lone surrogate in gpu_name": ({"hardware": {"gpu_name": "\ud83d"}}, "hardware"),
     "string for a count": ({"parallel": {"dp": "8"}}, "parallel"),
     "true for a count": ({"hardware": {"gpu_count": True}}, "hardware"),
-    "string for a model size": ({"model": {"layers": "4", "hidden": 256, "heads": 8, "ffn": 688, "vocab": 32000}}, "model"),
-    "a model beyond any real one": ({"model": {"layers": 2**40, "hidden": 256, "heads": 8, "ffn": 688, "vocab": 32000}}, "model"),
+    "string for a model size": (
+        {"model": {"layers": "4", "hidden": 256, "heads": 8, "ffn": 688, "vocab": 32000}},
+        "model",
+    ),
+    "a model beyond any real one": (
+        {"model": {"layers": 2**40, "hidden": 256, "heads": 8, "ffn": 688, "vocab": 32000}},
+        "model",
+    ),
 }
 
 

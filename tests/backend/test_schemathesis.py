@@ -1,14 +1,11 @@
 """Property-based run over the OpenAPI document (schemathesis): on SQLite and PostgreSQL, with and
 without tokens, no operation answers 5xx or violates its documented response schema."""
 
-from collections.abc import Callable
-
 import pytest
-from hypothesis import HealthCheck, given, settings
-
 import schemathesis
-from schemathesis.checks import not_a_server_error  # noqa: E402
-from schemathesis.specs.openapi.checks import response_schema_conformance  # noqa: E402
+from hypothesis import HealthCheck, given, settings
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import response_schema_conformance
 
 EXAMPLES_PER_OPERATION = 25  # the whole run takes about a minute per database on 2 cores
 TOKENS = {"open": {}, "closed": {"ingest_token": "1ngest", "read_token": "r3ad"}}
@@ -27,18 +24,23 @@ def test_no_operation_answers_5xx_or_breaks_its_schema(make_client, database_url
     for operation in schema.get_all_operations():
         op = operation.ok()
         token = ("1ngest" if op.method.upper() != "GET" else "r3ad") if tokens == "closed" else None
-
-        @settings(max_examples=EXAMPLES_PER_OPERATION, deadline=None, suppress_health_check=list(HealthCheck))
-        @given(case=op.as_strategy())
-        def run(case: schemathesis.Case) -> None:
-            if token:
-                case.headers = {**(case.headers or {}), "Authorization": f"Bearer {token}"}
-            if op.path.endswith("/stream"):  # an endless response: only its opening is checked elsewhere
-                return
-            case.call_and_validate(checks=checks)
-
+        if op.path.endswith("/stream"):  # an endless response: only its opening is checked elsewhere
+            continue
         try:
-            run()
-        except Exception as exc:  # collect every failing operation, not just the first
+            check_operation(op, token, checks)
+        except Exception as exc:  # noqa: BLE001 - collect every failing operation, not just the first
             failures.append(f"{op.method.upper()} {op.path}: {str(exc)[:1500]}")
     assert not failures, "\n\n".join(failures)
+
+
+def check_operation(op, token: str | None, checks: list) -> None:
+    """Hypothesis-generated cases of one operation, each called and validated."""
+
+    @settings(max_examples=EXAMPLES_PER_OPERATION, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(case=op.as_strategy())
+    def run(case: schemathesis.Case) -> None:
+        if token:
+            case.headers = {**(case.headers or {}), "Authorization": f"Bearer {token}"}
+        case.call_and_validate(checks=checks)
+
+    run()

@@ -62,7 +62,10 @@ def test_openapi_declares_bearer_auth_only_where_a_token_is_set(make_client):
 
     doc = make_client(ingest_token="1ngest").get("/openapi.json").json()
     assert "securitySchemes" in doc["components"]
-    assert "security" in doc["paths"]["/api/v1/runs"]["post"] and "401" in doc["paths"]["/api/v1/runs"]["post"]["responses"]
+    assert (
+        "security" in doc["paths"]["/api/v1/runs"]["post"]
+        and "401" in doc["paths"]["/api/v1/runs"]["post"]["responses"]
+    )
     assert "security" not in doc["paths"]["/api/v1/runs"]["get"]
 
 

@@ -9,13 +9,19 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-pytestmark = pytest.mark.browser
 from playwright import sync_api
 
+pytestmark = pytest.mark.browser
+
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
 MODEL = {"layers": 4, "hidden": 512, "heads": 8, "ffn": 2048, "vocab": 32000}
 STEPS = 10
 PACK = 4096
@@ -46,18 +52,45 @@ def interval(k, gpu_time_s, gpu=False):
     packs = {"count": [0] * 24, "tokens": [0] * 24}
     packs["count"][12], packs["tokens"][12] = STEPS, tokens
     return {
-        "interval": k, "rank": 0, "first_step": k * STEPS + 1, "last_step": (k + 1) * STEPS,
-        "steps": STEPS, "gpus": 1, "wall_start": 1000.0 + k, "wall_end": 1000.0 + k + gpu_time_s,
-        "gpu_time_s": gpu_time_s, "host_time_s": gpu_time_s, "step_time_p50_s": gpu_time_s / STEPS,
-        "step_time_p90_s": gpu_time_s / STEPS, "step_time_max_s": gpu_time_s / STEPS, "timing_lag_steps": 0,
-        "tokens": tokens, "real_tokens": tokens - 256, "packs": STEPS, "documents": 8 * STEPS,
-        "seqlen_sq_sum_bshd": STEPS * PACK**2, "seqlen_sq_sum_thd": STEPS * 8 * 512**2,
-        "flops_bshd": 1e12, "flops_thd": 5e11, "flops_useful": 4e11,
+        "interval": k,
+        "rank": 0,
+        "first_step": k * STEPS + 1,
+        "last_step": (k + 1) * STEPS,
+        "steps": STEPS,
+        "gpus": 1,
+        "wall_start": 1000.0 + k,
+        "wall_end": 1000.0 + k + gpu_time_s,
+        "gpu_time_s": gpu_time_s,
+        "host_time_s": gpu_time_s,
+        "step_time_p50_s": gpu_time_s / STEPS,
+        "step_time_p90_s": gpu_time_s / STEPS,
+        "step_time_max_s": gpu_time_s / STEPS,
+        "timing_lag_steps": 0,
+        "tokens": tokens,
+        "real_tokens": tokens - 256,
+        "packs": STEPS,
+        "documents": 8 * STEPS,
+        "seqlen_sq_sum_bshd": STEPS * PACK**2,
+        "seqlen_sq_sum_thd": STEPS * 8 * 512**2,
+        "flops_bshd": 1e12,
+        "flops_thd": 5e11,
+        "flops_useful": 4e11,
         "syncs": {"total": 3 * STEPS, "sites": [{"site": "train.py:88", "count": 3 * STEPS}]},
         "histograms": {"documents": hist, "packs": packs},
         "loss": 5.0 - 0.1 * k,
-        **({"gpu": {"util_pct": 90.0 + k, "power_w": 600.0, "sm_clock_mhz": 1900.0, "mem_used_bytes": 1e11,
-                    "energy_j": 300.0}} if gpu else {}),
+        **(
+            {
+                "gpu": {
+                    "util_pct": 90.0 + k,
+                    "power_w": 600.0,
+                    "sm_clock_mhz": 1900.0,
+                    "mem_used_bytes": 1e11,
+                    "energy_j": 300.0,
+                }
+            }
+            if gpu
+            else {}
+        ),
     }
 
 
@@ -73,9 +106,21 @@ def server(tmp_path_factory):
     port = free_port()
     env = {**os.environ, "PACKSCOPE_DATABASE_URL": f"sqlite:///{db}", "PACKSCOPE_STREAM_POLL_S": "0.2"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "--factory", "packscope.backend.app:create_app",
-         "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
-        env=env, cwd=db.parent,  # not the checkout: its alembic/ folder would shadow the alembic package
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "--factory",
+            "packscope.backend.app:create_app",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        env=env,
+        cwd=db.parent,  # not the checkout: its alembic/ folder would shadow the alembic package
     )
     base = f"http://127.0.0.1:{port}"
     try:
@@ -89,14 +134,26 @@ def server(tmp_path_factory):
                 assert time.monotonic() < deadline, "the server did not answer within 30 s"
                 time.sleep(0.1)
         for run_id, name in [("live-run", "thd-live"), ("other-run", "thd-other")]:
-            body = {"run_id": run_id, "name": name, "project": "browser", "model": MODEL, "layout": "thd",
-                    "hardware": {"gpu_name": "NVIDIA H200", "gpu_count": 1, "peak_tflops": 989.0}}
+            body = {
+                "run_id": run_id,
+                "name": name,
+                "project": "browser",
+                "model": MODEL,
+                "layout": "thd",
+                "hardware": {"gpu_name": "NVIDIA H200", "gpu_count": 1, "peak_tflops": 989.0},
+            }
             assert httpx.post(f"{base}/api/v1/runs", json=body).status_code == 201
         post_intervals(base, "live-run", range(12))
         post_intervals(base, "other-run", range(6), slowdown=1.25)
         for run_id, name in [("nvml-run", "with-nvml"), ("done-run", "finished")]:
-            body = {"run_id": run_id, "name": name, "project": "browser", "model": MODEL, "layout": "thd",
-                    "hardware": {"gpu_name": "NVIDIA H200", "gpu_count": 1, "peak_tflops": 989.0}}
+            body = {
+                "run_id": run_id,
+                "name": name,
+                "project": "browser",
+                "model": MODEL,
+                "layout": "thd",
+                "hardware": {"gpu_name": "NVIDIA H200", "gpu_count": 1, "peak_tflops": 989.0},
+            }
             assert httpx.post(f"{base}/api/v1/runs", json=body).status_code == 201
         post_intervals(base, "nvml-run", range(2), gpu=True)
         post_intervals(base, "done-run", range(3))
@@ -154,7 +211,9 @@ def useful_total(base, run_id):
 
 
 def plotted(page):
-    return {t["name"]: (len(t["y"]), t["y"][-1]) for t in page.evaluate(f"{LINES}.map(t => ({{name: t.name, y: t.y}}))")}
+    return {
+        t["name"]: (len(t["y"]), t["y"][-1]) for t in page.evaluate(f"{LINES}.map(t => ({{name: t.name, y: t.y}}))")
+    }
 
 
 def test_run_page_draws_and_extends_live(server, page):
@@ -165,7 +224,9 @@ def test_run_page_draws_and_extends_live(server, page):
     assert sorted(lines) == sorted(expected)
     for name, value in expected.items():
         assert lines[name] == (12, pytest.approx(value, rel=1e-9))
-    bshd, thd, useful = (expected[catalogue(server)[n]["label"]] for n in ("tflops_bshd", "tflops_thd", "tflops_useful"))
+    bshd, thd, useful = (
+        expected[catalogue(server)[n]["label"]] for n in ("tflops_bshd", "tflops_thd", "tflops_useful")
+    )
     assert bshd > thd > useful
     assert page.inner_text("[data-stat=tflops_useful] .value") == format(useful_total(server, "live-run"), "#.4g")
     assert "3.00" in page.inner_text("#sync-sites-body")
@@ -257,7 +318,9 @@ def test_no_page_uploads_or_leaves_the_server(server, page):
             assert not [word for word in FORBIDDEN if word in modebar], path
             assert plot.query_selector(".modebar-btn--logo, a[href^=http]") is None, path
         assert page.evaluate("() => window.PlotlyConfig?.showSendToCloud") is None
-    assert requests and all(url.startswith(server + "/") for url in requests), [u for u in requests if not u.startswith(server)]
+    assert requests and all(url.startswith(server + "/") for url in requests), [
+        u for u in requests if not u.startswith(server)
+    ]
     assert page.errors == []
 
 
@@ -283,7 +346,13 @@ def test_compare_of_only_unknown_ids_says_so(server, page):
 
 def test_finished_run_is_not_live(server, page):
     page.goto(f"{server}/runs/done-run")
-    until(page, f"{LINES}?.length === 3".replace("document.querySelector('#chart-tflops .plot').data.", "document.querySelector('#chart-tflops .plot').data?."))
+    until(
+        page,
+        f"{LINES}?.length === 3".replace(
+            "document.querySelector('#chart-tflops .plot').data.",
+            "document.querySelector('#chart-tflops .plot').data?.",
+        ),
+    )
     page.wait_for_timeout(1000)  # time for a stream, had one been opened, to announce itself
     assert page.inner_text("#run-status") == "finished"
     assert "live" not in page.inner_text("#live") and page.query_selector("#live.on") is None
@@ -293,7 +362,9 @@ def test_zooming_one_chart_zooms_the_others_on_x(server, page):
     page.goto(f"{server}/runs/live-run")
     until(page, "['tflops', 'step_time', 'loss'].every(id => document.querySelector(`#chart-${id} .plot`).data)")
     page.evaluate("() => Plotly.relayout(document.querySelector('#chart-tflops .plot'), {'xaxis.range': [30, 70]})")
-    ranges = "['step_time', 'loss', 'padding'].map(id => document.querySelector(`#chart-${id} .plot`).layout.xaxis.range)"
+    ranges = (
+        "['step_time', 'loss', 'padding'].map(id => document.querySelector(`#chart-${id} .plot`).layout.xaxis.range)"
+    )
     until(page, f"{ranges}.every(r => r[0] === 30 && r[1] === 70)")
     page.evaluate("() => Plotly.relayout(document.querySelector('#chart-loss .plot'), {'xaxis.autorange': true})")
     until(page, "document.querySelector('#chart-tflops .plot').layout.xaxis.autorange === true")
@@ -304,7 +375,9 @@ def test_zooming_one_chart_zooms_the_others_on_x(server, page):
 
 def test_labels_on_the_pages_are_the_catalogues(server, page):
     labels = {name: metric["label"] for name, metric in catalogue(server).items()}
-    shown = "() => [...document.querySelectorAll('[data-label-of]')].map(a => [a.dataset.labelOf, a.textContent, a.title])"
+    shown = (
+        "() => [...document.querySelectorAll('[data-label-of]')].map(a => [a.dataset.labelOf, a.textContent, a.title])"
+    )
     for path in ("/", "/runs/live-run", "/compare?run_id=live-run&run_id=other-run"):
         page.goto(server + path)
         page.wait_for_selector("[data-label-of]")
@@ -318,7 +391,9 @@ def test_labels_on_the_pages_are_the_catalogues(server, page):
             assert labels[name] in page.inner_text(f"#def-{name}")
     page.goto(f"{server}/runs/live-run")
     until(page, f"document.querySelector('#chart-tflops .plot').data && {LINES}.length === 3")
-    assert sorted(name for name, _ in plotted(page).items()) == sorted(labels[f"tflops_{k}"] for k in ("bshd", "thd", "useful"))
+    assert sorted(name for name, _ in plotted(page).items()) == sorted(
+        labels[f"tflops_{k}"] for k in ("bshd", "thd", "useful")
+    )
     assert page.errors == []
 
 
@@ -339,11 +414,23 @@ def test_runs_list_leads_with_useful_tflops_in_the_catalogue_format(server, page
 
 def test_formatter_honours_the_catalogues_specifiers(server, page):
     page.goto(server + "/")
-    cases = [[".4g", 0.05, "0.05000"], [".4g", 123.456, "123.5"], [".4s", 1234567, "1.235M"], [".4s", 999.96, "1.000k"],
-             [".1f", 12.345, "12.3"], [".1%", 0.4523, "45.2%"], [",d", 1234567.6, "1,234,568"], [".3g", -2.5, "−2.50"],
-             [".3s", 3.2e-6, "3.20µ"], [".4g", None, "—"]]
-    got = page.evaluate("async (cases) => { const f = await import('/static/format.js');"
-                        " return cases.map(([spec, x]) => f.formatNumber(spec, x)); }", cases)
+    cases = [
+        [".4g", 0.05, "0.05000"],
+        [".4g", 123.456, "123.5"],
+        [".4s", 1234567, "1.235M"],
+        [".4s", 999.96, "1.000k"],
+        [".1f", 12.345, "12.3"],
+        [".1%", 0.4523, "45.2%"],
+        [",d", 1234567.6, "1,234,568"],
+        [".3g", -2.5, "−2.50"],
+        [".3s", 3.2e-6, "3.20µ"],
+        [".4g", None, "—"],
+    ]
+    got = page.evaluate(
+        "async (cases) => { const f = await import('/static/format.js');"
+        " return cases.map(([spec, x]) => f.formatNumber(spec, x)); }",
+        cases,
+    )
     assert got == [expected for _, _, expected in cases]
 
 
@@ -374,6 +461,6 @@ def test_chart_corners_and_notes_read_right(server, page):
         if y and x:
             overlap = y[0] < x[2] and x[0] < y[2] and y[1] < x[3] and x[1] < y[3]
             assert not overlap, f"{chart}: y tick {y} overlaps x tick {x}"
-    # One interval per point: the min–max bands have no width, so no note mentions them.
+    # One interval per point: the min-max bands have no width, so no note mentions them.
     for chart in ("tflops", "step_time"):
         assert "shaded" not in page.inner_text(f"#chart-{chart} .note")

@@ -49,7 +49,10 @@ class Backend:
         # Explicit tokens, so PACKSCOPE_* variables of the machine running the tests do not leak in.
         settings = Settings(database_url=self.database_url, ingest_token=None, read_token=None)
         config = uvicorn.Config(
-            create_app(settings), host="127.0.0.1", port=self.port, log_level="warning",
+            create_app(settings),
+            host="127.0.0.1",
+            port=self.port,
+            log_level="warning",
             timeout_graceful_shutdown=2,
         )
         server = uvicorn.Server(config)

@@ -25,8 +25,10 @@ if TYPE_CHECKING:
 
 RUN_ID = "e2e-resume"
 LOG_EVERY = 2
-TRAIN_ARGS = (f"--preset tiny --layout thd --pack-length 128 --packs-per-step 2 --log-every {LOG_EVERY} "
-              f"--device cpu --no-progress --run-id {RUN_ID}").split()
+TRAIN_ARGS = (
+    f"--preset tiny --layout thd --pack-length 128 --packs-per-step 2 --log-every {LOG_EVERY} "
+    f"--device cpu --no-progress --run-id {RUN_ID}"
+).split()
 
 
 def stored_last_step(backend: Backend) -> int:
@@ -62,15 +64,18 @@ def steps_documents(steps: int) -> list[list[int]]:
     add_train_arguments(parser)
     cfg = config_from_args(parser.parse_args(TRAIN_ARGS))
     docs = DocumentStream(cfg.data, cfg.model.vocab, cfg.pack_length, cfg.seed)
-    groups = step_documents(iter(docs), cfg.micro_batches, cfg.packs_per_micro_batch, cfg.pack_length,
-                            cfg.max_docs_per_pack, cfg.align)
+    groups = step_documents(
+        iter(docs), cfg.micro_batches, cfg.packs_per_micro_batch, cfg.pack_length, cfg.max_docs_per_pack, cfg.align
+    )
     return [[len(doc) for group in next(groups) for doc in group] for _ in range(steps)]
 
 
 def resume(backend: Backend, start_step: int, steps: int, capsys: pytest.CaptureFixture[str]) -> None:
     """`packscope train --run-id RUN_ID --start-step ...` in this process, to the run's last step."""
-    assert main(["train", *TRAIN_ARGS, "--steps", str(steps), "--start-step", str(start_step),
-                 "--server", backend.url]) == 0
+    assert (
+        main(["train", *TRAIN_ARGS, "--steps", str(steps), "--start-step", str(start_step), "--server", backend.url])
+        == 0
+    )
     summary = json.loads(capsys.readouterr().out)
     assert (summary["run_id"], summary["start_step"], summary["steps"]) == (RUN_ID, start_step, steps - start_step)
 
@@ -87,7 +92,7 @@ def check_continued(backend: Backend, last: int) -> None:
     # The resumed part trained on the documents that follow the first part's, not on its first.
     per_step = steps_documents(last)
     for row, (first, end) in zip(rows, spans, strict=True):
-        docs = [n for step in per_step[first - 1:end] for n in step]
+        docs = [n for step in per_step[first - 1 : end] for n in step]
         assert (int(row["documents"]), int(row["real_tokens"])) == (len(docs), sum(docs)), row
 
 

@@ -4,6 +4,8 @@ everything is checked through the HTTP read API."""
 
 from __future__ import annotations
 
+import functools
+import operator
 import statistics
 import time
 from collections.abc import Callable
@@ -14,8 +16,8 @@ import pytest
 import torch
 
 from packscope.agent import Agent, AgentConfig
-from packscope.core.flops import ModelSpec
 from packscope.agent.sender import Sender
+from packscope.core.flops import ModelSpec
 from packscope.trainer.config import PRESETS, TrainConfig
 from packscope.trainer.data import DocumentStream, step_documents
 from packscope.trainer.train import run_training
@@ -24,12 +26,28 @@ if TYPE_CHECKING:
     from .conftest import Backend
 
 INT_COLUMNS = (
-    "interval", "rank", "first_step", "last_step", "steps", "gpus", "tokens", "real_tokens",
-    "packs", "documents", "seqlen_sq_sum_bshd", "seqlen_sq_sum_thd",
+    "interval",
+    "rank",
+    "first_step",
+    "last_step",
+    "steps",
+    "gpus",
+    "tokens",
+    "real_tokens",
+    "packs",
+    "documents",
+    "seqlen_sq_sum_bshd",
+    "seqlen_sq_sum_thd",
 )
 FLOAT_COLUMNS = (
-    "gpu_time_s", "flops_bshd", "flops_thd", "flops_useful",
-    "tflops_bshd", "tflops_thd", "tflops_useful", "overcount_pct",
+    "gpu_time_s",
+    "flops_bshd",
+    "flops_thd",
+    "flops_useful",
+    "tflops_bshd",
+    "tflops_thd",
+    "tflops_useful",
+    "overcount_pct",
 )
 
 
@@ -52,8 +70,16 @@ def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> No
 # -- 1. the reference trainer against the real backend ----------------------------------------------
 def train_config(layout: str, server: str) -> TrainConfig:
     return TrainConfig(
-        preset="tiny", layout=layout, steps=20, log_every=5, pack_length=256, packs_per_step=2,
-        server=server, progress=False, device="cpu", name=f"e2e-{layout}",
+        preset="tiny",
+        layout=layout,
+        steps=20,
+        log_every=5,
+        pack_length=256,
+        packs_per_step=2,
+        server=server,
+        progress=False,
+        device="cpu",
+        name=f"e2e-{layout}",
     )
 
 
@@ -62,12 +88,16 @@ def documents_per_interval(cfg: TrainConfig) -> list[list[int]]:
     is seeded and its grouping into steps does not depend on the layout), not from the agent."""
     stream = DocumentStream(cfg.data, cfg.model.vocab, cfg.pack_length, cfg.seed)
     steps = step_documents(
-        iter(stream), cfg.micro_batches, cfg.packs_per_micro_batch, cfg.pack_length,
-        cfg.max_docs_per_pack, cfg.align,
+        iter(stream),
+        cfg.micro_batches,
+        cfg.packs_per_micro_batch,
+        cfg.pack_length,
+        cfg.max_docs_per_pack,
+        cfg.align,
     )
     per_step = [[len(doc) for group in next(steps) for doc in group] for _ in range(cfg.steps)]
     n = cfg.log_every
-    return [sum(per_step[i:i + n], []) for i in range(0, cfg.steps, n)]
+    return [functools.reduce(operator.iadd, per_step[i : i + n], []) for i in range(0, cfg.steps, n)]
 
 
 def check_run(backend: Backend, cfg: TrainConfig, summary: dict[str, Any], spec: ModelSpec) -> list[dict[str, Any]]:
@@ -85,7 +115,10 @@ def check_run(backend: Backend, cfg: TrainConfig, summary: dict[str, Any], spec:
     rows = parse(raw)
     assert [r["interval"] for r in rows] == [0, 1, 2, 3]
     assert [(r["first_step"], r["last_step"], r["steps"]) for r in rows] == [
-        (1, 5, 5), (6, 10, 5), (11, 15, 5), (16, 20, 5),
+        (1, 5, 5),
+        (6, 10, 5),
+        (11, 15, 5),
+        (16, 20, 5),
     ]
     covered = sorted(s for r in rows for s in range(r["first_step"], r["last_step"] + 1))
     assert covered == list(range(1, 21))  # every step exactly once
@@ -204,8 +237,11 @@ def spooled(agent: Agent) -> list[int]:
 
 def sending_agent(server: str, run_name: str, **config: Any) -> tuple[Agent, Sender]:
     """A CPU agent that logs every step and retries fast, so outage tests stay short."""
-    agent = Agent(AgentConfig(server=server, run_name=run_name, log_every=1, request_timeout_s=0.5, **config),
-                  model=SMALL_MODEL, device="cpu")
+    agent = Agent(
+        AgentConfig(server=server, run_name=run_name, log_every=1, request_timeout_s=0.5, **config),
+        model=SMALL_MODEL,
+        device="cpu",
+    )
     assert agent.sender is not None
     agent.sender.retry_s = 0.1
     return agent, agent.sender

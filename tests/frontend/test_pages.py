@@ -15,8 +15,15 @@ MODEL = {"layers": 2, "hidden": 256, "heads": 4, "ffn": 1024, "vocab": 32000}
 
 
 def run_body(run_id, name, **extra):
-    return {"run_id": run_id, "name": name, "project": "demo", "model": MODEL, "layout": "thd",
-            "hardware": {"gpu_name": "NVIDIA H200", "gpu_count": 1, "peak_tflops": 989.0}, **extra}
+    return {
+        "run_id": run_id,
+        "name": name,
+        "project": "demo",
+        "model": MODEL,
+        "layout": "thd",
+        "hardware": {"gpu_name": "NVIDIA H200", "gpu_count": 1, "peak_tflops": 989.0},
+        **extra,
+    }
 
 
 def interval(k, steps=10, pack=1024):
@@ -24,13 +31,29 @@ def interval(k, steps=10, pack=1024):
     hist["count"][9], hist["tokens"][9] = 4, 4 * 600
     tokens = steps * pack
     return {
-        "interval": k, "rank": 0, "first_step": k * steps + 1, "last_step": (k + 1) * steps,
-        "steps": steps, "gpus": 1, "wall_start": 1000.0 + k, "wall_end": 1000.9 + k,
-        "gpu_time_s": 0.9, "host_time_s": 0.9, "step_time_p50_s": 0.09, "step_time_p90_s": 0.09,
-        "step_time_max_s": 0.1, "timing_lag_steps": 0, "tokens": tokens, "real_tokens": tokens - 100,
-        "packs": steps, "documents": 4 * steps,
-        "seqlen_sq_sum_bshd": steps * pack**2, "seqlen_sq_sum_thd": steps * 4 * 256**2,
-        "flops_bshd": 2e12, "flops_thd": 1.5e12, "flops_useful": 1.4e12,
+        "interval": k,
+        "rank": 0,
+        "first_step": k * steps + 1,
+        "last_step": (k + 1) * steps,
+        "steps": steps,
+        "gpus": 1,
+        "wall_start": 1000.0 + k,
+        "wall_end": 1000.9 + k,
+        "gpu_time_s": 0.9,
+        "host_time_s": 0.9,
+        "step_time_p50_s": 0.09,
+        "step_time_p90_s": 0.09,
+        "step_time_max_s": 0.1,
+        "timing_lag_steps": 0,
+        "tokens": tokens,
+        "real_tokens": tokens - 100,
+        "packs": steps,
+        "documents": 4 * steps,
+        "seqlen_sq_sum_bshd": steps * pack**2,
+        "seqlen_sq_sum_thd": steps * 4 * 256**2,
+        "flops_bshd": 2e12,
+        "flops_thd": 1.5e12,
+        "flops_useful": 1.4e12,
         "syncs": {"total": 2 * steps, "sites": [{"site": "train.py:88", "count": 2 * steps}]},
         "histograms": {"documents": hist, "packs": hist},
         "loss": 3.0,
@@ -65,8 +88,20 @@ def test_run_page_renders_the_run(client):
     assert 'href="/api/v1/runs/run-a/intervals.csv"' in page.text
     assert '<script src="/vendor/plotly.min.js"></script>' in page.text
     # Every chart the page script draws into is in the markup.
-    charts = ("tflops", "overcount", "mfu", "step_time", "tokens", "syncs", "histogram", "padding", "loss",
-              "gpu_util", "gpu_power", "energy")
+    charts = (
+        "tflops",
+        "overcount",
+        "mfu",
+        "step_time",
+        "tokens",
+        "syncs",
+        "histogram",
+        "padding",
+        "loss",
+        "gpu_util",
+        "gpu_power",
+        "energy",
+    )
     for chart in charts:
         assert f'id="chart-{chart}"' in page.text
     # Useful work is the headline; the system panel waits hidden for NVML readings.
@@ -160,7 +195,7 @@ def test_labels_and_colours_are_defined_once(client):
 
 
 def test_static_modules_and_their_imports_resolve(client):
-    assets = sorted(STATIC_DIR.glob("*.js")) + [STATIC_DIR / "app.css"]
+    assets = [*sorted(STATIC_DIR.glob("*.js")), STATIC_DIR / "app.css"]
     for asset in assets:
         served = client.get(f"/static/{asset.name}")
         assert served.status_code == 200, asset.name

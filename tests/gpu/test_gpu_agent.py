@@ -91,7 +91,9 @@ def test_agent_adds_no_sync_on_non_logging_steps_cupti():
     x, w = torch.randn(2048, 2048, device=dev), torch.randn(2048, 2048, device=dev) / 45
     agent = Agent(AgentConfig(log_every=10, count_syncs=False), model=MODEL)
     for _ in range(12):  # warm-up: pinned buffers and events are allocated once
-        agent.step_begin(); agent.observe_batch(cu_seqlens=cu, shape=shape, token_mask=mask); workload(x, w, 2)
+        agent.step_begin()
+        agent.observe_batch(cu_seqlens=cu, shape=shape, token_mask=mask)
+        workload(x, w, 2)
         agent.step_end(loss=x.mean())
     counter = cupti_counter()
     try:
@@ -111,11 +113,11 @@ def test_agent_adds_no_sync_on_non_logging_steps_cupti():
 
 def inject_syncs(x, pageable):
     """One micro-batch that carries six known host syncs, one per line."""
-    x.sum().item()                               # .item()
-    x[:4, 0].tolist()                            # .tolist()
-    torch.nonzero(x[:64, 0] > 0)                 # nonzero: output size depends on the data
-    torch.cuda.synchronize()                     # explicit
-    torch.tensor([1.0], device="cuda")           # a pageable blocking host-to-device copy
+    x.sum().item()  # .item()
+    x[:4, 0].tolist()  # .tolist()
+    torch.nonzero(x[:64, 0] > 0)  # nonzero: output size depends on the data
+    torch.cuda.synchronize()  # explicit
+    torch.tensor([1.0], device="cuda")  # a pageable blocking host-to-device copy
     pageable.copy_(x[:4, 0], non_blocking=True)  # "non-blocking" into pageable memory: blocks
 
 
@@ -186,11 +188,21 @@ def test_reference_trainer_syncs_per_step_agent_on_equals_off():
     from packscope.trainer.config import TrainConfig
     from packscope.trainer.train import Trainer, train_step
 
-    cfg = TrainConfig(preset="tiny", layout="thd", pack_length=2048, packs_per_step=2, device="cuda",
-                      progress=False, steps=1000, log_every=10)
+    cfg = TrainConfig(
+        preset="tiny",
+        layout="thd",
+        pack_length=2048,
+        packs_per_step=2,
+        device="cuda",
+        progress=False,
+        steps=1000,
+        log_every=10,
+    )
     trainer = Trainer(cfg)
     pool = [trainer.next_batches() for _ in range(8)]
-    agent = Agent(AgentConfig(log_every=10, count_syncs=False, sample_gpu=False), model=trainer.model_cfg.to_model_spec())
+    agent = Agent(
+        AgentConfig(log_every=10, count_syncs=False, sample_gpu=False), model=trainer.model_cfg.to_model_spec()
+    )
 
     def step(i, with_agent):
         train_step(trainer, pool[i % len(pool)], agent if with_agent else None)

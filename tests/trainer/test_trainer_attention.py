@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 import torch.nn.functional as F
 
@@ -18,7 +20,7 @@ def oracle(q, k, v, bounds):
     """Causal attention of each span alone (k, v repeated for GQA), written into one stream."""
     out = torch.zeros_like(q)
     rep = q.shape[2] // k.shape[2]
-    for a, b in zip(bounds, bounds[1:]):
+    for a, b in itertools.pairwise(bounds):
         if b > a:
             qs, ks, vs = (t[0, a:b].transpose(0, 1) for t in (q, k, v))
             ks, vs = ks.repeat_interleave(rep, 0), vs.repeat_interleave(rep, 0)

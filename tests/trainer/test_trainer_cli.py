@@ -17,18 +17,54 @@ from packscope.trainer.config import DataConfig, TrainConfig, add_train_argument
 
 # Every field away from its default, so that the round trip below proves each one is mapped.
 EVERY_FIELD_CHANGED = TrainConfig(
-    preset="1b", layout="bshd", steps=7, pack_length=1024, packs_per_step=8, micro_batches=2,
-    max_docs_per_pack=5, align=8, static=True, lr=0.01, warmup_steps=3, weight_decay=0.05,
-    grad_clip=0.5, seed=4, device="cpu", dtype="float16", compile=True, log_every=5, progress=False,
-    server="http://x:1", name="n", project="p", run_id="run-1", start_step=6,
+    preset="1b",
+    layout="bshd",
+    steps=7,
+    pack_length=1024,
+    packs_per_step=8,
+    micro_batches=2,
+    max_docs_per_pack=5,
+    align=8,
+    static=True,
+    lr=0.01,
+    warmup_steps=3,
+    weight_decay=0.05,
+    grad_clip=0.5,
+    seed=4,
+    device="cpu",
+    dtype="float16",
+    compile=True,
+    log_every=5,
+    progress=False,
+    server="http://x:1",
+    name="n",
+    project="p",
+    run_id="run-1",
+    start_step=6,
     data=DataConfig(min_len=4, short_share=0.5, short_median=32, long_median=256, sigma=0.5, rules=4),
 )
 
 # The options `packscope train` had before they were generated (README, docs, scripts use them).
 FLAGS_OF_BEFORE = (
-    "--layout", "--preset", "--steps", "--pack-length", "--packs-per-step", "--micro-batches",
-    "--max-docs-per-pack", "--align", "--static", "--lr", "--seed", "--device", "--dtype",
-    "--compile", "--log-every", "--server", "--name", "--project", "--no-progress",
+    "--layout",
+    "--preset",
+    "--steps",
+    "--pack-length",
+    "--packs-per-step",
+    "--micro-batches",
+    "--max-docs-per-pack",
+    "--align",
+    "--static",
+    "--lr",
+    "--seed",
+    "--device",
+    "--dtype",
+    "--compile",
+    "--log-every",
+    "--server",
+    "--name",
+    "--project",
+    "--no-progress",
 )
 
 
@@ -82,18 +118,26 @@ def test_help_shows_the_fields_help_and_defaults():
     assert "--data-sigma FLOAT log-normal spread of both modes (default: 0.8)" in text
 
 
-@pytest.mark.parametrize(("argv", "message"), [
-    (["--steps", "many"], "argument --steps: invalid int value: 'many'"),
-    (["--layout", "sbhd"], "argument --layout: invalid choice: 'sbhd'"),
-    (["--preset", "7b"], "argument --preset: invalid choice: '7b'"),
-    (["--lr", "fast"], "argument --lr: invalid float value: 'fast'"),
-    (["--packs-per-step", "3", "--micro-batches", "2"],
-     "packscope train: error: packs_per_step (3) must be a multiple of micro_batches (2)"),
-    (["--steps", "10", "--start-step", "10", "--run-id", "r"], "error: start_step (10) must be below steps (10)"),
-    (["--start-step", "3"], "packscope train: error: start_step (3) continues an existing run: give its run_id too"),
-    (["--data-short-share", "1.5"], "packscope train: error: data.short_share must be between 0 and 1, got 1.5"),
-    (["--steps", "0"], "packscope train: error: steps must be >= 1, got 0"),
-])
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--steps", "many"], "argument --steps: invalid int value: 'many'"),
+        (["--layout", "sbhd"], "argument --layout: invalid choice: 'sbhd'"),
+        (["--preset", "7b"], "argument --preset: invalid choice: '7b'"),
+        (["--lr", "fast"], "argument --lr: invalid float value: 'fast'"),
+        (
+            ["--packs-per-step", "3", "--micro-batches", "2"],
+            "packscope train: error: packs_per_step (3) must be a multiple of micro_batches (2)",
+        ),
+        (["--steps", "10", "--start-step", "10", "--run-id", "r"], "error: start_step (10) must be below steps (10)"),
+        (
+            ["--start-step", "3"],
+            "packscope train: error: start_step (3) continues an existing run: give its run_id too",
+        ),
+        (["--data-short-share", "1.5"], "packscope train: error: data.short_share must be between 0 and 1, got 1.5"),
+        (["--steps", "0"], "packscope train: error: steps must be >= 1, got 0"),
+    ],
+)
 def test_a_bad_value_is_explained_with_exit_code_2(argv, message, capsys):
     try:
         code = main(["train", *argv])
@@ -106,8 +150,7 @@ def test_a_bad_value_is_explained_with_exit_code_2(argv, message, capsys):
 
 def test_the_train_command_parses_without_torch():
     # torch set to None in sys.modules makes any `import torch` fail.
-    code = ("import sys; sys.modules['torch'] = None; from packscope.cli import main; "
-            "main(['train', '--help'])")
+    code = "import sys; sys.modules['torch'] = None; from packscope.cli import main; main(['train', '--help'])"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "--run-id" in proc.stdout and "--data-sigma" in proc.stdout

@@ -44,13 +44,14 @@ def test_varlen_matches_the_masked_oracle(static):
     oracle = DocumentMaskedAttention(batch.cu_seqlens_padded, batch.tokens)
     ref = oracle(q, k, v)
     ref_grads = torch.autograd.grad(ref.square().sum(), (q, k, v))
+
     # bf16 operands: judge by the relative error of the whole tensor (a wrong mask or a
     # missed document boundary gives errors of order 1, rounding gives ~1e-3).
     def rel_err(got, want):
         return float((got.float() - want).norm() / want.norm())
 
     assert rel_err(out, ref) < 1e-2
-    for name, got, want in zip("qkv", grads, ref_grads):
+    for name, got, want in zip("qkv", grads, ref_grads, strict=True):
         assert rel_err(got, want) < 2e-2, name
 
 
@@ -66,8 +67,13 @@ def test_both_layouts_give_the_same_first_loss_on_cuda():
 
 @pytest.mark.parametrize(
     "overrides",
-    [dict(layout="thd"), dict(layout="thd", static=True, align=8), dict(layout="bshd"),
-     dict(layout="thd", static=True, compile=True), dict(layout="thd", micro_batches=2)],
+    [
+        dict(layout="thd"),
+        dict(layout="thd", static=True, align=8),
+        dict(layout="bshd"),
+        dict(layout="thd", static=True, compile=True),
+        dict(layout="thd", micro_batches=2),
+    ],
     ids=["thd", "thd-static", "bshd", "thd-static-compiled", "thd-accumulate"],
 )
 def test_loss_falls_on_cuda(overrides):
@@ -99,8 +105,16 @@ def test_run_training_on_cuda_with_the_agent():
 @pytest.mark.parametrize("layout", ["thd", "bshd"])
 def test_1b_preset_trains_a_few_steps(layout):
     # BSHD gives every document a full row, so its micro-batches hold many more token slots.
-    cfg = gpu_run(preset="1b", layout=layout, steps=3, pack_length=2048, packs_per_step=4,
-                  micro_batches=2, data=DataConfig(), static=layout == "thd")
+    cfg = gpu_run(
+        preset="1b",
+        layout=layout,
+        steps=3,
+        pack_length=2048,
+        packs_per_step=4,
+        micro_batches=2,
+        data=DataConfig(),
+        static=layout == "thd",
+    )
     trainer = Trainer(cfg)
     losses = [float(step(trainer)) for _ in range(cfg.steps)]
     assert all(math.isfinite(x) for x in losses)

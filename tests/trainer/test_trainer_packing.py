@@ -3,6 +3,8 @@ labels never cross a document, and the static form's fixed size and dummy tail."
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -21,7 +23,7 @@ def unique_docs(lengths: list[int]) -> list[torch.Tensor]:
 
 
 def spans(bounds: list[int]) -> list[tuple[int, int]]:
-    return [(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+    return [(a, b) for a, b in itertools.pairwise(bounds) if b > a]
 
 
 def check_thd(docs: list[torch.Tensor], batch, max_docs: int, align: int) -> None:
@@ -32,7 +34,7 @@ def check_thd(docs: list[torch.Tensor], batch, max_docs: int, align: int) -> Non
     assert batch.input_ids.shape == batch.position_ids.shape == batch.labels.shape == (1, total)
     assert batch.cu_seqlens.dtype == batch.cu_seqlens_padded.dtype == torch.int32
     assert len(cu) == len(cu_pad)
-    assert [b - a for a, b in zip(cu, cu[1:])][:n] == batch.doc_lengths
+    assert [b - a for a, b in itertools.pairwise(cu)][:n] == batch.doc_lengths
     assert sorted(batch.doc_lengths) == sorted(len(d) for d in docs)
 
     # Every document token appears exactly once, at the start of its span.
@@ -55,7 +57,7 @@ def check_thd(docs: list[torch.Tensor], batch, max_docs: int, align: int) -> Non
     # Spans tile the stream; positions restart at 0 at every span and count up inside it.
     covered = spans(cu_pad)
     assert covered[0][0] == 0 and covered[-1][1] == total
-    assert all(a[1] == b[0] for a, b in zip(covered, covered[1:]))
+    assert all(a[1] == b[0] for a, b in itertools.pairwise(covered))
     starts = torch.zeros(total, dtype=torch.bool)
     for a, b in covered:
         assert torch.equal(pos[a:b], torch.arange(b - a))
