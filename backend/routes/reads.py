@@ -1,7 +1,5 @@
 """The JSON read API (docs/api.md), the CSV export and the live stream."""
 
-import csv
-import io
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -22,8 +20,6 @@ from packscope.backend.deps import (
     run_or_404,
 )
 from packscope.backend.models import Run
-from packscope.core import catalogue
-from packscope.core.catalogue import INT32_MAX, INT64_MAX
 from packscope.backend.schemas import (
     Comparison,
     IntervalHistograms,
@@ -32,6 +28,8 @@ from packscope.backend.schemas import (
     Series,
     SyncSites,
 )
+from packscope.core import catalogue
+from packscope.core.catalogue import INT32_MAX, INT64_MAX
 
 router = APIRouter(prefix="/api/v1", tags=["reads"], dependencies=[Depends(require_read_token)])
 
@@ -104,15 +102,7 @@ def _csv_chunks(make_session: sessionmaker[Session], run_pk: int) -> Iterator[st
     with make_session() as session:
         run = session.get(Run, run_pk)
         assert run is not None
-        buffer = io.StringIO()
-        writer = csv.writer(buffer, lineterminator="\n")
-        writer.writerow(queries.CSV_COLUMNS)
-        for rows in queries.iter_csv_chunks(session, run):
-            writer.writerows(rows)
-            yield buffer.getvalue()
-            buffer.seek(0)
-            buffer.truncate()
-        yield buffer.getvalue()
+        yield from queries.csv_text(session, run)
 
 
 @router.get(

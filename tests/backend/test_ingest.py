@@ -55,7 +55,8 @@ def test_round_trip(database_url, make_client, new_run, records, oracle, close):
     rows = list(csv.DictReader(io.StringIO(client.get(f"{RUN}/intervals.csv").text)))
     assert [int(r["interval"]) for r in rows] == list(range(30))
     assert [int(r["seqlen_sq_sum_thd"]) for r in rows] == [r["seqlen_sq_sum_thd"] for r in recs]
-    assert (rows[0]["gpu_power_w"], rows[0]["gpu_energy_j"], rows[0]["gpu_sm_clock_mhz"]) == ("650.0", "975.0", "")
+    # Floats are written in their shortest exact form, which PostgreSQL spells 650 and Python 650.0.
+    assert (float(rows[0]["gpu_power_w"]), float(rows[0]["gpu_energy_j"]), rows[0]["gpu_sm_clock_mhz"]) == (650.0, 975.0, "")
 
 
 def test_replay_counts_duplicates_and_leaves_stored_rows_untouched(client, run, records):

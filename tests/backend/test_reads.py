@@ -8,6 +8,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from packscope.backend import queries
 from packscope.backend.stats import mann_whitney_u
 
 RUNS = "/api/v1/runs"
@@ -163,6 +164,61 @@ def test_csv_has_one_row_per_interval_and_derived_columns(any_client, thousand, 
         for name in ("tflops_bshd", "tflops_thd", "tflops_useful", "mfu_thd", "overcount_pct", "tokens_per_s",
                      "padding_pct"):
             assert float(row[name]) == pytest.approx(want[name], rel=1e-9), name
+
+
+def _csv_expected(rec, spec, peak):
+    """One interval's derived CSV columns, written out from the documented formulas (docs/flops.md)
+    with exact integers, independently of the catalogue's code; None where undefined."""
+    def ratio(num, den):
+        return None if num is None or not den else num / den
+
+    gpu_seconds = rec["gpu_time_s"] * rec["gpus"]
+    flops = {
+        "bshd": rec["tokens"] * spec.c_lin + rec["seqlen_sq_sum_bshd"] * spec.c_core,
+        "thd": rec["tokens"] * spec.c_lin + rec["seqlen_sq_sum_thd"] * spec.c_core,
+        "useful": rec["real_tokens"] * spec.c_lin + rec["seqlen_sq_sum_thd"] * spec.c_core,
+    }
+    energy = (rec.get("gpu") or {}).get("energy_j")
+    out = {
+        "overcount_pct": 100 * (flops["bshd"] / flops["thd"] - 1),
+        "step_time_s": rec["gpu_time_s"] / rec["steps"],
+        "tokens_per_s": ratio(rec["tokens"], rec["gpu_time_s"]),
+        "real_tokens_per_s": ratio(rec["real_tokens"], rec["gpu_time_s"]),
+        "padding_pct": 100 * (1 - rec["real_tokens"] / rec["tokens"]),
+        "syncs_per_iter": rec["syncs"]["total"] / rec["steps"],
+        "energy_per_token_j": ratio(energy, rec["real_tokens"]),
+    }
+    for kind, f in flops.items():
+        out[f"tflops_{kind}"] = ratio(f / 1e12, gpu_seconds)
+        out[f"mfu_{kind}"] = ratio(out[f"tflops_{kind}"], peak)
+    return out
+
+
+@pytest.mark.parametrize("peak", [989.0, None])
+def test_csv_derived_columns_equal_an_independent_computation(database_url, make_client, new_run, records, spec, peak):
+    client = make_client(database_url)
+    body = new_run()
+    body["hardware"] = {"gpu_name": "H200", "gpu_count": 8, "peak_tflops": peak}
+    assert client.post(RUNS, json=body).status_code == 201
+    recs = records(300, seed=11) + records(20, start=300, seed=12, gpus=2, rank=1)
+    recs[3]["gpu_time_s"] = 0.0  # rates undefined: empty cells
+    recs[4]["loss"] = None
+    for r in recs[5:50]:
+        r["gpu"] = {"util_pct": 90.0, "power_w": 640.5, "energy_j": 1234.5678}
+    assert client.post(f"{RUN}/intervals", json={"intervals": recs}).json()["accepted"] == len(recs)
+
+    rows = list(csv.DictReader(io.StringIO(client.get(f"{RUN}/intervals.csv").text)))
+    recs.sort(key=lambda r: (r["interval"], r["rank"]))
+    assert len(rows) == len(recs)
+    for row, rec in zip(rows, recs, strict=True):
+        assert (int(row["interval"]), int(row["rank"])) == (rec["interval"], rec["rank"])
+        want = _csv_expected(rec, spec, peak)
+        assert set(want) == set(queries.CSV_DERIVED_COLUMNS)
+        for name, value in want.items():
+            if value is None:
+                assert row[name] == "", (name, rec["interval"])
+            else:
+                assert float(row[name]) == pytest.approx(value, rel=1e-12), (name, rec["interval"])
 
 
 def test_histograms_default_to_the_latest_interval(client, run, records):
