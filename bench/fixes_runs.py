@@ -1,0 +1,153 @@
+"""Before/after runs of the published fixes on one GPU, for bench/fixes_gpu.sh.
+
+Each run trains a preset with the agent attached (sync counting on, no server) and reports
+what the dashboard would show, from the agent's own records, the first interval (warm-up,
+allocation, compile, capture) dropped: step time (mean of the per-interval means, with a 95%
+bootstrap interval), syncs per iteration and their top sites, THD-corrected MFU.
+
+    python bench/fixes_runs.py logging --out logging.json   # legacy vs fixed logging, eager and compiled
+    python bench/fixes_runs.py graphs --out graphs.json     # CUDA graphs vs eager (static THD)
+    python bench/fixes_runs.py chunked-ce --out ce.json     # chunked cross-entropy on/off
+    python bench/fixes_runs.py table a.json b.json ...      # the short table of them all
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+from collections.abc import Iterator
+
+import torch
+
+from packscope.agent import Agent, AgentConfig
+from packscope.trainer.config import TrainConfig
+from packscope.trainer.train import Trainer, train_step
+
+
+def mean_interval(samples: list[float], level: float = 0.95, resamples: int = 2000, seed: int = 0) -> list[float]:
+    """Percentile-bootstrap interval of the mean of ``samples``."""
+    if len(samples) < 2:
+        return [samples[0], samples[0]] if samples else [float("nan")] * 2
+    rng = random.Random(seed)
+    means = sorted(statistics.fmean(rng.choices(samples, k=len(samples))) for _ in range(resamples))
+    lo = int((1 - level) / 2 * resamples)
+    return [means[lo], means[resamples - 1 - lo]]
+
+
+def run(preset: str, steps: int, log_every: int, **options) -> dict:
+    options = {"device": "cuda", **options}
+    cfg = TrainConfig(preset=preset, steps=steps, log_every=log_every, progress=False, **options)
+    trainer = Trainer(cfg)
+    agent = Agent(AgentConfig(log_every=log_every, layout=cfg.layout, count_syncs=True),
+                  model=trainer.model_cfg.to_model_spec())
+    losses = [train_step(trainer, trainer.next_batches(), agent) for _ in range(steps)]
+    agent.close()
+    losses = torch.stack([loss.reshape(()) for loss in losses]).tolist()
+    recs = list(agent.records)[1:]
+    n = sum(r["steps"] for r in recs)
+    per_interval = [r["gpu_time_s"] / r["steps"] for r in recs]
+    t = sum(r["gpu_time_s"] for r in recs)
+    sites: dict[str, int] = {}
+    for r in recs:
+        for s in r["syncs"]["sites"]:
+            sites[s["site"]] = sites.get(s["site"], 0) + s["count"]
+    peak = agent.hardware["peak_tflops"]
+    out = {
+        "preset": preset, **{k: v for k, v in options.items() if not isinstance(v, dict)},
+        "steps_measured": n, "step_time_s": statistics.fmean(per_interval), "step_time_ci95_s": mean_interval(per_interval),
+        "syncs_per_iter": sum(r["syncs"]["total"] for r in recs) / n,
+        "sync_sites_per_iter": {s: c / n for s, c in sorted(sites.items(), key=lambda kv: -kv[1])[:8]},
+        "real_tokens_per_s": sum(r["real_tokens"] for r in recs) / t,
+        "mfu_thd": sum(r["flops_thd"] for r in recs) / t / 1e12 / peak if peak else None,
+        "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if cfg.device == "cuda" else 0.0,
+        "losses": losses,
+    }
+    if trainer.graphs is not None:
+        out["graph_replays"], out["graph_fallbacks"] = trainer.graphs.replays, trainer.graphs.fallbacks
+    print(json.dumps({k: v for k, v in out.items() if k != "losses"}), file=sys.stderr, flush=True)
+    del trainer, agent
+    if cfg.device == "cuda":
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    return out
+
+
+# Each yields its rows one by one, so that a run cut short by a time limit keeps what it has.
+def logging_runs(args) -> Iterator[dict]:
+    for preset in args.presets.split(","):
+        for compile in (False, True):
+            for legacy in (True, False):
+                yield run(preset, args.steps, args.log_every, pack_length=args.pack_length,
+                          packs_per_step=args.packs_per_step, compile=compile, static=compile, legacy_logging=legacy)
+
+
+def graphs_runs(args) -> Iterator[dict]:
+    for preset in args.presets.split(","):
+        eager = run(preset, args.steps, args.log_every, pack_length=args.pack_length,
+                    packs_per_step=args.packs_per_step, micro_batches=args.micro_batches, static=True)
+        yield eager
+        graphed = run(preset, args.steps, args.log_every, pack_length=args.pack_length,
+                      packs_per_step=args.packs_per_step, micro_batches=args.micro_batches, static=True, cuda_graphs=True)
+        graphed["max_loss_rel_diff_vs_eager"] = max(abs(a - b) / abs(a) for a, b in zip(eager["losses"], graphed["losses"]))
+        yield graphed
+
+
+def chunked_ce_runs(args) -> Iterator[dict]:
+    for preset in args.presets.split(","):
+        for chunked in (False, True):
+            yield run(preset, args.steps, args.log_every, pack_length=args.pack_length,
+                      packs_per_step=args.packs_per_step, chunked_ce=chunked)
+
+
+def table(paths: list[str]) -> None:
+    paths = [p for p in paths if os.path.exists(p)]  # a section cut short may have left none
+    print(f"{'bench':<9} {'preset':<5} {'variant':<22} {'s/step':>8} {'95% CI':>17} {'syncs/it':>8} {'MFU':>6} {'GiB':>5}")
+    for path in paths:
+        with open(path) as f:
+            result = json.load(f)
+        for r in result["results"]:
+            variant = "+".join(k for k in ("compile", "legacy_logging", "cuda_graphs", "chunked_ce") if r.get(k)) or "plain"
+            if "max_loss_rel_diff_vs_eager" in r:
+                variant += f" dL={r['max_loss_rel_diff_vs_eager']:.1e}"
+            lo, hi = r["step_time_ci95_s"]
+            mfu = f"{100 * r['mfu_thd']:.1f}%" if r["mfu_thd"] is not None else "-"
+            print(f"{result['bench']:<9} {r['preset']:<5} {variant:<22} {r['step_time_s']:>8.4f} "
+                  f"{f'[{lo:.4f},{hi:.4f}]':>17} {r['syncs_per_iter']:>8.1f} {mfu:>6} {r['peak_memory_gib']:>5.1f}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("bench", choices=["logging", "graphs", "chunked-ce", "table"])
+    ap.add_argument("paths", nargs="*", help="table: the JSON files to summarise")
+    ap.add_argument("--presets", default="125m,1b")
+    ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--log-every", type=int, default=5)
+    ap.add_argument("--pack-length", type=int, default=4096)
+    ap.add_argument("--packs-per-step", type=int, default=4)
+    ap.add_argument("--micro-batches", type=int, default=1)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    if args.bench == "table":
+        table(args.paths)
+        return 0
+    if not torch.cuda.is_available():
+        print("fixes_runs: needs a CUDA GPU", file=sys.stderr)
+        return 2
+    result = {"bench": args.bench, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
+              "pack_length": args.pack_length, "packs_per_step": args.packs_per_step, "results": []}
+    for row in {"logging": logging_runs, "graphs": graphs_runs, "chunked-ce": chunked_ce_runs}[args.bench](args):
+        result["results"].append(row)
+        if args.out:
+            with open(args.out, "w") as f:
+                json.dump(result, f, indent=2)
+    if not args.out:
+        print(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
