@@ -18,10 +18,10 @@ section() {  # section NAME SECONDS command...: run it with a time limit, its st
   echo "[$name] exit $? in $((SECONDS - t0)) s" | tee -a "$OUT/sections.log"
 }
 section channel_loss 60 python3 bench/channel_loss.py --out "$OUT/channel_loss.json" > /dev/null
-section step_profile_1b 75 python3 bench/step_profile.py --preset 1b --pack-length 4096 --packs-per-step 4 \
+section step_profile_1b 70 python3 bench/step_profile.py --preset 1b --pack-length 4096 --packs-per-step 4 \
   --out "$OUT/step_profile_1b.json" > /dev/null
-section chunked_ce 60 python3 bench/fixes_runs.py chunked-ce --presets 1b --steps 30 --out "$OUT/chunked_ce.json"
-section graphs 95 python3 bench/fixes_runs.py graphs --presets 125m,1b --steps 30 --out "$OUT/graphs.json"
+section chunked_ce 55 python3 bench/fixes_runs.py chunked-ce --presets 1b --steps 30 --out "$OUT/chunked_ce.json"
+section graphs 85 python3 bench/fixes_runs.py graphs --presets 125m,1b --steps 30 --out "$OUT/graphs.json"
 section logging_125m 85 python3 bench/fixes_runs.py logging --presets 125m --steps 60 --out "$OUT/logging_125m.json"
 section logging_1b 150 python3 bench/fixes_runs.py logging --presets 1b --steps 40 --out "$OUT/logging_1b.json"
 
