@@ -79,6 +79,7 @@ class IntervalAccumulator:
                 hist[0][b] += batch.rows
                 hist[1][b] += batch.slots
         else:
+            assert batch.doc_rows is not None  # batch_forms sets both or neither
             self._lens.append(batch.doc_lens)
             rows = batch.doc_rows
             self._rows.append(rows + self._row_offset if self._row_offset else rows)

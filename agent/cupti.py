@@ -15,6 +15,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import threading
+from typing import Any
 
 from packscope.agent.syncs import SyncCounter, caller_site
 
@@ -62,8 +63,8 @@ class CuptiUnavailable(RuntimeError):
 class CuptiSyncCounter(SyncCounter):
     def __init__(self) -> None:
         super().__init__()
-        self._cupti = None
-        self._subscriber = None
+        self._cupti: Any = None  # the cupti module, imported on install (it ships no types)
+        self._subscriber: int | None = None
         self._driver: ctypes.CDLL | None = None
         self._async_copy_cbids: set[int] = set()
         self._stream_sync_cbids: set[int] = set()
@@ -92,6 +93,8 @@ class CuptiSyncCounter(SyncCounter):
         """Device data to pageable host memory: the call returns only when the copy is done."""
         try:
             params = ctypes.c_void_p.from_address(cbdata.ptr + _FUNCTION_PARAMS_OFFSET).value
+            if params is None or self._driver is None:
+                return False
             dst = ctypes.c_uint64.from_address(params).value
             src = ctypes.c_uint64.from_address(params + 8).value
             return _memory_type(self._driver, dst) is None and _memory_type(self._driver, src) == _CU_MEMORYTYPE_DEVICE

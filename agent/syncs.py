@@ -81,7 +81,7 @@ class SyncCounter:
             finally:
                 counter._inside_wrapper.active = False
 
-        synchronize.__wrapped__ = original
+        synchronize.__wrapped__ = original  # type: ignore[attr-defined]
         self._saved[(owner, name)] = original
         setattr(owner, name, synchronize)
 
@@ -109,6 +109,6 @@ class SyncCounter:
                 setattr(key[0], key[1], original)
         torch.cuda.set_sync_debug_mode(self._saved["debug_mode"])
         warnings.showwarning = self._saved["showwarning"]
-        warnings.filters[:] = self._saved["filters"]
+        warnings.filters[:] = self._saved["filters"]  # type: ignore[index]  # restoring what install() copied
         self._saved.clear()
         self.installed = False

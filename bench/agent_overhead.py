@@ -25,6 +25,7 @@ import sys
 import time
 from collections import Counter
 from datetime import UTC, datetime
+from typing import Any
 
 import torch
 
@@ -48,7 +49,8 @@ def host_cost_us(device: torch.device, steps: int = 2000, log_every: int = 10) -
         model=PRESETS["125m"].to_model_spec(),
         device=device,
     )
-    plain, boundary = [], []
+    plain: list[float] = []
+    boundary: list[float] = []
     for step in range(1, steps + 1):
         t0 = time.perf_counter()
         agent.step_begin()
@@ -118,7 +120,7 @@ def ratio_estimates(on: list[float], off: list[float], resamples: int = 2000) ->
 
 # Agent variants measured against "off" in the same run: the core alone, plus the debug-mode
 # sync counter, plus NVML telemetry (the default configuration).
-VARIANTS = {
+VARIANTS: dict[str, dict[str, Any]] = {
     "core": dict(count_syncs=False, sample_gpu=False),
     "core+syncs": dict(count_syncs=True, sample_gpu=False),
     "full": dict(count_syncs=True, sample_gpu=True),
@@ -166,7 +168,7 @@ def step_time_ratio(preset: str, steps_per_mode: int, warmup: int, compile: bool
     host: dict[str, list[float]] = {m: [] for m in modes}
     in_agent: dict[str, list[list[float]]] = {m: [] for m in VARIANTS}  # host time inside agent calls
     gc_s: dict[str, float] = dict.fromkeys(modes, 0.0)  # Python GC pauses during each mode's steps
-    current = {"mode": "off", "gc_start": 0.0}
+    current: dict[str, Any] = {"mode": "off", "gc_start": 0.0}
 
     def on_gc(phase: str, info: dict) -> None:
         if phase == "start":
@@ -285,7 +287,7 @@ def main() -> int:
     args = ap.parse_args()
     if args.warmup < 1 or args.steps_per_mode < 2:
         ap.error("--warmup needs at least 1 round (one per batch) and --steps-per-mode at least 2")
-    result = {
+    result: dict[str, Any] = {
         "bench": "agent_overhead",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "torch": torch.__version__,

@@ -26,7 +26,7 @@ import httpx
 import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "backend"))
-from conftest import make_record, run_body
+from conftest import make_record, run_body  # type: ignore[import-not-found]  # the tests' record builder
 
 PG_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
 

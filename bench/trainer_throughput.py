@@ -14,6 +14,7 @@ import argparse
 import json
 import sys
 from datetime import UTC, datetime
+from typing import Literal
 
 import torch
 
@@ -24,7 +25,7 @@ from packscope.trainer.train import Trainer, train_step
 
 def measure(
     preset: str,
-    layout: str,
+    layout: Literal["thd", "bshd"],
     steps: int,
     log_every: int,
     pack_length: int,

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -21,14 +22,14 @@ from packscope.trainer.packing import Batch
 try:
     from torch.nn.attention.varlen import varlen_attn
 except ImportError:  # torch < 2.10
-    varlen_attn = None
+    varlen_attn = None  # type: ignore[assignment]
 
 Attention = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], torch.Tensor]
 
 if varlen_attn is not None:
     _VARLEN_PARAMS = inspect.signature(varlen_attn).parameters
     # torch 2.10 took is_causal; 2.11 and later express causality as the window (-1, 0).
-    _CAUSAL = {"window_size": (-1, 0)} if "window_size" in _VARLEN_PARAMS else {"is_causal": True}
+    _CAUSAL: dict[str, Any] = {"window_size": (-1, 0)} if "window_size" in _VARLEN_PARAMS else {"is_causal": True}
     _NATIVE_GQA = "enable_gqa" in _VARLEN_PARAMS
 
 
@@ -92,7 +93,7 @@ class VarlenAttention:
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         q, k, v = q[0], k[0], v[0]  # [T, H, D]
-        gqa = {}
+        gqa: dict[str, Any] = {}
         if k.shape[1] != q.shape[1]:
             if _NATIVE_GQA:
                 gqa["enable_gqa"] = True
@@ -101,13 +102,14 @@ class VarlenAttention:
                 k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
         cu, n = self.cu_seqlens, self.max_seqlen
         out = varlen_attn(q, k, v, cu, cu, n, n, **_CAUSAL, **gqa)
-        return out.unsqueeze(0)
+        return cast(torch.Tensor, out).unsqueeze(0)  # a tuple only when return_aux is asked for
 
 
 def attention_for(batch: Batch, device: torch.device) -> Attention:
     """The backend for this micro-batch on this device (batch already on ``device``)."""
     if batch.layout == "bshd":
         return CausalAttention()
+    assert batch.cu_seqlens_padded is not None, "a THD batch carries its boundaries"
     if device.type == "cuda":
         return VarlenAttention(batch.cu_seqlens_padded, batch.max_seqlen)
     return DocumentMaskedAttention(batch.cu_seqlens_padded, batch.tokens, batch.pack_length)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 import torch
 
@@ -93,7 +94,7 @@ class Batch:
 
     def to(self, device: torch.device) -> Batch:
         """Copy the tensors to ``device`` without making the host wait (pinned, non-blocking)."""
-        moved = {}
+        moved: dict[str, Any] = {}
         for f in fields(self):
             value = getattr(self, f.name)
             if isinstance(value, torch.Tensor):

@@ -65,6 +65,11 @@ class PackscopeCallback(TrainerCallback):
         self._warned_unknown = False
 
     # -- training starts and ends --------------------------------------------------------
+    def _running(self) -> Agent:
+        if self.agent is None:
+            raise RuntimeError("PackscopeCallback: the agent starts in on_train_begin, which has not run")
+        return self.agent
+
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         if model is None:
             raise ValueError("PackscopeCallback: the Trainer passed no model to on_train_begin")
@@ -89,7 +94,7 @@ class PackscopeCallback(TrainerCallback):
     # -- one optimizer step ---------------------------------------------------------------
     def on_step_begin(self, args, state, control, **kwargs):
         self._loss_sums, self._targets = [], []
-        self.agent.step_begin()
+        self._running().step_begin()
 
     def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
         lr = optimizer.param_groups[0]["lr"] if optimizer is not None else None
@@ -97,7 +102,7 @@ class PackscopeCallback(TrainerCallback):
         self._lr = float(lr) if isinstance(lr, (int, float)) else None
 
     def on_step_end(self, args, state, control, **kwargs):
-        self.agent.step_end(loss=self._step_loss(), lr=self._lr)
+        self._running().step_end(loss=self._step_loss(), lr=self._lr)
 
     # -- every micro-batch ----------------------------------------------------------------
     @staticmethod
@@ -114,7 +119,7 @@ class PackscopeCallback(TrainerCallback):
                 log.warning("packscope: a training forward had no input_ids/inputs_embeds; not counted")
                 self._warned_unknown = True
             return
-        self.agent.observe_batch(**form)
+        self._running().observe_batch(**form)
 
     def _keep_loss(self, module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
         loss = getattr(output, "loss", None)

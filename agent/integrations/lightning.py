@@ -26,7 +26,7 @@ import torch
 try:
     from lightning.pytorch import Callback
 except ImportError:  # the older package name
-    from pytorch_lightning import Callback
+    from pytorch_lightning import Callback  # type: ignore[assignment]
 
 from packscope.agent.agent import Agent
 from packscope.agent.config import AgentConfig
@@ -86,6 +86,11 @@ class PackscopeCallback(Callback):
         self._losses: list[torch.Tensor] = []
         self._lr: float | None = None
 
+    def _running(self) -> Agent:
+        if self.agent is None:
+            raise RuntimeError("PackscopeCallback: the agent starts in on_train_start, which has not run")
+        return self.agent
+
     def on_train_start(self, trainer, pl_module) -> None:
         settings = dict(self.agent_config)
         settings.setdefault("start_step", trainer.global_step)
@@ -95,12 +100,12 @@ class PackscopeCallback(Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if not self._in_step:
-            self.agent.step_begin()
+            self._running().step_begin()
             self._in_step = True
             self._losses = []
         form = self.batch_to_form(batch)
         if form is not None:
-            self.agent.observe_batch(**form)
+            self._running().observe_batch(**form)
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
         self._optimizer_stepped = True
@@ -117,7 +122,7 @@ class PackscopeCallback(Callback):
         if not self._optimizer_stepped:
             return
         mean_loss = torch.stack(self._losses).to(torch.float64).mean() if self._losses else None
-        self.agent.step_end(loss=mean_loss, lr=self._lr)
+        self._running().step_end(loss=mean_loss, lr=self._lr)
         self._in_step = self._optimizer_stepped = False
 
     def on_train_end(self, trainer, pl_module) -> None:
@@ -134,5 +139,5 @@ class PackscopeCallback(Callback):
         # Micro-batches after the last optimizer step (an epoch that ends mid-accumulation
         # still steps in Lightning; an interrupted run may not) still get counted.
         if self._in_step:
-            self.agent.step_end()
+            self._running().step_end()
             self._in_step = False

@@ -136,14 +136,14 @@ class ModelSpec:
         return flops_triad(tokens, real_tokens, seqlen_sq_sum_bshd, seqlen_sq_sum_thd, self.c_lin, self.c_core)
 
     # -- (de)serialisation for the wire ----------------------------------------------------------
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         out = dataclasses.asdict(self)
         out["moe_layers"] = list(self.moe_layers) if self.moe_layers is not None else None
         out.pop("name")
         return out
 
     @classmethod
-    def from_dict(cls, data: dict) -> ModelSpec:
+    def from_dict(cls, data: dict[str, Any]) -> ModelSpec:
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(data) - known
         if unknown:
