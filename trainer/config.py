@@ -215,11 +215,6 @@ class TrainConfig:
             raise ValueError(f"pack_length ({self.pack_length}) is below the shortest document ({self.data.min_len})")
         if self.legacy_channel_loss and not self.channel_loss:
             raise ValueError("legacy_channel_loss is a way to compute --channel-loss: give channel_loss too")
-        if self.cuda_graphs and (self.layout != "thd" or not self.static or self.compile or self.parallel != "none"):
-            raise ValueError(
-                "cuda_graphs captures the static THD form of one process: give layout thd and static, "
-                "without compile or parallel"
-            )
 
     @property
     def model(self) -> ModelConfig:
