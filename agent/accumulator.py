@@ -23,7 +23,7 @@ PACK_COUNT = slice(2 * SLOTS, 3 * SLOTS)
 PACK_TOKENS = slice(3 * SLOTS, 4 * SLOTS)
 SEQLEN_SQ_SUM_THD = 4 * SLOTS
 DEVICE_LEN = 4 * SLOTS + 1
-# Host statics (then the four host histograms); summed with the device vector under data parallelism.
+# Host statics (then the four host histograms), in the order HostCounts.as_list lays them out.
 HOST_FIELDS = ("tokens", "packs", "seqlen_sq_sum_bshd", "seqlen_sq_sum_thd")
 
 
@@ -40,7 +40,7 @@ class HostCounts:
     pack_hist: list[list[int]] = field(default_factory=lambda: [[0] * NUM_BUCKETS, [0] * NUM_BUCKETS])
 
     def as_list(self) -> list[int]:
-        """Flat form, so that it can ride in the data-parallel SUM with the device vector."""
+        """Flat form, in the order ``decode`` reads it."""
         flat = [getattr(self, name) for name in HOST_FIELDS]
         for hist in (self.doc_hist, self.pack_hist):
             flat += hist[0] + hist[1]
@@ -55,10 +55,6 @@ class IntervalAccumulator:
         self._row_offset = 0  # rows (packs) of the other forms so far
         self.host = HostCounts()
         self._edges: torch.Tensor | None = None
-
-    @property
-    def has_device_data(self) -> bool:
-        return bool(self._lens or self._cu)
 
     def add_cu(self, batch: CuBatch) -> None:
         """The hot path of the commonest form: nothing but an append."""
