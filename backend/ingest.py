@@ -11,10 +11,10 @@ import json
 import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
-from sqlalchemy import ColumnElement, Connection, Dialect, Table, func, update
+from sqlalchemy import ColumnElement, Connection, Dialect, Table, bindparam, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -160,25 +160,35 @@ def store_aggregates(
     run lock rows in the same order and cannot deadlock."""
     if not rows:
         return
-    dialect_class = type(connection.dialect)
     keys, ints, floats = _per_row_blocks(rows, c)
     blocks = []
     for level in ROLLUP_LEVELS:
         keys, ints, floats = merge_blocks(keys >> 2 if level else keys, ints, floats)
         listed = zip(keys.tolist(), ints.tolist(), rows_with_nulls(floats), strict=True)
         blocks += [(run_pk, level, key, *i, *f) for key, i, f in listed]
-    connection.exec_driver_sql(_upsert_adding(dialect_class, "rollups"), blocks)
+    _write(connection, "rollups", "add", blocks)
     # The top level covers every new row once.
     last_interval = max(row[_AT["interval"]] for row in rows)
     sums = floats[:, : len(SUM_NAMES)].sum(axis=0).tolist()
     totals = (run_pk, int(ints[:, 0].sum()), last_interval, int(ints[:, 2].max()), *sums)
-    connection.exec_driver_sql(_upsert_adding(dialect_class, "run_totals"), [totals])
+    _write(connection, "run_totals", "add", [totals])
     if sync_sites:
         sites = [(run_pk, site, n) for site, n in sorted(sync_sites.items())]
-        connection.exec_driver_sql(_upsert_adding(dialect_class, "run_sync_sites"), sites)
+        _write(connection, "run_sync_sites", "add", sites)
 
 
 # -- statements, compiled once per dialect to the driver's own SQL --------------------------------
+# Rows reach the driver as tuples, never through SQLAlchemy's per-row parameter handling:
+# * SQLite: executemany of a one-row statement (sqlite3 loops in C), and for the interval rows a
+#   multi-row VALUES, since sqlite3's executemany returns no RETURNING rows;
+# * PostgreSQL: one statement per table and batch that reads its rows from one array per column
+#   (INSERT … SELECT FROM unnest(…)); psycopg re-parses long statements on every call, so a
+#   multi-row VALUES would cost more than the insert.
+_TABLES = {t.name: t for t in (intervals, interval_details, rollups, run_totals, run_sync_sites)}
+_WRITTEN = {name: tuple(c for c in t.columns.keys() if c != "id") for name, t in _TABLES.items()}  # noqa: SIM118
+Action = Literal["insert", "add", "insert_new"]
+
+
 def _insert(dialect: Dialect, table: Table) -> postgresql.Insert | sqlite.Insert:
     # ON CONFLICT has the same spelling on both backends, but lives in dialect modules.
     if dialect.name == "postgresql":
@@ -188,30 +198,9 @@ def _insert(dialect: Dialect, table: Table) -> postgresql.Insert | sqlite.Insert
     raise RuntimeError(f"unsupported database {dialect.name!r}; use SQLite or PostgreSQL")
 
 
-def _positional_dialect(dialect_class: type[Dialect]) -> Dialect:
-    # The paramstyles sqlite3 and psycopg take positionally.
-    return dialect_class(paramstyle="qmark" if dialect_class.name == "sqlite" else "format")
-
-
-def _positional(dialect: Dialect, stmt: Any, columns: Sequence[str]) -> str:
-    """`stmt` as the driver's SQL with positional parameters in `columns` order: executemany with
-    tuples skips SQLAlchemy's per-row parameter handling."""
-    compiled = stmt.compile(dialect=dialect, column_keys=list(columns))
-    assert list(compiled.positiontup) == list(columns), compiled.positiontup
-    return str(compiled)
-
-
-_AGGREGATE_TABLES = {t.name: t for t in (rollups, run_totals, run_sync_sites)}
-
-
-@functools.cache
-def _upsert_adding(dialect_class: type[Dialect], table_name: str) -> str:
-    """INSERT … ON CONFLICT (primary key) DO UPDATE: counts and sums add, steps and bands widen.
-    Parameters: the table's columns in order."""
-    dialect = _positional_dialect(dialect_class)
-    table = _AGGREGATE_TABLES[table_name]
+def _adding(stmt: postgresql.Insert | sqlite.Insert, table: Table, dialect: Dialect) -> dict[str, Any]:
+    """The DO UPDATE changes of an aggregate table: counts and sums add, steps and bands widen."""
     key = [c.name for c in table.primary_key.columns]
-    stmt = _insert(dialect, table)
     least, greatest = (func.least, func.greatest) if dialect.name == "postgresql" else (func.min, func.max)
 
     def widen(pick: Any, stored: ColumnElement[Any], new: ColumnElement[Any]) -> ColumnElement[Any]:
@@ -228,31 +217,56 @@ def _upsert_adding(dialect_class: type[Dialect], table_name: str) -> str:
             changes[column.name] = widen(greatest, stored, new)
         else:
             changes[column.name] = stored + new
-    return _positional(dialect, stmt.on_conflict_do_update(index_elements=key, set_=changes), table.columns.keys())
+    return changes
 
 
 @functools.cache
-def _insert_new_intervals(dialect_class: type[Dialect], count: int) -> str:
-    """One INSERT of `count` interval rows (ROW_COLUMNS) that skips stored keys and returns
-    (id, interval, rank) of the rows it inserted: one round trip per chunk of a batch."""
-    dialect = _positional_dialect(dialect_class)
-    one_row = _positional(dialect, intervals.insert().inline(), ROW_COLUMNS)  # inline: no RETURNING of its own
-    head, values = one_row.split(" VALUES ")
-    q = dialect.identifier_preparer.quote
-    key = ", ".join(q(name) for name in ("run_pk", "interval", "rank"))
-    return (
-        f"{head} VALUES {', '.join([values] * count)} "
-        f"ON CONFLICT ({key}) DO NOTHING RETURNING {q('id')}, {q('interval')}, {q('rank')}"
-    )
+def _statement(dialect_class: type[Dialect], table_name: str, action: Action, rows: int = 1) -> str:
+    """The SQL that writes `rows` rows (SQLite) or one array per column (PostgreSQL) of `_WRITTEN`
+    columns to `table_name`. insert: plain; add: upsert adding to the stored aggregates;
+    insert_new: skip stored keys and return (id, interval, rank) of the rows inserted."""
+    dialect = dialect_class(paramstyle="qmark" if dialect_class.name == "sqlite" else "format")
+    table, columns = _TABLES[table_name], _WRITTEN[table_name]
+    stmt = _insert(dialect, table)
+    if dialect.name == "postgresql":
+        arrays = [bindparam(name, type_=postgresql.ARRAY(table.c[name].type)) for name in columns]
+        stmt = stmt.from_select(columns, select(*func.unnest(*arrays).table_valued(*columns).render_derived().c))
+    if action == "add":
+        stmt = stmt.on_conflict_do_update(index_elements=table.primary_key.columns, set_=_adding(stmt, table, dialect))
+    elif action == "insert_new":
+        key = table.c.run_pk, table.c.interval, table.c.rank
+        stmt = stmt.on_conflict_do_nothing(index_elements=key).returning(table.c.id, table.c.interval, table.c.rank)
+    compiled = stmt.compile(dialect=dialect, column_keys=list(columns))
+    assert list(compiled.positiontup) == list(columns), compiled.positiontup
+    sql = str(compiled)
+    if dialect.name == "postgresql":
+        sql = sql.replace("%s", "%b")  # binary parameters: psycopg dumps arrays as text 5x slower
+    if rows > 1:
+        one_row = f"({', '.join('?' * len(columns))})"
+        sql = sql.replace(one_row, ", ".join([one_row] * rows), 1)
+    return sql
 
 
-@functools.cache
-def _insert_details(dialect_class: type[Dialect]) -> str:
-    return _positional(_positional_dialect(dialect_class), interval_details.insert(), interval_details.columns.keys())
+# SQLite binds at most 32766 parameters per statement.
+_SQLITE_ROWS = 32766 // len(ROW_COLUMNS)
 
 
-# SQLite binds at most 32766 parameters per statement; PostgreSQL 65535.
-INSERT_CHUNK = 32766 // len(ROW_COLUMNS)
+def _write(connection: Connection, table_name: str, action: Action, rows: Sequence[Sequence[Any]]) -> list[Any]:
+    """Write `rows` (tuples of `_WRITTEN` columns) in one statement per chunk; the RETURNING rows."""
+    dialect_class = type(connection.dialect)
+    if dialect_class.name == "postgresql":
+        arrays = tuple(map(list, zip(*rows, strict=True)))
+        result = connection.exec_driver_sql(_statement(dialect_class, table_name, action), arrays)
+        return result.all() if action == "insert_new" else []
+    if action != "insert_new":
+        connection.exec_driver_sql(_statement(dialect_class, table_name, action), list(rows))
+        return []
+    returned = []
+    for at in range(0, len(rows), _SQLITE_ROWS):
+        chunk = rows[at:at + _SQLITE_ROWS]
+        sql = _statement(dialect_class, table_name, action, len(chunk))
+        returned += connection.exec_driver_sql(sql, tuple(itertools.chain.from_iterable(chunk))).all()
+    return returned
 
 
 # -- one batch ------------------------------------------------------------------------------------
@@ -286,15 +300,9 @@ def insert_rows(
     if not rows:
         return 0
     connection = session.connection()
-    dialect_class = type(connection.dialect)
     ordered = [rows[key] for key in sorted(rows)]  # concurrent batches take index locks in one order
-    new_ids: dict[Key, int] = {}
-    for at in range(0, len(ordered), INSERT_CHUNK):
-        chunk = ordered[at:at + INSERT_CHUNK]
-        params = tuple(itertools.chain.from_iterable(chunk))
-        inserted = connection.exec_driver_sql(_insert_new_intervals(dialect_class, len(chunk)), params)
-        for interval_id, interval, rank in inserted:
-            new_ids[(interval, rank)] = interval_id
+    inserted = _write(connection, "intervals", "insert_new", ordered)
+    new_ids = {(interval, rank): interval_id for interval_id, interval, rank in inserted}
     if not new_ids:
         return 0
     new_keys = sorted(new_ids)
@@ -302,10 +310,8 @@ def insert_rows(
     for key in new_keys:
         for site, count in details[key][1].items():
             sites[site] = sites.get(site, 0) + count
-    connection.exec_driver_sql(
-        _insert_details(dialect_class),
-        [(new_ids[key], details[key][0], json.dumps(details[key][1])) for key in new_keys],
-    )
+    new_details = [(new_ids[key], details[key][0], json.dumps(details[key][1])) for key in new_keys]
+    _write(connection, "interval_details", "insert", new_details)
     store_aggregates(connection, run.id, coefficients(run), [rows[key] for key in new_keys], sites)
     session.execute(update(Run).where(Run.id == run.id).values(updated_at=_now()))
     return len(new_ids)
