@@ -325,11 +325,6 @@ def derive(sums: Mapping[str, float], c: Coefficients, names: Iterable[str] | No
     return {name: value if math.isfinite(value) else None for name, value in values.items()}
 
 
-def interval_rates(row: Mapping[str, Any], c: Coefficients) -> dict[str, float | None]:
-    """The band metrics of a single interval row: what a chart bucket's min-max band spans."""
-    return derive(sums_of_rows([row]), c, BAND_METRICS)
-
-
 def as_json() -> dict[str, Any]:
     """The catalogue as the pages and API clients read it."""
     return {
