@@ -1,22 +1,66 @@
 #!/usr/bin/env bash
-# Everything that needs the H200, for one device call from the repository root:
-# the gpu-marked tests, then the GPU benchmarks; logs and JSON land in $OUT.
-# The device machine has torch but no registry: cupti-python travels as a wheel in .whl/.
+# Everything that needs a GPU, in three device calls from the repository root (each under 10
+# minutes; the last one needs two GPUs). Logs and JSON land in $OUT, then go into one tarball
+# so that the device tool brings everything back.
+#
+#   bash bench/gpu_session.sh tests   # gpu-marked tests with cupti-python 13.0.1; CUPTI tests again with 13.4.0
+#   bash bench/gpu_session.sh fixes   # bench/fixes_gpu.sh: legacy logging, channel loss, graphs, profile, chunked CE
+#   bash bench/gpu_session.sh multi   # bench/multi_gpu.py: DDP and FSDP2 on 2 GPUs, every rank's records checked
+#
+# The device machine has torch but no registry: cupti-python travels as wheels in
+# .whl-cupti130/ and .whl-cupti134/ (13.4 brings its libcupti and pyelftools along).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 OUT="${OUT:-/tmp/packscope-gpu}"
 mkdir -p "$OUT"
-if ls .whl/*.whl >/dev/null 2>&1; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
-    && export PYTHONPATH=/tmp/site
-fi
 python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . || exit 1
-python3 -m pytest -m gpu tests/gpu tests/trainer -v -s -p no:cacheprovider > "$OUT/gpu_tests.log" 2>&1
-tail -1 "$OUT/gpu_tests.log"
-python3 bench/agent_overhead.py --out "$OUT/agent_overhead.json" > /dev/null 2> "$OUT/agent_overhead.err"
-tail -14 "$OUT/agent_overhead.err"
-python3 bench/agent_overhead.py --presets 1b --no-compile --steps-per-mode 100 --out "$OUT/agent_overhead_1b.json" \
-  > /dev/null 2> "$OUT/agent_overhead_1b.err"
-tail -7 "$OUT/agent_overhead_1b.err"
-python3 bench/trainer_throughput.py --out "$OUT/trainer_throughput.json" > /dev/null 2> "$OUT/trainer_throughput.err"
-python3 bench/trainer_throughput.py --compile --layouts thd --out "$OUT/trainer_throughput_compiled.json" > /dev/null 2> "$OUT/trainer_throughput_compiled.err"
-tail -6 "$OUT/trainer_throughput.err" "$OUT/trainer_throughput_compiled.err"
+for v in 130 134; do
+  if ls ".whl-cupti$v"/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "/tmp/cupti$v" ".whl-cupti$v"/*.whl
+  fi
+done
+
+cupti_probe() {  # which cupti-python and libcupti a process ends up with, and whether it subscribes
+  python3 - <<'EOF'
+import torch
+torch.zeros(1, device="cuda")
+from cupti import cupti
+from importlib.metadata import version
+from packscope.agent.cupti import CuptiSyncCounter
+libs = sorted({line.split()[-1] for line in open("/proc/self/maps") if "libcupti" in line})
+counter = CuptiSyncCounter().install()
+x = torch.ones(4, device="cuda")
+x.sum().item()
+total, sites = counter.snapshot()
+counter.uninstall()
+print({"cupti_python": version("cupti-python"), "cupti_api": cupti.get_version(), "libcupti": libs,
+       "syncs_seen_for_one_item": total})
+EOF
+}
+
+case "${1:-}" in
+  tests)
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpus.txt"
+    python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)" | tee -a "$OUT/gpus.txt"
+    PYTHONPATH=/tmp/cupti130 cupti_probe 2>&1 | tail -3 | tee "$OUT/cupti130_probe.txt"
+    PYTHONPATH=/tmp/cupti134 cupti_probe 2>&1 | tail -3 | tee "$OUT/cupti134_probe.txt"
+    PYTHONPATH=/tmp/cupti130 timeout 420 python3 -m pytest -m gpu tests/gpu tests/trainer -v -p no:cacheprovider \
+      > "$OUT/gpu_tests_cupti130.log" 2>&1
+    tail -3 "$OUT/gpu_tests_cupti130.log"
+    PYTHONPATH=/tmp/cupti134 timeout 90 python3 -m pytest -m gpu tests/gpu -k cupti -v -p no:cacheprovider \
+      > "$OUT/gpu_tests_cupti134.log" 2>&1
+    tail -3 "$OUT/gpu_tests_cupti134.log"
+    ;;
+  fixes)
+    OUT="$OUT/fixes" bash bench/fixes_gpu.sh
+    ;;
+  multi)
+    PYTHONPATH=/tmp/cupti130 timeout 500 python3 bench/multi_gpu.py --out "$OUT/multi_gpu" > "$OUT/multi_gpu.json" \
+      2> "$OUT/multi_gpu.err"
+    echo "multi_gpu exit $?"; tail -40 "$OUT/multi_gpu.json"; tail -5 "$OUT/multi_gpu.err"
+    ;;
+  *)
+    echo "usage: bash bench/gpu_session.sh tests|fixes|multi" >&2
+    exit 2
+    ;;
+esac
+tar -czf /tmp/results.tgz -C "$OUT" . && mv /tmp/results.tgz "$OUT/results.tgz"
