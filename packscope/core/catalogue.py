@@ -299,7 +299,8 @@ METRICS: tuple[Metric, ...] = (
     ),
     Metric("loss", "loss", "", ".4g", "training loss, averaged over real tokens", _per("loss_x_tokens", "loss_tokens")),
     Metric(
-        "gpu_util_pct", "GPU utilisation", "%", ".1f", "NVML utilisation, time-weighted", _per("gpu_util_x_s", "gpu_util_s")
+        "gpu_util_pct", "GPU utilisation", "%", ".1f", "NVML utilisation, time-weighted",
+        _per("gpu_util_x_s", "gpu_util_s"),
     ),
     Metric("gpu_power_w", "GPU power", "W", ".4g", "NVML power, time-weighted", _per("gpu_power_x_s", "gpu_power_s")),
     Metric(

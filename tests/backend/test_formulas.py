@@ -52,7 +52,8 @@ def test_sql_expressions_equal_derive_row_by_row(tmp_path):
     try:
         with engine.begin() as connection:
             connection.execute(insert(intervals), [{**r, "run_pk": 1} for r in rows])
-            query = select(intervals.c.interval, *metrics_of_row(intervals, C, METRIC).values()).order_by(intervals.c.interval)
+            metrics = metrics_of_row(intervals, C, METRIC).values()
+            query = select(intervals.c.interval, *metrics).order_by(intervals.c.interval)
             got_rows = connection.execute(query).all()
         for row, got in zip(rows, got_rows, strict=True):
             want = derive(sums_of_rows([row]), C)
