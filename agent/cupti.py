@@ -148,6 +148,7 @@ class CuptiSyncCounter(SyncCounter):
         except cupti.cuptiError as exc:
             status = exc.status
             if status == cupti.Result.ERROR_INVALID_PARAMETER:
+                log.info("packscope: CUPTI refused subscribe_v2's parameters; subscribing without them")
                 try:
                     return cupti.subscribe(self._callback, None)
                 except cupti.cuptiError as plain:

