@@ -27,8 +27,8 @@ torch.zeros(1, device="cuda")
 from importlib.metadata import version
 from packscope.agent.cupti import CuptiSyncCounter
 logging.basicConfig(level=logging.INFO)  # says when subscribe_v2 was refused
-libs = sorted({line.split()[-1] for line in open("/proc/self/maps") if "libcupti" in line})
 counter = CuptiSyncCounter().install()
+libs = sorted({line.split()[-1] for line in open("/proc/self/maps") if "libcupti" in line})
 x = torch.ones(4, device="cuda")
 x.sum().item()
 total, sites = counter.snapshot()
