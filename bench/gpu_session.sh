@@ -6,6 +6,8 @@
 #   bash bench/gpu_session.sh tests   # gpu-marked tests with cupti-python 13.0.1; CUPTI tests again with 13.4.0
 #   bash bench/gpu_session.sh fixes   # bench/fixes_gpu.sh: legacy logging, channel loss, graphs, profile, chunked CE
 #   bash bench/gpu_session.sh multi   # bench/multi_gpu.py: DDP and FSDP2 on 2 GPUs, every rank's records checked
+#   bash bench/gpu_session.sh mixed   # cupti-python 13.4 over torch's own libcupti 13.0 (what a --no-deps
+#                                     # install gives); multi_gpu.py again with the debug-mode counter
 #
 # The device machine has torch but no registry: cupti-python travels as wheels in
 # .whl-cupti130/ and .whl-cupti134/ (13.4 brings its libcupti and pyelftools along).
@@ -15,9 +17,14 @@ mkdir -p "$OUT"
 python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . || exit 1
 for v in 130 134; do
   if ls ".whl-cupti$v"/*.whl >/dev/null 2>&1; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "/tmp/cupti$v" ".whl-cupti$v"/*.whl
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "/tmp/cupti$v" \
+      ".whl-cupti$v"/*.whl
   fi
 done
+if ls .whl-cupti134/cupti_python-*.whl >/dev/null 2>&1; then  # the binding alone, torch's libcupti underneath
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/cupti134-binding \
+    .whl-cupti134/cupti_python-*.whl .whl-cupti134/pyelftools-*.whl .whl-cupti134/cuda_pathfinder-*.whl
+fi
 
 cupti_probe() {  # which cupti-python and libcupti a process ends up with, and whether it subscribes
   python3 - <<'EOF'
@@ -61,8 +68,17 @@ case "${1:-}" in
       2> "$OUT/multi_gpu.err"
     echo "multi_gpu exit $?"; tail -40 "$OUT/multi_gpu.json"; tail -5 "$OUT/multi_gpu.err"
     ;;
+  mixed)
+    PYTHONPATH=/tmp/cupti134-binding cupti_probe 2>&1 | tail -4 | tee "$OUT/cupti134_binding_probe.txt"
+    PYTHONPATH=/tmp/cupti134-binding timeout 90 python3 -m pytest -m gpu tests/gpu -k cupti -v -p no:cacheprovider \
+      > "$OUT/gpu_tests_cupti134_binding.log" 2>&1
+    tail -3 "$OUT/gpu_tests_cupti134_binding.log"
+    timeout 300 python3 bench/multi_gpu.py --out "$OUT/multi_gpu_debug_mode" > "$OUT/multi_gpu_debug_mode.json" \
+      2> "$OUT/multi_gpu_debug_mode.err"
+    echo "multi_gpu (debug-mode) exit $?"
+    ;;
   *)
-    echo "usage: bash bench/gpu_session.sh tests|fixes|multi" >&2
+    echo "usage: bash bench/gpu_session.sh tests|fixes|multi|mixed" >&2
     exit 2
     ;;
 esac
