@@ -31,7 +31,7 @@ from packscope.backend.models import (
 )
 from packscope.backend.queries import coefficients, get_run
 from packscope.backend.schemas import IngestResult, IntervalRecord, RunCreate, RunPatch
-from packscope.core.catalogue import BAND_METRICS, FIELDS, SUM_NAMES, Coefficients
+from packscope.core.catalogue import BAND_METRICS, FIELDS, SUM_NAMES, Coefficients, Field
 
 
 class ModelConflict(Exception):
@@ -94,27 +94,28 @@ def patch_run(session: Session, run: Run, body: RunPatch) -> Run:
 
 
 # -- rows of a batch -------------------------------------------------------------------------------
-def _wire_groups() -> list[tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]], int]]:
-    """(parent path, getter of its values, how many) per object of the wire record that holds
+def _wire_groups() -> list[tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]], tuple[str, ...]]]:
+    """(parent path, getter of its values, field names) per object of the wire record that holds
     catalogue fields: one C-level attrgetter call per object instead of a getattr per field."""
-    by_parent: dict[tuple[str, ...], list[str]] = {}
+    by_parent: dict[tuple[str, ...], list[Field]] = {}
     for f in FIELDS:
-        by_parent.setdefault(f.wire_path[:-1], []).append(f.wire_path[-1])
+        by_parent.setdefault(f.wire_path[:-1], []).append(f)
     groups = []
-    for parent, keys in by_parent.items():
-        get = operator.attrgetter(*keys)
-        groups.append((parent, get if len(keys) > 1 else (lambda obj, one=get: (one(obj),)), len(keys)))
+    for parent, fields in by_parent.items():
+        get = operator.attrgetter(*(f.wire_path[-1] for f in fields))
+        as_tuple = get if len(fields) > 1 else (lambda obj, one=get: (one(obj),))  # one name: a bare value
+        groups.append((parent, as_tuple, tuple(f.name for f in fields)))
     return groups
 
 
 _WIRE_GROUPS = _wire_groups()
-_WIRE_ORDER = [f.name for parent in {f.wire_path[:-1]: 0 for f in FIELDS} for f in FIELDS if f.wire_path[:-1] == parent]
 # The columns of an inserted interval row: the table's, without the generated id.
 ROW_COLUMNS = tuple(name for name in intervals.columns.keys() if name != "id")  # noqa: SIM118
 _AT = {name: i for i, name in enumerate(ROW_COLUMNS)}
 _FIELD_SLICE = slice(_AT[FIELDS[0].name], _AT[FIELDS[-1].name] + 1)  # the catalogue fields of a row
-# From the fields in wire-group order (run_pk and channel_loss around them) to ROW_COLUMNS order.
-_TO_ROW_ORDER = operator.itemgetter(*(("run_pk", *_WIRE_ORDER, "channel_loss").index(name) for name in ROW_COLUMNS))
+# From the values in the order interval_row gathers them to ROW_COLUMNS order.
+_GATHERED = ("run_pk", *(name for _, _, names in _WIRE_GROUPS for name in names), "channel_loss")
+_TO_ROW_ORDER = operator.itemgetter(*(_GATHERED.index(name) for name in ROW_COLUMNS))
 Key = tuple[int, int]  # (interval, rank)
 
 
@@ -122,11 +123,11 @@ def interval_row(run_pk: int, r: IntervalRecord) -> tuple[Any, ...]:
     """The record's table row in ROW_COLUMNS order: every catalogue field, read from its place on
     the wire (None where an optional object is missing), and channel_loss as JSON text."""
     values: list[Any] = [run_pk]
-    for parent, get, count in _WIRE_GROUPS:
+    for parent, get, names in _WIRE_GROUPS:
         obj: Any = r
         for key in parent:
             obj = getattr(obj, key)
-        values.extend((None,) * count if obj is None else get(obj))
+        values.extend((None,) * len(names) if obj is None else get(obj))
     values.append(None if r.channel_loss is None else json.dumps(r.channel_loss, sort_keys=True))
     return _TO_ROW_ORDER(values)  # type: ignore[no-any-return]
 
