@@ -88,4 +88,4 @@ def rows_with_nulls(floats: np.ndarray) -> list[list[float | None]]:
     """A float matrix as lists of rows, None where it is NaN."""
     values = floats.astype(object)
     values[np.isnan(floats)] = None
-    return values.tolist()  # type: ignore[no-any-return]
+    return values.tolist()

@@ -16,6 +16,8 @@ from typing import Any, Literal
 import numpy as np
 from sqlalchemy import ColumnElement, Connection, Dialect, Table, bindparam, func, select, update
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
+from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -100,7 +102,7 @@ def _wire_groups() -> list[tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...
     by_parent: dict[tuple[str, ...], list[Field]] = {}
     for f in FIELDS:
         by_parent.setdefault(f.wire_path[:-1], []).append(f)
-    groups = []
+    groups: list[tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...]], tuple[str, ...]]] = []
     for parent, fields in by_parent.items():
         get = operator.attrgetter(*(f.wire_path[-1] for f in fields))
         as_tuple = get if len(fields) > 1 else (lambda obj, one=get: (one(obj),))  # one name: a bare value
@@ -129,7 +131,7 @@ def interval_row(run_pk: int, r: IntervalRecord) -> tuple[Any, ...]:
             obj = getattr(obj, key)
         values.extend((None,) * len(names) if obj is None else get(obj))
     values.append(None if r.channel_loss is None else json.dumps(r.channel_loss, sort_keys=True))
-    return _TO_ROW_ORDER(values)  # type: ignore[no-any-return]
+    return _TO_ROW_ORDER(values)
 
 
 def row_key(row: Sequence[Any]) -> Key:
@@ -221,14 +223,28 @@ def _adding(stmt: postgresql.Insert | sqlite.Insert, table: Table, dialect: Dial
     return changes
 
 
+# The drivers whose parameter styles the statements are written for (psycopg's %b is its own).
+_DRIVER_DIALECTS: dict[str, Callable[[], Dialect]] = {
+    "sqlite": lambda: SQLiteDialect_pysqlite(paramstyle="qmark"),
+    "postgresql": lambda: PGDialect_psycopg(paramstyle="format"),
+}
+
+
+def _driver_of(connection: Connection) -> str:
+    dialect = connection.dialect
+    if (dialect.name, dialect.driver) not in (("sqlite", "pysqlite"), ("postgresql", "psycopg")):
+        raise RuntimeError(f"unsupported driver {dialect.name}+{dialect.driver}; use sqlite or postgresql+psycopg")
+    return dialect.name
+
+
 @functools.cache
-def _statement(dialect_class: type[Dialect], table_name: str, action: Action, rows: int = 1) -> str:
+def _statement(database: str, table_name: str, action: Action, rows: int = 1) -> str:
     """The SQL that writes `rows` rows (SQLite) or one array per column (PostgreSQL) of `_WRITTEN`
     columns to `table_name`. insert: plain; add: upsert adding to the stored aggregates;
     insert_new: skip stored keys and return (id, interval, rank) of the rows inserted."""
-    dialect = dialect_class(paramstyle="qmark" if dialect_class.name == "sqlite" else "format")
+    dialect = _DRIVER_DIALECTS[database]()
     table, columns = _TABLES[table_name], _WRITTEN[table_name]
-    stmt = _insert(dialect, table)
+    stmt: Any = _insert(dialect, table)
     if dialect.name == "postgresql":
         arrays = [bindparam(name, type_=postgresql.ARRAY(table.c[name].type)) for name in columns]
         stmt = stmt.from_select(columns, select(*func.unnest(*arrays).table_valued(*columns).render_derived().c))
@@ -238,7 +254,7 @@ def _statement(dialect_class: type[Dialect], table_name: str, action: Action, ro
         key = table.c.run_pk, table.c.interval, table.c.rank
         stmt = stmt.on_conflict_do_nothing(index_elements=key).returning(table.c.id, table.c.interval, table.c.rank)
     compiled = stmt.compile(dialect=dialect, column_keys=list(columns))
-    assert list(compiled.positiontup) == list(columns), compiled.positiontup
+    assert list(compiled.positiontup or ()) == list(columns), compiled.positiontup
     sql = str(compiled)
     if dialect.name == "postgresql":
         sql = sql.replace("%s", "%b")  # binary parameters: psycopg dumps arrays as text 5x slower
@@ -254,18 +270,18 @@ _SQLITE_ROWS = 32766 // len(ROW_COLUMNS)
 
 def _write(connection: Connection, table_name: str, action: Action, rows: Sequence[Sequence[Any]]) -> list[Any]:
     """Write `rows` (tuples of `_WRITTEN` columns) in one statement per chunk; the RETURNING rows."""
-    dialect_class = type(connection.dialect)
-    if dialect_class.name == "postgresql":
+    database = _driver_of(connection)
+    if database == "postgresql":
         arrays = tuple(map(list, zip(*rows, strict=True)))
-        result = connection.exec_driver_sql(_statement(dialect_class, table_name, action), arrays)
-        return result.all() if action == "insert_new" else []
+        result = connection.exec_driver_sql(_statement(database, table_name, action), arrays)
+        return list(result.all()) if action == "insert_new" else []
     if action != "insert_new":
-        connection.exec_driver_sql(_statement(dialect_class, table_name, action), list(rows))
+        connection.exec_driver_sql(_statement(database, table_name, action), list(rows))
         return []
-    returned = []
+    returned: list[Any] = []
     for at in range(0, len(rows), _SQLITE_ROWS):
         chunk = rows[at:at + _SQLITE_ROWS]
-        sql = _statement(dialect_class, table_name, action, len(chunk))
+        sql = _statement(database, table_name, action, len(chunk))
         returned += connection.exec_driver_sql(sql, tuple(itertools.chain.from_iterable(chunk))).all()
     return returned
 

@@ -19,7 +19,7 @@ class SqlOps:
 
     @staticmethod
     def ratio(num: Any, den: Any) -> ColumnElement[Any]:
-        return num / func.nullif(den, 0.0)  # type: ignore[no-any-return]
+        return num / func.nullif(den, 0.0)
 
 
 SQL_OPS = SqlOps()

@@ -80,6 +80,7 @@ def fill_run(make_session: Any, http: httpx.Client, run_id: str, intervals: int)
     t0 = time.perf_counter()
     with make_session() as session:
         run = get_run(session, run_id)
+        assert run is not None
         for start in range(0, intervals, 1000):
             batch = [
                 template[i % 64].model_copy(update={"interval": i, "first_step": i * 10 + 1, "last_step": i * 10 + 10})
@@ -98,6 +99,7 @@ def ingest_in_process(make_session: Any, http: httpx.Client, batches: int) -> di
     bodies = [json.dumps({"intervals": [record(b * BATCH + i, 0, rng) for i in range(BATCH)]}).encode() for b in range(batches)]
     with make_session() as session:
         run = get_run(session, run_id)
+        assert run is not None
         cpu0 = time.process_time()
         validated = [_BATCH.validate_json(body).intervals for body in bodies]
         cpu1 = time.process_time()

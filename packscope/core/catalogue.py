@@ -217,6 +217,10 @@ def _flops(kind: str, s: Mapping[str, Any], c: Coefficients) -> Any:
     )[kind]
 
 
+def _flops_of(kind: str) -> Formula:
+    return lambda s, c, ops: _flops(kind, s, c)
+
+
 def _tflops(kind: str) -> Formula:
     return lambda s, c, ops: ops.ratio(_flops(kind, s, c) / 1e12, s["gpu_seconds"])
 
@@ -255,7 +259,7 @@ def _flops_metrics() -> list[Metric]:
     for kind in ("bshd", "thd", "useful"):
         out.append(Metric(
             f"flops_{kind}", f"{_LABEL[kind]} FLOPs", "FLOP", ".4s", _DOC_TFLOPS[kind],
-            lambda s, c, ops, k=kind: _flops(k, s, c),
+            _flops_of(kind),
         ))  # fmt: skip
         out.append(Metric(
             f"tflops_{kind}", f"{_LABEL[kind]} TFLOP/s/GPU", "TFLOP/s", ".4g",
