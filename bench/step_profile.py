@@ -3,7 +3,7 @@ device time (self time: what the op's own kernels took, children excluded) as JS
 and a short table on stderr. On the CPU it ranks by CPU self time instead.
 
     python bench/step_profile.py --preset 1b --pack-length 4096 --packs-per-step 4 [--compile]
-        [--no-chunked-ce] [--cuda-graphs] [--steps 5] [--top 25] [--out profile.json]
+        [--chunked-ce] [--cuda-graphs] [--steps 5] [--top 25] [--out profile.json]
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ def main() -> int:
     ap.add_argument("--micro-batches", type=int, default=1)
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--cuda-graphs", action="store_true")
-    ap.add_argument("--no-chunked-ce", dest="chunked_ce", action="store_false")
+    ap.add_argument("--chunked-ce", action="store_true")
     ap.add_argument("--warmup", type=int, default=3, help="steps before profiling (allocation, compile, capture)")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--top", type=int, default=25)

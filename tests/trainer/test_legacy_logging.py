@@ -80,7 +80,7 @@ def test_legacy_logging_reads_at_its_own_sites_every_step(monkeypatch):
     assert math.isfinite(trainer.legacy_logging.loss) and trainer.legacy_logging.grad_norm > 0
 
 
-@pytest.mark.parametrize("overrides", [{}, {"channel_loss": True}, {"chunked_ce": False}, {"layout": "bshd"}],
+@pytest.mark.parametrize("overrides", [{}, {"channel_loss": True}, {"chunked_ce": True}, {"layout": "bshd"}],
                          ids=["default", "channel-loss", "plain-ce", "bshd"])
 def test_the_fixed_path_reads_nothing(monkeypatch, overrides):
     sites, _ = run(monkeypatch, **overrides)

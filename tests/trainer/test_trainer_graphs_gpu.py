@@ -33,7 +33,7 @@ def losses(cfg: TrainConfig) -> tuple[list[float], Trainer]:
 
 
 @gpu
-@pytest.mark.parametrize("overrides", [dict(), dict(micro_batches=2), dict(channel_loss=True, chunked_ce=False)],
+@pytest.mark.parametrize("overrides", [dict(), dict(micro_batches=2), dict(channel_loss=True, chunked_ce=True)],
                          ids=["one-micro-batch", "accumulate", "channel-loss-plain-ce"])
 def test_graphed_losses_equal_eager_within_bf16_noise(overrides):
     eager, _ = losses(gpu_run(**overrides))
