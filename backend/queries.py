@@ -10,7 +10,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Select, String, cast, select, union_all
+from sqlalchemy import Select, String, cast, func, select, union_all
 from sqlalchemy.orm import Session
 
 from packscope.backend.columns import (
@@ -78,7 +78,7 @@ def _summary(run: Run, sums: Mapping[str, Any] | None) -> dict[str, Any]:
         "config": run.config,
         "c_lin": c.c_lin,
         "c_core": c.c_core,
-        "intervals": 0 if sums is None else int(sums["rows"]),
+        "records": 0 if sums is None else int(sums["rows"]),
         "last_step": None if sums is None else int(sums["last_step"]),
         "totals": totals,
     }
@@ -108,11 +108,14 @@ def find_runs(session: Session, run_ids: Sequence[str]) -> tuple[list[Run], list
 
 
 def recent_step_times(session: Session, run: Run, window: int) -> list[float]:
-    """Seconds per step of the run's last `window` intervals (one value per interval)."""
+    """Seconds per step of the run's last `window` intervals: one value per interval, its ranks'
+    GPU time over their steps (every rank sends its own record; N near-equal values per interval
+    would make the test's p-values falsely small)."""
     rows = session.scalars(
-        select(intervals.c.gpu_time_s / intervals.c.steps)
+        select(func.sum(intervals.c.gpu_time_s) / func.sum(intervals.c.steps))
         .where(intervals.c.run_pk == run.id)
-        .order_by(intervals.c.interval.desc(), intervals.c.rank)
+        .group_by(intervals.c.interval)
+        .order_by(intervals.c.interval.desc())
         .limit(window)
     )
     return [float(x) for x in rows]

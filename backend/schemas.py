@@ -229,7 +229,7 @@ class RunSummary(BaseModel):
     config: dict[str, Any]
     c_lin: int
     c_core: int
-    intervals: int
+    records: int  # interval records stored: one per rank per interval
     last_step: int | None
     totals: Totals | None  # type: ignore[valid-type]
 

@@ -17,14 +17,14 @@ const REFRESH_MS = 5000;
 // "rel" in percent, "pp" in percentage points (for shares and fractions).
 const ROWS = [
   { name: "tflops_useful", delta: "rel", headline: true },
-  { name: "real_tokens_per_s", delta: "rel" },
+  { name: "real_tokens_per_gpu_s", delta: "rel" },
   { name: "padding_pct", delta: "pp" },
   { name: "step_time_s", delta: "rel" },
   { name: "tflops_thd", delta: "rel" },
   { name: "tflops_bshd", delta: "rel" },
   { name: "overcount_pct", delta: "pp" },
   { name: "mfu_useful", delta: "pp" },
-  { name: "tokens_per_s", delta: "rel" },
+  { name: "tokens_per_gpu_s", delta: "rel" },
   { name: "syncs_per_iter", delta: "rel" },
   { name: "steps" },
 ];

@@ -53,10 +53,10 @@ function seriesCharts(m) {
     step_time: { traces: withBand(m, "step_time_s", COLORS.neutral), layout: alone(layout({ yTitle: "seconds per step", metric: m("step_time_s") })) },
     tokens: {
       traces: [
-        line("tokens_per_s", m("tokens_per_s"), COLORS.neutral, { dash: "dash", rank: 2 }),
-        line("real_tokens_per_s", m("real_tokens_per_s"), COLORS.useful, { rank: 1 }),
+        line("tokens_per_gpu_s", m("tokens_per_gpu_s"), COLORS.neutral, { dash: "dash", rank: 2 }),
+        line("real_tokens_per_gpu_s", m("real_tokens_per_gpu_s"), COLORS.useful, { rank: 1 }),
       ],
-      layout: layout({ yTitle: "tokens/s", metric: m("real_tokens_per_s") }),
+      layout: layout({ yTitle: "tokens/s", metric: m("real_tokens_per_gpu_s") }),
     },
     syncs: { traces: single(m, "syncs_per_iter", COLORS.overcount), layout: alone(layout({ yTitle: "syncs per iteration", metric: m("syncs_per_iter") })) },
     padding: { traces: single(m, "padding_pct", COLORS.neutral), layout: alone(layout({ yTitle: "padding", metric: m("padding_pct") })) },
@@ -149,7 +149,7 @@ function renderTotals(catalogue, run) {
 }
 
 async function loadHistogram(run) {
-  if (!run.intervals) return panels.histogram.showEmpty(WAITING);
+  if (!run.records) return panels.histogram.showEmpty(WAITING);
   const histogram = await api.getHistograms(runId);
   const traces = histogramTraces(histogram);
   if (!traces.length) return panels.histogram.showEmpty("The latest interval has no lengths recorded.");
@@ -162,7 +162,7 @@ async function loadHistogram(run) {
 
 async function loadSyncSites(catalogue, run) {
   const body = document.getElementById("sync-sites-body");
-  if (!run.intervals) return;
+  if (!run.records) return;
   const perIter = metricOf(catalogue, "syncs_per_iter");
   const { sites } = await api.getSyncSites(runId);
   const rows = sites.map((site) =>
@@ -245,7 +245,7 @@ async function start() {
     }
     labelStats(catalogue);
     const shown = [...document.querySelectorAll("[data-stat]")].map((node) => node.dataset.stat);
-    renderDefinitions(catalogue, [...shown, "tflops_bshd", "tflops_thd", "tflops_useful", "mfu_bshd", "mfu_thd", "tokens_per_s"]);
+    renderDefinitions(catalogue, [...shown, "tflops_bshd", "tflops_thd", "tflops_useful", "mfu_bshd", "mfu_thd", "tokens_per_gpu_s"]);
     renderTotals(catalogue, run);
     ranksPanel = new RanksPanel(runId, m("step_time_s"));
     await Promise.all([loadSeries(), loadHistogram(run), loadSyncSites(catalogue, run), ranksPanel.load()]);

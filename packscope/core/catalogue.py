@@ -289,12 +289,14 @@ METRICS: tuple[Metric, ...] = (
         _per("gpu_time_s", "steps"), band=True,
     ),
     Metric(
-        "tokens_per_s", "token slots/s", "tokens/s", ".4s", "token slots (padding included) per second",
-        _per("tokens", "gpu_time_s"),
+        "tokens_per_gpu_s", "token slots/s/GPU", "tokens/s", ".4s",
+        "token slots (padding included) per GPU-second: Σ tokens ÷ Σ(gpu_time_s·gpus)",
+        _per("tokens", "gpu_seconds"),
     ),
     Metric(
-        "real_tokens_per_s", "real tokens/s", "tokens/s", ".4s", "real (non-padding) tokens per second",
-        _per("real_tokens", "gpu_time_s"),
+        "real_tokens_per_gpu_s", "real tokens/s/GPU", "tokens/s", ".4s",
+        "real (non-padding) tokens per GPU-second: Σ real tokens ÷ Σ(gpu_time_s·gpus)",
+        _per("real_tokens", "gpu_seconds"),
     ),
     Metric("padding_pct", "padding", "%", ".1f", "share of token slots that hold no real token", _padding),
     Metric(

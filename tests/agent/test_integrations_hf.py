@@ -287,7 +287,7 @@ def test_sft_trainer_with_packing_reaches_a_live_backend(tmp_path):
         assert [r["loss"] for r in records] == pytest.approx(logged, rel=1e-5)
         assert all(r["documents"] > r["packs"] for r in records)
         run = backend.get(f"/api/v1/runs/{cb.agent.run_id}")
-        assert run["status"] == "finished" and run["name"] == "sft-packed" and run["intervals"] == 2
+        assert run["status"] == "finished" and run["name"] == "sft-packed" and run["records"] == 2
         assert run["model"] == cb.agent.model.to_dict()
         rows = backend.csv_rows(cb.agent.run_id)
         assert [int(row["seqlen_sq_sum_thd"]) for row in rows] == [r["seqlen_sq_sum_thd"] for r in records]

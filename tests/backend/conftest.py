@@ -184,7 +184,7 @@ def _oracle(recs: list[dict[str, Any]], spec: ModelSpec, peak: float | None = 98
         "step_time_s": time / steps,
         "step_time_s_min": min(r["gpu_time_s"] / r["steps"] for r in recs),
         "step_time_s_max": max(r["gpu_time_s"] / r["steps"] for r in recs),
-        "tokens_per_s": tokens / time,
+        "tokens_per_gpu_s": tokens / time / g,
         "padding_pct": 100 * (1 - real / tokens),
         "syncs_per_iter": sum(r["syncs"]["total"] for r in recs) / steps,
         "loss": sum(r["loss"] * r["real_tokens"] for r in recs) / real,

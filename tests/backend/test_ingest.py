@@ -13,7 +13,7 @@ BATCH = f"{RUN}/intervals"
 
 
 def stored_intervals(client) -> int:
-    return client.get(RUN).json()["intervals"]
+    return client.get(RUN).json()["records"]
 
 
 def post_gzip(client, url, body, **headers):
@@ -31,7 +31,7 @@ def test_round_trip(database_url, make_client, new_run, records, oracle, close):
     assert post_gzip(client, BATCH, {"intervals": recs[10:]}).json() == {"accepted": 20, "duplicates": 0}
 
     run = client.get(RUN).json()
-    assert (run["intervals"], run["last_step"], run["status"]) == (30, 300, "running")
+    assert (run["records"], run["last_step"], run["status"]) == (30, 300, "running")
     close(run["totals"], oracle(recs), [k for k in run["totals"] if k in oracle(recs)])
 
     series = client.get(f"{RUN}/series", params={"max_points": 500}).json()
@@ -190,7 +190,7 @@ def test_tokens(make_client, new_run, records):
     assert client.get(RUNS).status_code == 401
     assert "PACKSCOPE_READ_TOKEN" in client.get(RUN).json()["detail"]
     assert client.get(RUN, headers=write).status_code == 401
-    assert client.get(RUN, headers=read).json()["intervals"] == 2
+    assert client.get(RUN, headers=read).json()["records"] == 2
     assert client.get(f"{RUN}/intervals.csv", headers=read).status_code == 200
 
 
@@ -210,7 +210,7 @@ def test_run_create_resume_and_conflict(client, new_run, records):
     resumed = client.post(RUNS, json=new_run(name="renamed"))
     assert resumed.status_code == 200
     body = resumed.json()
-    assert (body["name"], body["status"], body["ended_at"], body["intervals"]) == ("demo", "running", None, 3)
+    assert (body["name"], body["status"], body["ended_at"], body["records"]) == ("demo", "running", None, 3)
 
     other = new_run()
     other["model"]["layers"] = 5

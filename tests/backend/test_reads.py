@@ -20,7 +20,7 @@ DOCUMENTED_CSV_COLUMNS = [
     "timing_lag_steps", "tokens", "real_tokens", "packs", "documents", "seqlen_sq_sum_bshd",
     "seqlen_sq_sum_thd", "flops_bshd", "flops_thd", "flops_useful", "loss", "lr", "grad_norm",
     "tflops_bshd", "tflops_thd", "tflops_useful", "mfu_bshd", "mfu_thd", "mfu_useful",
-    "overcount_pct", "tokens_per_s", "padding_pct",
+    "overcount_pct", "tokens_per_gpu_s", "padding_pct",
 ]
 
 
@@ -61,7 +61,7 @@ def test_series_buckets_match_an_independent_computation(any_client, thousand, o
             "tflops_thd", "tflops_thd_min", "tflops_thd_max",
             "tflops_useful", "tflops_useful_min", "tflops_useful_max",
             "overcount_pct", "mfu_thd", "step_time_s", "step_time_s_min", "step_time_s_max",
-            "tokens_per_s", "syncs_per_iter", "loss", "padding_pct",
+            "tokens_per_gpu_s", "syncs_per_iter", "loss", "padding_pct",
         ])
         # the band really is a band, and the ratio of sums is not the mean of ratios
         assert got["tflops_thd_min"] <= got["tflops_thd"] <= got["tflops_thd_max"]
@@ -126,7 +126,7 @@ def test_series_step_range(any_client, thousand, oracle, close):
 
 def test_totals_match_an_independent_computation(any_client, thousand, oracle, close):
     run = any_client.get(RUN).json()
-    assert (run["intervals"], run["last_step"]) == (1000, 10_000)
+    assert (run["records"], run["last_step"]) == (1000, 10_000)
     want = oracle(thousand)
     assert {k: run["totals"][k] for k in ("steps", "tokens", "real_tokens", "documents", "packs")} == {
         k: want[k] for k in ("steps", "tokens", "real_tokens", "documents", "packs")
@@ -134,7 +134,7 @@ def test_totals_match_an_independent_computation(any_client, thousand, oracle, c
     close(run["totals"], want, [
         "gpu_time_s", "flops_bshd", "flops_thd", "flops_useful", "tflops_bshd", "tflops_thd",
         "tflops_useful", "mfu_bshd", "mfu_thd", "mfu_useful", "overcount_pct", "step_time_s",
-        "tokens_per_s", "padding_pct", "syncs_per_iter",
+        "tokens_per_gpu_s", "padding_pct", "syncs_per_iter",
     ])
     assert run["totals"]["overcount_pct"] > 0  # dense packs of 4096 over-count attention
 
@@ -161,7 +161,7 @@ def test_csv_has_one_row_per_interval_and_derived_columns(any_client, thousand, 
         assert int(row["tokens"]) == rec["tokens"]
         assert float(row["gpu_time_s"]) == rec["gpu_time_s"]  # floats round-trip exactly
         want = oracle([rec])
-        for name in ("tflops_bshd", "tflops_thd", "tflops_useful", "mfu_thd", "overcount_pct", "tokens_per_s",
+        for name in ("tflops_bshd", "tflops_thd", "tflops_useful", "mfu_thd", "overcount_pct", "tokens_per_gpu_s",
                      "padding_pct"):
             assert float(row[name]) == pytest.approx(want[name], rel=1e-9), name
 
@@ -182,8 +182,8 @@ def _csv_expected(rec, spec, peak):
     out = {
         "overcount_pct": 100 * (flops["bshd"] / flops["thd"] - 1),
         "step_time_s": rec["gpu_time_s"] / rec["steps"],
-        "tokens_per_s": ratio(rec["tokens"], rec["gpu_time_s"]),
-        "real_tokens_per_s": ratio(rec["real_tokens"], rec["gpu_time_s"]),
+        "tokens_per_gpu_s": ratio(rec["tokens"], rec["gpu_time_s"] * rec["gpus"]),
+        "real_tokens_per_gpu_s": ratio(rec["real_tokens"], rec["gpu_time_s"] * rec["gpus"]),
         "padding_pct": 100 * (1 - rec["real_tokens"] / rec["tokens"]),
         "syncs_per_iter": rec["syncs"]["total"] / rec["steps"],
         "energy_per_token_j": ratio(energy, rec["real_tokens"]),
@@ -268,7 +268,7 @@ def test_list_and_compare(client, new_run, records):
     client.post(f"{RUNS}/new/intervals", json={"intervals": records(2)})
     runs = client.get(RUNS).json()["runs"]
     assert [r["run_id"] for r in runs] == ["new", "old"]
-    assert (runs[0]["intervals"], runs[1]["intervals"], runs[1]["totals"]) == (2, 0, None)
+    assert (runs[0]["records"], runs[1]["records"], runs[1]["totals"]) == (2, 0, None)
 
     compared = client.get("/api/v1/compare", params=[("run_id", "old"), ("run_id", "new")]).json()["runs"]
     assert [r["run_id"] for r in compared] == ["old", "new"]

@@ -50,7 +50,7 @@ def check_series(client, run_id, recs, oracle, close, max_points, step_min=None,
             "steps", "tokens", "real_tokens", "tflops_bshd", "tflops_bshd_min", "tflops_bshd_max",
             "tflops_thd", "tflops_thd_min", "tflops_thd_max", "tflops_useful", "tflops_useful_min",
             "tflops_useful_max", "overcount_pct", "mfu_thd", "step_time_s", "step_time_s_min",
-            "step_time_s_max", "tokens_per_s", "syncs_per_iter", "loss", "padding_pct",
+            "step_time_s_max", "tokens_per_gpu_s", "syncs_per_iter", "loss", "padding_pct",
         ])
     key = lambda r: (r["interval"], r["rank"])  # noqa: E731
     assert sorted(covered, key=key) == sorted(want_rows, key=key)  # each row in exactly one bucket
@@ -83,7 +83,7 @@ def test_multi_rank_run(any_client, new_run, records, oracle, close):
     for max_points, step_min, step_max in [(7, None, None), (90, None, None), (5, 155, 633), (1, 1, 900)]:
         check_series(any_client, "ranks", recs, oracle, close, max_points, step_min, step_max)
     run = any_client.get(f"{RUNS}/ranks").json()
-    assert (run["intervals"], run["last_step"]) == (270, 900)
+    assert (run["records"], run["last_step"]) == (270, 900)
     close(run["totals"], oracle(recs), ["steps", "tokens", "tflops_thd", "overcount_pct", "loss", "syncs_per_iter"])
 
 

@@ -30,8 +30,8 @@ def test_metrics_of_two_intervals_match_hand_computed_values():
     assert got["mfu_thd"] == pytest.approx(thd / gpu_seconds / 1e12 / 1e-3)
     assert got["overcount_pct"] == pytest.approx(100 * (bshd / thd - 1))
     assert got["step_time_s"] == pytest.approx(5.0 / 20)
-    assert got["tokens_per_s"] == pytest.approx(2000 / 5.0)
-    assert got["real_tokens_per_s"] == pytest.approx(1500 / 5.0)
+    assert got["tokens_per_gpu_s"] == pytest.approx(2000 / gpu_seconds)
+    assert got["real_tokens_per_gpu_s"] == pytest.approx(1500 / gpu_seconds)
     assert got["padding_pct"] == pytest.approx(25.0)
     assert got["syncs_per_iter"] == pytest.approx(1.0)
     assert got["loss"] == pytest.approx(2.0)  # the interval without a loss carries no weight

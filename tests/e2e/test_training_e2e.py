@@ -106,7 +106,7 @@ def check_run(backend: Backend, cfg: TrainConfig, summary: dict[str, Any], spec:
     run = backend.get(f"/api/v1/runs/{run_id}")
     assert run["status"] == "finished" and run["ended_at"] is not None
     assert run["name"] == cfg.run_name and run["layout"] == cfg.layout
-    assert run["intervals"] == 4 and run["last_step"] == 20
+    assert run["records"] == 4 and run["last_step"] == 20
     assert run["model"] == spec.to_dict()
     assert (run["c_lin"], run["c_core"]) == (spec.c_lin, spec.c_core)
 
@@ -196,7 +196,7 @@ def test_cpu_training_run_end_to_end(backend: Backend):
     for order in ([thd["run_id"], bshd["run_id"]], [bshd["run_id"], thd["run_id"]]):
         compared = backend.get("/api/v1/compare", run_id=order)["runs"]
         assert [r["run_id"] for r in compared] == order  # in the order asked
-        assert all(r["intervals"] == 4 and r["totals"]["steps"] == 20 for r in compared)
+        assert all(r["records"] == 4 and r["totals"]["steps"] == 20 for r in compared)
 
 
 # -- the agent under a small real workload ----------------------------------------------------------
@@ -255,7 +255,7 @@ def test_server_killed_mid_run_every_interval_stored_exactly_once(backend: Backe
     # Let the sender deliver the first 20 records, so that the outage below is what spools.
     wait_until(lambda: sender.sent == 20, 15, "the first 20 records to be stored")
     assert len(sender.spool) == 0
-    assert backend.get(f"/api/v1/runs/{agent.run_id}")["intervals"] == 20
+    assert backend.get(f"/api/v1/runs/{agent.run_id}")["records"] == 20
 
     backend.stop()
     down = work.run(20)
@@ -278,4 +278,4 @@ def test_server_killed_mid_run_every_interval_stored_exactly_once(backend: Backe
     assert [(r["first_step"], r["last_step"]) for r in rows] == [(i + 1, i + 1) for i in range(60)]
     assert all(r["tokens"] == 2 * PACK and r["real_tokens"] == 236 + 256 for r in rows)
     run = backend.get(f"/api/v1/runs/{agent.run_id}")
-    assert run["status"] == "finished" and run["intervals"] == 60 and run["last_step"] == 60
+    assert run["status"] == "finished" and run["records"] == 60 and run["last_step"] == 60

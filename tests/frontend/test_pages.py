@@ -151,7 +151,7 @@ def test_useful_tflops_is_the_runs_lists_headline_column(client):
     page = client.get("/")
     metrics = re.findall(r'<th class="([^"]*)" data-metric="(\w+)"', page.text)
     assert metrics[0] == ("num headline", "tflops_useful")
-    assert [name for _, name in metrics[:3]] == ["tflops_useful", "real_tokens_per_s", "padding_pct"]
+    assert [name for _, name in metrics[:3]] == ["tflops_useful", "real_tokens_per_gpu_s", "padding_pct"]
 
 
 def test_every_metric_a_page_names_is_in_the_catalogue(client):
@@ -162,7 +162,7 @@ def test_every_metric_a_page_names_is_in_the_catalogue(client):
     for script in ("run.js", "compare.js"):
         text = (STATIC_DIR / script).read_text()
         named |= set(re.findall(r'\bm\("(\w+)"\)', text)) | set(re.findall(r'name: "(\w+)"', text))
-    assert {"tflops_useful", "real_tokens_per_s", "gpu_util_pct", "energy_per_token_j", "mfu_useful"} <= named
+    assert {"tflops_useful", "real_tokens_per_gpu_s", "gpu_util_pct", "energy_per_token_j", "mfu_useful"} <= named
     assert named - set(catalogue) == set()
     # The pages format with these specifiers only (static/format.js implements exactly them).
     assert {m["format"] for m in catalogue.values()} <= {".4g", ".4s", ".1f", ".1%", ",d", ".3g", ".3s"}
