@@ -26,7 +26,8 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -34,18 +35,18 @@ import torch.distributed as dist
 from packscope.agent import batch_forms, payload
 from packscope.agent.accumulator import IntervalAccumulator, decode
 from packscope.agent.config import DEFAULT_SPOOL_DIR, AgentConfig
-from packscope.core.flops import ModelSpec
 from packscope.agent.hardware import describe
 from packscope.agent.sender import Sender
 from packscope.agent.syncs import SyncCounter
 from packscope.agent.timing import StepTime, StepTimer
+from packscope.core.flops import ModelSpec
 
 log = logging.getLogger("packscope.agent")
 TOP_SYNC_SITES = 20
 
 
 def _utc_now() -> str:
-    return datetime.now(timezone.utc).isoformat()
+    return datetime.now(UTC).isoformat()
 
 
 def make_run_id(name: str) -> str:
@@ -81,7 +82,9 @@ class Agent:
         self.config = config
         self.model = model
         if device is None:
-            device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+            device = (
+                torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+            )
         self.device = torch.device(device)
         distributed = dist.is_available() and dist.is_initialized()
         self.world_size = dist.get_world_size() if distributed else 1
@@ -114,7 +117,7 @@ class Agent:
         self._channel_names: tuple[str, ...] = ()
         self._lr: float | None = None
         self._wall_start: float | None = None
-        self._sync_base = (0, {})
+        self._sync_base: tuple[int, dict[str, int]] = (0, {})
         self._closed = False
 
         self.syncs = SyncCounter()
@@ -140,15 +143,24 @@ class Agent:
         spool file; rank 0 keeps <spool_dir>/<run_id>.sqlite, the single-process path."""
         if self.rank == 0:
             return config
-        return dataclasses.replace(config, spool_dir=os.path.join(config.spool_dir or DEFAULT_SPOOL_DIR, f"rank{self.rank}"))
+        return dataclasses.replace(
+            config, spool_dir=os.path.join(config.spool_dir or DEFAULT_SPOOL_DIR, f"rank{self.rank}")
+        )
 
     def run_body(self) -> dict:
         cfg = self.config
         parallel = {"dp": self.dp_size, "tp": 1, "pp": 1, "cp": 1, "ep": 1, **cfg.parallel}
         return {
-            "run_id": self.run_id, "name": cfg.run_name, "project": cfg.project, "tags": cfg.tags,
-            "config": cfg.config, "model": self.model.to_dict(), "hardware": self.hardware,
-            "parallel": parallel, "layout": cfg.layout, "started_at": _utc_now(),
+            "run_id": self.run_id,
+            "name": cfg.run_name,
+            "project": cfg.project,
+            "tags": cfg.tags,
+            "config": cfg.config,
+            "model": self.model.to_dict(),
+            "hardware": self.hardware,
+            "parallel": parallel,
+            "layout": cfg.layout,
+            "started_at": _utc_now(),
         }
 
     # -- the hot path ------------------------------------------------------------------------
@@ -324,7 +336,7 @@ class Agent:
         if self.sender is not None:
             self.sender.submit(record)
 
-    def _record(self, p: _PendingInterval, steps: list[StepTime], stats: dict, floats: dict[str, float]) -> dict:
+    def _record(self, p: _PendingInterval, steps: list[StepTime], stats: dict, floats: dict[str, Any]) -> dict:
         """The wire record (docs/wire.md; its fields are packscope.core.catalogue.FIELDS)."""
         durations = sorted(s.gpu_s for s in steps)
         n = len(steps)
@@ -355,7 +367,8 @@ class Agent:
         """``{"channel_loss": {name: mean loss}}`` over the channels that had tokens, if any were sent."""
         if "channel_loss" not in floats:
             return {}
-        means = {name: total / count for name, (total, count) in zip(self._channel_names, floats["channel_loss"]) if count}
+        sums = zip(self._channel_names, floats["channel_loss"], strict=False)
+        means = {name: total / count for name, (total, count) in sums if count}
         return {"channel_loss": means}
 
     # -- shutdown ----------------------------------------------------------------------------
@@ -383,7 +396,11 @@ class Agent:
         patch = {"status": status, "ended_at": _utc_now()} if self.rank == 0 or status == "failed" else None
         ok = self.sender.close(patch, timeout_s)
         if not ok:
-            log.warning("packscope: not every record reached %s; see the spool at %s", self.config.server, self.sender.spool.path)
+            log.warning(
+                "packscope: not every record reached %s; see the spool at %s",
+                self.config.server,
+                self.sender.spool.path,
+            )
         return ok
 
     def __enter__(self) -> Agent:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -33,13 +34,14 @@ def pack(counts: torch.Tensor, floats: dict[str, torch.Tensor], device: torch.de
     return torch.cat([counts, values.view(torch.int64)]), layout
 
 
-def unpack(host: torch.Tensor, layout: Layout) -> tuple[list[int], dict[str, float | list]]:
+def unpack(host: torch.Tensor, layout: Layout) -> tuple[list[int], dict[str, Any]]:
     """(counts, floats by name: a float for a scalar, nested lists for a block) from the
     completed host copy of a packed tensor."""
     counts = host[: layout.counts].tolist()
     values = host[layout.counts :].view(torch.float64)
     shapes = layout.shapes or ((),) * len(layout.floats)
-    floats, offset = {}, 0
+    floats: dict[str, Any] = {}
+    offset = 0
     for name, shape in zip(layout.floats, shapes, strict=True):
         size = math.prod(shape)
         floats[name] = values[offset : offset + size].reshape(shape).tolist()

@@ -72,11 +72,13 @@ Blocks = tuple[np.ndarray, np.ndarray, np.ndarray]  # (keys, int columns, float 
 def merge_blocks(keys: np.ndarray, ints: np.ndarray, floats: np.ndarray) -> Blocks:
     """Blocks with equal keys (sorted, so equal keys are adjacent) merged into one each."""
     starts = np.flatnonzero(np.r_[True, keys[1:] != keys[:-1]])
-    merged_ints = np.column_stack([
-        np.add.reduceat(ints[:, 0], starts),
-        np.minimum.reduceat(ints[:, 1], starts),
-        np.maximum.reduceat(ints[:, 2], starts),
-    ])
+    merged_ints = np.column_stack(
+        [
+            np.add.reduceat(ints[:, 0], starts),
+            np.minimum.reduceat(ints[:, 1], starts),
+            np.maximum.reduceat(ints[:, 2], starts),
+        ]
+    )
     merged = np.empty((len(starts), floats.shape[1]))
     merged[:, _ADD_AT] = np.add.reduceat(floats[:, _ADD_AT], starts)
     merged[:, _MIN_AT] = np.fmin.reduceat(floats[:, _MIN_AT], starts)  # fmin/fmax skip NaN (undefined)

@@ -10,7 +10,7 @@ import itertools
 import json
 import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 import numpy as np
@@ -41,7 +41,7 @@ class ModelConflict(Exception):
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def create_or_resume_run(session: Session, body: RunCreate) -> tuple[Run, bool]:
@@ -280,7 +280,7 @@ def _write(connection: Connection, table_name: str, action: Action, rows: Sequen
         return []
     returned: list[Any] = []
     for at in range(0, len(rows), _SQLITE_ROWS):
-        chunk = rows[at:at + _SQLITE_ROWS]
+        chunk = rows[at : at + _SQLITE_ROWS]
         sql = _statement(database, table_name, action, len(chunk))
         returned += connection.exec_driver_sql(sql, tuple(itertools.chain.from_iterable(chunk))).all()
     return returned
@@ -297,7 +297,7 @@ def ingest_batch(session: Session, run: Run, records: Iterable[IntervalRecord]) 
     received = 0
     for record in records:
         received += 1
-        fresh.setdefault((record.interval, record.rank), record)
+        fresh.setdefault((getattr(record, "interval"), getattr(record, "rank")), record)  # noqa: B009 - generated fields
     rows = {key: interval_row(run.id, r) for key, r in fresh.items()}
     details = {key: (r.histograms.model_dump_json(), sync_sites_of(r)) for key, r in fresh.items()}
     inserted = insert_rows(session, run, rows, details)

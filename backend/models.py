@@ -13,9 +13,8 @@ from typing import Any
 
 from sqlalchemy import (
     JSON,
-    Column,
-    Table,
     BigInteger,
+    Column,
     DateTime,
     Float,
     ForeignKey,
@@ -24,6 +23,7 @@ from sqlalchemy import (
     MetaData,
     SmallInteger,
     String,
+    Table,
     UniqueConstraint,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column

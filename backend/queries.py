@@ -6,7 +6,7 @@ import csv
 import io
 import statistics
 from collections.abc import Iterator, Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -47,7 +47,7 @@ def _utc(moment: datetime | None) -> datetime | None:
     # SQLite hands back naive datetimes (stored in UTC), PostgreSQL ones in the session's zone.
     if moment is None:
         return None
-    return moment.replace(tzinfo=timezone.utc) if moment.tzinfo is None else moment.astimezone(timezone.utc)
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
 def coefficients(run: Run) -> Coefficients:
@@ -89,7 +89,7 @@ def run_summaries(session: Session, runs: Sequence[Run]) -> list[dict[str, Any]]
     if not runs:
         return []
     query = select(run_totals).where(run_totals.c.run_pk.in_([r.id for r in runs]))
-    by_run = {row.run_pk: row._mapping for row in session.execute(query)}
+    by_run: dict[int, Mapping[str, Any]] = {row.run_pk: dict(row._mapping) for row in session.execute(query)}
     return [_summary(run, by_run.get(run.id)) for run in runs]
 
 
@@ -130,13 +130,18 @@ def step_time_tests(session: Session, runs: Sequence[Run], window: int) -> list[
     for run in runs[1:]:
         times = recent_step_times(session, run, window)
         test = mann_whitney_u(times, baseline)
-        out.append({
-            "run_id": run.run_id, "baseline_run_id": runs[0].run_id, "window": window,
-            "n": len(times), "n_baseline": len(baseline),
-            "median_step_s": statistics.median(times) if times else None,
-            "median_step_s_baseline": statistics.median(baseline) if baseline else None,
-            "p_value": None if test is None else test["p_value"],
-        })
+        out.append(
+            {
+                "run_id": run.run_id,
+                "baseline_run_id": runs[0].run_id,
+                "window": window,
+                "n": len(times),
+                "n_baseline": len(baseline),
+                "median_step_s": statistics.median(times) if times else None,
+                "median_step_s_baseline": statistics.median(baseline) if baseline else None,
+                "p_value": None if test is None else test["p_value"],
+            }
+        )
     return out
 
 
@@ -152,7 +157,9 @@ def _interval_range(session: Session, run: Run, step_min: int | None, step_max: 
     first = session.scalar(select(intervals.c.interval).where(of_run).order_by(intervals.c.interval).limit(1))
     if last is None or first is None:
         return None
-    by_last_step = select(intervals.c.interval, intervals.c.first_step).where(of_run).order_by(intervals.c.last_step).limit(1)
+    by_last_step = (
+        select(intervals.c.interval, intervals.c.first_step).where(of_run).order_by(intervals.c.last_step).limit(1)
+    )
     if step_min is not None:
         found = session.execute(by_last_step.where(intervals.c.last_step >= step_min)).first()
         if found is None:
@@ -197,7 +204,11 @@ def _read_tiles(session: Session, run: Run, tiles: list[tuple[int, int]], top: i
     by_level: dict[int, list[int]] = {}
     for level, block in tiles:
         by_level.setdefault(level, []).append(block)
-    columns = (rollups.c.level, rollups.c.block, *(rollups.c[name] for name in (*BLOCK_INT_COLUMNS, *BLOCK_FLOAT_COLUMNS)))
+    columns = (
+        rollups.c.level,
+        rollups.c.block,
+        *(rollups.c[name] for name in (*BLOCK_INT_COLUMNS, *BLOCK_FLOAT_COLUMNS)),
+    )
     selects = [
         select(*columns).where(
             rollups.c.run_pk == run.id,
@@ -255,7 +266,7 @@ def series(
         columns["step"] = ints[:, 2].tolist()  # a bucket is drawn at its last step
         for name, values in derive_columns(sums, coefficients(run)).items():
             columns[name] = listed(values)
-        for i, name in enumerate(BLOCK_FLOAT_COLUMNS[len(SUM_NAMES):], start=len(SUM_NAMES)):
+        for i, name in enumerate(BLOCK_FLOAT_COLUMNS[len(SUM_NAMES) :], start=len(SUM_NAMES)):
             columns[name] = listed(floats[:, i])
     return {"run_id": run.run_id, "points": len(columns["step"]), "columns": columns}
 
@@ -305,14 +316,17 @@ def sync_sites(session: Session, run: Run, limit: int) -> dict[str, Any]:
         {"site": site, "count": int(count), "per_iter": int(count) / steps if steps else None}
         for site, count in session.execute(query)
     ]
-    return {"syncs_per_iter": totals.syncs_total / steps if steps else None, "sites": sites}
+    per_iter = totals.syncs_total / steps if totals is not None and steps else None
+    return {"syncs_per_iter": per_iter, "sites": sites}
 
 
 # -- live stream and CSV --------------------------------------------------------------------------
 def stream_state(session: Session, run: Run) -> tuple[int, int | None, int | None]:
     """(stored rows, latest interval, latest step): the stream sends an event when this changes."""
     totals = session.execute(
-        select(run_totals.c.rows, run_totals.c.last_interval, run_totals.c.last_step).where(run_totals.c.run_pk == run.id)
+        select(run_totals.c.rows, run_totals.c.last_interval, run_totals.c.last_step).where(
+            run_totals.c.run_pk == run.id
+        )
     ).first()
     if totals is None:
         return 0, None, None
@@ -325,7 +339,12 @@ CSV_CHUNK_ROWS = 2000  # rows per piece of the response: bounded memory, few rou
 def _csv_query(run: Run) -> Select[Any]:
     """The stored columns of CSV_RAW_COLUMNS, with channel_loss as its stored JSON text."""
     return (
-        select(*(cast(intervals.c[name], String) if name == "channel_loss" else intervals.c[name] for name in CSV_RAW_COLUMNS))
+        select(
+            *(
+                cast(intervals.c[name], String) if name == "channel_loss" else intervals.c[name]
+                for name in CSV_RAW_COLUMNS
+            )
+        )
         .where(intervals.c.run_pk == run.id)
         .order_by(intervals.c.interval, intervals.c.rank)
     )

@@ -2,7 +2,7 @@
 interval the slowest rank, the median and the spread (slowest ÷ median), the straggler sign.
 
 Every rank stores its own row per interval, so this reads raw rows, not rollups: at most
-max_points intervals × ranks rows, picked by index on (run_pk, interval, rank).
+max_points intervals x ranks rows, picked by index on (run_pk, interval, rank).
 """
 
 import statistics
@@ -40,11 +40,17 @@ def rank_step_times(
 ) -> dict[str, Any]:
     span = _interval_span(session, run, step_min, step_max)
     wanted = strided(*span, max_points) if span else []
-    rows = session.execute(
-        select(intervals.c.interval, intervals.c.rank, intervals.c.last_step, intervals.c.gpu_time_s, intervals.c.steps)
-        .where(intervals.c.run_pk == run.id, intervals.c.interval.in_(wanted))
-        .order_by(intervals.c.interval, intervals.c.rank)
-    ).all() if wanted else []
+    rows = (
+        session.execute(
+            select(
+                intervals.c.interval, intervals.c.rank, intervals.c.last_step, intervals.c.gpu_time_s, intervals.c.steps
+            )
+            .where(intervals.c.run_pk == run.id, intervals.c.interval.in_(wanted))
+            .order_by(intervals.c.interval, intervals.c.rank)
+        ).all()
+        if wanted
+        else []
+    )
     per_interval: dict[int, dict[int, float]] = {}
     last_step: dict[int, int] = {}
     for row in rows:

@@ -7,13 +7,22 @@ import math
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, Field, StringConstraints, create_model, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    Field,
+    StringConstraints,
+    create_model,
+    field_validator,
+    model_validator,
+)
 
+from packscope.backend.text import SafeStr, storable_json
 from packscope.core.catalogue import BAND_METRICS, FIELDS, FLOAT_MAX, INT32_MAX, INT64_MAX, METRIC
 from packscope.core.catalogue import Field as CatalogueField
 from packscope.core.flops import ModelSpec
 from packscope.core.histograms import NUM_BUCKETS
-from packscope.backend.text import SafeStr, storable_json
 
 MAX_BATCH = 1000
 RUN_ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
@@ -34,7 +43,9 @@ MAX_MODEL_SIZE = 2**24  # any layer count, width or vocabulary of a real model
 class Hardware(BaseModel):
     gpu_name: SafeStr | None = Field(default=None, max_length=200)
     gpu_count: StrictPositive = 1
-    peak_tflops: Annotated[float, Field(strict=True, gt=0, le=1e9, allow_inf_nan=False)] | None = None  # dense BF16, per GPU
+    peak_tflops: Annotated[float, Field(strict=True, gt=0, le=1e9, allow_inf_nan=False)] | None = (
+        None  # dense BF16, per GPU
+    )
 
 
 class RunCreate(BaseModel):
@@ -60,9 +71,7 @@ class RunCreate(BaseModel):
             known = set(ModelSpec.__dataclass_fields__) - {"name"}
             unknown = sorted(set(value) - known)
             if unknown:
-                raise ValueError(
-                    f"unknown model field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}"
-                )
+                raise ValueError(f"unknown model field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
             _check_model_numbers(value)
         return value
 
@@ -81,12 +90,14 @@ def _check_model_numbers(model: dict[str, Any]) -> None:
                 raise ValueError(f"model field {key!r} must be true or false, got {value!r}")
         elif key == "moe_layers":
             if value is not None and not (
-                isinstance(value, list) and all(isinstance(x, int) and not isinstance(x, bool) and x in (0, 1) for x in value)
+                isinstance(value, list)
+                and all(isinstance(x, int) and not isinstance(x, bool) and x in (0, 1) for x in value)
             ):
                 raise ValueError("model field 'moe_layers' must be null or a list of 0/1 flags, one per layer")
-        elif value is not None or key not in MODEL_OPTIONAL:
-            if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_MODEL_SIZE:
-                raise ValueError(f"model field {key!r} must be an integer from 0 to {MAX_MODEL_SIZE}, got {value!r}")
+        elif (value is not None or key not in MODEL_OPTIONAL) and (
+            not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_MODEL_SIZE
+        ):
+            raise ValueError(f"model field {key!r} must be an integer from 0 to {MAX_MODEL_SIZE}, got {value!r}")
 
 
 class RunPatch(BaseModel):
@@ -164,11 +175,17 @@ class IntervalRecordBase(BaseModel):
 
     syncs: SyncsBase
     histograms: Histograms
-    channel_loss: dict[Annotated[SafeStr, Field(max_length=100)], Annotated[float | None, BeforeValidator(_diverged_to_none)]] | None = None
+    channel_loss: (
+        dict[Annotated[SafeStr, Field(max_length=100)], Annotated[float | None, BeforeValidator(_diverged_to_none)]]
+        | None
+    ) = None
 
     @model_validator(mode="after")
     def _consistent(self) -> "IntervalRecordBase":
-        v = {k: getattr(self, k) for k in ("first_step", "last_step", "steps", "tokens", "real_tokens", "wall_start", "wall_end")}
+        v = {
+            k: getattr(self, k)
+            for k in ("first_step", "last_step", "steps", "tokens", "real_tokens", "wall_start", "wall_end")
+        }
         if v["first_step"] > v["last_step"]:
             raise ValueError(f"first_step ({v['first_step']}) is after last_step ({v['last_step']})")
         span = v["last_step"] - v["first_step"] + 1
@@ -210,7 +227,7 @@ class IngestResult(BaseModel):
 
 
 # -- reads ----------------------------------------------------------------------------------------
-Totals = create_model("Totals", **{name: (float | None, ...) for name in METRIC})
+Totals = create_model("Totals", **dict.fromkeys(METRIC, (float | None, ...)))  # type: ignore[call-overload]
 
 
 class RunSummary(BaseModel):
@@ -255,12 +272,12 @@ class Comparison(RunList):
     step_time_tests: list[StepTimeTest]
 
 
-SeriesColumns = create_model(
+SeriesColumns = create_model(  # type: ignore[call-overload]
     "SeriesColumns",
     step=(list[int], ...),
     first_step=(list[int], ...),
     last_step=(list[int], ...),
-    **{name: (list[float | None], ...) for name in METRIC},
+    **dict.fromkeys(METRIC, (list[float | None], ...)),
     **{f"{name}_{end}": (list[float | None], ...) for name in BAND_METRICS for end in ("min", "max")},
 )
 

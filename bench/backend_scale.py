@@ -21,7 +21,6 @@ import json
 import os
 import random
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,14 +38,28 @@ from packscope.backend.routes.ingest import _BATCH
 from packscope.core.histograms import NUM_BUCKETS
 
 PG_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
-MODEL = {"layers": 24, "hidden": 2048, "heads": 16, "kv_heads": 4, "head_dim": 128, "ffn": 5504,
-         "gated": True, "vocab": 32000, "vocab_divisor": 128, "tp": 1}
+MODEL = {
+    "layers": 24,
+    "hidden": 2048,
+    "heads": 16,
+    "kv_heads": 4,
+    "head_dim": 128,
+    "ffn": 5504,
+    "gated": True,
+    "vocab": 32000,
+    "vocab_divisor": 128,
+    "tp": 1,
+}
 BATCH = 64
 
 
 def run_body(run_id: str) -> dict[str, Any]:
-    return {"run_id": run_id, "model": MODEL, "layout": "thd",
-            "hardware": {"gpu_name": "NVIDIA H200", "gpu_count": 8, "peak_tflops": 989.0}}
+    return {
+        "run_id": run_id,
+        "model": MODEL,
+        "layout": "thd",
+        "hardware": {"gpu_name": "NVIDIA H200", "gpu_count": 8, "peak_tflops": 989.0},
+    }
 
 
 def record(interval: int, rank: int, rng: random.Random) -> dict[str, Any]:
@@ -57,17 +70,44 @@ def record(interval: int, rank: int, rng: random.Random) -> dict[str, Any]:
     gpu_time = steps * rng.uniform(0.3, 0.5)
     docs = rng.randint(200, 400)
     return {
-        "interval": interval, "rank": rank, "first_step": interval * steps + 1, "last_step": (interval + 1) * steps,
-        "steps": steps, "gpus": gpus, "wall_start": 1.7e9 + interval, "wall_end": 1.7e9 + interval + gpu_time,
-        "gpu_time_s": gpu_time, "host_time_s": gpu_time * 1.01, "step_time_p50_s": gpu_time / steps,
-        "step_time_p90_s": gpu_time / steps, "step_time_max_s": gpu_time / steps, "timing_lag_steps": 1,
-        "tokens": tokens, "real_tokens": real, "packs": packs, "documents": docs,
-        "seqlen_sq_sum_bshd": packs * 8192 * 8192, "seqlen_sq_sum_thd": docs * 900 * 900,
-        "flops_bshd": 1.0, "flops_thd": 1.0, "flops_useful": 1.0, "loss": rng.uniform(2, 3), "lr": 3e-4,
-        "grad_norm": 1.0, "gpu": {"util_pct": 95.0, "power_w": 600.0, "energy_j": 600.0 * gpu_time},
-        "syncs": {"total": 20, "sites": [{"site": "train.py:88", "count": 10}, {"site": f"model.py:{interval % 7}", "count": 10}]},
-        "histograms": {k: {"count": [rng.randint(0, 9) for _ in range(NUM_BUCKETS)],
-                           "tokens": [rng.randint(0, 9999) for _ in range(NUM_BUCKETS)]} for k in ("documents", "packs")},
+        "interval": interval,
+        "rank": rank,
+        "first_step": interval * steps + 1,
+        "last_step": (interval + 1) * steps,
+        "steps": steps,
+        "gpus": gpus,
+        "wall_start": 1.7e9 + interval,
+        "wall_end": 1.7e9 + interval + gpu_time,
+        "gpu_time_s": gpu_time,
+        "host_time_s": gpu_time * 1.01,
+        "step_time_p50_s": gpu_time / steps,
+        "step_time_p90_s": gpu_time / steps,
+        "step_time_max_s": gpu_time / steps,
+        "timing_lag_steps": 1,
+        "tokens": tokens,
+        "real_tokens": real,
+        "packs": packs,
+        "documents": docs,
+        "seqlen_sq_sum_bshd": packs * 8192 * 8192,
+        "seqlen_sq_sum_thd": docs * 900 * 900,
+        "flops_bshd": 1.0,
+        "flops_thd": 1.0,
+        "flops_useful": 1.0,
+        "loss": rng.uniform(2, 3),
+        "lr": 3e-4,
+        "grad_norm": 1.0,
+        "gpu": {"util_pct": 95.0, "power_w": 600.0, "energy_j": 600.0 * gpu_time},
+        "syncs": {
+            "total": 20,
+            "sites": [{"site": "train.py:88", "count": 10}, {"site": f"model.py:{interval % 7}", "count": 10}],
+        },
+        "histograms": {
+            k: {
+                "count": [rng.randint(0, 9) for _ in range(NUM_BUCKETS)],
+                "tokens": [rng.randint(0, 9999) for _ in range(NUM_BUCKETS)],
+            }
+            for k in ("documents", "packs")
+        },
     }
 
 
@@ -96,7 +136,10 @@ def ingest_in_process(make_session: Any, http: httpx.Client, batches: int) -> di
     run_id = "in-process"
     assert http.post("/api/v1/runs", json=run_body(run_id)).status_code == 201
     rng = random.Random(2)
-    bodies = [json.dumps({"intervals": [record(b * BATCH + i, 0, rng) for i in range(BATCH)]}).encode() for b in range(batches)]
+    bodies = [
+        json.dumps({"intervals": [record(b * BATCH + i, 0, rng) for i in range(BATCH)]}).encode()
+        for b in range(batches)
+    ]
     with make_session() as session:
         run = get_run(session, run_id)
         assert run is not None
@@ -107,11 +150,16 @@ def ingest_in_process(make_session: Any, http: httpx.Client, batches: int) -> di
             ingest_batch(session, run, records)
         cpu2 = time.process_time()
     rows = batches * BATCH
-    return {"rows": rows, "validate_cpu_us_per_row": (cpu1 - cpu0) / rows * 1e6, "store_cpu_us_per_row": (cpu2 - cpu1) / rows * 1e6}
+    return {
+        "rows": rows,
+        "validate_cpu_us_per_row": (cpu1 - cpu0) / rows * 1e6,
+        "store_cpu_us_per_row": (cpu2 - cpu1) / rows * 1e6,
+    }
 
 
 def cpu_seconds(pid: int) -> float:
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -121,7 +169,10 @@ def ingest(url: str, pid: int, senders: int, batches: int, run_id: str) -> dict[
     assert http.post("/api/v1/runs", json=run_body(run_id)).status_code == 201
     rng = random.Random(1)
     bodies = {
-        rank: [json.dumps({"intervals": [record(b * BATCH + i, rank, rng) for i in range(BATCH)]}).encode() for b in range(batches)]
+        rank: [
+            json.dumps({"intervals": [record(b * BATCH + i, rank, rng) for i in range(BATCH)]}).encode()
+            for b in range(batches)
+        ]
         for rank in range(senders)
     }
     errors: list[str] = []
@@ -130,7 +181,9 @@ def ingest(url: str, pid: int, senders: int, batches: int, run_id: str) -> dict[
         with httpx.Client(base_url=url, timeout=60) as client:
             for body in bodies[rank]:
                 while True:
-                    r = client.post(f"/api/v1/runs/{run_id}/intervals", content=body, headers={"Content-Type": "application/json"})
+                    r = client.post(
+                        f"/api/v1/runs/{run_id}/intervals", content=body, headers={"Content-Type": "application/json"}
+                    )
                     if r.status_code in (429, 503):  # shed load: retry as the agent would
                         time.sleep(float(r.headers.get("retry-after", "0.05")) / 10)
                         continue
@@ -147,8 +200,14 @@ def ingest(url: str, pid: int, senders: int, batches: int, run_id: str) -> dict[
     seconds, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
     rows = senders * batches * BATCH
     stored = http.get(f"/api/v1/runs/{run_id}").json()["intervals"]
-    return {"senders": senders, "rows": rows, "stored": stored, "errors": len(errors), "rows_per_s": rows / seconds,
-            "server_cpu_us_per_row": cpu / rows * 1e6}
+    return {
+        "senders": senders,
+        "rows": rows,
+        "stored": stored,
+        "errors": len(errors),
+        "rows_per_s": rows / seconds,
+        "server_cpu_us_per_row": cpu / rows * 1e6,
+    }
 
 
 def timed(http: httpx.Client, paths: list[str], repeat: int) -> list[float]:
@@ -176,9 +235,16 @@ def reads(http: httpx.Client, run_id: str, intervals: int, repeat: int) -> dict[
     with http.stream("GET", f"{base}/intervals.csv") as response:
         lines = sum(chunk.count("\n") for chunk in response.iter_text())
     csv_s = time.perf_counter() - t0
-    return {"intervals": intervals, "series_ms_p50": p(series, 0.5), "series_ms_p95": p(series, 0.95),
-            "series_recent_ms_p50": p(recent, 0.5), "run_page_ms_p50": p(page, 0.5), "sync_sites_ms_p50": p(sites, 0.5),
-            "csv_rows": lines - 1, "csv_rows_per_s": (lines - 1) / csv_s}
+    return {
+        "intervals": intervals,
+        "series_ms_p50": p(series, 0.5),
+        "series_ms_p95": p(series, 0.95),
+        "series_recent_ms_p50": p(recent, 0.5),
+        "run_page_ms_p50": p(page, 0.5),
+        "sync_sites_ms_p50": p(sites, 0.5),
+        "csv_rows": lines - 1,
+        "csv_rows_per_s": (lines - 1) / csv_s,
+    }
 
 
 def start_server(database_url: str) -> tuple[subprocess.Popen[bytes], str]:
@@ -186,7 +252,8 @@ def start_server(database_url: str) -> tuple[subprocess.Popen[bytes], str]:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     code = (
-        "import uvicorn; from packscope.backend.app import create_app; from packscope.backend.settings import Settings; "
+        "import uvicorn; from packscope.backend.app import create_app; "
+        "from packscope.backend.settings import Settings; "
         f"uvicorn.run(create_app(Settings(database_url={database_url!r}, ingest_token=None, read_token=None)), "
         f"host='127.0.0.1', port={port}, log_level='warning')"
     )

@@ -19,7 +19,7 @@ import json
 import statistics
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import torch
 
@@ -29,7 +29,9 @@ from packscope.trainer.packing import IGNORE
 CHANNELS = 4
 
 
-def problem(tokens: int, docs: int, unmasked: float, device: torch.device, seed: int = 0):
+def problem(
+    tokens: int, docs: int, unmasked: float, device: torch.device, seed: int = 0
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Random document boundaries over ``tokens``, per-token losses, labels with a share masked."""
     g = torch.Generator().manual_seed(seed)
     cuts = torch.randperm(tokens - 1, generator=g)[: docs - 1].add_(1).sort().values
@@ -38,7 +40,7 @@ def problem(tokens: int, docs: int, unmasked: float, device: torch.device, seed:
     labels[torch.rand(tokens, generator=g) >= unmasked] = IGNORE
     losses = 10 * torch.rand(tokens, generator=g)
     channels = torch.randint(CHANNELS, (docs,), generator=g)
-    return [t.to(device) for t in (losses, labels, bounds, channels)]
+    return losses.to(device), labels.to(device), bounds.to(device), channels.to(device)
 
 
 def time_call(fn, args, repeats: int, device: torch.device) -> float:
@@ -84,22 +86,41 @@ def main() -> int:
             before = time_call(channel_loss_sums_loop, data, loop_repeats, device)
             after = time_call(channel_loss_sums, data, repeats, device)
             same = equal(channel_loss_sums_loop(*data, CHANNELS), channel_loss_sums(*data, CHANNELS))
-            rows.append({"tokens": args.tokens, "documents": docs, "unmasked": unmasked,
-                         "before_ms": 1e3 * before, "after_ms": 1e3 * after, "speedup": before / after,
-                         "equal": same, "repeats_before": loop_repeats, "repeats_after": repeats})
+            rows.append(
+                {
+                    "tokens": args.tokens,
+                    "documents": docs,
+                    "unmasked": unmasked,
+                    "before_ms": 1e3 * before,
+                    "after_ms": 1e3 * after,
+                    "speedup": before / after,
+                    "equal": same,
+                    "repeats_before": loop_repeats,
+                    "repeats_after": repeats,
+                }
+            )
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    result = {"bench": "channel_loss", "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-              "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
-              "torch": torch.__version__, "results": rows}
+    result = {
+        "bench": "channel_loss",
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+        "torch": torch.__version__,
+        "results": rows,
+    }
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:
         with open(args.out, "w") as f:
             f.write(text)
-    print(f"\n{'docs':>6} {'labelled':>8} {'before ms':>10} {'after ms':>9} {'speedup':>8} {'equal':>6}", file=sys.stderr)
+    print(
+        f"\n{'docs':>6} {'labelled':>8} {'before ms':>10} {'after ms':>9} {'speedup':>8} {'equal':>6}", file=sys.stderr
+    )
     for r in rows:
-        print(f"{r['documents']:>6} {r['unmasked']:>8.0%} {r['before_ms']:>10.2f} {r['after_ms']:>9.3f} "
-              f"{r['speedup']:>7.1f}x {str(r['equal']):>6}", file=sys.stderr)
+        print(
+            f"{r['documents']:>6} {r['unmasked']:>8.0%} {r['before_ms']:>10.2f} {r['after_ms']:>9.3f} "
+            f"{r['speedup']:>7.1f}x {r['equal']!s:>6}",
+            file=sys.stderr,
+        )
     return 0 if all(r["equal"] for r in rows) else 1
 
 

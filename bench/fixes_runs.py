@@ -42,8 +42,9 @@ def run(preset: str, steps: int, log_every: int, **options) -> dict:
     options = {"device": "cuda", **options}
     cfg = TrainConfig(preset=preset, steps=steps, log_every=log_every, progress=False, **options)
     trainer = Trainer(cfg)
-    agent = Agent(AgentConfig(log_every=log_every, layout=cfg.layout, count_syncs=True),
-                  model=trainer.model_cfg.to_model_spec())
+    agent = Agent(
+        AgentConfig(log_every=log_every, layout=cfg.layout, count_syncs=True), model=trainer.model_cfg.to_model_spec()
+    )
     losses = [train_step(trainer, trainer.next_batches(), agent) for _ in range(steps)]
     agent.close()
     losses = torch.stack([loss.reshape(()) for loss in losses]).tolist()
@@ -57,8 +58,11 @@ def run(preset: str, steps: int, log_every: int, **options) -> dict:
             sites[s["site"]] = sites.get(s["site"], 0) + s["count"]
     peak = agent.hardware["peak_tflops"]
     out = {
-        "preset": preset, **{k: v for k, v in options.items() if not isinstance(v, dict)},
-        "steps_measured": n, "step_time_s": statistics.fmean(per_interval), "step_time_ci95_s": mean_interval(per_interval),
+        "preset": preset,
+        **{k: v for k, v in options.items() if not isinstance(v, dict)},
+        "steps_measured": n,
+        "step_time_s": statistics.fmean(per_interval),
+        "step_time_ci95_s": mean_interval(per_interval),
         "syncs_per_iter": sum(r["syncs"]["total"] for r in recs) / n,
         "sync_sites_per_iter": {s: c / n for s, c in sorted(sites.items(), key=lambda kv: -kv[1])[:8]},
         "real_tokens_per_s": sum(r["real_tokens"] for r in recs) / t,
@@ -81,42 +85,79 @@ def logging_runs(args) -> Iterator[dict]:
     for preset in args.presets.split(","):
         for compile in (False, True):
             for legacy in (True, False):
-                yield run(preset, args.steps, args.log_every, pack_length=args.pack_length,
-                          packs_per_step=args.packs_per_step, compile=compile, static=compile, legacy_logging=legacy)
+                yield run(
+                    preset,
+                    args.steps,
+                    args.log_every,
+                    pack_length=args.pack_length,
+                    packs_per_step=args.packs_per_step,
+                    compile=compile,
+                    static=compile,
+                    legacy_logging=legacy,
+                )
 
 
 def graphs_runs(args) -> Iterator[dict]:
     for preset in args.presets.split(","):
-        eager = run(preset, args.steps, args.log_every, pack_length=args.pack_length,
-                    packs_per_step=args.packs_per_step, micro_batches=args.micro_batches, static=True)
+        eager = run(
+            preset,
+            args.steps,
+            args.log_every,
+            pack_length=args.pack_length,
+            packs_per_step=args.packs_per_step,
+            micro_batches=args.micro_batches,
+            static=True,
+        )
         yield eager
-        graphed = run(preset, args.steps, args.log_every, pack_length=args.pack_length,
-                      packs_per_step=args.packs_per_step, micro_batches=args.micro_batches, static=True, cuda_graphs=True)
-        graphed["max_loss_rel_diff_vs_eager"] = max(abs(a - b) / abs(a) for a, b in zip(eager["losses"], graphed["losses"]))
+        graphed = run(
+            preset,
+            args.steps,
+            args.log_every,
+            pack_length=args.pack_length,
+            packs_per_step=args.packs_per_step,
+            micro_batches=args.micro_batches,
+            static=True,
+            cuda_graphs=True,
+        )
+        graphed["max_loss_rel_diff_vs_eager"] = max(
+            abs(a - b) / abs(a) for a, b in zip(eager["losses"], graphed["losses"], strict=True)
+        )
         yield graphed
 
 
 def chunked_ce_runs(args) -> Iterator[dict]:
     for preset in args.presets.split(","):
         for chunked in (False, True):
-            yield run(preset, args.steps, args.log_every, pack_length=args.pack_length,
-                      packs_per_step=args.packs_per_step, chunked_ce=chunked)
+            yield run(
+                preset,
+                args.steps,
+                args.log_every,
+                pack_length=args.pack_length,
+                packs_per_step=args.packs_per_step,
+                chunked_ce=chunked,
+            )
 
 
 def table(paths: list[str]) -> None:
     paths = [p for p in paths if os.path.exists(p)]  # a section cut short may have left none
-    print(f"{'bench':<9} {'preset':<5} {'variant':<22} {'s/step':>8} {'95% CI':>17} {'syncs/it':>8} {'MFU':>6} {'GiB':>5}")
+    print(
+        f"{'bench':<9} {'preset':<5} {'variant':<22} {'s/step':>8} {'95% CI':>17} {'syncs/it':>8} {'MFU':>6} {'GiB':>5}"
+    )
     for path in paths:
         with open(path) as f:
             result = json.load(f)
         for r in result["results"]:
-            variant = "+".join(k for k in ("compile", "legacy_logging", "cuda_graphs", "chunked_ce") if r.get(k)) or "plain"
+            variant = (
+                "+".join(k for k in ("compile", "legacy_logging", "cuda_graphs", "chunked_ce") if r.get(k)) or "plain"
+            )
             if "max_loss_rel_diff_vs_eager" in r:
                 variant += f" dL={r['max_loss_rel_diff_vs_eager']:.1e}"
             lo, hi = r["step_time_ci95_s"]
             mfu = f"{100 * r['mfu_thd']:.1f}%" if r["mfu_thd"] is not None else "-"
-            print(f"{result['bench']:<9} {r['preset']:<5} {variant:<22} {r['step_time_s']:>8.4f} "
-                  f"{f'[{lo:.4f},{hi:.4f}]':>17} {r['syncs_per_iter']:>8.1f} {mfu:>6} {r['peak_memory_gib']:>5.1f}")
+            print(
+                f"{result['bench']:<9} {r['preset']:<5} {variant:<22} {r['step_time_s']:>8.4f} "
+                f"{f'[{lo:.4f},{hi:.4f}]':>17} {r['syncs_per_iter']:>8.1f} {mfu:>6} {r['peak_memory_gib']:>5.1f}"
+            )
 
 
 def main() -> int:
@@ -137,8 +178,14 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("fixes_runs: needs a CUDA GPU", file=sys.stderr)
         return 2
-    result = {"bench": args.bench, "device": torch.cuda.get_device_name(), "torch": torch.__version__,
-              "pack_length": args.pack_length, "packs_per_step": args.packs_per_step, "results": []}
+    result = {
+        "bench": args.bench,
+        "device": torch.cuda.get_device_name(),
+        "torch": torch.__version__,
+        "pack_length": args.pack_length,
+        "packs_per_step": args.packs_per_step,
+        "results": [],
+    }
     for row in {"logging": logging_runs, "graphs": graphs_runs, "chunked-ce": chunked_ce_runs}[args.bench](args):
         result["results"].append(row)
         if args.out:

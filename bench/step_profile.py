@@ -45,10 +45,19 @@ def main() -> int:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    cfg = TrainConfig(preset=args.preset, pack_length=args.pack_length, packs_per_step=args.packs_per_step,
-                      micro_batches=args.micro_batches, compile=args.compile, static=args.compile or args.cuda_graphs,
-                      cuda_graphs=args.cuda_graphs, chunked_ce=args.chunked_ce, device=args.device,
-                      steps=args.warmup + args.steps, progress=False)
+    cfg = TrainConfig(
+        preset=args.preset,
+        pack_length=args.pack_length,
+        packs_per_step=args.packs_per_step,
+        micro_batches=args.micro_batches,
+        compile=args.compile,
+        static=args.compile or args.cuda_graphs,
+        cuda_graphs=args.cuda_graphs,
+        chunked_ce=args.chunked_ce,
+        device=args.device,
+        steps=args.warmup + args.steps,
+        progress=False,
+    )
     trainer = Trainer(cfg)
     cuda = trainer.device.type == "cuda"
     for _ in range(args.warmup):
@@ -71,16 +80,34 @@ def main() -> int:
 
     def top(group):
         ranked = sorted(group, key=lambda e: -self_time_us(e, cuda))[: args.top]
-        return [{"op": e.key, "calls": e.count, "self_ms_per_step": self_time_us(e, cuda) / 1e3 / args.steps,
-                 "share": self_time_us(e, cuda) / total if total else 0.0} for e in ranked]
+        return [
+            {
+                "op": e.key,
+                "calls": e.count,
+                "self_ms_per_step": self_time_us(e, cuda) / 1e3 / args.steps,
+                "share": self_time_us(e, cuda) / total if total else 0.0,
+            }
+            for e in ranked
+        ]
 
     ops = top(host)
-    result = {"bench": "step_profile", "preset": args.preset, "pack_length": args.pack_length,
-              "packs_per_step": args.packs_per_step, "micro_batches": args.micro_batches, "compile": args.compile,
-              "cuda_graphs": args.cuda_graphs, "chunked_ce": args.chunked_ce, "steps": args.steps,
-              "clock": "device" if cuda else "cpu", "total_self_ms_per_step": total / 1e3 / args.steps,
-              "device": torch.cuda.get_device_name() if cuda else "cpu", "torch": torch.__version__, "top_ops": ops,
-              "top_kernels": top(kernels)}
+    result = {
+        "bench": "step_profile",
+        "preset": args.preset,
+        "pack_length": args.pack_length,
+        "packs_per_step": args.packs_per_step,
+        "micro_batches": args.micro_batches,
+        "compile": args.compile,
+        "cuda_graphs": args.cuda_graphs,
+        "chunked_ce": args.chunked_ce,
+        "steps": args.steps,
+        "clock": "device" if cuda else "cpu",
+        "total_self_ms_per_step": total / 1e3 / args.steps,
+        "device": torch.cuda.get_device_name() if cuda else "cpu",
+        "torch": torch.__version__,
+        "top_ops": ops,
+        "top_kernels": top(kernels),
+    }
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:

@@ -40,6 +40,7 @@ def with_channels(batch: Batch, docs: list[torch.Tensor], max_docs_per_pack: int
 def span_bounds(batch: Batch) -> torch.Tensor:
     """Where each span starts in the flat token stream, and the end: THD spans or BSHD rows."""
     if batch.layout == "thd":
+        assert batch.cu_seqlens_padded is not None  # a THD batch carries its boundaries
         return batch.cu_seqlens_padded
     rows = torch.arange(batch.n_packs + 1, device=batch.input_ids.device) * batch.pack_length
     return rows.to(torch.int32)
@@ -55,6 +56,7 @@ def span_channels(docs: list[torch.Tensor], batch: Batch, max_docs_per_pack: int
     if batch.layout == "thd":
         packs = first_fit_decreasing([len(d) for d in docs], batch.pack_length, max_docs_per_pack, align)
         order = [i for pack in packs for i in pack]
+        assert batch.cu_seqlens_padded is not None
         spans = batch.cu_seqlens_padded.numel() - 1
     else:
         order, spans = list(range(len(docs))), batch.n_packs
@@ -64,7 +66,10 @@ def span_channels(docs: list[torch.Tensor], batch: Batch, max_docs_per_pack: int
 
 
 def channel_loss_sums(
-    token_losses: torch.Tensor, labels: torch.Tensor, bounds: torch.Tensor, channels_of_spans: torch.Tensor,
+    token_losses: torch.Tensor,
+    labels: torch.Tensor,
+    bounds: torch.Tensor,
+    channels_of_spans: torch.Tensor,
     channels: int,
 ) -> torch.Tensor:
     """(summed loss, labelled tokens) per channel, with no host sync and one ``index_add_``.
@@ -84,7 +89,10 @@ def channel_loss_sums(
 
 
 def channel_loss_sums_loop(
-    token_losses: torch.Tensor, labels: torch.Tensor, bounds: torch.Tensor, channels_of_spans: torch.Tensor,
+    token_losses: torch.Tensor,
+    labels: torch.Tensor,
+    bounds: torch.Tensor,
+    channels_of_spans: torch.Tensor,
     channels: int,
 ) -> torch.Tensor:
     """The same sums, one document at a time, the way loops used to do it (three syncs each)."""

@@ -67,18 +67,37 @@ class ModelConfig:
 PRESETS: dict[str, ModelConfig] = {
     # ~0.85M parameters: CPU tests and demos.
     "tiny": ModelConfig(
-        layers=4, hidden=128, heads=4, kv_heads=2, ffn=384, vocab=512,
-        tie_embeddings=True, lr=3e-3, name="tiny",
+        layers=4,
+        hidden=128,
+        heads=4,
+        kv_heads=2,
+        ffn=384,
+        vocab=512,
+        tie_embeddings=True,
+        lr=3e-3,
+        name="tiny",
     ),
     # ~125M parameters (GPT-2 small sized, untied head).
     "small": ModelConfig(
-        layers=12, hidden=768, heads=12, kv_heads=4, ffn=2048, vocab=32000,
-        lr=6e-4, name="small",
+        layers=12,
+        hidden=768,
+        heads=12,
+        kv_heads=4,
+        ffn=2048,
+        vocab=32000,
+        lr=6e-4,
+        name="small",
     ),
     # ~0.9B parameters; fits one H200 with fp32 master weights and AdamW state.
     "1b": ModelConfig(
-        layers=16, hidden=2048, heads=16, kv_heads=8, ffn=5632, vocab=32000,
-        lr=3e-4, name="1b",
+        layers=16,
+        hidden=2048,
+        heads=16,
+        kv_heads=8,
+        ffn=5632,
+        vocab=32000,
+        lr=3e-4,
+        name="1b",
     ),
 }
 PRESETS["125m"] = replace(PRESETS["small"], name="125m")
@@ -140,13 +159,15 @@ class TrainConfig:
     dtype: DType = option("bfloat16", "autocast dtype on CUDA (the CPU runs float32)")
     compile: bool = option(False, "torch.compile the model")
     chunked_ce: bool = option(
-        False, "cross-entropy over chunks of tokens: no float32 logits for every token (-4 GiB, 2.5% slower on the 1b H200)"
+        False,
+        "cross-entropy over chunks of tokens: no float32 logits for every token (-4 GiB, 2.5% slower on the 1b H200)",
     )
     cuda_graphs: bool = option(
         False, "CUDA, THD with --static: capture forward+backward once and replay it (eager when a batch does not fit)"
     )
     legacy_logging: bool = option(
-        False, "log the way loops used to (per-step .item(), torch.tensor accumulator, synchronize timer, "
+        False,
+        "log the way loops used to (per-step .item(), torch.tensor accumulator, synchronize timer, "
         "NaN checks per bucket): the host syncs the fixed path avoids",
     )
     channel_loss: bool = option(False, "the loss per document source (code, math, chat, web), sent per interval")
@@ -159,8 +180,12 @@ class TrainConfig:
         "(torchrun --nproc-per-node N -m packscope train --parallel ddp ...), NCCL on CUDA, gloo on "
         "the CPU, each rank its own documents; every rank's agent sends its own records",
     )
-    sync_backend: SyncBackend = option("debug-mode", "how the agent counts host syncs (cupti: exact, needs cupti-python)")
-    records_dir: str | None = option(None, "also write each rank's interval records to <dir>/rank<r>.jsonl (no server needed)")
+    sync_backend: SyncBackend = option(
+        "debug-mode", "how the agent counts host syncs (cupti: exact, needs cupti-python)"
+    )
+    records_dir: str | None = option(
+        None, "also write each rank's interval records to <dir>/rank<r>.jsonl (no server needed)"
+    )
     log_every: int = option(10, "steps per agent interval")
     progress: bool = option(True, "the progress bar")
     server: str | None = option(None, "packscope server URL (default: count, send nothing)")
@@ -183,13 +208,25 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         ModelConfig.preset(self.preset)
-        for key, allowed in (("layout", Layout), ("device", Device), ("dtype", DType),
-                             ("parallel", ParallelKind), ("sync_backend", SyncBackend)):
+        for key, allowed in (
+            ("layout", Layout),
+            ("device", Device),
+            ("dtype", DType),
+            ("parallel", ParallelKind),
+            ("sync_backend", SyncBackend),
+        ):
             if getattr(self, key) not in typing.get_args(allowed):
                 choices = ", ".join(map(repr, typing.get_args(allowed)))
                 raise ValueError(f"{key} must be one of {choices}, got {getattr(self, key)!r}")
-        for key in ("steps", "pack_length", "packs_per_step", "micro_batches", "max_docs_per_pack",
-                    "align", "log_every"):
+        for key in (
+            "steps",
+            "pack_length",
+            "packs_per_step",
+            "micro_batches",
+            "max_docs_per_pack",
+            "align",
+            "log_every",
+        ):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")
         for key in ("warmup_steps", "weight_decay", "start_step"):
@@ -273,8 +310,9 @@ def _add_option(parser: argparse.ArgumentParser, dest: str, kind: Any, f: datacl
     choices = f.metadata.get("choices", choices)
     # A number shows its type (--steps INT); text reads best as its name (--server SERVER).
     metavar = value_type.__name__.upper() if value_type in (int, float) and not choices else None
-    parser.add_argument(f"--{flag}", dest=dest, type=value_type, choices=choices, default=f.default, help=help_text,
-                        metavar=metavar)
+    parser.add_argument(
+        f"--{flag}", dest=dest, type=value_type, choices=choices, default=f.default, help=help_text, metavar=metavar
+    )
 
 
 def _value_type(kind: Any, where: str) -> tuple[type, list | None]:
@@ -286,8 +324,10 @@ def _value_type(kind: Any, where: str) -> tuple[type, list | None]:
         return _value_type(next(a for a in args if a is not type(None)), where)
     if kind in (int, float, str):
         return kind, None
-    raise TypeError(f"{where}: no command-line form for this type; give the field one of int, float, "
-                    "str, bool, Literal[...] or X | None, or teach _value_type the new one")
+    raise TypeError(
+        f"{where}: no command-line form for this type; give the field one of int, float, "
+        "str, bool, Literal[...] or X | None, or teach _value_type the new one"
+    )
 
 
 def _build(cls: type, values: dict[str, Any], prefix: str) -> Any:

@@ -22,7 +22,6 @@ import torch
 from packscope.trainer.config import DataConfig
 from packscope.trainer.packing import first_fit_decreasing, round_up
 
-
 # The sources documents come from; the loss can be followed per source (--channel-loss).
 CHANNELS = ("code", "math", "chat", "web")
 
@@ -82,7 +81,7 @@ class DocumentStream:
             x = (a * x + b) % m
             tokens.append(x)
         doc = torch.tensor(tokens, dtype=torch.long) + k * m
-        doc.channel = k % len(CHANNELS)  # each rule is one source's content
+        doc.channel = k % len(CHANNELS)  # type: ignore[attr-defined]  # each rule is one source; read by channel_of
         return doc
 
     def __iter__(self) -> Iterator[torch.Tensor]:
@@ -118,11 +117,12 @@ def step_documents(
                 doc = pending if pending is not None else next(docs)
                 pending = None
                 slot = round_up(len(doc), align)
-                trial = lengths + [len(doc)]
+                trial = [*lengths, len(doc)]
                 # The token count is a cheap first test; first-fit-decreasing has the last word.
-                if used + slot <= budget and len(
-                    first_fit_decreasing(trial, pack_length, max_docs_per_pack, align)
-                ) <= packs_per_micro_batch:
+                if (
+                    used + slot <= budget
+                    and len(first_fit_decreasing(trial, pack_length, max_docs_per_pack, align)) <= packs_per_micro_batch
+                ):
                     group.append(doc)
                     lengths = trial
                     used += slot

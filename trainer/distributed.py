@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.distributed as dist
@@ -40,19 +41,19 @@ def setup(kind: str, device: torch.device) -> tuple[Parallel, torch.device]:
     if kind == "none":
         return Parallel(kind), device
     owns = not dist.is_initialized()
-    if owns:
-        if "RANK" not in os.environ or "WORLD_SIZE" not in os.environ:
-            raise ValueError(
-                f"--parallel {kind} runs one process per GPU: start it with torchrun, e.g. "
-                f"torchrun --nproc-per-node 2 -m packscope train --parallel {kind} ..."
-            )
+    if owns and ("RANK" not in os.environ or "WORLD_SIZE" not in os.environ):
+        raise ValueError(
+            f"--parallel {kind} runs one process per GPU: start it with torchrun, e.g. "
+            f"torchrun --nproc-per-node 2 -m packscope train --parallel {kind} ..."
+        )
     if device.type == "cuda":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0)))
         torch.cuda.set_device(device)
     if owns:
         # device_id binds NCCL to this rank's GPU at once (no guessing, no lazy init).
-        dist.init_process_group("nccl" if device.type == "cuda" else "gloo",
-                                device_id=device if device.type == "cuda" else None)
+        dist.init_process_group(
+            "nccl" if device.type == "cuda" else "gloo", device_id=device if device.type == "cuda" else None
+        )
     return Parallel(kind, dist.get_rank(), dist.get_world_size(), owns), device
 
 
@@ -64,7 +65,7 @@ def wrap(model: nn.Module, parallel: Parallel, device: torch.device) -> nn.Modul
     if parallel.kind == "fsdp2":
         from torch.distributed.fsdp import fully_shard
 
-        for layer in model.layers:  # one all-gather per layer, overlapped with the previous one
+        for layer in cast(nn.ModuleList, model.layers):  # one all-gather per layer, overlapped with the next
             fully_shard(layer)
         fully_shard(model)
         return model

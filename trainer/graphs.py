@@ -22,7 +22,7 @@ whole packs stay empty, or another size) runs eagerly on the same gradients.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 import torch
 
@@ -54,9 +54,10 @@ class GraphedStep:
         if not batch.static:
             return False
         s = self.static
+        assert batch.cu_seqlens_padded is not None  # a static batch is THD
         return s is None or (
             batch.tokens == s.tokens
-            and batch.cu_seqlens_padded.shape == s.cu_seqlens_padded.shape
+            and batch.cu_seqlens_padded.shape == cast(torch.Tensor, s.cu_seqlens_padded).shape
             and batch.max_seqlen <= s.max_seqlen
         )
 
@@ -69,13 +70,15 @@ class GraphedStep:
             return self.trainer.eager_forward_backward(batch, label_tokens)
         if self.graph is None:
             self._capture(batch)
-        s = self.static
+        s, graph = self.static, self.graph
+        assert s is not None and graph is not None and self.loss_sum is not None  # set by _capture
+        assert s.cu_seqlens_padded is not None and batch.cu_seqlens_padded is not None  # THD, static
         s.input_ids.copy_(batch.input_ids)
         s.position_ids.copy_(batch.position_ids)
         s.labels.copy_(batch.labels)
         s.cu_seqlens_padded.copy_(batch.cu_seqlens_padded)
         self.scale.fill_(1.0 / label_tokens)
-        self.graph.replay()
+        graph.replay()
         self.replays += 1
         return self.loss_sum, self.token_losses
 
@@ -88,10 +91,13 @@ class GraphedStep:
             p.grad = torch.zeros_like(p)
         # The varlen kernel sizes its grid by max_seqlen: the pack length covers every batch
         # whose packs are all in use; the others run eagerly.
+        assert batch.cu_seqlens_padded is not None  # fits() took only static THD batches
         self.static = replace(
             batch,
-            input_ids=batch.input_ids.clone(), position_ids=batch.position_ids.clone(),
-            labels=batch.labels.clone(), cu_seqlens_padded=batch.cu_seqlens_padded.clone(),
+            input_ids=batch.input_ids.clone(),
+            position_ids=batch.position_ids.clone(),
+            labels=batch.labels.clone(),
+            cu_seqlens_padded=batch.cu_seqlens_padded.clone(),
             max_seqlen=max(batch.max_seqlen, batch.pack_length),
         )
         side = torch.cuda.Stream()
@@ -101,11 +107,11 @@ class GraphedStep:
                 loss_sum, _ = trainer.loss_terms(self.static)
                 (loss_sum * self.scale).backward()
         torch.cuda.current_stream().wait_stream(side)
-        grads = [p.grad for p in params]
+        grads = [p.grad for p in params if p.grad is not None]  # all set above
         torch._foreach_zero_(grads)  # warm-up gradients are not the step's
         self.graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.graph):
             self.loss_sum, self.token_losses = trainer.loss_terms(self.static)
             (self.loss_sum * self.scale).backward()
-        if any(p.grad is not g for p, g in zip(params, grads)):
+        if any(p.grad is not g for p, g in zip(params, grads, strict=True)):
             raise RuntimeError("backward replaced a gradient during capture instead of adding into it")

@@ -46,7 +46,7 @@ class LegacyLogging:
         params = [p for p in model.parameters() if p.grad is not None]
         for start in range(0, len(params), BUCKET_PARAMS):
             bucket = params[start : start + BUCKET_PARAMS]
-            if torch.stack([torch.isnan(p.grad).any() for p in bucket]).any():  # sync per bucket
+            if torch.stack([torch.isnan(p.grad).any() for p in bucket if p.grad is not None]).any():  # sync per bucket
                 raise FloatingPointError(f"NaN gradient in parameters {start}..{start + len(bucket) - 1}")
 
     def step_end(self, loss: torch.Tensor, grad_norm: torch.Tensor) -> None:
@@ -57,5 +57,10 @@ class LegacyLogging:
         self.step_seconds = time.perf_counter() - self.started
         self.steps += 1
         if self.steps % PRINT_EVERY == 0:
-            log.info("step %d loss %.4f grad_norm %.3f %.1f ms", self.steps, self.loss, self.grad_norm,
-                     1e3 * self.step_seconds)
+            log.info(
+                "step %d loss %.4f grad_norm %.3f %.1f ms",
+                self.steps,
+                self.loss,
+                self.grad_norm,
+                1e3 * self.step_seconds,
+            )

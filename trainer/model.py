@@ -9,6 +9,7 @@ document inside a pack is encoded exactly as if it were alone.
 from __future__ import annotations
 
 import math
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -91,12 +92,15 @@ class Transformer(nn.Module):
             if isinstance(module, (nn.Linear, nn.Embedding)):
                 nn.init.normal_(module.weight, std=0.02)
         # GPT-2: scale the projections that write into the residual stream by depth.
-        for block in self.layers:
+        for block in cast(list[Block], list(self.layers)):
             for proj in (block.attn.wo, block.mlp.w2):
                 nn.init.normal_(proj.weight, std=0.02 / math.sqrt(2 * self.cfg.layers))
 
     def forward(
-        self, input_ids: torch.Tensor, position_ids: torch.Tensor, attention: Attention,
+        self,
+        input_ids: torch.Tensor,
+        position_ids: torch.Tensor,
+        attention: Attention,
         labels: torch.Tensor | None = None,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Logits [B, L, vocab] for token ids and position ids [B, L]; with ``labels``, the

@@ -14,6 +14,7 @@ import math
 import sys
 import time
 from pathlib import Path
+from typing import cast
 
 import torch
 import torch.nn.functional as F
@@ -22,14 +23,19 @@ from tqdm import tqdm
 from packscope.agent import Agent, AgentConfig
 from packscope.trainer import distributed
 from packscope.trainer.attention import attention_for
+from packscope.trainer.channel_loss import (
+    ChannelBatch,
+    channel_loss_sums,
+    channel_loss_sums_loop,
+    span_bounds,
+    with_channels,
+)
 from packscope.trainer.config import TrainConfig, config_from_args
-from packscope.trainer.data import DocumentStream, step_documents
-from packscope.trainer.model import Transformer
-from packscope.trainer.packing import IGNORE, Batch, pack_bshd, pack_thd
-from packscope.trainer.channel_loss import channel_loss_sums, channel_loss_sums_loop, span_bounds, with_channels
-from packscope.trainer.data import CHANNELS
+from packscope.trainer.data import CHANNELS, DocumentStream, step_documents
 from packscope.trainer.graphs import GraphedStep
 from packscope.trainer.legacy_logging import LegacyLogging
+from packscope.trainer.model import Transformer
+from packscope.trainer.packing import IGNORE, Batch, pack_bshd, pack_thd
 
 
 def resolve_device(cfg: TrainConfig) -> torch.device:
@@ -45,8 +51,10 @@ def resolve_device(cfg: TrainConfig) -> torch.device:
     if cfg.cuda_graphs and device.type != "cuda":
         raise ValueError("--cuda-graphs captures CUDA work: it needs a CUDA GPU (--device cuda)")
     if cfg.cuda_graphs and (cfg.layout != "thd" or not cfg.static or cfg.compile or cfg.parallel != "none"):
-        raise ValueError("--cuda-graphs captures the static THD form of one process: give --layout thd and "
-                         "--static, without --compile or --parallel")
+        raise ValueError(
+            "--cuda-graphs captures the static THD form of one process: give --layout thd and "
+            "--static, without --compile or --parallel"
+        )
     return device
 
 
@@ -86,8 +94,12 @@ class Trainer:
         self.amp_dtype = getattr(torch, cfg.dtype) if cuda and cfg.dtype != "float32" else None
         docs = DocumentStream(cfg.data, self.model_cfg.vocab, cfg.pack_length, self.parallel.data_seed(cfg.seed))
         self._steps = step_documents(
-            iter(docs), cfg.micro_batches, cfg.packs_per_micro_batch, cfg.pack_length,
-            cfg.max_docs_per_pack, cfg.align,
+            iter(docs),
+            cfg.micro_batches,
+            cfg.packs_per_micro_batch,
+            cfg.pack_length,
+            cfg.max_docs_per_pack,
+            cfg.align,
         )
         # A resumed run trains on the documents the killed run would have had next: the stream is
         # seeded, so drawing the earlier steps' documents again lands on them.
@@ -109,15 +121,20 @@ class Trainer:
         else:
             batches = [pack_bshd(g, cfg.pack_length) for g in groups]
         if cfg.channel_loss:
-            batches = [with_channels(b, g, cfg.max_docs_per_pack, cfg.align) for b, g in zip(batches, groups)]
+            pairs = zip(batches, groups, strict=True)
+            batches = [with_channels(b, g, cfg.max_docs_per_pack, cfg.align) for b, g in pairs]
         return [b.to(self.device) for b in batches]
 
     def loss_terms(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         """The micro-batch's summed loss over labelled tokens (float32, differentiable) and its
         per-token losses (detached, 0 where there is no label)."""
         # No autocast weight cache under CUDA graphs: it would outlive the capture.
-        with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.amp_dtype is not None,
-                            cache_enabled=self.graphs is None):
+        with torch.autocast(
+            self.device.type,
+            dtype=self.amp_dtype,
+            enabled=self.amp_dtype is not None,
+            cache_enabled=self.graphs is None,
+        ):
             attention = attention_for(batch, self.device)
             if self.cfg.chunked_ce:
                 return self.forward(batch.input_ids, batch.position_ids, attention, batch.labels)
@@ -132,7 +149,9 @@ class Trainer:
         (loss_sum / label_tokens).backward()
         return loss_sum, token_losses
 
-    def forward_backward(self, batch: Batch, label_tokens: int, channel_sums: torch.Tensor | None = None) -> torch.Tensor:
+    def forward_backward(
+        self, batch: Batch, label_tokens: int, channel_sums: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Add one micro-batch's gradients; return its share of the step's mean loss (detached).
         With ``channel_sums`` (--channel-loss), add its (loss, tokens) per channel into them.
 
@@ -143,7 +162,9 @@ class Trainer:
         loss_sum, token_losses = run(batch, label_tokens)
         if channel_sums is not None:
             reduce = channel_loss_sums_loop if self.cfg.legacy_channel_loss else channel_loss_sums
-            channel_sums += reduce(token_losses, batch.labels, span_bounds(batch), batch.span_channels, len(CHANNELS))
+            spans = cast(ChannelBatch, batch).span_channels  # next_batches adds them under --channel-loss
+            assert spans is not None and token_losses is not None
+            channel_sums += reduce(token_losses, batch.labels, span_bounds(batch), spans, len(CHANNELS))
         return loss_sum.detach() / label_tokens
 
     def optimizer_step(self) -> tuple[float, torch.Tensor]:
@@ -196,8 +217,8 @@ def train_step(trainer: Trainer, batches: list[Batch], agent: Agent | None = Non
     if legacy is not None:
         legacy.step_end(loss, grad_norm)
     if agent is not None:
-        channels = {} if channel_sums is None else {"channel_loss": channel_sums, "channel_names": CHANNELS}
-        agent.step_end(loss=loss, lr=lr, grad_norm=grad_norm, **channels)
+        names = None if channel_sums is None else CHANNELS
+        agent.step_end(loss=loss, lr=lr, grad_norm=grad_norm, channel_loss=channel_sums, channel_names=names)
     return loss
 
 
@@ -250,8 +271,14 @@ def run_training(cfg: TrainConfig) -> dict:
     )
     readout = LossReadout(trainer.device)
     # The bar shows the run id: what --run-id needs to continue this run if it is killed.
-    bar = tqdm(range(cfg.start_step, cfg.steps), desc=agent.run_id, initial=cfg.start_step, total=cfg.steps,
-               unit="step", disable=not cfg.progress or trainer.parallel.rank != 0)
+    bar = tqdm(
+        range(cfg.start_step, cfg.steps),
+        desc=agent.run_id,
+        initial=cfg.start_step,
+        total=cfg.steps,
+        unit="step",
+        disable=not cfg.progress or trainer.parallel.rank != 0,
+    )
     first_loss = loss = None
     real_tokens = slots = logged_tokens = 0
     start = logged_at = time.perf_counter()

@@ -31,9 +31,24 @@ depends_on: str | Sequence[str] | None = None
 # The catalogue's SUMS and band metrics as of this revision (a later catalogue change adds its
 # own migration).
 SUMS = (
-    "steps", "gpu_time_s", "gpu_seconds", "tokens", "real_tokens", "seqlen_sq_sum_bshd",
-    "seqlen_sq_sum_thd", "documents", "packs", "syncs_total", "loss_x_tokens", "loss_tokens",
-    "gpu_util_x_s", "gpu_util_s", "gpu_power_x_s", "gpu_power_s", "gpu_energy_j", "energy_tokens",
+    "steps",
+    "gpu_time_s",
+    "gpu_seconds",
+    "tokens",
+    "real_tokens",
+    "seqlen_sq_sum_bshd",
+    "seqlen_sq_sum_thd",
+    "documents",
+    "packs",
+    "syncs_total",
+    "loss_x_tokens",
+    "loss_tokens",
+    "gpu_util_x_s",
+    "gpu_util_s",
+    "gpu_power_x_s",
+    "gpu_power_s",
+    "gpu_energy_j",
+    "energy_tokens",
 )
 BANDS = ("tflops_bshd", "tflops_thd", "tflops_useful", "step_time_s")
 KINDS = ("documents", "packs")
@@ -60,7 +75,10 @@ def _create_tables() -> None:
         sa.Column("histograms", sa.JSON(), nullable=False),
         sa.Column("sync_sites", sa.JSON(), nullable=False),
         sa.ForeignKeyConstraint(
-            ["interval_id"], ["intervals.id"], name=op.f("fk_interval_details_interval_id_intervals"), ondelete="CASCADE"
+            ["interval_id"],
+            ["intervals.id"],
+            name=op.f("fk_interval_details_interval_id_intervals"),
+            ondelete="CASCADE",
         ),
         sa.PrimaryKeyConstraint("interval_id", name=op.f("pk_interval_details")),
     )
@@ -98,15 +116,22 @@ def _create_tables() -> None:
 
 
 _old_histograms = sa.table(
-    "interval_histograms", sa.column("interval_id"), sa.column("kind"), sa.column("bucket"),
-    sa.column("count"), sa.column("tokens"),
+    "interval_histograms",
+    sa.column("interval_id"),
+    sa.column("kind"),
+    sa.column("bucket"),
+    sa.column("count"),
+    sa.column("tokens"),
 )
 _old_sites = sa.table("interval_sync_sites", sa.column("interval_id"), sa.column("site"), sa.column("count"))
 
 
 def _details(connection: sa.Connection, ids: list[int]) -> dict[int, dict[str, Any]]:
-    out = {
-        i: {"histograms": {k: {"count": [0] * NUM_BUCKETS, "tokens": [0] * NUM_BUCKETS} for k in KINDS}, "sync_sites": {}}
+    out: dict[int, dict[str, Any]] = {
+        i: {
+            "histograms": {k: {"count": [0] * NUM_BUCKETS, "tokens": [0] * NUM_BUCKETS} for k in KINDS},
+            "sync_sites": {},
+        }
         for i in ids
     }
     h = _old_histograms.c
@@ -116,7 +141,9 @@ def _details(connection: sa.Connection, ids: list[int]) -> dict[int, dict[str, A
         out[interval_id]["histograms"][kind]["count"][bucket] = int(count)
         out[interval_id]["histograms"][kind]["tokens"][bucket] = int(tokens)
     s = _old_sites.c
-    for interval_id, site, count in connection.execute(sa.select(s.interval_id, s.site, s["count"]).where(s.interval_id.in_(ids))):
+    for interval_id, site, count in connection.execute(
+        sa.select(s.interval_id, s.site, s["count"]).where(s.interval_id.in_(ids))
+    ):
         out[interval_id]["sync_sites"][site] = int(count)
     return out
 
@@ -134,7 +161,8 @@ def _backfill(connection: sa.Connection) -> None:
             chunk = connection.execute(
                 sa.select(intervals.c.id, *(intervals.c[name] for name in ROW_COLUMNS))
                 .where(intervals.c.run_pk == run.id, intervals.c.id > after)
-                .order_by(intervals.c.id).limit(CHUNK)
+                .order_by(intervals.c.id)
+                .limit(CHUNK)
             ).all()
             if not chunk:
                 break
@@ -168,10 +196,15 @@ def downgrade() -> None:
         sa.Column("tokens", sa.BigInteger(), nullable=False),
         sa.CheckConstraint("kind IN ('documents', 'packs')", name=op.f("ck_interval_histograms_kind")),
         sa.ForeignKeyConstraint(
-            ["interval_id"], ["intervals.id"], name=op.f("fk_interval_histograms_interval_id_intervals"), ondelete="CASCADE"
+            ["interval_id"],
+            ["intervals.id"],
+            name=op.f("fk_interval_histograms_interval_id_intervals"),
+            ondelete="CASCADE",
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_interval_histograms")),
-        sa.UniqueConstraint("interval_id", "kind", "bucket", name=op.f("uq_interval_histograms_interval_id_kind_bucket")),
+        sa.UniqueConstraint(
+            "interval_id", "kind", "bucket", name=op.f("uq_interval_histograms_interval_id_kind_bucket")
+        ),
     )
     op.create_table(
         "interval_sync_sites",
@@ -180,13 +213,18 @@ def downgrade() -> None:
         sa.Column("site", sa.String(length=500), nullable=False),
         sa.Column("count", sa.BigInteger(), nullable=False),
         sa.ForeignKeyConstraint(
-            ["interval_id"], ["intervals.id"], name=op.f("fk_interval_sync_sites_interval_id_intervals"), ondelete="CASCADE"
+            ["interval_id"],
+            ["intervals.id"],
+            name=op.f("fk_interval_sync_sites_interval_id_intervals"),
+            ondelete="CASCADE",
         ),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_interval_sync_sites")),
         sa.UniqueConstraint("interval_id", "site", name=op.f("uq_interval_sync_sites_interval_id_site")),
     )
     connection = op.get_bind()
-    details = sa.table("interval_details", sa.column("interval_id"), sa.column("histograms", sa.JSON), sa.column("sync_sites", sa.JSON))
+    details = sa.table(
+        "interval_details", sa.column("interval_id"), sa.column("histograms", sa.JSON), sa.column("sync_sites", sa.JSON)
+    )
     after = 0
     while True:
         chunk = connection.execute(
@@ -197,8 +235,11 @@ def downgrade() -> None:
         after = chunk[-1].interval_id
         buckets = [
             {"interval_id": d.interval_id, "kind": kind, "bucket": b, "count": count, "tokens": tokens}
-            for d in chunk for kind in KINDS
-            for b, (count, tokens) in enumerate(zip(d.histograms[kind]["count"], d.histograms[kind]["tokens"], strict=True))
+            for d in chunk
+            for kind in KINDS
+            for b, (count, tokens) in enumerate(
+                zip(d.histograms[kind]["count"], d.histograms[kind]["tokens"], strict=True)
+            )
             if count or tokens
         ]
         sites = [{"interval_id": d.interval_id, "site": s, "count": n} for d in chunk for s, n in d.sync_sites.items()]

@@ -31,7 +31,7 @@ def sign_in_page(request: Request, message: str | None = None, code: int = statu
     )
 
 
-async def sign_in_required(request: Request, exc: SignInRequired):
+async def sign_in_required(request: Request, exc: Exception) -> HTMLResponse:
     """Exception handler: a closed dashboard answers with its sign-in form."""
     return sign_in_page(request)
 

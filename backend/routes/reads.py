@@ -94,7 +94,10 @@ def compare(
             status.HTTP_404_NOT_FOUND,
             detail=f"run(s) not stored: {', '.join(missing)}; GET /api/v1/runs lists the runs",
         )
-    return {"runs": queries.run_summaries(session, runs), "step_time_tests": queries.step_time_tests(session, runs, window)}
+    return {
+        "runs": queries.run_summaries(session, runs),
+        "step_time_tests": queries.step_time_tests(session, runs, window),
+    }
 
 
 def _csv_chunks(make_session: sessionmaker[Session], run_pk: int) -> Iterator[str]:
@@ -119,9 +122,7 @@ def intervals_csv(run_id: str, session: SessionDep, request: Request) -> Streami
     )
 
 
-async def _events(
-    run_id: str, poll: Callable[[], Any], poll_s: float, keepalive_s: float
-) -> AsyncIterator[str]:
+async def _events(run_id: str, poll: Callable[[], Any], poll_s: float, keepalive_s: float) -> AsyncIterator[str]:
     """SSE: an `interval` event whenever the stored intervals change, comments in between.
 
     The first poll also sends the current state, which closes the gap between the page's first

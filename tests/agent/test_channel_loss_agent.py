@@ -33,7 +33,7 @@ def test_interval_channel_loss_equals_brute_force():
     agent.close()
     records = list(agent.records)
     assert [r["steps"] for r in records] == [4, 4, 2]
-    for record, first in zip(records, (0, 4, 8)):
+    for record, first in zip(records, (0, 4, 8), strict=True):
         interval = torch.stack(steps[first : first + record["steps"]]).sum(0)
         want = {name: float(interval[c, 0] / interval[c, 1]) for c, name in enumerate(NAMES) if interval[c, 1]}
         assert record["channel_loss"].keys() == want.keys() and "math" not in want
@@ -57,7 +57,9 @@ def test_an_ordinary_step_reads_no_value(monkeypatch):
     reads = []
     for name in ("item", "tolist", "__bool__", "__float__", "__int__", "__index__"):
         original = getattr(torch.Tensor, name)
-        monkeypatch.setattr(torch.Tensor, name, lambda t, *a, _o=original, _n=name, **k: reads.append(_n) or _o(t, *a, **k))
+        monkeypatch.setattr(
+            torch.Tensor, name, lambda t, *a, _o=original, _n=name, **k: reads.append(_n) or _o(t, *a, **k)
+        )
     _run(agent, [_step_sums(g) for _ in range(4)])  # steps 1-4 of a 5-step interval
     assert reads == []
     monkeypatch.undo()

@@ -128,7 +128,7 @@ def observe(agent: Agent, spec: dict) -> None:
                 cu.append(cu[-1] + d)
                 starts.append(offset)
                 offset += d
-        padded = starts + [rows * row_len]  # each pack's tail padding belongs to its last entry
+        padded = [*starts, rows * row_len]  # each pack's tail padding belongs to its last entry
         assert padded[0] == 0  # with zero-length entries on, an empty pack still has one entry
         cu_t, padded_t = torch.tensor(cu, dtype=torch.int32), torch.tensor(padded, dtype=torch.int32)
         assert cu_t.shape == padded_t.shape
@@ -159,7 +159,7 @@ def _bucket(length: int) -> int:
 
 def brute(specs: list[dict]) -> dict:
     """Totals of a list of micro-batches, one document at a time."""
-    out = {k: 0 for k in COUNT_KEYS}
+    out = dict.fromkeys(COUNT_KEYS, 0)
     hist = {k: {"count": [0] * NUM_BUCKETS, "tokens": [0] * NUM_BUCKETS} for k in ("documents", "packs")}
 
     def doc(length: int) -> None:
@@ -201,8 +201,18 @@ def expected_intervals(scenario: str, data_ranks: list[int], weight: int = 1) ->
 
 # -- the worker -------------------------------------------------------------------------------
 # Every collective a rank could start; the agent must call none of them after its constructor.
-COLLECTIVES = ("all_reduce", "all_gather", "all_gather_into_tensor", "all_gather_object", "reduce",
-               "reduce_scatter_tensor", "broadcast", "broadcast_object_list", "barrier", "all_to_all_single")
+COLLECTIVES = (
+    "all_reduce",
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_gather_object",
+    "reduce",
+    "reduce_scatter_tensor",
+    "broadcast",
+    "broadcast_object_list",
+    "barrier",
+    "all_to_all_single",
+)
 
 
 def _run_scenario(scenario: str, data_rank: int, dp_group, spool_dir: str | None = None) -> dict:
@@ -213,11 +223,16 @@ def _run_scenario(scenario: str, data_rank: int, dp_group, spool_dir: str | None
         def call(*args, **kwargs):
             calls.append(name)
             return originals[name](*args, **kwargs)
+
         return call
 
     server = {"server": "http://127.0.0.1:9", "spool_dir": spool_dir, "request_timeout_s": 0.2} if spool_dir else {}
-    agent = Agent(AgentConfig(log_every=LOG_EVERY, count_syncs=False, sample_gpu=False, **server),
-                  model=MODEL, device="cpu", dp_group=dp_group)
+    agent = Agent(
+        AgentConfig(log_every=LOG_EVERY, count_syncs=False, sample_gpu=False, **server),
+        model=MODEL,
+        device="cpu",
+        dp_group=dp_group,
+    )
     for name in COLLECTIVES:  # the agent looks them up on the module at call time
         setattr(dist, name, counting(name))
     try:
@@ -232,16 +247,22 @@ def _run_scenario(scenario: str, data_rank: int, dp_group, spool_dir: str | None
             setattr(dist, name, original)
     spool = None if agent.sender is None else {"path": str(agent.sender.spool.path), "records": len(agent.sender.spool)}
     return {
-        "records": list(agent.records), "collectives": calls, "run_id": agent.run_id,
-        "rank": agent.rank, "world_size": agent.world_size, "dp_size": agent.dp_size,
-        "counts_batches": agent.counts_batches, "spool": spool,
+        "records": list(agent.records),
+        "collectives": calls,
+        "run_id": agent.run_id,
+        "rank": agent.rank,
+        "world_size": agent.world_size,
+        "dp_size": agent.dp_size,
+        "counts_batches": agent.counts_batches,
+        "spool": spool,
     }
 
 
 def _worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
-                            timeout=COLLECTIVE_TIMEOUT)
+    dist.init_process_group(
+        "gloo", init_method=f"file://{init_file}", rank=rank, world_size=world, timeout=COLLECTIVE_TIMEOUT
+    )
     try:
         results = {"uneven": _run_scenario("uneven", rank, None, spool_dir=str(Path(out_dir, "spool")))}
         if world == 4:
@@ -261,8 +282,9 @@ def _worker(rank: int, world: int, init_file: str, out_dir: str) -> None:
 def _spawn(world: int, root: Path) -> list[dict]:
     root.mkdir(parents=True, exist_ok=True)
     init_file = root / "init"
-    ctx = mp.start_processes(_worker, args=(world, str(init_file), str(root)), nprocs=world,
-                             join=False, start_method="spawn")
+    ctx = mp.start_processes(
+        _worker, args=(world, str(init_file), str(root)), nprocs=world, join=False, start_method="spawn"
+    )
     deadline = time.monotonic() + SPAWN_TIMEOUT_S
     try:
         while not ctx.join(timeout=1.0):
@@ -285,7 +307,7 @@ def runs(tmp_path_factory):
         if world not in cache:
             try:
                 cache[world] = _spawn(world, tmp_path_factory.mktemp(f"world{world}"))
-            except (Exception, pytest.fail.Exception) as exc:  # remembered, so that a hang costs its timeout once
+            except (Exception, pytest.fail.Exception) as exc:  # noqa: BLE001 - remembered: a hang costs its timeout once
                 cache[world] = f"world {world}: the workers failed: {exc!r}"[:4000]
         if isinstance(cache[world], str):
             pytest.fail(cache[world])
@@ -302,8 +324,10 @@ def summed(per_rank: list[list[dict]]) -> list[dict]:
         assert len({r["interval"] for r in recs}) == 1
         total = {k: sum(r[k] for r in recs) for k in (*COUNT_KEYS, "flops_thd", "flops_bshd", "flops_useful", "gpus")}
         total["histograms"] = {
-            kind: {part: [sum(r["histograms"][kind][part][b] for r in recs) for b in range(NUM_BUCKETS)]
-                   for part in ("count", "tokens")}
+            kind: {
+                part: [sum(r["histograms"][kind][part][b] for r in recs) for b in range(NUM_BUCKETS)]
+                for part in ("count", "tokens")
+            }
             for kind in ("documents", "packs")
         }
         out.append(total)
@@ -312,13 +336,17 @@ def summed(per_rank: list[list[dict]]) -> list[dict]:
 
 def assert_counts(records: list[dict], expected: list[dict], where: str) -> None:
     assert len(records) == len(expected) == INTERVALS
-    for i, (rec, exp) in enumerate(zip(records, expected)):
+    for i, (rec, exp) in enumerate(zip(records, expected, strict=True)):
         assert {k: rec[k] for k in COUNT_KEYS} == {k: exp[k] for k in COUNT_KEYS}, f"{where}, interval {i}"
         assert rec["histograms"] == exp["histograms"], f"{where}, interval {i}"
         # FLOPs are linear in the sums, so the per-rank FLOPs add up to those of the totals.
         assert rec["flops_thd"] == pytest.approx(float(MODEL.flops(exp["tokens"], exp["seqlen_sq_sum_thd"])), rel=1e-12)
-        assert rec["flops_bshd"] == pytest.approx(float(MODEL.flops(exp["tokens"], exp["seqlen_sq_sum_bshd"])), rel=1e-12)
-        assert rec["flops_useful"] == pytest.approx(float(MODEL.flops(exp["real_tokens"], exp["seqlen_sq_sum_thd"])), rel=1e-12)
+        assert rec["flops_bshd"] == pytest.approx(
+            float(MODEL.flops(exp["tokens"], exp["seqlen_sq_sum_bshd"])), rel=1e-12
+        )
+        assert rec["flops_useful"] == pytest.approx(
+            float(MODEL.flops(exp["real_tokens"], exp["seqlen_sq_sum_thd"])), rel=1e-12
+        )
 
 
 def assert_own_records(records: list[dict], rank: int) -> None:

@@ -12,25 +12,38 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from packscope.core.flops import ModelSpec
 from packscope.backend.app import create_app
 from packscope.backend.settings import Settings
+from packscope.core.flops import ModelSpec
 
 PG_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
 
 MODEL = {
-    "layers": 4, "hidden": 256, "heads": 8, "kv_heads": 2, "head_dim": 32, "ffn": 688,
-    "gated": True, "vocab": 32000, "vocab_divisor": 128, "tp": 1,
+    "layers": 4,
+    "hidden": 256,
+    "heads": 8,
+    "kv_heads": 2,
+    "head_dim": 32,
+    "ffn": 688,
+    "gated": True,
+    "vocab": 32000,
+    "vocab_divisor": 128,
+    "tp": 1,
 }
 
 
 def run_body(run_id: str = "run-1", **overrides: Any) -> dict[str, Any]:
     body = {
-        "run_id": run_id, "name": "demo", "project": "tests", "tags": ["cpu"], "config": {"lr": 3e-4},
+        "run_id": run_id,
+        "name": "demo",
+        "project": "tests",
+        "tags": ["cpu"],
+        "config": {"lr": 3e-4},
         "model": dict(MODEL),
         "hardware": {"gpu_name": "NVIDIA H200", "gpu_count": 8, "peak_tflops": 989.0},
         "parallel": {"dp": 8, "tp": 1, "pp": 1, "cp": 1, "ep": 1},
-        "layout": "thd", "started_at": "2026-11-29T09:00:00Z",
+        "layout": "thd",
+        "started_at": "2026-11-29T09:00:00Z",
     }
     body.update(overrides)
     return body
@@ -51,22 +64,44 @@ def make_record(interval: int, rng: random.Random, *, steps: int = 10, gpus: int
     gpu_time = steps * rng.uniform(0.05, 0.5)
     syncs = rng.randint(0, 5 * steps)
     return {
-        "interval": interval, "rank": rank,
-        "first_step": interval * steps + 1, "last_step": (interval + 1) * steps, "steps": steps, "gpus": gpus,
-        "wall_start": 1764406800.0 + interval, "wall_end": 1764406800.0 + interval + gpu_time,
-        "gpu_time_s": gpu_time, "host_time_s": gpu_time * 1.01,
-        "step_time_p50_s": gpu_time / steps, "step_time_p90_s": gpu_time / steps * 1.1,
-        "step_time_max_s": gpu_time / steps * 1.3, "timing_lag_steps": 2,
-        "tokens": tokens, "real_tokens": real, "packs": packs, "documents": len(docs),
+        "interval": interval,
+        "rank": rank,
+        "first_step": interval * steps + 1,
+        "last_step": (interval + 1) * steps,
+        "steps": steps,
+        "gpus": gpus,
+        "wall_start": 1764406800.0 + interval,
+        "wall_end": 1764406800.0 + interval + gpu_time,
+        "gpu_time_s": gpu_time,
+        "host_time_s": gpu_time * 1.01,
+        "step_time_p50_s": gpu_time / steps,
+        "step_time_p90_s": gpu_time / steps * 1.1,
+        "step_time_max_s": gpu_time / steps * 1.3,
+        "timing_lag_steps": 2,
+        "tokens": tokens,
+        "real_tokens": real,
+        "packs": packs,
+        "documents": len(docs),
         "seqlen_sq_sum_bshd": packs * pack_len * pack_len,
         "seqlen_sq_sum_thd": sum(d * d for d in docs),
-        "flops_bshd": 1.0, "flops_thd": 1.0, "flops_useful": 1.0,  # the server must not use these
-        "syncs": {"total": syncs, "per_iteration": syncs / steps,
-                  "sites": [{"site": "train.py:88", "count": syncs // 2},
-                            {"site": "model.py:12", "count": syncs - syncs // 2}]},
-        "histograms": {"documents": {"count": doc_counts, "tokens": doc_tokens},
-                       "packs": {"count": [0] * 12 + [packs] + [0] * 11, "tokens": [0] * 12 + [real] + [0] * 11}},
-        "loss": rng.uniform(1.5, 3.0), "lr": 3e-4, "grad_norm": rng.uniform(0.5, 1.5),
+        "flops_bshd": 1.0,
+        "flops_thd": 1.0,
+        "flops_useful": 1.0,  # the server must not use these
+        "syncs": {
+            "total": syncs,
+            "per_iteration": syncs / steps,
+            "sites": [
+                {"site": "train.py:88", "count": syncs // 2},
+                {"site": "model.py:12", "count": syncs - syncs // 2},
+            ],
+        },
+        "histograms": {
+            "documents": {"count": doc_counts, "tokens": doc_tokens},
+            "packs": {"count": [0] * 12 + [packs] + [0] * 11, "tokens": [0] * 12 + [real] + [0] * 11},
+        },
+        "loss": rng.uniform(1.5, 3.0),
+        "lr": 3e-4,
+        "grad_norm": rng.uniform(0.5, 1.5),
     }
 
 
@@ -85,9 +120,11 @@ def spec() -> ModelSpec:
 @pytest.fixture
 def records() -> Callable[..., list[dict[str, Any]]]:
     """records(n, start=0, seed=0) -> n consecutive interval records."""
+
     def build(n: int, start: int = 0, seed: int = 0, **kwargs: Any) -> list[dict[str, Any]]:
         rng = random.Random(seed)
         return [make_record(i, rng, **kwargs) for i in range(start, start + n)]
+
     return build
 
 
@@ -178,8 +215,12 @@ def _oracle(recs: list[dict[str, Any]], spec: ModelSpec, peak: float | None = 98
         "useful": sum(fl(r["real_tokens"], r["seqlen_sq_sum_thd"]) for r in recs),
     }
     out: dict[str, Any] = {
-        "steps": steps, "gpu_time_s": time, "tokens": tokens, "real_tokens": real,
-        "documents": sum(r["documents"] for r in recs), "packs": sum(r["packs"] for r in recs),
+        "steps": steps,
+        "gpu_time_s": time,
+        "tokens": tokens,
+        "real_tokens": real,
+        "documents": sum(r["documents"] for r in recs),
+        "packs": sum(r["packs"] for r in recs),
         "overcount_pct": 100 * (flops["bshd"] / flops["thd"] - 1),
         "step_time_s": time / steps,
         "step_time_s_min": min(r["gpu_time_s"] / r["steps"] for r in recs),

@@ -56,7 +56,11 @@ def test_round_trip(database_url, make_client, new_run, records, oracle, close):
     assert [int(r["interval"]) for r in rows] == list(range(30))
     assert [int(r["seqlen_sq_sum_thd"]) for r in rows] == [r["seqlen_sq_sum_thd"] for r in recs]
     # Floats are written in their shortest exact form, which PostgreSQL spells 650 and Python 650.0.
-    assert (float(rows[0]["gpu_power_w"]), float(rows[0]["gpu_energy_j"]), rows[0]["gpu_sm_clock_mhz"]) == (650.0, 975.0, "")
+    assert (float(rows[0]["gpu_power_w"]), float(rows[0]["gpu_energy_j"]), rows[0]["gpu_sm_clock_mhz"]) == (
+        650.0,
+        975.0,
+        "",
+    )
 
 
 def test_replay_counts_duplicates_and_leaves_stored_rows_untouched(client, run, records):
@@ -64,7 +68,7 @@ def test_replay_counts_duplicates_and_leaves_stored_rows_untouched(client, run, 
     assert client.post(BATCH, json={"intervals": recs[:6]}).json() == {"accepted": 6, "duplicates": 0}
     changed = [dict(r, loss=99.0, tokens=r["tokens"] + 1) for r in recs]
     # intervals 0-5 replayed with other numbers, 6-9 new, and interval 9 twice in one batch
-    body = {"intervals": changed + [changed[9]]}
+    body = {"intervals": [*changed, changed[9]]}
     assert client.post(BATCH, json=body).json() == {"accepted": 4, "duplicates": 7}
 
     rows = list(csv.DictReader(io.StringIO(client.get(f"{RUN}/intervals.csv").text)))
@@ -140,7 +144,7 @@ def test_invalid_record_is_422_with_a_message(client, run, records, mutate, loc,
     assert response.status_code == 422
     (error,) = response.json()["detail"]
     assert error["loc"][:3] == ["body", "intervals", 1]
-    assert error["loc"][3:3 + len(loc)] == loc
+    assert error["loc"][3 : 3 + len(loc)] == loc
     assert words in error["msg"]
     assert stored_intervals(client) == 0
 

@@ -63,10 +63,17 @@ def test_intervals_are_strided_evenly_within_the_step_range(client, new_run, rec
     assert empty["interval"] == [] and empty["ranks"] == [] and empty["step_time_s"] == []
 
 
-@pytest.mark.parametrize("query", [
-    {"max_points": 0}, {"max_points": 1001}, {"step_min": -1}, {"step_max": -1},
-    {"step_min": 2**63}, {"max_points": "many"},
-])
+@pytest.mark.parametrize(
+    "query",
+    [
+        {"max_points": 0},
+        {"max_points": 1001},
+        {"step_min": -1},
+        {"step_max": -1},
+        {"step_min": 2**63},
+        {"max_points": "many"},
+    ],
+)
 def test_parameters_out_of_range_are_422(three_ranks, query):
     assert three_ranks.get(f"{RUN}/ranks", params=query).status_code == 422
 

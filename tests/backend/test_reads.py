@@ -15,12 +15,41 @@ RUNS = "/api/v1/runs"
 RUN = f"{RUNS}/run-1"
 
 DOCUMENTED_CSV_COLUMNS = [
-    "interval", "rank", "first_step", "last_step", "steps", "gpus", "wall_start", "wall_end",
-    "gpu_time_s", "host_time_s", "step_time_p50_s", "step_time_p90_s", "step_time_max_s",
-    "timing_lag_steps", "tokens", "real_tokens", "packs", "documents", "seqlen_sq_sum_bshd",
-    "seqlen_sq_sum_thd", "flops_bshd", "flops_thd", "flops_useful", "loss", "lr", "grad_norm",
-    "tflops_bshd", "tflops_thd", "tflops_useful", "mfu_bshd", "mfu_thd", "mfu_useful",
-    "overcount_pct", "tokens_per_gpu_s", "padding_pct",
+    "interval",
+    "rank",
+    "first_step",
+    "last_step",
+    "steps",
+    "gpus",
+    "wall_start",
+    "wall_end",
+    "gpu_time_s",
+    "host_time_s",
+    "step_time_p50_s",
+    "step_time_p90_s",
+    "step_time_max_s",
+    "timing_lag_steps",
+    "tokens",
+    "real_tokens",
+    "packs",
+    "documents",
+    "seqlen_sq_sum_bshd",
+    "seqlen_sq_sum_thd",
+    "flops_bshd",
+    "flops_thd",
+    "flops_useful",
+    "loss",
+    "lr",
+    "grad_norm",
+    "tflops_bshd",
+    "tflops_thd",
+    "tflops_useful",
+    "mfu_bshd",
+    "mfu_thd",
+    "mfu_useful",
+    "overcount_pct",
+    "tokens_per_gpu_s",
+    "padding_pct",
 ]
 
 
@@ -56,13 +85,30 @@ def test_series_buckets_match_an_independent_computation(any_client, thousand, o
         covered += bucket
         want = oracle(bucket)
         got = {name: values[i] for name, values in cols.items()}
-        close(got, want, [
-            "tflops_bshd", "tflops_bshd_min", "tflops_bshd_max",
-            "tflops_thd", "tflops_thd_min", "tflops_thd_max",
-            "tflops_useful", "tflops_useful_min", "tflops_useful_max",
-            "overcount_pct", "mfu_thd", "step_time_s", "step_time_s_min", "step_time_s_max",
-            "tokens_per_gpu_s", "syncs_per_iter", "loss", "padding_pct",
-        ])
+        close(
+            got,
+            want,
+            [
+                "tflops_bshd",
+                "tflops_bshd_min",
+                "tflops_bshd_max",
+                "tflops_thd",
+                "tflops_thd_min",
+                "tflops_thd_max",
+                "tflops_useful",
+                "tflops_useful_min",
+                "tflops_useful_max",
+                "overcount_pct",
+                "mfu_thd",
+                "step_time_s",
+                "step_time_s_min",
+                "step_time_s_max",
+                "tokens_per_gpu_s",
+                "syncs_per_iter",
+                "loss",
+                "padding_pct",
+            ],
+        )
         # the band really is a band, and the ratio of sums is not the mean of ratios
         assert got["tflops_thd_min"] <= got["tflops_thd"] <= got["tflops_thd_max"]
         mean_of_rates = sum(oracle([r])["tflops_thd"] for r in bucket) / len(bucket)
@@ -98,10 +144,22 @@ def _assert_buckets_match_the_oracle(cols, recs, oracle, close):
         assert (bucket[0]["first_step"], bucket[-1]["last_step"]) == (first, last)
         covered += bucket
         got = {name: values[i] for name, values in cols.items()}
-        close(got, oracle(bucket), [
-            "tflops_useful", "tflops_thd_min", "tflops_thd_max", "step_time_s", "step_time_s_min",
-            "step_time_s_max", "loss", "syncs_per_iter", "padding_pct", "overcount_pct",
-        ])
+        close(
+            got,
+            oracle(bucket),
+            [
+                "tflops_useful",
+                "tflops_thd_min",
+                "tflops_thd_max",
+                "step_time_s",
+                "step_time_s_min",
+                "step_time_s_max",
+                "loss",
+                "syncs_per_iter",
+                "padding_pct",
+                "overcount_pct",
+            ],
+        )
     return covered
 
 
@@ -131,11 +189,27 @@ def test_totals_match_an_independent_computation(any_client, thousand, oracle, c
     assert {k: run["totals"][k] for k in ("steps", "tokens", "real_tokens", "documents", "packs")} == {
         k: want[k] for k in ("steps", "tokens", "real_tokens", "documents", "packs")
     }
-    close(run["totals"], want, [
-        "gpu_time_s", "flops_bshd", "flops_thd", "flops_useful", "tflops_bshd", "tflops_thd",
-        "tflops_useful", "mfu_bshd", "mfu_thd", "mfu_useful", "overcount_pct", "step_time_s",
-        "tokens_per_gpu_s", "padding_pct", "syncs_per_iter",
-    ])
+    close(
+        run["totals"],
+        want,
+        [
+            "gpu_time_s",
+            "flops_bshd",
+            "flops_thd",
+            "flops_useful",
+            "tflops_bshd",
+            "tflops_thd",
+            "tflops_useful",
+            "mfu_bshd",
+            "mfu_thd",
+            "mfu_useful",
+            "overcount_pct",
+            "step_time_s",
+            "tokens_per_gpu_s",
+            "padding_pct",
+            "syncs_per_iter",
+        ],
+    )
     assert run["totals"]["overcount_pct"] > 0  # dense packs of 4096 over-count attention
 
 
@@ -161,14 +235,22 @@ def test_csv_has_one_row_per_interval_and_derived_columns(any_client, thousand, 
         assert int(row["tokens"]) == rec["tokens"]
         assert float(row["gpu_time_s"]) == rec["gpu_time_s"]  # floats round-trip exactly
         want = oracle([rec])
-        for name in ("tflops_bshd", "tflops_thd", "tflops_useful", "mfu_thd", "overcount_pct", "tokens_per_gpu_s",
-                     "padding_pct"):
+        for name in (
+            "tflops_bshd",
+            "tflops_thd",
+            "tflops_useful",
+            "mfu_thd",
+            "overcount_pct",
+            "tokens_per_gpu_s",
+            "padding_pct",
+        ):
             assert float(row[name]) == pytest.approx(want[name], rel=1e-9), name
 
 
 def _csv_expected(rec, spec, peak):
     """One interval's derived CSV columns, written out from the documented formulas (docs/flops.md)
     with exact integers, independently of the catalogue's code; None where undefined."""
+
     def ratio(num, den):
         return None if num is None or not den else num / den
 
@@ -238,7 +320,7 @@ def test_ranks_of_one_interval_share_a_bucket(client, run, records, oracle, clos
     cols = client.get(f"{RUN}/series", params={"max_points": 3}).json()["columns"]
     assert cols["first_step"] == [1, 21, 41]
     for i in range(3):
-        bucket = rank0[2 * i: 2 * i + 2] + rank1[2 * i: 2 * i + 2]
+        bucket = rank0[2 * i : 2 * i + 2] + rank1[2 * i : 2 * i + 2]
         close({"t": cols["tflops_thd"][i]}, {"t": oracle(bucket)["tflops_thd"]})
     hist = client.get(f"{RUN}/histograms", params={"interval": 2}).json()
     counts = [r[2]["histograms"]["documents"]["count"] for r in (rank0, rank1)]
@@ -288,9 +370,12 @@ def test_compare_tests_step_time_on_recent_windows(client, new_run, records):
         rec["gpu_time_s"] *= 1.2
     for run_id, recs in (("a", a), ("b", b), ("c", c)):
         assert client.post(f"{RUNS}/{run_id}/intervals", json={"intervals": recs}).status_code == 200
-    body = client.get("/api/v1/compare", params=[("run_id", "a"), ("run_id", "b"), ("run_id", "c"), ("window", 50)]).json()
+    body = client.get(
+        "/api/v1/compare", params=[("run_id", "a"), ("run_id", "b"), ("run_id", "c"), ("window", 50)]
+    ).json()
     tests = {t["run_id"]: t for t in body["step_time_tests"]}
     assert set(tests) == {"b", "c"} and all(t["baseline_run_id"] == "a" for t in tests.values())
+
     # The window holds the 50 most recent intervals of each run (indexes 10..59).
     def recent(recs):
         return [r["gpu_time_s"] / r["steps"] for r in recs[10:]]

@@ -21,14 +21,15 @@ def post_all(client, run_id, recs, rng, batch=64):
     at = 0
     while at < len(recs):
         size = rng.randint(1, batch)
-        response = client.post(f"{RUNS}/{run_id}/intervals", json={"intervals": recs[at:at + size]})
+        response = client.post(f"{RUNS}/{run_id}/intervals", json={"intervals": recs[at : at + size]})
         assert response.status_code == 200, response.text
         at += size
 
 
 def in_range(recs, step_min, step_max):
     return [
-        r for r in recs
+        r
+        for r in recs
         if (step_min is None or r["last_step"] >= step_min) and (step_max is None or r["first_step"] <= step_max)
     ]
 
@@ -46,12 +47,33 @@ def check_series(client, run_id, recs, oracle, close, max_points, step_min=None,
         assert bucket and min(r["first_step"] for r in bucket) == first and max(r["last_step"] for r in bucket) == last
         covered += bucket
         got = {name: values[i] for name, values in cols.items()}
-        close(got, oracle(bucket), [
-            "steps", "tokens", "real_tokens", "tflops_bshd", "tflops_bshd_min", "tflops_bshd_max",
-            "tflops_thd", "tflops_thd_min", "tflops_thd_max", "tflops_useful", "tflops_useful_min",
-            "tflops_useful_max", "overcount_pct", "mfu_thd", "step_time_s", "step_time_s_min",
-            "step_time_s_max", "tokens_per_gpu_s", "syncs_per_iter", "loss", "padding_pct",
-        ])
+        close(
+            got,
+            oracle(bucket),
+            [
+                "steps",
+                "tokens",
+                "real_tokens",
+                "tflops_bshd",
+                "tflops_bshd_min",
+                "tflops_bshd_max",
+                "tflops_thd",
+                "tflops_thd_min",
+                "tflops_thd_max",
+                "tflops_useful",
+                "tflops_useful_min",
+                "tflops_useful_max",
+                "overcount_pct",
+                "mfu_thd",
+                "step_time_s",
+                "step_time_s_min",
+                "step_time_s_max",
+                "tokens_per_gpu_s",
+                "syncs_per_iter",
+                "loss",
+                "padding_pct",
+            ],
+        )
     key = lambda r: (r["interval"], r["rank"])  # noqa: E731
     assert sorted(covered, key=key) == sorted(want_rows, key=key)  # each row in exactly one bucket
 
@@ -110,7 +132,7 @@ def test_duplicates_never_double_count(any_client, new_run, records, oracle, clo
     stored = recs[:25] + replay[25:]
 
     want = (len(stored), sum(r["steps"] for r in stored), sum(r["tokens"] for r in stored))
-    assert stored_rollup_sums(any_client) == {level: want for level in ROLLUP_LEVELS}
+    assert stored_rollup_sums(any_client) == dict.fromkeys(ROLLUP_LEVELS, want)
     check_series(any_client, "run-1", stored, oracle, close, 1)
     check_series(any_client, "run-1", stored, oracle, close, 40)
     sites = any_client.get(f"{RUNS}/run-1/sync-sites").json()
@@ -136,4 +158,6 @@ def test_run_totals_equal_sums_over_rows(any_client, new_run, records, oracle, c
     with_loss = [r for r in recs if r["loss"] is not None]
     close(run["totals"], oracle(with_loss), ["loss"])  # a missing loss weighs nothing
     filled = [dict(r, loss=r["loss"] or 0.0) for r in recs]  # the oracle wants a loss everywhere
-    close(run["totals"], oracle(filled), ["steps", "tokens", "tflops_useful", "mfu_bshd", "padding_pct", "syncs_per_iter"])
+    close(
+        run["totals"], oracle(filled), ["steps", "tokens", "tflops_useful", "mfu_bshd", "padding_pct", "syncs_per_iter"]
+    )

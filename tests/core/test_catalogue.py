@@ -8,12 +8,40 @@ from packscope.core.flops import ModelSpec
 
 # Two intervals of one run on 8 GPUs; every number below is worked out by hand from them.
 ROWS = [
-    {"steps": 10, "gpus": 8, "gpu_time_s": 2.0, "host_time_s": 2.0, "tokens": 1000, "real_tokens": 900,
-     "seqlen_sq_sum_bshd": 100_000, "seqlen_sq_sum_thd": 40_000, "documents": 30, "packs": 10,
-     "syncs_total": 20, "loss": 2.0, "gpu_util_pct": 90.0, "gpu_power_w": 600.0, "gpu_energy_j": 900.0},
-    {"steps": 10, "gpus": 8, "gpu_time_s": 3.0, "host_time_s": 3.0, "tokens": 1000, "real_tokens": 600,
-     "seqlen_sq_sum_bshd": 100_000, "seqlen_sq_sum_thd": 20_000, "documents": 20, "packs": 10,
-     "syncs_total": 0, "loss": None, "gpu_util_pct": 60.0, "gpu_power_w": None, "gpu_energy_j": None},
+    {
+        "steps": 10,
+        "gpus": 8,
+        "gpu_time_s": 2.0,
+        "host_time_s": 2.0,
+        "tokens": 1000,
+        "real_tokens": 900,
+        "seqlen_sq_sum_bshd": 100_000,
+        "seqlen_sq_sum_thd": 40_000,
+        "documents": 30,
+        "packs": 10,
+        "syncs_total": 20,
+        "loss": 2.0,
+        "gpu_util_pct": 90.0,
+        "gpu_power_w": 600.0,
+        "gpu_energy_j": 900.0,
+    },
+    {
+        "steps": 10,
+        "gpus": 8,
+        "gpu_time_s": 3.0,
+        "host_time_s": 3.0,
+        "tokens": 1000,
+        "real_tokens": 600,
+        "seqlen_sq_sum_bshd": 100_000,
+        "seqlen_sq_sum_thd": 20_000,
+        "documents": 20,
+        "packs": 10,
+        "syncs_total": 0,
+        "loss": None,
+        "gpu_util_pct": 60.0,
+        "gpu_power_w": None,
+        "gpu_energy_j": None,
+    },
 ]
 C = Coefficients(c_lin=1_000_000, c_core=100, peak_tflops=1e-3)
 

@@ -26,7 +26,7 @@ def _documents(n: int, seed: int) -> tuple[list[torch.Tensor], list[int]]:
 
 def _brute_force(token_losses, labels, channels) -> torch.Tensor:
     sums = torch.zeros(CHANNELS, 2, dtype=torch.float64)
-    for loss, label in zip(token_losses.flatten().tolist(), labels.flatten().tolist()):
+    for loss, label in zip(token_losses.flatten().tolist(), labels.flatten().tolist(), strict=True):
         if label != IGNORE:
             c = channels[label - BASE]
             sums[c, 0] += loss
@@ -65,7 +65,13 @@ def test_the_legacy_loop_reads_two_bounds_per_document(monkeypatch):
     reads = []
     original = torch.Tensor.item
     monkeypatch.setattr(torch.Tensor, "item", lambda t: reads.append(1) or original(t))
-    args = (torch.rand(batch.labels.shape), batch.labels, span_bounds(batch), span_channels(docs, batch, 8, 1), CHANNELS)
+    args = (
+        torch.rand(batch.labels.shape),
+        batch.labels,
+        span_bounds(batch),
+        span_channels(docs, batch, 8, 1),
+        CHANNELS,
+    )
     channel_loss_sums(*args)
     assert not reads
     channel_loss_sums_loop(*args)
@@ -80,9 +86,18 @@ def test_the_trainer_sends_channel_loss_per_interval_either_way():
 
     records = []
     for legacy in (False, True):
-        cfg = TrainConfig(preset="tiny", steps=4, pack_length=128, packs_per_step=2, micro_batches=2, device="cpu",
-                          progress=False, data=DataConfig(min_len=8, short_median=24, long_median=64),
-                          channel_loss=True, legacy_channel_loss=legacy)
+        cfg = TrainConfig(
+            preset="tiny",
+            steps=4,
+            pack_length=128,
+            packs_per_step=2,
+            micro_batches=2,
+            device="cpu",
+            progress=False,
+            data=DataConfig(min_len=8, short_median=24, long_median=64),
+            channel_loss=True,
+            legacy_channel_loss=legacy,
+        )
         trainer = Trainer(cfg)
         agent = Agent(AgentConfig(log_every=2, count_syncs=False), model=trainer.model_cfg.to_model_spec())
         for _ in range(cfg.steps):
@@ -91,7 +106,7 @@ def test_the_trainer_sends_channel_loss_per_interval_either_way():
         records.append([r["channel_loss"] for r in agent.records])
     fast, loop = records
     assert len(fast) == 2 and set(fast[0]) <= set(CHANNELS) and len(fast[0]) >= 2
-    for a, b in zip(fast, loop):
+    for a, b in zip(fast, loop, strict=True):
         assert a.keys() == b.keys()
         for name in a:
             assert a[name] == pytest.approx(b[name], rel=1e-6)

@@ -53,8 +53,17 @@ def spy_reads(monkeypatch) -> Counter:
 
 
 def run(monkeypatch, steps=3, **overrides) -> tuple[Counter, Trainer]:
-    cfg = TrainConfig(preset="tiny", steps=10, pack_length=128, packs_per_step=2, micro_batches=2, device="cpu",
-                      progress=False, data=DataConfig(min_len=8, short_median=24, long_median=64), **overrides)
+    cfg = TrainConfig(
+        preset="tiny",
+        steps=10,
+        pack_length=128,
+        packs_per_step=2,
+        micro_batches=2,
+        device="cpu",
+        progress=False,
+        data=DataConfig(min_len=8, short_median=24, long_median=64),
+        **overrides,
+    )
     trainer = Trainer(cfg)
     agent = Agent(AgentConfig(log_every=100, count_syncs=False), model=trainer.model_cfg.to_model_spec())
     batches = [trainer.next_batches() for _ in range(steps)]  # the data is the host's own work
@@ -80,8 +89,11 @@ def test_legacy_logging_reads_at_its_own_sites_every_step(monkeypatch):
     assert math.isfinite(trainer.legacy_logging.loss) and trainer.legacy_logging.grad_norm > 0
 
 
-@pytest.mark.parametrize("overrides", [{}, {"channel_loss": True}, {"chunked_ce": True}, {"layout": "bshd"}],
-                         ids=["default", "channel-loss", "plain-ce", "bshd"])
+@pytest.mark.parametrize(
+    "overrides",
+    [{}, {"channel_loss": True}, {"chunked_ce": True}, {"layout": "bshd"}],
+    ids=["default", "channel-loss", "plain-ce", "bshd"],
+)
 def test_the_fixed_path_reads_nothing(monkeypatch, overrides):
     sites, _ = run(monkeypatch, **overrides)
     assert not sites
@@ -94,8 +106,17 @@ def test_legacy_channel_loss_reads_per_document(monkeypatch):
 
 
 def test_the_nan_check_stops_a_nan_gradient():
-    trainer = Trainer(TrainConfig(preset="tiny", steps=2, pack_length=64, device="cpu", progress=False,
-                                  data=DataConfig(min_len=8, short_median=24, long_median=48), legacy_logging=True))
+    trainer = Trainer(
+        TrainConfig(
+            preset="tiny",
+            steps=2,
+            pack_length=64,
+            device="cpu",
+            progress=False,
+            data=DataConfig(min_len=8, short_median=24, long_median=48),
+            legacy_logging=True,
+        )
+    )
     for p in trainer.model.parameters():
         p.grad = torch.zeros_like(p)
     next(iter(trainer.model.parameters())).grad[0] = float("nan")

@@ -47,7 +47,7 @@ def test_bfloat16_matmul_matches_the_autocast_path():
     ref = F.cross_entropy(logits.float(), labels, ignore_index=IGNORE, reduction="sum")
     ref.backward()
     torch.testing.assert_close(total, ref.detach(), rtol=2e-3, atol=1e-2)
-    for a, b in zip(got, (h.grad, w.grad)):
+    for a, b in zip(got, (h.grad, w.grad), strict=True):
         assert float((a - b).norm() / b.norm()) < 2e-2
 
 

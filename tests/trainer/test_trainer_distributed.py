@@ -29,8 +29,17 @@ pytestmark = [
 
 WORLD = 2
 STEPS, LOG_EVERY = 6, 2
-ARGS = dict(preset="tiny", device="cpu", steps=STEPS, log_every=LOG_EVERY, pack_length=128, packs_per_step=4,
-            micro_batches=2, seed=5, data=DataConfig(min_len=8, short_median=24, long_median=96))
+ARGS = dict(
+    preset="tiny",
+    device="cpu",
+    steps=STEPS,
+    log_every=LOG_EVERY,
+    pack_length=128,
+    packs_per_step=4,
+    micro_batches=2,
+    seed=5,
+    data=DataConfig(min_len=8, short_median=24, long_median=96),
+)
 COUNT_KEYS = ("tokens", "real_tokens", "packs", "documents", "seqlen_sq_sum_bshd", "seqlen_sq_sum_thd")
 
 LAUNCHER = """
@@ -84,8 +93,20 @@ def layout_run(request, tmp_path_factory) -> tuple[str, Path, list[dict]]:
     launcher.write_text(LAUNCHER)
     out = root / "records"
     out.mkdir()
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={WORLD}",
-           str(launcher), "train", f"--parallel={kind}", "--no-progress", "--records-dir", str(out), *_flags(ARGS)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={WORLD}",
+        str(launcher),
+        "train",
+        f"--parallel={kind}",
+        "--no-progress",
+        "--records-dir",
+        str(out),
+        *_flags(ARGS),
+    ]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, cwd=root)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -117,8 +138,9 @@ def brute_intervals(rank: int) -> list[dict]:
     cfg = TrainConfig(**ARGS)
     seed = Parallel("ddp", rank=rank, world_size=WORLD).data_seed(cfg.seed)
     docs = DocumentStream(cfg.data, cfg.model.vocab, cfg.pack_length, seed)
-    steps = step_documents(iter(docs), cfg.micro_batches, cfg.packs_per_micro_batch, cfg.pack_length,
-                           cfg.max_docs_per_pack, cfg.align)
+    steps = step_documents(
+        iter(docs), cfg.micro_batches, cfg.packs_per_micro_batch, cfg.pack_length, cfg.max_docs_per_pack, cfg.align
+    )
     out = []
     for _ in range(STEPS // LOG_EVERY):
         c = dict.fromkeys(COUNT_KEYS, 0)
@@ -157,7 +179,7 @@ def test_every_rank_sends_its_own_records_and_their_sum_is_brute_force(layout_ru
     for rank, records in enumerate(per_rank):
         assert [r["interval"] for r in records] == list(range(STEPS // LOG_EVERY)), kind
         assert all(r["rank"] == rank and r["gpus"] == 1 and r["gpu_time_s"] > 0 for r in records)
-        for rec, exp in zip(records, expected[rank]):
+        for rec, exp in zip(records, expected[rank], strict=True):
             assert {k: rec[k] for k in COUNT_KEYS} == {k: exp[k] for k in COUNT_KEYS}, (kind, rank)
             assert rec["histograms"]["documents"] == exp["doc_hist"], (kind, rank)
     for i in range(STEPS // LOG_EVERY):  # what the server's sums over ranks hold

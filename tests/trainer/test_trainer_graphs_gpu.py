@@ -21,8 +21,16 @@ SHORT_DOCS = DataConfig(min_len=8, short_median=24, long_median=96)
 
 
 def gpu_run(**overrides) -> TrainConfig:
-    base = dict(steps=20, pack_length=256, packs_per_step=2, device="cuda", progress=False, data=SHORT_DOCS,
-                static=True, warmup_steps=5)
+    base = dict(
+        steps=20,
+        pack_length=256,
+        packs_per_step=2,
+        device="cuda",
+        progress=False,
+        data=SHORT_DOCS,
+        static=True,
+        warmup_steps=5,
+    )
     return TrainConfig(**{**base, **overrides})
 
 
@@ -33,8 +41,11 @@ def losses(cfg: TrainConfig) -> tuple[list[float], Trainer]:
 
 
 @gpu
-@pytest.mark.parametrize("overrides", [dict(), dict(micro_batches=2), dict(channel_loss=True, chunked_ce=True)],
-                         ids=["one-micro-batch", "accumulate", "channel-loss-plain-ce"])
+@pytest.mark.parametrize(
+    "overrides",
+    [dict(), dict(micro_batches=2), dict(channel_loss=True, chunked_ce=True)],
+    ids=["one-micro-batch", "accumulate", "channel-loss-plain-ce"],
+)
 def test_graphed_losses_equal_eager_within_bf16_noise(overrides):
     eager, _ = losses(gpu_run(**overrides))
     graphed, trainer = losses(gpu_run(cuda_graphs=True, **overrides))
