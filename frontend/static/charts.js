@@ -1,9 +1,12 @@
-// Plotly builders: catalogue formats in hovers, min–max bands, upload-free plots, and a chart
-// panel that shows an empty state until there is data and extends in place when data arrives.
+// Plotly builders: catalogue formats in hovers, min–max bands, upload-free plots, the chart
+// controls' settings (x axis, log y, smoothing) applied to a plot, and a chart panel that shows an
+// empty state until there is data.
 
+import { X_AXES } from "./controls.js";
 import { csvLink, tracesToCSV } from "./csv.js";
 import { unitSuffix } from "./format.js";
 import { linkX, unlinkX } from "./linkedzoom.js";
+import { ema } from "./smoothing.js";
 
 const FONT = 'system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif';
 const BAND_NOTE = "shaded: min–max of the intervals in each point";
@@ -40,7 +43,7 @@ export function layout({ yTitle, metric, yFormat, xTitle = "step", barmode, xTyp
 }
 
 // One series column as a line, named and hover-formatted from its catalogue metric.
-// meta.column names the column it plots, so live updates can extend it generically.
+// meta.column names the column it plots, so fill() reads it from any series of columns.
 export function line(column, metric, color, { name = metric.label, dash = "solid", width = 2, rank } = {}) {
   return {
     type: "scatter",
@@ -111,8 +114,31 @@ function bandsShow(traces) {
   return false;
 }
 
+// With smoothing, each line is drawn twice: the raw values faded and without hover, the EMA over
+// them in full colour (W&B's look). One legend entry toggles both.
+function smoothed(traces, weight) {
+  if (!weight) return traces;
+  const isLine = (t) => t.meta?.kind === "line";
+  const grouped = traces.map((t, i) => (isLine(t) ? { ...t, legendgroup: t.legendgroup ?? `line-${i}` } : t));
+  const faded = grouped.map((t) => (isLine(t) ? { ...t, opacity: 0.3, showlegend: false, hoverinfo: "skip" } : t));
+  const smooth = grouped.filter(isLine).map((t) => ({ ...t, y: ema(t.y, weight), meta: { ...t.meta, kind: "smoothed" } }));
+  return [...faded, ...smooth];
+}
+
+// The controls' settings on a series plot's layout. uirevision follows the axes' units, so a
+// zoom kept across redraws is dropped when its units change.
+function withAxes(plotLayout, { x, log }) {
+  const axis = X_AXES[x];
+  return {
+    ...plotLayout,
+    xaxis: { ...plotLayout.xaxis, title: { text: axis.title }, tickformat: x === "step" ? undefined : "~s" },
+    yaxis: { ...plotLayout.yaxis, type: log ? "log" : "linear" },
+    uirevision: `${x}:${log ? "log" : "linear"}`,
+  };
+}
+
 // A .chart element from the templates: holds the plot, the empty-state note and the CSV link.
-// linked: the chart plots against the step and zooms together with the page's other such charts.
+// linked: the chart plots against the series' x axis and zooms together with the page's other such charts.
 export class ChartPanel {
   constructor(element, { filename, xName = "step", linked = xName === "step" }) {
     this.element = element;
@@ -121,9 +147,11 @@ export class ChartPanel {
     this.note = element.querySelector(".card-head .note");
     this.baseNote = this.note?.textContent.trim() ?? "";
     this.linked = linked;
+    this.xName = xName;
     this.drawn = false;
+    // The CSV holds what was measured: smoothed lines are a view of it and stay out.
     element.querySelector(".chart-foot").append(
-      csvLink(filename, () => tracesToCSV(this.plot.data || [], xName)),
+      csvLink(filename, () => tracesToCSV((this.plot.data || []).filter((t) => t.meta?.kind !== "smoothed"), this.xName)),
     );
   }
 
@@ -137,21 +165,17 @@ export class ChartPanel {
     this.drawn = false;
   }
 
-  draw(traces, plotLayout) {
+  // settings (from controls.js), for a series plot: traces filled against X_AXES[settings.x].column.
+  draw(traces, plotLayout, settings) {
+    if (settings) {
+      traces = smoothed(traces, settings.smoothing);
+      plotLayout = withAxes(plotLayout, settings);
+      this.xName = X_AXES[settings.x].column;
+    }
     this.element.classList.remove("is-empty");
     Plotly.react(this.plot, traces, plotLayout, CONFIG);
     if (this.linked) linkX(this.plot);
     this.drawn = true;
-    this.describeBands();
-  }
-
-  // Appends new points to every trace; each trace reads its own column from `columns`.
-  extend(columns, xColumn = "step") {
-    const traces = this.plot.data;
-    const indices = traces.map((_, i) => i);
-    const x = traces.map(() => columns[xColumn]);
-    const y = traces.map((trace) => columns[trace.meta.column]);
-    Plotly.extendTraces(this.plot, { x, y }, indices);
     this.describeBands();
   }
 

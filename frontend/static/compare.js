@@ -1,11 +1,13 @@
-// Compare page: side-by-side table and overlays of useful TFLOP/s and step time for the chosen
-// runs. Ids the server does not know are named, and the rest are compared.
+// Compare page: side-by-side table, overlays of any catalogue metric the user picks (kept in the
+// URL as metric=…) and of useful TFLOP/s and step time, for the chosen runs; every chart follows
+// the controls bar (controls.js). Ids the server does not know are named, and the rest are compared.
 
 import * as api from "./api.js";
 import { loadCatalogue, metricOf } from "./catalogue.js";
 import { runColor } from "./colors.js";
 import { display, signed } from "./format.js";
 import { ChartPanel, fill, layout, line } from "./charts.js";
+import { X_AXES, readSettings, renderControls, tokensSeen, updateQuery } from "./controls.js";
 import { metricLabel, renderDefinitions } from "./definitions.js";
 import { el, showError, statusBadge } from "./dom.js";
 
@@ -29,10 +31,31 @@ const ROWS = [
   { name: "steps" },
 ];
 
+// The series metrics an overlay may show; the first is shown when the URL names none.
+const OVERLAY_METRICS = [
+  "real_tokens_per_gpu_s",
+  "tflops_useful",
+  "tflops_thd",
+  "tflops_bshd",
+  "mfu_useful",
+  "mfu_thd",
+  "mfu_bshd",
+  "overcount_pct",
+  "step_time_s",
+  "tokens_per_gpu_s",
+  "padding_pct",
+  "syncs_per_iter",
+  "loss",
+];
+const WAITING = "Waiting for the first interval…";
+
 const panels = {
   tflops: new ChartPanel(document.getElementById("chart-tflops"), { filename: "compare-tflops.csv" }),
   step_time: new ChartPanel(document.getElementById("chart-step_time"), { filename: "compare-step-time.csv" }),
 };
+const settings = readSettings();
+// The last data loaded, so a control or an overlay's metric redraws without fetching again.
+let shown = null;
 
 // Names need not be unique; fall back to the id where two runs share one.
 function labels(runs) {
@@ -96,27 +119,83 @@ function named(trace, name, csv) {
   return { ...trace, meta: { ...trace.meta, csv }, name };
 }
 
-// Per run: useful TFLOP/s solid (plotted first, the honest number across layouts), THD-corrected dashed.
-function renderCharts(m, runs, names, seriesList) {
-  const tflops = [];
-  const stepTime = [];
-  runs.forEach((run, i) => {
-    const series = seriesList[i];
-    if (!series.points) return;
-    const color = runColor(i);
-    const useful = line("tflops_useful", m("tflops_useful"), color, { name: `${names[i]} · useful` });
-    const thd = line("tflops_thd", m("tflops_thd"), color, { name: `${names[i]} · THD-corrected`, dash: "dash", width: 1.5 });
-    const step = line("step_time_s", m("step_time_s"), color, { name: names[i] });
-    tflops.push(...fill([named(useful, useful.name, `${names[i]}:tflops_useful`), named(thd, thd.name, `${names[i]}:tflops_thd`)], series.columns));
-    stepTime.push(...fill([named(step, names[i], `${names[i]}:step_time_s`)], series.columns));
+// One overlay card per chosen metric, cloned from the page's <template>; `metric` is read at each draw.
+const overlays = [];
+let overlaysMade = 0;
+
+function saveOverlays() {
+  updateQuery({ metric: overlays.map((overlay) => overlay.metric) });
+}
+
+function addOverlay(m, metric) {
+  const card = document.getElementById("overlay-template").content.firstElementChild.cloneNode(true);
+  card.id = `chart-overlay-${overlaysMade++}`;
+  const overlay = { metric, card };
+  const select = el(
+    "select",
+    {
+      class: "overlay-metric",
+      "aria-label": "metric",
+      onchange: () => {
+        overlay.metric = select.value;
+        saveOverlays();
+        drawOverlay(m, overlay);
+      },
+    },
+    OVERLAY_METRICS.map((name) => el("option", { value: name, selected: name === metric, text: m(name).label })),
+  );
+  const remove = el("button", {
+    type: "button",
+    class: "overlay-remove",
+    title: "Remove this chart",
+    text: "×",
+    onclick: () => {
+      overlays.splice(overlays.indexOf(overlay), 1);
+      Plotly.purge(overlay.panel.plot);
+      card.remove();
+      saveOverlays();
+    },
   });
-  if (!tflops.length) {
-    panels.tflops.showEmpty("Waiting for the first interval…");
-    panels.step_time.showEmpty("Waiting for the first interval…");
+  card.querySelector("h2").replaceChildren(select);
+  card.querySelector(".card-head").append(remove);
+  document.getElementById("overlays").append(card);
+  overlay.panel = new ChartPanel(card, { filename: "compare-overlay.csv" });
+  overlays.push(overlay);
+  drawOverlay(m, overlay);
+}
+
+// Per run, one trace of `metric` against the controls' x axis, named ("run · suffix") and coloured by run.
+function perRun(m, metric, { suffix, ...style } = {}) {
+  const { names, seriesList } = shown;
+  return seriesList.flatMap((series, i) => {
+    if (!series.points) return [];
+    const trace = line(metric, m(metric), runColor(i), { name: suffix ? `${names[i]} · ${suffix}` : names[i], ...style });
+    return fill([{ ...trace, meta: { ...trace.meta, csv: `${names[i]}:${metric}` } }], series.columns, X_AXES[settings.x].column);
+  });
+}
+
+function drawOverlay(m, overlay) {
+  if (!shown) return;
+  const traces = perRun(m, overlay.metric);
+  if (!traces.some((t) => t.y.some((v) => v !== null))) {
+    return overlay.panel.showEmpty(shown.seriesList.some((s) => s.points) ? `No run reported ${m(overlay.metric).label}.` : WAITING);
+  }
+  const metric = m(overlay.metric);
+  overlay.panel.draw(traces, layout({ yTitle: metric.label, metric, fromZero: overlay.metric !== "loss" }), settings);
+}
+
+// Per run: useful TFLOP/s solid (plotted first, the honest number across layouts), THD-corrected dashed.
+function renderCharts(m) {
+  for (const overlay of overlays) drawOverlay(m, overlay);
+  if (!shown.seriesList.some((series) => series.points)) {
+    panels.tflops.showEmpty(WAITING);
+    panels.step_time.showEmpty(WAITING);
     return;
   }
-  panels.tflops.draw(tflops, layout({ yTitle: "TFLOP/s per GPU", metric: m("tflops_useful") }));
-  panels.step_time.draw(stepTime, layout({ yTitle: "seconds per step", metric: m("step_time_s") }));
+  const thd = perRun(m, "tflops_thd", { suffix: "THD-corrected", dash: "dash", width: 1.5 });
+  const tflops = perRun(m, "tflops_useful", { suffix: "useful" }).flatMap((useful, i) => [useful, thd[i]]);
+  panels.tflops.draw(tflops, layout({ yTitle: "TFLOP/s per GPU", metric: m("tflops_useful") }), settings);
+  panels.step_time.draw(perRun(m, "step_time_s"), layout({ yTitle: "seconds per step", metric: m("step_time_s") }), settings);
 }
 
 // The compare API answers 404 for the whole set when any id is unknown; ask per id which.
@@ -139,7 +218,7 @@ function reportUnknown(unknown, known) {
 }
 
 function hideResults() {
-  document.getElementById("compare-table-card").hidden = true;
+  for (const id of ["compare-table-card", "chart-controls", "overlays", "add-overlay"]) document.getElementById(id).hidden = true;
   for (const panel of Object.values(panels)) panel.element.hidden = true;
 }
 
@@ -148,8 +227,10 @@ async function load(catalogue, runIds) {
   const { runs, step_time_tests: tests } = await api.compareRuns(runIds);
   const names = labels(runs);
   const seriesList = await Promise.all(runs.map((run) => api.getSeries(run.run_id, { max_points: MAX_POINTS })));
+  for (const series of seriesList) series.columns.tokens_seen = tokensSeen(series.columns.tokens);
+  shown = { runs, names, seriesList };
   renderTable(catalogue, runs, names, tests);
-  renderCharts(m, runs, names, seriesList);
+  renderCharts(m);
   return runs.some((run) => run.status === "running");
 }
 
@@ -183,6 +264,14 @@ async function start() {
   if (!requestedIds.length) return hideResults();
   try {
     const catalogue = await loadCatalogue();
+    const m = (name) => metricOf(catalogue, name);
+    renderControls(document.getElementById("chart-controls"), settings, () => shown && renderCharts(m));
+    const asked = new URLSearchParams(location.search).getAll("metric").filter((name) => OVERLAY_METRICS.includes(name));
+    for (const metric of asked.length ? asked : OVERLAY_METRICS.slice(0, 1)) addOverlay(m, metric);
+    document.getElementById("add-overlay").addEventListener("click", () => {
+      addOverlay(m, OVERLAY_METRICS[0]);
+      saveOverlays();
+    });
     renderDefinitions(catalogue, ROWS.map((row) => row.name));
     await loop(catalogue, requestedIds);
   } catch (error) {

@@ -1,4 +1,5 @@
 // Run page: totals, series charts, histograms, sync sites and the system panel; live through SSE.
+// The series charts follow the controls bar (x axis, log y, smoothing; controls.js).
 // Every number is the server's (series and totals carry each catalogue metric); this page only
 // picks which to show and formats them as the catalogue says.
 
@@ -7,6 +8,7 @@ import { loadCatalogue, metricOf } from "./catalogue.js";
 import { COLORS } from "./colors.js";
 import { count, display, formatNumber } from "./format.js";
 import { ChartPanel, band, fill, layout, line } from "./charts.js";
+import { X_AXES, readSettings, renderControls, tokensSeen } from "./controls.js";
 import { metricLabel, renderDefinitions } from "./definitions.js";
 import { histogramTraces } from "./histogram.js";
 import { el, showError } from "./dom.js";
@@ -72,6 +74,7 @@ function seriesCharts(m) {
 }
 
 const state = { run: null, charts: null, columns: null, points: 0, lastStep: null };
+const settings = readSettings();
 const panels = {};
 
 const lineColumns = (traces) => traces.filter((t) => t.meta.kind === "line").map((t) => t.meta.column);
@@ -97,21 +100,12 @@ function drawSeries() {
     if (spec.system && !system) continue; // a hidden plot has no size to draw into
     const reason = emptyReason(spec);
     if (reason) panels[id].showEmpty(reason);
-    else panels[id].draw(fill(spec.traces, state.columns), spec.layout);
-  }
-}
-
-function extendSeries(fresh) {
-  const system = systemShown();
-  for (const [id, spec] of Object.entries(state.charts)) {
-    if (spec.system && !system) continue;
-    if (panels[id].drawn) panels[id].extend(fresh);
-    else if (!emptyReason(spec)) panels[id].draw(fill(spec.traces, state.columns), spec.layout);
+    else panels[id].draw(fill(spec.traces, state.columns, X_AXES[settings.x].column), spec.layout, settings);
   }
 }
 
 function remember(series) {
-  state.columns = series.columns;
+  state.columns = { ...series.columns, tokens_seen: tokensSeen(series.columns.tokens) };
   state.points = series.points;
   state.lastStep = series.points ? series.columns.step.at(-1) : null;
 }
@@ -125,10 +119,12 @@ async function extendWithNewIntervals() {
   if (state.lastStep === null || state.points > REDRAW_POINTS) return loadSeries();
   const series = await api.getSeries(runId, { max_points: MAX_POINTS, step_min: state.lastStep + 1 });
   if (!series.points) return;
-  for (const [name, values] of Object.entries(series.columns)) state.columns[name]?.push(...values);
+  const fresh = { ...series.columns, tokens_seen: tokensSeen(series.columns.tokens, state.columns.tokens_seen.at(-1)) };
+  for (const [name, values] of Object.entries(fresh)) state.columns[name]?.push(...values);
   state.points += series.points;
   state.lastStep = series.columns.step.at(-1);
-  extendSeries(series.columns);
+  // Redrawn whole, not extended: smoothing is recomputed over the grown series.
+  drawSeries();
 }
 
 function labelStats(catalogue) {
@@ -243,6 +239,7 @@ async function start() {
         xName: id === "histogram" ? "length_bucket" : "step",
       });
     }
+    renderControls(document.getElementById("chart-controls"), settings, () => state.columns && drawSeries());
     labelStats(catalogue);
     const shown = [...document.querySelectorAll("[data-stat]")].map((node) => node.dataset.stat);
     renderDefinitions(catalogue, [...shown, "tflops_bshd", "tflops_thd", "tflops_useful", "mfu_bshd", "mfu_thd", "tokens_per_gpu_s"]);

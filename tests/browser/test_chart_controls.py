@@ -1,0 +1,229 @@
+"""The chart controls (x axis, log y, EMA smoothing) and the compare overlay in Debian's chromium:
+what they draw, and that the URL carries them through a reload."""
+
+import csv
+import io
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import parse_qs, urlparse
+
+import httpx
+import pytest
+from playwright import sync_api
+
+pytestmark = pytest.mark.browser
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
+MODEL = {"layers": 4, "hidden": 512, "heads": 8, "ffn": 2048, "vocab": 32000}
+STEPS = 10
+PACK = 4096
+
+
+def until(page, expression, timeout=8_000):
+    """Waits for a JS expression to be true; a function, as the CSP (script-src 'self') forbids eval."""
+    try:
+        page.wait_for_function(f"() => ({expression})", timeout=timeout)
+    except sync_api.TimeoutError:
+        page.screenshot(path="/tmp/chart-controls-failure.png", full_page=True)
+        raise AssertionError(f"never true: {expression}; page errors: {page.errors}") from None
+
+
+def traces(chart, kind):
+    return f"(document.querySelector('#{chart} .plot').data || []).filter(t => t.meta.kind === '{kind}')"
+
+
+def interval(k, slowdown):
+    gpu_time_s = slowdown * (0.5 + 0.05 * (k % 3))
+    tokens = STEPS * PACK * (1 + k % 2)  # uneven, so tokens seen is not a multiple of the step
+    return {
+        "interval": k,
+        "rank": 0,
+        "first_step": k * STEPS + 1,
+        "last_step": (k + 1) * STEPS,
+        "steps": STEPS,
+        "gpus": 1,
+        "wall_start": 1000.0 + k,
+        "wall_end": 1000.0 + k + gpu_time_s,
+        "gpu_time_s": gpu_time_s,
+        "host_time_s": gpu_time_s,
+        "step_time_p50_s": gpu_time_s / STEPS,
+        "step_time_p90_s": gpu_time_s / STEPS,
+        "step_time_max_s": gpu_time_s / STEPS,
+        "timing_lag_steps": 0,
+        "tokens": tokens,
+        "real_tokens": tokens - 256,
+        "packs": STEPS,
+        "documents": 8 * STEPS,
+        "seqlen_sq_sum_bshd": STEPS * PACK**2,
+        "seqlen_sq_sum_thd": STEPS * 8 * 512**2,
+        "flops_bshd": 1e12,
+        "flops_thd": 5e11,
+        "flops_useful": 4e11,
+        "syncs": {"total": 3 * STEPS, "sites": [{"site": "train.py:88", "count": 3 * STEPS}]},
+        "histograms": {
+            "documents": {"count": [0] * 24, "tokens": [0] * 24},
+            "packs": {"count": [0] * 24, "tokens": [0] * 24},
+        },
+        "loss": 5.0 - 0.2 * k + 0.3 * (k % 3),  # noisy, so smoothing changes it
+    }
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    db = tmp_path_factory.mktemp("controls") / "controls.db"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "PACKSCOPE_DATABASE_URL": f"sqlite:///{db}"}
+    command = [sys.executable, "-m", "uvicorn", "--factory", "packscope.backend.app:create_app"]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+    process = subprocess.Popen(command, env=env, cwd=db.parent)  # not the checkout: its alembic/ would shadow
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(f"{base}/api/v1/runs").raise_for_status()
+                break
+            except httpx.HTTPError:
+                assert process.poll() is None and time.monotonic() < deadline, "the server did not start"
+                time.sleep(0.1)
+        for run_id, count, slowdown in [("alpha", 12, 1.0), ("beta", 8, 1.25)]:
+            body = {
+                "run_id": run_id,
+                "name": run_id,
+                "model": MODEL,
+                "layout": "thd",
+                "hardware": {"gpu_name": "NVIDIA H200", "gpu_count": 1, "peak_tflops": 989.0},
+            }
+            assert httpx.post(f"{base}/api/v1/runs", json=body).status_code == 201
+            body = {"intervals": [interval(k, slowdown) for k in range(count)]}
+            assert httpx.post(f"{base}/api/v1/runs/{run_id}/intervals", json=body).status_code == 200
+            assert httpx.patch(f"{base}/api/v1/runs/{run_id}", json={"status": "finished"}).status_code == 200
+        yield base
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def context():
+    if not Path(CHROMIUM).exists():
+        if os.environ.get("CI"):
+            pytest.fail(f"{CHROMIUM} is missing")
+        pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium")
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        context = browser.new_context(viewport={"width": 1300, "height": 900}, accept_downloads=True)
+        yield context
+        browser.close()
+
+
+@pytest.fixture
+def page(context):
+    page = context.new_page()
+    page.errors = []
+    page.on("console", lambda m: m.type == "error" and page.errors.append(m.text))
+    page.on("pageerror", lambda e: page.errors.append(str(e)))
+    yield page
+    assert page.errors == []
+    page.close()
+
+
+def series(base, run_id):
+    return httpx.get(f"{base}/api/v1/runs/{run_id}/series").json()["columns"]
+
+
+def ema(values, weight):
+    """Debiased EMA (TensorBoard's, W&B's classic smoothing)."""
+    last, out = 0.0, []
+    for seen, value in enumerate(values, start=1):
+        last = last * weight + (1 - weight) * value
+        out.append(last / (1 - weight**seen))
+    return out
+
+
+def query(page):
+    return parse_qs(urlparse(page.url).query)
+
+
+def test_log_scale_sets_the_y_axis_type(server, page):
+    page.goto(f"{server}/runs/alpha")
+    until(page, f"{traces('chart-loss', 'line')}.length === 1")
+    page.check("#log-y")
+    for chart in ("chart-tflops", "chart-step_time", "chart-loss"):
+        until(page, f"document.querySelector('#{chart} .plot').layout.yaxis.type === 'log'")
+    assert query(page)["log"] == ["1"]
+    page.uncheck("#log-y")
+    until(page, "document.querySelector('#chart-loss .plot').layout.yaxis.type === 'linear'")
+    assert "log" not in query(page)
+
+
+def test_smoothing_draws_the_ema_over_the_raw_line(server, page):
+    page.goto(f"{server}/runs/alpha")
+    until(page, f"{traces('chart-loss', 'line')}.length === 1")
+    page.fill("#smoothing", "0.6")
+    until(page, f"{traces('chart-loss', 'smoothed')}.length === 1")
+    raw = page.evaluate(f"{traces('chart-loss', 'line')}[0]")
+    smooth = page.evaluate(f"{traces('chart-loss', 'smoothed')}[0]")
+    loss = series(server, "alpha")["loss"]
+    assert raw["y"] == pytest.approx(loss, rel=1e-12)
+    assert smooth["y"] == pytest.approx(ema(loss, 0.6), rel=1e-12)
+    assert smooth["y"] != pytest.approx(loss)
+    assert raw["opacity"] < 1 and raw["showlegend"] is False  # the raw line stays, lighter
+    assert query(page)["smooth"] == ["0.6"]
+    # The CSV holds the measured values, not the smoothed ones.
+    with page.expect_download() as download:
+        page.click("#chart-loss .csv-link")
+    rows = list(csv.DictReader(io.StringIO(Path(download.value.path()).read_text())))
+    assert [float(row["loss"]) for row in rows] == pytest.approx(loss, rel=1e-12)
+
+
+def test_the_url_keeps_the_settings_through_a_reload(server, page):
+    page.goto(f"{server}/runs/alpha")
+    until(page, f"{traces('chart-tflops', 'line')}.length === 3")
+    page.select_option("#x-axis", "tokens")
+    page.check("#log-y")
+    page.fill("#smoothing", "0.3")
+    until(page, f"{traces('chart-tflops', 'smoothed')}.length === 3")
+    assert query(page) == {"x": ["tokens"], "log": ["1"], "smooth": ["0.3"]}
+    page.reload()
+    until(page, f"{traces('chart-tflops', 'smoothed')}.length === 3")
+    assert page.input_value("#x-axis") == "tokens"
+    assert page.is_checked("#log-y")
+    assert page.input_value("#smoothing") == "0.3"
+    plot = page.evaluate(
+        "(() => { const p = document.querySelector('#chart-tflops .plot');"
+        " return { x: p.data.find(t => t.meta.kind === 'line').x, title: p.layout.xaxis.title.text,"
+        " y: p.layout.yaxis.type }; })()"
+    )
+    tokens = series(server, "alpha")["tokens"]
+    assert plot["x"] == [sum(tokens[: i + 1]) for i in range(len(tokens))]
+    assert plot["title"].startswith("tokens seen") and plot["y"] == "log"
+
+
+def overlay(page):
+    """The first overlay's lines (`#overlays .plot` is the first overlay card's plot)."""
+    return page.evaluate(f"{traces('overlays', 'line')}.map(t => ({{name: t.name, y: t.y}}))")
+
+
+def test_compare_overlay_switches_metric_and_keeps_it_in_the_url(server, page):
+    page.goto(f"{server}/compare?run_id=alpha&run_id=beta")
+    until(page, f"{traces('overlays', 'line')}.length === 2")
+    page.select_option("#overlays .overlay-metric", "loss")
+    want = {run_id: series(server, run_id)["loss"] for run_id in ("alpha", "beta")}
+    until(page, f"{traces('overlays', 'line')}.every(t => t.meta.column === 'loss')")
+    assert query(page)["metric"] == ["loss"]
+    assert query(page)["run_id"] == ["alpha", "beta"]
+    for trace in overlay(page):
+        assert trace["y"] == pytest.approx(want[trace["name"]], rel=1e-12)
+    page.reload()
+    until(page, f"{traces('overlays', 'line')}.length === 2")
+    assert page.input_value("#overlays .overlay-metric") == "loss"
+    assert {t["name"] for t in overlay(page)} == {"alpha", "beta"}
+    assert all(t["y"] == pytest.approx(want[t["name"]], rel=1e-12) for t in overlay(page))
