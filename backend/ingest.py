@@ -88,6 +88,8 @@ def create_or_resume_run(session: Session, body: RunCreate) -> tuple[Run, bool]:
 
 def patch_run(session: Session, run: Run, body: RunPatch) -> Run:
     now = _now()
+    if body.status is None:  # RunPatch also carries edits without a status (routes/ingest.update_run)
+        return run
     run.status = body.status
     run.ended_at = None if body.status == "running" else (body.ended_at or now)
     run.updated_at = now

@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     Column,
     DateTime,
     Float,
@@ -24,7 +25,9 @@ from sqlalchemy import (
     SmallInteger,
     String,
     Table,
+    Text,
     UniqueConstraint,
+    false,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -65,6 +68,13 @@ class Run(Base):
     ended_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
+    # Edited on the runs page (PATCH /api/v1/runs/{id}); an archived run leaves the default list.
+    # Deferred (queries.RUN_EDITS undefers them): migration 0003's backfill selects Run on a
+    # database that does not have these columns yet.
+    notes: Mapped[str] = mapped_column(Text, default="", server_default="", deferred=True, deferred_group="edits")
+    archived: Mapped[bool] = mapped_column(
+        Boolean, default=False, server_default=false(), deferred=True, deferred_group="edits"
+    )
 
 
 def _catalogue_column(f: Field) -> Column[Any]:

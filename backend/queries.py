@@ -6,12 +6,13 @@ import csv
 import io
 import statistics
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Select, String, cast, func, select, union_all
-from sqlalchemy.orm import Session
+from sqlalchemy import Select, String, cast, exists, func, literal, or_, select, union_all
+from sqlalchemy.orm import Session, undefer_group
 
 from packscope.backend.columns import (
     BAND_COLUMNS,
@@ -56,7 +57,7 @@ def coefficients(run: Run) -> Coefficients:
 
 # -- runs -----------------------------------------------------------------------------------------
 def get_run(session: Session, run_id: str) -> Run | None:
-    return session.scalars(select(Run).where(Run.run_id == run_id)).one_or_none()
+    return session.scalars(select(Run).options(RUN_EDITS).where(Run.run_id == run_id)).one_or_none()
 
 
 def _summary(run: Run, sums: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -81,6 +82,8 @@ def _summary(run: Run, sums: Mapping[str, Any] | None) -> dict[str, Any]:
         "records": 0 if sums is None else int(sums["rows"]),
         "last_step": None if sums is None else int(sums["last_step"]),
         "totals": totals,
+        "notes": run.notes,
+        "archived": run.archived,
     }
 
 
@@ -97,13 +100,122 @@ def run_summary(session: Session, run: Run) -> dict[str, Any]:
     return run_summaries(session, [run])[0]
 
 
-def list_runs(session: Session) -> list[Run]:
-    return list(session.scalars(select(Run).order_by(Run.started_at.desc(), Run.id.desc())))
+# -- the runs table (GET /api/v1/runs) -------------------------------------------------------------
+# Sort keys. Columns of `runs` and the stored totals (records, last_step, and the metrics that are
+# plain run_totals sums) sort in SQL; every other metric depends on the run's FLOPs coefficients,
+# which live in the run's model JSON, so it is derived in Python over the filtered set.
+RUN_SORT_COLUMNS = ("run_id", "name", "project", "layout", "status", "started_at", "ended_at", "updated_at")
+TOTALS_SORT_COLUMNS = {"records": "rows", "last_step": "last_step"} | {
+    name: name for name in METRIC if name in SUM_NAMES
+}
+DERIVED_SORT_KEYS = tuple(name for name in METRIC if name not in TOTALS_SORT_COLUMNS)
+SORT_KEYS = (*RUN_SORT_COLUMNS, *TOTALS_SORT_COLUMNS, *DERIVED_SORT_KEYS)
+SORT_PATTERN = "^-?(" + "|".join(SORT_KEYS) + ")$"
+DEFAULT_SORT = "-started_at"
+# Loaded with every listed run: deferred in the model for migration 0003's sake.
+RUN_EDITS = undefer_group("edits")
+
+
+@dataclass(frozen=True)
+class RunFilters:
+    project: str | None = None
+    tag: str | None = None
+    layout: str | None = None
+    status: str | None = None
+    q: str | None = None  # free text: a substring of the name, run_id or a tag, any case
+    archived: bool = False  # include archived runs
+
+
+def _tag_elements(dialect: str) -> Any:
+    """The run's tags as a table of text values, correlated to `runs`."""
+    if dialect == "postgresql":
+        return func.json_array_elements_text(Run.tags).table_valued("value")
+    return func.json_each(Run.tags).table_valued("value")
+
+
+def _where(query: Select[Any], f: RunFilters, dialect: str) -> Select[Any]:
+    if not f.archived:
+        query = query.where(Run.archived.is_(False))
+    for column, value in ((Run.project, f.project), (Run.layout, f.layout), (Run.status, f.status)):
+        if value is not None:
+            query = query.where(column == value)
+    if f.tag is not None:
+        tags = _tag_elements(dialect)
+        query = query.where(exists(select(literal(1)).select_from(tags).where(tags.c.value == f.tag)))
+    if f.q:
+        tags = _tag_elements(dialect)
+        query = query.where(
+            or_(
+                Run.name.icontains(f.q, autoescape=True),
+                Run.run_id.icontains(f.q, autoescape=True),
+                exists(select(literal(1)).select_from(tags).where(tags.c.value.icontains(f.q, autoescape=True))),
+            )
+        )
+    return query
+
+
+def list_runs(
+    session: Session,
+    filters: RunFilters = RunFilters(),
+    sort: str = DEFAULT_SORT,
+    limit: int | None = None,
+    offset: int = 0,
+) -> tuple[list[Run], int]:
+    """One page of the runs that match `filters`, sorted by `sort` ("-" first: descending; runs
+    without a value last either way; ties newest first), and how many runs match in all.
+
+    A derived metric is sorted in Python: one query reads the filtered runs' model, hardware and
+    totals (not their config), then the metric is derived per run (microseconds each), so the
+    cost grows with the filtered set, not with its runs' lengths.
+    """
+    dialect = session.get_bind().dialect.name
+    descending, key = sort.startswith("-"), sort.lstrip("-")
+    total = session.scalar(_where(select(func.count()).select_from(Run), filters, dialect)) or 0
+    newest = (Run.started_at.desc(), Run.id.desc())
+    if key in DERIVED_SORT_KEYS:
+        ids = _sorted_by_metric(session, _where(select(Run.id), filters, dialect), key, descending, newest)
+        page = ids[offset : None if limit is None else offset + limit]
+        found = {r.id: r for r in session.scalars(select(Run).options(RUN_EDITS).where(Run.id.in_(page)))}
+        return [found[i] for i in page], total
+    query = _where(select(Run).options(RUN_EDITS), filters, dialect)
+    if key in TOTALS_SORT_COLUMNS:
+        query = query.outerjoin(run_totals, run_totals.c.run_pk == Run.id)
+        column: Any = run_totals.c[TOTALS_SORT_COLUMNS[key]]
+    else:
+        column = getattr(Run, key)
+    order = (column.desc() if descending else column.asc()).nulls_last()
+    query = query.order_by(order, *newest).offset(offset)
+    if limit is not None:
+        query = query.limit(limit)
+    return list(session.scalars(query)), total
+
+
+def _sorted_by_metric(
+    session: Session, ids: Select[Any], key: str, descending: bool, newest: tuple[Any, ...]
+) -> list[int]:
+    """The ids of `ids` (in default order) sorted by the derived metric `key`, stably."""
+    query = (
+        select(Run.id, Run.model, Run.hardware, *(run_totals.c[name] for name in SUM_NAMES))
+        .outerjoin(run_totals, run_totals.c.run_pk == Run.id)
+        .where(Run.id.in_(ids.scalar_subquery()))
+        .order_by(*newest)
+    )
+    keyed: list[tuple[int, float | None]] = []
+    for row in session.execute(query):
+        sums = row._mapping
+        if sums[SUM_NAMES[0]] is None:  # no totals yet
+            keyed.append((row.id, None))
+            continue
+        c = Coefficients.for_run(row.model, row.hardware)
+        keyed.append((row.id, derive({name: float(sums[name]) for name in SUM_NAMES}, c, [key])[key]))
+    with_value = [(i, v) for i, v in keyed if v is not None]
+    with_value.sort(key=lambda item: item[1], reverse=descending)  # stable: ties stay newest first
+    return [i for i, _ in with_value] + [i for i, v in keyed if v is None]
 
 
 def find_runs(session: Session, run_ids: Sequence[str]) -> tuple[list[Run], list[str]]:
     """The runs asked for, in the order asked, and the ids that are not stored."""
-    found = {r.run_id: r for r in session.scalars(select(Run).where(Run.run_id.in_(run_ids)))}
+    found = {r.run_id: r for r in session.scalars(select(Run).options(RUN_EDITS).where(Run.run_id.in_(run_ids)))}
     return [found[i] for i in run_ids if i in found], [i for i in run_ids if i not in found]
 
 

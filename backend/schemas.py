@@ -12,6 +12,7 @@ from pydantic import (
     BaseModel,
     BeforeValidator,
     Field,
+    StrictBool,
     StringConstraints,
     create_model,
     field_validator,
@@ -100,9 +101,32 @@ def _check_model_numbers(model: dict[str, Any]) -> None:
             raise ValueError(f"model field {key!r} must be an integer from 0 to {MAX_MODEL_SIZE}, got {value!r}")
 
 
+MAX_NOTES = 10_000
+Tag = Annotated[SafeStr, Field(max_length=100)]
+Tags = Annotated[list[Tag], Field(max_length=50)]
+
+
 class RunPatch(BaseModel):
-    status: RunStatus
+    """The fields to change; those left out keep their value. `ended_at` goes with `status`."""
+
+    status: RunStatus | None = None
     ended_at: datetime | None = None
+    name: SafeStr | None = Field(default=None, max_length=200)  # null clears it
+    notes: SafeStr | None = Field(default=None, max_length=MAX_NOTES)  # null clears it
+    tags: Tags | None = None  # null clears them
+    archived: StrictBool | None = None
+
+    @model_validator(mode="after")
+    def _something_to_change(self) -> "RunPatch":
+        given = self.model_fields_set
+        if not given:
+            raise ValueError("nothing to change: send at least one of status, name, notes, tags, archived")
+        for key in ("status", "archived"):
+            if key in given and getattr(self, key) is None:
+                raise ValueError(f"{key} cannot be null")
+        if "ended_at" in given and self.status is None:
+            raise ValueError("ended_at is only set together with status")
+        return self
 
 
 # -- interval records -----------------------------------------------------------------------------
@@ -249,10 +273,18 @@ class RunSummary(BaseModel):
     records: int  # interval records stored: one per rank per interval
     last_step: int | None
     totals: Totals | None  # type: ignore[valid-type]
+    notes: str
+    archived: bool
 
 
 class RunList(BaseModel):
     runs: list[RunSummary]
+
+
+class RunPage(RunList):
+    """One page of GET /api/v1/runs: `total` counts every run that matches the filters."""
+
+    total: int
 
 
 class StepTimeTest(BaseModel):

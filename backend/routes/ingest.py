@@ -126,5 +126,27 @@ def post_intervals(run_id: str, body: Annotated[IntervalBatch, Depends(_batch)],
 
 @router.patch("/runs/{run_id}", response_model=RunSummary)
 def update_run(run_id: str, body: RunPatch, session: SessionDep) -> dict[str, Any]:
-    run = patch_run(session, run_or_404(session, run_id), body)
+    """The agent sets status; the runs page edits name, notes, tags and archived."""
+    run = run_or_404(session, run_id)
+    given = body.model_fields_set
+    if "name" in given:
+        run.name = body.name
+    if "notes" in given:
+        run.notes = body.notes or ""
+    if "tags" in given:
+        run.tags = list(body.tags or [])
+    if body.archived is not None:
+        run.archived = body.archived
+    if body.status is not None:
+        run = patch_run(session, run, body)  # also stamps ended_at and updated_at; commits
+    else:
+        session.commit()
     return run_summary(session, run)
+
+
+@router.delete("/runs/{run_id}", status_code=status.HTTP_204_NO_CONTENT)
+def delete_run(run_id: str, session: SessionDep) -> Response:
+    """The run and everything of it: intervals, details, rollups, totals (ON DELETE CASCADE)."""
+    session.delete(run_or_404(session, run_id))
+    session.commit()
+    return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -3,7 +3,7 @@
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import anyio
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
@@ -23,7 +23,8 @@ from packscope.backend.models import Run
 from packscope.backend.schemas import (
     Comparison,
     IntervalHistograms,
-    RunList,
+    RunPage,
+    RunStatus,
     RunSummary,
     Series,
     SyncSites,
@@ -42,9 +43,29 @@ def get_catalogue() -> dict[str, Any]:
     return catalogue.as_json()
 
 
-@router.get("/runs", response_model=RunList)
-def list_runs(session: SessionDep) -> dict[str, Any]:
-    return {"runs": queries.run_summaries(session, queries.list_runs(session))}
+@router.get("/runs", response_model=RunPage)
+def list_runs(
+    session: SessionDep,
+    sort: Annotated[
+        str,
+        Query(
+            pattern=queries.SORT_PATTERN,
+            max_length=64,
+            description="a RunSummary column or totals metric; a leading '-' sorts descending",
+        ),
+    ] = queries.DEFAULT_SORT,
+    project: Annotated[str | None, Query(max_length=200)] = None,
+    tag: Annotated[str | None, Query(max_length=100)] = None,
+    layout: Literal["thd", "bshd"] | None = None,
+    status: RunStatus | None = None,
+    q: Annotated[str | None, Query(max_length=200, description="text in the name, run_id or a tag")] = None,
+    archived: Annotated[bool, Query(description="include archived runs")] = False,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 100,
+    offset: Annotated[int, Query(ge=0, le=INT32_MAX)] = 0,
+) -> dict[str, Any]:
+    filters = queries.RunFilters(project=project, tag=tag, layout=layout, status=status, q=q, archived=archived)
+    runs, total = queries.list_runs(session, filters, sort, limit, offset)
+    return {"runs": queries.run_summaries(session, runs), "total": total}
 
 
 @router.get("/runs/{run_id}", response_model=RunSummary)

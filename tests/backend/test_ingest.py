@@ -235,7 +235,7 @@ def test_run_body_validation(client, new_run):
     impossible = new_run()
     impossible["model"]["hidden"] = 0
     assert "must be positive" in client.post(RUNS, json=impossible).json()["detail"][0]["msg"]
-    assert client.get(RUNS).json() == {"runs": []}
+    assert client.get(RUNS).json() == {"runs": [], "total": 0}
 
 
 def test_patch_sets_status_and_end(client, run):
