@@ -51,7 +51,10 @@ def test_sort_by_columns_and_metrics(table):
     # A stored sum (SQL) and derived metrics (Python): runs without intervals last either way.
     for key in ("steps", "records", "tflops_useful", "step_time_s", "padding_pct"):
         runs = table.get(RUNS, params={"sort": key}).json()["runs"]
-        value = (lambda r: r[key]) if key == "records" else (lambda r: r["totals"][key])
+
+        def value(r: dict[str, Any], key: str = key) -> Any:
+            return r[key] if key == "records" else r["totals"][key]
+
         assert [r["run_id"] for r in runs[3:]] == ["epsilon", "gamma"], key
         values = [value(r) for r in runs[:3]]
         assert values == sorted(values), key
