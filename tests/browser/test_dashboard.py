@@ -10,6 +10,7 @@ from pathlib import Path
 import httpx
 import pytest
 from playwright import sync_api
+from wire_records import packed_interval
 
 pytestmark = pytest.mark.browser
 
@@ -24,7 +25,7 @@ CHROMIUM_ARGS = [
 ]
 MODEL = {"layers": 4, "hidden": 512, "heads": 8, "ffn": 2048, "vocab": 32000}
 STEPS = 10
-PACK = 4096
+PACK = 4352  # eight 512-token documents and 256 slots of padding per pack
 LINES = "document.querySelector('#chart-tflops .plot').data.filter(t => t.meta.kind === 'line')"
 
 
@@ -46,52 +47,16 @@ def free_port():
 
 def interval(k, gpu_time_s, gpu=False):
     # Eight documents of 512 per pack: the dense baseline counts 8x the attention of THD.
-    tokens = STEPS * PACK
-    hist = {"count": [0] * 24, "tokens": [0] * 24}
-    hist["count"][9], hist["tokens"][9] = 8 * STEPS, tokens
-    packs = {"count": [0] * 24, "tokens": [0] * 24}
-    packs["count"][12], packs["tokens"][12] = STEPS, tokens
-    return {
-        "interval": k,
-        "rank": 0,
-        "first_step": k * STEPS + 1,
-        "last_step": (k + 1) * STEPS,
-        "steps": STEPS,
-        "gpus": 1,
-        "wall_start": 1000.0 + k,
-        "wall_end": 1000.0 + k + gpu_time_s,
-        "gpu_time_s": gpu_time_s,
-        "host_time_s": gpu_time_s,
-        "step_time_p50_s": gpu_time_s / STEPS,
-        "step_time_p90_s": gpu_time_s / STEPS,
-        "step_time_max_s": gpu_time_s / STEPS,
-        "timing_lag_steps": 0,
-        "tokens": tokens,
-        "real_tokens": tokens - 256,
-        "packs": STEPS,
-        "documents": 8 * STEPS,
-        "seqlen_sq_sum_bshd": STEPS * PACK**2,
-        "seqlen_sq_sum_thd": STEPS * 8 * 512**2,
-        "flops_bshd": 1e12,
-        "flops_thd": 5e11,
-        "flops_useful": 4e11,
-        "syncs": {"total": 3 * STEPS, "sites": [{"site": "train.py:88", "count": 3 * STEPS}]},
-        "histograms": {"documents": hist, "packs": packs},
-        "loss": 5.0 - 0.1 * k,
-        **(
-            {
-                "gpu": {
-                    "util_pct": 90.0 + k,
-                    "power_w": 600.0,
-                    "sm_clock_mhz": 1900.0,
-                    "mem_used_bytes": 1e11,
-                    "energy_j": 300.0,
-                }
-            }
-            if gpu
-            else {}
-        ),
+    telemetry = {
+        "util_pct": 90.0 + k,
+        "power_w": 600.0,
+        "sm_clock_mhz": 1900.0,
+        "mem_used_bytes": 1e11,
+        "energy_j": 300.0,
     }
+    return packed_interval(
+        k, steps=STEPS, pack=PACK, gpu_time_s=gpu_time_s, loss=5.0 - 0.1 * k, gpu=telemetry if gpu else None
+    )
 
 
 def post_intervals(base, run_id, ks, slowdown=1.0, gpu=False):

@@ -5,6 +5,7 @@ import re
 
 import pytest
 from fastapi.testclient import TestClient
+from wire_records import packed_interval
 
 from packscope.backend.app import create_app
 from packscope.backend.deps import READ_COOKIE
@@ -26,38 +27,8 @@ def run_body(run_id, name, **extra):
     }
 
 
-def interval(k, steps=10, pack=1024):
-    hist = {"count": [0] * 24, "tokens": [0] * 24}
-    hist["count"][9], hist["tokens"][9] = 4, 4 * 600
-    tokens = steps * pack
-    return {
-        "interval": k,
-        "rank": 0,
-        "first_step": k * steps + 1,
-        "last_step": (k + 1) * steps,
-        "steps": steps,
-        "gpus": 1,
-        "wall_start": 1000.0 + k,
-        "wall_end": 1000.9 + k,
-        "gpu_time_s": 0.9,
-        "host_time_s": 0.9,
-        "step_time_p50_s": 0.09,
-        "step_time_p90_s": 0.09,
-        "step_time_max_s": 0.1,
-        "timing_lag_steps": 0,
-        "tokens": tokens,
-        "real_tokens": tokens - 100,
-        "packs": steps,
-        "documents": 4 * steps,
-        "seqlen_sq_sum_bshd": steps * pack**2,
-        "seqlen_sq_sum_thd": steps * 4 * 256**2,
-        "flops_bshd": 2e12,
-        "flops_thd": 1.5e12,
-        "flops_useful": 1.4e12,
-        "syncs": {"total": 2 * steps, "sites": [{"site": "train.py:88", "count": 2 * steps}]},
-        "histograms": {"documents": hist, "packs": hist},
-        "loss": 3.0,
-    }
+def interval(k):
+    return packed_interval(k, pack=1024, docs_per_pack=4, doc_len=250, gpu_time_s=0.9, syncs_per_step=2, loss=3.0)
 
 
 @pytest.fixture
