@@ -14,6 +14,7 @@ from urllib.parse import parse_qs, urlparse
 import httpx
 import pytest
 from playwright import sync_api
+from wire_records import packed_interval
 
 pytestmark = pytest.mark.browser
 
@@ -39,38 +40,9 @@ def traces(chart, kind):
 
 def interval(k, slowdown):
     gpu_time_s = slowdown * (0.5 + 0.05 * (k % 3))
-    tokens = STEPS * PACK * (1 + k % 2)  # uneven, so tokens seen is not a multiple of the step
-    return {
-        "interval": k,
-        "rank": 0,
-        "first_step": k * STEPS + 1,
-        "last_step": (k + 1) * STEPS,
-        "steps": STEPS,
-        "gpus": 1,
-        "wall_start": 1000.0 + k,
-        "wall_end": 1000.0 + k + gpu_time_s,
-        "gpu_time_s": gpu_time_s,
-        "host_time_s": gpu_time_s,
-        "step_time_p50_s": gpu_time_s / STEPS,
-        "step_time_p90_s": gpu_time_s / STEPS,
-        "step_time_max_s": gpu_time_s / STEPS,
-        "timing_lag_steps": 0,
-        "tokens": tokens,
-        "real_tokens": tokens - 256,
-        "packs": STEPS,
-        "documents": 8 * STEPS,
-        "seqlen_sq_sum_bshd": STEPS * PACK**2,
-        "seqlen_sq_sum_thd": STEPS * 8 * 512**2,
-        "flops_bshd": 1e12,
-        "flops_thd": 5e11,
-        "flops_useful": 4e11,
-        "syncs": {"total": 3 * STEPS, "sites": [{"site": "train.py:88", "count": 3 * STEPS}]},
-        "histograms": {
-            "documents": {"count": [0] * 24, "tokens": [0] * 24},
-            "packs": {"count": [0] * 24, "tokens": [0] * 24},
-        },
-        "loss": 5.0 - 0.2 * k + 0.3 * (k % 3),  # noisy, so smoothing changes it
-    }
+    pack = PACK * (1 + k % 2)  # uneven, so tokens seen is not a multiple of the step
+    loss = 5.0 - 0.2 * k + 0.3 * (k % 3)  # noisy, so smoothing changes it
+    return packed_interval(k, steps=STEPS, pack=pack, gpu_time_s=gpu_time_s, loss=loss)
 
 
 @pytest.fixture(scope="module")
