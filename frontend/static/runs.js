@@ -1,20 +1,57 @@
-// Runs page: the run table, refreshed every 5 s so live status shows; pick runs to compare.
-// Metric columns are declared in the template (th[data-metric]); labels and formats come from the catalogue.
+// Runs page: the runs table (docs/api.md, GET /api/v1/runs), sorted, filtered, searched and paged
+// by the server; refreshed every 5 s so live status shows; pick runs to compare; rename, tag,
+// annotate, archive and delete runs. Metric columns are declared in the template (th[data-metric]);
+// labels and formats come from the catalogue. The view (sort, filters, page) lives in the URL.
 
 import * as api from "./api.js";
 import { loadCatalogue, metricOf } from "./catalogue.js";
 import { metricLabel, renderDefinitions } from "./definitions.js";
-import { count, display } from "./format.js";
+import { ask, setDialogError } from "./dialog.js";
 import { el, showError, statusBadge } from "./dom.js";
+import { count, display } from "./format.js";
+import { listRuns, write } from "./runs_api.js";
 
 const REFRESH_MS = 5000;
+const SEARCH_DEBOUNCE_MS = 300;
+const PAGE_SIZE = 50;
+const DEFAULT_SORT = "-started_at";
+const FILTERS = ["q", "project", "tag", "layout", "status"];
+
 const selected = new Set();
 const body = document.getElementById("runs-body");
 const compareButton = document.getElementById("compare");
 const metricHeads = [...document.querySelectorAll("#runs-table th[data-metric]")];
 const columnCount = document.querySelectorAll("#runs-table thead th").length;
+const dialogs = {
+  edit: document.getElementById("edit-dialog"),
+  remove: document.getElementById("delete-dialog"),
+  token: document.getElementById("token-dialog"),
+};
 let metrics = [];
+let editing = 0; // inline renames and dialogs open: refreshes wait, so nothing is redrawn under the user
+let generation = 0; // answers of superseded requests are dropped
 
+const view = readView();
+
+function readView() {
+  const params = new URLSearchParams(window.location.search);
+  const out = { sort: params.get("sort") || DEFAULT_SORT, offset: Math.max(0, Number(params.get("offset")) || 0) };
+  for (const key of FILTERS) out[key] = params.get(key) || "";
+  out.archived = params.get("archived") === "true";
+  return out;
+}
+
+function writeView() {
+  const params = new URLSearchParams();
+  if (view.sort !== DEFAULT_SORT) params.set("sort", view.sort);
+  for (const key of FILTERS) if (view[key]) params.set(key, view[key]);
+  if (view.archived) params.set("archived", "true");
+  if (view.offset) params.set("offset", view.offset);
+  const text = params.toString();
+  history.replaceState(null, "", text ? `?${text}` : window.location.pathname);
+}
+
+// -- selection ----------------------------------------------------------------------------------
 function updateCompareButton() {
   compareButton.disabled = selected.size < 2;
   compareButton.textContent = selected.size ? `Compare selected (${selected.size})` : "Compare selected";
@@ -33,30 +70,160 @@ function checkbox(runId) {
   });
 }
 
+compareButton.addEventListener("click", () => {
+  const params = new URLSearchParams([...selected].map((id) => ["run_id", id]));
+  window.location.href = `/compare?${params}`;
+});
+
+// -- edits --------------------------------------------------------------------------------------
+const displayName = (run) => run.name || run.run_id;
+
+async function askToken(wasWrong) {
+  const dialog = dialogs.token;
+  const answer = await held(() =>
+    ask(dialog, {
+      onOpen: () => {
+        dialog.querySelector("#token-input").value = "";
+        setDialogError(dialog, wasWrong ? "That token was refused; try again." : null);
+      },
+    }),
+  );
+  const token = dialog.querySelector("#token-input").value.trim();
+  return answer === "ok" && token ? token : null;
+}
+
+async function held(action) {
+  editing++;
+  try {
+    return await action();
+  } finally {
+    editing--;
+  }
+}
+
+async function save(method, run, patch) {
+  try {
+    await write(method, run.run_id, patch, askToken);
+    showError(null);
+    return true;
+  } catch (error) {
+    showError(error);
+    return false;
+  } finally {
+    refresh();
+  }
+}
+
+function startRename(run, cell) {
+  editing++;
+  let finished = false;
+  const input = el("input", { type: "text", class: "rename", value: run.name || "", maxlength: 200, "aria-label": `new name of ${run.run_id}` });
+  const finish = async (keep) => {
+    if (finished) return;
+    finished = true;
+    editing--;
+    const name = input.value.trim();
+    if (keep && name !== (run.name || "")) await save("PATCH", run, { name: name || null });
+    else refresh();
+  };
+  input.addEventListener("keydown", (event) => {
+    if (event.key === "Enter") finish(true);
+    else if (event.key === "Escape") finish(false);
+  });
+  input.addEventListener("blur", () => finish(true));
+  cell.querySelector(".run-title").replaceChildren(input);
+  input.focus();
+  input.select();
+}
+
+const parseTags = (text) => [...new Set(text.split(",").map((t) => t.trim()).filter(Boolean))];
+
+async function editDetails(run) {
+  const dialog = dialogs.edit;
+  const answer = await held(() =>
+    ask(dialog, {
+      onOpen: () => {
+        dialog.querySelector(".run-name").textContent = displayName(run);
+        dialog.querySelector("#edit-tags").value = run.tags.join(", ");
+        dialog.querySelector("#edit-notes").value = run.notes || "";
+        setDialogError(dialog, null);
+      },
+    }),
+  );
+  if (answer !== "save") return;
+  const tags = parseTags(dialog.querySelector("#edit-tags").value);
+  if (tags.length > 50 || tags.some((t) => t.length > 100)) {
+    return showError(new Error("not saved: at most 50 tags of at most 100 characters each"));
+  }
+  await save("PATCH", run, { tags, notes: dialog.querySelector("#edit-notes").value });
+}
+
+async function confirmDelete(run) {
+  const dialog = dialogs.remove;
+  const answer = await held(() =>
+    ask(dialog, {
+      onOpen: () => {
+        for (const node of dialog.querySelectorAll(".run-name")) node.textContent = displayName(run);
+        dialog.querySelector(".run-id").textContent = run.run_id;
+      },
+    }),
+  );
+  if (answer !== "delete") return;
+  selected.delete(run.run_id);
+  await save("DELETE", run);
+}
+
+// -- rows ---------------------------------------------------------------------------------------
+function actionButton(text, label, onclick) {
+  return el("button", { type: "button", class: "link-button", text, "aria-label": label, onclick });
+}
+
 function row(run) {
   const totals = run.totals || {};
   const cell = (text, cls = "num") => el("td", { class: cls, text });
-  return el("tr", { "data-run-id": run.run_id }, [
-    el("td", { class: "check" }, checkbox(run.run_id)),
-    el("td", {}, [
-      el("a", { href: api.runPageUrl(run.run_id), text: run.name || run.run_id }),
-      el("div", { class: "muted small", text: run.run_id }),
+  const nameCell = el("td", { class: "name-cell" }, [
+    el("div", { class: "run-title" }, [
+      el("a", { href: api.runPageUrl(run.run_id), text: displayName(run) }),
+      actionButton("✎", `rename ${run.run_id}`, () => startRename(run, nameCell)),
     ]),
+    el("div", { class: "muted small", text: run.run_id }),
+    run.tags.length ? el("div", { class: "tags" }, run.tags.map((t) => el("span", { class: "badge tag", text: t }))) : null,
+    run.notes ? el("div", { class: "notes muted small", title: run.notes, text: run.notes }) : null,
+  ]);
+  return el("tr", { "data-run-id": run.run_id, class: run.archived ? "archived" : null }, [
+    el("td", { class: "check" }, checkbox(run.run_id)),
+    nameCell,
     cell(run.project || "—", ""),
     cell(run.layout, ""),
-    el("td", {}, statusBadge(run.status)),
+    el("td", {}, [statusBadge(run.status), run.archived ? el("span", { class: "badge", text: "archived" }) : null]),
     cell(count(run.last_step)),
     ...metrics.map((metric, i) => cell(display(metric, totals[metric.name]), metricHeads[i].className)),
+    el("td", { class: "row-actions" }, [
+      actionButton("Edit", `edit tags and notes of ${run.run_id}`, () => editDetails(run)),
+      actionButton(run.archived ? "Unarchive" : "Archive", `${run.archived ? "unarchive" : "archive"} ${run.run_id}`, () =>
+        save("PATCH", run, { archived: !run.archived }),
+      ),
+      actionButton("Delete", `delete ${run.run_id}`, () => confirmDelete(run)),
+    ]),
   ]);
 }
 
-function render(runs) {
-  // Forget selections of runs that are gone, so the button count stays honest.
-  const ids = new Set(runs.map((run) => run.run_id));
-  for (const id of selected) if (!ids.has(id)) selected.delete(id);
+function filtered() {
+  return FILTERS.some((key) => view[key]);
+}
+
+function render({ runs, total }) {
   updateCompareButton();
+  document.getElementById("run-count").textContent = `${count(total)} run${total === 1 ? "" : "s"}`;
+  const pages = Math.max(1, Math.ceil(total / PAGE_SIZE));
+  document.getElementById("page-of").textContent = `page ${Math.floor(view.offset / PAGE_SIZE) + 1} of ${pages}`;
+  document.getElementById("prev").disabled = view.offset === 0;
+  document.getElementById("next").disabled = view.offset + PAGE_SIZE >= total;
+  renderSortHeads();
   if (!runs.length) {
-    const hint = "No runs yet. Runs appear here as soon as a trainer with the packscope agent starts.";
+    const hint = filtered()
+      ? "No runs match these filters."
+      : "No runs yet. Runs appear here as soon as a trainer with the packscope agent starts.";
     body.replaceChildren(el("tr", { class: "placeholder" }, el("td", { colspan: columnCount, text: hint })));
     return;
   }
@@ -64,20 +231,107 @@ function render(runs) {
 }
 
 async function refresh() {
+  if (editing) return;
+  const mine = ++generation;
   try {
-    const { runs } = await api.listRuns();
-    render(runs);
+    const params = { sort: view.sort, limit: PAGE_SIZE, offset: view.offset, archived: view.archived ? "true" : null };
+    for (const key of FILTERS) params[key] = view[key];
+    const page = await listRuns(params);
+    if (mine !== generation || editing) return;
+    if (!page.runs.length && view.offset && page.total) {
+      // The page emptied (runs deleted or filtered away): show the last one that has runs.
+      view.offset = Math.max(0, Math.floor((page.total - 1) / PAGE_SIZE) * PAGE_SIZE);
+      writeView();
+      return refresh();
+    }
+    render(page);
     showError(null);
     document.getElementById("refreshed").textContent = `updated ${new Date().toLocaleTimeString()}`;
   } catch (error) {
-    showError(error);
+    if (mine === generation) showError(error);
   }
 }
 
-compareButton.addEventListener("click", () => {
-  const params = new URLSearchParams([...selected].map((id) => ["run_id", id]));
-  window.location.href = `/compare?${params}`;
-});
+function reload() {
+  writeView();
+  refresh();
+}
+
+// -- sorting, filters, pages ----------------------------------------------------------------------
+const sortHeads = [...document.querySelectorAll("#runs-table th[data-sort], #runs-table th[data-metric]")];
+const sortKey = (th) => th.dataset.sort || th.dataset.metric;
+
+function renderSortHeads() {
+  const key = view.sort.replace(/^-/, "");
+  const descending = view.sort.startsWith("-");
+  for (const th of sortHeads) {
+    const active = sortKey(th) === key;
+    th.setAttribute("aria-sort", active ? (descending ? "descending" : "ascending") : "none");
+    th.querySelector(".sort").textContent = active ? (descending ? "▼" : "▲") : "↕";
+  }
+}
+
+function setupSorting() {
+  for (const th of sortHeads) {
+    const button = el("button", { type: "button", class: "sort link-button", "aria-label": `sort by ${sortKey(th)}` });
+    th.append(" ", button);
+    th.classList.add("sortable");
+    th.addEventListener("click", (event) => {
+      if (event.target.closest("a")) return; // the label's link to its definition
+      const key = sortKey(th);
+      const current = view.sort.replace(/^-/, "");
+      // A new column starts with the useful end first: numbers high to low, text A to Z.
+      if (current === key) view.sort = view.sort.startsWith("-") ? key : `-${key}`;
+      else view.sort = th.classList.contains("num") ? `-${key}` : key;
+      view.offset = 0;
+      reload();
+    });
+  }
+  renderSortHeads();
+}
+
+function setupFilters() {
+  let timer = null;
+  const inputs = FILTERS.map((key) => document.getElementById(`filter-${key}`));
+  // Every filter is read at once, so a debounced field never drops another field's change.
+  const apply = () => {
+    clearTimeout(timer);
+    let changed = false;
+    FILTERS.forEach((key, i) => {
+      const value = inputs[i].value.trim();
+      if (value !== view[key]) [view[key], changed] = [value, true];
+    });
+    if (!changed) return;
+    view.offset = 0;
+    reload();
+  };
+  FILTERS.forEach((key, i) => {
+    const input = inputs[i];
+    input.value = view[key];
+    if (input.tagName === "SELECT") input.addEventListener("change", apply);
+    else
+      input.addEventListener("input", () => {
+        clearTimeout(timer);
+        timer = setTimeout(apply, SEARCH_DEBOUNCE_MS);
+      });
+  });
+  const archived = document.getElementById("filter-archived");
+  archived.checked = view.archived;
+  archived.addEventListener("change", () => {
+    view.archived = archived.checked;
+    view.offset = 0;
+    reload();
+  });
+  document.getElementById("filters").addEventListener("submit", (event) => event.preventDefault());
+  document.getElementById("prev").addEventListener("click", () => {
+    view.offset = Math.max(0, view.offset - PAGE_SIZE);
+    reload();
+  });
+  document.getElementById("next").addEventListener("click", () => {
+    view.offset += PAGE_SIZE;
+    reload();
+  });
+}
 
 async function start() {
   try {
@@ -88,6 +342,8 @@ async function start() {
   } catch (error) {
     return showError(error);
   }
+  setupSorting();
+  setupFilters();
   refresh();
   // A hidden tab does not need fresh numbers; it catches up when shown again.
   setInterval(() => document.hidden || refresh(), REFRESH_MS);

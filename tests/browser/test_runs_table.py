@@ -1,0 +1,154 @@
+"""The runs table in Debian's chromium against a real server: sort, filter, search, rename, tag,
+delete behind a confirmation."""
+
+import os
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+
+from tests.browser.test_dashboard import MODEL, browser, free_port, post_intervals, until  # noqa: F401
+
+pytestmark = pytest.mark.browser
+
+RUNS = [  # run_id, name, project, layout, tags, intervals (throughput falls with the slowdown)
+    ("fast-run", "fast one", "alpha", "thd", ["h200"], 1.0),
+    ("slow-run", "slow one", "alpha", "bshd", ["base"], 2.0),
+    ("mid-run", "middle", "beta", "thd", ["base"], 1.5),
+]
+ROWS = "[...document.querySelectorAll('#runs-body tr[data-run-id]')].map(r => r.dataset.runId).join(',')"
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    db = tmp_path_factory.mktemp("runs-table") / "runs.db"
+    port = free_port()
+    env = {**os.environ, "PACKSCOPE_DATABASE_URL": f"sqlite:///{db}"}
+    env.pop("PACKSCOPE_INGEST_TOKEN", None)
+    env.pop("PACKSCOPE_READ_TOKEN", None)
+    command = [sys.executable, "-m", "uvicorn", "--factory", "packscope.backend.app:create_app"]
+    process = subprocess.Popen(
+        [*command, "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"], env=env, cwd=db.parent
+    )
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(f"{base}/api/v1/runs").raise_for_status()
+                break
+            except httpx.HTTPError:
+                assert process.poll() is None, "the server exited while starting"
+                assert time.monotonic() < deadline, "the server did not answer within 30 s"
+                time.sleep(0.1)
+        for i, (run_id, name, project, layout, tags, slowdown) in enumerate(RUNS):
+            body = {
+                "run_id": run_id,
+                "name": name,
+                "project": project,
+                "tags": tags,
+                "model": MODEL,
+                "layout": layout,
+                "started_at": f"2026-11-29T0{i}:00:00Z",
+                "hardware": {"gpu_name": "NVIDIA H200", "gpu_count": 1, "peak_tflops": 989.0},
+            }
+            assert httpx.post(f"{base}/api/v1/runs", json=body).status_code == 201
+            post_intervals(base, run_id, range(3), slowdown=slowdown)
+        yield base
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+@pytest.fixture
+def page(browser):  # noqa: F811
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = context.new_page()
+    page.errors = []
+    page.on("pageerror", lambda e: page.errors.append(str(e)))
+    yield page
+    context.close()
+
+
+def rows(page, expected):
+    until(page, f"{ROWS} === {expected!r}")
+
+
+def test_sort_toggles_on_header_click(server, page):
+    page.goto(server)
+    rows(page, "mid-run,slow-run,fast-run")  # newest first
+    head = page.locator("th[data-metric='tflops_useful']")
+    head.locator("button.sort").click()
+    rows(page, "fast-run,mid-run,slow-run")  # numbers: highest first
+    assert head.get_attribute("aria-sort") == "descending"
+    head.locator("button.sort").click()
+    rows(page, "slow-run,mid-run,fast-run")
+    assert head.get_attribute("aria-sort") == "ascending"
+    page.locator("th[data-sort='name'] button.sort").click()
+    rows(page, "fast-run,mid-run,slow-run")  # text: A to Z
+    assert "sort=name" in page.url
+    assert not page.errors
+
+
+def test_filters_and_search(server, page):
+    page.goto(server)
+    rows(page, "mid-run,slow-run,fast-run")
+    until(page, "document.getElementById('run-count').textContent === '3 runs'")
+    page.select_option("#filter-layout", "thd")
+    rows(page, "mid-run,fast-run")
+    page.fill("#filter-tag", "base")
+    rows(page, "mid-run")
+    until(page, "document.getElementById('run-count').textContent === '1 run'")
+    page.select_option("#filter-layout", "")
+    page.fill("#filter-tag", "")
+    page.fill("#filter-project", "alpha")
+    rows(page, "slow-run,fast-run")
+    page.fill("#filter-project", "")
+    page.fill("#filter-q", "SLOW")  # debounced search over name, run id and tags
+    rows(page, "slow-run")
+    page.fill("#filter-q", "nothing-like-this")
+    until(page, "document.getElementById('runs-body').textContent.includes('No runs match')")
+    assert not page.errors
+
+
+def test_rename_and_tags(server, page):
+    page.goto(server)
+    rows(page, "mid-run,slow-run,fast-run")
+    page.get_by_label("rename mid-run").click()
+    field = page.get_by_label("new name of mid-run")
+    field.fill("renamed middle")
+    field.press("Enter")
+    until(page, "document.querySelector('tr[data-run-id=\"mid-run\"] .run-title a')?.textContent === 'renamed middle'")
+    assert httpx.get(f"{server}/api/v1/runs/mid-run").json()["name"] == "renamed middle"
+
+    page.get_by_label("edit tags and notes of mid-run").click()
+    page.fill("#edit-tags", "base, sweep-7")
+    page.fill("#edit-notes", "lr 3e-4, best so far")
+    page.click("#edit-save")
+    tags = "[...document.querySelectorAll('tr[data-run-id=\"mid-run\"] .tag')].map(t => t.textContent).join()"
+    until(page, f"{tags} === 'base,sweep-7'")
+    run = httpx.get(f"{server}/api/v1/runs/mid-run").json()
+    assert (run["tags"], run["notes"]) == (["base", "sweep-7"], "lr 3e-4, best so far")
+    assert not page.errors
+
+
+def test_delete_needs_confirmation(server, page):
+    page.goto(server)
+    until(page, "document.querySelector('tr[data-run-id=\"slow-run\"]') !== null")
+    page.get_by_label("delete slow-run").click()
+    dialog = page.locator("#delete-dialog")
+    until(page, "document.getElementById('delete-dialog').open")
+    assert "slow one" in dialog.inner_text() and "slow-run" in dialog.inner_text()
+    dialog.get_by_role("button", name="Cancel").click()
+    until(page, "!document.getElementById('delete-dialog').open")
+    time.sleep(0.3)
+    assert httpx.get(f"{server}/api/v1/runs/slow-run").status_code == 200
+    assert page.locator("tr[data-run-id='slow-run']").count() == 1
+
+    page.get_by_label("delete slow-run").click()
+    page.click("#delete-confirm")
+    until(page, "document.querySelector('tr[data-run-id=\"slow-run\"]') === null")
+    assert httpx.get(f"{server}/api/v1/runs/slow-run").status_code == 404
+    assert not page.errors
