@@ -69,12 +69,8 @@ class Run(Base):
     created_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     updated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True))
     # Edited on the runs page (PATCH /api/v1/runs/{id}); an archived run leaves the default list.
-    # Deferred (queries.RUN_EDITS undefers them): migration 0003's backfill selects Run on a
-    # database that does not have these columns yet.
-    notes: Mapped[str] = mapped_column(Text, default="", server_default="", deferred=True, deferred_group="edits")
-    archived: Mapped[bool] = mapped_column(
-        Boolean, default=False, server_default=false(), deferred=True, deferred_group="edits"
-    )
+    notes: Mapped[str] = mapped_column(Text, default="", server_default="")
+    archived: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
 
 
 def _catalogue_column(f: Field) -> Column[Any]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 from sqlalchemy import Select, String, cast, exists, func, literal, or_, select, union_all
-from sqlalchemy.orm import Session, undefer_group
+from sqlalchemy.orm import Session
 
 from packscope.backend.columns import (
     BAND_COLUMNS,
@@ -57,7 +57,7 @@ def coefficients(run: Run) -> Coefficients:
 
 # -- runs -----------------------------------------------------------------------------------------
 def get_run(session: Session, run_id: str) -> Run | None:
-    return session.scalars(select(Run).options(RUN_EDITS).where(Run.run_id == run_id)).one_or_none()
+    return session.scalars(select(Run).where(Run.run_id == run_id)).one_or_none()
 
 
 def _summary(run: Run, sums: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -112,8 +112,6 @@ DERIVED_SORT_KEYS = tuple(name for name in METRIC if name not in TOTALS_SORT_COL
 SORT_KEYS = (*RUN_SORT_COLUMNS, *TOTALS_SORT_COLUMNS, *DERIVED_SORT_KEYS)
 SORT_PATTERN = "^-?(" + "|".join(SORT_KEYS) + ")$"
 DEFAULT_SORT = "-started_at"
-# Loaded with every listed run: deferred in the model for migration 0003's sake.
-RUN_EDITS = undefer_group("edits")
 
 
 @dataclass(frozen=True)
@@ -175,9 +173,9 @@ def list_runs(
     if key in DERIVED_SORT_KEYS:
         ids = _sorted_by_metric(session, _where(select(Run.id), filters, dialect), key, descending, newest)
         page = ids[offset : None if limit is None else offset + limit]
-        found = {r.id: r for r in session.scalars(select(Run).options(RUN_EDITS).where(Run.id.in_(page)))}
+        found = {r.id: r for r in session.scalars(select(Run).where(Run.id.in_(page)))}
         return [found[i] for i in page], total
-    query = _where(select(Run).options(RUN_EDITS), filters, dialect)
+    query = _where(select(Run), filters, dialect)
     if key in TOTALS_SORT_COLUMNS:
         query = query.outerjoin(run_totals, run_totals.c.run_pk == Run.id)
         column: Any = run_totals.c[TOTALS_SORT_COLUMNS[key]]
@@ -215,7 +213,7 @@ def _sorted_by_metric(
 
 def find_runs(session: Session, run_ids: Sequence[str]) -> tuple[list[Run], list[str]]:
     """The runs asked for, in the order asked, and the ids that are not stored."""
-    found = {r.run_id: r for r in session.scalars(select(Run).options(RUN_EDITS).where(Run.run_id.in_(run_ids)))}
+    found = {r.run_id: r for r in session.scalars(select(Run).where(Run.run_id.in_(run_ids)))}
     return [found[i] for i in run_ids if i in found], [i for i in run_ids if i not in found]
 
 

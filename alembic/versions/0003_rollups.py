@@ -21,7 +21,6 @@ from typing import Any
 
 import sqlalchemy as sa
 from alembic import op
-from sqlalchemy.orm import Session
 
 revision: str = "0003"
 down_revision: str | None = "0002"
@@ -151,11 +150,12 @@ def _details(connection: sa.Connection, ids: list[int]) -> dict[int, dict[str, A
 def _backfill(connection: sa.Connection) -> None:
     # Imported here: the backfill aggregates exactly as ingest does (one implementation).
     from packscope.backend.ingest import ROW_COLUMNS, row_key, store_aggregates
-    from packscope.backend.models import Run, interval_details, intervals
-    from packscope.backend.queries import coefficients
+    from packscope.backend.models import interval_details, intervals
+    from packscope.core.catalogue import Coefficients
 
-    session = Session(bind=connection)  # joins the migration's transaction; alembic commits
-    for run in session.scalars(sa.select(Run)).all():
+    # The runs' columns as of this revision (Core, not the ORM model, which later revisions extend).
+    runs = sa.table("runs", sa.column("id"), sa.column("model", sa.JSON), sa.column("hardware", sa.JSON))
+    for run in connection.execute(sa.select(runs.c.id, runs.c.model, runs.c.hardware)).all():
         after = 0
         while True:
             chunk = connection.execute(
@@ -175,7 +175,7 @@ def _backfill(connection: sa.Connection) -> None:
                     sites[site] = sites.get(site, 0) + count
             # Upserts add, so chunk by chunk is exact.
             rows = sorted((tuple(r)[1:] for r in chunk), key=row_key)
-            store_aggregates(connection, run.id, coefficients(run), rows, sites)
+            store_aggregates(connection, run.id, Coefficients.for_run(run.model, run.hardware), rows, sites)
 
 
 def upgrade() -> None:
