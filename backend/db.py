@@ -70,9 +70,27 @@ def alembic_config() -> Config:
     return config
 
 
-def upgrade_schema(engine: Engine) -> None:
-    """`alembic upgrade head` on `engine`'s database."""
+def upgrade_schema(engine: Engine, revision: str = "head") -> None:
+    """`alembic upgrade <revision>` on `engine`'s database, in one transaction.
+
+    On SQLite, foreign keys are off while migrating: a batch migration rebuilds a table (create,
+    copy, drop the old one), and with foreign keys on, dropping the old `runs` or `intervals`
+    would cascade-delete every row that refers to it. The keys are checked before committing.
+    """
     config = alembic_config()
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection  # env.py migrates through this connection
-        command.upgrade(config, "head")
+    with engine.connect() as connection:
+        sqlite = connection.dialect.name == "sqlite"
+        # On the driver's connection, before SQLAlchemy begins: inside a transaction it is a no-op.
+        driver = connection.connection.driver_connection
+        assert driver is not None  # a live connection from the pool
+        if sqlite:
+            driver.execute("PRAGMA foreign_keys=OFF")
+        try:
+            with connection.begin():
+                config.attributes["connection"] = connection  # env.py migrates through this connection
+                command.upgrade(config, revision)
+                if sqlite and connection.exec_driver_sql("PRAGMA foreign_key_check").first() is not None:
+                    raise RuntimeError("the migration left rows whose foreign keys point nowhere; nothing was changed")
+        finally:
+            if sqlite:
+                driver.execute("PRAGMA foreign_keys=ON")

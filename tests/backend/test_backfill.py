@@ -1,0 +1,120 @@
+"""Migration 0003 on a populated database: the rollups, run totals, sync sites and detail rows it
+backfills from revision 0002's rows equal what ingest writes for the same records at head."""
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from packscope.backend.db import make_engine, upgrade_schema
+from packscope.core.catalogue import FIELDS
+from packscope.core.flops import ModelSpec
+
+AGGREGATES = ("rollups", "run_totals", "run_sync_sites")
+
+
+def store_at_0002(engine: sa.Engine, body: dict[str, Any], recs: list[dict[str, Any]]) -> None:
+    """The run and its records as revision 0002 stored them: a wide row, a row per non-empty
+    histogram bucket, a row per sync site."""
+    meta = sa.MetaData()
+    meta.reflect(bind=engine)
+    now = datetime.now(UTC)
+    with engine.begin() as connection:
+        run_pk = connection.execute(
+            meta.tables["runs"]
+            .insert()
+            .values(
+                run_id=body["run_id"],
+                name=body["name"],
+                project=body["project"],
+                tags=body["tags"],
+                config={},
+                model=ModelSpec.from_dict(body["model"]).to_dict(),
+                hardware=body["hardware"],
+                parallel=body["parallel"],
+                layout=body["layout"],
+                status="running",
+                started_at=now,
+                ended_at=None,
+                created_at=now,
+                updated_at=now,
+            )
+            .returning(meta.tables["runs"].c.id)
+        ).scalar_one()
+        for rec in recs:
+            row: dict[str, Any] = {"run_pk": run_pk, "channel_loss": None}
+            for f in FIELDS:
+                value: Any = rec
+                for key in f.wire_path:
+                    value = (value or {}).get(key)
+                row[f.name] = value
+            interval_id = connection.execute(
+                meta.tables["intervals"].insert().values(**row).returning(meta.tables["intervals"].c.id)
+            ).scalar_one()
+            for kind, hist in rec["histograms"].items():
+                for bucket, (count, tokens) in enumerate(zip(hist["count"], hist["tokens"], strict=True)):
+                    if count or tokens:
+                        connection.execute(
+                            meta.tables["interval_histograms"]
+                            .insert()
+                            .values(interval_id=interval_id, kind=kind, bucket=bucket, count=count, tokens=tokens)
+                        )
+            for site in rec["syncs"]["sites"]:
+                connection.execute(
+                    meta.tables["interval_sync_sites"]
+                    .insert()
+                    .values(interval_id=interval_id, site=site["site"], count=site["count"])
+                )
+
+
+def as_json(value: Any) -> Any:
+    return json.loads(value) if isinstance(value, str) else value
+
+
+def aggregates(engine: sa.Engine) -> dict[str, list[tuple[Any, ...]]]:
+    meta = sa.MetaData()
+    meta.reflect(bind=engine, only=[*AGGREGATES, "interval_details"])
+    out: dict[str, list[tuple[Any, ...]]] = {}
+    with engine.connect() as connection:
+        for name in AGGREGATES:
+            table = meta.tables[name]
+            columns = [c for c in table.columns if c.name != "run_pk"]
+            keys = [c for c in table.primary_key.columns if c.name != "run_pk"]
+            rows = connection.execute(sa.select(*columns).order_by(*keys)).all()
+            out[name] = [tuple(round(v, 6) if isinstance(v, float) else v for v in row) for row in rows]
+        details = meta.tables["interval_details"]
+        out["details"] = sorted(
+            (json.dumps(as_json(h), sort_keys=True), json.dumps(as_json(s), sort_keys=True))
+            for h, s in connection.execute(sa.select(details.c.histograms, details.c.sync_sites))
+        )
+    return out
+
+
+@pytest.mark.parametrize("ranks", [1, 3])
+def test_backfill_equals_what_ingest_writes(database_url, make_client, new_run, records, ranks, tmp_path):
+    recs = [r for rank in range(ranks) for r in records(23, seed=rank, rank=rank)]  # odd count: partial blocks
+    body = new_run("backfilled")
+
+    old = make_engine(database_url)
+    try:
+        upgrade_schema(old, "0002")
+        store_at_0002(old, body, recs)
+        upgrade_schema(old)
+        backfilled = aggregates(old)
+    finally:
+        old.dispose()
+
+    client = make_client(f"sqlite:///{tmp_path / 'ingested.db'}")
+    assert client.post("/api/v1/runs", json=body).status_code == 201
+    assert client.post("/api/v1/runs/backfilled/intervals", json={"intervals": recs}).status_code == 200
+    ingested_engine = make_engine(f"sqlite:///{tmp_path / 'ingested.db'}")
+    try:
+        ingested = aggregates(ingested_engine)
+    finally:
+        ingested_engine.dispose()
+
+    assert backfilled["run_totals"] and backfilled["rollups"] and backfilled["run_sync_sites"]
+    for name in (*AGGREGATES, "details"):
+        assert backfilled[name] == ingested[name], name
