@@ -3,35 +3,18 @@ what they draw, and that the URL carries them through a reload."""
 
 import csv
 import io
-import os
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
 import httpx
 import pytest
-from playwright import sync_api
+from browser_support import run_body, running_server, until
 from wire_records import packed_interval
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
-MODEL = {"layers": 4, "hidden": 512, "heads": 8, "ffn": 2048, "vocab": 32000}
 STEPS = 10
 PACK = 4096
-
-
-def until(page, expression, timeout=8_000):
-    """Waits for a JS expression to be true; a function, as the CSP (script-src 'self') forbids eval."""
-    try:
-        page.wait_for_function(f"() => ({expression})", timeout=timeout)
-    except sync_api.TimeoutError:
-        page.screenshot(path="/tmp/chart-controls-failure.png", full_page=True)
-        raise AssertionError(f"never true: {expression}; page errors: {page.errors}") from None
 
 
 def traces(chart, kind):
@@ -47,53 +30,20 @@ def interval(k, slowdown):
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    db = tmp_path_factory.mktemp("controls") / "controls.db"
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {**os.environ, "PACKSCOPE_DATABASE_URL": f"sqlite:///{db}"}
-    command = [sys.executable, "-m", "uvicorn", "--factory", "packscope.backend.app:create_app"]
-    command += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
-    process = subprocess.Popen(command, env=env, cwd=db.parent)  # not the checkout: its alembic/ would shadow
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.get(f"{base}/api/v1/runs").raise_for_status()
-                break
-            except httpx.HTTPError:
-                assert process.poll() is None and time.monotonic() < deadline, "the server did not start"
-                time.sleep(0.1)
+    with running_server(tmp_path_factory.mktemp("controls") / "controls.db") as base:
         for run_id, count, slowdown in [("alpha", 12, 1.0), ("beta", 8, 1.25)]:
-            body = {
-                "run_id": run_id,
-                "name": run_id,
-                "model": MODEL,
-                "layout": "thd",
-                "hardware": {"gpu_name": "NVIDIA H200", "gpu_count": 1, "peak_tflops": 989.0},
-            }
-            assert httpx.post(f"{base}/api/v1/runs", json=body).status_code == 201
+            assert httpx.post(f"{base}/api/v1/runs", json=run_body(run_id)).status_code == 201
             body = {"intervals": [interval(k, slowdown) for k in range(count)]}
             assert httpx.post(f"{base}/api/v1/runs/{run_id}/intervals", json=body).status_code == 200
             assert httpx.patch(f"{base}/api/v1/runs/{run_id}", json={"status": "finished"}).status_code == 200
         yield base
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
-def context():
-    if not Path(CHROMIUM).exists():
-        if os.environ.get("CI"):
-            pytest.fail(f"{CHROMIUM} is missing")
-        pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium")
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        context = browser.new_context(viewport={"width": 1300, "height": 900}, accept_downloads=True)
-        yield context
-        browser.close()
+def context(browser):
+    context = browser.new_context(viewport={"width": 1300, "height": 900}, accept_downloads=True)
+    yield context
+    context.close()
 
 
 @pytest.fixture

@@ -1,48 +1,17 @@
 """The dashboard in Debian's chromium against a real server: charts, values, live SSE updates."""
 
-import os
-import socket
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
-from playwright import sync_api
+from browser_support import MODEL, run_body, running_server, until
 from wire_records import packed_interval
 
 pytestmark = pytest.mark.browser
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-MODEL = {"layers": 4, "hidden": 512, "heads": 8, "ffn": 2048, "vocab": 32000}
 STEPS = 10
 PACK = 4352  # eight 512-token documents and 256 slots of padding per pack
 LINES = "document.querySelector('#chart-tflops .plot').data.filter(t => t.meta.kind === 'line')"
-
-
-def until(page, expression, timeout=15_000):
-    """Waits for a JS expression to be true. Passed as a function: the pages' CSP (script-src 'self')
-    forbids the eval that Playwright uses for a bare expression."""
-    try:
-        page.wait_for_function(f"() => ({expression})", timeout=timeout)
-    except sync_api.TimeoutError:
-        page.screenshot(path="/tmp/browser-test-failure.png", full_page=True)
-        raise AssertionError(f"never true: {expression}; page errors: {getattr(page, 'errors', [])}") from None
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def interval(k, gpu_time_s, gpu=False):
@@ -68,78 +37,17 @@ def post_intervals(base, run_id, ks, slowdown=1.0, gpu=False):
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     db = tmp_path_factory.mktemp("dashboard") / "dashboard.db"
-    port = free_port()
-    env = {**os.environ, "PACKSCOPE_DATABASE_URL": f"sqlite:///{db}", "PACKSCOPE_STREAM_POLL_S": "0.2"}
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "uvicorn",
-            "--factory",
-            "packscope.backend.app:create_app",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ],
-        env=env,
-        cwd=db.parent,  # not the checkout: its alembic/ folder would shadow the alembic package
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.get(f"{base}/api/v1/runs").raise_for_status()
-                break
-            except httpx.HTTPError:
-                assert process.poll() is None, "the server exited while starting"
-                assert time.monotonic() < deadline, "the server did not answer within 30 s"
-                time.sleep(0.1)
+    with running_server(db, PACKSCOPE_STREAM_POLL_S="0.2") as base:
         for run_id, name in [("live-run", "thd-live"), ("other-run", "thd-other")]:
-            body = {
-                "run_id": run_id,
-                "name": name,
-                "project": "browser",
-                "model": MODEL,
-                "layout": "thd",
-                "hardware": {"gpu_name": "NVIDIA H200", "gpu_count": 1, "peak_tflops": 989.0},
-            }
-            assert httpx.post(f"{base}/api/v1/runs", json=body).status_code == 201
+            assert httpx.post(f"{base}/api/v1/runs", json=run_body(run_id, name, project="browser")).status_code == 201
         post_intervals(base, "live-run", range(12))
         post_intervals(base, "other-run", range(6), slowdown=1.25)
         for run_id, name in [("nvml-run", "with-nvml"), ("done-run", "finished")]:
-            body = {
-                "run_id": run_id,
-                "name": name,
-                "project": "browser",
-                "model": MODEL,
-                "layout": "thd",
-                "hardware": {"gpu_name": "NVIDIA H200", "gpu_count": 1, "peak_tflops": 989.0},
-            }
-            assert httpx.post(f"{base}/api/v1/runs", json=body).status_code == 201
+            assert httpx.post(f"{base}/api/v1/runs", json=run_body(run_id, name, project="browser")).status_code == 201
         post_intervals(base, "nvml-run", range(2), gpu=True)
         post_intervals(base, "done-run", range(3))
         assert httpx.patch(f"{base}/api/v1/runs/done-run", json={"status": "finished"}).status_code == 200
         yield base
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not Path(CHROMIUM).exists():
-        message = f"{CHROMIUM} is missing: apt-get install -y chromium (make test does, as root)"
-        if os.environ.get("CI"):
-            pytest.fail(message)  # CI installs it: a missing browser there is a broken set-up
-        pytest.skip(message)
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 @pytest.fixture(scope="module")

@@ -1,15 +1,12 @@
 """The runs table in Debian's chromium against a real server: sort, filter, search, rename, tag,
 delete behind a confirmation."""
 
-import os
-import subprocess
-import sys
 import time
 
 import httpx
 import pytest
-
-from tests.browser.test_dashboard import MODEL, browser, free_port, post_intervals, until  # noqa: F401
+from browser_support import run_body, running_server, until
+from wire_records import packed_interval
 
 pytestmark = pytest.mark.browser
 
@@ -21,49 +18,25 @@ RUNS = [  # run_id, name, project, layout, tags, intervals (throughput falls wit
 ROWS = "[...document.querySelectorAll('#runs-body tr[data-run-id]')].map(r => r.dataset.runId).join(',')"
 
 
+def post_intervals(base, run_id, count, slowdown):
+    body = {"intervals": [packed_interval(k, gpu_time_s=slowdown * 0.5, loss=3.0) for k in range(count)]}
+    assert httpx.post(f"{base}/api/v1/runs/{run_id}/intervals", json=body).status_code == 200
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    db = tmp_path_factory.mktemp("runs-table") / "runs.db"
-    port = free_port()
-    env = {**os.environ, "PACKSCOPE_DATABASE_URL": f"sqlite:///{db}"}
-    env.pop("PACKSCOPE_INGEST_TOKEN", None)
-    env.pop("PACKSCOPE_READ_TOKEN", None)
-    command = [sys.executable, "-m", "uvicorn", "--factory", "packscope.backend.app:create_app"]
-    process = subprocess.Popen(
-        [*command, "--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"], env=env, cwd=db.parent
-    )
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                httpx.get(f"{base}/api/v1/runs").raise_for_status()
-                break
-            except httpx.HTTPError:
-                assert process.poll() is None, "the server exited while starting"
-                assert time.monotonic() < deadline, "the server did not answer within 30 s"
-                time.sleep(0.1)
+    with running_server(tmp_path_factory.mktemp("runs-table") / "runs.db") as base:
         for i, (run_id, name, project, layout, tags, slowdown) in enumerate(RUNS):
-            body = {
-                "run_id": run_id,
-                "name": name,
-                "project": project,
-                "tags": tags,
-                "model": MODEL,
-                "layout": layout,
-                "started_at": f"2026-11-29T0{i}:00:00Z",
-                "hardware": {"gpu_name": "NVIDIA H200", "gpu_count": 1, "peak_tflops": 989.0},
-            }
+            body = run_body(
+                run_id, name, project=project, tags=tags, layout=layout, started_at=f"2026-11-29T0{i}:00:00Z"
+            )
             assert httpx.post(f"{base}/api/v1/runs", json=body).status_code == 201
-            post_intervals(base, run_id, range(3), slowdown=slowdown)
+            post_intervals(base, run_id, 3, slowdown)
         yield base
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
 
 
 @pytest.fixture
-def page(browser):  # noqa: F811
+def page(browser):
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     page = context.new_page()
     page.errors = []

@@ -1,0 +1,69 @@
+"""What the browser tests share (pytest puts tests/ on the path): a real server on a free port,
+run bodies, and a wait that the pages' CSP allows."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+from playwright import sync_api
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
+MODEL = {"layers": 4, "hidden": 512, "heads": 8, "ffn": 2048, "vocab": 32000}
+
+
+def run_body(run_id: str, name: str | None = None, **extra: Any) -> dict[str, Any]:
+    return {
+        "run_id": run_id,
+        "name": name or run_id,
+        "model": MODEL,
+        "layout": "thd",
+        "hardware": {"gpu_name": "NVIDIA H200", "gpu_count": 1, "peak_tflops": 989.0},
+        **extra,
+    }
+
+
+@contextmanager
+def running_server(db: Path, **env: str) -> Iterator[str]:
+    """`packscope`'s app under uvicorn on a free port over the SQLite file `db`; yields its base URL."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("PACKSCOPE_")}
+    environment.update({"PACKSCOPE_DATABASE_URL": f"sqlite:///{db}", **env})
+    command = [sys.executable, "-m", "uvicorn", "--factory", "packscope.backend.app:create_app"]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+    # Not from the checkout: its alembic/ folder would shadow the alembic package.
+    process = subprocess.Popen(command, env=environment, cwd=db.parent)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(f"{base}/api/v1/runs").raise_for_status()
+                break
+            except httpx.HTTPError:
+                assert process.poll() is None, "the server exited while starting"
+                assert time.monotonic() < deadline, "the server did not answer within 30 s"
+                time.sleep(0.1)
+        yield base
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def until(page: sync_api.Page, expression: str, timeout: float = 15_000) -> None:
+    """Waits for a JS expression to be true. Passed as a function: the pages' CSP (script-src 'self')
+    forbids the eval that Playwright uses for a bare expression."""
+    try:
+        page.wait_for_function(f"() => ({expression})", timeout=timeout)
+    except sync_api.TimeoutError:
+        page.screenshot(path="/tmp/browser-test-failure.png", full_page=True)
+        raise AssertionError(f"never true: {expression}; page errors: {getattr(page, 'errors', [])}") from None
