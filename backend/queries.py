@@ -2,16 +2,14 @@
 length), summaries read the run totals; every derived number comes from the catalogue's formulas
 (catalogue.derive on floats, backend.columns on numpy columns)."""
 
-import csv
-import io
 import statistics
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Select, String, cast, exists, func, literal, or_, select, union_all
+from sqlalchemy import Select, exists, func, literal, or_, select, union_all
 from sqlalchemy.orm import Session
 
 from packscope.backend.columns import (
@@ -21,8 +19,6 @@ from packscope.backend.columns import (
     derive_columns,
     listed,
     merge_blocks,
-    rows_with_nulls,
-    sums_per_row,
 )
 from packscope.backend.models import (
     ROLLUP_LEVELS,
@@ -33,9 +29,8 @@ from packscope.backend.models import (
     run_sync_sites,
     run_totals,
 )
-from packscope.backend.sql_formulas import metrics_of_row
 from packscope.backend.stats import mann_whitney_u
-from packscope.core.catalogue import FIELDS, METRIC, METRICS, SUM_FIELDS, SUM_NAMES, Coefficients, derive
+from packscope.core.catalogue import FIELDS, METRIC, METRICS, SUM_NAMES, Coefficients, derive
 from packscope.core.histograms import EDGES, KINDS, NUM_BUCKETS
 
 # The CSV: every stored column of the catalogue, then every derived metric of the interval.
@@ -441,68 +436,3 @@ def stream_state(session: Session, run: Run) -> tuple[int, int | None, int | Non
     if totals is None:
         return 0, None, None
     return int(totals.rows), int(totals.last_interval), int(totals.last_step)
-
-
-CSV_CHUNK_ROWS = 2000  # rows per piece of the response: bounded memory, few round trips
-
-
-def _csv_query(run: Run) -> Select[Any]:
-    """The stored columns of CSV_RAW_COLUMNS, with channel_loss as its stored JSON text."""
-    return (
-        select(
-            *(
-                cast(intervals.c[name], String) if name == "channel_loss" else intervals.c[name]
-                for name in CSV_RAW_COLUMNS
-            )
-        )
-        .where(intervals.c.run_pk == run.id)
-        .order_by(intervals.c.interval, intervals.c.rank)
-    )
-
-
-def csv_text(session: Session, run: Run) -> Iterator[str]:
-    """The run's CSV (a header, then one row per stored interval), in pieces of about
-    CSV_CHUNK_ROWS rows, read from the database as they are sent."""
-    buffer = io.StringIO()
-    csv.writer(buffer, lineterminator="\n").writerow(CSV_COLUMNS)
-    yield buffer.getvalue()
-    if session.get_bind().dialect.name == "postgresql":
-        yield from _csv_by_copy(session, run)
-    else:
-        yield from _csv_by_chunks(session, run)
-
-
-def _csv_by_copy(session: Session, run: Run) -> Iterator[str]:
-    """PostgreSQL computes the derived columns (the catalogue's formulas as SQL) and formats every
-    row itself (COPY … TO STDOUT): no Python work per value."""
-    derived = metrics_of_row(intervals, coefficients(run), CSV_DERIVED_COLUMNS).values()
-    query = _csv_query(run).add_columns(*derived)
-    sql = str(query.compile(dialect=session.get_bind().dialect, compile_kwargs={"literal_binds": True}))
-    cursor = session.connection().connection.driver_connection.cursor()  # type: ignore[union-attr]
-    cursor.execute("SET LOCAL extra_float_digits = 1")  # shortest exact floats, whatever the server's default
-    with cursor.copy(f"COPY ({sql}) TO STDOUT WITH (FORMAT csv)") as copy:
-        pieces: list[bytes] = []
-        for row in copy:  # one row per message
-            pieces.append(bytes(row))
-            if len(pieces) == CSV_CHUNK_ROWS:
-                yield b"".join(pieces).decode()
-                pieces.clear()
-        yield b"".join(pieces).decode()
-
-
-def _csv_by_chunks(session: Session, run: Run) -> Iterator[str]:
-    """Rows streamed from a server-side cursor; the derived columns computed per chunk with numpy,
-    each chunk formatted by csv.writer."""
-    c = coefficients(run)
-    result = session.execute(_csv_query(run), execution_options={"stream_results": True, "yield_per": CSV_CHUNK_ROWS})
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    for chunk in result.partitions():
-        values = dict(zip(CSV_RAW_COLUMNS, zip(*chunk, strict=True), strict=True))
-        sums = sums_per_row({name: np.array(values[name], dtype=float) for name in SUM_FIELDS})  # None -> NaN
-        derived = derive_columns(sums, c, CSV_DERIVED_COLUMNS)
-        per_row = rows_with_nulls(np.column_stack([derived[name] for name in CSV_DERIVED_COLUMNS]))
-        writer.writerows([*row, *extra] for row, extra in zip(chunk, per_row, strict=True))
-        yield buffer.getvalue()
-        buffer.seek(0)
-        buffer.truncate()

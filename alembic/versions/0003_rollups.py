@@ -8,7 +8,7 @@
 
 The backfill reads every stored interval once, in Python (the band metrics are computed by the
 catalogue, not SQL): on a database of millions of intervals it takes minutes. It runs with the
-same aggregation code as ingest (packscope.backend.ingest.store_aggregates), so the rollups it writes
+same aggregation code as ingest (packscope.backend.aggregates.store_aggregates), so the rollups it writes
 are those ingest would have written.
 
 Revision ID: 0003
@@ -149,8 +149,9 @@ def _details(connection: sa.Connection, ids: list[int]) -> dict[int, dict[str, A
 
 def _backfill(connection: sa.Connection) -> None:
     # Imported here: the backfill aggregates exactly as ingest does (one implementation).
-    from packscope.backend.ingest import ROW_COLUMNS, row_key, store_aggregates
+    from packscope.backend.aggregates import store_aggregates
     from packscope.backend.models import interval_details, intervals
+    from packscope.backend.rows import ROW_COLUMNS, row_key
     from packscope.core.catalogue import Coefficients
 
     # The runs' columns as of this revision (Core, not the ORM model, which later revisions extend).

@@ -11,7 +11,7 @@ from fastapi.responses import StreamingResponse
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
-from packscope.backend import queries
+from packscope.backend import csv_export, queries
 from packscope.backend.deps import (
     SessionDep,
     SettingsDep,
@@ -126,7 +126,7 @@ def _csv_chunks(make_session: sessionmaker[Session], run_pk: int) -> Iterator[st
     with make_session() as session:
         run = session.get(Run, run_pk)
         assert run is not None
-        yield from queries.csv_text(session, run)
+        yield from csv_export.csv_text(session, run)
 
 
 @router.get(

@@ -1,0 +1,121 @@
+"""Bulk writes, compiled once per dialect to the driver's own SQL.
+
+Rows reach the driver as tuples, never through SQLAlchemy's per-row parameter handling.
+"""
+
+import functools
+import itertools
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+from sqlalchemy import ColumnElement, Connection, Dialect, Table, bindparam, func, select
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
+from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
+
+from packscope.backend.models import interval_details, intervals, rollups, run_sync_sites, run_totals
+from packscope.backend.rows import ROW_COLUMNS
+
+# Rows reach the driver as tuples, never through SQLAlchemy's per-row parameter handling:
+# * SQLite: executemany of a one-row statement (sqlite3 loops in C), and for the interval rows a
+#   multi-row VALUES, since sqlite3's executemany returns no RETURNING rows;
+# * PostgreSQL: one statement per table and batch that reads its rows from one array per column
+#   (INSERT … SELECT FROM unnest(…)); psycopg re-parses long statements on every call, so a
+#   multi-row VALUES would cost more than the insert.
+_TABLES = {t.name: t for t in (intervals, interval_details, rollups, run_totals, run_sync_sites)}
+_WRITTEN = {name: tuple(c for c in t.columns.keys() if c != "id") for name, t in _TABLES.items()}  # noqa: SIM118
+Action = Literal["insert", "add", "insert_new"]
+
+
+def _insert(dialect: Dialect, table: Table) -> postgresql.Insert | sqlite.Insert:
+    # ON CONFLICT has the same spelling on both backends, but lives in dialect modules.
+    if dialect.name == "postgresql":
+        return postgresql.insert(table)
+    if dialect.name == "sqlite":
+        return sqlite.insert(table)
+    raise RuntimeError(f"unsupported database {dialect.name!r}; use SQLite or PostgreSQL")
+
+
+def _adding(stmt: postgresql.Insert | sqlite.Insert, table: Table, dialect: Dialect) -> dict[str, Any]:
+    """The DO UPDATE changes of an aggregate table: counts and sums add, steps and bands widen."""
+    key = [c.name for c in table.primary_key.columns]
+    least, greatest = (func.least, func.greatest) if dialect.name == "postgresql" else (func.min, func.max)
+
+    def widen(pick: Any, stored: ColumnElement[Any], new: ColumnElement[Any]) -> ColumnElement[Any]:
+        return func.coalesce(pick(stored, new), stored, new)  # SQLite's min(x, NULL) is NULL
+
+    changes: dict[str, Any] = {}
+    for column in table.columns:
+        stored, new = column, stmt.excluded[column.name]
+        if column.name in key:
+            continue
+        if column.name.endswith("_min") or column.name == "first_step":
+            changes[column.name] = widen(least, stored, new)
+        elif column.name.endswith("_max") or column.name in ("last_step", "last_interval"):
+            changes[column.name] = widen(greatest, stored, new)
+        else:
+            changes[column.name] = stored + new
+    return changes
+
+
+# The drivers whose parameter styles the statements are written for (psycopg's %b is its own).
+_DRIVER_DIALECTS: dict[str, Callable[[], Dialect]] = {
+    "sqlite": lambda: SQLiteDialect_pysqlite(paramstyle="qmark"),
+    "postgresql": lambda: PGDialect_psycopg(paramstyle="format"),
+}
+
+
+def _driver_of(connection: Connection) -> str:
+    dialect = connection.dialect
+    if (dialect.name, dialect.driver) not in (("sqlite", "pysqlite"), ("postgresql", "psycopg")):
+        raise RuntimeError(f"unsupported driver {dialect.name}+{dialect.driver}; use sqlite or postgresql+psycopg")
+    return dialect.name
+
+
+@functools.cache
+def _statement(database: str, table_name: str, action: Action, rows: int = 1) -> str:
+    """The SQL that writes `rows` rows (SQLite) or one array per column (PostgreSQL) of `_WRITTEN`
+    columns to `table_name`. insert: plain; add: upsert adding to the stored aggregates;
+    insert_new: skip stored keys and return (id, interval, rank) of the rows inserted."""
+    dialect = _DRIVER_DIALECTS[database]()
+    table, columns = _TABLES[table_name], _WRITTEN[table_name]
+    stmt: Any = _insert(dialect, table)
+    if dialect.name == "postgresql":
+        arrays = [bindparam(name, type_=postgresql.ARRAY(table.c[name].type)) for name in columns]
+        stmt = stmt.from_select(columns, select(*func.unnest(*arrays).table_valued(*columns).render_derived().c))
+    if action == "add":
+        stmt = stmt.on_conflict_do_update(index_elements=table.primary_key.columns, set_=_adding(stmt, table, dialect))
+    elif action == "insert_new":
+        key = table.c.run_pk, table.c.interval, table.c.rank
+        stmt = stmt.on_conflict_do_nothing(index_elements=key).returning(table.c.id, table.c.interval, table.c.rank)
+    compiled = stmt.compile(dialect=dialect, column_keys=list(columns))
+    assert list(compiled.positiontup or ()) == list(columns), compiled.positiontup
+    sql = str(compiled)
+    if dialect.name == "postgresql":
+        sql = sql.replace("%s", "%b")  # binary parameters: psycopg dumps arrays as text 5x slower
+    if rows > 1:
+        one_row = f"({', '.join('?' * len(columns))})"
+        sql = sql.replace(one_row, ", ".join([one_row] * rows), 1)
+    return sql
+
+
+# SQLite binds at most 32766 parameters per statement.
+_SQLITE_ROWS = 32766 // len(ROW_COLUMNS)
+
+
+def write(connection: Connection, table_name: str, action: Action, rows: Sequence[Sequence[Any]]) -> list[Any]:
+    """Write `rows` (tuples of `_WRITTEN` columns) in one statement per chunk; the RETURNING rows."""
+    database = _driver_of(connection)
+    if database == "postgresql":
+        arrays = tuple(map(list, zip(*rows, strict=True)))
+        result = connection.exec_driver_sql(_statement(database, table_name, action), arrays)
+        return list(result.all()) if action == "insert_new" else []
+    if action != "insert_new":
+        connection.exec_driver_sql(_statement(database, table_name, action), list(rows))
+        return []
+    returned: list[Any] = []
+    for at in range(0, len(rows), _SQLITE_ROWS):
+        chunk = rows[at : at + _SQLITE_ROWS]
+        sql = _statement(database, table_name, action, len(chunk))
+        returned += connection.exec_driver_sql(sql, tuple(itertools.chain.from_iterable(chunk))).all()
+    return returned
