@@ -364,12 +364,19 @@ class Agent:
         }  # fmt: skip
 
     def _channel_loss_field(self, floats: dict) -> dict:
-        """``{"channel_loss": {name: mean loss}}`` over the channels that had tokens, if any were sent."""
+        """``channel_loss`` {name: mean loss} and ``channel_tokens`` {name: tokens} over the
+        channels that had tokens, if any were sent: the counts make the means addable."""
         if "channel_loss" not in floats:
             return {}
-        sums = zip(self._channel_names, floats["channel_loss"], strict=False)
-        means = {name: total / count for name, (total, count) in sums if count}
-        return {"channel_loss": means}
+        sums = [
+            (name, total, count)
+            for name, (total, count) in zip(self._channel_names, floats["channel_loss"], strict=False)
+            if count
+        ]
+        return {
+            "channel_loss": {name: total / count for name, total, count in sums},
+            "channel_tokens": {name: round(count) for name, _, count in sums},
+        }
 
     # -- shutdown ----------------------------------------------------------------------------
     def close(self, status: str = "finished", timeout_s: float = 30.0) -> bool:

@@ -20,11 +20,11 @@ CSV_CHUNK_ROWS = 2000  # rows per piece of the response: bounded memory, few rou
 
 
 def _csv_query(run: Run) -> Select[Any]:
-    """The stored columns of CSV_RAW_COLUMNS, with channel_loss as its stored JSON text."""
+    """The stored columns of CSV_RAW_COLUMNS, with channel_loss and channel_tokens as their stored JSON text."""
     return (
         select(
             *(
-                cast(intervals.c[name], String) if name == "channel_loss" else intervals.c[name]
+                cast(intervals.c[name], String) if name.startswith("channel_") else intervals.c[name]
                 for name in CSV_RAW_COLUMNS
             )
         )

@@ -90,6 +90,7 @@ intervals = Table(
     Column("run_pk", ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
     *(_catalogue_column(f) for f in FIELDS),
     Column("channel_loss", JSON, nullable=True),
+    Column("channel_tokens", JSON, nullable=True),
     # The idempotency key; `interval` before `rank` so the index also serves ordering by interval.
     UniqueConstraint("run_pk", "interval", "rank"),
     Index(None, "run_pk", "last_step"),

@@ -34,7 +34,7 @@ from packscope.core.catalogue import FIELDS, METRIC, METRICS, SUM_NAMES, Coeffic
 from packscope.core.histograms import EDGES, KINDS, NUM_BUCKETS
 
 # The CSV: every stored column of the catalogue, then every derived metric of the interval.
-CSV_RAW_COLUMNS = (*(f.name for f in FIELDS), "channel_loss")
+CSV_RAW_COLUMNS = (*(f.name for f in FIELDS), "channel_loss", "channel_tokens")
 CSV_DERIVED_COLUMNS = tuple(m.name for m in METRICS if m.name not in CSV_RAW_COLUMNS)
 CSV_COLUMNS = CSV_RAW_COLUMNS + CSV_DERIVED_COLUMNS
 

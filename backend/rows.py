@@ -31,14 +31,14 @@ ROW_COLUMNS = tuple(name for name in intervals.columns.keys() if name != "id")  
 COLUMN_AT = {name: i for i, name in enumerate(ROW_COLUMNS)}
 FIELD_SLICE = slice(COLUMN_AT[FIELDS[0].name], COLUMN_AT[FIELDS[-1].name] + 1)  # the catalogue fields of a row
 # From the values in the order interval_row gathers them to ROW_COLUMNS order.
-_GATHERED = ("run_pk", *(name for _, _, names in _WIRE_GROUPS for name in names), "channel_loss")
+_GATHERED = ("run_pk", *(name for _, _, names in _WIRE_GROUPS for name in names), "channel_loss", "channel_tokens")
 _TO_ROW_ORDER = operator.itemgetter(*(_GATHERED.index(name) for name in ROW_COLUMNS))
 Key = tuple[int, int]  # (interval, rank)
 
 
 def interval_row(run_pk: int, r: IntervalRecord) -> tuple[Any, ...]:
     """The record's table row in ROW_COLUMNS order: every catalogue field, read from its place on
-    the wire (None where an optional object is missing), and channel_loss as JSON text."""
+    the wire (None where an optional object is missing), and channel_loss and channel_tokens as JSON text."""
     values: list[Any] = [run_pk]
     for parent, get, names in _WIRE_GROUPS:
         obj: Any = r
@@ -46,6 +46,7 @@ def interval_row(run_pk: int, r: IntervalRecord) -> tuple[Any, ...]:
             obj = getattr(obj, key)
         values.extend((None,) * len(names) if obj is None else get(obj))
     values.append(None if r.channel_loss is None else json.dumps(r.channel_loss, sort_keys=True))
+    values.append(None if r.channel_tokens is None else json.dumps(r.channel_tokens, sort_keys=True))
     return _TO_ROW_ORDER(values)
 
 

@@ -203,6 +203,10 @@ class IntervalRecordBase(BaseModel):
         dict[Annotated[SafeStr, Field(max_length=100)], Annotated[float | None, BeforeValidator(_diverged_to_none)]]
         | None
     ) = None
+    # Tokens behind each channel's mean loss: what makes the means addable (rollups, charts).
+    channel_tokens: (
+        dict[Annotated[SafeStr, Field(max_length=100)], Annotated[int, Field(strict=True, ge=0, le=INT64_MAX)]] | None
+    ) = None
 
     @model_validator(mode="after")
     def _consistent(self) -> "IntervalRecordBase":

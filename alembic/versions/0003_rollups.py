@@ -156,11 +156,16 @@ def _backfill(connection: sa.Connection) -> None:
 
     # The runs' columns as of this revision (Core, not the ORM model, which later revisions extend).
     runs = sa.table("runs", sa.column("id"), sa.column("model", sa.JSON), sa.column("hardware", sa.JSON))
+    existing = {c["name"] for c in sa.inspect(connection).get_columns("intervals")}
     for run in connection.execute(sa.select(runs.c.id, runs.c.model, runs.c.hardware)).all():
         after = 0
         while True:
             chunk = connection.execute(
-                sa.select(intervals.c.id, *(intervals.c[name] for name in ROW_COLUMNS))
+                # Columns later revisions add read as NULL: they do not exist yet at this one.
+                sa.select(
+                    intervals.c.id,
+                    *(intervals.c[name] if name in existing else sa.null() for name in ROW_COLUMNS),
+                )
                 .where(intervals.c.run_pk == run.id, intervals.c.id > after)
                 .order_by(intervals.c.id)
                 .limit(CHUNK)

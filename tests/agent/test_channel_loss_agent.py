@@ -39,6 +39,8 @@ def test_interval_channel_loss_equals_brute_force():
         assert record["channel_loss"].keys() == want.keys() and "math" not in want
         for name, value in want.items():
             assert record["channel_loss"][name] == pytest.approx(value, rel=1e-12)
+        tokens = {name: int(interval[c, 1]) for c, name in enumerate(NAMES) if interval[c, 1]}
+        assert record["channel_tokens"] == tokens
 
 
 def test_no_channel_loss_no_field():
@@ -48,7 +50,7 @@ def test_no_channel_loss_no_field():
         agent.observe_batch(shape=(2, 64))
         agent.step_end(loss=torch.tensor(1.0))
     agent.close()
-    assert "channel_loss" not in agent.records[0]
+    assert "channel_loss" not in agent.records[0] and "channel_tokens" not in agent.records[0]
 
 
 def test_an_ordinary_step_reads_no_value(monkeypatch):

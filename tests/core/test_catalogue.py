@@ -97,7 +97,7 @@ def test_the_server_schema_table_and_csv_are_the_catalogue():
 
     names = [f.name for f in FIELDS]
     assert [c.name for c in intervals.columns if c.name in names] == names
-    assert set(intervals.columns.keys()) == {"id", "run_pk", "channel_loss", *names}
+    assert set(intervals.columns.keys()) == {"id", "run_pk", "channel_loss", "channel_tokens", *names}
     top_level = {f.wire_path[0] for f in FIELDS}
-    assert top_level | {"histograms", "channel_loss"} == set(IntervalRecord.model_fields)
+    assert top_level | {"histograms", "channel_loss", "channel_tokens"} == set(IntervalRecord.model_fields)
     assert list(queries.CSV_COLUMNS[: len(names)]) == names
