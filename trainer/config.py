@@ -184,7 +184,8 @@ class TrainConfig:
         "debug-mode", "how the agent counts host syncs (cupti: exact, needs cupti-python)"
     )
     records_dir: str | None = option(
-        None, "also write each rank's interval records to <dir>/rank<r>.jsonl (no server needed)"
+        None,
+        "also write each rank's run (registration and interval records) to <dir>/rank<r>.jsonl, for packscope import",
     )
     log_every: int = option(10, "steps per agent interval")
     progress: bool = option(True, "the progress bar")

@@ -13,6 +13,7 @@ import json
 import math
 import sys
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import cast
 
@@ -21,6 +22,7 @@ import torch.nn.functional as F
 from tqdm import tqdm
 
 from packscope.agent import Agent, AgentConfig
+from packscope.core.run_file import write_run_file
 from packscope.trainer import distributed
 from packscope.trainer.attention import attention_for
 from packscope.trainer.channel_loss import (
@@ -331,11 +333,13 @@ def run_training(cfg: TrainConfig) -> dict:
 
 
 def write_records(directory: str, agent: Agent) -> None:
-    """This rank's interval records (the agent keeps the last 1000) as JSON lines in
-    <directory>/rank<r>.jsonl: what the server would have stored, for a run without one."""
-    path = Path(directory) / f"rank{agent.rank}.jsonl"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("".join(json.dumps(record) + "\n" for record in agent.records))
+    """This rank's run as a file (packscope/core/run_file.py) in <directory>/rank<r>.jsonl: the
+    registration body, then the interval records the agent keeps (the last 1000), for a run
+    without a server; `packscope import` sends it to one later."""
+    run = agent.run_body()
+    if agent.records:  # when the run started, not when it was written down
+        run["started_at"] = datetime.fromtimestamp(agent.records[0]["wall_start"], UTC).isoformat()
+    write_run_file(Path(directory) / f"rank{agent.rank}.jsonl", run, agent.records)
 
 
 def train_from_args(args: argparse.Namespace) -> int:

@@ -18,6 +18,7 @@ import pytest
 import torch.distributed as dist
 
 from packscope.agent.histograms import NUM_BUCKETS
+from packscope.core.run_file import read_run_file
 from packscope.trainer.config import DataConfig, TrainConfig
 from packscope.trainer.data import DocumentStream, step_documents
 from packscope.trainer.distributed import Parallel
@@ -162,7 +163,7 @@ def brute_intervals(rank: int) -> list[dict]:
 
 
 def _records(out: Path, rank: int) -> list[dict]:
-    return [json.loads(line) for line in (out / f"rank{rank}.jsonl").read_text().splitlines()]
+    return read_run_file(out / f"rank{rank}.jsonl").records
 
 
 def test_the_ranks_train_on_different_documents():
