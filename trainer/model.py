@@ -17,7 +17,7 @@ from torch import nn
 
 from packscope.trainer.attention import Attention
 from packscope.trainer.config import ModelConfig
-from packscope.trainer.losses import chunked_cross_entropy
+from packscope.trainer.losses import IGNORE, chunked_cross_entropy
 
 
 def rope_cos_sin(position_ids: torch.Tensor, head_dim: int, theta: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -37,16 +37,24 @@ class SelfAttention(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.heads, self.kv_heads, self.head_dim = cfg.heads, cfg.kv_heads, cfg.head_dim
-        self.wq = nn.Linear(cfg.hidden, cfg.heads * cfg.head_dim, bias=False)
-        self.wk = nn.Linear(cfg.hidden, cfg.kv_heads * cfg.head_dim, bias=False)
-        self.wv = nn.Linear(cfg.hidden, cfg.kv_heads * cfg.head_dim, bias=False)
+        self.sizes = [cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim]
+        if cfg.fused_projections:  # one GEMM reads x once for q, k and v
+            self.wqkv = nn.Linear(cfg.hidden, sum(self.sizes), bias=False)
+        else:
+            self.wq = nn.Linear(cfg.hidden, self.sizes[0], bias=False)
+            self.wk = nn.Linear(cfg.hidden, self.sizes[1], bias=False)
+            self.wv = nn.Linear(cfg.hidden, self.sizes[2], bias=False)
         self.wo = nn.Linear(cfg.heads * cfg.head_dim, cfg.hidden, bias=False)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, attention: Attention) -> torch.Tensor:
         b, n, _ = x.shape
-        q = self.wq(x).view(b, n, self.heads, self.head_dim)
-        k = self.wk(x).view(b, n, self.kv_heads, self.head_dim)
-        v = self.wv(x).view(b, n, self.kv_heads, self.head_dim)
+        if hasattr(self, "wqkv"):
+            q, k, v = self.wqkv(x).split(self.sizes, dim=-1)
+        else:
+            q, k, v = self.wq(x), self.wk(x), self.wv(x)
+        q = q.reshape(b, n, self.heads, self.head_dim)
+        k = k.reshape(b, n, self.kv_heads, self.head_dim)
+        v = v.reshape(b, n, self.kv_heads, self.head_dim)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         return self.wo(attention(q, k, v).reshape(b, n, -1))
 
@@ -54,12 +62,16 @@ class SelfAttention(nn.Module):
 class SwiGLU(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
-        self.w1 = nn.Linear(cfg.hidden, cfg.ffn, bias=False)  # gate
-        self.w3 = nn.Linear(cfg.hidden, cfg.ffn, bias=False)  # up
+        if cfg.fused_projections:  # gate and up as one GEMM
+            self.w13 = nn.Linear(cfg.hidden, 2 * cfg.ffn, bias=False)
+        else:
+            self.w1 = nn.Linear(cfg.hidden, cfg.ffn, bias=False)  # gate
+            self.w3 = nn.Linear(cfg.hidden, cfg.ffn, bias=False)  # up
         self.w2 = nn.Linear(cfg.ffn, cfg.hidden, bias=False)  # down
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        gate, up = self.w13(x).chunk(2, dim=-1) if hasattr(self, "w13") else (self.w1(x), self.w3(x))
+        return self.w2(F.silu(gate) * up)
 
 
 class Block(nn.Module):
@@ -102,11 +114,13 @@ class Transformer(nn.Module):
         position_ids: torch.Tensor,
         attention: Attention,
         labels: torch.Tensor | None = None,
+        chunked_loss: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """Logits [B, L, vocab] for token ids and position ids [B, L]; with ``labels``, the
-        chunked cross-entropy instead, as (summed loss, per-token losses [B * L]), which never
-        holds every token's logits. The loss is computed here, inside forward, so that wrappers
-        that hook forward (DDP, FSDP) see the head's weight used."""
+        cross-entropy instead, as (float32 summed loss, detached per-token losses [B * L]).
+        The loss is computed here, inside forward, so that wrappers that hook forward (DDP, FSDP)
+        see the head's weight used, and so that torch.compile fuses the float32 upcast of the
+        logits into the loss. ``chunked_loss`` never holds every token's logits (less memory)."""
         cos, sin = rope_cos_sin(position_ids, self.cfg.head_dim, self.cfg.rope_theta)
         x = self.embed(input_ids)
         for layer in self.layers:
@@ -114,7 +128,12 @@ class Transformer(nn.Module):
         x = self.norm(x)
         if labels is None:
             return self.head(x)
-        return chunked_cross_entropy(x, self.head.weight, labels)
+        if chunked_loss:
+            return chunked_cross_entropy(x, self.head.weight, labels)
+        token_losses = F.cross_entropy(
+            self.head(x).float().flatten(0, 1), labels.flatten(), ignore_index=IGNORE, reduction="none"
+        )
+        return token_losses.sum(), token_losses.detach()
 
     def num_params(self) -> int:
         return sum(p.numel() for p in self.parameters())

@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import cast
 
 import torch
-import torch.nn.functional as F
 from tqdm import tqdm
 
 from packscope.agent import Agent, AgentConfig
@@ -37,7 +36,7 @@ from packscope.trainer.data import CHANNELS, DocumentStream, step_documents
 from packscope.trainer.graphs import GraphedStep
 from packscope.trainer.legacy_logging import LegacyLogging
 from packscope.trainer.model import Transformer
-from packscope.trainer.packing import IGNORE, Batch, pack_bshd, pack_thd
+from packscope.trainer.packing import Batch, pack_bshd, pack_thd
 
 
 def resolve_device(cfg: TrainConfig) -> torch.device:
@@ -138,13 +137,7 @@ class Trainer:
             cache_enabled=self.graphs is None,
         ):
             attention = attention_for(batch, self.device)
-            if self.cfg.chunked_ce:
-                return self.forward(batch.input_ids, batch.position_ids, attention, batch.labels)
-            logits = self.forward(batch.input_ids, batch.position_ids, attention)
-        token_losses = F.cross_entropy(
-            logits.float().flatten(0, 1), batch.labels.flatten(), ignore_index=IGNORE, reduction="none"
-        )
-        return token_losses.sum(), token_losses.detach()
+            return self.forward(batch.input_ids, batch.position_ids, attention, batch.labels, self.cfg.chunked_ce)
 
     def eager_forward_backward(self, batch: Batch, label_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
         loss_sum, token_losses = self.loss_terms(batch)

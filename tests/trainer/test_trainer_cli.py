@@ -35,6 +35,7 @@ EVERY_FIELD_CHANGED = TrainConfig(
     dtype="float16",
     compile=True,
     chunked_ce=True,
+    fused_projections=True,
     cuda_graphs=True,
     legacy_logging=True,
     channel_loss=True,

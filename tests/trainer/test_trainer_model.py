@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from torch import nn
@@ -57,6 +59,26 @@ def test_model_spec_counts_exactly_this_network(name):
     assert spec.c_lin == 6 * gemm
     assert spec.c_core == 6 * cfg.layers * cfg.hidden
     assert spec.gated and spec.g == cfg.kv_heads
+
+
+def test_fused_projections_compute_the_same_network(tiny):
+    """The fused q/k/v and gate/up GEMMs, given the separate weights stacked, give the same logits
+    and the same loss (so the FLOPs spec, counted per weight, holds for both)."""
+    fused = Transformer(replace(PRESETS["tiny"], fused_projections=True)).eval()
+    weights = dict(tiny.state_dict())
+    for i in range(PRESETS["tiny"].layers):
+        a, m = f"layers.{i}.attn.", f"layers.{i}.mlp."
+        weights[a + "wqkv.weight"] = torch.cat([weights.pop(a + w + ".weight") for w in ("wq", "wk", "wv")])
+        weights[m + "w13.weight"] = torch.cat([weights.pop(m + w + ".weight") for w in ("w1", "w3")])
+    fused.load_state_dict(weights)  # strict: every parameter accounted for
+    ids = torch.randint(1, 512, (2, 24), generator=torch.Generator().manual_seed(1))
+    pos = torch.arange(24).expand(2, 24)
+    labels = ids.roll(-1, dims=1)
+    with torch.no_grad():
+        torch.testing.assert_close(fused(ids, pos, CausalAttention()), tiny(ids, pos, CausalAttention()))
+        for chunked in (False, True):
+            (got, _), (want, _) = (m(ids, pos, CausalAttention(), labels, chunked) for m in (fused, tiny))
+            torch.testing.assert_close(got, want)
 
 
 def test_preset_sizes():
