@@ -8,24 +8,40 @@ bootstrap interval), syncs per iteration and their top sites, THD-corrected MFU.
     python bench/fixes_runs.py logging --out logging.json   # legacy vs fixed logging, eager and compiled
     python bench/fixes_runs.py graphs --out graphs.json     # CUDA graphs vs eager (static THD)
     python bench/fixes_runs.py chunked-ce --out ce.json     # chunked cross-entropy on/off
+    python bench/fixes_runs.py channel-loss --out cl.json   # per-document loop vs vectorized channel loss
+    python bench/fixes_runs.py mfu --presets 1b --out mfu.json  # compiled, separate vs fused projections
     python bench/fixes_runs.py table a.json b.json ...      # the short table of them all
+
+With --gallery DIR, every before/after run is also written as a run file (packscope/core/run_file.py)
+DIR/<pair>-<before|after>.jsonl, tagged for the demo's gallery: `gallery`, `pair:<pair>`,
+`before`/`after`, the GPU, the torch version and the date. `packscope import` loads them.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import random
 import statistics
 import sys
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import torch
 
 from packscope.agent import Agent, AgentConfig
 from packscope.trainer.config import TrainConfig
-from packscope.trainer.train import Trainer, train_step
+from packscope.trainer.train import Trainer, train_step, write_records
+
+GALLERY: str | None = None  # --gallery: where run files go
+
+
+def gallery_tags(pair: str, role: str) -> list[str]:
+    gpu = torch.cuda.get_device_name().removeprefix("NVIDIA ") if torch.cuda.is_available() else "CPU"
+    return ["gallery", f"pair:{pair}", role, gpu, f"torch {torch.__version__.split('+')[0]}", time.strftime("%Y-%m-%d")]
 
 
 def mean_interval(samples: list[float], level: float = 0.95, resamples: int = 2000, seed: int = 0) -> list[float]:
@@ -38,15 +54,23 @@ def mean_interval(samples: list[float], level: float = 0.95, resamples: int = 20
     return [means[lo], means[resamples - 1 - lo]]
 
 
-def run(preset: str, steps: int, log_every: int, **options) -> dict:
+def run(preset: str, steps: int, log_every: int, pair: str = "", role: str = "", title: str = "", **options) -> dict:
+    """One run; with --gallery and a pair name, also its run file for the demo's gallery."""
     options = {"device": "cuda", **options}
     cfg = TrainConfig(preset=preset, steps=steps, log_every=log_every, progress=False, **options)
     trainer = Trainer(cfg)
-    agent = Agent(
-        AgentConfig(log_every=log_every, layout=cfg.layout, count_syncs=True), model=trainer.model_cfg.to_model_spec()
-    )
+    agent_cfg = AgentConfig(log_every=log_every, layout=cfg.layout, count_syncs=True)
+    if GALLERY and pair:
+        agent_cfg.run_name = f"{preset} {title} ({role})"
+        agent_cfg.project = "gallery"
+        agent_cfg.tags = gallery_tags(pair, role)
+        agent_cfg.config = {**dataclasses.asdict(cfg), "torch": torch.__version__, "bench": "bench/fixes_runs.py"}
+    agent = Agent(agent_cfg, model=trainer.model_cfg.to_model_spec())
     losses = [train_step(trainer, trainer.next_batches(), agent) for _ in range(steps)]
     agent.close()
+    if GALLERY and pair:
+        write_records(GALLERY, agent)
+        Path(GALLERY, f"rank{agent.rank}.jsonl").rename(Path(GALLERY, f"{pair}-{role}.jsonl"))
     losses = torch.stack([loss.reshape(()) for loss in losses]).tolist()
     recs = list(agent.records)[1:]
     n = sum(r["steps"] for r in recs)
@@ -89,6 +113,9 @@ def logging_runs(args) -> Iterator[dict]:
                     preset,
                     args.steps,
                     args.log_every,
+                    pair=f"logging-{preset}{'-compiled' if compile else ''}",
+                    role="before" if legacy else "after",
+                    title=f"{'compiled, ' if compile else ''}{'legacy' if legacy else 'sync-free'} logging",
                     pack_length=args.pack_length,
                     packs_per_step=args.packs_per_step,
                     compile=compile,
@@ -103,6 +130,9 @@ def graphs_runs(args) -> Iterator[dict]:
             preset,
             args.steps,
             args.log_every,
+            pair=f"graphs-{preset}",
+            role="before",
+            title="eager, static THD",
             pack_length=args.pack_length,
             packs_per_step=args.packs_per_step,
             micro_batches=args.micro_batches,
@@ -113,6 +143,9 @@ def graphs_runs(args) -> Iterator[dict]:
             preset,
             args.steps,
             args.log_every,
+            pair=f"graphs-{preset}",
+            role="after",
+            title="CUDA graphs, static THD",
             pack_length=args.pack_length,
             packs_per_step=args.packs_per_step,
             micro_batches=args.micro_batches,
@@ -138,6 +171,40 @@ def chunked_ce_runs(args) -> Iterator[dict]:
             )
 
 
+def channel_loss_runs(args) -> Iterator[dict]:
+    for preset in args.presets.split(","):
+        for legacy in (True, False):
+            yield run(
+                preset,
+                args.steps,
+                args.log_every,
+                pair=f"channel-loss-{preset}",
+                role="before" if legacy else "after",
+                title=f"channel loss, {'per-document loop' if legacy else 'vectorized'}",
+                pack_length=args.pack_length,
+                packs_per_step=args.packs_per_step,
+                channel_loss=True,
+                legacy_channel_loss=legacy,
+            )
+
+
+def mfu_runs(args) -> Iterator[dict]:
+    """Compiled THD, the projections separate and fused: where the reference trainer's MFU stands."""
+    for preset in args.presets.split(","):
+        for fused in (False, True):
+            yield run(
+                preset,
+                args.steps,
+                args.log_every,
+                pack_length=args.pack_length,
+                packs_per_step=args.packs_per_step,
+                micro_batches=args.micro_batches,
+                compile=True,
+                static=True,
+                fused_projections=fused,
+            )
+
+
 def table(paths: list[str]) -> None:
     paths = [p for p in paths if os.path.exists(p)]  # a section cut short may have left none
     print(
@@ -148,7 +215,19 @@ def table(paths: list[str]) -> None:
             result = json.load(f)
         for r in result["results"]:
             variant = (
-                "+".join(k for k in ("compile", "legacy_logging", "cuda_graphs", "chunked_ce") if r.get(k)) or "plain"
+                "+".join(
+                    k
+                    for k in (
+                        "compile",
+                        "legacy_logging",
+                        "cuda_graphs",
+                        "chunked_ce",
+                        "legacy_channel_loss",
+                        "fused_projections",
+                    )
+                    if r.get(k)
+                )
+                or "plain"
             )
             if "max_loss_rel_diff_vs_eager" in r:
                 variant += f" dL={r['max_loss_rel_diff_vs_eager']:.1e}"
@@ -162,7 +241,7 @@ def table(paths: list[str]) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("bench", choices=["logging", "graphs", "chunked-ce", "table"])
+    ap.add_argument("bench", choices=["logging", "graphs", "chunked-ce", "channel-loss", "mfu", "table"])
     ap.add_argument("paths", nargs="*", help="table: the JSON files to summarise")
     ap.add_argument("--presets", default="125m,1b")
     ap.add_argument("--steps", type=int, default=60)
@@ -171,7 +250,10 @@ def main() -> int:
     ap.add_argument("--packs-per-step", type=int, default=4)
     ap.add_argument("--micro-batches", type=int, default=1)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--gallery", default=None, help="also write each before/after run as a run file here")
     args = ap.parse_args()
+    global GALLERY
+    GALLERY = args.gallery
     if args.bench == "table":
         table(args.paths)
         return 0
@@ -186,7 +268,14 @@ def main() -> int:
         "packs_per_step": args.packs_per_step,
         "results": [],
     }
-    for row in {"logging": logging_runs, "graphs": graphs_runs, "chunked-ce": chunked_ce_runs}[args.bench](args):
+    benches = {
+        "logging": logging_runs,
+        "graphs": graphs_runs,
+        "chunked-ce": chunked_ce_runs,
+        "channel-loss": channel_loss_runs,
+        "mfu": mfu_runs,
+    }
+    for row in benches[args.bench](args):
         result["results"].append(row)
         if args.out:
             with open(args.out, "w") as f:

@@ -5,6 +5,9 @@
 #
 #   bash bench/gpu_session.sh tests   # gpu-marked tests with cupti-python 13.0.1; CUPTI tests again with 13.4.0
 #   bash bench/gpu_session.sh fixes   # bench/fixes_gpu.sh: legacy logging, channel loss, graphs, profile, chunked CE
+#                                     # (SECTIONS=... picks some), with the gallery's run files
+#   bash bench/gpu_session.sh mfu     # the trainer's gpu tests; compiled 1b MFU, separate vs fused projections;
+#                                     # where a compiled 1b step goes
 #   bash bench/gpu_session.sh multi   # bench/multi_gpu.py: DDP and FSDP2 on 2 GPUs, every rank's records checked
 #   bash bench/gpu_session.sh mixed   # cupti-python 13.4 over torch's own libcupti 13.0 (what a --no-deps
 #                                     # install gives); multi_gpu.py again with the debug-mode counter
@@ -61,6 +64,17 @@ case "${1:-}" in
   fixes)
     OUT="$OUT/fixes" bash bench/fixes_gpu.sh
     ;;
+  mfu)
+    timeout 300 python3 -m pytest -m gpu tests/trainer -v -p no:cacheprovider > "$OUT/gpu_tests_trainer.log" 2>&1
+    tail -3 "$OUT/gpu_tests_trainer.log"
+    timeout 200 python3 bench/fixes_runs.py mfu --presets 1b --steps 25 --pack-length 4096 --packs-per-step 8 \
+      --out "$OUT/mfu_1b.json" 2> "$OUT/mfu_1b.err"
+    echo "mfu exit $?"
+    python3 bench/fixes_runs.py table "$OUT/mfu_1b.json"
+    timeout 100 python3 bench/step_profile.py --preset 1b --pack-length 4096 --packs-per-step 8 --compile \
+      --fused-projections --out "$OUT/step_profile_1b_compiled.json" > /dev/null 2> "$OUT/step_profile_1b_compiled.err"
+    echo "profile exit $?"; tail -25 "$OUT/step_profile_1b_compiled.err"
+    ;;
   multi)
     PYTHONPATH=/tmp/cupti130 cupti_probe 2>&1 | tail -3 | tee "$OUT/cupti130_probe.txt"
     PYTHONPATH=/tmp/cupti134 cupti_probe 2>&1 | tail -3 | tee "$OUT/cupti134_probe.txt"
@@ -78,7 +92,7 @@ case "${1:-}" in
     echo "multi_gpu (debug-mode) exit $?"
     ;;
   *)
-    echo "usage: bash bench/gpu_session.sh tests|fixes|multi|mixed" >&2
+    echo "usage: bash bench/gpu_session.sh tests|fixes|mfu|multi|mixed" >&2
     exit 2
     ;;
 esac

@@ -39,6 +39,7 @@ def main() -> int:
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--cuda-graphs", action="store_true")
     ap.add_argument("--chunked-ce", action="store_true")
+    ap.add_argument("--fused-projections", action="store_true")
     ap.add_argument("--warmup", type=int, default=3, help="steps before profiling (allocation, compile, capture)")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--top", type=int, default=25)
@@ -54,6 +55,7 @@ def main() -> int:
         static=args.compile or args.cuda_graphs,
         cuda_graphs=args.cuda_graphs,
         chunked_ce=args.chunked_ce,
+        fused_projections=args.fused_projections,
         device=args.device,
         steps=args.warmup + args.steps,
         progress=False,
