@@ -57,10 +57,12 @@ def listed(column: np.ndarray) -> list[float | None]:
 
 
 # A rollup block (or a chart bucket): its exact integer columns and its float columns, in the
-# rollups table's order. Merging blocks adds counts and sums and widens steps and bands.
+# rollups table's order. Merging blocks adds counts and sums and widens steps, bands and the
+# wall-clock extent (every `*_min` / `*_max` column).
 BAND_COLUMNS = tuple(f"{name}_{end}" for name in BAND_METRICS for end in ("min", "max"))
+WALL_COLUMNS = ("wall_start_min", "wall_end_max")
 BLOCK_INT_COLUMNS = ("rows", "first_step", "last_step")
-BLOCK_FLOAT_COLUMNS = (*SUM_NAMES, *BAND_COLUMNS)
+BLOCK_FLOAT_COLUMNS = (*SUM_NAMES, *BAND_COLUMNS, *WALL_COLUMNS)
 _ADD_AT = list(range(len(SUM_NAMES)))
 _MIN_AT = [i for i, name in enumerate(BLOCK_FLOAT_COLUMNS) if name.endswith("_min")]
 _MAX_AT = [i for i, name in enumerate(BLOCK_FLOAT_COLUMNS) if name.endswith("_max")]
@@ -81,7 +83,7 @@ def merge_blocks(keys: np.ndarray, ints: np.ndarray, floats: np.ndarray) -> Bloc
     )
     merged = np.empty((len(starts), floats.shape[1]))
     merged[:, _ADD_AT] = np.add.reduceat(floats[:, _ADD_AT], starts)
-    merged[:, _MIN_AT] = np.fmin.reduceat(floats[:, _MIN_AT], starts)  # fmin/fmax skip NaN (undefined)
+    merged[:, _MIN_AT] = np.fmin.reduceat(floats[:, _MIN_AT], starts)  # fmin/fmax skip NaN (undefined, unknown)
     merged[:, _MAX_AT] = np.fmax.reduceat(floats[:, _MAX_AT], starts)
     return keys[starts], merged_ints, merged
 

@@ -4,6 +4,7 @@
   `interval_details` row holds the length histograms and the interval's top sync sites.
 * `rollups`: the catalogue's SUMS of every aligned block of 4^level interval indexes (all ranks),
   kept at ingest, so a chart reads about max_points rows whatever the run's length.
+* `channel_rollups`: the same blocks' per-channel loss sums (loss·tokens) and tokens.
 * `run_totals` and `run_sync_sites`: the whole run's sums and sync sites, kept at ingest, so the
   runs list and the run page never scan a run's intervals.
 """
@@ -134,6 +135,22 @@ rollups = Table(
     Column("last_step", BigInteger, nullable=False),
     *_sum_columns(),
     *_band_columns(),
+    # The wall-clock extent of the block (unix seconds), for the time x axes; added in 0006.
+    Column("wall_start_min", Float(), nullable=True),
+    Column("wall_end_max", Float(), nullable=True),
+)
+
+# Per-channel loss of the same blocks: Σ mean·tokens and Σ tokens of the intervals that sent
+# channel_tokens, so a point's channel loss is Σloss_sum / Σtokens, exact over intervals and ranks.
+channel_rollups = Table(
+    "channel_rollups",
+    Base.metadata,
+    Column("run_pk", ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("level", SmallInteger, primary_key=True, autoincrement=False),
+    Column("block", Integer, primary_key=True, autoincrement=False),
+    Column("channel", String(100), primary_key=True),
+    Column("loss_sum", Float(), nullable=False),
+    Column("tokens", Float(), nullable=False),
 )
 
 run_totals = Table(

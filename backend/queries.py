@@ -9,13 +9,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Select, exists, func, literal, or_, select, union_all
+from sqlalchemy import Select, distinct, exists, func, literal, or_, select, true, union_all
 from sqlalchemy.orm import Session
 
 from packscope.backend.columns import (
     BAND_COLUMNS,
     BLOCK_FLOAT_COLUMNS,
     BLOCK_INT_COLUMNS,
+    WALL_COLUMNS,
     derive_columns,
     listed,
     merge_blocks,
@@ -23,6 +24,7 @@ from packscope.backend.columns import (
 from packscope.backend.models import (
     ROLLUP_LEVELS,
     Run,
+    channel_rollups,
     interval_details,
     intervals,
     rollups,
@@ -206,6 +208,32 @@ def _sorted_by_metric(
     return [i for i, _ in with_value] + [i for i, v in keyed if v is None]
 
 
+def facets(session: Session, archived: bool = False) -> dict[str, list[dict[str, Any]]]:
+    """The distinct projects and tags of the runs (archived ones only when asked), each with how
+    many runs carry it, by value: what the runs table's filter menus offer."""
+    dialect = session.get_bind().dialect.name
+    shown = [] if archived else [Run.archived.is_(False)]
+    projects = session.execute(
+        select(Run.project, func.count())
+        .where(Run.project.is_not(None), *shown)
+        .group_by(Run.project)
+        .order_by(Run.project)
+    )
+    tags = _tag_elements(dialect)
+    tagged = session.execute(
+        select(tags.c.value, func.count(distinct(Run.id)))
+        .select_from(Run)
+        .join(tags, true())
+        .where(*shown)
+        .group_by(tags.c.value)
+        .order_by(tags.c.value)
+    )
+    return {
+        "projects": [{"value": value, "runs": int(n)} for value, n in projects],
+        "tags": [{"value": value, "runs": int(n)} for value, n in tagged],
+    }
+
+
 def find_runs(session: Session, run_ids: Sequence[str]) -> tuple[list[Run], list[str]]:
     """The runs asked for, in the order asked, and the ids that are not stored."""
     found = {r.run_id: r for r in session.scalars(select(Run).where(Run.run_id.in_(run_ids)))}
@@ -301,30 +329,69 @@ def _tiles(first: int, last: int, top: int) -> list[tuple[int, int]]:
     return out
 
 
-def _read_tiles(session: Session, run: Run, tiles: list[tuple[int, int]], top: int) -> list[tuple[Any, ...]]:
-    """The stored rollup rows of `tiles` (level, block, then the block columns), in tile order.
-
-    One SELECT per level, joined by UNION ALL, so each is a range or IN lookup on the primary key
-    (an OR across levels lets SQLite scan every block of the run instead)."""
-    by_level: dict[int, list[int]] = {}
+def _by_level(tiles: list[tuple[int, int]]) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
     for level, block in tiles:
-        by_level.setdefault(level, []).append(block)
-    columns = (
-        rollups.c.level,
-        rollups.c.block,
-        *(rollups.c[name] for name in (*BLOCK_INT_COLUMNS, *BLOCK_FLOAT_COLUMNS)),
-    )
+        out.setdefault(level, []).append(block)
+    return out
+
+
+def _tile_selects(table: Any, run: Run, tiles: list[tuple[int, int]], top: int, columns: Sequence[Any]) -> Any:
+    """`columns` of `table`'s rows of `tiles`: one SELECT per level, joined by UNION ALL, so each is
+    a range or IN lookup on the primary key (an OR across levels lets SQLite scan every block of
+    the run instead)."""
     selects = [
-        select(*columns).where(
-            rollups.c.run_pk == run.id,
-            rollups.c.level == level,
+        select(table.c.level, table.c.block, *columns).where(
+            table.c.run_pk == run.id,
+            table.c.level == level,
             # the inner blocks are contiguous; the edge blocks at most 3 per level
-            rollups.c.block.between(blocks[0], blocks[-1]) if level == top else rollups.c.block.in_(blocks),
+            table.c.block.between(blocks[0], blocks[-1]) if level == top else table.c.block.in_(blocks),
         )
-        for level, blocks in by_level.items()
+        for level, blocks in _by_level(tiles).items()
     ]
-    stored = {(row[0], row[1]): row for row in map(tuple, session.execute(union_all(*selects)).all())}
+    return union_all(*selects)
+
+
+def _read_tiles(session: Session, run: Run, tiles: list[tuple[int, int]], top: int) -> list[tuple[Any, ...]]:
+    """The stored rollup rows of `tiles` (level, block, then the block columns), in tile order."""
+    columns = [rollups.c[name] for name in (*BLOCK_INT_COLUMNS, *BLOCK_FLOAT_COLUMNS)]
+    query = _tile_selects(rollups, run, tiles, top, columns)
+    stored = {(row[0], row[1]): row for row in map(tuple, session.execute(query).all())}
     return [stored[tile] for tile in tiles if tile in stored]
+
+
+def _channel_series(
+    session: Session, run: Run, tiles: list[tuple[int, int]], top: int, bucket_of: Mapping[tuple[int, int], int]
+) -> tuple[dict[str, list[float | None]], dict[str, list[float]]]:
+    """Per channel, each bucket's Σloss_sum / Σtokens (None where the channel has no tokens in
+    it) and Σtokens, from the channel rollups of the same tiles the series read."""
+    c = channel_rollups.c
+    query = _tile_selects(channel_rollups, run, tiles, top, [c.channel, c.loss_sum, c.tokens])
+    points = max(bucket_of.values(), default=-1) + 1
+    loss_sums: dict[str, np.ndarray] = {}
+    tokens: dict[str, np.ndarray] = {}
+    for level, block, channel, loss_sum, n in session.execute(query):
+        at = bucket_of.get((level, block))
+        if at is None:
+            continue
+        if channel not in tokens:
+            loss_sums[channel], tokens[channel] = np.zeros(points), np.zeros(points)
+        loss_sums[channel][at] += loss_sum
+        tokens[channel][at] += n
+    names = sorted(tokens)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        losses = {name: listed(np.where(tokens[name] > 0, loss_sums[name] / tokens[name], np.nan)) for name in names}
+    return losses, {name: tokens[name].tolist() for name in names}
+
+
+def wall_origin(session: Session, run: Run) -> float | None:
+    """Unix time of the run's first interval start: the earliest start of its top-level blocks
+    (one block per 4^10 intervals, so a handful of rows)."""
+    top = ROLLUP_LEVELS[-1]
+    found = session.scalar(
+        select(func.min(rollups.c.wall_start_min)).where(rollups.c.run_pk == run.id, rollups.c.level == top)
+    )
+    return None if found is None else float(found)
 
 
 def _bucket_of_rows(parts: np.ndarray, max_points: int) -> np.ndarray:
@@ -349,22 +416,33 @@ def series(
     The level is the coarsest whose 4^level-interval blocks still number ≥ max_points over the
     range (so about max_points..4·max_points rows are read); blocks cut by the range's ends are
     summed exactly from finer levels. The stored blocks are then dealt into max_points buckets of
-    consecutive blocks, as evenly as whole blocks allow, merged and derived with numpy.
+    consecutive blocks, as evenly as whole blocks allow, merged and derived with numpy. The
+    channel rollups of the same blocks give each bucket's per-channel loss.
     """
     columns: dict[str, list[Any]] = {"step": [], "first_step": [], "last_step": []}
     columns.update({name: [] for name in METRIC})
-    columns.update({name: [] for name in BAND_COLUMNS})
+    columns.update({name: [] for name in (*BAND_COLUMNS, *WALL_COLUMNS)})
+    out: dict[str, Any] = {
+        "run_id": run.run_id,
+        "points": 0,
+        "columns": columns,
+        "wall_origin": wall_origin(session, run),
+        "channel_loss": {},
+        "channel_tokens": {},
+    }
     span = _interval_range(session, run, step_min, step_max)
     if span is None:
-        return {"run_id": run.run_id, "points": 0, "columns": columns}
+        return out
     top = _chart_level(*span, max_points)
-    stored = _read_tiles(session, run, _tiles(*span, top), top)
+    tiles = _tiles(*span, top)
+    stored = _read_tiles(session, run, tiles, top)
     if stored:
         at = len(BLOCK_INT_COLUMNS) + 2
         parts = np.array([(block << 2 * level) >> 2 * top for level, block, *_ in stored], dtype=np.int64)
         ints = np.array([row[2:at] for row in stored], dtype=np.int64)
         floats = np.array([row[at:] for row in stored], dtype=float)  # NULL bands -> NaN
-        _, ints, floats = merge_blocks(_bucket_of_rows(parts, max_points), ints, floats)
+        buckets = _bucket_of_rows(parts, max_points)
+        _, ints, floats = merge_blocks(buckets, ints, floats)
         sums = {name: floats[:, i] for i, name in enumerate(SUM_NAMES)}
         columns["first_step"] = ints[:, 1].tolist()
         columns["last_step"] = ints[:, 2].tolist()
@@ -373,7 +451,10 @@ def series(
             columns[name] = listed(values)
         for i, name in enumerate(BLOCK_FLOAT_COLUMNS[len(SUM_NAMES) :], start=len(SUM_NAMES)):
             columns[name] = listed(floats[:, i])
-    return {"run_id": run.run_id, "points": len(columns["step"]), "columns": columns}
+        bucket_of = {(row[0], row[1]): int(b) for row, b in zip(stored, buckets.tolist(), strict=True)}
+        out["channel_loss"], out["channel_tokens"] = _channel_series(session, run, tiles, top, bucket_of)
+    out["points"] = len(columns["step"])
+    return out
 
 
 # -- histograms and sync sites --------------------------------------------------------------------
@@ -403,6 +484,50 @@ def histograms(session: Session, run: Run, interval: int | None = None) -> dict[
             for part in ("count", "tokens")
         }
     return out
+
+
+def histogram_columns(session: Session, run: Run, columns: int) -> dict[str, Any] | None:
+    """The length histograms of at most `columns` intervals spread evenly over the run (first and
+    last included), each summed over its ranks: a heatmap's columns without reading every
+    interval's JSON. None before the first interval."""
+    last = session.scalar(select(run_totals.c.last_interval).where(run_totals.c.run_pk == run.id))
+    first = session.scalar(
+        select(intervals.c.interval).where(intervals.c.run_pk == run.id).order_by(intervals.c.interval).limit(1)
+    )
+    if last is None or first is None:
+        return None
+    wanted = sorted({round(x) for x in np.linspace(first, last, min(columns, last - first + 1)).tolist()})
+    query = (
+        select(intervals.c.interval, intervals.c.first_step, intervals.c.last_step, interval_details.c.histograms)
+        .join(interval_details, interval_details.c.interval_id == intervals.c.id)
+        .where(intervals.c.run_pk == run.id, intervals.c.interval.in_(wanted))
+        .order_by(intervals.c.interval)
+    )
+    picked: dict[int, dict[str, Any]] = {}
+    for interval, first_step, last_step, stored in session.execute(query):
+        column = picked.setdefault(
+            interval,
+            {
+                "first_step": first_step,
+                "last_step": last_step,
+                **{kind: {"count": [0] * NUM_BUCKETS, "tokens": [0] * NUM_BUCKETS} for kind in KINDS},
+            },
+        )
+        column["first_step"] = min(column["first_step"], first_step)
+        column["last_step"] = max(column["last_step"], last_step)
+        for kind in KINDS:
+            for part in ("count", "tokens"):
+                column[kind][part] = [a + b for a, b in zip(column[kind][part], stored[kind][part], strict=True)]
+    shown = sorted(picked)
+    return {
+        "first_interval": first,
+        "last_interval": last,
+        "intervals": shown,
+        "first_step": [int(picked[i]["first_step"]) for i in shown],
+        "last_step": [int(picked[i]["last_step"]) for i in shown],
+        "edges": EDGES,
+        **{kind: {part: [picked[i][kind][part] for i in shown] for part in ("count", "tokens")} for kind in KINDS},
+    }
 
 
 def sync_sites(session: Session, run: Run, limit: int) -> dict[str, Any]:

@@ -6,10 +6,10 @@
 * `interval_details`: an interval's length histograms and sync sites as JSON, replacing the
   row-per-bucket `interval_histograms` and row-per-site `interval_sync_sites` tables.
 
-The backfill reads every stored interval once, in Python (the band metrics are computed by the
-catalogue, not SQL): on a database of millions of intervals it takes minutes. It runs with the
-same aggregation code as ingest (packscope.backend.aggregates.store_aggregates), so the rollups it writes
-are those ingest would have written.
+The backfill reads every stored interval once, in Python: on a database of millions of intervals
+it takes minutes. It runs with the same aggregation code as ingest (packscope.backend.aggregates),
+so the totals it writes are those ingest would have written. It leaves `rollups` empty: today's
+rollups have columns that 0006 adds, and 0006 builds them from the stored intervals.
 
 Revision ID: 0003
 Revises: 0002
@@ -149,7 +149,7 @@ def _details(connection: sa.Connection, ids: list[int]) -> dict[int, dict[str, A
 
 def _backfill(connection: sa.Connection) -> None:
     # Imported here: the backfill aggregates exactly as ingest does (one implementation).
-    from packscope.backend.aggregates import store_aggregates
+    from packscope.backend.aggregates import store_totals
     from packscope.backend.models import interval_details, intervals
     from packscope.backend.rows import ROW_COLUMNS, row_key
     from packscope.core.catalogue import Coefficients
@@ -181,7 +181,7 @@ def _backfill(connection: sa.Connection) -> None:
                     sites[site] = sites.get(site, 0) + count
             # Upserts add, so chunk by chunk is exact.
             rows = sorted((tuple(r)[1:] for r in chunk), key=row_key)
-            store_aggregates(connection, run.id, Coefficients.for_run(run.model, run.hardware), rows, sites)
+            store_totals(connection, run.id, Coefficients.for_run(run.model, run.hardware), rows, sites)
 
 
 def upgrade() -> None:

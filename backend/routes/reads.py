@@ -8,6 +8,7 @@ from typing import Annotated, Any, Literal
 import anyio
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
 from fastapi.responses import StreamingResponse
+from pydantic import BaseModel, create_model
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
@@ -27,6 +28,7 @@ from packscope.backend.schemas import (
     RunStatus,
     RunSummary,
     Series,
+    SeriesColumns,
     SyncSites,
 )
 from packscope.core import catalogue
@@ -35,6 +37,50 @@ from packscope.core.catalogue import INT32_MAX, INT64_MAX
 router = APIRouter(prefix="/api/v1", tags=["reads"], dependencies=[Depends(require_read_token)])
 
 MAX_COMPARE = 20
+HISTOGRAM_COLUMNS = 200  # the heatmap's default: enough to see a trend, 200 JSON rows per rank to read
+
+
+# The dashboard's additions to schemas.Series (the wall-clock extent of each point, the run's
+# first start, per-channel loss), kept beside the routes that answer them.
+SeriesTimedColumns = create_model(
+    "SeriesTimedColumns",
+    __base__=SeriesColumns,
+    wall_start_min=(list[float | None], ...),
+    wall_end_max=(list[float | None], ...),
+)
+
+
+class SeriesRead(Series):
+    columns: SeriesTimedColumns  # type: ignore[valid-type]
+    wall_origin: float | None  # unix time of the run's first interval start
+    channel_loss: dict[str, list[float | None]]  # Σ mean·tokens / Σ tokens per point
+    channel_tokens: dict[str, list[float]]  # Σ tokens per point
+
+
+class Facet(BaseModel):
+    value: str
+    runs: int
+
+
+class Facets(BaseModel):
+    projects: list[Facet]
+    tags: list[Facet]
+
+
+class HistogramSeries(BaseModel):
+    count: list[list[int]]  # one row of buckets per shown interval
+    tokens: list[list[int]]
+
+
+class HistogramColumns(BaseModel):
+    first_interval: int
+    last_interval: int
+    intervals: list[int]
+    first_step: list[int]
+    last_step: list[int]
+    edges: list[int]
+    documents: HistogramSeries
+    packs: HistogramSeries
 
 
 @router.get("/catalogue")
@@ -68,12 +114,20 @@ def list_runs(
     return {"runs": queries.run_summaries(session, runs), "total": total}
 
 
+@router.get("/facets", response_model=Facets)
+def get_facets(
+    session: SessionDep, archived: Annotated[bool, Query(description="count archived runs too")] = False
+) -> dict[str, Any]:
+    """The distinct projects and tags of the runs, each with its number of runs."""
+    return queries.facets(session, archived)
+
+
 @router.get("/runs/{run_id}", response_model=RunSummary)
 def get_run(run_id: str, session: SessionDep) -> dict[str, Any]:
     return queries.run_summary(session, run_or_404(session, run_id))
 
 
-@router.get("/runs/{run_id}/series", response_model=Series)
+@router.get("/runs/{run_id}/series", response_model=SeriesRead)
 def get_series(
     run_id: str,
     session: SessionDep,
@@ -93,6 +147,18 @@ def get_histograms(
     if found is None:
         what = "has no intervals yet" if interval is None else f"has no interval {interval}"
         raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"run {run_id!r} {what}")
+    return found
+
+
+@router.get("/runs/{run_id}/histograms/over-time", response_model=HistogramColumns)
+def get_histogram_columns(
+    run_id: str,
+    session: SessionDep,
+    columns: Annotated[int, Query(ge=1, le=1000, description="intervals shown, spread evenly")] = HISTOGRAM_COLUMNS,
+) -> dict[str, Any]:
+    found = queries.histogram_columns(session, run_or_404(session, run_id), columns)
+    if found is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"run {run_id!r} has no intervals yet")
     return found
 
 

@@ -1,7 +1,9 @@
-"""Migration 0003 on a populated database: the rollups, run totals, sync sites and detail rows it
-backfills from revision 0002's rows equal what ingest writes for the same records at head."""
+"""Migrations 0003 and 0006 on a populated database: the rollups, channel rollups, run totals, sync
+sites and detail rows they backfill from older revisions' rows equal what ingest writes for the
+same records at head."""
 
 import json
+import random
 from datetime import UTC, datetime
 from typing import Any
 
@@ -12,7 +14,7 @@ from packscope.backend.db import make_engine, upgrade_schema
 from packscope.core.catalogue import FIELDS
 from packscope.core.flops import ModelSpec
 
-AGGREGATES = ("rollups", "run_totals", "run_sync_sites")
+AGGREGATES = ("rollups", "channel_rollups", "run_totals", "run_sync_sites")
 
 
 def store_at_0002(engine: sa.Engine, body: dict[str, Any], recs: list[dict[str, Any]]) -> None:
@@ -92,6 +94,25 @@ def aggregates(engine: sa.Engine) -> dict[str, list[tuple[Any, ...]]]:
     return out
 
 
+def with_channels(recs: list[dict[str, Any]], rng: random.Random) -> None:
+    """Channel losses with their tokens, and on some records without them (an older agent)."""
+    for r in recs:
+        r["channel_loss"] = {c: rng.uniform(1.0, 4.0) for c in ("code", "web")}
+        if rng.random() < 0.8:
+            r["channel_tokens"] = {"code": rng.randint(1, 5000), "web": rng.randint(0, 5000)}
+
+
+def ingested(make_client, tmp_path, body, recs):
+    client = make_client(f"sqlite:///{tmp_path / 'ingested.db'}")
+    assert client.post("/api/v1/runs", json=body).status_code == 201
+    assert client.post(f"/api/v1/runs/{body['run_id']}/intervals", json={"intervals": recs}).status_code == 200
+    engine = make_engine(f"sqlite:///{tmp_path / 'ingested.db'}")
+    try:
+        return aggregates(engine)
+    finally:
+        engine.dispose()
+
+
 @pytest.mark.parametrize("ranks", [1, 3])
 def test_backfill_equals_what_ingest_writes(database_url, make_client, new_run, records, ranks, tmp_path):
     recs = [r for rank in range(ranks) for r in records(23, seed=rank, rank=rank)]  # odd count: partial blocks
@@ -106,15 +127,44 @@ def test_backfill_equals_what_ingest_writes(database_url, make_client, new_run, 
     finally:
         old.dispose()
 
-    client = make_client(f"sqlite:///{tmp_path / 'ingested.db'}")
-    assert client.post("/api/v1/runs", json=body).status_code == 201
-    assert client.post("/api/v1/runs/backfilled/intervals", json={"intervals": recs}).status_code == 200
-    ingested_engine = make_engine(f"sqlite:///{tmp_path / 'ingested.db'}")
-    try:
-        ingested = aggregates(ingested_engine)
-    finally:
-        ingested_engine.dispose()
-
+    want = ingested(make_client, tmp_path, body, recs)
     assert backfilled["run_totals"] and backfilled["rollups"] and backfilled["run_sync_sites"]
+    assert all(row[-2] is not None and row[-1] is not None for row in backfilled["rollups"])  # wall extent
     for name in (*AGGREGATES, "details"):
-        assert backfilled[name] == ingested[name], name
+        assert backfilled[name] == want[name], name
+
+
+@pytest.mark.parametrize("ranks", [1, 3])
+def test_0006_rebuilds_rollups_with_channels(database_url, make_client, new_run, records, ranks, tmp_path):
+    """Rows stored before 0006 (channel_tokens came in 0005) gain channel rollups and the
+    rollups' wall-clock extent; rollups stored before it are replaced, not added to."""
+    recs = [r for rank in range(ranks) for r in records(41, seed=rank, rank=rank)]
+    with_channels(recs, random.Random(ranks))
+    body = new_run("rebuilt")
+
+    old = make_engine(database_url)
+    try:
+        upgrade_schema(old, "0002")
+        store_at_0002(old, body, recs)
+        upgrade_schema(old, "0005")
+        meta = sa.MetaData()
+        meta.reflect(bind=old, only=["intervals", "rollups"])
+        table = meta.tables["intervals"]
+        with old.begin() as connection:
+            for r in recs:  # what a 0005 server stored for these records
+                connection.execute(
+                    table.update()
+                    .where(table.c.interval == r["interval"], table.c.rank == r["rank"])
+                    .values(channel_loss=r["channel_loss"], channel_tokens=r.get("channel_tokens"))
+                )
+            stale = {c.name: 1 for c in meta.tables["rollups"].columns if not c.nullable}
+            connection.execute(meta.tables["rollups"].insert().values({**stale, "level": 0, "block": 0}))
+        upgrade_schema(old)
+        backfilled = aggregates(old)
+    finally:
+        old.dispose()
+
+    want = ingested(make_client, tmp_path, body, recs)
+    assert backfilled["channel_rollups"] and backfilled["rollups"]
+    for name in (*AGGREGATES, "details"):
+        assert backfilled[name] == want[name], name

@@ -2,6 +2,7 @@
 
 import csv
 import io
+import itertools
 import statistics
 
 import pytest
@@ -325,6 +326,32 @@ def test_ranks_of_one_interval_share_a_bucket(client, run, records, oracle, clos
     hist = client.get(f"{RUN}/histograms", params={"interval": 2}).json()
     counts = [r[2]["histograms"]["documents"]["count"] for r in (rank0, rank1)]
     assert hist["documents"]["count"] == [a + b for a, b in zip(*counts, strict=True)]
+
+
+@pytest.mark.parametrize(("n", "columns"), [(1, 200), (7, 200), (301, 25), (50, 50)])
+def test_histograms_over_time_spread_evenly_and_sum_ranks(client, run, records, n, columns):
+    recs = [r for rank in range(2) for r in records(n, start=3, seed=rank, gpus=4, rank=rank)]
+    for at in range(0, len(recs), 500):
+        assert client.post(f"{RUN}/intervals", json={"intervals": recs[at : at + 500]}).status_code == 200
+    heat = client.get(f"{RUN}/histograms/over-time", params={"columns": columns}).json()
+    assert (heat["first_interval"], heat["last_interval"]) == (3, n + 2)
+    shown = heat["intervals"]
+    assert len(shown) == min(n, columns) and shown == sorted(set(shown))
+    assert shown[0] == 3 and shown[-1] == n + 2  # the ends are always shown
+    gaps = [b - a for a, b in itertools.pairwise(shown)]
+    assert not gaps or max(gaps) - min(gaps) <= 1  # evenly spread
+    for at, interval in enumerate(shown):
+        ranks = [r for r in recs if r["interval"] == interval]
+        assert heat["first_step"][at] == ranks[0]["first_step"] and heat["last_step"][at] == ranks[0]["last_step"]
+        for kind in ("documents", "packs"):
+            for part in ("count", "tokens"):
+                want = [sum(r["histograms"][kind][part][b] for r in ranks) for b in range(24)]
+                assert heat[kind][part][at] == want, (interval, kind, part)
+
+
+def test_histograms_over_time_of_an_empty_run(client, run):
+    assert client.get(f"{RUN}/histograms/over-time").status_code == 404
+    assert client.get(f"{RUN}/histograms/over-time", params={"columns": 0}).status_code == 422
 
 
 def test_sync_sites_sum_over_the_run(client, run, records):

@@ -37,7 +37,9 @@ def in_range(recs, step_min, step_max):
 def check_series(client, run_id, recs, oracle, close, max_points, step_min=None, step_max=None):
     params = {"max_points": max_points}
     params.update({k: v for k, v in (("step_min", step_min), ("step_max", step_max)) if v is not None})
-    cols = client.get(f"{RUNS}/{run_id}/series", params=params).json()["columns"]
+    answer = client.get(f"{RUNS}/{run_id}/series", params=params).json()
+    cols = answer["columns"]
+    assert answer["wall_origin"] == min(r["wall_start"] for r in recs)  # the run's start, whatever the range
     want_rows = in_range(recs, step_min, step_max)
     intervals = sorted({r["interval"] for r in want_rows})
     assert len(cols["step"]) == min(len(intervals), max_points)
@@ -74,6 +76,9 @@ def check_series(client, run_id, recs, oracle, close, max_points, step_min=None,
                 "padding_pct",
             ],
         )
+        # The wall-clock extent of the bucket: the time x axes draw it at its end.
+        assert cols["wall_start_min"][i] == min(r["wall_start"] for r in bucket)
+        assert cols["wall_end_max"][i] == max(r["wall_end"] for r in bucket)
     key = lambda r: (r["interval"], r["rank"])  # noqa: E731
     assert sorted(covered, key=key) == sorted(want_rows, key=key)  # each row in exactly one bucket
 

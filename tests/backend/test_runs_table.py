@@ -220,3 +220,27 @@ def test_edits_and_delete_need_the_ingest_token(make_client):
     assert client.delete(f"{RUNS}/r", headers={"Authorization": "Bearer wrong"}).status_code == 401
     assert client.patch(f"{RUNS}/r", json={"name": "x"}, headers=auth).json()["name"] == "x"
     assert client.delete(f"{RUNS}/r", headers=auth).status_code == 204
+
+
+def test_facets_count_runs_per_project_and_tag(table):
+    facets = table.get("/api/v1/facets").json()
+    assert facets == {
+        "projects": [{"value": "p1", "runs": 2}, {"value": "p2", "runs": 2}],
+        "tags": [
+            {"value": "base", "runs": 2},
+            {"value": "h200", "runs": 1},
+            {"value": "long", "runs": 1},
+            {"value": "ünï", "runs": 1},
+        ],
+    }
+    # Each count is what the matching filter finds.
+    for facet in facets["projects"]:
+        assert table.get(RUNS, params={"project": facet["value"]}).json()["total"] == facet["runs"]
+    for facet in facets["tags"]:
+        assert table.get(RUNS, params={"tag": facet["value"]}).json()["total"] == facet["runs"]
+    assert table.patch(f"{RUNS}/alpha", json={"archived": True, "tags": ["base", "base"]}).status_code == 200
+    shown = table.get("/api/v1/facets").json()
+    assert {"value": "p1", "runs": 1} in shown["projects"] and {"value": "base", "runs": 1} in shown["tags"]
+    assert all(f["value"] != "h200" for f in shown["tags"])
+    every = table.get("/api/v1/facets", params={"archived": "true"}).json()
+    assert {"value": "p1", "runs": 2} in every["projects"] and {"value": "base", "runs": 2} in every["tags"]
