@@ -14,7 +14,7 @@ from fastapi.staticfiles import StaticFiles
 from packscope import __version__
 from packscope.backend import openapi
 from packscope.backend.admission import Admission
-from packscope.backend.db import make_engine, make_sessionmaker, upgrade_schema
+from packscope.backend.db import WRITES, make_engine, make_sessionmaker, upgrade_schema
 from packscope.backend.errors import add_database_error_handlers
 from packscope.backend.routes import ingest, pages, reads
 from packscope.backend.routes.ranks import router as ranks_router
@@ -71,6 +71,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.engine = engine
     app.state.sessionmaker = make_sessionmaker(engine)
     app.state.write_sessionmaker = make_sessionmaker(engine, writes=True)
+    app.state.write_engine = engine.execution_options(**{WRITES: True})  # batches: Core, no session
     app.state.admission = Admission(
         slots=settings.db_slots,
         wait_s=settings.queue_wait_s,

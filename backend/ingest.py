@@ -5,21 +5,31 @@ are new), their details, and the rollups, run totals and run sync sites that onl
 feed, each upserted once per touched key so a replay never double-counts.
 """
 
-import json
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import cast
 
-from sqlalchemy import update
+from pydantic import BaseModel
+from pydantic_core import to_json
+from sqlalchemy import Connection, Engine, Table, bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from packscope.backend.aggregates import store_aggregates
 from packscope.backend.models import Run
 from packscope.backend.queries import coefficients, get_run
-from packscope.backend.rows import Key, interval_row, sync_sites_of
-from packscope.backend.schemas import IngestResult, IntervalRecord, RunCreate, RunPatch
+from packscope.backend.rows import Key, histograms_json, interval_row
+from packscope.backend.schemas import (
+    RECORDS,
+    IngestResult,
+    IntervalRecord,
+    Record,
+    RunCreate,
+    RunPatch,
+    check_records,
+)
 from packscope.backend.writes import write
+from packscope.core.catalogue import Coefficients
 
 
 class ModelConflict(Exception):
@@ -84,48 +94,68 @@ def patch_run(session: Session, run: Run, body: RunPatch) -> Run:
 
 
 # -- one batch ------------------------------------------------------------------------------------
-def ingest_batch(session: Session, run: Run, records: Iterable[IntervalRecord]) -> IngestResult:
-    """Store the records whose (rank, interval) is new for `run`, in one transaction.
+_RUNS = cast(Table, Run.__table__)
+_RUN_OF_ID = select(_RUNS.c.id, _RUNS.c.model, _RUNS.c.hardware).where(_RUNS.c.run_id == bindparam("run_id"))
+
+
+def ingest_parsed(
+    engine: Engine, run_id: str, records: Sequence[Record], sites: Sequence[Mapping[str, int]]
+) -> IngestResult | None:
+    """Store a batch that schemas.parse_batch validated, in one transaction of its own on `engine`
+    (the app's write engine); None when the run is not stored. No ORM objects: the run is one Core
+    row, the batch a handful of bulk statements."""
+    with engine.begin() as connection:
+        run = connection.execute(_RUN_OF_ID, {"run_id": run_id}).first()
+        if run is None:
+            return None
+        return store_records(connection, run.id, Coefficients.for_run(run.model, run.hardware), records, sites)
+
+
+def ingest_batch(session: Session, run: Run, records: Iterable[IntervalRecord | Record]) -> IngestResult:
+    """Store records built in Python (IntervalRecord models or parse_batch's dicts) for `run`, with
+    the same checks as the HTTP route, and commit the session."""
+    listed = list(records)
+    if not listed:
+        return IngestResult(accepted=0, duplicates=0)
+    dicts = RECORDS.validate_python({"intervals": [r.model_dump() if isinstance(r, BaseModel) else r for r in listed]})[
+        "intervals"
+    ]  # every key present, as parse_batch gives them
+    result = store_records(session.connection(), run.id, coefficients(run), dicts, check_records(dicts))
+    session.commit()
+    return result
+
+
+def store_records(
+    connection: Connection,
+    run_pk: int,
+    c: Coefficients,
+    records: Sequence[Record],
+    sites: Sequence[Mapping[str, int]],
+) -> IngestResult:
+    """Store the checked records (with their sync sites) whose (rank, interval) is new for the run;
+    feed only the new ones to the aggregates. The caller commits.
 
     A key already stored (or repeated inside the batch) counts as a duplicate and the stored row is
     left untouched, so a spool replay after a lost response never changes or doubles data.
     """
-    fresh: dict[Key, IntervalRecord] = {}
-    received = 0
-    for record in records:
-        received += 1
-        fresh.setdefault((getattr(record, "interval"), getattr(record, "rank")), record)  # noqa: B009 - generated fields
-    rows = {key: interval_row(run.id, r) for key, r in fresh.items()}
-    details = {key: (r.histograms.model_dump_json(), sync_sites_of(r)) for key, r in fresh.items()}
-    inserted = insert_rows(session, run, rows, details)
-    session.commit()
-    return IngestResult(accepted=inserted, duplicates=received - inserted)
-
-
-def insert_rows(
-    session: Session,
-    run: Run,
-    rows: Mapping[Key, Sequence[Any]],
-    details: Mapping[Key, tuple[str, Mapping[str, int]]],
-) -> int:
-    """Insert interval rows (ROW_COLUMNS tuples keyed (interval, rank)) with their details
-    (histograms as JSON text, sync sites); feed only the new ones to the aggregates. Returns how
-    many were new. The caller commits."""
-    if not rows:
-        return 0
-    connection = session.connection()
-    ordered = [rows[key] for key in sorted(rows)]  # concurrent batches take index locks in one order
-    inserted = write(connection, "intervals", "insert_new", ordered)
+    first: dict[Key, int] = {}
+    for i, r in enumerate(records):
+        first.setdefault((r["interval"], r["rank"]), i)
+    keys = sorted(first)  # concurrent batches take index locks in one order
+    rows = [interval_row(run_pk, records[first[key]]) for key in keys]
+    inserted = write(connection, "intervals", "insert_new", rows)
+    if not inserted:
+        return IngestResult(accepted=0, duplicates=len(records))
     new_ids = {(interval, rank): interval_id for interval_id, interval, rank in inserted}
-    if not new_ids:
-        return 0
-    new_keys = sorted(new_ids)
-    sites: dict[str, int] = {}
-    for key in new_keys:
-        for site, count in details[key][1].items():
-            sites[site] = sites.get(site, 0) + count
-    new_details = [(new_ids[key], details[key][0], json.dumps(details[key][1])) for key in new_keys]
-    write(connection, "interval_details", "insert", new_details)
-    store_aggregates(connection, run.id, coefficients(run), [rows[key] for key in new_keys], sites)
-    session.execute(update(Run).where(Run.id == run.id).values(updated_at=_now()))
-    return len(new_ids)
+    new = [(key, row) for key, row in zip(keys, rows, strict=True) if key in new_ids]  # still in key order
+    run_sites: dict[str, int] = {}
+    details = []
+    for key, _ in new:
+        at = first[key]
+        for site, count in sites[at].items():
+            run_sites[site] = run_sites.get(site, 0) + count
+        details.append((new_ids[key], histograms_json(records[at]), to_json(sites[at]).decode()))
+    write(connection, "interval_details", "insert", details)
+    store_aggregates(connection, run_pk, c, [row for _, row in new], run_sites)
+    connection.execute(update(_RUNS).where(_RUNS.c.id == run_pk).values(updated_at=_now()))
+    return IngestResult(accepted=len(new), duplicates=len(records) - len(new))

@@ -3,23 +3,28 @@
 Unknown fields are ignored rather than rejected, so a newer agent can still talk to this server.
 """
 
-import math
+import operator
+from collections.abc import Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
+import numpy as np
 from pydantic import (
     AfterValidator,
     BaseModel,
-    BeforeValidator,
     Field,
     StrictBool,
     StringConstraints,
+    TypeAdapter,
+    ValidationError,
     create_model,
     field_validator,
     model_validator,
 )
+from pydantic_core import InitErrorDetails
+from typing_extensions import TypedDict
 
-from packscope.backend.text import SafeStr, storable_json
+from packscope.backend.text import SafeStr, storable_json, text_problem
 from packscope.core.catalogue import BAND_METRICS, FIELDS, FLOAT_MAX, INT32_MAX, INT64_MAX, METRIC
 from packscope.core.catalogue import Field as CatalogueField
 from packscope.core.flops import ModelSpec
@@ -132,19 +137,26 @@ class RunPatch(BaseModel):
 # -- interval records -----------------------------------------------------------------------------
 # The scalar fields come from the catalogue (packscope/core/catalogue.py); only the nested,
 # non-scalar parts of a record are written out here.
-def _diverged_to_none(value: Any) -> Any:
-    # An optional reading that diverged (NaN, inf, or beyond what a sum can hold) must not make
-    # the whole batch undeliverable: it is stored as missing.
-    if isinstance(value, float) and not (math.isfinite(value) and abs(value) <= FLOAT_MAX):
-        return None
-    return value
-
-
+#
+# Validation runs in two steps, neither of which calls Python per field:
+# * pydantic-core parses and checks each value against its constraints (types, bounds, lengths)
+#   straight from the raw JSON into plain dicts (`parse_batch`, through `RECORDS`);
+# * `check_records` then checks what spans fields or records with numpy over the whole batch
+#   (first_step <= last_step, steps within the span, real_tokens <= tokens, wall_end >= wall_start),
+#   stores optional readings that diverged as missing, bounds the remaining optional readings, and
+#   refuses a sync site listed twice. Its errors are pydantic's, naming the record and the field.
+# The BaseModel classes below describe the same record for the OpenAPI document and for callers
+# that build records in Python; `ingest_batch` runs `check_records` on them too.
 def _field_type(f: CatalogueField) -> Any:
-    """The pydantic type of a catalogue field: strict (no "1024" or true for a number), bounded."""
+    """The pydantic type of a catalogue field: strict (no "1024" or true for a number), bounded.
+
+    An optional float is only typed here: a reading that diverged (NaN, inf, beyond FLOAT_MAX) is
+    stored as missing rather than refusing the batch, so its bounds are checked in check_records."""
     lower = f.minimum if f.minimum is not None else -f.upper
     if f.kind == "int":
         return Annotated[int, Field(strict=True, ge=lower, le=f.upper, description=f.doc)]
+    if not f.required:
+        return Annotated[float, Field(strict=True, description=f.doc)]
     return Annotated[float, Field(strict=True, ge=lower, le=f.upper, allow_inf_nan=False, description=f.doc)]
 
 
@@ -152,20 +164,35 @@ def _model_fields(fields: list[CatalogueField]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for f in fields:
         key = f.wire_path[-1]
-        if f.required:
-            out[key] = (_field_type(f), ...)
-        else:
-            out[key] = (Annotated[_field_type(f) | None, BeforeValidator(_diverged_to_none)], None)
+        out[key] = (_field_type(f), ...) if f.required else (_field_type(f) | None, None)
     return out
+
+
+def _typed_dict_fields(fields: list[CatalogueField]) -> dict[str, Any]:
+    return {
+        f.wire_path[-1]: _field_type(f) if f.required else Annotated[_field_type(f) | None, Field(default=None)]
+        for f in fields
+    }
 
 
 def _on_wire(prefix: str) -> list[CatalogueField]:
     return [f for f in FIELDS if f.wire_path[:-1] == ((prefix,) if prefix else ())]
 
 
+# Sync sites and channel names may not hold NUL bytes: parse_batch looks for the escape in the raw
+# body and check_records looks at the strings only when it is there. (A lone surrogate is already
+# invalid JSON to pydantic-core.)
+SiteName = Annotated[str, Field(min_length=1, max_length=500)]
+ChannelName = Annotated[str, Field(max_length=100)]
+HistogramCounts = Annotated[list[Count], Field(min_length=NUM_BUCKETS, max_length=NUM_BUCKETS)]
+# Channel means are taken as they were before (lax floats); NaN, inf and beyond FLOAT_MAX become null.
+ChannelLoss = dict[ChannelName, float | None]
+ChannelTokens = dict[ChannelName, Annotated[int, Field(strict=True, ge=0, le=INT64_MAX)]]
+
+
 class Histogram(BaseModel):
-    count: list[Count] = Field(min_length=NUM_BUCKETS, max_length=NUM_BUCKETS)
-    tokens: list[Count] = Field(min_length=NUM_BUCKETS, max_length=NUM_BUCKETS)
+    count: HistogramCounts
+    tokens: HistogramCounts
 
 
 class Histograms(BaseModel):
@@ -174,59 +201,24 @@ class Histograms(BaseModel):
 
 
 class SyncSite(BaseModel):
-    site: SafeStr = Field(min_length=1, max_length=500)
+    site: SiteName
     count: Count
 
 
 class SyncsBase(BaseModel):
     # v1 agents also send `per_iteration`; it is total / steps and derived by the server, so it is
-    # accepted and ignored.
+    # accepted and ignored. Each site once (check_records).
     sites: list[SyncSite] = Field(default_factory=list, max_length=100)
-
-    @field_validator("sites")
-    @classmethod
-    def _unique_sites(cls, sites: list[SyncSite]) -> list[SyncSite]:
-        seen: set[str] = set()
-        for s in sites:
-            if s.site in seen:
-                raise ValueError(f"sync site {s.site!r} is listed twice; send each site once with its total")
-            seen.add(s.site)
-        return sites
 
 
 class IntervalRecordBase(BaseModel):
-    """What the catalogue's scalar fields do not cover, and the checks across fields."""
+    """What the catalogue's scalar fields do not cover; the checks across fields are check_records'."""
 
     syncs: SyncsBase
     histograms: Histograms
-    channel_loss: (
-        dict[Annotated[SafeStr, Field(max_length=100)], Annotated[float | None, BeforeValidator(_diverged_to_none)]]
-        | None
-    ) = None
+    channel_loss: ChannelLoss | None = None
     # Tokens behind each channel's mean loss: what makes the means addable (rollups, charts).
-    channel_tokens: (
-        dict[Annotated[SafeStr, Field(max_length=100)], Annotated[int, Field(strict=True, ge=0, le=INT64_MAX)]] | None
-    ) = None
-
-    @model_validator(mode="after")
-    def _consistent(self) -> "IntervalRecordBase":
-        v = {
-            k: getattr(self, k)
-            for k in ("first_step", "last_step", "steps", "tokens", "real_tokens", "wall_start", "wall_end")
-        }
-        if v["first_step"] > v["last_step"]:
-            raise ValueError(f"first_step ({v['first_step']}) is after last_step ({v['last_step']})")
-        span = v["last_step"] - v["first_step"] + 1
-        if v["steps"] > span:
-            raise ValueError(f"steps ({v['steps']}) is more than the {span} steps from first_step to last_step")
-        if v["real_tokens"] > v["tokens"]:
-            raise ValueError(
-                f"real_tokens ({v['real_tokens']}) exceeds tokens ({v['tokens']}); "
-                "tokens counts every slot the model ran, padding included"
-            )
-        if v["wall_end"] < v["wall_start"]:
-            raise ValueError(f"wall_end ({v['wall_end']}) is before wall_start ({v['wall_start']})")
-        return self
+    channel_tokens: ChannelTokens | None = None
 
 
 if TYPE_CHECKING:  # the type checker sees the generated classes as their bases
@@ -247,6 +239,165 @@ else:
 
 class IntervalBatch(BaseModel):
     intervals: list[IntervalRecord] = Field(min_length=1, max_length=MAX_BATCH)
+
+
+# The same record as plain dicts (what parse_batch returns): no model instance per object.
+class _HistogramDict(TypedDict):
+    count: HistogramCounts
+    tokens: HistogramCounts
+
+
+class _SyncSiteDict(TypedDict):
+    site: SiteName
+    count: Count
+
+
+# Built from the catalogue at import time; the type checker sees Record, a plain dict.
+_typed_dict: Any = TypedDict
+_SyncsDict = _typed_dict(
+    "_SyncsDict",
+    {
+        "sites": Annotated[list[_SyncSiteDict], Field(default_factory=list, max_length=100)],
+        **_typed_dict_fields(_on_wire("syncs")),
+    },
+)
+_RecordDict: Any = _typed_dict(
+    "_RecordDict",
+    {
+        **_typed_dict_fields(_on_wire("")),
+        "syncs": _SyncsDict,
+        "histograms": _typed_dict("_HistogramsDict", {"documents": _HistogramDict, "packs": _HistogramDict}),
+        "gpu": Annotated[_typed_dict("_GpuDict", _typed_dict_fields(_on_wire("gpu"))) | None, Field(default=None)],
+        "channel_loss": Annotated[ChannelLoss | None, Field(default=None)],
+        "channel_tokens": Annotated[ChannelTokens | None, Field(default=None)],
+    },
+)
+RECORDS: TypeAdapter[dict[str, list[dict[str, Any]]]] = TypeAdapter(
+    _typed_dict(
+        "IntervalBatchDict", {"intervals": Annotated[list[_RecordDict], Field(min_length=1, max_length=MAX_BATCH)]}
+    )
+)
+Record = dict[str, Any]  # a record as parse_batch returns it (the wire's nesting, optional parts None)
+
+
+def _error(loc: tuple[str | int, ...], message: str, value: Any = None) -> InitErrorDetails:
+    return {"type": "value_error", "loc": loc, "input": value, "ctx": {"error": ValueError(message)}}
+
+
+# The fields check_records compares, as one getter each for the ints and the floats.
+_SPAN_INTS = ("first_step", "last_step", "steps", "tokens", "real_tokens")
+_GET_SPAN_INTS = operator.itemgetter(*_SPAN_INTS)
+_GET_WALL = operator.itemgetter("wall_start", "wall_end")
+# Optional float readings: (parent on the wire or "", key, lower bound, upper bound).
+_OPTIONAL = tuple(
+    (
+        f.wire_path[0] if len(f.wire_path) > 1 else "",
+        f.wire_path[-1],
+        -f.upper if f.minimum is None else f.minimum,
+        f.upper,
+    )
+    for f in FIELDS
+    if not f.required and f.kind == "float"
+)
+
+
+def _cross_field_errors(records: Sequence[Record]) -> list[InitErrorDetails]:
+    ints = np.array([_GET_SPAN_INTS(r) for r in records], dtype=np.int64).reshape(len(records), len(_SPAN_INTS))
+    first, last, steps, tokens, real = ints.T
+    walls = np.array([_GET_WALL(r) for r in records], dtype=float).reshape(len(records), 2)
+    # last - first cannot overflow once first <= last (both are within 0..INT64_MAX).
+    reversed_steps = first > last
+    too_many = ~reversed_steps & (steps - 1 > np.where(reversed_steps, 0, last - first))
+    bad = reversed_steps | too_many | (real > tokens) | (walls[:, 1] < walls[:, 0])
+    errors: list[InitErrorDetails] = []
+    for i in np.flatnonzero(bad).tolist():
+        r = records[i]
+        if r["first_step"] > r["last_step"]:
+            message = f"first_step ({r['first_step']}) is after last_step ({r['last_step']})"
+        elif r["steps"] > (span := r["last_step"] - r["first_step"] + 1):
+            message = f"steps ({r['steps']}) is more than the {span} steps from first_step to last_step"
+        elif r["real_tokens"] > r["tokens"]:
+            message = (
+                f"real_tokens ({r['real_tokens']}) exceeds tokens ({r['tokens']}); "
+                "tokens counts every slot the model ran, padding included"
+            )
+        else:
+            message = f"wall_end ({r['wall_end']}) is before wall_start ({r['wall_start']})"
+        errors.append(_error(("intervals", i), message))
+    return errors
+
+
+def _optional_reading_errors(records: Sequence[Record]) -> list[InitErrorDetails]:
+    """Readings that diverged (NaN, inf, beyond FLOAT_MAX) become None in place; finite ones out of
+    their catalogue bounds are errors."""
+    errors: list[InitErrorDetails] = []
+    for parent, key, lower, upper in _OPTIONAL:
+        holders = [(i, r[parent]) for i, r in enumerate(records) if r[parent] is not None] if parent else None
+        values = [h[key] for _, h in holders] if holders is not None else [r[key] for r in records]
+        column = np.array(values, dtype=float)  # None -> NaN
+        finite = np.abs(column) <= FLOAT_MAX  # False for NaN and inf
+        where = [(i, h) for i, h in holders] if holders is not None else list(enumerate(records))
+        for at in np.flatnonzero(~finite).tolist():
+            where[at][1][key] = None
+        for at in np.flatnonzero(finite & ((column < lower) | (column > upper))).tolist():
+            i = where[at][0]
+            value = column[at].item()
+            bound = ("greater_than_equal", {"ge": lower}) if value < lower else ("less_than_equal", {"le": upper})
+            loc = ("intervals", i, parent, key) if parent else ("intervals", i, key)
+            errors.append({"type": bound[0], "loc": loc, "input": value, "ctx": bound[1]})
+    for r in records:
+        losses = r["channel_loss"]
+        if losses:
+            for channel, value in losses.items():
+                if value is not None and not abs(value) <= FLOAT_MAX:
+                    losses[channel] = None
+    return errors
+
+
+def _text_errors(records: Sequence[Record]) -> list[InitErrorDetails]:
+    errors: list[InitErrorDetails] = []
+    for i, r in enumerate(records):
+        for j, s in enumerate(r["syncs"]["sites"]):
+            if problem := text_problem(s["site"]):
+                errors.append(_error(("intervals", i, "syncs", "sites", j, "site"), f"the string {problem}"))
+        for part in ("channel_loss", "channel_tokens"):
+            for name in r[part] or ():
+                if problem := text_problem(name):
+                    errors.append(_error(("intervals", i, part, name), f"the channel name {problem}"))
+    return errors
+
+
+def check_records(records: Sequence[Record], *, strings_checked: bool = False) -> list[dict[str, int]]:
+    """Check what spans fields or records, for the whole batch at once, and store diverged optional
+    readings as missing (in place). Returns each record's sync sites as {site: count}. Raises
+    pydantic's ValidationError naming the record (and the field) of every problem.
+
+    `strings_checked`: the caller knows no string holds a NUL byte (parse_batch found no escape for
+    one in the raw body), so the strings are not walked."""
+    errors = _cross_field_errors(records) + _optional_reading_errors(records)
+    if not strings_checked:
+        errors += _text_errors(records)
+    sites = []
+    for i, r in enumerate(records):
+        listed = r["syncs"]["sites"]
+        by_site = {s["site"]: s["count"] for s in listed}
+        if len(by_site) != len(listed):
+            names = [s["site"] for s in listed]
+            twice = next(name for at, name in enumerate(names) if name in names[:at])
+            message = f"sync site {twice!r} is listed twice; send each site once with its total"
+            errors.append(_error(("intervals", i, "syncs", "sites"), message))
+        sites.append(by_site)
+    if errors:
+        errors.sort(key=lambda e: e["loc"][1])
+        raise ValidationError.from_exception_data("IntervalBatch", errors)
+    return sites
+
+
+def parse_batch(body: bytes) -> tuple[list[Record], list[dict[str, int]]]:
+    """A raw JSON batch validated as plain dicts (see above); (records, their sync sites).
+    Raises pydantic's ValidationError, locations rooted at the batch (("intervals", i, ...))."""
+    records: list[Record] = RECORDS.validate_json(body)["intervals"]
+    return records, check_records(records, strings_checked=b"\\u0000" not in body)
 
 
 class IngestResult(BaseModel):

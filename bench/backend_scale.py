@@ -3,7 +3,7 @@
 * ingest: interval rows/s through a real uvicorn server on 127.0.0.1, batches of 64, with 1 and
   with 8 concurrent senders (8 ranks of one run), and the server's CPU time per row (from
   /proc/<pid>/stat before and after); and in this process, the CPU time per row of validating
-  raw batches and of storing them (ingest_batch), apart from HTTP;
+  raw batches (parse_batch) and of storing them (ingest_parsed, as the route does), apart from HTTP;
 * reads on runs of --intervals sizes (rows generated in-process through the ingest function,
   not over HTTP): series (max_points=1000) p50/p95, run page data (summary + series + sync sites)
   p50, sync sites p50, runs list of 200 runs p50, CSV export rows/s.
@@ -31,10 +31,10 @@ from typing import Any
 
 import httpx
 
-from packscope.backend.db import make_engine, make_sessionmaker, upgrade_schema
-from packscope.backend.ingest import ingest_batch
+from packscope.backend.db import WRITES, make_engine, make_sessionmaker, upgrade_schema
+from packscope.backend.ingest import ingest_batch, ingest_parsed
 from packscope.backend.queries import get_run
-from packscope.backend.routes.ingest import _BATCH
+from packscope.backend.schemas import parse_batch
 from packscope.core.histograms import NUM_BUCKETS
 
 PG_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
@@ -116,23 +116,24 @@ def fill_run(make_session: Any, http: httpx.Client, run_id: str, intervals: int)
     validated records (64 distinct records re-numbered); seconds taken."""
     assert http.post("/api/v1/runs", json=run_body(run_id)).status_code == 201
     rng = random.Random(run_id)
-    template = _BATCH.validate_json(json.dumps({"intervals": [record(i, 0, rng) for i in range(64)]})).intervals
+    template, _ = parse_batch(json.dumps({"intervals": [record(i, 0, rng) for i in range(64)]}).encode())
     t0 = time.perf_counter()
     with make_session() as session:
         run = get_run(session, run_id)
         assert run is not None
         for start in range(0, intervals, 1000):
             batch = [
-                template[i % 64].model_copy(update={"interval": i, "first_step": i * 10 + 1, "last_step": i * 10 + 10})
+                {**template[i % 64], "interval": i, "first_step": i * 10 + 1, "last_step": i * 10 + 10}
                 for i in range(start, min(start + 1000, intervals))
             ]
             ingest_batch(session, run, batch)
     return time.perf_counter() - t0
 
 
-def ingest_in_process(make_session: Any, http: httpx.Client, batches: int) -> dict[str, Any]:
-    """CPU seconds per row of validating raw batches of 64 and storing them (ingest_batch), in this
-    process: what the server spends per row without HTTP, and steadier than wall time on a busy machine."""
+def ingest_in_process(engine: Any, http: httpx.Client, batches: int) -> dict[str, Any]:
+    """CPU seconds per row of validating raw batches of 64 (parse_batch) and storing them
+    (ingest_parsed, one transaction each), in this process: what the route spends per row without
+    HTTP, and steadier than wall time on a busy machine."""
     run_id = "in-process"
     assert http.post("/api/v1/runs", json=run_body(run_id)).status_code == 201
     rng = random.Random(2)
@@ -140,15 +141,13 @@ def ingest_in_process(make_session: Any, http: httpx.Client, batches: int) -> di
         json.dumps({"intervals": [record(b * BATCH + i, 0, rng) for i in range(BATCH)]}).encode()
         for b in range(batches)
     ]
-    with make_session() as session:
-        run = get_run(session, run_id)
-        assert run is not None
-        cpu0 = time.process_time()
-        validated = [_BATCH.validate_json(body).intervals for body in bodies]
-        cpu1 = time.process_time()
-        for records in validated:
-            ingest_batch(session, run, records)
-        cpu2 = time.process_time()
+    writes = engine.execution_options(**{WRITES: True})
+    cpu0 = time.process_time()
+    validated = [parse_batch(body) for body in bodies]
+    cpu1 = time.process_time()
+    for records, sites in validated:
+        assert ingest_parsed(writes, run_id, records, sites) is not None
+    cpu2 = time.process_time()
     rows = batches * BATCH
     return {
         "rows": rows,
@@ -199,7 +198,7 @@ def ingest(url: str, pid: int, senders: int, batches: int, run_id: str) -> dict[
         t.join()
     seconds, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
     rows = senders * batches * BATCH
-    stored = http.get(f"/api/v1/runs/{run_id}").json()["intervals"]
+    stored = http.get(f"/api/v1/runs/{run_id}").json()["records"]
     return {
         "senders": senders,
         "rows": rows,
@@ -279,7 +278,7 @@ def bench(database_url: str, args: argparse.Namespace) -> dict[str, Any]:
         http = httpx.Client(base_url=url, timeout=300)
         out: dict[str, Any] = {"database": args.database, "cpus": os.cpu_count(), "load_avg": os.getloadavg()}
         out["ingest"] = [ingest(url, server.pid, n, args.batches // n, f"ingest-{n}") for n in (1, 8)]
-        out["ingest_in_process"] = ingest_in_process(make_session, http, args.batches)
+        out["ingest_in_process"] = ingest_in_process(engine, http, args.batches)
         out["runs"] = []
         for n in args.intervals:
             fill_s = fill_run(make_session, http, f"big-{n}", n)

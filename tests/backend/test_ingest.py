@@ -244,3 +244,79 @@ def test_patch_sets_status_and_end(client, run):
     assert (finished.json()["status"], finished.json()["ended_at"]) == ("finished", "2026-11-29T09:30:00Z")
     assert client.patch(RUN, json={"status": "done"}).status_code == 422
     assert client.patch(f"{RUNS}/other", json={"status": "failed"}).status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("mutate", "loc", "words"),
+    [
+        (lambda r: r.update(gpu={"util_pct": 150.0}), ["gpu", "util_pct"], "less than or equal to 100"),
+        (lambda r: r.update(grad_norm=-1.0), ["grad_norm"], "greater than or equal to 0"),
+        (lambda r: r.update(wall_end=r["wall_start"] - 1), [], "before wall_start"),
+        (lambda r: r["syncs"]["sites"][0].update(site="a\x00b"), ["syncs", "sites", 0, "site"], "NUL"),
+        (lambda r: r.update(channel_tokens={"c\x00de": 5}), ["channel_tokens", "c\x00de"], "NUL"),
+        (lambda r: r.update(loss="2.5"), ["loss"], "valid number"),
+        (lambda r: r.update(last_step=2**63), ["last_step"], "less than or equal to"),
+    ],
+)
+def test_checks_after_parsing_name_the_record_and_field(client, run, records, mutate, loc, words):
+    """What pydantic-core cannot check alone (bounds of optional readings, strings, the fields'
+    relations) is checked over the whole batch afterwards, with the same kind of 422."""
+    recs = records(5)
+    mutate(recs[3])
+    response = client.post(BATCH, content=json.dumps({"intervals": recs}), headers={"Content-Type": "application/json"})
+    assert response.status_code == 422, response.text
+    (error,) = response.json()["detail"]
+    assert error["loc"][:3] == ["body", "intervals", 3]
+    assert error["loc"][3:] == loc
+    assert words in error["msg"]
+    assert stored_intervals(client) == 0
+
+
+def test_every_bad_record_of_a_batch_is_named(client, run, records):
+    recs = records(40)
+    recs[7]["real_tokens"] = recs[7]["tokens"] + 1
+    recs[21]["first_step"] = recs[21]["last_step"] + 1
+    recs[33]["syncs"]["sites"].append(dict(recs[33]["syncs"]["sites"][1]))
+    recs[38]["gpu"] = {"power_w": -5.0}
+    response = client.post(BATCH, json={"intervals": recs})
+    assert response.status_code == 422
+    assert [e["loc"][2] for e in response.json()["detail"]] == [7, 21, 33, 38]
+    assert stored_intervals(client) == 0
+
+
+def test_diverged_gpu_readings_are_stored_as_missing_and_the_rest_kept(client, run, records):
+    recs = records(3)
+    recs[0]["gpu"] = {"util_pct": 97.0, "power_w": 1e301, "energy_j": 975.0}
+    recs[1]["gpu"] = {"util_pct": float("inf"), "power_w": 600.0}
+    recs[2]["grad_norm"] = float("-inf")
+    body = json.dumps({"intervals": recs})
+    assert client.post(BATCH, content=body, headers={"Content-Type": "application/json"}).json()["accepted"] == 3
+    rows = list(csv.DictReader(io.StringIO(client.get(f"{RUN}/intervals.csv").text)))
+    assert (rows[0]["gpu_util_pct"], rows[0]["gpu_power_w"], float(rows[0]["gpu_energy_j"])) == ("97.0", "", 975.0)
+    assert (rows[1]["gpu_util_pct"], float(rows[1]["gpu_power_w"])) == ("", 600.0)
+    assert rows[2]["grad_norm"] == ""
+
+
+def test_records_built_in_python_pass_the_same_checks(make_client, database_url, new_run, records):
+    """ingest_batch (scripts, benchmarks) takes IntervalRecord models or dicts, checked as the route checks."""
+    from pydantic import ValidationError
+
+    from packscope.backend.ingest import ingest_batch
+    from packscope.backend.queries import get_run
+    from packscope.backend.routes.ingest import _BATCH
+
+    client = make_client(database_url)
+    assert client.post(RUNS, json=new_run()).status_code == 201
+    recs = records(4)
+    recs[1]["loss"] = float("nan")
+    models = _BATCH.validate_json(json.dumps({"intervals": recs})).intervals
+    bad = [dict(recs[2], real_tokens=recs[2]["tokens"] + 1)]
+    with client.app.state.sessionmaker() as session:
+        run = get_run(session, "run-1")
+        assert run is not None
+        assert ingest_batch(session, run, models[:3]).accepted == 3
+        with pytest.raises(ValidationError, match="padding included"):
+            ingest_batch(session, run, bad)
+        assert (ingest_batch(session, run, models).accepted, ingest_batch(session, run, models).duplicates) == (1, 4)
+    rows = list(csv.DictReader(io.StringIO(client.get(f"{RUN}/intervals.csv").text)))
+    assert [r["loss"] == "" for r in rows] == [False, True, False, False]
