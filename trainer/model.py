@@ -88,9 +88,20 @@ class Block(nn.Module):
 
 
 class Transformer(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    rope_cos: torch.Tensor  # buffers, present with max_positions
+    rope_sin: torch.Tensor
+
+    def __init__(self, cfg: ModelConfig, max_positions: int | None = None) -> None:
+        """``max_positions``: when every position id is below it (the trainer: the pack length),
+        RoPE's cos/sin are a table read by position. torch.compile would otherwise recompute
+        them (pow, cos, sin per element) inside every layer's fused RoPE kernel, forward and
+        backward."""
         super().__init__()
         self.cfg = cfg
+        if max_positions is not None:
+            cos, sin = rope_cos_sin(torch.arange(max_positions)[None], cfg.head_dim, cfg.rope_theta)
+            self.register_buffer("rope_cos", cos[0, :, 0], persistent=False)  # [max_positions, head_dim / 2]
+            self.register_buffer("rope_sin", sin[0, :, 0], persistent=False)
         self.embed = nn.Embedding(cfg.vocab, cfg.hidden)
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
         self.norm = nn.RMSNorm(cfg.hidden, eps=cfg.norm_eps)
@@ -121,7 +132,13 @@ class Transformer(nn.Module):
         The loss is computed here, inside forward, so that wrappers that hook forward (DDP, FSDP)
         see the head's weight used, and so that torch.compile fuses the float32 upcast of the
         logits into the loss. ``chunked_loss`` never holds every token's logits (less memory)."""
-        cos, sin = rope_cos_sin(position_ids, self.cfg.head_dim, self.cfg.rope_theta)
+        if hasattr(self, "rope_cos"):
+            # Clamped: only padding (a static tail, the slots after a pack's last document) can
+            # reach max_positions, and padding carries no loss and is seen by no real token.
+            at = position_ids.clamp(max=self.rope_cos.shape[0] - 1)
+            cos, sin = self.rope_cos[at][:, :, None], self.rope_sin[at][:, :, None]
+        else:
+            cos, sin = rope_cos_sin(position_ids, self.cfg.head_dim, self.cfg.rope_theta)
         x = self.embed(input_ids)
         for layer in self.layers:
             x = layer(x, cos, sin, attention)

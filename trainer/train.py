@@ -78,7 +78,7 @@ class Trainer:
         self.parallel, self.device = distributed.setup(cfg.parallel, resolve_device(cfg))
         cuda = self.device.type == "cuda"
         torch.manual_seed(cfg.seed)  # the same initial weights on every rank
-        self.model = Transformer(self.model_cfg).to(self.device)
+        self.model = Transformer(self.model_cfg, max_positions=cfg.pack_length).to(self.device)
         wrapped = distributed.wrap(self.model, self.parallel, self.device)
         self.forward = torch.compile(wrapped) if cfg.compile else wrapped
         params = [p for p in self.model.parameters() if p.requires_grad]

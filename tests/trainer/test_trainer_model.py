@@ -81,6 +81,19 @@ def test_fused_projections_compute_the_same_network(tiny):
             torch.testing.assert_close(got, want)
 
 
+def test_rope_table_equals_rope_computed(tiny):
+    """The trainer's RoPE table (read by position) gives the same logits as computing cos/sin
+    from the positions, for every position below the table's size."""
+    tabled = Transformer(PRESETS["tiny"], max_positions=64).eval()
+    tabled.load_state_dict(tiny.state_dict())
+    ids = torch.randint(1, 512, (2, 64), generator=torch.Generator().manual_seed(2))
+    pos = torch.arange(64).expand(2, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            tabled(ids, pos, CausalAttention()), tiny(ids, pos, CausalAttention()), rtol=0, atol=0
+        )
+
+
 def test_preset_sizes():
     sizes = {}
     for name, cfg in PRESETS.items():
