@@ -1,81 +1,408 @@
 """The CSV export of a run: a header, then one row per stored interval with the catalogue's raw
-fields and every derived metric, streamed in pieces so memory stays flat whatever the run's size."""
+fields and every derived metric, streamed in pieces so memory stays flat whatever the run's size.
 
-import csv
-import io
+Both databases write the same text. Numbers are written as PostgreSQL writes them (float8out with
+extra_float_digits > 0): integers as digits; floats in their shortest form that reads back
+exactly, in fixed notation for decimal exponents -4 to 14 with no trailing ".0" (``650``,
+``0.25``, ``0.0001``) and as ``d.ddde±XX`` otherwise (``1e-05``, ``2.5e+15``); NULL (and an
+undefined metric) is an empty cell. channel_loss and channel_tokens are their stored JSON text,
+quoted as CSV quotes it (when it holds a comma, a quote or a line break).
+
+* PostgreSQL computes the derived columns (the catalogue's formulas as float8 SQL) and formats
+  every row itself (``COPY … TO STDOUT``): no Python work per value.
+* SQLite: columns are read in chunks through the raw sqlite3 cursor, the derived columns computed
+  per chunk with numpy (backend/columns.py, the same IEEE operations in the same order as the
+  SQL), and each chunk formatted as a whole: numbers become bytes in a NUL-padded matrix
+  (vectorized shortest-digit search below) that is squeezed and split into rows once.
+"""
+
+from __future__ import annotations
+
+import math
 from collections.abc import Iterator
+from fractions import Fraction
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Select, String, cast, select
 from sqlalchemy.orm import Session
 
-from packscope.backend.columns import derive_columns, rows_with_nulls, sums_per_row
-from packscope.backend.models import Run, intervals
+from packscope.backend.columns import derive_columns, sums_per_row
+from packscope.backend.models import Run
 from packscope.backend.queries import CSV_COLUMNS, CSV_DERIVED_COLUMNS, CSV_RAW_COLUMNS, coefficients
-from packscope.backend.sql_formulas import metrics_of_row
-from packscope.core.catalogue import SUM_FIELDS
+from packscope.core.catalogue import FIELD, SUM_FIELDS, SUMS, Coefficients, evaluate
 
-CSV_CHUNK_ROWS = 2000  # rows per piece of the response: bounded memory, few round trips
-
-
-def _csv_query(run: Run) -> Select[Any]:
-    """The stored columns of CSV_RAW_COLUMNS, with channel_loss and channel_tokens as their stored JSON text."""
-    return (
-        select(
-            *(
-                cast(intervals.c[name], String) if name.startswith("channel_") else intervals.c[name]
-                for name in CSV_RAW_COLUMNS
-            )
-        )
-        .where(intervals.c.run_pk == run.id)
-        .order_by(intervals.c.interval, intervals.c.rank)
-    )
+CSV_CHUNK_ROWS = 10_000  # rows per piece of the response: bounded memory (a few MB), few round trips
+_CHANNELS = ("channel_loss", "channel_tokens")
+_NUMERIC = tuple(name for name in CSV_RAW_COLUMNS if name not in _CHANNELS)
+# The CSV's raw columns are the numeric fields, then the two channel columns, then the derived ones.
+assert (*_NUMERIC, *_CHANNELS) == CSV_RAW_COLUMNS, "csv_export assumes the channel columns end the raw ones"
 
 
 def csv_text(session: Session, run: Run) -> Iterator[str]:
     """The run's CSV (a header, then one row per stored interval), in pieces of about
     CSV_CHUNK_ROWS rows, read from the database as they are sent."""
-    buffer = io.StringIO()
-    csv.writer(buffer, lineterminator="\n").writerow(CSV_COLUMNS)
-    yield buffer.getvalue()
+    yield ",".join(CSV_COLUMNS) + "\n"  # plain names: nothing to quote
     if session.get_bind().dialect.name == "postgresql":
         yield from _csv_by_copy(session, run)
     else:
         yield from _csv_by_chunks(session, run)
 
 
+# -- PostgreSQL -----------------------------------------------------------------------------------
+class _Sql:
+    """A float8 SQL expression: the catalogue's formulas evaluated on these build the SQL text
+    with the same operations, in the same order, as numpy evaluates them (no NUMERIC casts)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    @staticmethod
+    def of(value: Any) -> _Sql:
+        return value if isinstance(value, _Sql) else _Sql(f"'{float(value)!r}'::float8")
+
+    def _op(self, op: str, other: Any, reflected: bool = False) -> _Sql:
+        a, b = (_Sql.of(other), self) if reflected else (self, _Sql.of(other))
+        return _Sql(f"({a.text} {op} {b.text})")
+
+    def __add__(self, o: Any) -> _Sql:
+        return self._op("+", o)
+
+    def __radd__(self, o: Any) -> _Sql:
+        return self._op("+", o, True)
+
+    def __sub__(self, o: Any) -> _Sql:
+        return self._op("-", o)
+
+    def __rsub__(self, o: Any) -> _Sql:
+        return self._op("-", o, True)
+
+    def __mul__(self, o: Any) -> _Sql:
+        return self._op("*", o)
+
+    def __rmul__(self, o: Any) -> _Sql:
+        return self._op("*", o, True)
+
+    def __truediv__(self, o: Any) -> _Sql:
+        return self._op("/", o)
+
+    def __rtruediv__(self, o: Any) -> _Sql:
+        return self._op("/", o, True)
+
+
+class _SqlOps:
+    """A division by 0 is NULL, and NULL stays NULL (an empty cell), as NaN does in numpy."""
+
+    @staticmethod
+    def ratio(num: Any, den: Any) -> _Sql:
+        return _Sql(f"({_Sql.of(num).text} / NULLIF({_Sql.of(den).text}, 0))")
+
+
+def _derived_sql(c: Coefficients) -> list[str]:
+    """The derived columns as float8 SQL over one intervals row (columns.sums_per_row's sums)."""
+    sums = {}
+    for s in SUMS:
+        value = _Sql(f"{s.of[0]}::float8")
+        for name in s.of[1:]:
+            value = value * _Sql(f"{name}::float8")
+        if s.present is not None:
+            value = _Sql(f"(CASE WHEN {s.present} IS NULL THEN 0::float8 ELSE {value.text} END)")
+        sums[s.name] = value
+    return [_Sql.of(v).text for v in evaluate(sums, c, _SqlOps(), CSV_DERIVED_COLUMNS).values()]
+
+
 def _csv_by_copy(session: Session, run: Run) -> Iterator[str]:
-    """PostgreSQL computes the derived columns (the catalogue's formulas as SQL) and formats every
-    row itself (COPY … TO STDOUT): no Python work per value."""
-    derived = metrics_of_row(intervals, coefficients(run), CSV_DERIVED_COLUMNS).values()
-    query = _csv_query(run).add_columns(*derived)
-    sql = str(query.compile(dialect=session.get_bind().dialect, compile_kwargs={"literal_binds": True}))
+    raw = [f"{name}::text" if name in _CHANNELS else name for name in CSV_RAW_COLUMNS]
+    sql = (
+        f"SELECT {', '.join(raw + _derived_sql(coefficients(run)))} FROM intervals"
+        f" WHERE run_pk = {int(run.id)} ORDER BY interval, rank"
+    )
     cursor = session.connection().connection.driver_connection.cursor()  # type: ignore[union-attr]
     cursor.execute("SET LOCAL extra_float_digits = 1")  # shortest exact floats, whatever the server's default
     with cursor.copy(f"COPY ({sql}) TO STDOUT WITH (FORMAT csv)") as copy:
         pieces: list[bytes] = []
         for row in copy:  # one row per message
-            pieces.append(bytes(row))
+            pieces.append(row)
             if len(pieces) == CSV_CHUNK_ROWS:
                 yield b"".join(pieces).decode()
                 pieces.clear()
-        yield b"".join(pieces).decode()
+        if pieces:
+            yield b"".join(pieces).decode()
+
+
+# -- SQLite ---------------------------------------------------------------------------------------
+def _sqlite_query(run_pk: int) -> str:
+    """The numeric fields as stored, then the channel columns as CSV cells (quoted when needed)."""
+    cells = []
+    for name in _CHANNELS:
+        needs_quotes = " OR ".join(f"instr({name}, {ch}) > 0" for ch in ("','", "'\"'", "char(10)", "char(13)"))
+        cells.append(
+            f"CASE WHEN {name} IS NULL THEN '' WHEN {name} = '' OR {name} = '\\.' OR {needs_quotes}"
+            f" THEN '\"' || replace({name}, '\"', '\"\"') || '\"' ELSE {name} END"
+        )
+    return (
+        f"SELECT {', '.join((*_NUMERIC, *cells))} FROM intervals WHERE run_pk = {int(run_pk)} ORDER BY interval, rank"
+    )
 
 
 def _csv_by_chunks(session: Session, run: Run) -> Iterator[str]:
-    """Rows streamed from a server-side cursor; the derived columns computed per chunk with numpy,
-    each chunk formatted by csv.writer."""
     c = coefficients(run)
-    result = session.execute(_csv_query(run), execution_options={"stream_results": True, "yield_per": CSV_CHUNK_ROWS})
-    buffer = io.StringIO()
-    writer = csv.writer(buffer, lineterminator="\n")
-    for chunk in result.partitions():
-        values = dict(zip(CSV_RAW_COLUMNS, zip(*chunk, strict=True), strict=True))
-        sums = sums_per_row({name: np.array(values[name], dtype=float) for name in SUM_FIELDS})  # None -> NaN
-        derived = derive_columns(sums, c, CSV_DERIVED_COLUMNS)
-        per_row = rows_with_nulls(np.column_stack([derived[name] for name in CSV_DERIVED_COLUMNS]))
-        writer.writerows([*row, *extra] for row, extra in zip(chunk, per_row, strict=True))
-        yield buffer.getvalue()
-        buffer.seek(0)
-        buffer.truncate()
+    connection = session.connection().connection.driver_connection
+    cursor = connection.cursor()  # type: ignore[union-attr]
+    try:
+        cursor.execute(_sqlite_query(run.id))
+        while rows := cursor.fetchmany(CSV_CHUNK_ROWS):
+            yield _chunk_text(rows, c)
+    finally:
+        cursor.close()
+
+
+_KINDS = tuple(FIELD[name].kind for name in _NUMERIC)
+_SUM_AT = {name: _NUMERIC.index(name) for name in SUM_FIELDS}
+
+
+def _chunk_text(rows: list[tuple[Any, ...]], c: Coefficients) -> str:
+    """CSV rows for one chunk of (numeric fields..., channel_loss cell, channel_tokens cell) tuples."""
+    columns = list(zip(*rows, strict=True))
+    values: dict[str, np.ndarray] = {}
+    raw: list[np.ndarray] = []
+    for name, kind, column in zip(_NUMERIC, _KINDS, columns, strict=False):
+        if kind == "int":
+            ints = np.array(column, dtype=np.int64)
+            raw.append(int_cells(ints))
+            if name in _SUM_AT:
+                values[name] = ints.astype(np.float64)
+        else:
+            floats = np.array(column, dtype=np.float64)  # None (NULL) -> NaN
+            raw.append(float_cells(floats))
+            if name in _SUM_AT:
+                values[name] = floats
+    derived = derive_columns(sums_per_row(values), c, CSV_DERIVED_COLUMNS)
+    # The numeric block and the derived block of every row, each ended by a newline, then split:
+    # the channel cells (already CSV text) go between them.
+    text = _squeeze([raw, [float_cells(derived[name]) for name in CSV_DERIVED_COLUMNS]])
+    blocks = text.split("\n")
+    loss, tokens = columns[len(_NUMERIC)], columns[len(_NUMERIC) + 1]
+    return "\n".join(map(",".join, zip(blocks[0::2], loss, tokens, blocks[1::2], strict=False))) + "\n"
+
+
+def _squeeze(blocks: list[list[np.ndarray]]) -> str:
+    """Per row: each block's cells (NUL-padded byte matrices, one row per CSV row) joined by
+    commas and ended by a newline; NULs dropped."""
+    n = blocks[0][0].shape[0]
+    comma = np.full((n, 1), ord(","), np.uint8)
+    newline = np.full((n, 1), ord("\n"), np.uint8)
+    parts: list[np.ndarray] = []
+    for cells in blocks:
+        for cell in cells:
+            parts += [cell, comma]
+        parts[-1] = newline
+    return np.concatenate(parts, axis=1).tobytes().translate(None, b"\0").decode("ascii")
+
+
+# -- numbers as text ------------------------------------------------------------------------------
+def float_text(x: float) -> str:
+    """One float as PostgreSQL's float8out writes it with extra_float_digits > 0 (shortest exact
+    digits; fixed notation for decimal exponents -4..14, else d.ddde±XX); NaN is an empty cell.
+    The reference the vectorized float_cells follows, and its fallback for rare values."""
+    if math.isnan(x):
+        return ""
+    if math.isinf(x):
+        return "Infinity" if x > 0 else "-Infinity"
+    sign = "-" if math.copysign(1.0, x) < 0 else ""
+    if x == 0:
+        return sign + "0"
+    a = abs(x)
+    text = repr(a)  # Python's shortest digits: PostgreSQL's too, but for one case below
+    if a >= 2.0**54:  # only here can a short decimal fall exactly halfway between two doubles
+        exact, shortest = Fraction(a), Fraction(text)
+        above = math.nextafter(a, math.inf)
+        bounds = (
+            (exact + Fraction(math.nextafter(a, 0.0))) / 2,
+            (exact + (Fraction(above) if above < math.inf else Fraction(2) ** 1024)) / 2,
+        )
+        if shortest in bounds:  # Python accepts such a halfway decimal (it reads back as `a`); PostgreSQL does
+            for count in range(2, 18):  # not, and writes the nearest decimal strictly inside instead
+                text = f"{a:.{count - 1}e}"
+                if bounds[0] < Fraction(text) < bounds[1]:
+                    break
+    mantissa, _, exp = text.partition("e")
+    whole, _, frac = mantissa.partition(".")
+    if whole != "0":
+        digits, exponent = whole + frac, len(whole) - 1 + int(exp or 0)
+    else:
+        stripped = frac.lstrip("0")
+        digits, exponent = stripped, len(stripped) - len(frac) - 1 + int(exp or 0)
+    return sign + _layout(digits.rstrip("0"), exponent)
+
+
+def _layout(digits: str, exponent: int) -> str:
+    n = len(digits)
+    if -4 <= exponent < 15:
+        if exponent < 0:
+            return "0." + "0" * (-exponent - 1) + digits
+        if n <= exponent + 1:
+            return digits + "0" * (exponent + 1 - n)
+        return digits[: exponent + 1] + "." + digits[exponent + 1 :]
+    tail = "." + digits[1:] if n > 1 else ""
+    return f"{digits[0]}{tail}e{'-' if exponent < 0 else '+'}{abs(exponent):02d}"
+
+
+# Powers of ten as double-doubles (hi + lo, hi the nearest double): x·10^p to ~2^-104.
+_P_MIN, _P_MAX = -300, 300
+_P10_HI = np.array([float(Fraction(10) ** p) for p in range(_P_MIN, _P_MAX + 1)])
+_P10_LO = np.array(
+    [float(Fraction(10) ** p - Fraction(h)) for p, h in zip(range(_P_MIN, _P_MAX + 1), _P10_HI.tolist(), strict=True)]
+)
+_POW10 = np.array([10**i for i in range(19)], dtype=np.int64)
+_ZERO, _DOT, _MINUS = ord("0"), ord("."), ord("-")
+# Inside this range the digit search below is exact (no overflow in splits or products).
+_FAST_MIN, _FAST_MAX = 1e-280, 1e280
+_MARGIN = 1e-6  # in units of the last digit: decisions this close to a bound go to float_text
+
+
+def _two_product(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """a·b exactly as hi + lo (Dekker, with Veltkamp splits: no FMA needed)."""
+    p = a * b
+    t = 134217729.0 * a
+    ah = t - (t - a)
+    al = a - ah
+    t = 134217729.0 * b
+    bh = t - (t - b)
+    bl = b - bh
+    return p, ((ah * bh - p) + ah * bl + al * bh) + al * bl
+
+
+def _shortest(a: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """For positive finite a inside the fast range: (digits as int64 without trailing zeros,
+    their count, the decimal exponent of the first digit, where the answer is not certain)."""
+    k = np.floor(np.log10(a)).astype(np.int64)
+    k -= a < _P10_HI[k - _P_MIN]
+    k += a >= _P10_HI[k + 1 - _P_MIN]
+    p = 16 - k  # a·10^p has 17 digits before the point
+    hi, lo = _P10_HI[p - _P_MIN], _P10_LO[p - _P_MIN]
+    yh, yl = _two_product(a, hi)
+    yl = yl + a * lo
+    s = yh + yl  # an integer-valued double: y >= 1e16 > 2^53
+    yl = yl - (s - yh)
+    t = np.rint(yl)
+    digits17 = s.astype(np.int64) + t.astype(np.int64)
+    r17 = yl - t  # a·10^p - digits17, in [-0.5, 0.5]
+    above = np.spacing(a) * 0.5 * hi  # half the gap to the next double, scaled
+    power_of_two = np.frexp(a)[0] == 0.5
+    below = np.where(power_of_two, above * 0.5, above)  # the gap below a power of two is half the one above
+    uncertain = (digits17 < _POW10[16]) | (digits17 >= _POW10[17])
+
+    def level(r: np.ndarray, up: np.ndarray, down: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ok = (r > -up + _MARGIN) & (r < down - _MARGIN)
+        close = (np.abs(r + up) <= _MARGIN) | (np.abs(r - down) <= _MARGIN) | (np.abs(np.abs(r) - 0.5) <= _MARGIN)
+        return ok, close
+
+    def coarser(d: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        q, last = np.divmod(d, 10)
+        f = (last + r) / 10.0
+        rounds_up = f > 0.5
+        return q + rounds_up, f - rounds_up
+
+    ok17, close17 = level(r17, above, below)
+    digits16, r16 = coarser(digits17, r17)
+    ok16, close16 = level(r16, above / 10, below / 10)
+    digits15, r15 = coarser(digits16, r16)
+    ok15, close15 = level(r15, above / 100, below / 100)
+    uncertain |= close15 | (~ok15 & (close16 | (~ok16 & (close17 | ~ok17))))
+    # Around a power of two the interval is lopsided: the nearest candidate may miss it while the
+    # next one hits; Python's repr settles those (few) values.
+    uncertain |= power_of_two & ~ok15
+    count = np.where(ok15, 15, np.where(ok16, 16, 17))
+    digits = np.where(ok15, digits15, np.where(ok16, digits16, digits17))
+    exponent = k.copy()
+    carried = digits == _POW10[count]  # 9.99… rounded up to 10…0: one digit fewer, one exponent more
+    digits = np.where(carried, digits // 10, digits)
+    count = count - carried
+    exponent += carried
+    for step in (16, 8, 4, 2, 1):
+        divisible = digits % _POW10[step] == 0
+        digits = np.where(divisible, digits // _POW10[step], digits)
+        count = count - divisible * step
+    return digits, count, exponent, uncertain
+
+
+def float_cells(x: np.ndarray) -> np.ndarray:
+    """Each float as float_text writes it, as a NUL-padded byte matrix (one row per value)."""
+    n = len(x)
+    a = np.abs(x)
+    fast = (a >= _FAST_MIN) & (a <= _FAST_MAX)  # False for NaN, inf and 0
+    digits = np.ones(n, np.int64)
+    count = np.ones(n, np.int64)
+    exponent = np.zeros(n, np.int64)
+    if fast.any():
+        d, cnt, e, uncertain = _shortest(a[fast])
+        digits[fast], count[fast], exponent[fast] = d, cnt, e
+        fast[np.flatnonzero(fast)[uncertain]] = False
+    zero = a == 0
+    digits[zero] = 0
+    other = ~fast & ~zero  # NaN, inf, out of the fast range, uncertain: written by float_text
+    fixed = (exponent >= -4) & (exponent < 15)
+    # Body: the digits, with a point after `lead` of them when more follow.
+    lead = np.where(fixed, np.where(exponent >= 0, exponent + 1, count), 1)
+    width = int(max(int(np.max(np.maximum(lead, count + 1), initial=1)), 1))
+    left = digits * _POW10[np.clip(17 - count, 0, 18)]  # 17 digits, first one leading
+    digit_chars = np.full((width + 1, n), _ZERO, np.uint8)  # row j: the j-th digit of every value
+    for j in range(min(width + 1, 17)):
+        np.add((left // _POW10[16 - j]) % 10, _ZERO, out=digit_chars[j], casting="unsafe")
+    digit_chars = digit_chars.T
+    position = np.arange(width, dtype=np.uint8)[None, :]  # small numbers: uint8 compares are the fastest
+    lead_col = lead.astype(np.uint8)[:, None]
+    shifted = np.concatenate([digit_chars[:, :1], digit_chars[:, : width - 1]], axis=1)
+    point_or_after = np.where(position == lead_col, np.uint8(_DOT), shifted)
+    body = np.where(position < lead_col, digit_chars[:, :width], point_or_after)
+    body_length = np.where(count > lead, count + 1, lead).astype(np.uint8)
+    body *= position < body_length[:, None]  # NUL after the last character
+    slots = [body]
+    small = fixed & (exponent < 0) & ~other
+    if small.any():  # "0." and up to three zeros before the digits
+        prefix = np.zeros((n, 5), np.uint8)
+        prefix[small, 0] = _ZERO
+        prefix[small, 1] = _DOT
+        for j in range(2, 5):
+            prefix[small & (exponent <= -j), j] = _ZERO
+        slots.insert(0, prefix)
+    scientific = ~fixed & ~other & ~zero
+    if scientific.any():
+        exp = np.zeros((n, 5), np.uint8)
+        e = np.abs(exponent)
+        exp[scientific, 0] = ord("e")
+        exp[scientific, 1] = np.where(exponent[scientific] < 0, _MINUS, ord("+"))
+        three = scientific & (e >= 100)
+        exp[three, 2] = e[three] // 100 + _ZERO
+        exp[scientific, 3] = (e[scientific] // 10) % 10 + _ZERO
+        exp[scientific, 4] = e[scientific] % 10 + _ZERO
+        slots.append(exp)
+    negative = np.signbit(x) & ~other
+    if negative.any():
+        sign = np.zeros((n, 1), np.uint8)
+        sign[negative, 0] = _MINUS
+        slots.insert(0, sign)
+    cells = np.concatenate(slots, axis=1) if len(slots) > 1 else body
+    if other.any():
+        texts = [float_text(v).encode() for v in x[other].tolist()]
+        longest = max(map(len, texts))
+        if longest > cells.shape[1]:
+            cells = np.concatenate([cells, np.zeros((n, longest - cells.shape[1]), np.uint8)], axis=1)
+        cells[other] = 0
+        for row, text in zip(np.flatnonzero(other).tolist(), texts, strict=True):
+            cells[row, : len(text)] = np.frombuffer(text, np.uint8)
+    return cells
+
+
+def int_cells(v: np.ndarray) -> np.ndarray:
+    """Integers as digits (a '-' before negative ones), as a NUL-padded byte matrix."""
+    n = len(v)
+    magnitude = np.abs(v)
+    top = int(magnitude.max(initial=0))
+    width = len(str(top))
+    cells = np.empty((n, width + 1), np.uint8)
+    cells[:, 0] = np.where(v < 0, _MINUS, 0)
+    for j in range(width):
+        place = _POW10[width - 1 - j]
+        cells[:, j + 1] = np.where((magnitude >= place) | (place == 1), (magnitude // place) % 10 + _ZERO, 0)
+    return cells

@@ -1,0 +1,211 @@
+"""CSV export benchmark: rows/s and memory of `GET /api/v1/runs/{run_id}/intervals.csv`.
+
+Fills one run of --intervals rows in-process through ingest_batch (as bench/backend_scale.py's
+fill_run does; records with channel_loss/channel_tokens and some missing optional readings), then
+exports it --repeat times each way:
+
+* in-process: csv_export.csv_text(session, run) drained in this process; rows/s and the growth of
+  this process's peak RSS over the export (VmHWM, reset through /proc/self/clear_refs first);
+* over HTTP: a real uvicorn server in a subprocess, the body streamed with httpx (iter_bytes);
+  rows/s, the server's CPU seconds and the growth of the server's peak RSS during the export.
+
+One more in-process export, untimed, gives the peak of Python allocations (tracemalloc) and the
+SHA-256 of the whole text: the same fill gives the same digest on SQLite and PostgreSQL when both
+write the same CSV.
+
+    python bench/csv_export.py --database sqlite|postgresql [--intervals 1000000] [--repeat 3]
+
+PostgreSQL: a scratch database on 127.0.0.1:5432 (user postgres, trust auth), dropped afterwards.
+Prints one JSON object. Goal (issue 8): >= 200,000 rows/s both ways on both databases, with a
+peak RSS growth that does not grow with the run's length.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import random
+import statistics
+import tempfile
+import time
+import tracemalloc
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+from backend_scale import PG_ADMIN, cpu_seconds, record, run_body, start_server
+
+from packscope.backend.csv_export import csv_text
+from packscope.backend.db import make_engine, make_sessionmaker, upgrade_schema
+from packscope.backend.ingest import ingest_batch
+from packscope.backend.queries import get_run
+from packscope.backend.routes.ingest import _BATCH
+
+RUN_ID = "csv-bench"
+
+
+def templates(count: int) -> list[Any]:
+    """`count` validated records with varied numbers; a few miss their optional readings (NULL cells)."""
+    rng = random.Random(8)
+    raw = []
+    for i in range(count):
+        r = record(i, 0, rng)
+        r["channel_loss"] = {"code": rng.uniform(1, 3), "web, en": rng.uniform(1, 3)}
+        r["channel_tokens"] = {"code": rng.randint(1, 9999), "web, en": rng.randint(1, 9999)}
+        if i % 7 == 3:
+            r["loss"] = None
+            r["gpu"] = None
+            del r["channel_loss"], r["channel_tokens"]
+        if i % 11 == 5:
+            r["gpu_time_s"] = 0.0  # rates undefined: empty derived cells
+        raw.append(r)
+    return list(_BATCH.validate_json(json.dumps({"intervals": raw})).intervals)
+
+
+def fill(make_session: Callable[[], Any], intervals: int) -> float:
+    """Store `intervals` records of RUN_ID in batches of 1000 (64 distinct records re-numbered); seconds."""
+    template = templates(64)
+    t0 = time.perf_counter()
+    with make_session() as session:
+        run = get_run(session, RUN_ID)
+        assert run is not None
+        for start in range(0, intervals, 1000):
+            batch = [
+                template[i % 64].model_copy(update={"interval": i, "first_step": i * 10 + 1, "last_step": i * 10 + 10})
+                for i in range(start, min(start + 1000, intervals))
+            ]
+            ingest_batch(session, run, batch)
+    return time.perf_counter() - t0
+
+
+def peak_kib(pid: int | str = "self") -> int:
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmHWM:"))
+
+
+def reset_peak(pid: int | str = "self") -> None:
+    with open(f"/proc/{pid}/clear_refs", "w") as refs:
+        refs.write("5")  # the peak RSS (VmHWM) starts again from the current RSS
+
+
+def in_process(make_session: Callable[[], Any]) -> dict[str, Any]:
+    with make_session() as session:
+        run = get_run(session, RUN_ID)
+        assert run is not None
+        reset_peak()
+        before = peak_kib()
+        rows, size = -1, 0
+        t0 = time.perf_counter()
+        for piece in csv_text(session, run):
+            rows += piece.count("\n")
+            size += len(piece)
+        seconds = time.perf_counter() - t0
+        return {"rows": rows, "chars": size, "seconds": seconds, "peak_rss_growth_kib": peak_kib() - before}
+
+
+def digest_and_allocations(make_session: Callable[[], Any]) -> dict[str, Any]:
+    """One untimed export: the SHA-256 of its text and the peak of Python allocations during it."""
+    sha = hashlib.sha256()
+    pieces = 0
+    with make_session() as session:
+        run = get_run(session, RUN_ID)
+        assert run is not None
+        tracemalloc.start()
+        for piece in csv_text(session, run):
+            sha.update(piece.encode())
+            pieces += 1
+        _, peak = tracemalloc.get_traced_memory()
+        tracemalloc.stop()
+    return {"sha256": sha.hexdigest(), "pieces": pieces, "tracemalloc_peak_kib": peak // 1024}
+
+
+def over_http(url: str, pid: int) -> dict[str, Any]:
+    with httpx.Client(base_url=url, timeout=600) as http:
+        reset_peak(pid)
+        before, cpu0 = peak_kib(pid), cpu_seconds(pid)
+        rows, size, chunks = -1, 0, 0
+        t0 = time.perf_counter()
+        with http.stream("GET", f"/api/v1/runs/{RUN_ID}/intervals.csv") as response:
+            assert response.status_code == 200, response.read()[:200]
+            for chunk in response.iter_raw():
+                rows += chunk.count(b"\n")
+                size += len(chunk)
+                chunks += 1
+        seconds = time.perf_counter() - t0
+        return {
+            "rows": rows,
+            "bytes": size,
+            "chunks_received": chunks,
+            "seconds": seconds,
+            "server_cpu_s": cpu_seconds(pid) - cpu0,
+            "server_peak_rss_growth_kib": peak_kib(pid) - before,
+        }
+
+
+def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    rates = [r["rows"] / r["seconds"] for r in runs]
+    return {
+        "rows_per_s_median": round(statistics.median(rates)),
+        "rows_per_s_min": round(min(rates)),
+        "rows_per_s_max": round(max(rates)),
+        "runs": runs,
+    }
+
+
+def bench(database_url: str, args: argparse.Namespace) -> dict[str, Any]:
+    engine = make_engine(database_url)
+    upgrade_schema(engine)
+    make_session = make_sessionmaker(engine)
+    server, url = start_server(database_url)
+    try:
+        assert httpx.post(f"{url}/api/v1/runs", json=run_body(RUN_ID)).status_code == 201
+        out: dict[str, Any] = {
+            "database": args.database,
+            "intervals": args.intervals,
+            "cpus": os.cpu_count(),
+            "load_avg": os.getloadavg(),
+        }
+        out["fill_rows_per_s"] = round(args.intervals / fill(make_session, args.intervals))
+        ways: dict[str, list[dict[str, Any]]] = {"in_process": [], "http": []}
+        for _ in range(args.repeat):  # interleaved, so both see the same moments of a busy machine
+            ways["in_process"].append(in_process(make_session))
+            ways["http"].append(over_http(url, server.pid))
+        for way, runs in ways.items():
+            assert all(r["rows"] == args.intervals for r in runs), (way, [r["rows"] for r in runs])
+            out[way] = summary(runs)
+        out["check"] = digest_and_allocations(make_session)
+        out["load_avg_end"] = os.getloadavg()
+        return out
+    finally:
+        server.terminate()
+        server.wait(10)
+        engine.dispose()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--database", choices=["sqlite", "postgresql"], default="sqlite")
+    ap.add_argument("--intervals", type=int, default=1_000_000, help="rows of the exported run")
+    ap.add_argument("--repeat", type=int, default=3, help="timed exports each way")
+    args = ap.parse_args()
+    if args.database == "sqlite":
+        with tempfile.TemporaryDirectory() as tmp:
+            result = bench(f"sqlite:///{tmp}/bench.db", args)
+    else:
+        import psycopg
+
+        name = f"packscope_bench_{uuid.uuid4().hex[:8]}"
+        with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
+            admin.execute(f'CREATE DATABASE "{name}"')
+            try:
+                result = bench(f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}", args)
+            finally:
+                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
