@@ -43,11 +43,14 @@ def running_server(db: Path, **env: str) -> Iterator[str]:
     # Not from the checkout: its alembic/ folder would shadow the alembic package.
     process = subprocess.Popen(command, env=environment, cwd=db.parent)
     base = f"http://127.0.0.1:{port}"
+    # A server with a read token answers reads only with it.
+    token = env.get("PACKSCOPE_READ_TOKEN")
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
         deadline = time.monotonic() + 30
         while True:
             try:
-                httpx.get(f"{base}/api/v1/runs").raise_for_status()
+                httpx.get(f"{base}/api/v1/runs", headers=headers).raise_for_status()
                 break
             except httpx.HTTPError:
                 assert process.poll() is None, "the server exited while starting"

@@ -25,9 +25,20 @@ def require_reader(request: Request, settings: SettingsDep, credentials: Credent
         raise SignInRequired
 
 
-def sign_in_page(request: Request, message: str | None = None, code: int = status.HTTP_401_UNAUTHORIZED):
+def _local(path: str) -> str:
+    # Only a local path: never redirect to another site.
+    return path if path.startswith("/") and not path.startswith("//") else "/"
+
+
+def sign_in_page(
+    request: Request, message: str | None = None, code: int = status.HTTP_401_UNAUTHORIZED, next: str | None = None
+):
+    # The page asked for, with its query (a chart's x axis, the runs' filters); after a refused
+    # token the form posts back to /sign-in, so it keeps the one first asked for.
+    asked = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    target = asked if next is None else _local(next)
     return templates.TemplateResponse(
-        request, "sign_in.html", {"page": "sign-in", "next": request.url.path, "message": message}, status_code=code
+        request, "sign_in.html", {"page": "sign-in", "next": target, "message": message}, status_code=code
     )
 
 
@@ -44,10 +55,8 @@ router = APIRouter(include_in_schema=False, dependencies=[Depends(require_reader
 @public.post("/sign-in")
 def sign_in(request: Request, settings: SettingsDep, token: Annotated[str, Form()], next: Annotated[str, Form()] = "/"):
     if settings.read_token is None or not token_matches(settings.read_token, token):
-        return sign_in_page(request, "That token does not match the server's PACKSCOPE_READ_TOKEN.")
-    # Only a local path: never redirect to another site.
-    target = next if next.startswith("/") and not next.startswith("//") else "/"
-    response = RedirectResponse(target, status_code=status.HTTP_303_SEE_OTHER)
+        return sign_in_page(request, "That token does not match the server's PACKSCOPE_READ_TOKEN.", next=next)
+    response = RedirectResponse(_local(next), status_code=status.HTTP_303_SEE_OTHER)
     response.set_cookie(
         READ_COOKIE, read_cookie_value(token), httponly=True, samesite="strict", secure=request.url.scheme == "https"
     )

@@ -29,7 +29,9 @@ export const getCatalogue = () => getJSON("/catalogue");
 export const listRuns = () => getJSON("/runs");
 export const getRun = (runId) => getJSON(runPath(runId));
 export const getSeries = (runId, params = {}) => getJSON(runPath(runId) + "/series" + query(params));
-export const getHistograms = (runId) => getJSON(runPath(runId) + "/histograms");
+export const getHistograms = (runId, interval = null) => getJSON(runPath(runId) + "/histograms" + query({ interval }));
+export const getHistogramColumns = (runId, columns) => getJSON(runPath(runId) + "/histograms/over-time" + query({ columns }));
+export const getFacets = (archived = false) => getJSON("/facets" + query({ archived: archived ? "true" : null }));
 export const getSyncSites = (runId, limit = 10) => getJSON(runPath(runId) + "/sync-sites" + query({ limit }));
 export const compareRuns = (runIds) => getJSON("/compare" + query({ run_id: runIds }));
 

@@ -7,6 +7,7 @@ import { csvLink, tracesToCSV } from "./csv.js";
 import { unitSuffix } from "./format.js";
 import { linkX, unlinkX } from "./linkedzoom.js";
 import { ema } from "./smoothing.js";
+import { durationTicks } from "./timeaxis.js";
 
 const FONT = 'system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif';
 const BAND_NOTE = "shaded: min–max of the intervals in each point";
@@ -125,16 +126,47 @@ function smoothed(traces, weight) {
   return [...faded, ...smooth];
 }
 
+// The smallest and largest finite x of the traces: the range a duration axis labels.
+function xExtent(traces) {
+  let lo = Infinity;
+  let hi = -Infinity;
+  for (const t of traces) {
+    for (const x of t.x || []) {
+      if (typeof x === "number" && Number.isFinite(x)) [lo, hi] = [Math.min(lo, x), Math.max(hi, x)];
+    }
+  }
+  return [lo, hi];
+}
+
+// The x axis of each choice: step plain, tokens in SI units, wall clock as dates, relative time
+// in h:mm:ss ticks over the range shown (hovers give its seconds).
+function xAxisFor(x, traces) {
+  if (x === "tokens") return { tickformat: "~s" };
+  if (x === "wall") return { type: "date" };
+  if (x === "elapsed") {
+    return { tickmode: "array", ...durationTicks(...xExtent(traces)), unifiedhovertitle: { text: "%{x:,.0f} s since the first interval began" } };
+  }
+  return {};
+}
+
 // The controls' settings on a series plot's layout. uirevision follows the axes' units, so a
 // zoom kept across redraws is dropped when its units change.
-function withAxes(plotLayout, { x, log }) {
+function withAxes(plotLayout, { x, log }, traces) {
   const axis = X_AXES[x];
   return {
     ...plotLayout,
-    xaxis: { ...plotLayout.xaxis, title: { text: axis.title }, tickformat: x === "step" ? undefined : "~s" },
+    xaxis: { ...plotLayout.xaxis, title: { text: axis.title }, type: axis.type ?? "linear", ...xAxisFor(x, traces) },
     yaxis: { ...plotLayout.yaxis, type: log ? "log" : "linear" },
     uirevision: `${x}:${log ? "log" : "linear"}`,
   };
+}
+
+// A zoom or pan on a relative-time axis relabels its h:mm:ss ticks for the new range.
+function relabelDurations(plot, event) {
+  if (plot.layout?.xaxis?.tickmode !== "array" || !("xaxis.range[0]" in event || "xaxis.range" in event || event["xaxis.autorange"])) return;
+  const [lo, hi] = event["xaxis.autorange"] ? xExtent(plot.data) : plot.layout.xaxis.range;
+  const { tickvals, ticktext } = durationTicks(lo, hi);
+  Plotly.relayout(plot, { "xaxis.tickvals": tickvals, "xaxis.ticktext": ticktext });
 }
 
 // A .chart element from the templates: holds the plot, the empty-state note and the CSV link.
@@ -169,12 +201,13 @@ export class ChartPanel {
   draw(traces, plotLayout, settings) {
     if (settings) {
       traces = smoothed(traces, settings.smoothing);
-      plotLayout = withAxes(plotLayout, settings);
+      plotLayout = withAxes(plotLayout, settings, traces);
       this.xName = X_AXES[settings.x].column;
     }
     this.element.classList.remove("is-empty");
     Plotly.react(this.plot, traces, plotLayout, CONFIG);
     if (this.linked) linkX(this.plot);
+    if (!this.drawn && settings) this.plot.on("plotly_relayout", (event) => relabelDurations(this.plot, event));
     this.drawn = true;
     this.describeBands();
   }

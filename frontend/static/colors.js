@@ -17,6 +17,18 @@ export const RUN_COLORS = ["#7c3aed", "#0891b2", "#db2777", "#65a30d", "#334155"
 
 export const runColor = (i) => RUN_COLORS[i % RUN_COLORS.length];
 
+// Data channels (code, math, web, ...) on the per-channel loss chart, in the channels' sorted order.
+export const CHANNEL_COLORS = ["#0f766e", "#b45309", "#7c3aed", "#be123c", "#1d4ed8", "#4d7c0f", "#a21caf", "#0e7490"];
+
+export const channelColor = (i) => CHANNEL_COLORS[i % CHANNEL_COLORS.length];
+
+// Shares (0..1) on heatmaps: light for none, dark for all.
+export const SHARE_SCALE = [
+  [0, "#f8fafc"],
+  [0.5, "#60a5fa"],
+  [1, "#1e3a8a"],
+];
+
 for (const [name, value] of Object.entries(COLORS)) {
   document.documentElement.style.setProperty(`--${name}`, value);
 }

@@ -7,7 +7,8 @@ import { loadCatalogue, metricOf } from "./catalogue.js";
 import { runColor } from "./colors.js";
 import { display, signed } from "./format.js";
 import { ChartPanel, fill, layout, line } from "./charts.js";
-import { X_AXES, readSettings, renderControls, tokensSeen, updateQuery } from "./controls.js";
+import { channelColumns, channelMetric, isChannel } from "./channels.js";
+import { X_AXES, readSettings, renderControls, updateQuery, xColumns } from "./controls.js";
 import { metricLabel, renderDefinitions } from "./definitions.js";
 import { el, showError, statusBadge } from "./dom.js";
 
@@ -31,7 +32,8 @@ const ROWS = [
   { name: "steps" },
 ];
 
-// The series metrics an overlay may show; the first is shown when the URL names none.
+// The series metrics an overlay may show; the first is shown when the URL names none. The
+// per-channel losses of the compared runs ("channel_loss:<channel>") join them once loaded.
 const OVERLAY_METRICS = [
   "real_tokens_per_gpu_s",
   "tflops_useful",
@@ -119,6 +121,25 @@ function named(trace, name, csv) {
   return { ...trace, meta: { ...trace.meta, csv }, name };
 }
 
+// A catalogue metric, or a channel's loss under the catalogue's loss format.
+const metricFor = (m, name) => (isChannel(name) ? channelMetric(m("loss"), name) : m(name));
+
+// The metrics offered: the catalogue's, then each channel any compared run reports, then the
+// overlay's own choice (a channel from the URL before the runs have loaded).
+function overlayChoices(current) {
+  const channels = new Set((shown?.seriesList || []).flatMap((series) => Object.keys(series.columns).filter(isChannel)));
+  return [...new Set([...OVERLAY_METRICS, ...[...channels].sort(), current])];
+}
+
+// Rebuilt only when the choices change: a refresh must not close a menu the user has open.
+function fillChoices(m, overlay) {
+  const choices = overlayChoices(overlay.metric);
+  if (choices.join("\n") === [...overlay.select.options].map((o) => o.value).join("\n")) return;
+  overlay.select.replaceChildren(
+    ...choices.map((name) => el("option", { value: name, selected: name === overlay.metric, text: metricFor(m, name).label })),
+  );
+}
+
 // One overlay card per chosen metric, cloned from the page's <template>; `metric` is read at each draw.
 const overlays = [];
 let overlaysMade = 0;
@@ -142,8 +163,10 @@ function addOverlay(m, metric) {
         drawOverlay(m, overlay);
       },
     },
-    OVERLAY_METRICS.map((name) => el("option", { value: name, selected: name === metric, text: m(name).label })),
+    [],
   );
+  overlay.select = select;
+  fillChoices(m, overlay);
   const remove = el("button", {
     type: "button",
     class: "overlay-remove",
@@ -168,8 +191,8 @@ function addOverlay(m, metric) {
 function perRun(m, metric, { suffix, ...style } = {}) {
   const { names, seriesList } = shown;
   return seriesList.flatMap((series, i) => {
-    if (!series.points) return [];
-    const trace = line(metric, m(metric), runColor(i), { name: suffix ? `${names[i]} · ${suffix}` : names[i], ...style });
+    if (!series.points || !(metric in series.columns)) return []; // a channel this run does not report
+    const trace = line(metric, metricFor(m, metric), runColor(i), { name: suffix ? `${names[i]} · ${suffix}` : names[i], ...style });
     return fill([{ ...trace, meta: { ...trace.meta, csv: `${names[i]}:${metric}` } }], series.columns, X_AXES[settings.x].column);
   });
 }
@@ -177,16 +200,20 @@ function perRun(m, metric, { suffix, ...style } = {}) {
 function drawOverlay(m, overlay) {
   if (!shown) return;
   const traces = perRun(m, overlay.metric);
+  const metric = metricFor(m, overlay.metric);
   if (!traces.some((t) => t.y.some((v) => v !== null))) {
-    return overlay.panel.showEmpty(shown.seriesList.some((s) => s.points) ? `No run reported ${m(overlay.metric).label}.` : WAITING);
+    return overlay.panel.showEmpty(shown.seriesList.some((s) => s.points) ? `No run reported ${metric.label}.` : WAITING);
   }
-  const metric = m(overlay.metric);
-  overlay.panel.draw(traces, layout({ yTitle: metric.label, metric, fromZero: overlay.metric !== "loss" }), settings);
+  const loss = overlay.metric === "loss" || isChannel(overlay.metric);
+  overlay.panel.draw(traces, layout({ yTitle: metric.label, metric, fromZero: !loss }), settings);
 }
 
 // Per run: useful TFLOP/s solid (plotted first, the honest number across layouts), THD-corrected dashed.
 function renderCharts(m) {
-  for (const overlay of overlays) drawOverlay(m, overlay);
+  for (const overlay of overlays) {
+    fillChoices(m, overlay);
+    drawOverlay(m, overlay);
+  }
   if (!shown.seriesList.some((series) => series.points)) {
     panels.tflops.showEmpty(WAITING);
     panels.step_time.showEmpty(WAITING);
@@ -227,7 +254,7 @@ async function load(catalogue, runIds) {
   const { runs, step_time_tests: tests } = await api.compareRuns(runIds);
   const names = labels(runs);
   const seriesList = await Promise.all(runs.map((run) => api.getSeries(run.run_id, { max_points: MAX_POINTS })));
-  for (const series of seriesList) series.columns.tokens_seen = tokensSeen(series.columns.tokens);
+  for (const series of seriesList) Object.assign(series.columns, xColumns(series), channelColumns(series));
   shown = { runs, names, seriesList };
   renderTable(catalogue, runs, names, tests);
   renderCharts(m);
@@ -266,7 +293,7 @@ async function start() {
     const catalogue = await loadCatalogue();
     const m = (name) => metricOf(catalogue, name);
     renderControls(document.getElementById("chart-controls"), settings, () => shown && renderCharts(m));
-    const asked = new URLSearchParams(location.search).getAll("metric").filter((name) => OVERLAY_METRICS.includes(name));
+    const asked = new URLSearchParams(location.search).getAll("metric").filter((name) => OVERLAY_METRICS.includes(name) || isChannel(name));
     for (const metric of asked.length ? asked : OVERLAY_METRICS.slice(0, 1)) addOverlay(m, metric);
     document.getElementById("add-overlay").addEventListener("click", () => {
       addOverlay(m, OVERLAY_METRICS[0]);

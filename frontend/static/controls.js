@@ -2,12 +2,16 @@
 // shared link reproduces them; a page reads them once, draws, and redraws on each change.
 
 import { el } from "./dom.js";
+import { localTime } from "./timeaxis.js";
 
-// The x axes the series supports. "tokens seen" is Σ token slots up to each point; there is no
-// wall-clock column in the series, so relative time is not offered.
+// The x axes the series supports, each a column that xColumns adds to a series. "tokens seen" is
+// Σ token slots up to each point; the time axes place a point at its wall-clock end (the series'
+// wall_end_max, as step places it at its last step).
 export const X_AXES = {
   step: { column: "step", title: "step" },
   tokens: { column: "tokens_seen", title: "tokens seen (token slots)" },
+  wall: { column: "wall_time", title: "wall-clock time (this browser's time zone)", type: "date" },
+  elapsed: { column: "elapsed_s", title: "relative time since the run's first interval (h:mm:ss)" },
 };
 const SMOOTHING_MAX = 0.99;
 
@@ -46,6 +50,19 @@ function saveSettings(settings) {
 export function tokensSeen(tokens, before = 0) {
   let sum = before;
   return tokens.map((value) => (sum += value ?? 0));
+}
+
+// The x columns of a series answer (docs/api.md, series) that are not in it: tokens seen
+// (continuing from `tokensBefore`), the local wall-clock time and the seconds since the run's
+// first interval began (`wall_origin`).
+export function xColumns(series, tokensBefore = 0) {
+  const ends = series.columns.wall_end_max;
+  const origin = series.wall_origin;
+  return {
+    tokens_seen: tokensSeen(series.columns.tokens, tokensBefore),
+    wall_time: ends.map((t) => (t === null ? null : localTime(t))),
+    elapsed_s: ends.map((t) => (t === null || origin === null ? null : t - origin)),
+  };
 }
 
 // Renders the bar into `container`; onChange(settings) runs after every change, at most once a frame.

@@ -4,7 +4,7 @@ import { bar } from "./charts.js";
 import { COLORS } from "./colors.js";
 
 // Bucket b holds lengths in [edges[b], edges[b+1]); the last bucket is open.
-function bucketLabels(edges) {
+export function bucketLabels(edges) {
   return edges.map((low, b) => {
     if (b === edges.length - 1) return `≥${low}`;
     const high = edges[b + 1] - 1;

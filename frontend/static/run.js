@@ -5,13 +5,14 @@
 
 import * as api from "./api.js";
 import { loadCatalogue, metricOf } from "./catalogue.js";
-import { COLORS } from "./colors.js";
+import { COLORS, channelColor } from "./colors.js";
 import { count, display, formatNumber } from "./format.js";
 import { ChartPanel, band, fill, layout, line } from "./charts.js";
-import { X_AXES, readSettings, renderControls, tokensSeen } from "./controls.js";
+import { appendColumns, channelColumns, channelMetric, channelOf, isChannel } from "./channels.js";
+import { X_AXES, readSettings, renderControls, xColumns } from "./controls.js";
 import { metricLabel, renderDefinitions } from "./definitions.js";
-import { histogramTraces } from "./histogram.js";
 import { el, showError } from "./dom.js";
+import { LengthsPanel } from "./lengths.js";
 import { RanksPanel } from "./ranks.js";
 
 const runId = document.getElementById("run").dataset.runId;
@@ -67,13 +68,21 @@ function seriesCharts(m) {
       traces: single(m, "loss", COLORS.neutral),
       layout: alone(layout({ yTitle: "loss", metric: m("loss"), fromZero: false })),
     },
+    // One line per channel, set from the series (channelTraces): the channels are the run's own.
+    channels: {
+      emptyMessage:
+        "No per-channel loss with token counts: the agent sends channel_tokens beside channel_loss since 2026-11-30, " +
+        "and means sent without their tokens cannot be weighted, so they are left out.",
+      traces: [],
+      layout: layout({ yTitle: "loss", metric: m("loss"), fromZero: false }),
+    },
     gpu_util: { system: true, traces: single(m, "gpu_util_pct", COLORS.system), layout: alone(layout({ yTitle: "utilisation", metric: m("gpu_util_pct") })) },
     gpu_power: { system: true, traces: single(m, "gpu_power_w", COLORS.system), layout: alone(layout({ yTitle: "power", metric: m("gpu_power_w") })) },
     energy: { system: true, traces: single(m, "energy_per_token_j", COLORS.system), layout: alone(layout({ yTitle: "J per real token", metric: m("energy_per_token_j") })) },
   };
 }
 
-const state = { run: null, charts: null, columns: null, points: 0, lastStep: null };
+const state = { run: null, charts: null, columns: null, points: 0, lastStep: null, loss: null };
 const settings = readSettings();
 const panels = {};
 
@@ -104,10 +113,17 @@ function drawSeries() {
   }
 }
 
+// The channel chart's lines, one per channel column held, coloured in the channels' sorted order.
+function channelTraces(loss) {
+  const names = Object.keys(state.columns).filter(isChannel).sort();
+  return names.map((column, i) => line(column, channelMetric(loss, column), channelColor(i), { name: channelOf(column) }));
+}
+
 function remember(series) {
-  state.columns = { ...series.columns, tokens_seen: tokensSeen(series.columns.tokens) };
+  state.columns = { ...series.columns, ...xColumns(series), ...channelColumns(series) };
   state.points = series.points;
   state.lastStep = series.points ? series.columns.step.at(-1) : null;
+  state.charts.channels.traces = channelTraces(state.loss);
 }
 
 async function loadSeries() {
@@ -119,10 +135,11 @@ async function extendWithNewIntervals() {
   if (state.lastStep === null || state.points > REDRAW_POINTS) return loadSeries();
   const series = await api.getSeries(runId, { max_points: MAX_POINTS, step_min: state.lastStep + 1 });
   if (!series.points) return;
-  const fresh = { ...series.columns, tokens_seen: tokensSeen(series.columns.tokens, state.columns.tokens_seen.at(-1)) };
-  for (const [name, values] of Object.entries(fresh)) state.columns[name]?.push(...values);
+  const fresh = { ...series.columns, ...xColumns(series, state.columns.tokens_seen.at(-1)), ...channelColumns(series) };
+  appendColumns(state.columns, state.points, fresh, series.points);
   state.points += series.points;
   state.lastStep = series.columns.step.at(-1);
+  state.charts.channels.traces = channelTraces(state.loss);
   // Redrawn whole, not extended: smoothing is recomputed over the grown series.
   drawSeries();
 }
@@ -142,18 +159,6 @@ function renderTotals(catalogue, run) {
   const badge = document.getElementById("run-status");
   badge.textContent = run.status;
   badge.className = `badge status-${run.status}`;
-}
-
-async function loadHistogram(run) {
-  if (!run.records) return panels.histogram.showEmpty(WAITING);
-  const histogram = await api.getHistograms(runId);
-  const traces = histogramTraces(histogram);
-  if (!traces.length) return panels.histogram.showEmpty("The latest interval has no lengths recorded.");
-  const steps = `interval ${histogram.interval}, steps ${histogram.first_step}–${histogram.last_step}`;
-  panels.histogram.draw(traces, {
-    ...layout({ yTitle: "tokens", xTitle: `length (tokens) · ${steps}`, yFormat: "~s", barmode: "group", xType: "category" }),
-    hovermode: "closest",
-  });
 }
 
 async function loadSyncSites(catalogue, run) {
@@ -201,12 +206,13 @@ const live = {
 
 let catalogue = null;
 let ranksPanel = null;
+let lengthsPanel = null;
 
 async function refreshSummary() {
   const run = await api.getRun(runId);
   renderTotals(catalogue, run);
   live.follow(run.status);
-  await Promise.all([loadHistogram(run), loadSyncSites(catalogue, run), ranksPanel.load()]);
+  await Promise.all([lengthsPanel.load(run), loadSyncSites(catalogue, run), ranksPanel.load()]);
 }
 
 // Coalesces bursts of SSE events: at most one refresh runs, and at most one waits behind it.
@@ -233,19 +239,18 @@ async function start() {
     catalogue = loaded;
     const m = (name) => metricOf(catalogue, name);
     state.charts = seriesCharts(m);
-    for (const id of [...Object.keys(state.charts), "histogram"]) {
-      panels[id] = new ChartPanel(document.getElementById(`chart-${id}`), {
-        filename: `${runId}-${id}.csv`,
-        xName: id === "histogram" ? "length_bucket" : "step",
-      });
+    state.loss = m("loss");
+    for (const id of Object.keys(state.charts)) {
+      panels[id] = new ChartPanel(document.getElementById(`chart-${id}`), { filename: `${runId}-${id}.csv` });
     }
+    lengthsPanel = new LengthsPanel(runId);
     renderControls(document.getElementById("chart-controls"), settings, () => state.columns && drawSeries());
     labelStats(catalogue);
     const shown = [...document.querySelectorAll("[data-stat]")].map((node) => node.dataset.stat);
     renderDefinitions(catalogue, [...shown, "tflops_bshd", "tflops_thd", "tflops_useful", "mfu_bshd", "mfu_thd", "tokens_per_gpu_s"]);
     renderTotals(catalogue, run);
     ranksPanel = new RanksPanel(runId, m("step_time_s"));
-    await Promise.all([loadSeries(), loadHistogram(run), loadSyncSites(catalogue, run), ranksPanel.load()]);
+    await Promise.all([loadSeries(), lengthsPanel.load(run), loadSyncSites(catalogue, run), ranksPanel.load()]);
   } catch (error) {
     showError(error);
   }

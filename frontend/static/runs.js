@@ -1,7 +1,8 @@
 // Runs page: the runs table (docs/api.md, GET /api/v1/runs), sorted, filtered, searched and paged
 // by the server; refreshed every 5 s so live status shows; pick runs to compare; rename, tag,
 // annotate, archive and delete runs. Metric columns are declared in the template (th[data-metric]);
-// labels and formats come from the catalogue. The view (sort, filters, page) lives in the URL.
+// labels and formats come from the catalogue. The view (sort, filters, page) lives in the URL. The
+// project and tag menus list what the runs carry (GET /api/v1/facets), refreshed with the table.
 
 import * as api from "./api.js";
 import { loadCatalogue, metricOf } from "./catalogue.js";
@@ -230,13 +231,33 @@ function render({ runs, total }) {
   body.replaceChildren(...runs.map(row));
 }
 
+// Rebuilt only when the list changes, so an open menu is not closed by a refresh. A value from
+// the URL that no run carries (any more) stays offered, with 0 runs, so the view reads true.
+function fillMenu(select, facets, current) {
+  const entries = facets.map((f) => [f.value, f.runs]);
+  if (current && !facets.some((f) => f.value === current)) entries.push([current, 0]);
+  const options = [["", "any"], ...entries.map(([value, runs]) => [value, `${value} (${count(runs)})`])];
+  const key = options.map((o) => o.join("\t")).join("\n");
+  if (select.dataset.options !== key) {
+    select.dataset.options = key;
+    select.replaceChildren(...options.map(([value, text]) => el("option", { value, text })));
+  }
+  select.value = current;
+}
+
+async function refreshMenus() {
+  const facets = await api.getFacets(view.archived);
+  fillMenu(document.getElementById("filter-project"), facets.projects, view.project);
+  fillMenu(document.getElementById("filter-tag"), facets.tags, view.tag);
+}
+
 async function refresh() {
   if (editing) return;
   const mine = ++generation;
   try {
     const params = { sort: view.sort, limit: PAGE_SIZE, offset: view.offset, archived: view.archived ? "true" : null };
     for (const key of FILTERS) params[key] = view[key];
-    const page = await listRuns(params);
+    const [page] = await Promise.all([listRuns(params), refreshMenus()]);
     if (mine !== generation || editing) return;
     if (!page.runs.length && view.offset && page.total) {
       // The page emptied (runs deleted or filtered away): show the last one that has runs.
@@ -343,6 +364,8 @@ async function start() {
     return showError(error);
   }
   setupSorting();
+  fillMenu(document.getElementById("filter-project"), [], view.project); // the URL's choice, before the menus load
+  fillMenu(document.getElementById("filter-tag"), [], view.tag);
   setupFilters();
   refresh();
   // A hidden tab does not need fresh numbers; it catches up when shown again.

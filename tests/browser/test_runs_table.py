@@ -2,6 +2,7 @@
 delete behind a confirmation."""
 
 import time
+from urllib.parse import parse_qs, urlparse
 
 import httpx
 import pytest
@@ -45,6 +46,10 @@ def page(browser):
     context.close()
 
 
+def query(page):
+    return parse_qs(urlparse(page.url).query)
+
+
 def rows(page, expected):
     until(page, f"{ROWS} === {expected!r}")
 
@@ -65,24 +70,47 @@ def test_sort_toggles_on_header_click(server, page):
     assert not page.errors
 
 
+def menu(page, select):
+    return page.evaluate(f"[...document.querySelectorAll('{select} option')].map(o => [o.value, o.textContent])")
+
+
 def test_filters_and_search(server, page):
     page.goto(server)
     rows(page, "mid-run,slow-run,fast-run")
     until(page, "document.getElementById('run-count').textContent === '3 runs'")
+    # The menus list what the runs carry, with their counts (GET /api/v1/facets).
+    until(page, "document.querySelectorAll('#filter-tag option').length === 3")
+    assert menu(page, "#filter-project") == [["", "any"], ["alpha", "alpha (2)"], ["beta", "beta (1)"]]
+    assert menu(page, "#filter-tag") == [["", "any"], ["base", "base (2)"], ["h200", "h200 (1)"]]
     page.select_option("#filter-layout", "thd")
     rows(page, "mid-run,fast-run")
-    page.fill("#filter-tag", "base")
+    page.select_option("#filter-tag", "base")
     rows(page, "mid-run")
     until(page, "document.getElementById('run-count').textContent === '1 run'")
+    assert query(page)["tag"] == ["base"]
+    page.reload()  # the URL keeps the menus' choice
+    rows(page, "mid-run")
+    until(page, "document.querySelectorAll('#filter-tag option').length === 3")
+    assert page.input_value("#filter-tag") == "base"
     page.select_option("#filter-layout", "")
-    page.fill("#filter-tag", "")
-    page.fill("#filter-project", "alpha")
+    page.select_option("#filter-tag", "")
+    page.select_option("#filter-project", "alpha")
     rows(page, "slow-run,fast-run")
-    page.fill("#filter-project", "")
+    page.select_option("#filter-project", "")
     page.fill("#filter-q", "SLOW")  # debounced search over name, run id and tags
     rows(page, "slow-run")
     page.fill("#filter-q", "nothing-like-this")
     until(page, "document.getElementById('runs-body').textContent.includes('No runs match')")
+    assert not page.errors
+
+
+def test_menus_follow_tag_edits(server, page):
+    page.goto(server)
+    until(page, "document.querySelectorAll('#filter-tag option').length === 3")
+    assert httpx.patch(f"{server}/api/v1/runs/fast-run", json={"tags": ["h200", "sweep-9"]}).status_code == 200
+    until(page, "[...document.querySelectorAll('#filter-tag option')].some(o => o.value === 'sweep-9')", timeout=15_000)
+    assert ["sweep-9", "sweep-9 (1)"] in menu(page, "#filter-tag")
+    assert httpx.patch(f"{server}/api/v1/runs/fast-run", json={"tags": ["h200"]}).status_code == 200
     assert not page.errors
 
 
