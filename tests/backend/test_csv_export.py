@@ -1,0 +1,227 @@
+"""The CSV export, cell by cell: every cell of a randomized multi-rank run against an independent
+computation from the posted records, on SQLite and PostgreSQL, and the same text from both.
+
+Raw fields are compared verbatim (integers as digits, floats as the shortest digits that read back
+exactly, laid out as PostgreSQL's float8out does: docs/api.md), derived metrics are the
+catalogue's formulas evaluated in plain Python floats on the record's own sums, NULL and undefined
+values are empty cells, and the channel columns are the stored JSON text.
+"""
+
+import csv
+import io
+import json
+import math
+import random
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+import pytest
+
+from packscope.backend import csv_export
+from packscope.backend.queries import CSV_COLUMNS, CSV_DERIVED_COLUMNS
+from packscope.core.catalogue import FIELDS, FLOAT_OPS, SUMS, Coefficients, evaluate
+
+RUNS = "/api/v1/runs"
+
+
+def shortest(x: float) -> str:
+    """x as PostgreSQL writes a float8 (extra_float_digits > 0), built here from Python's repr
+    (the same shortest digits for every value these tests use); None and NaN are empty cells."""
+    if x is None or math.isnan(x):
+        return ""
+    if x == 0:
+        return "-0" if math.copysign(1, x) < 0 else "0"
+    sign, digits, exponent = Decimal(repr(x)).normalize().as_tuple()
+    text = "".join(map(str, digits))
+    point = len(text) + int(exponent) - 1  # decimal exponent of the first digit
+    if -4 <= point < 15:
+        if point < 0:
+            body = "0." + "0" * (-point - 1) + text
+        elif len(text) <= point + 1:
+            body = text + "0" * (point + 1 - len(text))
+        else:
+            body = text[: point + 1] + "." + text[point + 1 :]
+    else:
+        body = text[0] + ("." + text[1:] if len(text) > 1 else "") + f"e{'-' if point < 0 else '+'}{abs(point):02d}"
+    return ("-" if sign else "") + body
+
+
+@pytest.mark.parametrize(
+    ("value", "text"),
+    [
+        (650.0, "650"),
+        (0.25, "0.25"),
+        (1e-4, "0.0001"),
+        (1.5e-5, "1.5e-05"),
+        (123456789012345.6, "123456789012345.6"),
+        (1e15, "1e+15"),
+        (2.5e300, "2.5e+300"),
+        (-0.0, "-0"),
+        (0.1 + 0.2, "0.30000000000000004"),
+        (1700000000.0, "1700000000"),
+    ],
+)
+def test_the_float_layout(value, text):
+    assert shortest(value) == text
+    assert csv_export.float_text(value) == text
+    cells = csv_export.float_cells(np.array([value, math.nan]))
+    assert [bytes(row).replace(b"\0", b"").decode() for row in cells] == [text, ""]
+
+
+def test_vectorized_floats_equal_the_reference_for_every_magnitude():
+    rng = np.random.default_rng(3)
+    x = np.concatenate(
+        [
+            rng.integers(0, 2**64, 20_000, dtype=np.uint64).view(np.float64),  # any bit pattern
+            10.0 ** rng.uniform(-8, 20, 20_000),
+            rng.uniform(-3, 3, 20_000),
+            np.round(rng.uniform(0, 1000, 5_000), 2),
+            rng.integers(-(2**60), 2**60, 5_000).astype(float),
+            np.ldexp(1.0, rng.integers(-1074, 1024, 2_000)),
+            np.nextafter(10.0 ** rng.integers(-30, 30, 2_000), np.inf),
+            [0.0, -0.0, math.nan, math.inf, -math.inf, 5e-324, 1.7976931348623157e308],
+        ]
+    )
+    got = [bytes(row).replace(b"\0", b"").decode() for row in csv_export.float_cells(x)]
+    assert got == [csv_export.float_text(v) for v in x.tolist()]
+
+
+@pytest.mark.postgres
+def test_the_reference_equals_postgresql_float8out(postgres):
+    import psycopg
+
+    rng = np.random.default_rng(4)
+    x = np.concatenate(
+        [
+            rng.integers(0, 2**64, 50_000, dtype=np.uint64).view(np.float64),
+            10.0 ** rng.uniform(-8, 20, 20_000),
+            # Integers past 2^54 whose shortest decimal lies exactly halfway to a neighbour:
+            # PostgreSQL writes one more digit there than Python's repr.
+            np.ldexp(rng.integers(2**52, 2**53, 20_000).astype(float), rng.integers(2, 18, 20_000)),
+        ]
+    )
+    values = [v for v in x.tolist() if math.isfinite(v)]
+    with psycopg.connect(postgres.replace("postgresql+psycopg://", "postgresql://")) as conn:
+        conn.execute("SET extra_float_digits = 1")
+        written = [r[0] for r in conn.execute("SELECT v::text FROM unnest(%s::float8[]) AS v", (values,))]
+    assert [csv_export.float_text(v) for v in values] == written
+
+
+def _records(make: Any, seed: int) -> list[dict[str, Any]]:
+    """Three ranks over 40 intervals (one rank starts late, one skips intervals), with optional
+    readings missing at random, zero GPU time (undefined rates) and channel columns of all kinds;
+    `make` is the `records` fixture (conftest's plausible records)."""
+    rng = random.Random(seed)
+    out = []
+    for rank, gpus in ((0, 8), (1, 2), (2, 1)):
+        for interval in range(40):
+            if (rank == 1 and interval < 10) or (rank == 2 and interval % 3 == 1):
+                continue
+            (r,) = make(1, start=interval, seed=rng.randrange(2**32), gpus=gpus, rank=rank)
+            r["wall_start"] += rng.uniform(0, 1)
+            r["wall_end"] = r["wall_start"] + rng.uniform(0.5, 100)
+            if rng.random() < 0.3:
+                r["loss"] = None
+            if rng.random() < 0.3:
+                r["lr"] = None
+            if rng.random() < 0.3:
+                r["grad_norm"] = None
+            if rng.random() < 0.1:
+                r["gpu_time_s"] = 0.0
+            if rng.random() < 0.6:
+                gpu = {
+                    "util_pct": rng.choice([rng.uniform(0, 100), 100.0, None]),
+                    "power_w": rng.choice([rng.uniform(50, 700), 650.0, None]),
+                    "sm_clock_mhz": rng.choice([1980.0, None]),
+                    "mem_used_bytes": rng.choice([float(rng.randint(0, 2**37)), None]),
+                    "energy_j": rng.choice([rng.uniform(0, 1e5), 0.0, None]),
+                }
+                r["gpu"] = gpu
+            kind = rng.random()
+            if kind < 0.6:
+                names = rng.sample(["code", "web, en", 'say "hi"', "ünï", "math"], rng.randint(0, 3))
+                r["channel_loss"] = {n: rng.choice([rng.uniform(0.5, 4), 2.0]) for n in names}
+                r["channel_tokens"] = {n: rng.randint(0, 10**6) for n in names}
+            elif kind < 0.8:
+                r["channel_loss"] = {"code": rng.uniform(1, 3)}  # older agents: no channel_tokens
+            out.append(r)
+    rng.shuffle(out)
+    return out
+
+
+def _wire(record: dict[str, Any], field: Any) -> Any:
+    value: Any = record
+    for key in field.wire_path:
+        value = None if value is None else value.get(key)
+    return value
+
+
+def _expected_rows(records: list[dict[str, Any]], c: Coefficients) -> list[list[str]]:
+    rows = []
+    for r in sorted(records, key=lambda r: (r["interval"], r["rank"])):
+        fields = {f.name: _wire(r, f) for f in FIELDS}
+        raw = [str(v) if f.kind == "int" else shortest(v) for f, v in zip(FIELDS, fields.values(), strict=True)]
+        channels = [
+            "" if r.get(name) is None else json.dumps(r[name], sort_keys=True)
+            for name in ("channel_loss", "channel_tokens")
+        ]
+        # The catalogue's sums of this one row, as floats (the formulas' own rule), then its formulas.
+        as_floats = {name: None if v is None else float(v) for name, v in fields.items()}
+        sums = {s.name: float(s.of_row(as_floats)) for s in SUMS}
+        derived = evaluate(sums, c, FLOAT_OPS, CSV_DERIVED_COLUMNS)
+        rows.append(raw + channels + [shortest(v) if math.isfinite(v) else "" for v in derived.values()])
+    return rows
+
+
+def _post_run(client, new_run, records, peak):
+    body = new_run()
+    body["hardware"] = {"gpu_name": "H200", "gpu_count": 8, "peak_tflops": peak}
+    assert client.post(RUNS, json=body).status_code == 201
+    for start in range(0, len(records), 50):
+        response = client.post(f"{RUNS}/run-1/intervals", json={"intervals": records[start : start + 50]})
+        assert response.status_code == 200, response.text
+        assert response.json()["accepted"] == len(records[start : start + 50])
+    return Coefficients.for_run(body["model"], body["hardware"])
+
+
+@pytest.mark.parametrize("peak", [989.0, None])
+def test_every_cell_equals_an_independent_computation(database_url, make_client, new_run, records, monkeypatch, peak):
+    monkeypatch.setattr(csv_export, "CSV_CHUNK_ROWS", 7)  # many pieces, the last one short
+    records = _records(records, seed=5)
+    client = make_client(database_url)
+    c = _post_run(client, new_run, records, peak)
+    response = client.get(f"{RUNS}/run-1/intervals.csv")
+    assert response.status_code == 200
+    text = response.text
+    assert text.endswith("\n") and "\r" not in text
+    header, *rows = list(csv.reader(io.StringIO(text)))
+    assert header == list(CSV_COLUMNS)
+    want = _expected_rows(records, c)
+    assert len(rows) == len(want) == len(records)
+    for got, expected in zip(rows, want, strict=True):
+        for name, g, w in zip(CSV_COLUMNS, got, expected, strict=True):
+            assert g == w, (name, got[:2], g, w)
+    # Every kind of cell was exercised.
+    at = {name: i for i, name in enumerate(CSV_COLUMNS)}
+    for name in ("loss", "gpu_util_pct", "gpu_energy_j", "channel_loss", "channel_tokens", "tflops_thd"):
+        assert any(row[at[name]] == "" for row in rows) and any(row[at[name]] != "" for row in rows), name
+    assert any(row[at["mfu_thd"]] != "" for row in rows) == (peak is not None)
+
+
+@pytest.mark.postgres
+def test_sqlite_and_postgresql_write_the_same_text(sqlite_url, postgres, make_client, new_run, records, monkeypatch):
+    monkeypatch.setattr(csv_export, "CSV_CHUNK_ROWS", 5)
+    records = _records(records, seed=6)
+    texts = []
+    for url in (sqlite_url, postgres):
+        client = make_client(url)
+        _post_run(client, new_run, records, 989.0)
+        texts.append(client.get(f"{RUNS}/run-1/intervals.csv").text)
+    assert texts[0] == texts[1]
+    assert texts[0].count("\n") == len(records) + 1
+
+
+def test_an_empty_run_is_its_header(client, new_run):
+    assert client.post(RUNS, json=new_run()).status_code == 201
+    assert client.get(f"{RUNS}/run-1/intervals.csv").text == ",".join(CSV_COLUMNS) + "\n"
