@@ -14,6 +14,8 @@ SHA-256 of the whole text: the same fill gives the same digest on SQLite and Pos
 write the same CSV.
 
     python bench/csv_export.py --database sqlite|postgresql [--intervals 1000000] [--repeat 3]
+    git show 7f56b5e~1:backend/csv_export.py > /tmp/old.py    # the export before issue 8's work
+    python bench/csv_export.py --database sqlite --baseline /tmp/old.py --repeat 1
 
 PostgreSQL: a scratch database on 127.0.0.1:5432 (user postgres, trust auth), dropped afterwards.
 Prints one JSON object. Goal (issue 8): >= 200,000 rows/s both ways on both databases, with a
@@ -27,7 +29,10 @@ import hashlib
 import json
 import os
 import random
+import socket
 import statistics
+import subprocess
+import sys
 import tempfile
 import time
 import tracemalloc
@@ -36,13 +41,13 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
-from backend_scale import PG_ADMIN, cpu_seconds, record, run_body, start_server
+from backend_scale import PG_ADMIN, cpu_seconds, record, run_body
 
-from packscope.backend.csv_export import csv_text
+from packscope.backend import csv_export
 from packscope.backend.db import make_engine, make_sessionmaker, upgrade_schema
 from packscope.backend.ingest import ingest_batch
 from packscope.backend.queries import get_run
-from packscope.backend.routes.ingest import _BATCH
+from packscope.backend.schemas import parse_batch
 
 RUN_ID = "csv-bench"
 
@@ -62,7 +67,7 @@ def templates(count: int) -> list[Any]:
         if i % 11 == 5:
             r["gpu_time_s"] = 0.0  # rates undefined: empty derived cells
         raw.append(r)
-    return list(_BATCH.validate_json(json.dumps({"intervals": raw})).intervals)
+    return parse_batch(json.dumps({"intervals": raw}).encode())[0]
 
 
 def fill(make_session: Callable[[], Any], intervals: int) -> float:
@@ -74,7 +79,7 @@ def fill(make_session: Callable[[], Any], intervals: int) -> float:
         assert run is not None
         for start in range(0, intervals, 1000):
             batch = [
-                template[i % 64].model_copy(update={"interval": i, "first_step": i * 10 + 1, "last_step": i * 10 + 10})
+                {**template[i % 64], "interval": i, "first_step": i * 10 + 1, "last_step": i * 10 + 10}
                 for i in range(start, min(start + 1000, intervals))
             ]
             ingest_batch(session, run, batch)
@@ -98,12 +103,18 @@ def in_process(make_session: Callable[[], Any]) -> dict[str, Any]:
         reset_peak()
         before = peak_kib()
         rows, size = -1, 0
-        t0 = time.perf_counter()
-        for piece in csv_text(session, run):
+        t0, cpu0 = time.perf_counter(), time.process_time()
+        for piece in csv_export.csv_text(session, run):
             rows += piece.count("\n")
             size += len(piece)
-        seconds = time.perf_counter() - t0
-        return {"rows": rows, "chars": size, "seconds": seconds, "peak_rss_growth_kib": peak_kib() - before}
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        return {
+            "rows": rows,
+            "chars": size,
+            "seconds": seconds,
+            "cpu_s": cpu,
+            "peak_rss_growth_kib": peak_kib() - before,
+        }
 
 
 def digest_and_allocations(make_session: Callable[[], Any]) -> dict[str, Any]:
@@ -114,7 +125,7 @@ def digest_and_allocations(make_session: Callable[[], Any]) -> dict[str, Any]:
         run = get_run(session, RUN_ID)
         assert run is not None
         tracemalloc.start()
-        for piece in csv_text(session, run):
+        for piece in csv_export.csv_text(session, run):
             sha.update(piece.encode())
             pieces += 1
         _, peak = tracemalloc.get_traced_memory()
@@ -145,21 +156,62 @@ def over_http(url: str, pid: int) -> dict[str, Any]:
         }
 
 
-def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
+def summary(runs: list[dict[str, Any]], cpu_key: str) -> dict[str, Any]:
+    """Rows per wall second (what a client sees; on a shared machine it moves with the load) and
+    rows per CPU second of the exporting process (steadier: what the export costs)."""
     rates = [r["rows"] / r["seconds"] for r in runs]
+    per_cpu = [r["rows"] / r[cpu_key] for r in runs if r[cpu_key] > 0]
     return {
         "rows_per_s_median": round(statistics.median(rates)),
         "rows_per_s_min": round(min(rates)),
         "rows_per_s_max": round(max(rates)),
+        "rows_per_cpu_s_median": round(statistics.median(per_cpu)) if per_cpu else None,
         "runs": runs,
     }
+
+
+def use_export_code(path: str | None) -> str:
+    """Run the export from `path` (an older backend/csv_export.py, for before/after numbers) in
+    place of the installed one; the code to do the same in the server process."""
+    if path is None:
+        return ""
+    path = os.path.abspath(path)
+    with open(path) as source:
+        exec(compile(source.read(), path, "exec"), csv_export.__dict__)
+    return (
+        f"exec(compile(open({path!r}).read(), {path!r}, 'exec'), "
+        "__import__('packscope.backend.csv_export', fromlist=['csv_text']).__dict__); "
+    )
+
+
+def start_server(database_url: str, prelude: str) -> tuple[subprocess.Popen[bytes], str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    code = (
+        f"{prelude}import uvicorn; from packscope.backend.app import create_app; "
+        "from packscope.backend.settings import Settings; "
+        f"uvicorn.run(create_app(Settings(database_url={database_url!r}, ingest_token=None, read_token=None)), "
+        f"host='127.0.0.1', port={port}, log_level='warning')"
+    )
+    server = subprocess.Popen([sys.executable, "-c", code])
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            httpx.get(f"{url}/api/v1/catalogue", timeout=1)
+            return server, url
+        except httpx.HTTPError:
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise SystemExit("the server did not start") from None
+            time.sleep(0.2)
 
 
 def bench(database_url: str, args: argparse.Namespace) -> dict[str, Any]:
     engine = make_engine(database_url)
     upgrade_schema(engine)
     make_session = make_sessionmaker(engine)
-    server, url = start_server(database_url)
+    server, url = start_server(database_url, use_export_code(args.baseline))
     try:
         assert httpx.post(f"{url}/api/v1/runs", json=run_body(RUN_ID)).status_code == 201
         out: dict[str, Any] = {
@@ -167,6 +219,7 @@ def bench(database_url: str, args: argparse.Namespace) -> dict[str, Any]:
             "intervals": args.intervals,
             "cpus": os.cpu_count(),
             "load_avg": os.getloadavg(),
+            "export_code": args.baseline or "backend/csv_export.py",
         }
         out["fill_rows_per_s"] = round(args.intervals / fill(make_session, args.intervals))
         ways: dict[str, list[dict[str, Any]]] = {"in_process": [], "http": []}
@@ -175,7 +228,7 @@ def bench(database_url: str, args: argparse.Namespace) -> dict[str, Any]:
             ways["http"].append(over_http(url, server.pid))
         for way, runs in ways.items():
             assert all(r["rows"] == args.intervals for r in runs), (way, [r["rows"] for r in runs])
-            out[way] = summary(runs)
+            out[way] = summary(runs, "cpu_s" if way == "in_process" else "server_cpu_s")
         out["check"] = digest_and_allocations(make_session)
         out["load_avg_end"] = os.getloadavg()
         return out
@@ -190,6 +243,11 @@ def main() -> None:
     ap.add_argument("--database", choices=["sqlite", "postgresql"], default="sqlite")
     ap.add_argument("--intervals", type=int, default=1_000_000, help="rows of the exported run")
     ap.add_argument("--repeat", type=int, default=3, help="timed exports each way")
+    ap.add_argument(
+        "--baseline",
+        metavar="FILE",
+        help="export with this csv_export.py instead (e.g. `git show REV:backend/csv_export.py > old.py`)",
+    )
     args = ap.parse_args()
     if args.database == "sqlite":
         with tempfile.TemporaryDirectory() as tmp:
