@@ -28,6 +28,11 @@ COMMANDS = {
         "packscope.demo:demo_from_args",
         "start a server and feed it two reference runs (BSHD and THD)",
     ),
+    "import": (
+        "packscope.importer:add_import_arguments",
+        "packscope.importer:import_from_args",
+        "send run files (train --records-dir, the gallery) to a server",
+    ),
     "export": (
         "packscope.backend.cli:add_export_arguments",
         "packscope.backend.cli:export_from_args",

@@ -38,6 +38,13 @@ def test_the_core_imports_neither_torch_nor_the_server_libraries():
     assert not {m for m in modules if m.startswith(("packscope.agent", "packscope.backend", "packscope.trainer"))}
 
 
+def test_the_importer_needs_neither_torch_nor_the_server_nor_the_agent():
+    """`packscope import` runs with the bare package, [agent] or [server] (docs/gallery.md)."""
+    modules = imported_after("import packscope.importer, packscope.gallery, packscope.cli")
+    assert not {m for m in modules if m.split(".")[0] in ("torch", "numpy", "httpx", *SERVER_LIBRARIES)}
+    assert not {m for m in modules if m.startswith(("packscope.agent", "packscope.backend", "packscope.trainer"))}
+
+
 def test_the_agent_imports_nothing_from_the_server_side():
     modules = imported_after("import packscope.agent.agent, packscope.agent.cupti, packscope.agent.nvml")
     assert not {m for m in modules if m.startswith(("packscope.backend", "fastapi", "sqlalchemy", "pydantic"))}

@@ -1,0 +1,487 @@
+"""`packscope import`: run files (packscope/core/run_file.py) to a packscope server.
+
+Every file is read before anything is sent: a file that is not a run file is named by file and
+line and nothing is sent at all (exit code 2). Then, run by run (the files of one run, one per
+rank, share its run_id):
+
+    POST  /api/v1/runs                    each file's run line (a run that exists is resumed: 200)
+    POST  /api/v1/runs/{id}/intervals     its records, in batches (--batch, default 256)
+    PATCH /api/v1/runs/{id}               the final status, once all the run's files are in
+
+The server keys records by (run, rank, interval), so importing a file again stores nothing twice:
+the summary counts those records as duplicates. The final status is the run line's optional
+`status` (running, finished or failed; default finished) with its optional `ended_at` (default:
+the last record's wall_end). 429 and 503 are retried after the server's Retry-After, a dropped
+connection or a 5xx after a short backoff, a bounded number of times each.
+
+Exit codes: 0 every run imported; 2 bad input (a file that does not read, or a run or record the
+server refuses as invalid, named by file and line); 1 anything else (no server, a wrong token, a
+model conflict). Torch-free, and only the standard library for HTTP, so it runs with the server's
+extra, the agent's, or the bare package.
+"""
+
+from __future__ import annotations
+
+import argparse
+import email.utils
+import gzip
+import http.client
+import json
+import os
+import sys
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from packscope.core.run_file import RunFile, RunFileError, read_run_file
+
+DEFAULT_SERVER = "http://127.0.0.1:8000"  # `packscope serve`'s default address
+TOKEN_ENV = "PACKSCOPE_INGEST_TOKEN"  # the server's ingest token variable (backend/settings.py)
+DEFAULT_BATCH = 256
+MAX_BATCH = 1000  # the server's limit per request (docs/wire.md)
+STATUSES = ("running", "finished", "failed")  # what PATCH /api/v1/runs/{id} accepts
+GZIP_LEVEL = 1
+RETRY_AFTER_CAP_S = 60.0  # a longer Retry-After is taken as this
+EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+class ImportFailed(Exception):
+    """A run that could not be imported; `bad_input` when the server refused the file's contents."""
+
+    def __init__(self, message: str, bad_input: bool = False, fatal: bool = False) -> None:
+        super().__init__(message)
+        self.bad_input = bad_input
+        self.fatal = fatal  # no later run can fare better (no server, a wrong token)
+
+
+class ServerAnswer(Exception):
+    """An HTTP answer other than 2xx (status None: no answer at all)."""
+
+    def __init__(
+        self,
+        method: str,
+        path: str,
+        status: int | None,
+        detail: Any,
+        retry_after: float | None = None,
+        server: str = "",
+    ):
+        self.method, self.path, self.status, self.detail, self.retry_after = method, path, status, detail, retry_after
+        self.server = server
+        super().__init__(f"{method} {path}: " + (f"HTTP {status}: {_short(detail)}" if status else str(detail)))
+
+
+# -- reading -------------------------------------------------------------------------------------
+@dataclass
+class LoadedFile:
+    run_file: RunFile
+    run_line: int  # the file's line number of the run line...
+    record_lines: list[int]  # ...and of each record
+
+    @property
+    def path(self) -> Path:
+        return self.run_file.path
+
+    @property
+    def run_id(self) -> str:
+        return str(self.run_file.run["run_id"])
+
+
+def load_run_files(paths: Sequence[str | Path]) -> tuple[list[LoadedFile], list[str]]:
+    """Every file that reads as a run file, and a `file:line: what` message for each that does not."""
+    loaded: list[LoadedFile] = []
+    errors: list[str] = []
+    for name in paths:
+        path = Path(name)
+        try:
+            run_file = read_run_file(path)
+            lines = _content_lines(path)
+        except RunFileError as err:
+            errors.append(str(err))
+            continue
+        except UnicodeDecodeError as err:
+            errors.append(f"{path}: not UTF-8 text (byte {err.start}); a run file is JSON lines")
+            continue
+        except OSError as err:
+            errors.append(f"{path}: cannot read: {err.strerror or err}")
+            continue
+        run_line = lines[0]
+        problem = _run_line_problem(run_file.run)
+        if problem:
+            errors.append(f"{path}:{run_line}: {problem}")
+            continue
+        for number, record in zip(lines[1:], run_file.records, strict=True):
+            problem = _record_problem(record)
+            if problem:
+                errors.append(f"{path}:{number}: {problem}")
+                break
+        else:
+            loaded.append(LoadedFile(run_file, run_line, lines[1:]))
+    return loaded, errors
+
+
+def _content_lines(path: Path) -> list[int]:
+    """Numbers of the lines read_run_file reads (it skips blank ones): the run line, then each record's."""
+    with path.open(encoding="utf-8") as f:
+        return [number for number, text in enumerate(f, start=1) if text.strip()]
+
+
+def _run_line_problem(run: dict[str, Any]) -> str | None:
+    # Only what the importer itself needs; the server validates the rest and its 422 is named too.
+    if not isinstance(run.get("run_id"), str) or not run["run_id"]:
+        return "the run line has no run_id (a string)"
+    if "status" in run and run["status"] not in STATUSES:
+        return f"the run line's status must be one of {', '.join(STATUSES)}, got {run['status']!r}"
+    if "ended_at" in run and not isinstance(run["ended_at"], str):
+        return f"the run line's ended_at must be an ISO 8601 time, got {run['ended_at']!r}"
+    return None
+
+
+def _record_problem(record: dict[str, Any]) -> str | None:
+    for key in ("interval", "rank"):
+        value = record.get(key)
+        if not isinstance(value, int) or isinstance(value, bool):
+            return f"a record needs an integer {key!r}, got {value!r}"
+    return None
+
+
+# -- HTTP ----------------------------------------------------------------------------------------
+@dataclass
+class Client:
+    """JSON requests to one server, gzip-compressed, with bounded retries of what may pass."""
+
+    server: str
+    token: str | None = None
+    retries: int = 5  # further tries of a request answered 429/503, 5xx, or not at all
+    timeout_s: float = 60.0
+    sleep: Callable[[float], None] = time.sleep
+    say: Callable[[str], None] = field(default=lambda message: print(message, file=sys.stderr, flush=True))
+
+    def __post_init__(self) -> None:
+        self.server = self.server.rstrip("/")
+
+    def request(self, method: str, path: str, body: Any) -> tuple[int, Any]:
+        """(status, parsed JSON answer) of a 2xx; ServerAnswer otherwise, after the retries."""
+        data = gzip.compress(json.dumps(body, default=str).encode(), GZIP_LEVEL)
+        for attempt in range(self.retries + 1):
+            try:
+                return self._once(method, path, data)
+            except ServerAnswer as answer:
+                wait = self._retry_wait(answer, attempt)
+                if wait is None or attempt == self.retries:
+                    raise
+                self.say(f"packscope import: {answer}; trying again in {wait:.3g} s")
+                self.sleep(wait)
+        raise AssertionError("unreachable")  # the loop returns or raises
+
+    def _retry_wait(self, answer: ServerAnswer, attempt: int) -> float | None:
+        if answer.status in (429, 503):
+            return min(answer.retry_after if answer.retry_after is not None else 1.0, RETRY_AFTER_CAP_S)
+        if answer.status is None and not isinstance(answer.detail, ConnectionRefusedError):
+            return min(0.5 * 2**attempt, 10.0)  # a dropped connection or a timeout; nothing listens: fail now
+        if answer.status is not None and answer.status >= 500:
+            return min(0.5 * 2**attempt, 10.0)
+        return None
+
+    def _once(self, method: str, path: str, data: bytes) -> tuple[int, Any]:
+        headers = {"Content-Type": "application/json", "Content-Encoding": "gzip", "Accept": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"Bearer {self.token}"
+        req = urllib.request.Request(self.server + path, data=data, headers=headers, method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                status, raw = resp.status, resp.read()
+        except urllib.error.HTTPError as err:
+            try:
+                raw_error = err.read()
+            except (OSError, http.client.HTTPException):
+                raw_error = b""
+            detail = _detail(raw_error, err.reason)
+            raise ServerAnswer(method, path, err.code, detail, _retry_after(err.headers), self.server) from None
+        except urllib.error.URLError as err:  # an OSError too, but its reason says more
+            raise ServerAnswer(method, path, None, err.reason, server=self.server) from None
+        except (OSError, http.client.HTTPException) as err:
+            raise ServerAnswer(method, path, None, err, server=self.server) from None
+        try:
+            return status, json.loads(raw or b"null")
+        except ValueError:
+            raise ServerAnswer(method, path, status, f"not JSON: {raw[:200]!r}", server=self.server) from None
+
+
+def _detail(raw: bytes, reason: object) -> Any:
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return raw[:500].decode(errors="replace") or str(reason)
+    return body.get("detail", body) if isinstance(body, dict) else body
+
+
+def _short(detail: Any) -> str:
+    text = detail if isinstance(detail, str) else json.dumps(detail, default=str)
+    return text if len(text) <= 500 else text[:500] + "..."
+
+
+def _retry_after(headers: Any) -> float | None:
+    value = headers.get("Retry-After") if headers is not None else None
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
+    except (TypeError, ValueError):
+        return None
+
+
+# -- sending -------------------------------------------------------------------------------------
+@dataclass
+class FileResult:
+    path: Path
+    run_id: str
+    records: int
+    accepted: int = 0
+    duplicates: int = 0
+    resumed: bool = False  # the run was on the server already
+    error: str | None = None
+
+
+@dataclass
+class RunResult:
+    run_id: str
+    files: list[FileResult]
+    run: dict[str, Any]  # the first file's run line
+    status: str | None = None  # the final status set, None when it was not set
+    error: ImportFailed | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def group_by_run(files: Sequence[LoadedFile]) -> dict[str, list[LoadedFile]]:
+    runs: dict[str, list[LoadedFile]] = {}
+    for f in files:
+        runs.setdefault(f.run_id, []).append(f)
+    return runs
+
+
+def import_runs(
+    files: Sequence[LoadedFile],
+    client: Client,
+    batch: int = DEFAULT_BATCH,
+    say: Callable[[str], None] = print,
+    progress: Callable[[str], None] | None = None,
+) -> list[RunResult]:
+    """Send the files run by run; a run that fails does not stop the others, unless nothing can
+    succeed (the server is not there, or refuses the token). `say` gets a line per file imported,
+    `progress` (default: stderr) a line per batch of a file of more than one batch."""
+    progress = progress or client.say
+    results: list[RunResult] = []
+    fatal: ImportFailed | None = None
+    for run_id, run_files in group_by_run(files).items():
+        result = RunResult(
+            run_id, [FileResult(f.path, run_id, len(f.run_file.records)) for f in run_files], run_files[0].run_file.run
+        )
+        results.append(result)
+        if fatal is not None:
+            result.error = ImportFailed(f"not sent: {fatal}", fatal=True)
+            continue
+        try:
+            for loaded, file_result in zip(run_files, result.files, strict=True):
+                _send_file(client, loaded, file_result, batch, progress)
+                say(_file_line(file_result))
+            result.status = _finish_run(client, run_files)
+        except ImportFailed as err:
+            result.error = err
+            if err.fatal:
+                fatal = err
+    return results
+
+
+def _send_file(
+    client: Client, loaded: LoadedFile, result: FileResult, batch: int, progress: Callable[[str], None]
+) -> None:
+    run = {k: v for k, v in loaded.run_file.run.items() if k not in ("status", "ended_at")}
+    try:
+        status, _ = client.request("POST", "/api/v1/runs", run)
+    except ServerAnswer as answer:
+        raise _failure(answer, loaded, loaded.run_line, what="registering the run") from None
+    result.resumed = status == 200
+    records = loaded.run_file.records
+    path = f"/api/v1/runs/{urllib.parse.quote(loaded.run_id, safe='')}/intervals"
+    start = 0
+    size = batch
+    while start < len(records):
+        chunk = records[start : start + size]
+        try:
+            _, counts = client.request("POST", path, {"intervals": chunk})
+        except ServerAnswer as err:
+            if err.status == 413 and size > 1:  # over the server's body limit: smaller batches
+                size = max(1, size // 2)
+                continue
+            line = _refused_line(err, loaded, start)
+            raise _failure(err, loaded, line, what=f"sending records {start + 1}-{start + len(chunk)}") from None
+        try:
+            result.accepted += int(counts["accepted"])
+            result.duplicates += int(counts["duplicates"])
+        except (TypeError, KeyError, ValueError):
+            raise ImportFailed(f"{loaded.path}: the server answered {_short(counts)}, not an ingest result") from None
+        start += len(chunk)
+        if len(records) > batch:
+            progress(f"  {loaded.path}: {start}/{len(records)} records sent")
+
+
+def _finish_run(client: Client, run_files: Sequence[LoadedFile]) -> str:
+    first = run_files[0]
+    run = first.run_file.run
+    status = run.get("status", "finished")
+    patch: dict[str, Any] = {"status": status}
+    if status != "running":
+        ends = [r["wall_end"] for f in run_files for r in f.run_file.records if _is_number(r.get("wall_end"))]
+        if "ended_at" in run:
+            patch["ended_at"] = run["ended_at"]
+        elif ends:
+            patch["ended_at"] = datetime.fromtimestamp(max(ends), UTC).isoformat()
+    path = f"/api/v1/runs/{urllib.parse.quote(first.run_id, safe='')}"
+    try:
+        client.request("PATCH", path, patch)
+    except ServerAnswer as answer:
+        raise _failure(answer, first, first.run_line, what=f"setting the status {status}") from None
+    return str(status)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _refused_line(err: ServerAnswer, loaded: LoadedFile, start: int) -> int | None:
+    """The file line of the record a 422 names (loc: body, intervals, <index in the batch>, ...)."""
+    if err.status != 422 or not isinstance(err.detail, list):
+        return None
+    for entry in err.detail:
+        loc = entry.get("loc") if isinstance(entry, dict) else None
+        if isinstance(loc, list) and len(loc) >= 3 and loc[:2] == ["body", "intervals"] and isinstance(loc[2], int):
+            index = start + loc[2]
+            if 0 <= index < len(loaded.record_lines):
+                return loaded.record_lines[index]
+    return None
+
+
+def _failure(err: ServerAnswer, loaded: LoadedFile, line: int | None, what: str) -> ImportFailed:
+    where = f"{loaded.path}:{line}" if line else str(loaded.path)
+    if err.status is None:
+        return ImportFailed(
+            f"cannot reach the packscope server at {err.server} ({err.detail}); is `packscope serve` running "
+            "there? (--server URL names another)",
+            fatal=True,
+        )
+    if err.status in (401, 403):
+        return ImportFailed(
+            f"{err.server} refuses our ingest token (HTTP {err.status}): pass the server's token with --token "
+            f"or set {TOKEN_ENV}",
+            fatal=True,
+        )
+    if err.status == 409:
+        return ImportFailed(
+            f"{where}: run {loaded.run_id!r} exists on the server with a different model, so these records "
+            f"cannot join it ({_short(err.detail)}); give the file another run_id to import it as a new run"
+        )
+    if err.status == 422:
+        return ImportFailed(
+            f"{where}: the server refuses this {_kind(line, loaded)}: {_errors(err.detail)}", bad_input=True
+        )
+    if err.status in (429, 503):
+        return ImportFailed(f"{where}: the server stayed busy while {what}: {_short(err.detail)}", fatal=True)
+    return ImportFailed(f"{where}: {what} failed: {err}")
+
+
+def _kind(line: int | None, loaded: LoadedFile) -> str:
+    return "run line" if line == loaded.run_line else "record" if line else "batch"
+
+
+def _errors(detail: Any) -> str:
+    """pydantic's list of errors as `field: message; ...`."""
+    if not isinstance(detail, list):
+        return _short(detail)
+    parts = []
+    for entry in detail[:5]:
+        if isinstance(entry, dict):
+            loc = [str(p) for p in entry.get("loc", []) if p not in ("body", "intervals") and not isinstance(p, int)]
+            parts.append(f"{'.'.join(loc) or 'body'}: {entry.get('msg', entry)}")
+    more = f" (and {len(detail) - 5} more)" if len(detail) > 5 else ""
+    return "; ".join(parts) + more
+
+
+def _file_line(result: FileResult) -> str:
+    resumed = ", run already on the server" if result.resumed else ""
+    return (
+        f"{result.path}: run {result.run_id}: {result.records} records, {result.accepted} accepted, "
+        f"{result.duplicates} duplicates{resumed}"
+    )
+
+
+def exit_code(results: Sequence[RunResult]) -> int:
+    errors = [r.error for r in results if r.error is not None]
+    if any(not e.bad_input for e in errors):
+        return EXIT_FAILED
+    return EXIT_BAD_INPUT if errors else EXIT_OK
+
+
+# -- the command ---------------------------------------------------------------------------------
+def _batch_size(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if not 1 <= value <= MAX_BATCH:
+        raise argparse.ArgumentTypeError(f"must be from 1 to {MAX_BATCH} (the server's limit), got {value}")
+    return value
+
+
+def add_import_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.description = (
+        "Send run files (written by `packscope train --records-dir`, or the gallery's) to a packscope "
+        "server. Importing a file again stores nothing twice."
+    )
+    parser.add_argument("files", nargs="+", metavar="FILE", help="run files (JSON lines), e.g. records/rank0.jsonl")
+    parser.add_argument("--server", default=DEFAULT_SERVER, help="packscope server URL (default: %(default)s)")
+    parser.add_argument(
+        "--token",
+        default=os.environ.get(TOKEN_ENV),
+        help=f"ingest token, if the server requires one (default: {TOKEN_ENV})",
+    )
+    parser.add_argument(
+        "--batch",
+        type=_batch_size,
+        default=DEFAULT_BATCH,
+        metavar="N",
+        help=f"records per request, 1-{MAX_BATCH} (default: %(default)s)",
+    )
+
+
+def import_from_args(args: argparse.Namespace) -> int:
+    files, errors = load_run_files(args.files)
+    if errors:
+        for message in errors:
+            print(f"packscope import: error: {message}", file=sys.stderr)
+        print("packscope import: nothing was sent", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    client = Client(args.server, args.token)
+    results = import_runs(files, client, args.batch)
+    for result in results:
+        if result.ok:
+            print(f"run {result.run_id}: {result.status}  {client.server}/runs/{urllib.parse.quote(result.run_id)}")
+        else:
+            print(f"packscope import: error: {result.error}", file=sys.stderr)
+    failed = sum(not r.ok for r in results)
+    if failed:
+        print(f"packscope import: {failed} of {len(results)} runs not imported", file=sys.stderr)
+    return exit_code(results)

@@ -1,0 +1,1 @@
+"""The `packscope` command's tests (a package, so that they share tests/cli/support.py)."""
