@@ -76,9 +76,15 @@ def source_copy(dest: Path) -> Path:
     return dest
 
 
+# A run file added to the copy's gallery/, so that the wheel is seen to carry the gallery's data
+# files before the checkout holds any (the real ones are checked with the folders below).
+GALLERY_PROBE = "packaging-probe.jsonl"
+
+
 @pytest.fixture(scope="module")
 def built_wheel(tmp_path_factory) -> tuple[Path, str]:
     src = source_copy(tmp_path_factory.mktemp("src"))
+    (src / "gallery" / GALLERY_PROBE).write_text('{"run": {"run_id": "probe"}}\n')
     out = tmp_path_factory.mktemp("wheel")
     proc = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", str(src), "-w", str(out), "--no-deps", "--no-build-isolation", "-v"],
@@ -117,7 +123,7 @@ def test_the_wheel_carries_every_module_and_data_file(built_wheel):
             if "__pycache__" in rel.parts or not path.is_file():
                 continue
             # Sub-folders that are packages of their own are listed under their own mapping.
-            if path.suffix == ".py" or path.suffix in {".js", ".css", ".html", ".mako"}:
+            if path.suffix == ".py" or path.suffix in {".js", ".css", ".html", ".mako", ".jsonl"}:
                 expected.add("/".join([*package.split("."), *rel.parts]))
     missing = sorted(expected - names)
     assert not missing, missing
@@ -125,6 +131,8 @@ def test_the_wheel_carries_every_module_and_data_file(built_wheel):
         "packscope/frontend/templates/base.html",
         "packscope/frontend/static/app.css",
         "packscope/migrations/script.py.mako",
+        "packscope/gallery/__init__.py",
+        f"packscope/gallery/{GALLERY_PROBE}",
     ):
         assert data in names
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
