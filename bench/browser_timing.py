@@ -1,0 +1,203 @@
+"""How long the dashboard takes in Debian's chromium, from navigation to the first thing drawn:
+
+* the runs page with 200 runs: until the table's first page of rows is shown;
+* the run page of one long run (default 1,000,000 intervals, with per-channel losses and length
+  histograms): until the first chart is drawn, and until every series chart, the per-channel
+  loss chart and the length heatmap are.
+
+The database is filled in-process through backend.ingest.ingest_batch (batches of 1000 validated
+records, as bench/backend_scale.py's fill_run), then served by uvicorn on 127.0.0.1. Times are
+read in the page (performance.now(), milliseconds since navigation began), checked each animation
+frame; each page is loaded `--repeat` times in fresh tabs, and the first (cold) load is reported
+apart from the median. Prints one JSON object.
+
+    python bench/browser_timing.py                      # 1,000,000 intervals: minutes to fill
+    python bench/browser_timing.py --intervals 20000    # a quick try
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+from playwright import sync_api
+
+from packscope.backend.db import make_engine, make_sessionmaker, upgrade_schema
+from packscope.backend.ingest import ingest_batch
+from packscope.backend.queries import get_run
+from packscope.backend.schemas import parse_batch
+from packscope.core.histograms import NUM_BUCKETS
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
+MODEL = {"layers": 24, "hidden": 2048, "heads": 16, "kv_heads": 4, "head_dim": 128, "ffn": 5504, "vocab": 32000}
+CHANNELS = ("code", "math", "web", "books")
+# The page's readiness conditions: plotly has drawn a plot once it holds its full data.
+RUNS_SHOWN = "document.querySelectorAll('#runs-body tr[data-run-id]').length > 0"
+DRAWN = "(p => p !== null && p._fullData?.length > 0 && p.querySelector('.main-svg') !== null)"
+FIRST_CHART = f"[...document.querySelectorAll('.chart .plot')].some({DRAWN})"
+SERIES_CHARTS = ("tflops", "step_time", "tokens", "loss", "channels", "length_heatmap")
+ALL_CHARTS = " && ".join(f"{DRAWN}(document.querySelector('#chart-{c} .plot'))" for c in SERIES_CHARTS)
+
+
+def run_body(run_id: str, **extra: Any) -> dict[str, Any]:
+    hardware = {"gpu_name": "NVIDIA H200", "gpu_count": 8, "peak_tflops": 989.0}
+    return {"run_id": run_id, "model": MODEL, "layout": "thd", "hardware": hardware, **extra}
+
+
+def record(interval: int, rng: random.Random) -> dict[str, Any]:
+    """A plausible record with channel losses (and their tokens) and length histograms."""
+    steps, packs = 10, 40
+    tokens = packs * 8192
+    real = tokens - rng.randint(0, 4000)
+    gpu_time = steps * rng.uniform(0.3, 0.5)
+    docs = rng.randint(200, 400)
+    shares = [rng.random() for _ in CHANNELS]
+    return {
+        "interval": interval,
+        "rank": 0,
+        "first_step": interval * steps + 1,
+        "last_step": (interval + 1) * steps,
+        "steps": steps,
+        "gpus": 8,
+        "wall_start": 1.7e9 + 5.0 * interval,
+        "wall_end": 1.7e9 + 5.0 * interval + gpu_time,
+        "gpu_time_s": gpu_time,
+        "host_time_s": gpu_time * 1.01,
+        "step_time_p50_s": gpu_time / steps,
+        "step_time_p90_s": gpu_time / steps,
+        "step_time_max_s": gpu_time / steps,
+        "timing_lag_steps": 1,
+        "tokens": tokens,
+        "real_tokens": real,
+        "packs": packs,
+        "documents": docs,
+        "seqlen_sq_sum_bshd": packs * 8192 * 8192,
+        "seqlen_sq_sum_thd": docs * 900 * 900,
+        "flops_bshd": 1.0,
+        "flops_thd": 1.0,
+        "flops_useful": 1.0,
+        "loss": rng.uniform(2, 3),
+        "channel_loss": {c: rng.uniform(1.5, 3.5) for c in CHANNELS},
+        "channel_tokens": {c: int(real * s / sum(shares)) for c, s in zip(CHANNELS, shares, strict=True)},
+        "syncs": {"total": 20, "sites": [{"site": "train.py:88", "count": 20}]},
+        "histograms": {
+            k: {
+                "count": [rng.randint(0, 9) for _ in range(NUM_BUCKETS)],
+                "tokens": [rng.randint(0, 9999) for _ in range(NUM_BUCKETS)],
+            }
+            for k in ("documents", "packs")
+        },
+    }
+
+
+def fill_run(make_session: Any, http: httpx.Client, run_id: str, intervals: int) -> float:
+    """Store `intervals` records for a new run in-process, in batches of 1000 validated records
+    (64 distinct records re-numbered); seconds taken."""
+    assert http.post("/api/v1/runs", json=run_body(run_id, name="long run")).status_code == 201
+    rng = random.Random(run_id)
+    template, _ = parse_batch(json.dumps({"intervals": [record(i, rng) for i in range(64)]}).encode())
+    t0 = time.perf_counter()
+    with make_session() as session:
+        run = get_run(session, run_id)
+        assert run is not None
+        for start in range(0, intervals, 1000):
+            batch = [
+                {**template[i % 64], "interval": i, "first_step": i * 10 + 1, "last_step": i * 10 + 10}
+                for i in range(start, min(start + 1000, intervals))
+            ]
+            ingest_batch(session, run, batch)
+    return time.perf_counter() - t0
+
+
+def start_server(db: Path) -> tuple[subprocess.Popen[bytes], str]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PACKSCOPE_")}
+    env["PACKSCOPE_DATABASE_URL"] = f"sqlite:///{db}"
+    command = [sys.executable, "-m", "uvicorn", "--factory", "packscope.backend.app:create_app"]
+    command += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+    server = subprocess.Popen(command, env=env, cwd=db.parent)  # not the checkout: alembic/ would shadow
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            httpx.get(f"{url}/api/v1/catalogue", timeout=1).raise_for_status()
+            return server, url
+        except httpx.HTTPError:
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise SystemExit("the server did not start") from None
+            time.sleep(0.2)
+
+
+def page_times(browser: sync_api.Browser, url: str, conditions: dict[str, str], repeat: int) -> dict[str, Any]:
+    """Per condition: ms from navigation until it held, for the first load and the median of all."""
+    seen: dict[str, list[float]] = {name: [] for name in conditions}
+    for _ in range(repeat):
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(url, wait_until="commit")
+        for name, condition in conditions.items():
+            held = f"() => ({condition}) ? performance.now() : false"
+            handle = page.wait_for_function(held, polling="raf", timeout=120_000)
+            seen[name].append(round(float(handle.json_value()), 1))
+        page.close()
+    return {name: {"first_ms": ms[0], "median_ms": statistics.median(ms), "all_ms": ms} for name, ms in seen.items()}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--intervals", type=int, default=1_000_000, help="intervals of the long run")
+    ap.add_argument("--runs", type=int, default=200, help="runs on the runs page (the long one included)")
+    ap.add_argument("--repeat", type=int, default=5, help="loads of each page")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "bench.db"
+        engine = make_engine(f"sqlite:///{db}")
+        upgrade_schema(engine)
+        server, url = start_server(db)
+        try:
+            http = httpx.Client(base_url=url, timeout=300)
+            for i in range(args.runs - 1):  # short runs, one interval each, so the table has numbers
+                assert http.post("/api/v1/runs", json=run_body(f"run-{i:03d}", project=f"p{i % 5}")).status_code == 201
+                body = {"intervals": [record(0, random.Random(i))]}
+                assert http.post(f"/api/v1/runs/run-{i:03d}/intervals", json=body).status_code == 200
+            fill_s = fill_run(make_sessionmaker(engine), http, "long", args.intervals)
+            with sync_api.sync_playwright() as playwright:
+                browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+                runs_page = page_times(browser, url, {"rows_shown": RUNS_SHOWN}, args.repeat)
+                run_page = page_times(
+                    browser, f"{url}/runs/long", {"first_chart": FIRST_CHART, "all_charts": ALL_CHARTS}, args.repeat
+                )
+                browser.close()
+            out = {
+                "date": datetime.now(UTC).isoformat(timespec="seconds"),
+                "cpus": os.cpu_count(),
+                "load_avg": os.getloadavg(),
+                "database": "sqlite",
+                "chromium": CHROMIUM,
+                "runs_page": {"runs": args.runs, **runs_page},
+                "run_page": {"intervals": args.intervals, "channels": len(CHANNELS), **run_page},
+                "fill_in_process_s": round(fill_s, 1),
+            }
+        finally:
+            server.terminate()
+            server.wait(10)
+            engine.dispose()
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
