@@ -11,6 +11,7 @@ COPY trainer trainer
 COPY backend backend
 COPY frontend frontend
 COPY alembic alembic
+COPY gallery gallery
 # The server's extra only: no torch (the base distribution is torch-free; torch comes with the
 # [agent] and [trainer] extras, which a server never needs). The build fails if torch slipped in.
 RUN pip install '.[server]' \
