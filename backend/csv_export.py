@@ -331,40 +331,52 @@ def float_cells(x: np.ndarray) -> np.ndarray:
     n = len(x)
     a = np.abs(x)
     fast = (a >= _FAST_MIN) & (a <= _FAST_MAX)  # False for NaN, inf and 0
-    digits = np.ones(n, np.int64)
-    count = np.ones(n, np.int64)
-    exponent = np.zeros(n, np.int64)
-    if fast.any():
-        d, cnt, e, uncertain = _shortest(a[fast])
-        digits[fast], count[fast], exponent[fast] = d, cnt, e
-        fast[np.flatnonzero(fast)[uncertain]] = False
+    if fast.all():  # the usual chunk: no NULL, no zero
+        digits, count, exponent, uncertain = _shortest(a)
+        fast = ~uncertain
+    else:
+        digits = np.ones(n, np.int64)
+        count = np.ones(n, np.int64)
+        exponent = np.zeros(n, np.int64)
+        if fast.any():
+            d, cnt, e, uncertain = _shortest(a[fast])
+            digits[fast], count[fast], exponent[fast] = d, cnt, e
+            fast[np.flatnonzero(fast)[uncertain]] = False
     zero = a == 0
     digits[zero] = 0
     other = ~fast & ~zero  # NaN, inf, out of the fast range, uncertain: written by float_text
     fixed = (exponent >= -4) & (exponent < 15)
-    # Body: the digits, with a point after `lead` of them when more follow.
+    # Body: the digits, with a point after `lead` of them when more follow ("0." of small
+    # numbers and the exponent of scientific ones are slots of their own, before and after).
     lead = np.where(fixed, np.where(exponent >= 0, exponent + 1, count), 1)
-    width = int(max(int(np.max(np.maximum(lead, count + 1), initial=1)), 1))
-    left = digits * _POW10[np.clip(17 - count, 0, 18)]  # 17 digits, first one leading
+    body_length = np.where(count > lead, count + 1, lead)
+    width = max(int(body_length.max(initial=1)), 1)
+    left = digits * _POW10[17 - count]  # 17 digits, first one leading, zeros after the last
     digit_chars = np.full((width + 1, n), _ZERO, np.uint8)  # row j: the j-th digit of every value
     for j in range(min(width + 1, 17)):
         np.add((left // _POW10[16 - j]) % 10, _ZERO, out=digit_chars[j], casting="unsafe")
     digit_chars = digit_chars.T
-    position = np.arange(width, dtype=np.uint8)[None, :]  # small numbers: uint8 compares are the fastest
-    lead_col = lead.astype(np.uint8)[:, None]
-    shifted = np.concatenate([digit_chars[:, :1], digit_chars[:, : width - 1]], axis=1)
-    point_or_after = np.where(position == lead_col, np.uint8(_DOT), shifted)
-    body = np.where(position < lead_col, digit_chars[:, :width], point_or_after)
-    body_length = np.where(count > lead, count + 1, lead).astype(np.uint8)
-    body *= position < body_length[:, None]  # NUL after the last character
+    point = np.where(count > lead, lead, width)  # where the point goes; `width`: nowhere
+    first, last = int(point.min(initial=0)), int(point.max(initial=0))
+    if first == last:  # one layout for the whole chunk (most columns): slices, no per-value choice
+        body = np.empty((n, width), np.uint8)
+        body[:, :first] = digit_chars[:, :first]
+        if first < width:
+            body[:, first] = _DOT
+            body[:, first + 1 :] = digit_chars[:, first : width - 1]
+    else:
+        position = np.arange(width, dtype=np.uint8)[None, :]  # small numbers: uint8 compares are the fastest
+        point_col = point.astype(np.uint8)[:, None]
+        shifted = np.concatenate([digit_chars[:, :1], digit_chars[:, : width - 1]], axis=1)
+        point_or_after = np.where(position == point_col, np.uint8(_DOT), shifted)
+        body = np.where(position < point_col, digit_chars[:, :width], point_or_after)
+    if int(body_length.min(initial=width)) < width:
+        body *= np.arange(width, dtype=np.uint8)[None, :] < body_length.astype(np.uint8)[:, None]  # NUL after the end
     slots = [body]
     small = fixed & (exponent < 0) & ~other
     if small.any():  # "0." and up to three zeros before the digits
-        prefix = np.zeros((n, 5), np.uint8)
-        prefix[small, 0] = _ZERO
-        prefix[small, 1] = _DOT
-        for j in range(2, 5):
-            prefix[small & (exponent <= -j), j] = _ZERO
+        prefix_length = np.where(small, 1 - exponent, 0).astype(np.uint8)[:, None]
+        prefix = np.frombuffer(b"0.000", np.uint8)[None, :] * (np.arange(5, dtype=np.uint8)[None, :] < prefix_length)
         slots.insert(0, prefix)
     scientific = ~fixed & ~other & ~zero
     if scientific.any():
@@ -379,9 +391,7 @@ def float_cells(x: np.ndarray) -> np.ndarray:
         slots.append(exp)
     negative = np.signbit(x) & ~other
     if negative.any():
-        sign = np.zeros((n, 1), np.uint8)
-        sign[negative, 0] = _MINUS
-        slots.insert(0, sign)
+        slots.insert(0, (negative * np.uint8(_MINUS)).astype(np.uint8)[:, None])
     cells = np.concatenate(slots, axis=1) if len(slots) > 1 else body
     if other.any():
         texts = [float_text(v).encode() for v in x[other].tolist()]
