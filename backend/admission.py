@@ -7,10 +7,16 @@ On SQLite, writes also take one lock per process: the file has a single writer a
 here is fair and cheap where SQLite's busy handler would sleep and poll inside a worker thread.
 """
 
+import asyncio
+from collections import deque
 from collections.abc import AsyncIterator, Callable
 from contextlib import AsyncExitStack, asynccontextmanager
+from typing import Generic, TypeVar
 
 import anyio
+
+T = TypeVar("T")
+R = TypeVar("R")
 
 
 class Overloaded(Exception):
@@ -59,3 +65,90 @@ class Admission:
                     self.retry_after_s,
                 )
             yield
+
+
+class _Waiting(Generic[T, R]):
+    __slots__ = ("item", "result", "taken")
+
+    def __init__(self, item: T, result: asyncio.Future[R]) -> None:
+        self.item = item
+        self.result = result
+        self.taken = False
+
+
+class Coalescer(Generic[T, R]):
+    """Work items that arrive while others are being done are done together, in one worker-thread
+    call (one transaction) holding one database slot: a burst of small batches (every rank of a job
+    flushing at the same boundary) costs one statement per table instead of one per batch.
+
+    An item waits at most `admission.wait_s` to be taken; one still waiting then is withdrawn and
+    its request answered 503 with Retry-After (Overloaded), so it certainly was not stored. Once
+    taken, it waits for its result however long that takes: its data may already be committed.
+    `work` answers one result per item, in order; when it raises, each item of the group is done
+    again alone, so one item's failure is its own answer and not its neighbours'.
+    """
+
+    def __init__(
+        self, admission: Admission, work: Callable[[list[T]], list[R]], weigh: Callable[[T], int], max_weight: int
+    ) -> None:
+        self.admission = admission
+        self.work = work
+        self.weigh = weigh
+        self.max_weight = max_weight
+        self._pending: deque[_Waiting[T, R]] = deque()
+        self._writer: asyncio.Task[None] | None = None
+
+    async def submit(self, item: T) -> R:
+        waiting = _Waiting[T, R](item, asyncio.get_running_loop().create_future())
+        self._pending.append(waiting)
+        if self._writer is None or self._writer.done():
+            self._writer = asyncio.get_running_loop().create_task(self._drain())
+        with anyio.move_on_after(self.admission.wait_s):
+            return await asyncio.shield(waiting.result)
+        if not waiting.taken:
+            self._pending.remove(waiting)
+            raise Overloaded(
+                f"the server is busy: no database slot came free within {self.admission.wait_s:g} s; "
+                f"retry after {self.admission.retry_after_s} s",
+                self.admission.retry_after_s,
+            )
+        return await waiting.result
+
+    def _take(self) -> list[_Waiting[T, R]]:
+        group = [self._pending.popleft()]
+        weight = self.weigh(group[0].item)
+        while self._pending and weight + self.weigh(self._pending[0].item) <= self.max_weight:
+            group.append(self._pending.popleft())
+            weight += self.weigh(group[-1].item)
+        for waiting in group:
+            waiting.taken = True
+        return group
+
+    async def _drain(self) -> None:
+        while self._pending:
+            try:
+                async with self.admission.turn(writes=True):
+                    if not self._pending:  # every item withdrew while the slot was awaited
+                        return
+                    group = self._take()
+                    await self._do(group)
+            except Overloaded:
+                continue  # no slot within wait_s: the items still waiting withdraw on their own
+
+    async def _do(self, group: list[_Waiting[T, R]]) -> None:
+        try:
+            results = await anyio.to_thread.run_sync(self.work, [w.item for w in group])
+        except Exception as exc:  # noqa: BLE001 - handed to the requests, whose handlers answer it
+            if len(group) == 1:
+                group[0].result.set_exception(exc)
+                return
+            for waiting in group:
+                await self._do([waiting])
+            return
+        except BaseException:  # cancelled (the server stops): nobody may wait for ever
+            for waiting in group:
+                if not waiting.result.done():
+                    waiting.result.set_exception(RuntimeError("the server stopped while storing this batch"))
+            raise
+        for waiting, result in zip(group, results, strict=True):
+            waiting.result.set_result(result)

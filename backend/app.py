@@ -1,5 +1,6 @@
 """The FastAPI application: JSON API, dashboards and static assets over one database."""
 
+import functools
 import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -13,9 +14,10 @@ from fastapi.staticfiles import StaticFiles
 
 from packscope import __version__
 from packscope.backend import openapi
-from packscope.backend.admission import Admission
+from packscope.backend.admission import Admission, Coalescer
 from packscope.backend.db import WRITES, make_engine, make_sessionmaker, upgrade_schema
 from packscope.backend.errors import add_database_error_handlers
+from packscope.backend.ingest import ingest_together
 from packscope.backend.routes import ingest, pages, reads
 from packscope.backend.routes.ranks import router as ranks_router
 from packscope.backend.security import SecurityHeaders, SignInGuard
@@ -71,12 +73,19 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.engine = engine
     app.state.sessionmaker = make_sessionmaker(engine)
     app.state.write_sessionmaker = make_sessionmaker(engine, writes=True)
-    app.state.write_engine = engine.execution_options(**{WRITES: True})  # batches: Core, no session
     app.state.admission = Admission(
         slots=settings.db_slots,
         wait_s=settings.queue_wait_s,
         retry_after_s=settings.retry_after_s,
         serialise_writes=engine.dialect.name == "sqlite",
+    )
+    # Batches of interval records: Core on a write connection, no session; those that arrive
+    # while others are stored are stored together (routes/ingest.py).
+    app.state.batches = Coalescer(
+        app.state.admission,
+        functools.partial(ingest_together, engine.execution_options(**{WRITES: True})),
+        weigh=lambda batch: len(batch[1]),
+        max_weight=settings.coalesce_rows,
     )
     app.include_router(ingest.router)
     app.include_router(reads.router)

@@ -98,17 +98,44 @@ _RUNS = cast(Table, Run.__table__)
 _RUN_OF_ID = select(_RUNS.c.id, _RUNS.c.model, _RUNS.c.hardware).where(_RUNS.c.run_id == bindparam("run_id"))
 
 
+Batch = tuple[str, Sequence[Record], Sequence[Mapping[str, int]]]  # (run_id, records, their sync sites)
+
+
 def ingest_parsed(
     engine: Engine, run_id: str, records: Sequence[Record], sites: Sequence[Mapping[str, int]]
 ) -> IngestResult | None:
     """Store a batch that schemas.parse_batch validated, in one transaction of its own on `engine`
     (the app's write engine); None when the run is not stored. No ORM objects: the run is one Core
     row, the batch a handful of bulk statements."""
+    return ingest_together(engine, [(run_id, records, sites)])[0]
+
+
+def ingest_together(engine: Engine, batches: Sequence[Batch]) -> list[IngestResult | None]:
+    """Store several parsed batches (of one run or several) in one transaction, each answered as if
+    the batches had been stored one after another in this order: a record whose key an earlier
+    batch (or an earlier record) holds counts as that batch's duplicate. None for a batch whose run
+    is not stored. The aggregates are written once per run for all of them, which is what makes a
+    burst of small batches cheap (see routes/ingest.py)."""
+    results: list[IngestResult | None] = [None] * len(batches)
+    by_run: dict[str, list[int]] = {}
+    for i, (run_id, _, _) in enumerate(batches):
+        by_run.setdefault(run_id, []).append(i)
     with engine.begin() as connection:
-        run = connection.execute(_RUN_OF_ID, {"run_id": run_id}).first()
-        if run is None:
-            return None
-        return store_records(connection, run.id, Coefficients.for_run(run.model, run.hardware), records, sites)
+        for run_id in sorted(by_run):  # concurrent transactions lock runs in one order
+            run = connection.execute(_RUN_OF_ID, {"run_id": run_id}).first()
+            if run is None:
+                continue
+            members = by_run[run_id]
+            records = [r for i in members for r in batches[i][1]]
+            sites = [s for i in members for s in batches[i][2]]
+            owners = [i for i in members for _ in batches[i][1]]
+            stored = _store(connection, run.id, Coefficients.for_run(run.model, run.hardware), records, sites)
+            accepted = dict.fromkeys(members, 0)
+            for at in stored:
+                accepted[owners[at]] += 1
+            for i in members:
+                results[i] = IngestResult(accepted=accepted[i], duplicates=len(batches[i][1]) - accepted[i])
+    return results
 
 
 def ingest_batch(session: Session, run: Run, records: Iterable[IntervalRecord | Record]) -> IngestResult:
@@ -138,6 +165,18 @@ def store_records(
     A key already stored (or repeated inside the batch) counts as a duplicate and the stored row is
     left untouched, so a spool replay after a lost response never changes or doubles data.
     """
+    accepted = len(_store(connection, run_pk, c, records, sites))
+    return IngestResult(accepted=accepted, duplicates=len(records) - accepted)
+
+
+def _store(
+    connection: Connection,
+    run_pk: int,
+    c: Coefficients,
+    records: Sequence[Record],
+    sites: Sequence[Mapping[str, int]],
+) -> list[int]:
+    """store_records' work; the positions in `records` of the records stored."""
     first: dict[Key, int] = {}
     for i, r in enumerate(records):
         first.setdefault((r["interval"], r["rank"]), i)
@@ -145,7 +184,7 @@ def store_records(
     rows = [interval_row(run_pk, records[first[key]]) for key in keys]
     inserted = write(connection, "intervals", "insert_new", rows)
     if not inserted:
-        return IngestResult(accepted=0, duplicates=len(records))
+        return []
     new_ids = {(interval, rank): interval_id for interval_id, interval, rank in inserted}
     new = [(key, row) for key, row in zip(keys, rows, strict=True) if key in new_ids]  # still in key order
     run_sites: dict[str, int] = {}
@@ -158,4 +197,4 @@ def store_records(
     write(connection, "interval_details", "insert", details)
     store_aggregates(connection, run_pk, c, [row for _, row in new], run_sites)
     connection.execute(update(_RUNS).where(_RUNS.c.id == run_pk).values(updated_at=_now()))
-    return IngestResult(accepted=len(new), duplicates=len(records) - len(new))
+    return [first[key] for key, _ in new]

@@ -28,6 +28,9 @@ class Settings(BaseSettings):
     # SQLite: how long a write waits for another process's write lock before 503.
     sqlite_busy_s: float = Field(default=5.0, gt=0)
     retry_after_s: int = Field(default=1, ge=1)
+    # Interval records stored together at most: batches that arrive while others are being stored
+    # share one transaction up to this many records (a single larger batch is stored alone).
+    coalesce_rows: int = Field(default=2048, ge=1)
     # Failed and successful sign-ins per client address and minute, beyond which 429 is answered.
     sign_in_per_minute: int = Field(default=10, ge=1)
 

@@ -1,8 +1,11 @@
 """Burst benchmark: N senders (a job's ranks) each post a batch of records every period, all at
 the same instant, against a real `packscope serve` in a subprocess. Prints JSON.
 
-A 503/429 answer is retried after its Retry-After (plus jitter) and counted, not an error.
-Goal: no errors, p99 latency under 1 s, rows stored == records acknowledged.
+A 503/429 answer is retried after its Retry-After (plus jitter) and counted, not an error; its
+latency counts like any other answer's. Goal: no errors, p99 latency under 1 s, rows stored ==
+records acknowledged. Each sender has one keep-alive connection of its own (a minimal HTTP/1.1
+client, as light as an agent's) and serialises its records once; the CPU seconds of the client,
+the server (all workers) and PostgreSQL during the burst are reported, since all share the cores.
 
     python bench/burst.py --seconds 20                    # PostgreSQL on 127.0.0.1:5432
     python bench/burst.py --database sqlite --seconds 20
@@ -44,49 +47,147 @@ def percentile(values: list[float], q: float) -> float | None:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def renumbered(record: dict[str, Any], interval: int) -> dict[str, Any]:
-    steps = record["steps"]
-    return {**record, "interval": interval, "first_step": interval * steps + 1, "last_step": (interval + 1) * steps}
+# Placeholders for the numbers a batch changes: each sender serialises its records once and only
+# swaps these in per batch (making JSON costs more client CPU than the server spends storing it).
+_HOLES = {"interval": -777000001, "first_step": -777000002, "last_step": -777000003}
 
 
-async def sender(
-    rank: int, http: httpx.AsyncClient, args: argparse.Namespace, t0: float, stats: dict[str, Any]
-) -> None:
+def template_of(record: dict[str, Any]) -> str:
+    return json.dumps({**record, **_HOLES})
+
+
+def renumbered(template: str, steps: int, interval: int) -> str:
+    numbers = {"interval": interval, "first_step": interval * steps + 1, "last_step": (interval + 1) * steps}
+    for key, hole in _HOLES.items():
+        template = template.replace(str(hole), str(numbers[key]), 1)
+    return template
+
+
+class Connection:
+    """One keep-alive HTTP/1.1 connection on asyncio streams: a sender's own, as an agent has.
+    httpx's pool costs a few milliseconds of client CPU per request with 200 connections open, on
+    the same two cores as the server; this costs a few tens of microseconds."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+
+    async def post(self, path: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
+        if self.streams is None:
+            self.streams = await asyncio.open_connection(self.host, self.port)
+        reader, writer = self.streams
+        head = (
+            f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        )
+        try:
+            writer.write(head.encode() + body)
+            status_line = await reader.readline()
+            if not status_line:
+                raise ConnectionError("the server closed the connection")
+            headers = {}
+            while (line := await reader.readline()) not in (b"\r\n", b""):
+                name, _, value = line.decode().partition(":")
+                headers[name.strip().lower()] = value.strip()
+            answer = await reader.readexactly(int(headers.get("content-length", "0")))
+        except (OSError, asyncio.IncompleteReadError):
+            writer.close()
+            self.streams = None
+            raise
+        return int(status_line.split()[1]), headers, answer
+
+
+async def sender(rank: int, url: str, args: argparse.Namespace, t0: float, stats: dict[str, Any]) -> None:
     rng = random.Random(rank)
-    # Records are made once and renumbered per batch: making them costs more CPU than the server
-    # spends storing them, and the benchmark must measure the server, not its own client.
-    template = [make_record(i, rng, rank=rank) for i in range(args.records)]
+    records = [make_record(i, rng, rank=rank) for i in range(args.records)]
+    templates = [template_of(r) for r in records]
+    host, port = url.removeprefix("http://").split(":")
+    connection = Connection(host, int(port))
     for tick in range(int(args.seconds / args.period)):
         await asyncio.sleep(max(0.0, t0 + tick * args.period - time.monotonic()))  # the shared boundary
-        body = {"intervals": [renumbered(r, tick * args.records + i) for i, r in enumerate(template)]}
+        parts = [
+            renumbered(t, r["steps"], tick * args.records + i)
+            for i, (t, r) in enumerate(zip(templates, records, strict=True))
+        ]
+        body = ('{"intervals": [' + ", ".join(parts) + "]}").encode()
         stats["offered"] += args.records
         while True:
             started = time.monotonic()
             try:
-                answer = await http.post("/api/v1/runs/bench/intervals", json=body)
-            except httpx.HTTPError as exc:
+                status, headers, answer = await connection.post("/api/v1/runs/bench/intervals", body)
+            except (OSError, asyncio.IncompleteReadError) as exc:
                 stats["errors"].append(type(exc).__name__)
                 break
             stats["latencies"].append(time.monotonic() - started)
-            if answer.status_code in (429, 503):
+            if status in (429, 503):
                 stats["shed"] += 1
-                await asyncio.sleep(int(answer.headers.get("retry-after", "1")) + rng.uniform(0, 0.5))
+                await asyncio.sleep(int(headers.get("retry-after", "1")) + rng.uniform(0, 0.5))
                 continue
-            if answer.status_code != 200:
-                stats["errors"].append(answer.status_code)
+            if status != 200:
+                stats["errors"].append(status)
             else:
-                stats["acknowledged"] += answer.json()["accepted"]
+                stats["acknowledged"] += json.loads(answer)["accepted"]
             break
 
 
-async def drive(url: str, args: argparse.Namespace) -> dict[str, Any]:
+def cpu_seconds(pids: list[int]) -> float:
+    """User + system CPU seconds of these processes (from /proc; gone ones count 0)."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def server_pids(root: int) -> list[int]:
+    """The server and its worker processes."""
+    pids, seen = [root], 0
+    while seen < len(pids):
+        pid = pids[seen]
+        seen += 1
+        for task in Path(f"/proc/{pid}/task").glob("*/children"):
+            pids += [int(child) for child in task.read_text().split()]
+    return pids
+
+
+def postgres_pids() -> list[int]:
+    pids = []
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        try:
+            if comm.read_text().startswith("postgres"):
+                pids.append(int(comm.parent.name))
+        except OSError:
+            continue
+    return pids
+
+
+def machine_busy_s() -> float:
+    """CPU seconds the whole machine spent busy (user, nice, system, irq, softirq), all cores."""
+    with open("/proc/stat") as stat:
+        fields = [int(x) for x in stat.readline().split()[1:8]]
+    user, nice, system, _idle, _iowait, irq, softirq = fields
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
+
+
+async def drive(url: str, args: argparse.Namespace, server: int) -> dict[str, Any]:
     stats: dict[str, Any] = {"offered": 0, "acknowledged": 0, "shed": 0, "errors": [], "latencies": []}
-    limits = httpx.Limits(max_connections=args.senders, max_keepalive_connections=args.senders)
-    async with httpx.AsyncClient(base_url=url, timeout=30, limits=limits) as http:
+    async with httpx.AsyncClient(base_url=url, timeout=30) as http:
         assert (await http.post("/api/v1/runs", json=run_body("bench"))).status_code in (200, 201)
+        serving, databases = server_pids(server), postgres_pids()
+        cpu0 = time.process_time(), cpu_seconds(serving), cpu_seconds(databases), machine_busy_s()
         t0 = time.monotonic() + 0.5
-        await asyncio.gather(*(sender(rank, http, args, t0, stats) for rank in range(args.senders)))
+        await asyncio.gather(*(sender(rank, url, args, t0, stats) for rank in range(args.senders)))
         stats["elapsed_s"] = time.monotonic() - t0
+        stats["cpu_s"] = {
+            "client": round(time.process_time() - cpu0[0], 2),
+            "server": round(cpu_seconds(serving) - cpu0[1], 2),
+            "postgres": round(cpu_seconds(postgres_pids()) - cpu0[2], 2) if args.database == "postgres" else None,
+            "whole_machine": round(machine_busy_s() - cpu0[3], 2),  # everything on the box, others' work too
+        }
         csv = await http.get("/api/v1/runs/bench/intervals.csv")
         stats["stored"] = len(csv.text.splitlines()) - 1
     return stats
@@ -137,7 +238,7 @@ def main() -> None:
                 except httpx.HTTPError:
                     assert time.monotonic() < deadline and server.poll() is None, "the server did not start"
                     time.sleep(0.3)
-            stats = asyncio.run(drive(url, args))
+            stats = asyncio.run(drive(url, args, server.pid))
         finally:
             server.terminate()
             server.wait(15)
@@ -166,6 +267,9 @@ def main() -> None:
                 "rows_stored": stats["stored"],
                 "stored_equals_acknowledged": stats["stored"] == stats["acknowledged"],
                 "elapsed_s": round(stats["elapsed_s"], 2),
+                "cpu_s": stats["cpu_s"],
+                "server_cpu_us_per_row": round(stats["cpu_s"]["server"] / max(stats["acknowledged"], 1) * 1e6, 1),
+                "load_avg_end": os.getloadavg(),
             },
             indent=2,
         )

@@ -4,14 +4,13 @@ import zlib
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-import anyio
 from fastapi import APIRouter, Depends, HTTPException, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import TypeAdapter, ValidationError
 
 from packscope.backend.deps import SessionDep, require_ingest_token, run_not_found, run_or_404
-from packscope.backend.ingest import ModelConflict, create_or_resume_run, ingest_parsed, patch_run
+from packscope.backend.ingest import ModelConflict, create_or_resume_run, patch_run
 from packscope.backend.queries import run_summary
 from packscope.backend.schemas import IngestResult, IntervalBatch, RunCreate, RunPatch, RunSummary, parse_batch
 
@@ -113,8 +112,9 @@ _BATCH = TypeAdapter(IntervalBatch)
 @router.post("/runs/{run_id}/intervals", response_model=IngestResult)
 async def post_intervals(run_id: str, request: Request) -> Response:
     # The hot path, kept lean: the raw body is validated once into plain dicts (schemas.parse_batch)
-    # before a database slot is taken; then one worker-thread call stores it on a Core connection of
-    # its own (no session, no ORM objects), and the answer is written without a response model pass.
+    # before it queues for the database; batches queued together are stored together in one
+    # worker-thread call on a Core connection (ingest.ingest_together, no session, no ORM objects),
+    # and the answer is written without a response model pass.
     try:
         records, sites = parse_batch(await request.body())
     except ValidationError as exc:
@@ -122,9 +122,7 @@ async def post_intervals(run_id: str, request: Request) -> Response:
         raise RequestValidationError(
             [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
         ) from None
-    state = request.app.state
-    async with state.admission.turn(writes=True):
-        result = await anyio.to_thread.run_sync(ingest_parsed, state.write_engine, run_id, records, sites)
+    result = await request.app.state.batches.submit((run_id, records, sites))
     if result is None:
         raise run_not_found(run_id)
     return Response(result.model_dump_json(), media_type="application/json")

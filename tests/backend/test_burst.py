@@ -106,3 +106,102 @@ def test_a_full_queue_is_answered_503_with_retry_after_at_once(sqlite_url, new_r
         assert Counter(finals) == {201: 20}
         assert_answered_well(log)
         assert any(code == 503 for code, _ in log)
+
+
+def test_batches_stored_together_are_answered_as_if_stored_one_after_another(
+    make_client, database_url, new_run, records, oracle, close
+):
+    from packscope.backend.db import WRITES
+    from packscope.backend.ingest import ingest_together
+    from packscope.backend.schemas import check_records
+
+    client = make_client(database_url)
+    assert client.post("/api/v1/runs", json=new_run()).status_code == 201
+    assert client.post("/api/v1/runs", json=new_run("run-2")).status_code == 201
+    first, changed = records(8, seed=1), records(8, seed=2)  # the same keys with other numbers
+
+    def batch(run_id: str, recs: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]], list[dict[str, int]]]:
+        copies = [{**r, "gpu": None, "channel_loss": None, "channel_tokens": None} for r in recs]
+        return run_id, copies, check_records(copies)
+
+    engine = client.app.state.engine.execution_options(**{WRITES: True})
+    results = ingest_together(
+        engine,
+        [
+            batch("run-1", first[:5]),
+            batch("run-1", changed[3:8]),  # 3 and 4 were sent just before: duplicates
+            batch("nope", first[:2]),  # an unknown run: its own answer (404), nobody else's
+            batch("run-2", changed[:2]),
+            batch("run-1", first[:2] + first[:2]),  # all stored already, and repeated
+        ],
+    )
+    assert [None if r is None else (r.accepted, r.duplicates) for r in results] == [
+        (5, 0),
+        (3, 2),
+        None,
+        (2, 0),
+        (0, 4),
+    ]
+    stored = first[:5] + changed[5:8]  # the first record of a key wins
+    totals = client.get("/api/v1/runs/run-1").json()["totals"]
+    close(totals, oracle(stored), ["tokens", "real_tokens", "step_time_s", "tflops_thd", "loss"])
+    assert client.get("/api/v1/runs/run-2").json()["records"] == 2
+
+
+def test_the_coalescer_groups_waiting_items_and_isolates_a_failing_one():
+    import anyio
+
+    from packscope.backend.admission import Admission, Coalescer, Overloaded
+
+    groups: list[list[str]] = []
+
+    def work(items: list[str]) -> list[str]:
+        groups.append(items)
+        time.sleep(0.05)  # long enough for the others to queue behind the first
+        if "bad" in items:
+            raise ValueError("bad item")
+        return [item.upper() for item in items]
+
+    async def main() -> dict[str, Any]:
+        coalescer = Coalescer(Admission(2, 5.0, 1, False), work, weigh=len, max_weight=9)
+        answers: dict[str, Any] = {}
+
+        async def one(item: str) -> None:
+            try:
+                answers[item] = await coalescer.submit(item)
+            except ValueError as exc:
+                answers[item] = str(exc)
+
+        async with anyio.create_task_group() as tasks:
+            for item in ("a", "bb", "bad", "ccc", "dddd", "e"):
+                tasks.start_soon(one, item)
+                await anyio.sleep(0.001)
+        return answers
+
+    answers = anyio.run(main)
+    assert answers == {"a": "A", "bb": "BB", "bad": "bad item", "ccc": "CCC", "dddd": "DDDD", "e": "E"}
+    assert groups[0] == ["a"]  # alone: nothing else was waiting yet
+    assert ["bb", "bad", "ccc"] in groups  # together (8 <= 9), failed, then each alone
+    assert ["bb"] in groups and ["bad"] in groups and ["ccc"] in groups
+    assert all(sum(map(len, g)) <= 9 for g in groups)
+
+    async def shed() -> list[Any]:
+        slow = Coalescer(
+            Admission(1, 0.02, 3, False), lambda items: (time.sleep(0.2), items)[1], weigh=len, max_weight=1
+        )
+        out: list[Any] = []
+
+        async def one(item: str) -> None:
+            try:
+                out.append(await slow.submit(item))
+            except Overloaded as exc:
+                out.append(exc.retry_after_s)
+
+        async with anyio.create_task_group() as tasks:
+            for item in "xyz":
+                tasks.start_soon(one, item)
+        return out
+
+    # The first is taken at once and answered however long it takes; the others were never
+    # taken within 0.02 s: withdrawn, and answered 503 (Retry-After 3).
+    assert sorted(map(str, anyio.run(shed))) == ["3", "3", "x"]

@@ -292,7 +292,7 @@ def test_diverged_gpu_readings_are_stored_as_missing_and_the_rest_kept(client, r
     body = json.dumps({"intervals": recs})
     assert client.post(BATCH, content=body, headers={"Content-Type": "application/json"}).json()["accepted"] == 3
     rows = list(csv.DictReader(io.StringIO(client.get(f"{RUN}/intervals.csv").text)))
-    assert (rows[0]["gpu_util_pct"], rows[0]["gpu_power_w"], float(rows[0]["gpu_energy_j"])) == ("97.0", "", 975.0)
+    assert (float(rows[0]["gpu_util_pct"]), rows[0]["gpu_power_w"], float(rows[0]["gpu_energy_j"])) == (97.0, "", 975.0)
     assert (rows[1]["gpu_util_pct"], float(rows[1]["gpu_power_w"])) == ("", 600.0)
     assert rows[2]["grad_norm"] == ""
 
