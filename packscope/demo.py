@@ -1,29 +1,58 @@
-"""`packscope demo`: a server on the embedded SQLite default, fed by two reference runs.
+"""`packscope demo`: a server on the embedded SQLite default, fed by the gallery and two live runs.
 
-The two runs train the same tiny model on the same synthetic documents, once padded (BSHD,
-one document per row) and once packed (THD, per-document attention), so the dashboard shows
-the baseline and THD-corrected FLOPs apart, and what packing does to step time.
+First the gallery (gallery/README.md): runs recorded on a GPU, packaged as run files, are
+imported, so the first screen shows real numbers; before/after pairs (tags `pair:<name>`,
+`before`, `after`) get a compare link. Then two live runs train the same tiny model on the same
+synthetic documents on the CPU, once padded (BSHD, one document per row) and once packed (THD,
+per-document attention), so the dashboard shows the baseline and THD-corrected FLOPs apart, and
+what packing does to step time.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
+from pathlib import Path
+from typing import Any
 
 
 def add_demo_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--database-url", default=None, help="default: the server's (sqlite:///./packscope.db)")
-    p.add_argument("--steps", type=int, default=120, help="training steps of each run (default 120)")
-    p.add_argument("--log-every", type=int, default=5)
+    # The defaults keep the live part under two minutes on a 2-core machine: 54 s measured on one
+    # shared with other work (load 6), where 120 steps of 4 packs on 2 threads took 7 min 30 s.
+    p.add_argument("--steps", type=int, default=60, help="training steps of each live run (default: %(default)s)")
+    p.add_argument(
+        "--packs-per-step",
+        type=int,
+        default=2,
+        help="token budget per step, in packs of 512 tokens (default: %(default)s)",
+    )
+    p.add_argument("--log-every", type=int, default=5, help="steps per interval record (default: %(default)s)")
+    # One thread: on 2 cores, 2 intra-op threads made these tiny steps 4-10x slower in wall time
+    # (and 5x the CPU time) next to the server process; one leaves a core to the server.
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        help="torch intra-op threads of the live runs (default: %(default)s)",
+    )
     p.add_argument(
         "--exit-when-done", action="store_true", help="stop the server after the runs instead of waiting for Ctrl-C"
+    )
+    p.add_argument(
+        "--gallery",
+        default=None,
+        metavar="DIR",
+        help="import the run files (*.jsonl) in DIR instead of the packaged gallery",
     )
 
 
@@ -48,8 +77,69 @@ def _port_taken(host: str, port: int) -> bool:
         return s.connect_ex((host, port)) == 0
 
 
+def import_gallery(url: str, folder: str | Path | None = None) -> list[str]:
+    """Import the gallery's run files into the server at `url`; the lines that say where to look."""
+    from packscope import gallery, importer
+
+    paths = gallery.run_files(folder)
+    where = f"in {folder}" if folder is not None else "packaged"
+    if not paths:
+        print(f"No gallery run files are {where} (gallery/README.md says how they are made); live runs only.")
+        return []
+    files, errors = importer.load_run_files(paths)
+    for message in errors:
+        print(f"packscope demo: gallery file skipped: {message}", file=sys.stderr)
+    client = importer.Client(url, os.environ.get(importer.TOKEN_ENV))
+    results = importer.import_runs(files, client, say=lambda line: None)
+    for failed in (r for r in results if not r.ok):
+        print(f"packscope demo: gallery run {failed.run_id} not imported: {failed.error}", file=sys.stderr)
+    imported = [r for r in results if r.ok]
+    records = sum(f.accepted + f.duplicates for r in imported for f in r.files)
+    print(f"Gallery: {len(imported)} runs ({records} interval records) imported from {len(paths)} run files {where}")
+    return gallery_links(url, [r.run for r in imported]) if imported else []
+
+
+def gallery_links(url: str, runs: list[dict[str, Any]]) -> list[str]:
+    """The runs page of the gallery, and a compare page per before/after pair: runs tagged
+    `pair:<name>` and `before` or `after`, the befores first (the compare page's reference)."""
+    projects = {run.get("project") for run in runs}
+    project = projects.pop() if len(projects) == 1 else None
+    query = f"?{urllib.parse.urlencode({'project': project})}" if isinstance(project, str) and project else ""
+    lines = [f"Gallery:   {url}/{query}"]
+    pairs: dict[str, dict[str, list[str]]] = {}
+    for run in runs:
+        tags = [t for t in run.get("tags") or [] if isinstance(t, str)]
+        roles = [t for t in tags if t in ("before", "after")]
+        for tag in tags:
+            if tag.startswith("pair:") and len(roles) == 1:
+                pairs.setdefault(tag.removeprefix("pair:"), {"before": [], "after": []})[roles[0]].append(run["run_id"])
+    for name, sides in sorted(pairs.items()):
+        if sides["before"] and sides["after"]:
+            ids = urllib.parse.urlencode([("run_id", r) for r in sides["before"] + sides["after"]])
+            lines.append(f"  {name}: {url}/compare?{ids}")
+    return lines
+
+
+def live_configs(args: argparse.Namespace, url: str) -> list[Any]:
+    """The two live runs: the same tiny model and documents, padded (BSHD), then packed (THD)."""
+    from packscope.trainer.config import TrainConfig
+
+    common = dict(steps=args.steps, packs_per_step=args.packs_per_step, log_every=args.log_every, server=url)
+    return [TrainConfig(layout=layout, name=f"demo-{layout}", project="demo", **common) for layout in ("bshd", "thd")]
+
+
 def demo_from_args(args: argparse.Namespace) -> int:
     url = f"http://{args.host}:{args.port}"
+    if args.gallery is not None and not Path(args.gallery).is_dir():
+        print(f"packscope demo: error: --gallery {args.gallery}: not a folder", file=sys.stderr)
+        return 2
+    try:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be at least 1, got {args.threads}")
+        configs = live_configs(args, url)
+    except ValueError as err:
+        print(f"packscope demo: error: {err}", file=sys.stderr)
+        return 2
     if _port_taken(args.host, args.port):
         print(f"packscope demo: error: {url} is already in use; stop what runs there or pass --port", file=sys.stderr)
         return 2
@@ -59,27 +149,28 @@ def demo_from_args(args: argparse.Namespace) -> int:
     server = subprocess.Popen(cmd)
     try:
         _wait_for_server(url, server)
-        print(f"packscope server up at {url}; training two reference runs on the same documents")
+        print(f"packscope server up at {url}")
+        gallery = import_gallery(url, args.gallery)
+        if gallery:
+            print("\n".join(gallery))
+        print("Training two live reference runs on the CPU, on the same documents (BSHD, then THD)")
 
-        from packscope.trainer.config import TrainConfig
+        import torch
+
         from packscope.trainer.train import run_training
 
+        torch.set_num_threads(args.threads)
         run_ids = []
-        for layout in ("bshd", "thd"):
-            cfg = TrainConfig(
-                layout=layout,
-                steps=args.steps,
-                log_every=args.log_every,
-                server=url,
-                name=f"demo-{layout}",
-                project="demo",
-            )
+        live_start = time.monotonic()
+        for cfg in configs:
+            layout = cfg.layout
             summary = run_training(cfg)
             run_ids.append(summary["run_id"])
             loss = f"loss {summary['first_loss']:.3f} -> {summary['final_loss']:.3f}"
-            print(f"  {layout}: {loss}  {url}/runs/{summary['run_id']}")
+            print(f"  {layout}: {loss} in {summary['seconds']:.0f} s  {url}/runs/{summary['run_id']}")
         compare = "&".join(f"run_id={r}" for r in run_ids)
-        print(f"\nDashboard: {url}/\nCompare:   {url}/compare?{compare}")
+        print(f"Live runs took {time.monotonic() - live_start:.0f} s")
+        print("\n".join([f"\nDashboard: {url}/", *gallery, f"Live:      {url}/compare?{compare}"]))
         if args.exit_when_done:
             return 0
         print("The server stays up; press Ctrl-C to stop it.")
