@@ -4,8 +4,10 @@ Fills one run of --intervals rows in-process through ingest_batch (as bench/back
 fill_run does; records with channel_loss/channel_tokens and some missing optional readings), then
 exports it --repeat times each way:
 
-* in-process: csv_export.csv_text(session, run) drained in this process; rows/s and the growth of
-  this process's peak RSS over the export (VmHWM, reset through /proc/self/clear_refs first);
+* in-process: csv_export.csv_text(session, run) drained in this process; rows/s, this process's
+  CPU seconds (and on PostgreSQL the server process's, which computes and formats the rows) and
+  the growth of this process's peak RSS over the export (VmHWM, reset through
+  /proc/self/clear_refs first);
 * over HTTP: a real uvicorn server in a subprocess, the body streamed with httpx (iter_bytes);
   rows/s, the server's CPU seconds and the growth of the server's peak RSS during the export.
 
@@ -100,21 +102,22 @@ def in_process(make_session: Callable[[], Any]) -> dict[str, Any]:
     with make_session() as session:
         run = get_run(session, RUN_ID)
         assert run is not None
+        driver = session.connection().connection.driver_connection
+        backend = getattr(getattr(driver, "info", None), "backend_pid", None)  # PostgreSQL's server process
         reset_peak()
         before = peak_kib()
         rows, size = -1, 0
+        db0 = cpu_seconds(backend) if backend else 0.0
         t0, cpu0 = time.perf_counter(), time.process_time()
         for piece in csv_export.csv_text(session, run):
             rows += piece.count("\n")
             size += len(piece)
         seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
-        return {
-            "rows": rows,
-            "chars": size,
-            "seconds": seconds,
-            "cpu_s": cpu,
-            "peak_rss_growth_kib": peak_kib() - before,
-        }
+        growth = peak_kib() - before
+        out = {"rows": rows, "chars": size, "seconds": seconds, "cpu_s": cpu, "peak_rss_growth_kib": growth}
+        if backend:
+            out["db_server_cpu_s"] = cpu_seconds(backend) - db0  # COPY's work: the derived columns and formatting
+        return out
 
 
 def digest_and_allocations(make_session: Callable[[], Any]) -> dict[str, Any]:
