@@ -4,6 +4,7 @@ bad files are named by line and send nothing, tokens and conflicts are told apar
 
 from __future__ import annotations
 
+import gzip
 import http.server
 import json
 import threading
@@ -18,6 +19,7 @@ from cli.support import STEPS, derived, free_port, get, get_status, running_serv
 from packscope import importer
 from packscope.cli import main
 from packscope.core.run_file import read_run_file
+from packscope.importer import MAX_BATCH
 
 SUMS = ("tokens", "real_tokens", "documents", "packs", "steps", "gpu_time_s", "flops_bshd", "flops_thd", "flops_useful")
 
@@ -216,21 +218,27 @@ def test_batch_sizes_outside_the_servers_limit_are_refused(trained, capsys, batc
 
 # -- what a busy server gets: a stand-in that answers 503 with Retry-After ---------------------------
 class Busy(http.server.BaseHTTPRequestHandler):
-    """Answers the first `busy` interval batches 503 (Retry-After: 0), then takes them all."""
+    """Answers the first `busy` interval batches 503 (Retry-After: 0), and batches of more than
+    `largest` records 413; takes the others, all their records new."""
 
     busy = 0
+    largest = MAX_BATCH
     seen: ClassVar[list[str]] = []
+    batches: ClassVar[list[int]] = []
 
     def do_POST(self) -> None:
-        self.rfile.read(int(self.headers["Content-Length"]))
+        body = json.loads(gzip.decompress(self.rfile.read(int(self.headers["Content-Length"]))))
         type(self).seen.append(self.path)
-        if self.path.endswith("/intervals") and type(self).busy > 0:
+        if not self.path.endswith("/intervals"):
+            self._answer(201, {})
+        elif type(self).busy > 0:
             type(self).busy -= 1
             self._answer(503, {"detail": "the database is busy"}, {"Retry-After": "0"})
-        elif self.path.endswith("/intervals"):
-            self._answer(200, {"accepted": STEPS, "duplicates": 0})
+        elif len(body["intervals"]) > type(self).largest:
+            self._answer(413, {"detail": "the body is over the limit"})
         else:
-            self._answer(201, {})
+            type(self).batches.append(len(body["intervals"]))
+            self._answer(200, {"accepted": len(body["intervals"]), "duplicates": 0})
 
     def do_PATCH(self) -> None:
         self.rfile.read(int(self.headers["Content-Length"]))
@@ -252,7 +260,7 @@ class Busy(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def busy_server() -> Iterator[str]:
-    Busy.seen = []
+    Busy.seen, Busy.batches, Busy.busy, Busy.largest = [], [], 0, MAX_BATCH
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Busy)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
@@ -278,3 +286,11 @@ def test_a_server_that_stays_busy_is_given_up_on(trained, busy_server, capsys):
     sent = [p for p in Busy.seen if p.endswith("/intervals")]
     assert len(sent) == importer.Client("x").retries + 1  # bounded
     assert not [p for p in Busy.seen if p.startswith("PATCH")]  # no status for a run not all sent
+
+
+def test_a_batch_over_the_body_limit_is_halved(trained, busy_server, capsys):
+    Busy.largest = 3
+    code, out, err = run_import(capsys, trained["thd"], "--server", busy_server, "--batch", "10")
+    assert code == 0, err
+    assert Busy.batches == [2] * 6  # 10 refused, 5 refused, then twos: 12 records
+    assert f"{STEPS} records, {STEPS} accepted, 0 duplicates" in out
