@@ -21,7 +21,9 @@ Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 READ_COOKIE = "packscope_read"
 
 
-def get_settings(request: Request) -> Settings:
+# The dependencies below are `async def` though they never wait: FastAPI runs a plain `def`
+# dependency in a worker thread, a thread hop per dependency per request for a few attribute reads.
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
@@ -62,7 +64,7 @@ def _check(expected: str | None, given: HTTPAuthorizationCredentials | None, var
         )
 
 
-def require_ingest_token(settings: SettingsDep, credentials: Credentials) -> None:
+async def require_ingest_token(settings: SettingsDep, credentials: Credentials) -> None:
     _check(settings.ingest_token, credentials, "PACKSCOPE_INGEST_TOKEN")
 
 
@@ -76,7 +78,7 @@ def read_allowed(request: Request, settings: Settings, credentials: HTTPAuthoriz
     )
 
 
-def require_read_token(request: Request, settings: SettingsDep, credentials: Credentials) -> None:
+async def require_read_token(request: Request, settings: SettingsDep, credentials: Credentials) -> None:
     if not read_allowed(request, settings, credentials):
         _check(settings.read_token, credentials, "PACKSCOPE_READ_TOKEN")
 

@@ -288,16 +288,24 @@ def _error(loc: tuple[str | int, ...], message: str, value: Any = None) -> InitE
 _SPAN_INTS = ("first_step", "last_step", "steps", "tokens", "real_tokens")
 _GET_SPAN_INTS = operator.itemgetter(*_SPAN_INTS)
 _GET_WALL = operator.itemgetter("wall_start", "wall_end")
-# Optional float readings: (parent on the wire or "", key, lower bound, upper bound).
+
+
+class _Optional:
+    """The optional float readings of one object of the record (the record itself, or `gpu`):
+    their keys, one getter for all of them, and their catalogue bounds as vectors."""
+
+    def __init__(self, parent: str, fields: list[CatalogueField]) -> None:
+        self.parent = parent
+        self.keys = tuple(f.wire_path[-1] for f in fields)
+        self.get = operator.itemgetter(*self.keys) if len(fields) > 1 else (lambda obj: (obj[self.keys[0]],))
+        self.lower = np.array([-f.upper if f.minimum is None else f.minimum for f in fields], dtype=float)
+        self.upper = np.array([f.upper for f in fields], dtype=float)
+
+
 _OPTIONAL = tuple(
-    (
-        f.wire_path[0] if len(f.wire_path) > 1 else "",
-        f.wire_path[-1],
-        -f.upper if f.minimum is None else f.minimum,
-        f.upper,
-    )
-    for f in FIELDS
-    if not f.required and f.kind == "float"
+    _Optional(parent, fields)
+    for parent in ("", *sorted({f.wire_path[0] for f in FIELDS if len(f.wire_path) > 1}))
+    if (fields := [f for f in _on_wire(parent) if not f.required and f.kind == "float"])
 )
 
 
@@ -329,21 +337,27 @@ def _cross_field_errors(records: Sequence[Record]) -> list[InitErrorDetails]:
 
 def _optional_reading_errors(records: Sequence[Record]) -> list[InitErrorDetails]:
     """Readings that diverged (NaN, inf, beyond FLOAT_MAX) become None in place; finite ones out of
-    their catalogue bounds are errors."""
+    their catalogue bounds are errors. One matrix per object that holds optional readings."""
     errors: list[InitErrorDetails] = []
-    for parent, key, lower, upper in _OPTIONAL:
-        holders = [(i, r[parent]) for i, r in enumerate(records) if r[parent] is not None] if parent else None
-        values = [h[key] for _, h in holders] if holders is not None else [r[key] for r in records]
-        column = np.array(values, dtype=float)  # None -> NaN
-        finite = np.abs(column) <= FLOAT_MAX  # False for NaN and inf
-        where = [(i, h) for i, h in holders] if holders is not None else list(enumerate(records))
-        for at in np.flatnonzero(~finite).tolist():
-            where[at][1][key] = None
-        for at in np.flatnonzero(finite & ((column < lower) | (column > upper))).tolist():
-            i = where[at][0]
-            value = column[at].item()
+    for group in _OPTIONAL:
+        if group.parent:
+            at = [i for i, r in enumerate(records) if r[group.parent] is not None]
+            holders = [records[i][group.parent] for i in at]
+        else:
+            at, holders = list(range(len(records))), list(records)
+        if not holders:
+            continue
+        values = np.array([group.get(h) for h in holders], dtype=float)  # None -> NaN
+        finite = np.abs(values) <= FLOAT_MAX  # False for NaN (and so None) and inf
+        if not finite.all():
+            for row, column in np.argwhere(~finite).tolist():
+                holders[row][group.keys[column]] = None
+        bad = finite & ((values < group.lower) | (values > group.upper))
+        for row, column in np.argwhere(bad).tolist():
+            key, value = group.keys[column], values[row, column].item()
+            lower, upper = group.lower[column].item(), group.upper[column].item()
             bound = ("greater_than_equal", {"ge": lower}) if value < lower else ("less_than_equal", {"le": upper})
-            loc = ("intervals", i, parent, key) if parent else ("intervals", i, key)
+            loc = ("intervals", at[row], group.parent, key) if group.parent else ("intervals", at[row], key)
             errors.append({"type": bound[0], "loc": loc, "input": value, "ctx": bound[1]})
     for r in records:
         losses = r["channel_loss"]

@@ -8,7 +8,7 @@
   not over HTTP): series (max_points=1000) p50/p95, run page data (summary + series + sync sites)
   p50, sync sites p50, runs list of 200 runs p50, CSV export rows/s.
 
-    python bench/backend_scale.py --database sqlite|postgresql [--intervals 10000,100000] [--batches 64]
+    python bench/backend_scale.py --database sqlite|postgresql [--intervals 10000,100000] [--batches 64] [--workers 1]
 
 PostgreSQL: a scratch database on 127.0.0.1:5432 (user postgres, trust auth), dropped afterwards.
 Prints one JSON object.
@@ -27,6 +27,7 @@ import tempfile
 import threading
 import time
 import uuid
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -157,9 +158,16 @@ def ingest_in_process(engine: Any, http: httpx.Client, batches: int) -> dict[str
 
 
 def cpu_seconds(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as stat:
-        fields = stat.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """CPU seconds of the server process and its worker processes (uvicorn --workers)."""
+    pids, seen, total = [pid], 0, 0
+    while seen < len(pids):
+        with open(f"/proc/{pids[seen]}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])
+        for children in Path(f"/proc/{pids[seen]}/task").glob("*/children"):
+            pids += [int(child) for child in children.read_text().split()]
+        seen += 1
+    return total / os.sysconf("SC_CLK_TCK")
 
 
 def ingest(url: str, pid: int, senders: int, batches: int, run_id: str) -> dict[str, Any]:
@@ -246,7 +254,7 @@ def reads(http: httpx.Client, run_id: str, intervals: int, repeat: int) -> dict[
     }
 
 
-def start_server(database_url: str) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(database_url: str, workers: int) -> tuple[subprocess.Popen[bytes], str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -256,7 +264,12 @@ def start_server(database_url: str) -> tuple[subprocess.Popen[bytes], str]:
         f"uvicorn.run(create_app(Settings(database_url={database_url!r}, ingest_token=None, read_token=None)), "
         f"host='127.0.0.1', port={port}, log_level='warning')"
     )
-    server = subprocess.Popen([sys.executable, "-c", code])
+    command = [sys.executable, "-c", code]
+    if workers > 1:  # as deployed: `packscope serve` with worker processes
+        command = [sys.executable, "-m", "packscope", "serve", "--port", str(port), "--workers", str(workers)]
+        command += ["--database-url", database_url, "--no-access-log"]
+    env = {**os.environ, "PACKSCOPE_INGEST_TOKEN": "", "PACKSCOPE_READ_TOKEN": ""}
+    server = subprocess.Popen(command, env=env)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while True:
@@ -273,10 +286,15 @@ def bench(database_url: str, args: argparse.Namespace) -> dict[str, Any]:
     engine = make_engine(database_url)
     upgrade_schema(engine)
     make_session = make_sessionmaker(engine)
-    server, url = start_server(database_url)
+    server, url = start_server(database_url, args.workers)
     try:
         http = httpx.Client(base_url=url, timeout=300)
-        out: dict[str, Any] = {"database": args.database, "cpus": os.cpu_count(), "load_avg": os.getloadavg()}
+        out: dict[str, Any] = {
+            "database": args.database,
+            "workers": args.workers,
+            "cpus": os.cpu_count(),
+            "load_avg": os.getloadavg(),
+        }
         out["ingest"] = [ingest(url, server.pid, n, args.batches // n, f"ingest-{n}") for n in (1, 8)]
         out["ingest_in_process"] = ingest_in_process(engine, http, args.batches)
         out["runs"] = []
@@ -301,6 +319,7 @@ def main() -> None:
     ap.add_argument("--intervals", default="10000,100000", help="run sizes for the read benchmarks, comma-separated")
     ap.add_argument("--batches", type=int, default=64, help="batches of 64 rows per ingest measurement")
     ap.add_argument("--repeat", type=int, default=20, help="timed repetitions per read")
+    ap.add_argument("--workers", type=int, default=1, help="server processes (>1: `packscope serve --workers`)")
     args = ap.parse_args()
     args.intervals = [int(x) for x in args.intervals.split(",")]
     if args.database == "sqlite":
