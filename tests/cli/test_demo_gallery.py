@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from cli.support import clean_env, derived, free_port, get, running_server
-from packscope import gallery
+from packscope import gallery, importer
 from packscope.core.run_file import read_run_file
 from packscope.demo import gallery_links, import_gallery
 
@@ -99,3 +99,22 @@ def test_the_packaged_listing_is_the_packages_folder():
     folder = Path(gallery.__file__).parent
     assert gallery.run_files() == sorted(folder.glob("*.jsonl"))
     assert (folder / "README.md").is_file()  # what the files are and how to add some
+
+
+def test_the_packaged_gallery_imports_whole_and_pairs_up(server):
+    """Every packaged run file reads, the server takes every record, and every pair has both sides."""
+    files, errors = importer.load_run_files(gallery.run_files())
+    assert files and not errors
+    results = importer.import_runs(files, importer.Client(server), say=lambda line: None)
+    assert [r.error for r in results if not r.ok] == []
+    for result in results:
+        assert [(f.accepted + f.duplicates, f.records) for f in result.files] == [
+            (f.records, f.records) for f in result.files
+        ]
+        records = [r for f in files if f.run_id == result.run_id for r in f.run_file.records]
+        summary = get(server, f"/api/v1/runs/{result.run_id}")
+        assert summary["records"] == len(records) and summary["status"] == "finished"
+        assert summary["totals"]["real_tokens"] == sum(r["real_tokens"] for r in records)
+    pairs = {t for r in results for t in r.run["tags"] if t.startswith("pair:")}
+    links = gallery_links(URL, [r.run for r in results])
+    assert sorted(line.split(":")[0].strip() for line in links[1:]) == sorted(p.removeprefix("pair:") for p in pairs)
