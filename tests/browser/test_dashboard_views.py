@@ -38,6 +38,15 @@ def record(k):
 
 
 RECORDS = [record(k) for k in range(N)]
+# A live run: a second channel starts with its fifth interval.
+GROWING = [
+    {
+        **record(k),
+        "channel_loss": {"code": 2.5 - 0.1 * k, **({"math": 4.0 - 0.2 * k} if k >= 4 else {})},
+        "channel_tokens": {"code": 800, **({"math": 200 + k} if k >= 4 else {})},
+    }
+    for k in range(7)
+]
 # A second run for the compare page: only the code channel, every record with its tokens.
 OTHER = [
     {**packed_interval(k, loss=3.0), "channel_loss": {"code": 2.0 + 0.1 * k}, "channel_tokens": {"code": 500}}
@@ -47,13 +56,15 @@ OTHER = [
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with running_server(tmp_path_factory.mktemp("views") / "views.db") as base:
+    with running_server(tmp_path_factory.mktemp("views") / "views.db", PACKSCOPE_STREAM_POLL_S="0.2") as base:
         assert httpx.post(f"{base}/api/v1/runs", json=run_body("views")).status_code == 201
         assert httpx.post(f"{base}/api/v1/runs/views/intervals", json={"intervals": RECORDS}).status_code == 200
         assert httpx.post(f"{base}/api/v1/runs", json=run_body("other")).status_code == 201
         assert httpx.post(f"{base}/api/v1/runs/other/intervals", json={"intervals": OTHER}).status_code == 200
         for run_id in ("views", "other"):
             assert httpx.patch(f"{base}/api/v1/runs/{run_id}", json={"status": "finished"}).status_code == 200
+        assert httpx.post(f"{base}/api/v1/runs", json=run_body("growing")).status_code == 201  # stays running
+        assert httpx.post(f"{base}/api/v1/runs/growing/intervals", json={"intervals": GROWING[:4]}).status_code == 200
         yield base
 
 
@@ -226,3 +237,25 @@ def test_compare_overlays_a_channels_loss(server, page):
     page.reload()
     until(page, f"{lines('overlays')}.length === 1")
     assert page.input_value("#overlays .overlay-metric") == "channel_loss:web"
+
+
+def test_live_intervals_extend_channels_time_axis_and_picker(server, page):
+    page.goto(f"{server}/runs/growing?x=elapsed")
+    until(page, f"{lines('chart-channels')}.length === 1")
+    until(page, "document.getElementById('hist-picked').textContent.startsWith('interval 3 ')")
+    page.wait_for_selector("#live.on")
+    body = {"intervals": GROWING[4:]}
+    assert httpx.post(f"{server}/api/v1/runs/growing/intervals", json=body).status_code == 200
+    until(page, f"{lines('chart-channels')}.length === 2 && {lines('chart-channels')}.every(t => t.y.length === 7)")
+    drawn = {
+        t["name"]: t for t in page.evaluate(f"{lines('chart-channels')}.map(t => ({{name: t.name, x: t.x, y: t.y}}))")
+    }
+    assert drawn["code"]["y"] == pytest.approx([r["channel_loss"]["code"] for r in GROWING], rel=1e-12)
+    # The new channel has no points before it started.
+    assert drawn["math"]["y"][:4] == [None] * 4
+    assert drawn["math"]["y"][4:] == pytest.approx([r["channel_loss"]["math"] for r in GROWING[4:]], rel=1e-12)
+    elapsed = [r["wall_end"] - GROWING[0]["wall_start"] for r in GROWING]
+    assert drawn["code"]["x"] == pytest.approx(elapsed, rel=1e-12)  # relative time continues from the run's start
+    # The picker followed the latest interval, and its range grew.
+    until(page, "document.getElementById('hist-picked').textContent.startsWith('interval 6 ')")
+    assert page.get_attribute("#hist-interval", "max") == "6"
