@@ -8,7 +8,8 @@ import itertools
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
-from sqlalchemy import ColumnElement, Connection, Dialect, Table, bindparam, func, select
+from pydantic_core import to_json
+from sqlalchemy import ColumnElement, Connection, Dialect, Table, bindparam, cast, func, literal_column, select
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
@@ -19,9 +20,13 @@ from packscope.backend.rows import ROW_COLUMNS
 # Rows reach the driver as tuples, never through SQLAlchemy's per-row parameter handling:
 # * SQLite: executemany of a one-row statement (sqlite3 loops in C), and for the interval rows a
 #   multi-row VALUES, since sqlite3's executemany returns no RETURNING rows;
-# * PostgreSQL: one statement per table and batch that reads its rows from one array per column
-#   (INSERT … SELECT FROM unnest(…)); psycopg re-parses long statements on every call, so a
-#   multi-row VALUES would cost more than the insert.
+# * PostgreSQL: one statement per table and batch that reads its rows from one parameter, the rows
+#   as a JSON array of arrays (INSERT … SELECT (e->>0)::type, … FROM jsonb_array_elements(…) e).
+#   pydantic-core writes the JSON in Rust and PostgreSQL reads it in C; psycopg dumps arrays
+#   (even binary ones) element by element in Python, which cost more than the insert, and
+#   re-parses long statements on every call, so a multi-row VALUES would too. Numbers keep their
+#   exact value: JSON holds a float's shortest round-trip text, and a non-finite one as a string
+#   that float8 reads back.
 _TABLES = {t.name: t for t in (intervals, interval_details, rollups, run_totals, run_sync_sites)}
 _WRITTEN = {name: tuple(c for c in t.columns.keys() if c != "id") for name, t in _TABLES.items()}  # noqa: SIM118
 Action = Literal["insert", "add", "insert_new"]
@@ -81,18 +86,22 @@ def _statement(database: str, table_name: str, action: Action, rows: int = 1) ->
     table, columns = _TABLES[table_name], _WRITTEN[table_name]
     stmt: Any = _insert(dialect, table)
     if dialect.name == "postgresql":
-        arrays = [bindparam(name, type_=postgresql.ARRAY(table.c[name].type)) for name in columns]
-        stmt = stmt.from_select(columns, select(*func.unnest(*arrays).table_valued(*columns).render_derived().c))
+        element = func.jsonb_array_elements(bindparam("rows", type_=postgresql.JSONB)).table_valued("value")
+        element = element.alias("e")
+        values = [
+            cast(element.c.value.op("->>")(literal_column(str(at))), table.c[name].type)
+            for at, name in enumerate(columns)
+        ]
+        stmt = stmt.from_select(columns, select(*values).select_from(element))
     if action == "add":
         stmt = stmt.on_conflict_do_update(index_elements=table.primary_key.columns, set_=_adding(stmt, table, dialect))
     elif action == "insert_new":
         key = table.c.run_pk, table.c.interval, table.c.rank
         stmt = stmt.on_conflict_do_nothing(index_elements=key).returning(table.c.id, table.c.interval, table.c.rank)
     compiled = stmt.compile(dialect=dialect, column_keys=list(columns))
-    assert list(compiled.positiontup or ()) == list(columns), compiled.positiontup
+    expected = ["rows"] if dialect.name == "postgresql" else list(columns)
+    assert list(compiled.positiontup or ()) == expected, compiled.positiontup
     sql = str(compiled)
-    if dialect.name == "postgresql":
-        sql = sql.replace("%s", "%b")  # binary parameters: psycopg dumps arrays as text 5x slower
     if rows > 1:
         one_row = f"({', '.join('?' * len(columns))})"
         sql = sql.replace(one_row, ", ".join([one_row] * rows), 1)
@@ -107,8 +116,8 @@ def write(connection: Connection, table_name: str, action: Action, rows: Sequenc
     """Write `rows` (tuples of `_WRITTEN` columns) in one statement per chunk; the RETURNING rows."""
     database = _driver_of(connection)
     if database == "postgresql":
-        arrays = tuple(map(list, zip(*rows, strict=True)))
-        result = connection.exec_driver_sql(_statement(database, table_name, action), arrays)
+        document = to_json(rows, inf_nan_mode="strings").decode()
+        result = connection.exec_driver_sql(_statement(database, table_name, action), (document,))
         return list(result.all()) if action == "insert_new" else []
     if action != "insert_new":
         connection.exec_driver_sql(_statement(database, table_name, action), list(rows))

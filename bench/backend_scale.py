@@ -254,7 +254,7 @@ def reads(http: httpx.Client, run_id: str, intervals: int, repeat: int) -> dict[
     }
 
 
-def start_server(database_url: str, workers: int) -> tuple[subprocess.Popen[bytes], str]:
+def start_server(database_url: str, workers: int, pythonpath: str | None = None) -> tuple[subprocess.Popen[bytes], str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -269,7 +269,9 @@ def start_server(database_url: str, workers: int) -> tuple[subprocess.Popen[byte
         command = [sys.executable, "-m", "packscope", "serve", "--port", str(port), "--workers", str(workers)]
         command += ["--database-url", database_url, "--no-access-log"]
     env = {**os.environ, "PACKSCOPE_INGEST_TOKEN": "", "PACKSCOPE_READ_TOKEN": ""}
-    server = subprocess.Popen(command, env=env)
+    if pythonpath:  # another checkout's server (a before/after comparison), run outside this one
+        env["PYTHONPATH"] = pythonpath
+    server = subprocess.Popen(command, env=env, cwd=tempfile.gettempdir() if pythonpath else None)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while True:
@@ -284,9 +286,10 @@ def start_server(database_url: str, workers: int) -> tuple[subprocess.Popen[byte
 
 def bench(database_url: str, args: argparse.Namespace) -> dict[str, Any]:
     engine = make_engine(database_url)
-    upgrade_schema(engine)
+    if not args.server_pythonpath:  # another checkout's server migrates to its own head
+        upgrade_schema(engine)
     make_session = make_sessionmaker(engine)
-    server, url = start_server(database_url, args.workers)
+    server, url = start_server(database_url, args.workers, args.server_pythonpath)
     try:
         http = httpx.Client(base_url=url, timeout=300)
         out: dict[str, Any] = {
@@ -296,6 +299,8 @@ def bench(database_url: str, args: argparse.Namespace) -> dict[str, Any]:
             "load_avg": os.getloadavg(),
         }
         out["ingest"] = [ingest(url, server.pid, n, args.batches // n, f"ingest-{n}") for n in (1, 8)]
+        if args.ingest_only:
+            return out
         out["ingest_in_process"] = ingest_in_process(engine, http, args.batches)
         out["runs"] = []
         for n in args.intervals:
@@ -320,8 +325,17 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=64, help="batches of 64 rows per ingest measurement")
     ap.add_argument("--repeat", type=int, default=20, help="timed repetitions per read")
     ap.add_argument("--workers", type=int, default=1, help="server processes (>1: `packscope serve --workers`)")
+    ap.add_argument("--ingest-only", action="store_true", help="only the ingest over HTTP")
+    ap.add_argument(
+        "--server-pythonpath",
+        default=None,
+        help="run the server with this PYTHONPATH (a directory holding another checkout as the packscope "
+        "package), for before/after comparisons of the ingest over HTTP in one sitting",
+    )
     args = ap.parse_args()
     args.intervals = [int(x) for x in args.intervals.split(",")]
+    if args.server_pythonpath and not args.ingest_only:
+        ap.error("--server-pythonpath measures the ingest over HTTP only: add --ingest-only")
     if args.database == "sqlite":
         with tempfile.TemporaryDirectory() as tmp:
             result = bench(f"sqlite:///{tmp}/bench.db", args)
