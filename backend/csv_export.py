@@ -32,6 +32,7 @@ from packscope.backend.queries import CSV_COLUMNS, CSV_DERIVED_COLUMNS, CSV_RAW_
 from packscope.core.catalogue import FIELD, SUM_FIELDS, SUMS, Coefficients, evaluate
 
 CSV_CHUNK_ROWS = 10_000  # rows per piece of the response: bounded memory (a few MB), few round trips
+_COPY_PIECE_ROWS = 2000  # PostgreSQL's pieces: nothing to amortize per piece, smaller buffers are cheaper
 _CHANNELS = ("channel_loss", "channel_tokens")
 _NUMERIC = tuple(name for name in CSV_RAW_COLUMNS if name not in _CHANNELS)
 # The CSV's raw columns are the numeric fields, then the two channel columns, then the derived ones.
@@ -118,11 +119,12 @@ def _csv_by_copy(session: Session, run: Run) -> Iterator[str]:
     )
     cursor = session.connection().connection.driver_connection.cursor()  # type: ignore[union-attr]
     cursor.execute("SET LOCAL extra_float_digits = 1")  # shortest exact floats, whatever the server's default
+    piece_rows = min(CSV_CHUNK_ROWS, _COPY_PIECE_ROWS)
     with cursor.copy(f"COPY ({sql}) TO STDOUT WITH (FORMAT csv)") as copy:
         pieces: list[bytes] = []
         for row in copy:  # one row per message
-            pieces.append(row)
-            if len(pieces) == CSV_CHUNK_ROWS:
+            pieces.append(bytes(row))  # a copy frees the message's buffer at once: cheaper than holding it
+            if len(pieces) == piece_rows:
                 yield b"".join(pieces).decode()
                 pieces.clear()
         if pieces:
