@@ -2,7 +2,7 @@
 
 const BASE = "/api/v1";
 
-async function getJSON(path) {
+async function fetchJSON(path) {
   const response = await fetch(BASE + path, { headers: { Accept: "application/json" } });
   if (!response.ok) {
     // The status travels with the error: a 404 names missing runs, which pages handle.
@@ -11,6 +11,30 @@ async function getJSON(path) {
     throw error;
   }
   return response.json();
+}
+
+// Answers asked for before the page's module ran (early.js, while plotly.js compiles), each
+// handed once to the first call for the same path.
+const early = new Map();
+
+function getJSON(path) {
+  const held = early.get(path);
+  if (!held) return fetchJSON(path);
+  early.delete(path);
+  return held;
+}
+
+// After the first load: an answer nobody took (a run without intervals has no heatmap yet) is stale.
+export function forgetEarly() {
+  early.clear();
+}
+
+export function fetchEarly(paths) {
+  for (const path of paths) {
+    const answer = fetchJSON(path);
+    answer.catch(() => {}); // the page's own call sees the error, if it makes one
+    early.set(path, answer);
+  }
 }
 
 function query(params) {
@@ -25,12 +49,19 @@ function query(params) {
 
 const runPath = (runId) => `/runs/${encodeURIComponent(runId)}`;
 
-export const getCatalogue = () => getJSON("/catalogue");
+export const paths = {
+  catalogue: () => "/catalogue",
+  run: (runId) => runPath(runId),
+  series: (runId, params = {}) => runPath(runId) + "/series" + query(params),
+  histogramColumns: (runId, columns) => runPath(runId) + "/histograms/over-time" + query({ columns }),
+};
+
+export const getCatalogue = () => getJSON(paths.catalogue());
 export const listRuns = () => getJSON("/runs");
-export const getRun = (runId) => getJSON(runPath(runId));
-export const getSeries = (runId, params = {}) => getJSON(runPath(runId) + "/series" + query(params));
+export const getRun = (runId) => getJSON(paths.run(runId));
+export const getSeries = (runId, params = {}) => getJSON(paths.series(runId, params));
 export const getHistograms = (runId, interval = null) => getJSON(runPath(runId) + "/histograms" + query({ interval }));
-export const getHistogramColumns = (runId, columns) => getJSON(runPath(runId) + "/histograms/over-time" + query({ columns }));
+export const getHistogramColumns = (runId, columns) => getJSON(paths.histogramColumns(runId, columns));
 export const getFacets = (archived = false) => getJSON("/facets" + query({ archived: archived ? "true" : null }));
 export const getSyncSites = (runId, limit = 10) => getJSON(runPath(runId) + "/sync-sites" + query({ limit }));
 export const compareRuns = (runIds) => getJSON("/compare" + query({ run_id: runIds }));

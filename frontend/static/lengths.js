@@ -8,8 +8,8 @@ import { SHARE_SCALE } from "./colors.js";
 import { csvLink, tracesToCSV } from "./csv.js";
 import { showError } from "./dom.js";
 import { bucketLabels, histogramTraces } from "./histogram.js";
+import { HEATMAP_COLUMNS } from "./run_sizes.js";
 
-const COLUMNS = 200; // heatmap columns: each one interval's JSON row per rank to read
 const PICK_DEBOUNCE_MS = 150;
 const WAITING = "Waiting for the first interval…";
 const KIND_NOUN = { documents: "documents", packs: "packs" };
@@ -63,7 +63,7 @@ export class LengthsPanel {
       this.bars.showEmpty(WAITING);
       return;
     }
-    this.columns = await api.getHistogramColumns(this.runId, COLUMNS);
+    this.columns = await api.getHistogramColumns(this.runId, HEATMAP_COLUMNS);
     const { first_interval: first, last_interval: last } = this.columns;
     Object.assign(this.slider, { min: first, max: last, disabled: first === last });
     this.drawHeat();

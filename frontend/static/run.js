@@ -14,9 +14,9 @@ import { metricLabel, renderDefinitions } from "./definitions.js";
 import { el, showError } from "./dom.js";
 import { LengthsPanel } from "./lengths.js";
 import { RanksPanel } from "./ranks.js";
+import { SERIES_POINTS as MAX_POINTS } from "./run_sizes.js";
 
 const runId = document.getElementById("run").dataset.runId;
-const MAX_POINTS = 500;
 // Extending forever would grow the traces without bound; past this, fetch a re-downsampled series.
 const REDRAW_POINTS = 3 * MAX_POINTS;
 // A run's end arrives by PATCH, which the stream does not announce; ask now and then while live.
@@ -254,6 +254,7 @@ async function start() {
   } catch (error) {
     showError(error);
   }
+  api.forgetEarly();
   // Listening starts after the first load: the stream's first event would only repeat it.
   if (state.run) live.follow(state.run.status);
 }

@@ -57,7 +57,9 @@ def test_run_page_renders_the_run(client):
     assert 'data-run-id="run-a"' in page.text
     assert "project demo" in page.text and "1 × NVIDIA H200" in page.text
     assert 'href="/api/v1/runs/run-a/intervals.csv"' in page.text
-    assert '<script src="/vendor/plotly.min.js"></script>' in page.text
+    # The first answers are asked for before plotly.js runs (both deferred, in document order).
+    early = page.text.index('<script type="module" src="/static/run_early.js"></script>')
+    assert early < page.text.index('<script src="/vendor/plotly.min.js" defer></script>')
     # Every chart the page script draws into is in the markup.
     charts = (
         "tflops",
