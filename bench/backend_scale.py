@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -333,6 +334,8 @@ def main() -> None:
         "package), for before/after comparisons of the ingest over HTTP in one sitting",
     )
     args = ap.parse_args()
+    # A `timeout` or Ctrl-C still stops the server and drops the scratch database (finally clauses).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     args.intervals = [int(x) for x in args.intervals.split(",")]
     if args.server_pythonpath and not args.ingest_only:
         ap.error("--server-pythonpath measures the ingest over HTTP only: add --ingest-only")

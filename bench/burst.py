@@ -16,6 +16,7 @@ import asyncio
 import json
 import os
 import random
+import signal
 import socket
 import subprocess
 import sys
@@ -202,6 +203,8 @@ def main() -> None:
     parser.add_argument("--database", choices=["postgres", "sqlite"], default="postgres")
     parser.add_argument("--workers", type=int, default=None, help="server workers (default: packscope serve's)")
     args = parser.parse_args()
+    # A `timeout` or Ctrl-C still stops the server and drops the scratch database (finally clauses).
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
 
     with tempfile.TemporaryDirectory() as tmp:
         pg_name = None
