@@ -33,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "backend"
 from conftest import make_record, run_body  # type: ignore[import-not-found]  # the tests' record builder
 
 PG_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
+ANSWER_WITHIN_S = 30.0  # an answer later than this is an error (the server stalled), not a wait
 
 
 def free_port() -> int:
@@ -72,6 +73,11 @@ class Connection:
     def __init__(self, host: str, port: int) -> None:
         self.host, self.port = host, port
         self.streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+
+    def close(self) -> None:
+        if self.streams is not None:
+            self.streams[1].close()
+            self.streams = None
 
     async def post(self, path: str, body: bytes) -> tuple[int, dict[str, str], bytes]:
         if self.streams is None:
@@ -115,9 +121,12 @@ async def sender(rank: int, url: str, args: argparse.Namespace, t0: float, stats
         while True:
             started = time.monotonic()
             try:
-                status, headers, answer = await connection.post("/api/v1/runs/bench/intervals", body)
-            except (OSError, asyncio.IncompleteReadError) as exc:
+                status, headers, answer = await asyncio.wait_for(
+                    connection.post("/api/v1/runs/bench/intervals", body), ANSWER_WITHIN_S
+                )
+            except (OSError, asyncio.IncompleteReadError, TimeoutError) as exc:
                 stats["errors"].append(type(exc).__name__)
+                connection.close()  # a late answer must not be read as the next request's
                 break
             stats["latencies"].append(time.monotonic() - started)
             if status in (429, 503):
