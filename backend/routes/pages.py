@@ -1,7 +1,8 @@
 """Server-rendered dashboard pages; the JS on each page reads the JSON API (docs/api.md)."""
 
+import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import plotly
 from fastapi import APIRouter, Depends, Form, Query, Request, status
@@ -79,7 +80,18 @@ def run_page(request: Request, run_id: str, session: SessionDep):
         return templates.TemplateResponse(request, "not_found.html", {"page": "run", "run_id": run_id}, status_code=404)
     # The header is rendered here so the page reads right before the first fetch returns.
     summary = queries.run_summary(session, run)
-    return templates.TemplateResponse(request, "run.html", {"page": "run", "run_id": run_id, "run": summary})
+    settings = {name: _flat(summary[name]) for name in ("config", "model", "parallel", "hardware")}
+    return templates.TemplateResponse(
+        request, "run.html", {"page": "run", "run_id": run_id, "run": summary, "settings": settings}
+    )
+
+
+def _flat(value: Any, prefix: str = "") -> list[tuple[str, str]]:
+    """A run's nested settings as (dotted key, JSON value) rows, keys sorted: one table to read
+    and to diff by eye between runs."""
+    if isinstance(value, dict) and value:
+        return [row for key in sorted(value) for row in _flat(value[key], f"{prefix}{key}.")]
+    return [(prefix.rstrip("."), json.dumps(value, ensure_ascii=False))] if prefix else []
 
 
 @router.get("/compare", response_class=HTMLResponse)

@@ -83,6 +83,23 @@ def test_run_page_renders_the_run(client):
     assert 'id="definitions"' in page.text
 
 
+def test_run_page_shows_the_runs_configuration_flattened_and_escaped(client):
+    config = {"lr": 0.0003, "data": {"pack_length": 4096, "rules": ["a", "b"]}, "note": "<b>x</b>", "empty": {}}
+    client.post("/api/v1/runs", json=run_body("run-c", "cfg", config=config, parallel={"dp": 8}))
+    page = client.get("/runs/run-c").text
+    section = page[page.index('<details class="card" id="run-settings">') : page.index("</details>")]
+    rows = dict(re.findall(r"<th scope=\"row\"><code>([^<]*)</code></th><td><code>([^<]*)</code></td>", section))
+    assert rows["lr"] == "0.0003"
+    assert rows["data.pack_length"] == "4096"
+    assert rows["data.rules"] == "[&#34;a&#34;, &#34;b&#34;]"  # JSON, escaped
+    assert rows["note"] == "&#34;&lt;b&gt;x&lt;/b&gt;&#34;"
+    assert rows["empty"] == "{}"
+    assert rows["layers"] == "2" and rows["vocab"] == "32000"  # the FLOPs model
+    assert rows["dp"] == "8" and rows["tp"] == "1"  # parallelism, defaults filled
+    assert rows["gpu_name"] == "&#34;NVIDIA H200&#34;"
+    assert "<b>x</b>" not in page
+
+
 def test_run_page_escapes_names(client):
     client.post("/api/v1/runs", json=run_body("run-x", "<script>alert(1)</script>"))
     page = client.get("/runs/run-x")
