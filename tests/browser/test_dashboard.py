@@ -1,5 +1,6 @@
 """The dashboard in Debian's chromium against a real server: charts, values, live SSE updates."""
 
+import re
 from pathlib import Path
 
 import httpx
@@ -337,3 +338,14 @@ def test_chart_corners_and_notes_read_right(server, page):
     # One interval per point: the min-max bands have no width, so no note mentions them.
     for chart in ("tflops", "step_time"):
         assert "shaded" not in page.inner_text(f"#chart-{chart} .note")
+
+
+def test_run_configuration_opens_under_the_charts(server, page):
+    page.goto(f"{server}/runs/live-run")
+    settings = page.locator("#run-settings")
+    row = settings.locator("#settings-model tr").filter(has=page.locator("th code", has_text=re.compile("^layers$")))
+    assert not row.is_visible()  # collapsed until asked for
+    settings.locator("summary").click()
+    assert row.is_visible()
+    assert row.locator("td").inner_text() == str(MODEL["layers"])
+    assert page.errors == []
