@@ -1,0 +1,74 @@
+"""Before/after step-time differences of the gallery's pairs, from the run files themselves.
+
+For each `pair:<name>` (one `before` and one `after` run file), the per-interval step time
+(gpu_time_s / steps, first interval dropped: allocation, compile, capture) of each run; the
+difference of the means after − before, relative to before, with a 95% percentile-bootstrap
+interval (intervals resampled within each run), and syncs per iteration of each. Prints JSON.
+
+    python bench/gallery_pairs.py [gallery/*.jsonl]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+from pathlib import Path
+
+from packscope.core.run_file import read_run_file
+
+
+def step_times(records: list[dict]) -> list[float]:
+    ordered = sorted(records, key=lambda r: r["interval"])[1:]
+    return [r["gpu_time_s"] / r["steps"] for r in ordered]
+
+
+def syncs_per_iter(records: list[dict]) -> float:
+    ordered = sorted(records, key=lambda r: r["interval"])[1:]
+    return sum(r["syncs"]["total"] for r in ordered) / sum(r["steps"] for r in ordered)
+
+
+def relative_change(before: list[float], after: list[float], resamples: int = 4000, seed: int = 0) -> dict:
+    rng = random.Random(seed)
+    point = statistics.fmean(after) / statistics.fmean(before) - 1
+    draws = sorted(
+        statistics.fmean(rng.choices(after, k=len(after))) / statistics.fmean(rng.choices(before, k=len(before))) - 1
+        for _ in range(resamples)
+    )
+    lo = int(0.025 * resamples)
+    return {"relative": point, "ci95": [draws[lo], draws[resamples - 1 - lo]]}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    default = sorted(str(p) for p in Path(__file__).resolve().parents[1].joinpath("gallery").glob("*.jsonl"))
+    ap.add_argument("files", nargs="*", default=default)
+    args = ap.parse_args()
+    pairs: dict[str, dict[str, list[dict]]] = {}
+    for path in args.files:
+        run = read_run_file(path)
+        tags = run.run.get("tags", [])
+        name = next((t.removeprefix("pair:") for t in tags if t.startswith("pair:")), None)
+        role = "before" if "before" in tags else "after" if "after" in tags else None
+        if name and role:
+            pairs.setdefault(name, {})[role] = run.records
+    out = {}
+    for name, runs in sorted(pairs.items()):
+        if set(runs) != {"before", "after"}:
+            print(f"gallery_pairs: {name} lacks a before or an after", file=sys.stderr)
+            continue
+        before, after = step_times(runs["before"]), step_times(runs["after"])
+        out[name] = {
+            "step_time_s": {"before": statistics.fmean(before), "after": statistics.fmean(after)},
+            "intervals": {"before": len(before), "after": len(after)},
+            "step_time_change": relative_change(before, after),
+            "syncs_per_iter": {"before": syncs_per_iter(runs["before"]), "after": syncs_per_iter(runs["after"])},
+        }
+    print(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
