@@ -2,7 +2,7 @@
 
 For each `pair:<name>` (one `before` and one `after` run file), the per-interval step time
 (gpu_time_s / steps, first interval dropped: allocation, compile, capture) of each run; the
-difference of the means after − before, relative to before, with a 95% percentile-bootstrap
+difference of the means after minus before, relative to before, with a 95% percentile-bootstrap
 interval (intervals resampled within each run), and syncs per iteration of each. Prints JSON.
 
     python bench/gallery_pairs.py [gallery/*.jsonl]
