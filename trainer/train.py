@@ -343,5 +343,7 @@ def train_from_args(args: argparse.Namespace) -> int:
         print(f"packscope train: error: {err}", file=sys.stderr)
         return 2
     summary = run_training(cfg)
-    print(json.dumps(summary, indent=2))
+    # One write of the whole object: under torchrun every rank shares this stdout.
+    sys.stdout.write(json.dumps(summary, indent=2) + "\n")
+    sys.stdout.flush()
     return 0

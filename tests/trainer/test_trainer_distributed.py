@@ -111,21 +111,26 @@ def layout_run(request, tmp_path_factory) -> tuple[str, Path, list[dict]]:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=240, env=env, cwd=root)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    summaries = [json.loads(chunk) for chunk in _json_objects(done.stdout)]
+    summaries = _json_objects(done.stdout)
     return kind, out, summaries
 
 
-def _json_objects(text: str) -> list[str]:
-    """The summaries the ranks printed (each an indented JSON object starting at column 0)."""
-    objects, current = [], None
-    for line in text.splitlines():
-        if line == "{":
-            current = [line]
-        elif current is not None:
-            current.append(line)
-            if line == "}":
-                objects.append("\n".join(current))
-                current = None
+def _json_objects(text: str) -> list[dict]:
+    """The summaries the ranks printed: every JSON object that starts a line. Decoded in place
+    rather than split by lines, since two ranks share one stdout and their outputs may abut."""
+    decoder, objects, at = json.JSONDecoder(), [], 0
+    while (at := text.find("{", at)) != -1:
+        if at == 0 or text[at - 1] == "\n" or text[at - 1] == "}":
+            try:
+                obj, end = decoder.raw_decode(text, at)
+            except json.JSONDecodeError:
+                at += 1
+                continue
+            if isinstance(obj, dict) and "rank" in obj:
+                objects.append(obj)
+            at = end
+        else:
+            at += 1
     return objects
 
 
