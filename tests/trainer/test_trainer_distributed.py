@@ -198,3 +198,9 @@ def test_the_agent_adds_no_collective_and_no_sync(layout_run):
     for rank in range(WORLD):
         assert json.loads((out / f"collectives{rank}.json").read_text()) == [], (kind, rank)
         assert all(r["syncs"]["total"] == 0 for r in _records(out, rank)), (kind, rank)
+
+
+def test_summaries_are_found_when_rank_outputs_abut():
+    a, b = json.dumps({"rank": 0, "x": 1}, indent=2), json.dumps({"rank": 1, "x": 2}, indent=2)
+    text = f"warning {{not json\n{a}{b}\n[rank1]: log line\n"
+    assert [s["rank"] for s in _json_objects(text)] == [0, 1]
