@@ -165,6 +165,23 @@ def page_times(browser: sync_api.Browser, url: str, conditions: dict[str, str], 
     }
 
 
+def plotly_alone(browser: sync_api.Browser, url: str, repeat: int) -> dict[str, Any]:
+    """The floor under the run page: ms from navigation until a page holding nothing but the
+    server's plotly.js bundle has run it (same context rules as page_times)."""
+    html = '<!doctype html><script src="/vendor/plotly.min.js"></script>'
+    context = browser.new_context()
+    context.route(f"{url}/plotly-alone", lambda route: route.fulfill(body=html, content_type="text/html"))
+    seen = []
+    for _ in range(repeat):
+        page = context.new_page()
+        page.goto(f"{url}/plotly-alone", wait_until="commit")
+        handle = page.wait_for_function("() => window.Plotly ? performance.now() : false", polling="raf")
+        seen.append(round(float(handle.json_value()), 1))
+        page.close()
+    context.close()
+    return {"cold_ms": seen[0], "warm_median_ms": statistics.median(seen[1:]) if seen[1:] else None, "all_ms": seen}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--intervals", type=int, default=1_000_000, help="intervals of the long run")
@@ -189,6 +206,7 @@ def main() -> None:
                 run_page = page_times(
                     browser, f"{url}/runs/long", {"first_chart": FIRST_CHART, "all_charts": ALL_CHARTS}, args.repeat
                 )
+                plotly_only = plotly_alone(browser, url, args.repeat)
                 browser.close()
             out = {
                 "date": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -198,6 +216,7 @@ def main() -> None:
                 "chromium": CHROMIUM,
                 "runs_page": {"runs": args.runs, **runs_page},
                 "run_page": {"intervals": args.intervals, "channels": len(CHANNELS), **run_page},
+                "plotly_js_alone": plotly_only,
                 "fill_in_process_s": round(fill_s, 1),
             }
         finally:
