@@ -23,7 +23,6 @@ became of every record is counted in `stats()`.
 
 from __future__ import annotations
 
-import email.utils
 import gzip
 import hashlib
 import http.client
@@ -42,6 +41,7 @@ from typing import TYPE_CHECKING
 
 from packscope.agent.config import DEFAULT_SPOOL_DIR
 from packscope.agent.spool import Entry, Spool, SpoolError, encode
+from packscope.core.retry_after import retry_after_s
 
 if TYPE_CHECKING:
     from packscope.agent.config import AgentConfig
@@ -98,21 +98,6 @@ def _kind_of(status: int | None) -> str:
     if status is None or status in (404, 408, 502, 504) or status < 400:
         return "down"  # no answer, no such route or run (yet), or a proxy without its backend
     return "refused" if status < 500 else "failing"
-
-
-def _retry_after(headers: object) -> float | None:
-    """Retry-After in seconds (it may also be an HTTP date); None when absent or unreadable."""
-    value = headers.get("Retry-After") if headers is not None else None  # type: ignore[attr-defined]
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
-    except (TypeError, ValueError):
-        return None
 
 
 def _ingest_counts(answer: object) -> tuple[int, int]:
@@ -554,7 +539,7 @@ class Sender:
             except Exception:  # noqa: BLE001 - the connection broke while reading the error
                 detail = exc.reason
             message = f"{method} {path}: HTTP {exc.code}: {detail}"
-            raise ServerError(message, exc.code, _retry_after(exc.headers)) from None
+            raise ServerError(message, exc.code, retry_after_s(exc.headers)) from None
         except (OSError, http.client.HTTPException, ValueError) as exc:  # URLError is an OSError
             raise ServerError(f"{method} {path}: {exc!r}") from None
         try:

@@ -23,7 +23,6 @@ extra, the agent's, or the bare package.
 from __future__ import annotations
 
 import argparse
-import email.utils
 import gzip
 import http.client
 import json
@@ -39,6 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from packscope.core.retry_after import retry_after_s
 from packscope.core.run_file import RunFile, RunFileError, read_run_file
 
 DEFAULT_SERVER = "http://127.0.0.1:8000"  # `packscope serve`'s default address
@@ -203,7 +203,7 @@ class Client:
             except (OSError, http.client.HTTPException):
                 raw_error = b""
             detail = _detail(raw_error, err.reason)
-            raise ServerAnswer(method, path, err.code, detail, _retry_after(err.headers), self.server) from None
+            raise ServerAnswer(method, path, err.code, detail, retry_after_s(err.headers), self.server) from None
         except urllib.error.URLError as err:  # an OSError too, but its reason says more
             raise ServerAnswer(method, path, None, err.reason, server=self.server) from None
         except (OSError, http.client.HTTPException) as err:
@@ -225,20 +225,6 @@ def _detail(raw: bytes, reason: object) -> Any:
 def _short(detail: Any) -> str:
     text = detail if isinstance(detail, str) else json.dumps(detail, default=str)
     return text if len(text) <= 500 else text[:500] + "..."
-
-
-def _retry_after(headers: Any) -> float | None:
-    value = headers.get("Retry-After") if headers is not None else None
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        return max(0.0, email.utils.parsedate_to_datetime(value).timestamp() - time.time())
-    except (TypeError, ValueError):
-        return None
 
 
 # -- sending -------------------------------------------------------------------------------------
