@@ -12,7 +12,13 @@ from packscope.core.retry_after import retry_after_s
 
 @pytest.mark.parametrize(
     ("headers", "want"),
-    [({"Retry-After": "3"}, 3.0), ({"Retry-After": "-2"}, 0.0), ({"Retry-After": "soon"}, None), ({}, None), (None, None)],
+    [
+        ({"Retry-After": "3"}, 3.0),
+        ({"Retry-After": "-2"}, 0.0),
+        ({"Retry-After": "soon"}, None),
+        ({}, None),
+        (None, None),
+    ],
 )
 def test_seconds_or_nothing(headers, want):
     assert retry_after_s(headers) == want
