@@ -28,6 +28,8 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -62,6 +64,25 @@ def run_body(run_id: str) -> dict[str, Any]:
         "layout": "thd",
         "hardware": {"gpu_name": "NVIDIA H200", "gpu_count": 8, "peak_tflops": 989.0},
     }
+
+
+@contextmanager
+def scratch_database(database: str) -> Iterator[str]:
+    """The URL of an empty database for one benchmark, removed afterwards: a SQLite file in a
+    temporary folder, or a PostgreSQL database on 127.0.0.1:5432 (PG_ADMIN) dropped even if in use."""
+    if database == "sqlite":
+        with tempfile.TemporaryDirectory() as tmp:
+            yield f"sqlite:///{tmp}/bench.db"
+        return
+    import psycopg
+
+    name = f"packscope_bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+        try:
+            yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+        finally:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 def record(interval: int, rank: int, rng: random.Random) -> dict[str, Any]:
@@ -339,19 +360,8 @@ def main() -> None:
     args.intervals = [int(x) for x in args.intervals.split(",")]
     if args.server_pythonpath and not args.ingest_only:
         ap.error("--server-pythonpath measures the ingest over HTTP only: add --ingest-only")
-    if args.database == "sqlite":
-        with tempfile.TemporaryDirectory() as tmp:
-            result = bench(f"sqlite:///{tmp}/bench.db", args)
-    else:
-        import psycopg
-
-        name = f"packscope_bench_{uuid.uuid4().hex[:8]}"
-        with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
-            admin.execute(f'CREATE DATABASE "{name}"')
-            try:
-                result = bench(f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}", args)
-            finally:
-                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with scratch_database(args.database) as url:
+        result = bench(url, args)
     print(json.dumps(result, indent=2))
 
 

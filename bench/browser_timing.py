@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import backend_scale
 import httpx
 from playwright import sync_api
 
@@ -39,7 +40,6 @@ from packscope.backend.db import make_engine, make_sessionmaker, upgrade_schema
 from packscope.backend.ingest import ingest_batch
 from packscope.backend.queries import get_run
 from packscope.backend.schemas import parse_batch
-from packscope.core.histograms import NUM_BUCKETS
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
@@ -59,49 +59,15 @@ def run_body(run_id: str, **extra: Any) -> dict[str, Any]:
 
 
 def record(interval: int, rng: random.Random) -> dict[str, Any]:
-    """A plausible record with channel losses (and their tokens) and length histograms."""
-    steps, packs = 10, 40
-    tokens = packs * 8192
-    real = tokens - rng.randint(0, 4000)
-    gpu_time = steps * rng.uniform(0.3, 0.5)
-    docs = rng.randint(200, 400)
+    """backend_scale's plausible record, on 8 GPUs, 5 s apart, with channel losses (and their tokens)."""
+    r = backend_scale.record(interval, 0, rng)
+    r["gpus"] = 8
+    r["wall_start"] = 1.7e9 + 5.0 * interval
+    r["wall_end"] = r["wall_start"] + r["gpu_time_s"]
     shares = [rng.random() for _ in CHANNELS]
-    return {
-        "interval": interval,
-        "rank": 0,
-        "first_step": interval * steps + 1,
-        "last_step": (interval + 1) * steps,
-        "steps": steps,
-        "gpus": 8,
-        "wall_start": 1.7e9 + 5.0 * interval,
-        "wall_end": 1.7e9 + 5.0 * interval + gpu_time,
-        "gpu_time_s": gpu_time,
-        "host_time_s": gpu_time * 1.01,
-        "step_time_p50_s": gpu_time / steps,
-        "step_time_p90_s": gpu_time / steps,
-        "step_time_max_s": gpu_time / steps,
-        "timing_lag_steps": 1,
-        "tokens": tokens,
-        "real_tokens": real,
-        "packs": packs,
-        "documents": docs,
-        "seqlen_sq_sum_bshd": packs * 8192 * 8192,
-        "seqlen_sq_sum_thd": docs * 900 * 900,
-        "flops_bshd": 1.0,
-        "flops_thd": 1.0,
-        "flops_useful": 1.0,
-        "loss": rng.uniform(2, 3),
-        "channel_loss": {c: rng.uniform(1.5, 3.5) for c in CHANNELS},
-        "channel_tokens": {c: int(real * s / sum(shares)) for c, s in zip(CHANNELS, shares, strict=True)},
-        "syncs": {"total": 20, "sites": [{"site": "train.py:88", "count": 20}]},
-        "histograms": {
-            k: {
-                "count": [rng.randint(0, 9) for _ in range(NUM_BUCKETS)],
-                "tokens": [rng.randint(0, 9999) for _ in range(NUM_BUCKETS)],
-            }
-            for k in ("documents", "packs")
-        },
-    }
+    r["channel_loss"] = {c: rng.uniform(1.5, 3.5) for c in CHANNELS}
+    r["channel_tokens"] = {c: int(r["real_tokens"] * x / sum(shares)) for c, x in zip(CHANNELS, shares, strict=True)}
+    return r
 
 
 def fill_run(make_session: Any, http: httpx.Client, run_id: str, intervals: int) -> float:

@@ -35,15 +35,13 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 import tracemalloc
-import uuid
 from collections.abc import Callable
 from typing import Any
 
 import httpx
-from backend_scale import PG_ADMIN, cpu_seconds, record, run_body
+from backend_scale import cpu_seconds, record, run_body, scratch_database
 
 from packscope.backend import csv_export
 from packscope.backend.db import make_engine, make_sessionmaker, upgrade_schema
@@ -252,19 +250,8 @@ def main() -> None:
         help="export with this csv_export.py instead (e.g. `git show REV:backend/csv_export.py > old.py`)",
     )
     args = ap.parse_args()
-    if args.database == "sqlite":
-        with tempfile.TemporaryDirectory() as tmp:
-            result = bench(f"sqlite:///{tmp}/bench.db", args)
-    else:
-        import psycopg
-
-        name = f"packscope_bench_{uuid.uuid4().hex[:8]}"
-        with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
-            admin.execute(f'CREATE DATABASE "{name}"')
-            try:
-                result = bench(f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}", args)
-            finally:
-                admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with scratch_database(args.database) as url:
+        result = bench(url, args)
     print(json.dumps(result, indent=2))
 
 

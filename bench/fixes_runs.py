@@ -104,6 +104,11 @@ def run(preset: str, steps: int, log_every: int, pair: str = "", role: str = "",
     return out
 
 
+def step_shape(args) -> dict:
+    """The tokens of a step, the same for every run of one invocation."""
+    return {"pack_length": args.pack_length, "packs_per_step": args.packs_per_step, "micro_batches": args.micro_batches}
+
+
 # Each yields its rows one by one, so that a run cut short by a time limit keeps what it has.
 def logging_runs(args) -> Iterator[dict]:
     for preset in args.presets.split(","):
@@ -116,8 +121,7 @@ def logging_runs(args) -> Iterator[dict]:
                     pair=f"logging-{preset}{'-compiled' if compile else ''}",
                     role="before" if legacy else "after",
                     title=f"{'compiled, ' if compile else ''}{'legacy' if legacy else 'sync-free'} logging",
-                    pack_length=args.pack_length,
-                    packs_per_step=args.packs_per_step,
+                    **step_shape(args),
                     compile=compile,
                     static=compile,
                     legacy_logging=legacy,
@@ -133,9 +137,7 @@ def graphs_runs(args) -> Iterator[dict]:
             pair=f"graphs-{preset}",
             role="before",
             title="eager, static THD",
-            pack_length=args.pack_length,
-            packs_per_step=args.packs_per_step,
-            micro_batches=args.micro_batches,
+            **step_shape(args),
             static=True,
         )
         yield eager
@@ -146,9 +148,7 @@ def graphs_runs(args) -> Iterator[dict]:
             pair=f"graphs-{preset}",
             role="after",
             title="CUDA graphs, static THD",
-            pack_length=args.pack_length,
-            packs_per_step=args.packs_per_step,
-            micro_batches=args.micro_batches,
+            **step_shape(args),
             static=True,
             cuda_graphs=True,
         )
@@ -165,8 +165,7 @@ def chunked_ce_runs(args) -> Iterator[dict]:
                 preset,
                 args.steps,
                 args.log_every,
-                pack_length=args.pack_length,
-                packs_per_step=args.packs_per_step,
+                **step_shape(args),
                 chunked_ce=chunked,
             )
 
@@ -181,8 +180,7 @@ def channel_loss_runs(args) -> Iterator[dict]:
                 pair=f"channel-loss-{preset}",
                 role="before" if legacy else "after",
                 title=f"channel loss, {'per-document loop' if legacy else 'vectorized'}",
-                pack_length=args.pack_length,
-                packs_per_step=args.packs_per_step,
+                **step_shape(args),
                 channel_loss=True,
                 legacy_channel_loss=legacy,
             )
@@ -196,9 +194,7 @@ def mfu_runs(args) -> Iterator[dict]:
                 preset,
                 args.steps,
                 args.log_every,
-                pack_length=args.pack_length,
-                packs_per_step=args.packs_per_step,
-                micro_batches=args.micro_batches,
+                **step_shape(args),
                 compile=True,
                 static=True,
                 fused_projections=fused,
