@@ -19,3 +19,16 @@ def browser():
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield browser
         browser.close()
+
+
+@pytest.fixture
+def page(context):
+    """A tab of the module's `context` that fails its test on any console error or page error.
+    Modules whose pages log errors on purpose define their own."""
+    page = context.new_page()
+    page.errors = []
+    page.on("console", lambda m: m.type == "error" and page.errors.append(m.text))
+    page.on("pageerror", lambda e: page.errors.append(str(e)))
+    yield page
+    assert page.errors == []
+    page.close()

@@ -46,17 +46,6 @@ def context(browser):
     context.close()
 
 
-@pytest.fixture
-def page(context):
-    page = context.new_page()
-    page.errors = []
-    page.on("console", lambda m: m.type == "error" and page.errors.append(m.text))
-    page.on("pageerror", lambda e: page.errors.append(str(e)))
-    yield page
-    assert page.errors == []
-    page.close()
-
-
 def series(base, run_id):
     return httpx.get(f"{base}/api/v1/runs/{run_id}/series").json()["columns"]
 

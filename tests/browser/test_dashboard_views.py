@@ -75,17 +75,6 @@ def context(browser):
     context.close()
 
 
-@pytest.fixture
-def page(context):
-    page = context.new_page()
-    page.errors = []
-    page.on("console", lambda m: m.type == "error" and page.errors.append(m.text))
-    page.on("pageerror", lambda e: page.errors.append(str(e)))
-    yield page
-    assert page.errors == []
-    page.close()
-
-
 def plot(chart):
     return f"document.querySelector('#{chart} .plot')"
 
