@@ -17,10 +17,10 @@ export function statusBadge(status) {
   return el("span", { class: `badge status-${status}`, text: status });
 }
 
-// One place for load errors, so a failing API call is visible instead of a silent blank page.
-export function showError(error) {
+// One place for errors, so a failing API call is visible instead of a silent blank page.
+export function showError(error, prefix = "Could not load data: ") {
   const box = document.getElementById("error");
   if (!box) return;
   box.hidden = !error;
-  box.textContent = error ? `Could not load data: ${error.message}` : "";
+  box.textContent = error ? `${prefix}${error.message}` : "";
 }

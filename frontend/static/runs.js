@@ -102,13 +102,22 @@ async function held(action) {
   }
 }
 
+// Which kind of error the box shows: the table's refresh clears only its own ("load"), so a refused
+// edit stays on screen until the next edit instead of vanishing with the refresh that follows it.
+let shownError = null;
+function report(kind, error) {
+  if (!error && shownError !== kind) return;
+  shownError = error ? kind : null;
+  showError(error, kind === "edit" ? "" : undefined);
+}
+
 async function save(method, run, patch) {
   try {
     await write(method, run.run_id, patch, askToken);
-    showError(null);
+    report("edit", null);
     return true;
   } catch (error) {
-    showError(error);
+    report("edit", error);
     return false;
   } finally {
     refresh();
@@ -154,7 +163,7 @@ async function editDetails(run) {
   if (answer !== "save") return;
   const tags = parseTags(dialog.querySelector("#edit-tags").value);
   if (tags.length > 50 || tags.some((t) => t.length > 100)) {
-    return showError(new Error("not saved: at most 50 tags of at most 100 characters each"));
+    return report("edit", new Error("not saved: at most 50 tags of at most 100 characters each"));
   }
   await save("PATCH", run, { tags, notes: dialog.querySelector("#edit-notes").value });
 }
@@ -266,10 +275,10 @@ async function refresh() {
       return refresh();
     }
     render(page);
-    showError(null);
+    report("load", null);
     document.getElementById("refreshed").textContent = `updated ${new Date().toLocaleTimeString()}`;
   } catch (error) {
-    if (mine === generation) showError(error);
+    if (mine === generation) report("load", error);
   }
 }
 
@@ -361,7 +370,7 @@ async function start() {
     metricHeads.forEach((th, i) => th.replaceChildren(metricLabel(metrics[i])));
     renderDefinitions(catalogue, metrics.map((metric) => metric.name));
   } catch (error) {
-    return showError(error);
+    return report("load", error);
   }
   setupSorting();
   fillMenu(document.getElementById("filter-project"), [], view.project); // the URL's choice, before the menus load

@@ -88,8 +88,11 @@ def test_cancelling_the_token_prompt_saves_nothing(server, page):
     page.fill("#edit-notes", "never saved")
     page.click("#edit-save")
     until(page, "document.getElementById('token-dialog').open")
+    page.evaluate("() => { document.getElementById('refreshed').textContent = ''; }")
     page.locator("#token-dialog").get_by_role("button", name="Cancel").click()
-    until(page, "document.getElementById('error').textContent.includes('needs the ingest token')")
+    # The table refreshes after every edit; the refusal must outlive that refresh.
+    until(page, "document.getElementById('refreshed').textContent !== ''")
+    assert "needs the ingest token" in page.inner_text("#error")
     answer = httpx.get(f"{server}/api/v1/runs/locked", headers={"Authorization": f"Bearer {READ}"}).json()
     assert answer["notes"] == "" and answer["name"] == before
     assert not page.errors
