@@ -1,48 +1,198 @@
 """Rollups, channel rollups, run totals and run sync sites of a set of new interval rows,
 aggregated with numpy and upserted (adding) once per touched key: what the reads answer from
-without scanning intervals."""
+without scanning intervals.
+
+Cost per batch is what this module is about (issue 8): the rows' numbers are read into one float
+matrix, every stored level's blocks come out of one `reduceat` pass over it, and on SQLite the
+upserts go to the driver's own `executemany` (sqlite3 loops in C; SQLAlchemy's execution layer
+cost more per call than the statement). Level 0 is not stored: the reads group the interval rows
+themselves (queries.py), so a batch of 64 consecutive intervals touches about 28 rollup rows
+with one rank and 12 with eight, instead of 92 and 20.
+"""
 
 import functools
+import itertools
 import json
+import operator
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, Dialect
+from sqlalchemy import Connection, Dialect, Table, func
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 
-from packscope.backend.columns import BAND_COLUMNS, derive_columns, merge_blocks, rows_with_nulls, sums_per_row
-from packscope.backend.models import ROLLUP_LEVELS, channel_rollups
-from packscope.backend.rows import COLUMN_AT, FIELD_SLICE, ROW_COLUMNS
+from packscope.backend.columns import BAND_COLUMNS, BLOCK_FLOAT_COLUMNS, BLOCK_INT_COLUMNS, derive_columns, sums_per_row
+from packscope.backend.models import CHANNEL_LEVELS, STORED_LEVELS, channel_rollups, rollups, run_sync_sites, run_totals
+from packscope.backend.rows import COLUMN_AT
 from packscope.backend.writes import write
-from packscope.core.catalogue import BAND_METRICS, SUM_NAMES, Coefficients
+from packscope.core.catalogue import BAND_METRICS, SUM_FIELDS, SUM_NAMES, Coefficients
+
+# What a row contributes, read in one C-level call per row: the key and step columns, the wall
+# clock and every field a SUM reads (None -> NaN in the float matrix).
+_READ = ("interval", "first_step", "last_step", "wall_start", "wall_end", *SUM_FIELDS)
+_GET = operator.itemgetter(*(COLUMN_AT[name] for name in _READ))
+
+# A block's columns in three contiguous groups, so one reduceat per group merges blocks:
+# added (rows and the SUMS), least (first step, band minima, wall start), greatest (last step,
+# band maxima, wall end).
+_ADDED = ("rows", *SUM_NAMES)
+_LEAST = ("first_step", *(f"{m}_min" for m in BAND_METRICS), "wall_start_min")
+_GREATEST = ("last_step", *(f"{m}_max" for m in BAND_METRICS), "wall_end_max")
+_GROUPED = (*_ADDED, *_LEAST, *_GREATEST)
+_LEAST_AT = len(_ADDED)
+_GREATEST_AT = _LEAST_AT + len(_LEAST)
+# From the grouped layout to the rollups table's (BLOCK_INT_COLUMNS, then BLOCK_FLOAT_COLUMNS).
+_TABLE_ORDER = np.array([_GROUPED.index(name) for name in (*BLOCK_INT_COLUMNS, *BLOCK_FLOAT_COLUMNS)])
+_INTS = len(BLOCK_INT_COLUMNS)
+assert set(BAND_COLUMNS) <= set(_GROUPED)
 
 
-def _per_row_blocks(rows: Sequence[Sequence[Any]], c: Coefficients) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(interval, int columns, float columns) of each row as its own block: its sums, its band
-    metrics as both the min and the max, and its wall-clock start and end."""
-    fields = np.array([row[FIELD_SLICE] for row in rows], dtype=float)  # None -> NaN
-    by_name = {name: fields[:, i] for i, name in enumerate(ROW_COLUMNS[FIELD_SLICE])}
+def _field_matrix(rows: Sequence[Sequence[Any]]) -> np.ndarray:
+    """The `_READ` columns of the rows as floats, NaN where a reading is missing."""
+    try:  # no None among them (the usual batch): straight from an iterator, no list of tuples
+        flat = np.fromiter(itertools.chain.from_iterable(map(_GET, rows)), dtype=float, count=len(rows) * len(_READ))
+        return flat.reshape(len(rows), len(_READ))
+    except TypeError:
+        return np.array([_GET(row) for row in rows], dtype=float)  # None -> NaN
+
+
+def _per_row(rows: Sequence[Sequence[Any]], c: Coefficients) -> tuple[np.ndarray, np.ndarray]:
+    """(interval of each row, each row as its own block in the grouped layout): its sums, its band
+    metrics as both the least and the greatest, its steps and wall-clock start and end."""
+    values = _field_matrix(rows)
+    by_name = {name: values[:, i] for i, name in enumerate(_READ)}
     sums = sums_per_row(by_name)
     rates = derive_columns(sums, c, BAND_METRICS)
-    floats = np.column_stack(
-        [sums[n] for n in SUM_NAMES]
-        + [rates[n.rsplit("_", 1)[0]] for n in BAND_COLUMNS]
-        + [by_name["wall_start"], by_name["wall_end"]]
-    )
-    steps = [(1, row[COLUMN_AT["first_step"]], row[COLUMN_AT["last_step"]]) for row in rows]
-    return (
-        np.array([row[COLUMN_AT["interval"]] for row in rows], dtype=np.int64),
-        np.array(steps, dtype=np.int64),
-        floats,
-    )
+    out = np.empty((len(rows), len(_GROUPED)))
+    out[:, 0] = 1.0
+    out[:, 1:_LEAST_AT] = np.column_stack([sums[name] for name in SUM_NAMES])
+    band = np.column_stack([rates[name] for name in BAND_METRICS])
+    out[:, _LEAST_AT + 1 : _GREATEST_AT - 1] = band
+    out[:, _GREATEST_AT + 1 : -1] = band
+    # first and last step, wall-clock start and end
+    out[:, [_LEAST_AT, _GREATEST_AT, _GREATEST_AT - 1, -1]] = values[:, 1:5]
+    return values[:, 0].astype(np.int64), out
 
 
+def _merge_levels(
+    intervals: np.ndarray, per_row: np.ndarray, levels: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(level, block, merged block in the grouped layout) of every block of `levels` the rows
+    touch, in (level, block) order, from one reduceat per column group: the rows (sorted by
+    interval) are laid end to end once per level, and each level's blocks are runs of them.
+    From the first level where all rows share one block, every coarser level holds the same
+    merged block (only its index differs), so that one is merged once and repeated."""
+    n = len(intervals)
+    keys = intervals[None, :] >> (2 * levels[:, None])
+    single = np.flatnonzero(keys[:, 0] == keys[:, -1])
+    merged_levels = int(single[0]) + 1 if len(single) else len(levels)
+    starts_here = np.ones((merged_levels, n), dtype=bool)
+    starts_here[:, 1:] = keys[:merged_levels, 1:] != keys[:merged_levels, :-1]
+    level_at, row_at = np.nonzero(starts_here)
+    starts = level_at * n + row_at
+    tiled = np.tile(per_row, (merged_levels, 1)) if merged_levels > 1 else per_row
+    merged = np.empty((len(starts) + len(levels) - merged_levels, per_row.shape[1]))
+    done = len(starts)
+    merged[:done, :_LEAST_AT] = np.add.reduceat(tiled[:, :_LEAST_AT], starts)
+    # fmin/fmax skip NaN (undefined rates, unknown wall clocks)
+    merged[:done, _LEAST_AT:_GREATEST_AT] = np.fmin.reduceat(tiled[:, _LEAST_AT:_GREATEST_AT], starts)
+    merged[:done, _GREATEST_AT:] = np.fmax.reduceat(tiled[:, _GREATEST_AT:], starts)
+    merged[done:] = merged[done - 1]
+    level_of = np.concatenate([levels[level_at], levels[merged_levels:]])
+    block_of = np.concatenate([keys[level_at, row_at], keys[merged_levels:, 0]])
+    return level_of, block_of, merged
+
+
+def _table_rows(
+    database: str, run_pk: int, levels: np.ndarray, blocks: np.ndarray, merged: np.ndarray
+) -> list[list[Any]]:
+    """Rollup rows in the table's column order. SQLite is handed floats alone (one tolist): it
+    stores an integral float in an INTEGER column as an integer and a NaN as NULL. PostgreSQL
+    gets Python ints for the key, counts and steps and None for NaN."""
+    ordered = merged[:, _TABLE_ORDER]
+    if database == "sqlite":
+        out = np.empty((len(blocks), 3 + ordered.shape[1]))
+        out[:, 0] = run_pk
+        out[:, 1] = levels
+        out[:, 2] = blocks
+        out[:, 3:] = ordered
+        return out.tolist()
+    listed = np.empty((len(blocks), 3 + ordered.shape[1]), dtype=object)
+    listed[:, 0] = run_pk
+    listed[:, 1] = levels
+    listed[:, 2] = blocks
+    listed[:, 3 : 3 + _INTS] = ordered[:, :_INTS].astype(np.int64)
+    floats = ordered[:, _INTS:]
+    listed[:, 3 + _INTS :] = floats
+    listed[:, 3 + _INTS :][np.isnan(floats)] = None
+    return listed.tolist()
+
+
+# -- the driver's own statements -------------------------------------------------------------------
+# Rows reach the driver as lists, not through SQLAlchemy's per-row parameter handling; on SQLite
+# straight to sqlite3's executemany (SQLAlchemy's execution layer cost about 40 µs a call).
+_DRIVER_DIALECTS: dict[str, Any] = {
+    "sqlite": lambda: SQLiteDialect_pysqlite(paramstyle="qmark"),
+    "postgresql": lambda: PGDialect_psycopg(paramstyle="format"),
+}
+
+
+def _adding(stmt: Any, table: Table, database: str) -> dict[str, Any]:
+    """The DO UPDATE changes of an aggregate table: counts and sums add, steps and bands widen
+    (as writes.write's "add")."""
+    least, greatest = (func.least, func.greatest) if database == "postgresql" else (func.min, func.max)
+    key = {c.name for c in table.primary_key.columns}
+    changes: dict[str, Any] = {}
+    for column in table.columns:
+        stored, new = column, stmt.excluded[column.name]
+        if column.name in key:
+            continue
+        if column.name.endswith("_min") or column.name == "first_step":
+            changes[column.name] = func.coalesce(least(stored, new), stored, new)  # SQLite's min(x, NULL) is NULL
+        elif column.name.endswith("_max") or column.name in ("last_step", "last_interval"):
+            changes[column.name] = func.coalesce(greatest(stored, new), stored, new)
+        else:
+            changes[column.name] = stored + new
+    return changes
+
+
+@functools.cache
+def _upsert(database: str, table_name: str) -> str:
+    """INSERT … ON CONFLICT DO UPDATE adding to the stored aggregates, as the driver's SQL."""
+    dialect: Dialect = _DRIVER_DIALECTS[database]()
+    table = {t.name: t for t in (rollups, channel_rollups, run_totals, run_sync_sites)}[table_name]
+    insert = postgresql.insert if database == "postgresql" else sqlite.insert
+    stmt = insert(table)
+    stmt = stmt.on_conflict_do_update(
+        index_elements=list(table.primary_key.columns), set_=_adding(stmt, table, database)
+    )
+    columns = list(table.columns.keys())
+    compiled = stmt.compile(dialect=dialect, column_keys=columns)
+    assert list(compiled.positiontup or ()) == columns, compiled.positiontup
+    return str(compiled)
+
+
+def _add(connection: Connection, table_name: str, rows: Sequence[Sequence[Any]]) -> None:
+    """Upsert `rows` (the table's columns, in key order) adding to what is stored."""
+    if connection.dialect.name == "sqlite":
+        driver = connection.connection.driver_connection
+        assert driver is not None
+        driver.executemany(_upsert("sqlite", table_name), rows)
+    elif table_name == "channel_rollups":  # writes.write knows only the tables it was built for
+        connection.exec_driver_sql(_upsert("postgresql", table_name), list(map(tuple, rows)))
+    else:
+        write(connection, table_name, "add", rows)
+
+
+# -- channel rollups -------------------------------------------------------------------------------
 def _as_dict(value: Any) -> dict[str, Any] | None:
     # Ingest hands the JSON text it inserts; a migration's SELECT hands it decoded.
     return json.loads(value) if isinstance(value, str) else value
+
+
+_CHANNEL_GET = operator.itemgetter(COLUMN_AT["interval"], COLUMN_AT["channel_loss"], COLUMN_AT["channel_tokens"])
 
 
 def _channel_parts(rows: Sequence[Sequence[Any]]) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
@@ -53,15 +203,17 @@ def _channel_parts(rows: Sequence[Sequence[Any]]) -> tuple[np.ndarray, list[str]
     names: list[str] = []
     loss_sums: list[float] = []
     tokens: list[float] = []
-    for row in rows:
-        losses, counts = _as_dict(row[COLUMN_AT["channel_loss"]]), _as_dict(row[COLUMN_AT["channel_tokens"]])
+    for interval, loss_json, tokens_json in map(_CHANNEL_GET, rows):
+        if loss_json is None or tokens_json is None:
+            continue
+        losses, counts = _as_dict(loss_json), _as_dict(tokens_json)
         if not losses or not counts:
             continue
         for channel, n in counts.items():
             mean = losses.get(channel)
             if mean is None or not n:
                 continue
-            intervals.append(row[COLUMN_AT["interval"]])
+            intervals.append(interval)
             names.append(channel)
             loss_sums.append(mean * n)
             tokens.append(float(n))
@@ -74,82 +226,58 @@ def _channel_blocks(run_pk: int, rows: Sequence[Sequence[Any]]) -> list[tuple[An
     if not names:
         return []
     channels, codes = np.unique(np.array(names, dtype=object), return_inverse=True)
-    out = []
-    for level in ROLLUP_LEVELS:
-        keys, at = np.unique((intervals >> 2 * level) * len(channels) + codes, return_inverse=True)
-        blocks, channel_of = np.divmod(keys, len(channels))
-        summed = np.bincount(at, weights=loss_sums), np.bincount(at, weights=tokens)
-        out += [
-            (run_pk, level, b, channels[k], s, n)
-            for b, k, s, n in zip(blocks.tolist(), channel_of.tolist(), *(x.tolist() for x in summed), strict=True)
-        ]
-    return out
+    levels = np.array(CHANNEL_LEVELS, dtype=np.int64)
+    # One key per (level, block, channel), all levels at once: level-major, then block, then channel.
+    blocks = intervals[None, :] >> (2 * levels[:, None])
+    keys = (levels[:, None] * (int(intervals.max()) + 1) + blocks) * len(channels) + codes[None, :]
+    unique, at = np.unique(keys.ravel(), return_inverse=True)
+    loss_summed = np.bincount(at, weights=np.tile(loss_sums, len(levels)))
+    tokens_summed = np.bincount(at, weights=np.tile(tokens, len(levels)))
+    level_block, channel_of = np.divmod(unique, len(channels))
+    level_of, block_of = np.divmod(level_block, int(intervals.max()) + 1)
+    return [
+        (run_pk, level, block, channels[k], s, n)
+        for level, block, k, s, n in zip(
+            level_of.tolist(),
+            block_of.tolist(),
+            channel_of.tolist(),
+            loss_summed.tolist(),
+            tokens_summed.tolist(),
+            strict=True,
+        )
+    ]
 
 
-_CHANNEL_COLUMNS = tuple(channel_rollups.columns.keys())
-# The drivers' own positional styles: rows go to the driver's executemany as tuples, not through
-# SQLAlchemy's per-row parameter handling (which doubled the cost of a record with channels).
-_DRIVER_DIALECTS: dict[str, Any] = {
-    "sqlite": lambda: SQLiteDialect_pysqlite(paramstyle="qmark"),
-    "postgresql": lambda: PGDialect_psycopg(paramstyle="format"),
-}
+# -- entry points ----------------------------------------------------------------------------------
+_LEVELS = np.array(STORED_LEVELS, dtype=np.int64)
 
 
-@functools.cache
-def _channel_upsert(database: str) -> str:
-    """INSERT … ON CONFLICT DO UPDATE adding both sums, as the driver's SQL."""
-    dialect: Dialect = _DRIVER_DIALECTS[database]()
-    insert = postgresql.insert if database == "postgresql" else sqlite.insert
-    stmt = insert(channel_rollups)
-    stored = channel_rollups.c
-    stmt = stmt.on_conflict_do_update(
-        index_elements=list(channel_rollups.primary_key.columns),
-        set_={"loss_sum": stored.loss_sum + stmt.excluded.loss_sum, "tokens": stored.tokens + stmt.excluded.tokens},
+def _write_rollups(
+    connection: Connection, run_pk: int, rows: Sequence[Sequence[Any]], intervals: np.ndarray, per_row: np.ndarray
+) -> None:
+    _add(
+        connection, "rollups", _table_rows(connection.dialect.name, run_pk, *_merge_levels(intervals, per_row, _LEVELS))
     )
-    compiled = stmt.compile(dialect=dialect, column_keys=list(_CHANNEL_COLUMNS))
-    assert list(compiled.positiontup or ()) == list(_CHANNEL_COLUMNS), compiled.positiontup
-    return str(compiled)
-
-
-def _add_channel_rollups(connection: Connection, blocks: list[tuple[Any, ...]]) -> None:
-    # writes.write knows only the tables it was built for; this one adds its two sums the same way.
-    connection.exec_driver_sql(_channel_upsert(connection.dialect.name), blocks)
-
-
-Blocks = tuple[np.ndarray, np.ndarray, np.ndarray]
-
-
-def _write_rollups(connection: Connection, run_pk: int, rows: Sequence[Sequence[Any]], per_row: Blocks) -> None:
-    keys, ints, floats = per_row
-    blocks = []
-    for level in ROLLUP_LEVELS:
-        keys, ints, floats = merge_blocks(keys >> 2 if level else keys, ints, floats)
-        listed = zip(keys.tolist(), ints.tolist(), rows_with_nulls(floats), strict=True)
-        blocks += [(run_pk, level, key, *i, *f) for key, i, f in listed]
-    write(connection, "rollups", "add", blocks)
     channel_blocks = _channel_blocks(run_pk, rows)
     if channel_blocks:
-        _add_channel_rollups(connection, channel_blocks)
+        _add(connection, "channel_rollups", channel_blocks)
 
 
 def _write_totals(
-    connection: Connection, run_pk: int, rows: Sequence[Sequence[Any]], per_row: Blocks, sync_sites: Mapping[str, int]
+    connection: Connection, run_pk: int, intervals: np.ndarray, per_row: np.ndarray, sync_sites: Mapping[str, int]
 ) -> None:
-    _, ints, floats = per_row
-    last_interval = max(row[COLUMN_AT["interval"]] for row in rows)
-    sums = floats[:, : len(SUM_NAMES)].sum(axis=0).tolist()
-    totals = (run_pk, len(rows), last_interval, int(ints[:, 2].max()), *sums)
-    write(connection, "run_totals", "add", [totals])
+    sums = per_row[:, 1:_LEAST_AT].sum(axis=0).tolist()
+    totals = (run_pk, len(per_row), int(intervals.max()), int(per_row[:, _GREATEST_AT].max()), *sums)
+    _add(connection, "run_totals", [totals])
     if sync_sites:
-        sites = [(run_pk, site, n) for site, n in sorted(sync_sites.items())]
-        write(connection, "run_sync_sites", "add", sites)
+        _add(connection, "run_sync_sites", [(run_pk, site, n) for site, n in sorted(sync_sites.items())])
 
 
 def store_rollups(connection: Connection, run_pk: int, c: Coefficients, rows: Sequence[Sequence[Any]]) -> None:
     """Add interval rows (ROW_COLUMNS tuples, sorted by interval then rank) to the run's rollups
-    and channel rollups at every level (migration 0006 rebuilds them with this)."""
+    and channel rollups at every stored level (migration 0006 rebuilds them with this)."""
     if rows:
-        _write_rollups(connection, run_pk, rows, _per_row_blocks(rows, c))
+        _write_rollups(connection, run_pk, rows, *_per_row(rows, c))
 
 
 def store_totals(
@@ -157,7 +285,7 @@ def store_totals(
 ) -> None:
     """Add interval rows to the run's totals and sync sites (migration 0003 backfills with this)."""
     if rows:
-        _write_totals(connection, run_pk, rows, _per_row_blocks(rows, c), sync_sites)
+        _write_totals(connection, run_pk, *_per_row(rows, c), sync_sites)
 
 
 def store_aggregates(
@@ -168,6 +296,6 @@ def store_aggregates(
     same order and cannot deadlock."""
     if not rows:
         return
-    per_row = _per_row_blocks(rows, c)
-    _write_rollups(connection, run_pk, rows, per_row)
-    _write_totals(connection, run_pk, rows, per_row, sync_sites)
+    intervals, per_row = _per_row(rows, c)
+    _write_rollups(connection, run_pk, rows, intervals, per_row)
+    _write_totals(connection, run_pk, intervals, per_row, sync_sites)

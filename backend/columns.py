@@ -20,8 +20,8 @@ class NumpyOps:
 
     @staticmethod
     def ratio(num: Any, den: Any) -> np.ndarray:
-        num, den = np.broadcast_arrays(np.asarray(num, dtype=float), np.asarray(den, dtype=float))
-        return np.divide(num, den, out=np.full(num.shape, np.nan), where=den != 0)
+        # Called inside derive_columns' np.errstate (x/0 warns nowhere); where() picks NaN there.
+        return np.where(np.not_equal(den, 0), np.true_divide(num, den), np.nan)
 
 
 NUMPY_OPS = NumpyOps()
@@ -44,9 +44,11 @@ def derive_columns(sums: Columns, c: Coefficients, names: Iterable[str] | None =
     """Every (or the named) metric for each row of `sums` (SUM name -> column); NaN where undefined."""
     length = len(sums[SUM_NAMES[0]])
     out = {}
-    with np.errstate(over="ignore", invalid="ignore"):
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         for name, value in evaluate(sums, c, NUMPY_OPS, names).items():
-            value = np.broadcast_to(np.asarray(value, dtype=float), (length,))
+            value = np.asarray(value, dtype=float)
+            if value.shape != (length,):  # a formula of constants only
+                value = np.broadcast_to(value, (length,))
             out[name] = np.where(np.isfinite(value), value, np.nan)
     return out
 

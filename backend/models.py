@@ -3,7 +3,7 @@
 * `intervals`: one wide, typed row per (run, rank, interval), as the agent sent it; its compact
   `interval_details` row holds the length histograms and the interval's top sync sites.
 * `rollups`: the catalogue's SUMS of every aligned block of 4^level interval indexes (all ranks),
-  kept at ingest, so a chart reads about max_points rows whatever the run's length.
+  level ≥ 1, kept at ingest, so a chart reads about max_points rows whatever the run's length.
 * `channel_rollups`: the same blocks' per-channel loss sums (loss·tokens) and tokens.
 * `run_totals` and `run_sync_sites`: the whole run's sums and sync sites, kept at ingest, so the
   runs list and the run page never scan a run's intervals.
@@ -112,6 +112,13 @@ interval_details = Table(
 # Rollup levels: a level-k block holds interval indexes [b·4^k, (b+1)·4^k). Level 10 blocks hold
 # about a million intervals, enough for a chart of any run to read a few hundred rows at most.
 ROLLUP_LEVELS = range(11)
+# The levels `rollups` stores. A level-0 block is one interval merged over its ranks, which the
+# reads group from `intervals` themselves (they read level 0 only over ranges of fewer than
+# 4·max_points intervals, or at most 3 intervals at each end of a range), so storing it would
+# double the rows every batch writes (migration 0007 deleted them).
+STORED_LEVELS = range(1, 11)
+# The levels `channel_rollups` stores.
+CHANNEL_LEVELS = range(11)
 
 
 def _sum_columns() -> list[Column[Any]]:

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Select, distinct, exists, func, literal, or_, select, true, union_all
+from sqlalchemy import Select, SmallInteger, distinct, exists, func, literal, or_, select, true, union_all
 from sqlalchemy.orm import Session
 
 from packscope.backend.columns import (
@@ -31,8 +31,9 @@ from packscope.backend.models import (
     run_sync_sites,
     run_totals,
 )
+from packscope.backend.sql_formulas import metrics_of_row, sums_of_row
 from packscope.backend.stats import mann_whitney_u
-from packscope.core.catalogue import FIELDS, METRIC, METRICS, SUM_NAMES, Coefficients, derive
+from packscope.core.catalogue import BAND_METRICS, FIELDS, METRIC, METRICS, SUM_NAMES, Coefficients, derive
 from packscope.core.histograms import EDGES, KINDS, NUM_BUCKETS
 
 # The CSV: every stored column of the catalogue, then every derived metric of the interval.
@@ -352,11 +353,56 @@ def _tile_selects(table: Any, run: Run, tiles: list[tuple[int, int]], top: int, 
     return union_all(*selects)
 
 
+def interval_blocks(run_pk: int, c: Coefficients, blocks: Sequence[int], contiguous: bool = True) -> Select[Any]:
+    """Level-0 blocks (one interval, merged over its ranks) grouped from the interval rows, as
+    (level, block, BLOCK_INT_COLUMNS, BLOCK_FLOAT_COLUMNS): what a rollup row holds, computed by
+    the database with the catalogue's formulas on floats (backend.sql_formulas), as ingest
+    computes the stored levels with numpy. `blocks`: the intervals, as a range (first and last)
+    when `contiguous`, else listed. Migration 0007's downgrade writes level 0 back with this."""
+    c_ = intervals.c
+    sums = sums_of_row(intervals)
+    rates = metrics_of_row(intervals, c, BAND_METRICS)
+    by_name: dict[str, Any] = {
+        "rows": func.count(),
+        "first_step": func.min(c_.first_step),
+        "last_step": func.max(c_.last_step),
+        **{name: func.sum(sums[name]) for name in SUM_NAMES},
+        **{f"{name}_min": func.min(rates[name]) for name in BAND_METRICS},
+        **{f"{name}_max": func.max(rates[name]) for name in BAND_METRICS},
+        "wall_start_min": func.min(c_.wall_start),
+        "wall_end_max": func.max(c_.wall_end),
+    }
+    chosen = c_.interval.between(blocks[0], blocks[-1]) if contiguous else c_.interval.in_(blocks)
+    return (
+        select(
+            literal(0, SmallInteger).label("level"),
+            c_.interval.label("block"),
+            *(by_name[name].label(name) for name in (*BLOCK_INT_COLUMNS, *BLOCK_FLOAT_COLUMNS)),
+        )
+        .where(c_.run_pk == run_pk, chosen)
+        .group_by(c_.interval)
+    )
+
+
 def _read_tiles(session: Session, run: Run, tiles: list[tuple[int, int]], top: int) -> list[tuple[Any, ...]]:
-    """The stored rollup rows of `tiles` (level, block, then the block columns), in tile order."""
+    """The rollup rows of `tiles` (level, block, then the block columns), in tile order: level
+    ≥ 1 as stored, level 0 grouped from the interval rows."""
     columns = [rollups.c[name] for name in (*BLOCK_INT_COLUMNS, *BLOCK_FLOAT_COLUMNS)]
-    query = _tile_selects(rollups, run, tiles, top, columns)
-    stored = {(row[0], row[1]): row for row in map(tuple, session.execute(query).all())}
+    by_level = _by_level(tiles)
+    selects = [
+        # Level 0 is not stored: grouped from the interval rows, over the whole range only when it
+        # spans fewer than 4·max_points intervals, else at most 3 intervals at each end.
+        interval_blocks(run.id, coefficients(run), blocks, level == top)
+        if level == 0
+        else select(rollups.c.level, rollups.c.block, *columns).where(
+            rollups.c.run_pk == run.id,
+            rollups.c.level == level,
+            # the inner blocks are contiguous; the edge blocks at most 3 per level
+            rollups.c.block.between(blocks[0], blocks[-1]) if level == top else rollups.c.block.in_(blocks),
+        )
+        for level, blocks in by_level.items()
+    ]
+    stored = {(row[0], row[1]): row for row in map(tuple, session.execute(union_all(*selects)).all())}
     return [stored[tile] for tile in tiles if tile in stored]
 
 

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from alembic import command
 
-from packscope.backend.db import make_engine, upgrade_schema
+from packscope.backend.db import alembic_config, make_engine, upgrade_schema
 from packscope.core.catalogue import FIELDS
 from packscope.core.flops import ModelSpec
 
@@ -168,3 +169,51 @@ def test_0006_rebuilds_rollups_with_channels(database_url, make_client, new_run,
     assert backfilled["channel_rollups"] and backfilled["rollups"]
     for name in (*AGGREGATES, "details"):
         assert backfilled[name] == want[name], name
+
+
+def downgrade_schema(engine: sa.Engine, revision: str) -> None:
+    config = alembic_config()
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.downgrade(config, revision)
+
+
+@pytest.mark.parametrize("ranks", [1, 3])
+def test_0007_deletes_level_0_and_its_downgrade_writes_it_back(
+    database_url, make_client, new_run, records, oracle, ranks, tmp_path
+):
+    """Level 0 (one interval, merged over its ranks) is grouped from the intervals by the reads
+    since 0007, which deletes the stored rows on a populated database; its downgrade groups them
+    back from the intervals, each equal to a brute-force sum over the interval's ranks."""
+    recs = [r for rank in range(ranks) for r in records(23, seed=rank, rank=rank, gpus=2)]
+    recs[4]["gpu_time_s"] = 0.0  # an undefined rate: a NULL band end where it is the only row
+    body = new_run("levels")
+    engine = make_engine(database_url)
+    try:
+        upgrade_schema(engine, "0002")
+        store_at_0002(engine, body, recs)
+        upgrade_schema(engine)
+        at_head = aggregates(engine)
+        downgrade_schema(engine, "0006")
+        columns = "block, rows, first_step, last_step, steps, tokens, tflops_thd_min, tflops_thd_max, wall_start_min"
+        with engine.connect() as connection:
+            level_0 = connection.exec_driver_sql(f"SELECT {columns} FROM rollups WHERE level = 0 ORDER BY block").all()
+        upgrade_schema(engine)
+        again = aggregates(engine)
+        with engine.connect() as connection:
+            assert connection.exec_driver_sql("SELECT count(*) FROM rollups WHERE level = 0").scalar_one() == 0
+    finally:
+        engine.dispose()
+
+    assert at_head == again == ingested(make_client, tmp_path, body, recs)
+    assert [row.block for row in level_0] == list(range(23))
+    for row in level_0:
+        ranks_of = [r for r in recs if r["interval"] == row.block]
+        assert (row.rows, row.first_step, row.last_step) == (ranks, ranks_of[0]["first_step"], ranks_of[0]["last_step"])
+        assert (row.steps, row.tokens) == (sum(r["steps"] for r in ranks_of), sum(r["tokens"] for r in ranks_of))
+        assert row.wall_start_min == min(r["wall_start"] for r in ranks_of)
+        rates = [oracle([r])["tflops_thd"] for r in ranks_of if r["gpu_time_s"] > 0]
+        if rates:
+            assert (row.tflops_thd_min, row.tflops_thd_max) == (pytest.approx(min(rates)), pytest.approx(max(rates)))
+        else:
+            assert row.tflops_thd_min is None and row.tflops_thd_max is None

@@ -6,7 +6,7 @@ import random
 import pytest
 from sqlalchemy import func, select
 
-from packscope.backend.models import ROLLUP_LEVELS, rollups, run_totals
+from packscope.backend.models import STORED_LEVELS, rollups, run_totals
 
 RUNS = "/api/v1/runs"
 
@@ -137,7 +137,7 @@ def test_duplicates_never_double_count(any_client, new_run, records, oracle, clo
     stored = recs[:25] + replay[25:]
 
     want = (len(stored), sum(r["steps"] for r in stored), sum(r["tokens"] for r in stored))
-    assert stored_rollup_sums(any_client) == dict.fromkeys(ROLLUP_LEVELS, want)
+    assert stored_rollup_sums(any_client) == dict.fromkeys(STORED_LEVELS, want)  # level 0: the intervals
     check_series(any_client, "run-1", stored, oracle, close, 1)
     check_series(any_client, "run-1", stored, oracle, close, 40)
     sites = any_client.get(f"{RUNS}/run-1/sync-sites").json()

@@ -1,0 +1,185 @@
+"""The aggregates kept at ingest, in this process: CPU per ingested row of `store_aggregates`
+(rollups, channel rollups, run totals, sync sites) for batches of 64 consecutive intervals with
+1 and with 8 ranks, and the latency of series reads on a long run.
+
+    python bench/rollups.py --database sqlite|postgresql [--batches 300] [--channels 0]
+        [--series-intervals 1000000] [--repeat 15]
+
+* store: each batch is written to `intervals` (not timed) and handed to store_aggregates in one
+  transaction (timed, CPU with time.process_time and wall with perf_counter); the batches are cut
+  into 5 groups and each group's per-row figure reported (median, min, max). On PostgreSQL the
+  CPU is this process's only (the server's is not counted), so the wall time is reported too.
+* series: a run of --series-intervals intervals (1 rank) filled through the same two calls in
+  batches of 4096, then queries.series with max_points=1000 over the whole run and over windows
+  of several widths (p50 / p95 ms of --repeat calls each), and the same for 8 ranks over
+  --series-intervals // 8 intervals.
+
+Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from backend_scale import record, run_body, scratch_database
+from sqlalchemy import select
+
+from packscope.backend.aggregates import store_aggregates
+from packscope.backend.db import make_engine, make_sessionmaker, upgrade_schema
+from packscope.backend.models import Run
+from packscope.backend.queries import coefficients, series
+from packscope.backend.rows import interval_row
+from packscope.backend.schemas import RECORDS, check_records
+from packscope.backend.writes import write
+
+BATCH = 64
+CHANNELS = ("code", "math", "web", "books")
+
+
+def make_run(make_session: Any, run_id: str) -> tuple[int, Any]:
+    body = run_body(run_id)
+    with make_session() as session:
+        from packscope.backend.ingest import create_or_resume_run
+        from packscope.backend.schemas import RunCreate
+
+        run, _ = create_or_resume_run(session, RunCreate.model_validate(body))
+        return run.id, coefficients(run)
+
+
+def batch_rows(
+    run_pk: int, intervals: range, ranks: int, channels: int, rng: random.Random
+) -> tuple[list[tuple[Any, ...]], dict[str, int]]:
+    """ROW_COLUMNS tuples sorted by (interval, rank), and their sync sites summed."""
+    recs = []
+    for i in intervals:
+        for rank in range(ranks):
+            r = record(i, rank, rng)
+            if channels:
+                names = CHANNELS[:channels]
+                r["channel_loss"] = {c: rng.uniform(1, 4) for c in names}
+                r["channel_tokens"] = {c: rng.randint(1, 5000) for c in names}
+            recs.append(r)
+    parsed = RECORDS.validate_python({"intervals": recs})["intervals"]
+    sites: dict[str, int] = {}
+    for per in check_records(parsed):
+        for site, n in per.items():
+            sites[site] = sites.get(site, 0) + n
+    return [interval_row(run_pk, r) for r in parsed], sites
+
+
+def store(engine: Any, make_session: Any, ranks: int, batches: int, channels: int) -> dict[str, Any]:
+    run_pk, c = make_run(make_session, f"store-{ranks}-{channels}")
+    rng = random.Random(ranks)
+    per_batch = BATCH // ranks
+    prepared = [
+        batch_rows(run_pk, range(b * per_batch, (b + 1) * per_batch), ranks, channels, rng) for b in range(batches)
+    ]
+    cpu: list[float] = []
+    wall: list[float] = []
+    for rows, sites in prepared:
+        with engine.begin() as connection:
+            write(connection, "intervals", "insert", rows)
+            t0, c0 = time.perf_counter(), time.process_time()
+            store_aggregates(connection, run_pk, c, rows, sites)
+            cpu.append(time.process_time() - c0)
+            wall.append(time.perf_counter() - t0)
+    groups = 5
+    size = len(cpu) // groups
+    cpu_us = [sum(cpu[g * size : (g + 1) * size]) / (size * BATCH) * 1e6 for g in range(groups)]
+    wall_us = [sum(wall[g * size : (g + 1) * size]) / (size * BATCH) * 1e6 for g in range(groups)]
+    return {
+        "ranks": ranks,
+        "channels": channels,
+        "rows": batches * BATCH,
+        "cpu_us_per_row": round(statistics.median(cpu_us), 2),
+        "cpu_us_per_row_min_max": [round(min(cpu_us), 2), round(max(cpu_us), 2)],
+        "wall_us_per_row": round(statistics.median(wall_us), 2),
+        "wall_us_per_row_min_max": [round(min(wall_us), 2), round(max(wall_us), 2)],
+    }
+
+
+def fill(engine: Any, make_session: Any, run_id: str, intervals: int, ranks: int) -> int:
+    """A run of `intervals` intervals x `ranks` ranks, in batches of 4096 rows re-numbered from a template."""
+    run_pk, c = make_run(make_session, run_id)
+    template, _ = batch_rows(run_pk, range(BATCH), 1, 2, random.Random(0))
+    from packscope.backend.rows import COLUMN_AT
+
+    at_i, at_r, at_f, at_l = (COLUMN_AT[k] for k in ("interval", "rank", "first_step", "last_step"))
+    per = 4096 // ranks
+    for start in range(0, intervals, per):
+        rows = []
+        for i in range(start, min(start + per, intervals)):
+            for rank in range(ranks):
+                row = list(template[(i * 7 + rank) % BATCH])
+                row[at_i], row[at_r], row[at_f], row[at_l] = i, rank, i * 10 + 1, i * 10 + 10
+                rows.append(tuple(row))
+        with engine.begin() as connection:
+            write(connection, "intervals", "insert", rows)
+            store_aggregates(connection, run_pk, c, rows, {"train.py:1": len(rows)})
+    return run_pk
+
+
+def p(values: list[float], q: float) -> float:
+    return round(sorted(values)[min(len(values) - 1, int(q * len(values)))] * 1000, 2)
+
+
+def reads(make_session: Any, run_id: str, intervals: int, repeat: int) -> dict[str, Any]:
+    out = {}
+    windows = {"whole": None}
+    for width in (600, 3000, 12_000, 48_000, 250_000):
+        if width < intervals:
+            middle = intervals // 3
+            windows[f"{width} intervals"] = (middle * 10 + 5, (middle + width) * 10 - 5)
+    with make_session() as session:
+        run = session.scalars(select(Run).where(Run.run_id == run_id)).one()
+        for name, window in windows.items():
+            step_min, step_max = window or (None, None)
+            times = []
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                answer = series(session, run, 1000, step_min, step_max)
+                times.append(time.perf_counter() - t0)
+            out[name] = {"points": answer["points"], "p50_ms": p(times, 0.5), "p95_ms": p(times, 0.95)}
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--database", choices=("sqlite", "postgresql"), default="sqlite")
+    parser.add_argument("--batches", type=int, default=300)
+    parser.add_argument("--channels", type=int, default=0, help="channels per record (0..4) in the store runs")
+    parser.add_argument("--series-intervals", type=int, default=0, help="0: no read timing")
+    parser.add_argument("--repeat", type=int, default=15)
+    args = parser.parse_args()
+    out: dict[str, Any] = {"database": args.database, "load": os.getloadavg()[0]}
+    with scratch_database(args.database) as url:
+        engine = make_engine(url)
+        try:
+            upgrade_schema(engine)
+            make_session = make_sessionmaker(engine)
+            out["store"] = [store(engine, make_session, ranks, args.batches, args.channels) for ranks in (1, 8)]
+            if args.series_intervals:
+                t0 = time.perf_counter()
+                fill(engine, make_session, "long", args.series_intervals, 1)
+                fill(engine, make_session, "long-8", args.series_intervals // 8, 8)
+                out["fill_s"] = round(time.perf_counter() - t0, 1)
+                out["series_1_rank"] = reads(make_session, "long", args.series_intervals, args.repeat)
+                out["series_8_ranks"] = reads(make_session, "long-8", args.series_intervals // 8, args.repeat)
+        finally:
+            engine.dispose()
+    out["load_after"] = os.getloadavg()[0]
+    print(json.dumps(out, indent=1))
+
+
+if __name__ == "__main__":
+    main()
