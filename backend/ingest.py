@@ -5,12 +5,12 @@ are new), their details, and the rollups, run totals and run sync sites that onl
 feed, each upserted once per touched key so a replay never double-counts.
 """
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime
 from typing import cast
 
+import msgspec
 from pydantic import BaseModel
-from pydantic_core import to_json
 from sqlalchemy import Connection, Engine, Table, bindparam, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
@@ -18,18 +18,12 @@ from sqlalchemy.orm import Session
 from packscope.backend.aggregates import store_aggregates
 from packscope.backend.models import Run
 from packscope.backend.queries import coefficients, get_run
-from packscope.backend.rows import Key, histograms_json, interval_row
-from packscope.backend.schemas import (
-    RECORDS,
-    IngestResult,
-    IntervalRecord,
-    Record,
-    RunCreate,
-    RunPatch,
-    check_records,
-)
+from packscope.backend.rows import Key, Parsed, parsed_records
+from packscope.backend.schemas import RECORDS, IngestResult, IntervalRecord, Record, RunCreate, RunPatch
 from packscope.backend.writes import write
 from packscope.core.catalogue import Coefficients
+
+_SITES = msgspec.json.Encoder()  # {site: count} as interval_details stores it
 
 
 class ModelConflict(Exception):
@@ -98,16 +92,14 @@ _RUNS = cast(Table, Run.__table__)
 _RUN_OF_ID = select(_RUNS.c.id, _RUNS.c.model, _RUNS.c.hardware).where(_RUNS.c.run_id == bindparam("run_id"))
 
 
-Batch = tuple[str, Sequence[Record], Sequence[Mapping[str, int]]]  # (run_id, records, their sync sites)
+Batch = tuple[str, Parsed]  # (run_id, its validated records)
 
 
-def ingest_parsed(
-    engine: Engine, run_id: str, records: Sequence[Record], sites: Sequence[Mapping[str, int]]
-) -> IngestResult | None:
-    """Store a batch that schemas.parse_batch validated, in one transaction of its own on `engine`
-    (the app's write engine); None when the run is not stored. No ORM objects: the run is one Core
+def ingest_parsed(engine: Engine, run_id: str, parsed: Parsed) -> IngestResult | None:
+    """Store a batch that rows.parse validated, in one transaction of its own on `engine` (the
+    app's write engine); None when the run is not stored. No ORM objects: the run is one Core
     row, the batch a handful of bulk statements."""
-    return ingest_together(engine, [(run_id, records, sites)])[0]
+    return ingest_together(engine, [(run_id, parsed)])[0]
 
 
 def ingest_together(engine: Engine, batches: Sequence[Batch]) -> list[IngestResult | None]:
@@ -118,7 +110,7 @@ def ingest_together(engine: Engine, batches: Sequence[Batch]) -> list[IngestResu
     burst of small batches cheap (see routes/ingest.py)."""
     results: list[IngestResult | None] = [None] * len(batches)
     by_run: dict[str, list[int]] = {}
-    for i, (run_id, _, _) in enumerate(batches):
+    for i, (run_id, _) in enumerate(batches):
         by_run.setdefault(run_id, []).append(i)
     with engine.begin() as connection:
         for run_id in sorted(by_run):  # concurrent transactions lock runs in one order
@@ -126,10 +118,10 @@ def ingest_together(engine: Engine, batches: Sequence[Batch]) -> list[IngestResu
             if run is None:
                 continue
             members = by_run[run_id]
-            records = [r for i in members for r in batches[i][1]]
-            sites = [s for i in members for s in batches[i][2]]
-            owners = [i for i in members for _ in batches[i][1]]
-            stored = _store(connection, run.id, Coefficients.for_run(run.model, run.hardware), records, sites)
+            parts = [batches[i][1] for i in members]
+            together = parts[0] if len(parts) == 1 else Parsed.joined(parts)
+            owners = [i for i in members for _ in range(len(batches[i][1]))]
+            stored = _store(connection, run.id, Coefficients.for_run(run.model, run.hardware), together)
             accepted = dict.fromkeys(members, 0)
             for at in stored:
                 accepted[owners[at]] += 1
@@ -147,41 +139,29 @@ def ingest_batch(session: Session, run: Run, records: Iterable[IntervalRecord | 
     dicts = RECORDS.validate_python({"intervals": [r.model_dump() if isinstance(r, BaseModel) else r for r in listed]})[
         "intervals"
     ]  # every key present, as parse_batch gives them
-    result = store_records(session.connection(), run.id, coefficients(run), dicts, check_records(dicts))
+    result = store_records(session.connection(), run.id, coefficients(run), parsed_records(dicts))
     session.commit()
     return result
 
 
-def store_records(
-    connection: Connection,
-    run_pk: int,
-    c: Coefficients,
-    records: Sequence[Record],
-    sites: Sequence[Mapping[str, int]],
-) -> IngestResult:
-    """Store the checked records (with their sync sites) whose (rank, interval) is new for the run;
-    feed only the new ones to the aggregates. The caller commits.
+def store_records(connection: Connection, run_pk: int, c: Coefficients, parsed: Parsed) -> IngestResult:
+    """Store the checked records whose (rank, interval) is new for the run; feed only the new ones
+    to the aggregates. The caller commits.
 
     A key already stored (or repeated inside the batch) counts as a duplicate and the stored row is
     left untouched, so a spool replay after a lost response never changes or doubles data.
     """
-    accepted = len(_store(connection, run_pk, c, records, sites))
-    return IngestResult(accepted=accepted, duplicates=len(records) - accepted)
+    accepted = len(_store(connection, run_pk, c, parsed))
+    return IngestResult(accepted=accepted, duplicates=len(parsed) - accepted)
 
 
-def _store(
-    connection: Connection,
-    run_pk: int,
-    c: Coefficients,
-    records: Sequence[Record],
-    sites: Sequence[Mapping[str, int]],
-) -> list[int]:
-    """store_records' work; the positions in `records` of the records stored."""
+def _store(connection: Connection, run_pk: int, c: Coefficients, parsed: Parsed) -> list[int]:
+    """store_records' work; the positions in `parsed` of the records stored."""
     first: dict[Key, int] = {}
-    for i, r in enumerate(records):
-        first.setdefault((r["interval"], r["rank"]), i)
+    for i in range(len(parsed)):
+        first.setdefault(parsed.key(i), i)
     keys = sorted(first)  # concurrent batches take index locks in one order
-    rows = [interval_row(run_pk, records[first[key]]) for key in keys]
+    rows = [parsed.row(run_pk, first[key]) for key in keys]
     inserted = write(connection, "intervals", "insert_new", rows)
     if not inserted:
         return []
@@ -191,9 +171,10 @@ def _store(
     details = []
     for key, _ in new:
         at = first[key]
-        for site, count in sites[at].items():
+        sites = parsed.sites[at]
+        for site, count in sites.items():
             run_sites[site] = run_sites.get(site, 0) + count
-        details.append((new_ids[key], histograms_json(records[at]), to_json(sites[at]).decode()))
+        details.append((new_ids[key], parsed.histograms[at], _SITES.encode(sites).decode()))
     write(connection, "interval_details", "insert", details)
     store_aggregates(connection, run_pk, c, [row for _, row in new], run_sites)
     connection.execute(update(_RUNS).where(_RUNS.c.id == run_pk).values(updated_at=_now()))

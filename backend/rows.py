@@ -1,16 +1,18 @@
-"""The interval table's row layout: a validated wire record (a dict, as schemas.parse_batch
-returns it) as one row tuple (ROW_COLUMNS order), read field by field from its place on the wire
-as the catalogue says."""
+"""The interval table's row layout: a validated wire record (a RecordStruct, as
+schemas.decode_batch returns it, or a dict, as schemas.parse_batch does) as one row tuple
+(ROW_COLUMNS order), read field by field from its place on the wire as the catalogue says; and a
+whole batch as `Parsed`, what ingest stores."""
 
 import json
 import operator
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import msgspec
 from pydantic_core import to_json
 
 from packscope.backend.models import intervals
-from packscope.backend.schemas import Record
+from packscope.backend.schemas import Record, check_records, decode_batch, parse_batch
 from packscope.core.catalogue import FIELDS, Field
 
 
@@ -65,3 +67,89 @@ def histograms_json(r: Record) -> str:
 
 def row_key(row: Sequence[Any]) -> Key:
     return row[COLUMN_AT["interval"]], row[COLUMN_AT["rank"]]
+
+
+# -- a batch, ready to store ----------------------------------------------------------------------
+assert ROW_COLUMNS[0] == "run_pk"  # Parsed.values holds the rest, run_pk is known when it is stored
+
+
+def _values_function() -> Callable[[Any], tuple[Any, ...]]:
+    """A function of a RecordStruct giving its ROW_COLUMNS values after run_pk, built once from
+    the catalogue as one tuple expression: no Python work per field beyond an attribute load."""
+    parents = sorted({f.wire_path[:-1] for f in FIELDS if len(f.wire_path) > 1})
+    optional = [p for p in parents if not all(f.required for f in FIELDS if f.wire_path[:-1] == p)]
+    by_column = {f.name: f.wire_path for f in FIELDS}
+
+    def expression(name: str) -> str:
+        if name in ("channel_loss", "channel_tokens"):
+            return f"_json_text(r.{name})"
+        path = by_column[name]
+        if path[:-1] in optional:  # an optional object (gpu): None when it is missing
+            holder = "_".join(path[:-1])
+            return f"(None if {holder} is None else {holder}.{path[-1]})"
+        return "r." + ".".join(path)
+
+    lines = [f"    {'_'.join(p)} = r.{'.'.join(p)}" for p in optional]
+    body = ", ".join(expression(name) for name in ROW_COLUMNS[1:])
+    source = "def values(r):\n" + "".join(line + "\n" for line in lines) + f"    return ({body},)\n"
+    namespace: dict[str, Any] = {"_json_text": _json_text}
+    exec(compile(source, "<rows.values>", "exec"), namespace)  # generated from the catalogue
+    return namespace["values"]
+
+
+_STRUCT_VALUES = _values_function()
+_HISTOGRAMS = msgspec.json.Encoder()
+_GET_KEY = operator.itemgetter(COLUMN_AT["interval"] - 1, COLUMN_AT["rank"] - 1)
+
+
+class Parsed:
+    """A validated batch: per record, its row values after run_pk (ROW_COLUMNS[1:] order), its
+    length histograms as the JSON text interval_details stores, and its sync sites {site: count}."""
+
+    __slots__ = ("histograms", "sites", "values")
+
+    def __init__(self, values: list[tuple[Any, ...]], histograms: list[str], sites: list[Mapping[str, int]]) -> None:
+        self.values, self.histograms, self.sites = values, histograms, sites
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    def key(self, at: int) -> Key:
+        return _GET_KEY(self.values[at])
+
+    def row(self, run_pk: int, at: int) -> tuple[Any, ...]:
+        return (run_pk, *self.values[at])
+
+    @classmethod
+    def joined(cls, parts: Sequence["Parsed"]) -> "Parsed":
+        return cls(
+            [v for p in parts for v in p.values],
+            [h for p in parts for h in p.histograms],
+            [s for p in parts for s in p.sites],
+        )
+
+    @classmethod
+    def from_records(cls, records: Sequence[Record], sites: Sequence[Mapping[str, int]]) -> "Parsed":
+        """From records that check_records passed (dicts, as parse_batch gives them)."""
+        return cls([interval_row(0, r)[1:] for r in records], [histograms_json(r) for r in records], list(sites))
+
+
+def parse(body: bytes) -> Parsed:
+    """A raw JSON batch validated and laid out as rows: msgspec's typed decode when the batch is
+    clean (schemas.decode_batch), parse_batch otherwise, which raises pydantic's ValidationError
+    naming every problem (locations rooted at the batch: ("intervals", i, ...))."""
+    records = decode_batch(body)
+    if records is None:
+        return Parsed.from_records(*parse_batch(body))
+    encode = _HISTOGRAMS.encode
+    return Parsed(
+        [_STRUCT_VALUES(r) for r in records],
+        [encode(r.histograms).decode() for r in records],
+        [{s.site: s.count for s in r.syncs.sites} for r in records],
+    )
+
+
+def parsed_records(records: Sequence[Record]) -> Parsed:
+    """Records built in Python (dicts with every key, as parse_batch gives them), checked as the
+    route checks them (check_records raises pydantic's ValidationError)."""
+    return Parsed.from_records(records, check_records(records))

@@ -3,7 +3,7 @@
 * ingest: interval rows/s through a real uvicorn server on 127.0.0.1, batches of 64, with 1 and
   with 8 concurrent senders (8 ranks of one run), and the server's CPU time per row (from
   /proc/<pid>/stat before and after); and in this process, the CPU time per row of validating
-  raw batches (parse_batch) and of storing them (ingest_parsed, as the route does), apart from HTTP;
+  raw batches (rows.parse) and of storing them (ingest_parsed, as the route does), apart from HTTP;
 * reads on runs of --intervals sizes (rows generated in-process through the ingest function,
   not over HTTP): series (max_points=1000) p50/p95, run page data (summary + series + sync sites)
   p50, sync sites p50, runs list of 200 runs p50, CSV export rows/s.
@@ -38,6 +38,7 @@ import httpx
 from packscope.backend.db import WRITES, make_engine, make_sessionmaker, upgrade_schema
 from packscope.backend.ingest import ingest_batch, ingest_parsed
 from packscope.backend.queries import get_run
+from packscope.backend.rows import parse
 from packscope.backend.schemas import parse_batch
 from packscope.core.histograms import NUM_BUCKETS
 
@@ -154,7 +155,7 @@ def fill_run(make_session: Any, http: httpx.Client, run_id: str, intervals: int)
 
 
 def ingest_in_process(engine: Any, http: httpx.Client, batches: int) -> dict[str, Any]:
-    """CPU seconds per row of validating raw batches of 64 (parse_batch) and storing them
+    """CPU seconds per row of validating raw batches of 64 (rows.parse) and storing them
     (ingest_parsed, one transaction each), in this process: what the route spends per row without
     HTTP, and steadier than wall time on a busy machine."""
     run_id = "in-process"
@@ -166,10 +167,10 @@ def ingest_in_process(engine: Any, http: httpx.Client, batches: int) -> dict[str
     ]
     writes = engine.execution_options(**{WRITES: True})
     cpu0 = time.process_time()
-    validated = [parse_batch(body) for body in bodies]
+    validated = [parse(body) for body in bodies]
     cpu1 = time.process_time()
-    for records, sites in validated:
-        assert ingest_parsed(writes, run_id, records, sites) is not None
+    for parsed in validated:
+        assert ingest_parsed(writes, run_id, parsed) is not None
     cpu2 = time.process_time()
     rows = batches * BATCH
     return {

@@ -12,7 +12,8 @@ from pydantic import TypeAdapter, ValidationError
 from packscope.backend.deps import SessionDep, require_ingest_token, run_not_found, run_or_404
 from packscope.backend.ingest import ModelConflict, create_or_resume_run, patch_run
 from packscope.backend.queries import run_summary
-from packscope.backend.schemas import IngestResult, IntervalBatch, RunCreate, RunPatch, RunSummary, parse_batch
+from packscope.backend.rows import parse
+from packscope.backend.schemas import IngestResult, IntervalBatch, RunCreate, RunPatch, RunSummary
 
 
 def _too_large(limit: int) -> HTTPException:
@@ -111,18 +112,19 @@ _BATCH = TypeAdapter(IntervalBatch)
 
 @router.post("/runs/{run_id}/intervals", response_model=IngestResult)
 async def post_intervals(run_id: str, request: Request) -> Response:
-    # The hot path, kept lean: the raw body is validated once into plain dicts (schemas.parse_batch)
-    # before it queues for the database; batches queued together are stored together in one
-    # worker-thread call on a Core connection (ingest.ingest_together, no session, no ORM objects),
-    # and the answer is written without a response model pass.
+    # The hot path, kept lean: the raw body is validated once and laid out as rows (rows.parse:
+    # msgspec structs, or pydantic's dicts for a batch it refuses, whose errors it names) before it
+    # queues for the database; batches queued together are stored together in one worker-thread
+    # call on a Core connection (ingest.ingest_together, no session, no ORM objects), and the
+    # answer is written without a response model pass.
     try:
-        records, sites = parse_batch(await request.body())
+        parsed = parse(await request.body())
     except ValidationError as exc:
         # The same 422 body FastAPI gives (the app's handler trims echoed input), rooted at "body".
         raise RequestValidationError(
             [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
         ) from None
-    result = await request.app.state.batches.submit((run_id, records, sites))
+    result = await request.app.state.batches.submit((run_id, parsed))
     if result is None:
         raise run_not_found(run_id)
     return Response(result.model_dump_json(), media_type="application/json")

@@ -113,16 +113,16 @@ def test_batches_stored_together_are_answered_as_if_stored_one_after_another(
 ):
     from packscope.backend.db import WRITES
     from packscope.backend.ingest import ingest_together
-    from packscope.backend.schemas import check_records
+    from packscope.backend.rows import parsed_records
 
     client = make_client(database_url)
     assert client.post("/api/v1/runs", json=new_run()).status_code == 201
     assert client.post("/api/v1/runs", json=new_run("run-2")).status_code == 201
     first, changed = records(8, seed=1), records(8, seed=2)  # the same keys with other numbers
 
-    def batch(run_id: str, recs: list[dict[str, Any]]) -> tuple[str, list[dict[str, Any]], list[dict[str, int]]]:
+    def batch(run_id: str, recs: list[dict[str, Any]]) -> tuple[str, Any]:
         copies = [{**r, "gpu": None, "channel_loss": None, "channel_tokens": None} for r in recs]
-        return run_id, copies, check_records(copies)
+        return run_id, parsed_records(copies)
 
     engine = client.app.state.engine.execution_options(**{WRITES: True})
     results = ingest_together(
