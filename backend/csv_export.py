@@ -5,11 +5,15 @@ Both databases write the same text. Numbers are written as PostgreSQL writes the
 extra_float_digits > 0): integers as digits; floats in their shortest form that reads back
 exactly, in fixed notation for decimal exponents -4 to 14 with no trailing ".0" (``650``,
 ``0.25``, ``0.0001``) and as ``d.ddde±XX`` otherwise (``1e-05``, ``2.5e+15``); NULL (and an
-undefined metric) is an empty cell. channel_loss and channel_tokens are their stored JSON text,
+undefined metric, and one that overflows a double) is an empty cell; one that underflows is 0 or
+a subnormal, as IEEE doubles give it. channel_loss and channel_tokens are their stored JSON text,
 quoted as CSV quotes it (when it holds a comma, a quote or a line break).
 
-* PostgreSQL computes the derived columns (the catalogue's formulas as float8 SQL) and formats
-  every row itself (``COPY … TO STDOUT``): no Python work per value.
+* PostgreSQL computes the derived columns (the catalogue's formulas as float8 SQL, each sum once
+  per row) and formats every row itself (``COPY … TO STDOUT``): no Python work per value. Its
+  float8 arithmetic raises where IEEE doubles overflow or underflow to 0, so it computes only
+  rows whose stored floats lie in a range proven safe for the run (_float_range, in practice
+  every real row); any other row comes back marked and is made again by the SQLite path's code.
 * SQLite: columns are read in chunks through the raw sqlite3 cursor, the derived columns computed
   per chunk with numpy (backend/columns.py, the same IEEE operations in the same order as the
   SQL), and each chunk formatted as a whole: numbers become bytes in a NUL-padded matrix
@@ -29,7 +33,7 @@ from sqlalchemy.orm import Session
 from packscope.backend.columns import derive_columns, sums_per_row
 from packscope.backend.models import Run
 from packscope.backend.queries import CSV_COLUMNS, CSV_DERIVED_COLUMNS, CSV_RAW_COLUMNS, coefficients
-from packscope.core.catalogue import FIELD, SUM_FIELDS, SUMS, Coefficients, evaluate
+from packscope.core.catalogue import FIELD, FIELDS, SUM_FIELDS, SUMS, Coefficients, Sum, evaluate
 
 CSV_CHUNK_ROWS = 10_000  # rows per piece of the response: bounded memory (a few MB), few round trips
 _COPY_PIECE_ROWS = 2000  # PostgreSQL's pieces: nothing to amortize per piece, smaller buffers are cheaper
@@ -98,42 +102,195 @@ class _SqlOps:
         return _Sql(f"({_Sql.of(num).text} / NULLIF({_Sql.of(den).text}, 0))")
 
 
-def _derived_sql(c: Coefficients) -> list[str]:
-    """The derived columns as float8 SQL over one intervals row (columns.sums_per_row's sums)."""
-    sums = {}
-    for s in SUMS:
+# Every intermediate value of the derived columns must stay inside these magnitudes for
+# PostgreSQL to compute a row: float8 arithmetic there raises on overflow and on underflow to 0
+# (numpy and the SQLite path return inf or 0 and go on). Rows whose stored values could leave
+# them are computed by the SQLite path's numpy code instead (_recompute), so both write the same.
+_SAFE_LOW, _SAFE_HIGH = 1e-300, 1e300
+# The stored floats a row may hold (besides 0 and NULL) for PostgreSQL to compute it: the widest
+# of these that _Bound's analysis proves safe for the run's coefficients.
+_FLOAT_RANGES = ((1e-100, 1e100), (1e-30, 1e30), (1e-8, 1e8))
+
+
+class _Bound:
+    """Bounds on |x| over the nonzero values x an expression can take (0 never overflows nor
+    underflows); `bad` once any intermediate value may leave [_SAFE_LOW, _SAFE_HIGH]."""
+
+    def __init__(self, low: float, high: float, bad: bool = False) -> None:
+        self.low, self.high = low, high
+        self.bad = bad or (high > 0 and not (low >= _SAFE_LOW and high <= _SAFE_HIGH))
+
+    @staticmethod
+    def of(value: Any) -> _Bound:
+        if isinstance(value, _Bound):
+            return value
+        a = abs(float(value))
+        return _Bound(a, a) if a else _NO_VALUE
+
+    def _mul(self, o: _Bound) -> _Bound:
+        if self.high == 0 or o.high == 0:
+            return _Bound(math.inf, 0.0, self.bad or o.bad)
+        return _Bound(self.low * o.low, self.high * o.high, self.bad or o.bad)
+
+    def _div(self, o: _Bound) -> _Bound:
+        if o.high == 0 or self.high == 0:  # x / NULL is NULL, 0 / x is 0: nothing to check
+            return _Bound(math.inf, 0.0, self.bad or o.bad)
+        if o.low == 0:
+            return _Bound(0.0, math.inf, True)
+        return _Bound(self.low / o.high, self.high / o.low, self.bad or o.bad)
+
+    def _add(self, o: _Bound) -> _Bound:
+        # A nonzero sum or difference of two doubles is at least the smaller one's spacing.
+        return _Bound(min(self.low, o.low) * 2.0**-53, self.high + o.high, self.bad or o.bad)
+
+    def __add__(self, o: Any) -> _Bound:
+        return self._add(_Bound.of(o))
+
+    __radd__ = __sub__ = __rsub__ = __add__
+
+    def __mul__(self, o: Any) -> _Bound:
+        return self._mul(_Bound.of(o))
+
+    __rmul__ = __mul__
+
+    def __truediv__(self, o: Any) -> _Bound:
+        return self._div(_Bound.of(o))
+
+    def __rtruediv__(self, o: Any) -> _Bound:
+        return _Bound.of(o)._div(self)
+
+
+_NO_VALUE = _Bound(math.inf, 0.0)  # an expression that is always 0 or NULL
+
+
+class _BoundOps:
+    @staticmethod
+    def ratio(num: Any, den: Any) -> _Bound:
+        return _Bound.of(num) / _Bound.of(den)
+
+
+class _Uses(dict[str, Any]):
+    """The sums a formula reads, recorded as it reads them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.read: set[str] = set()
+
+    def __missing__(self, key: str) -> _Bound:
+        self.read.add(key)
+        return _Bound(1.0, 1.0)
+
+
+_FLOAT_FIELDS = frozenset(f.name for f in FIELDS if f.kind == "float")
+
+
+def _float_range(c: Coefficients, sums: list[Sum]) -> tuple[float, float] | None:
+    """The widest of _FLOAT_RANGES over which PostgreSQL computes every derived column of a row
+    without leaving [_SAFE_LOW, _SAFE_HIGH], or None when even the narrowest is not safe."""
+    for low, high in _FLOAT_RANGES:
+        bounds = {}
+        for s in sums:
+            value = _Bound(1.0, 1.0)
+            for name in s.of:
+                f = FIELD[name]
+                value = value * (_Bound(low, min(high, f.upper)) if f.kind == "float" else _Bound(1.0, f.upper))
+            bounds[s.name] = value
+        if not any(v.bad for v in evaluate(bounds, c, _BoundOps(), CSV_DERIVED_COLUMNS).values()):
+            return low, high
+    return None
+
+
+def _copy_sql(run_pk: int, c: Coefficients) -> str:
+    """COPY's query: the raw cells, then the derived columns as float8 SQL. The inner query
+    computes each sum the formulas read once per row (a stored float outside the safe range
+    makes its sum NaN: nothing can raise), the outer one the formulas; a row with a NaN sum ends
+    with the cell NaN, which no other row can end with (its last column is finite or NULL)."""
+    uses = _Uses()
+    evaluate(uses, c, _BoundOps(), CSV_DERIVED_COLUMNS)
+    sums = [s for s in SUMS if s.name in uses.read]
+    safe = _float_range(c, sums)
+    raw = [f"{name}::text AS {name}" if name in _CHANNELS else name for name in CSV_RAW_COLUMNS]
+    inner = []
+    for s in sums:
         value = _Sql(f"{s.of[0]}::float8")
         for name in s.of[1:]:
             value = value * _Sql(f"{name}::float8")
+        checks = (
+            [f"{name} = 0 OR abs({name}) BETWEEN {safe[0]!r} AND {safe[1]!r}" for name in s.of if name in _FLOAT_FIELDS]
+            if safe
+            else []
+        )
+        text = value.text
+        if checks:
+            text = f"CASE WHEN ({') AND ('.join(checks)}) THEN {text} ELSE 'NaN'::float8 END"
         if s.present is not None:
-            value = _Sql(f"(CASE WHEN {s.present} IS NULL THEN 0::float8 ELSE {value.text} END)")
-        sums[s.name] = value
-    return [_Sql.of(v).text for v in evaluate(sums, c, _SqlOps(), CSV_DERIVED_COLUMNS).values()]
+            text = f"CASE WHEN {s.present} IS NULL THEN 0::float8 ELSE {text} END"
+        inner.append(f"{text} AS s_{s.name}")
+    nan_sums = [f"s_{s.name} = 'NaN'::float8" for s in sums if any(name in _FLOAT_FIELDS for name in s.of)]
+    if safe is None:  # no row is computed here
+        derived = ["NULL::float8"] * (len(CSV_DERIVED_COLUMNS) - 1) + ["'NaN'::float8"]
+    else:
+        refs = {s.name: _Sql(f"s_{s.name}") for s in sums}
+        derived = [_Sql.of(v).text for v in evaluate(refs, c, _SqlOps(), CSV_DERIVED_COLUMNS).values()]
+        if nan_sums:
+            derived[-1] = f"CASE WHEN {' OR '.join(nan_sums)} THEN 'NaN'::float8 ELSE {derived[-1]} END"
+    return (
+        f"SELECT {', '.join([*CSV_RAW_COLUMNS, *derived])} FROM ("
+        f"SELECT {', '.join(raw + inner)} FROM intervals WHERE run_pk = {int(run_pk)}"
+        " ORDER BY interval, rank OFFSET 0) AS row_sums"
+    )
 
 
 def _csv_by_copy(session: Session, run: Run) -> Iterator[str]:
-    raw = [f"{name}::text" if name in _CHANNELS else name for name in CSV_RAW_COLUMNS]
-    sql = (
-        f"SELECT {', '.join(raw + _derived_sql(coefficients(run)))} FROM intervals"
-        f" WHERE run_pk = {int(run.id)} ORDER BY interval, rank"
-    )
+    c = coefficients(run)
     cursor = session.connection().connection.driver_connection.cursor()  # type: ignore[union-attr]
     cursor.execute("SET LOCAL extra_float_digits = 1")  # shortest exact floats, whatever the server's default
     piece_rows = min(CSV_CHUNK_ROWS, _COPY_PIECE_ROWS)
-    with cursor.copy(f"COPY ({sql}) TO STDOUT WITH (FORMAT csv)") as copy:
+    with cursor.copy(f"COPY ({_copy_sql(run.id, c)}) TO STDOUT WITH (FORMAT csv)") as copy:
         pieces: list[bytes] = []
+        redo: list[int] = []
         for row in copy:  # one row per message
-            pieces.append(bytes(row))  # a copy frees the message's buffer at once: cheaper than holding it
+            line = bytes(row)  # a copy frees the message's buffer at once: cheaper than holding it
+            if line.endswith(b"NaN\n"):
+                redo.append(len(pieces))
+            pieces.append(line)
             if len(pieces) == piece_rows:
-                yield b"".join(pieces).decode()
+                yield _piece(pieces, redo, c)
                 pieces.clear()
+                redo.clear()
         if pieces:
-            yield b"".join(pieces).decode()
+            yield _piece(pieces, redo, c)
+
+
+def _piece(lines: list[bytes], redo: list[int], c: Coefficients) -> str:
+    if redo:
+        for at, line in zip(redo, _recompute([lines[i] for i in redo], c), strict=True):
+            lines[at] = line
+    return b"".join(lines).decode()
+
+
+def _recompute(lines: list[bytes], c: Coefficients) -> list[bytes]:
+    """Rows PostgreSQL left to us (a stored value outside its safe range), each made again from
+    its own raw cells by the SQLite path's code: the same text SQLite writes for them."""
+    rows = []
+    for line in lines:
+        *cells, rest = line.decode().split(",", len(_NUMERIC))
+        channels = rest.rsplit(",", len(CSV_DERIVED_COLUMNS))[0]
+        values = [
+            int(cell) if kind == "int" else (float(cell) if cell else None)
+            for kind, cell in zip(_KINDS, cells, strict=True)
+        ]
+        rows.append((*values, channels))
+    return [line.encode() + b"\n" for line in _chunk_rows(rows, c)]
 
 
 # -- SQLite ---------------------------------------------------------------------------------------
+_JOINED = " || ',' || "
+
+
 def _sqlite_query(run_pk: int) -> str:
-    """The numeric fields as stored, then the channel columns as CSV cells (quoted when needed)."""
+    """The numeric fields as stored, then the two channel columns as CSV cells (quoted when
+    needed) joined by a comma into one text."""
     cells = []
     for name in _CHANNELS:
         needs_quotes = " OR ".join(f"instr({name}, {ch}) > 0" for ch in ("','", "'\"'", "char(10)", "char(13)"))
@@ -142,7 +299,8 @@ def _sqlite_query(run_pk: int) -> str:
             f" THEN '\"' || replace({name}, '\"', '\"\"') || '\"' ELSE {name} END"
         )
     return (
-        f"SELECT {', '.join((*_NUMERIC, *cells))} FROM intervals WHERE run_pk = {int(run_pk)} ORDER BY interval, rank"
+        f"SELECT {', '.join(_NUMERIC)}, {_JOINED.join(f'({cell})' for cell in cells)}"
+        f" FROM intervals WHERE run_pk = {int(run_pk)} ORDER BY interval, rank"
     )
 
 
@@ -163,7 +321,12 @@ _SUM_AT = {name: _NUMERIC.index(name) for name in SUM_FIELDS}
 
 
 def _chunk_text(rows: list[tuple[Any, ...]], c: Coefficients) -> str:
-    """CSV rows for one chunk of (numeric fields..., channel_loss cell, channel_tokens cell) tuples."""
+    """CSV rows for one chunk of (numeric fields..., "channel_loss cell,channel_tokens cell") tuples."""
+    return "\n".join(_chunk_rows(rows, c)) + "\n"
+
+
+def _chunk_rows(rows: list[tuple[Any, ...]], c: Coefficients) -> list[str]:
+    """_chunk_text's rows, each without its newline."""
     columns = list(zip(*rows, strict=True))
     values: dict[str, np.ndarray] = {}
     raw: list[np.ndarray] = []
@@ -178,13 +341,13 @@ def _chunk_text(rows: list[tuple[Any, ...]], c: Coefficients) -> str:
             raw.append(float_cells(floats))
             if name in _SUM_AT:
                 values[name] = floats
-    derived = derive_columns(sums_per_row(values), c, CSV_DERIVED_COLUMNS)
+    with np.errstate(over="ignore", under="ignore", invalid="ignore"):  # inf and NaN are empty cells
+        derived = derive_columns(sums_per_row(values), c, CSV_DERIVED_COLUMNS)
     # The numeric block and the derived block of every row, each ended by a newline, then split:
     # the channel cells (already CSV text) go between them.
     text = _squeeze([raw, [float_cells(derived[name]) for name in CSV_DERIVED_COLUMNS]])
     blocks = text.split("\n")
-    loss, tokens = columns[len(_NUMERIC)], columns[len(_NUMERIC) + 1]
-    return "\n".join(map(",".join, zip(blocks[0::2], loss, tokens, blocks[1::2], strict=False))) + "\n"
+    return list(map(",".join, zip(blocks[0::2], columns[len(_NUMERIC)], blocks[1::2], strict=False)))
 
 
 def _squeeze(blocks: list[list[np.ndarray]]) -> str:

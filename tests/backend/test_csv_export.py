@@ -225,3 +225,63 @@ def test_sqlite_and_postgresql_write_the_same_text(sqlite_url, postgres, make_cl
 def test_an_empty_run_is_its_header(client, new_run):
     assert client.post(RUNS, json=new_run()).status_code == 201
     assert client.get(f"{RUNS}/run-1/intervals.csv").text == ",".join(CSV_COLUMNS) + "\n"
+
+
+def _extreme_records(make: Any) -> list[dict[str, Any]]:
+    """Records with stored values at the edges of what the schema accepts, where a derived rate
+    overflows (to inf: an empty cell) or underflows (to 0 or a subnormal) in IEEE doubles, and a
+    plain record between them; PostgreSQL's float8 arithmetic raises on both."""
+    edits: list[dict[str, Any]] = [
+        {"gpu_time_s": 1e-300},  # tokens / GPU-seconds overflows
+        {"gpu_time_s": 1e300, "gpus": 2**31 - 1},  # GPU-seconds overflows: rates are 0
+        {"gpu_time_s": 5e-324},  # the smallest subnormal: step time underflows to 0
+        {"gpu_time_s": 2.2250738585072014e-308},  # the smallest normal: rates overflow
+        {"gpu": {"energy_j": 5e-324, "power_w": 1e300, "util_pct": 100.0}},  # energy per token underflows
+        {"gpu": {"energy_j": 1e300, "power_w": 1e-300}, "loss": -1e300, "lr": -1e300, "grad_norm": 1e300},
+        {"gpu_time_s": 0.0, "gpu": {"energy_j": 0.0}},  # 0/0: empty cells
+        {"host_time_s": 1e300, "step_time_max_s": 1e300, "wall_end": 1e300, "gpu": {"mem_used_bytes": 1e300}},
+        {"wall_start": -1e300, "loss": 5e-324, "gpu_time_s": 1e-100},  # just inside PostgreSQL's range
+        {"gpu_time_s": 9.99e-101},  # just outside it
+        {},
+    ]
+    out = []
+    for i, edit in enumerate(edits):
+        (r,) = make(1, start=i, seed=i)
+        gpu = edit.pop("gpu", None)
+        r.update(edit)
+        if gpu is not None:
+            r["gpu"] = {**(r.get("gpu") or {}), **gpu}
+        out.append(r)
+    return out
+
+
+@pytest.mark.parametrize("peak", [989.0, 1e-300, 1e9])
+def test_extreme_stored_values_export_like_ieee_doubles(database_url, make_client, new_run, records, peak):
+    """Every value the schema accepts exports: a derived metric that overflows is an empty cell
+    (as inf is on SQLite), one that underflows is 0 or a subnormal, on both databases; the
+    stream is never cut short. (PostgreSQL raised 'value out of range' mid-stream before.)"""
+    records = _extreme_records(records)
+    client = make_client(database_url)
+    c = _post_run(client, new_run, records, peak)
+    response = client.get(f"{RUNS}/run-1/intervals.csv")
+    assert response.status_code == 200
+    header, *rows = list(csv.reader(io.StringIO(response.text)))
+    assert header == list(CSV_COLUMNS)
+    want = _expected_rows(records, c)
+    assert len(rows) == len(want)
+    for got, expected in zip(rows, want, strict=True):
+        for name, g, w in zip(CSV_COLUMNS, got, expected, strict=True):
+            assert g == w, (name, got[:2], g, w)
+    at = {name: i for i, name in enumerate(CSV_COLUMNS)}
+    cells = [row[at[name]] for row in rows for name in CSV_DERIVED_COLUMNS]
+    assert "" in cells and "0" in cells  # overflows and underflows were met
+
+
+@pytest.mark.postgres
+def test_extreme_values_same_text_on_both_databases(sqlite_url, postgres, make_client, new_run, records):
+    texts = []
+    for url in (sqlite_url, postgres):
+        client = make_client(url)
+        _post_run(client, new_run, _extreme_records(records), 989.0)
+        texts.append(client.get(f"{RUNS}/run-1/intervals.csv").text)
+    assert texts[0] == texts[1]
