@@ -5,13 +5,17 @@ are new), their details, and the rollups, run totals and run sync sites that onl
 feed, each upserted once per touched key so a replay never double-counts.
 """
 
-from collections.abc import Iterable, Sequence
+import functools
+import json
+from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
-from typing import cast
+from typing import Any, cast
 
 import msgspec
 from pydantic import BaseModel
-from sqlalchemy import Connection, Engine, Table, bindparam, select, update
+from sqlalchemy import Connection, Engine, Table
+from sqlalchemy.dialects import sqlite
+from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
@@ -20,7 +24,7 @@ from packscope.backend.models import Run
 from packscope.backend.queries import coefficients, get_run
 from packscope.backend.rows import Key, Parsed, parsed_records
 from packscope.backend.schemas import RECORDS, IngestResult, IntervalRecord, Record, RunCreate, RunPatch
-from packscope.backend.writes import write
+from packscope.backend.writes import driver_of, write
 from packscope.core.catalogue import Coefficients
 
 _SITES = msgspec.json.Encoder()  # {site: count} as interval_details stores it
@@ -89,7 +93,32 @@ def patch_run(session: Session, run: Run, body: RunPatch) -> Run:
 
 # -- one batch ------------------------------------------------------------------------------------
 _RUNS = cast(Table, Run.__table__)
-_RUN_OF_ID = select(_RUNS.c.id, _RUNS.c.model, _RUNS.c.hardware).where(_RUNS.c.run_id == bindparam("run_id"))
+# The run of a batch and its update: two statements per batch in the driver's own SQL (through
+# SQLAlchemy's exec_driver_sql, which keeps its error handling, without compiling anything per
+# call). The model and hardware come as their JSON text, the key of their cached coefficients.
+_RUN_SQL = {
+    "sqlite": (
+        "SELECT id, model, hardware FROM runs WHERE run_id = ?",
+        "UPDATE runs SET updated_at = ? WHERE id = ?",
+    ),
+    "postgresql": (
+        "SELECT id, model::text, hardware::text FROM runs WHERE run_id = %s",
+        "UPDATE runs SET updated_at = %s WHERE id = %s",
+    ),
+}
+
+
+@functools.lru_cache(maxsize=1024)
+def _coefficients(model: str, hardware: str) -> Coefficients:
+    return Coefficients.for_run(json.loads(model), json.loads(hardware))
+
+
+@functools.cache
+def _as_stored_time(database: str) -> Callable[[datetime], Any]:
+    """A datetime as SQLAlchemy's DateTime column binds it for this database (SQLite: its text)."""
+    dialect = {"sqlite": sqlite.dialect, "postgresql": PGDialect_psycopg}[database]()
+    process = _RUNS.c.updated_at.type.dialect_impl(dialect).bind_processor(dialect)
+    return process or (lambda value: value)
 
 
 Batch = tuple[str, Parsed]  # (run_id, its validated records)
@@ -113,15 +142,18 @@ def ingest_together(engine: Engine, batches: Sequence[Batch]) -> list[IngestResu
     for i, (run_id, _) in enumerate(batches):
         by_run.setdefault(run_id, []).append(i)
     with engine.begin() as connection:
+        database = driver_of(connection)
+        select_run, _ = _RUN_SQL[database]
         for run_id in sorted(by_run):  # concurrent transactions lock runs in one order
-            run = connection.execute(_RUN_OF_ID, {"run_id": run_id}).first()
+            run = connection.exec_driver_sql(select_run, (run_id,)).first()
             if run is None:
                 continue
+            run_pk, model, hardware = run
             members = by_run[run_id]
             parts = [batches[i][1] for i in members]
             together = parts[0] if len(parts) == 1 else Parsed.joined(parts)
             owners = [i for i in members for _ in range(len(batches[i][1]))]
-            stored = _store(connection, run.id, Coefficients.for_run(run.model, run.hardware), together)
+            stored = _store(connection, run_pk, _coefficients(model, hardware), together)
             accepted = dict.fromkeys(members, 0)
             for at in stored:
                 accepted[owners[at]] += 1
@@ -177,5 +209,6 @@ def _store(connection: Connection, run_pk: int, c: Coefficients, parsed: Parsed)
         details.append((new_ids[key], parsed.histograms[at], _SITES.encode(sites).decode()))
     write(connection, "interval_details", "insert", details)
     store_aggregates(connection, run_pk, c, [row for _, row in new], run_sites)
-    connection.execute(update(_RUNS).where(_RUNS.c.id == run_pk).values(updated_at=_now()))
+    database = driver_of(connection)
+    connection.exec_driver_sql(_RUN_SQL[database][1], (_as_stored_time(database)(_now()), run_pk))
     return [first[key] for key, _ in new]

@@ -70,7 +70,8 @@ _DRIVER_DIALECTS: dict[str, Callable[[], Dialect]] = {
 }
 
 
-def _driver_of(connection: Connection) -> str:
+def driver_of(connection: Connection) -> str:
+    """'sqlite' or 'postgresql': the database whose driver's own SQL the statements here are."""
     dialect = connection.dialect
     if (dialect.name, dialect.driver) not in (("sqlite", "pysqlite"), ("postgresql", "psycopg")):
         raise RuntimeError(f"unsupported driver {dialect.name}+{dialect.driver}; use sqlite or postgresql+psycopg")
@@ -114,7 +115,7 @@ _SQLITE_ROWS = 32766 // len(ROW_COLUMNS)
 
 def write(connection: Connection, table_name: str, action: Action, rows: Sequence[Sequence[Any]]) -> list[Any]:
     """Write `rows` (tuples of `_WRITTEN` columns) in one statement per chunk; the RETURNING rows."""
-    database = _driver_of(connection)
+    database = driver_of(connection)
     if database == "postgresql":
         document = to_json(rows, inf_nan_mode="strings").decode()
         result = connection.exec_driver_sql(_statement(database, table_name, action), (document,))
