@@ -201,50 +201,51 @@ def _float_range(c: Coefficients, sums: list[Sum]) -> tuple[float, float] | None
 
 
 def _copy_sql(run_pk: int, c: Coefficients) -> str:
-    """COPY's query: the raw cells, then the derived columns as float8 SQL. The inner query
-    computes each sum the formulas read once per row (a stored float outside the safe range
-    makes its sum NaN: nothing can raise), the outer one the formulas; a row with a NaN sum ends
-    with the cell NaN, which no other row can end with (its last column is finite or NULL)."""
+    """COPY's query: the raw cells, then the derived columns as float8 SQL. A stored float
+    outside the range proven safe reads as NaN in the formulas (nothing can raise), and such a
+    row ends with the cell NaN, which no other row can end with (its last column is finite or
+    NULL): _csv_by_copy makes those rows again."""
     uses = _Uses()
     evaluate(uses, c, _BoundOps(), CSV_DERIVED_COLUMNS)
     sums = [s for s in SUMS if s.name in uses.read]
     safe = _float_range(c, sums)
-    raw = [f"{name}::text AS {name}" if name in _CHANNELS else name for name in CSV_RAW_COLUMNS]
-    inner = []
-    for s in sums:
-        value = _Sql(f"{s.of[0]}::float8")
-        for name in s.of[1:]:
-            value = value * _Sql(f"{name}::float8")
-        checks = (
-            [f"{name} = 0 OR abs({name}) BETWEEN {safe[0]!r} AND {safe[1]!r}" for name in s.of if name in _FLOAT_FIELDS]
-            if safe
-            else []
-        )
-        text = value.text
-        if checks:
-            text = f"CASE WHEN ({') AND ('.join(checks)}) THEN {text} ELSE 'NaN'::float8 END"
-        if s.present is not None:
-            text = f"CASE WHEN {s.present} IS NULL THEN 0::float8 ELSE {text} END"
-        inner.append(f"{text} AS s_{s.name}")
-    nan_sums = [f"s_{s.name} = 'NaN'::float8" for s in sums if any(name in _FLOAT_FIELDS for name in s.of)]
+    order = f"FROM intervals WHERE run_pk = {int(run_pk)} ORDER BY interval, rank"
+    raw = [f"{name}::text" if name in _CHANNELS else name for name in CSV_RAW_COLUMNS]
     if safe is None:  # no row is computed here
         derived = ["NULL::float8"] * (len(CSV_DERIVED_COLUMNS) - 1) + ["'NaN'::float8"]
-    else:
-        refs = {s.name: _Sql(f"s_{s.name}") for s in sums}
-        derived = [_Sql.of(v).text for v in evaluate(refs, c, _SqlOps(), CSV_DERIVED_COLUMNS).values()]
-        if nan_sums:
-            derived[-1] = f"CASE WHEN {' OR '.join(nan_sums)} THEN 'NaN'::float8 ELSE {derived[-1]} END"
-    return (
-        f"SELECT {', '.join([*CSV_RAW_COLUMNS, *derived])} FROM ("
-        f"SELECT {', '.join(raw + inner)} FROM intervals WHERE run_pk = {int(run_pk)}"
-        " ORDER BY interval, rank OFFSET 0) AS row_sums"
-    )
+        return f"SELECT {', '.join(raw + derived)} {order}"
+    in_range = f"BETWEEN {safe[0]!r} AND {safe[1]!r}"
+    floats = sorted({name for s in sums for name in s.of if name in _FLOAT_FIELDS}, key=CSV_RAW_COLUMNS.index)
+    refs = {}
+    for s in sums:
+        value = None
+        for name in s.of:
+            if name in _FLOAT_FIELDS:
+                field = _Sql(
+                    f"(CASE WHEN abs({name}) {in_range} OR {name} = 0 THEN {name}::float8 ELSE 'NaN'::float8 END)"
+                )
+            else:
+                field = _Sql(f"{name}::float8")
+            value = field if value is None else value * field
+        assert value is not None
+        text = value.text
+        if s.present is not None:
+            text = f"(CASE WHEN {s.present} IS NULL THEN 0::float8 ELSE {text} END)"
+        refs[s.name] = _Sql(text)
+    derived = [_Sql.of(v).text for v in evaluate(refs, c, _SqlOps(), CSV_DERIVED_COLUMNS).values()]
+    if floats:
+        ok = " AND ".join(f"(abs({name}) {in_range} OR {name} = 0 OR {name} IS NULL)" for name in floats)
+        derived[-1] = f"CASE WHEN {ok} THEN {derived[-1]} ELSE 'NaN'::float8 END"
+    return f"SELECT {', '.join(raw + derived)} {order}"
 
 
 def _csv_by_copy(session: Session, run: Run) -> Iterator[str]:
     c = coefficients(run)
     cursor = session.connection().connection.driver_connection.cursor()  # type: ignore[union-attr]
     cursor.execute("SET LOCAL extra_float_digits = 1")  # shortest exact floats, whatever the server's default
+    # Rows in the unique index's order, never sorted: with statistics older than the run's rows
+    # (just filled, not yet analyzed) the planner would sort a whole run it takes for a few rows.
+    cursor.execute("SET LOCAL enable_sort = off")
     piece_rows = min(CSV_CHUNK_ROWS, _COPY_PIECE_ROWS)
     with cursor.copy(f"COPY ({_copy_sql(run.id, c)}) TO STDOUT WITH (FORMAT csv)") as copy:
         pieces: list[bytes] = []
