@@ -110,7 +110,32 @@ def create_run(body: RunCreate, session: SessionDep, response: Response) -> dict
 _BATCH = TypeAdapter(IntervalBatch)
 
 
-@router.post("/runs/{run_id}/intervals", response_model=IngestResult)
+def _inlined(schema: Any, defs: dict[str, Any]) -> Any:
+    """A JSON schema with its local references ("#/$defs/...") replaced by what they name (the
+    record has no recursion), so it stands alone inside the operation."""
+    if isinstance(schema, dict):
+        ref = schema.get("$ref")
+        if isinstance(ref, str) and ref.startswith("#/$defs/"):
+            return _inlined(defs[ref.removeprefix("#/$defs/")], defs)
+        return {key: _inlined(value, defs) for key, value in schema.items() if key != "$defs"}
+    if isinstance(schema, list):
+        return [_inlined(item, defs) for item in schema]
+    return schema
+
+
+def _batch_body() -> dict[str, Any]:
+    """The OpenAPI request body of a batch: IntervalBatch's JSON schema, which the route does not
+    declare as a parameter (it reads the raw body, rows.parse validates it)."""
+    schema = IntervalBatch.model_json_schema()
+    return {
+        "requestBody": {
+            "required": True,
+            "content": {"application/json": {"schema": _inlined(schema, schema.get("$defs", {}))}},
+        }
+    }
+
+
+@router.post("/runs/{run_id}/intervals", response_model=IngestResult, openapi_extra=_batch_body())
 async def post_intervals(run_id: str, request: Request) -> Response:
     # The hot path, kept lean: the raw body is validated once and laid out as rows (rows.parse:
     # msgspec structs, or pydantic's dicts for a batch it refuses, whose errors it names) before it
