@@ -24,6 +24,9 @@ function getJSON(path) {
   return held;
 }
 
+// An early answer without taking it (the run page's first drawing reads the series run.js takes).
+export const peekEarly = (path) => early.get(path);
+
 // After the first load: an answer nobody took (a run without intervals has no heatmap yet) is stale.
 export function forgetEarly() {
   early.clear();

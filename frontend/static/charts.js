@@ -7,7 +7,7 @@ import { csvLink, tracesToCSV } from "./csv.js";
 import { unitSuffix } from "./format.js";
 import { linkX, unlinkX } from "./linkedzoom.js";
 import { ema } from "./smoothing.js";
-import { durationTicks } from "./timeaxis.js";
+import { durationTicks, hms } from "./timeaxis.js";
 
 const FONT = 'system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif';
 const BAND_NOTE = "shaded: min–max of the intervals in each point";
@@ -115,6 +115,9 @@ function bandsShow(traces) {
   return false;
 }
 
+// A chart card's note: the template's, and what the shading means where a band shows.
+export const chartNote = (baseNote, traces) => [baseNote, bandsShow(traces) ? BAND_NOTE : ""].filter(Boolean).join("; ");
+
 // With smoothing, each line is drawn twice: the raw values faded and without hover, the EMA over
 // them in full colour (W&B's look). One legend entry toggles both.
 function smoothed(traces, weight) {
@@ -138,15 +141,32 @@ function xExtent(traces) {
   return [lo, hi];
 }
 
+// Hovers on a relative-time axis read h:mm:ss like its ticks: plotly formats a hovered x with
+// hoverformat (whole seconds), and labelalias swaps each such text of a point for its h:mm:ss.
+function durationHovers(traces) {
+  const alias = {};
+  for (const t of traces) {
+    for (const x of t.x || []) {
+      if (typeof x === "number" && Number.isFinite(x) && x >= 0) alias[x.toFixed(0)] = hms(Number(x.toFixed(0)));
+    }
+  }
+  return { hoverformat: ".0f", labelalias: alias };
+}
+
 // The x axis of each choice: step plain, tokens in SI units, wall clock as dates, relative time
-// in h:mm:ss ticks over the range shown (hovers give its seconds).
+// in h:mm:ss ticks over the range shown, and in hovers.
 function xAxisFor(x, traces) {
   if (x === "tokens") return { tickformat: "~s" };
   if (x === "wall") return { type: "date" };
-  if (x === "elapsed") {
-    return { tickmode: "array", ...durationTicks(...xExtent(traces)), unifiedhovertitle: { text: "%{x:,.0f} s since the first interval began" } };
-  }
+  if (x === "elapsed") return { tickmode: "array", ...durationTicks(...xExtent(traces)), ...durationHovers(traces) };
   return {};
+}
+
+// What a series plot shows under the controls' settings: its traces (smoothed) and layout (axes).
+// ChartPanel.draw hands it to plotly; sketch.js draws the same figure before plotly.js runs.
+export function seriesFigure(traces, plotLayout, settings) {
+  const shown = smoothed(traces, settings.smoothing);
+  return { traces: shown, layout: withAxes(plotLayout, settings, shown) };
 }
 
 // The controls' settings on a series plot's layout. uirevision follows the axes' units, so a
@@ -177,7 +197,8 @@ export class ChartPanel {
     this.plot = element.querySelector(".plot");
     this.empty = element.querySelector(".empty");
     this.note = element.querySelector(".card-head .note");
-    this.baseNote = this.note?.textContent.trim() ?? "";
+    // The first drawing (sketch.js) may have added to the note already; it keeps the template's.
+    this.baseNote = this.note?.dataset.base ?? this.note?.textContent.trim() ?? "";
     this.linked = linked;
     this.xName = xName;
     this.drawn = false;
@@ -188,6 +209,7 @@ export class ChartPanel {
   }
 
   showEmpty(message) {
+    this.plot.querySelector(":scope > .sketch")?.remove();
     this.empty.textContent = message;
     this.element.classList.add("is-empty");
     if (this.drawn) {
@@ -200,11 +222,11 @@ export class ChartPanel {
   // settings (from controls.js), for a series plot: traces filled against X_AXES[settings.x].column.
   draw(traces, plotLayout, settings) {
     if (settings) {
-      traces = smoothed(traces, settings.smoothing);
-      plotLayout = withAxes(plotLayout, settings, traces);
+      ({ traces, layout: plotLayout } = seriesFigure(traces, plotLayout, settings));
       this.xName = X_AXES[settings.x].column;
     }
     this.element.classList.remove("is-empty");
+    this.plot.querySelector(":scope > .sketch")?.remove(); // the first drawing (sketch.js), in the same frame
     Plotly.react(this.plot, traces, plotLayout, CONFIG);
     if (this.linked) linkX(this.plot);
     if (!this.drawn && settings) this.plot.on("plotly_relayout", (event) => relabelDurations(this.plot, event));
@@ -213,9 +235,7 @@ export class ChartPanel {
   }
 
   describeBands() {
-    if (!this.note) return;
-    const parts = [this.baseNote, bandsShow(this.plot.data || []) ? BAND_NOTE : ""].filter(Boolean);
-    this.note.textContent = parts.join("; ");
+    if (this.note) this.note.textContent = chartNote(this.baseNote, this.plot.data || []);
   }
 }
 

@@ -14,6 +14,8 @@ import { metricLabel, renderDefinitions } from "./definitions.js";
 import { el, showError } from "./dom.js";
 import { LengthsPanel } from "./lengths.js";
 import { RanksPanel } from "./ranks.js";
+import { painted, plotlyLoaded } from "./run_early.js";
+import { HEADLINE, headlineChart, threeCounts } from "./run_headline.js";
 import { SERIES_POINTS as MAX_POINTS } from "./run_sizes.js";
 
 const runId = document.getElementById("run").dataset.runId;
@@ -24,18 +26,6 @@ const STATUS_POLL_MS = 10_000;
 const WAITING = "Waiting for the first interval…";
 const SYSTEM_METRICS = ["gpu_util_pct", "gpu_power_w", "energy_per_token_j"];
 
-// Useful is drawn last and widest: it is the headline, and THD-corrected nearly covers it
-// otherwise; legendrank keeps the legend in reading order regardless of drawing order.
-function threeCounts(m, prefix, { bands = false } = {}) {
-  const counts = [
-    ["bshd", COLORS.baseline, { dash: "dash", rank: 3 }],
-    ["thd", COLORS.thd, { rank: 2 }],
-    ["useful", COLORS.useful, { rank: 1, width: 2.5 }],
-  ];
-  const edges = bands ? counts.flatMap(([kind, color]) => band(`${prefix}_${kind}`, m(`${prefix}_${kind}`).label, color)) : [];
-  return [...edges, ...counts.map(([kind, color, options]) => line(`${prefix}_${kind}`, m(`${prefix}_${kind}`), color, options))];
-}
-
 const single = (m, name, color, options) => [line(name, m(name), color, options)];
 const withBand = (m, name, color) => [...band(name, m(name).label, color), line(name, m(name), color)];
 const alone = (plotLayout) => ({ ...plotLayout, showlegend: false });
@@ -43,7 +33,7 @@ const alone = (plotLayout) => ({ ...plotLayout, showlegend: false });
 // m: metric name -> catalogue entry.
 function seriesCharts(m) {
   return {
-    tflops: { traces: threeCounts(m, "tflops", { bands: true }), layout: layout({ yTitle: "TFLOP/s per GPU", metric: m("tflops_useful") }) },
+    [HEADLINE]: headlineChart(m),
     overcount: {
       traces: single(m, "overcount_pct", COLORS.overcount),
       layout: alone(layout({ yTitle: m("overcount_pct").label, metric: m("overcount_pct") })),
@@ -103,9 +93,11 @@ function emptyReason(spec) {
   return null;
 }
 
-function drawSeries() {
+// which(id): whether to draw that chart this time (all of them unless told).
+function drawSeries(which = () => true) {
   const system = systemShown();
   for (const [id, spec] of Object.entries(state.charts)) {
+    if (!which(id)) continue;
     if (spec.system && !system) continue; // a hidden plot has no size to draw into
     const reason = emptyReason(spec);
     if (reason) panels[id].showEmpty(reason);
@@ -129,6 +121,14 @@ function remember(series) {
 async function loadSeries() {
   remember(await api.getSeries(runId, { max_points: MAX_POINTS }));
   drawSeries();
+}
+
+// The first load draws the headline chart in a frame of its own: plotly's chart takes over from
+// the first drawing (run_early.js) before the other charts, each about as long, take their turn.
+async function loadHeadline() {
+  remember(await api.getSeries(runId, { max_points: MAX_POINTS }));
+  drawSeries((id) => id === HEADLINE);
+  await painted();
 }
 
 async function extendWithNewIntervals() {
@@ -250,7 +250,12 @@ async function start() {
     renderDefinitions(catalogue, [...shown, "tflops_bshd", "tflops_thd", "tflops_useful", "mfu_bshd", "mfu_thd", "tokens_per_gpu_s"]);
     renderTotals(catalogue, run);
     ranksPanel = new RanksPanel(runId, m("step_time_s"));
-    await Promise.all([loadSeries(), lengthsPanel.load(run), loadSyncSites(catalogue, run), ranksPanel.load()]);
+    await plotlyLoaded; // after run_early.js's first drawing of the headline chart
+    await loadHeadline();
+    // The requests go out first; the other series charts are drawn while they are answered.
+    const loads = [loadSyncSites(catalogue, run), ranksPanel.load(), lengthsPanel.load(run)];
+    drawSeries((id) => id !== HEADLINE);
+    await Promise.all(loads);
   } catch (error) {
     showError(error);
   }

@@ -1,11 +1,41 @@
-// Loaded before plotly.js (both deferred, so in document order): asks for the run page's first
-// answers while the 4.5 MB bundle compiles, instead of after. run.js's calls for the same paths
-// take these answers (api.js).
+// The run page's first module: asks for the page's first answers at once, draws the headline
+// chart from them as a still SVG (first_chart.js), and only then loads plotly.js (4.8 MB, about a
+// second to compile and run here, blocking the page meanwhile), whose chart replaces the drawing.
+// run.js's calls for the same paths take these answers (api.js), and it waits for plotlyLoaded.
 
 import { fetchEarly, paths } from "./api.js";
 import { HEATMAP_COLUMNS, SERIES_POINTS } from "./run_sizes.js";
+
+// run.html preloads it, so its bytes arrive while the answers and the drawing are under way.
+export const PLOTLY_JS = "/vendor/plotly.min.js";
 
 const { runId, records } = document.getElementById("run").dataset;
 const first = [paths.catalogue(), paths.run(runId), paths.series(runId, { max_points: SERIES_POINTS })];
 // A run without intervals has no heatmap yet (404); the page asks once they arrive.
 fetchEarly(Number(records) > 0 ? [...first, paths.histogramColumns(runId, HEATMAP_COLUMNS)] : first);
+
+// Resolves once what was drawn has had a frame to be painted in (or after 100 ms: a hidden tab
+// has no frames).
+export const painted = () =>
+  new Promise((resolve) => {
+    requestAnimationFrame(() => setTimeout(resolve));
+    setTimeout(resolve, 100);
+  });
+
+function loadScript(src) {
+  return new Promise((resolve, reject) => {
+    const script = document.createElement("script");
+    script.src = src;
+    script.onload = resolve;
+    script.onerror = () => reject(new Error(`${src} did not load`));
+    document.head.append(script);
+  });
+}
+
+// The drawing's own module loads beside the answers, not before them. A drawing that fails is
+// reported and skipped: plotly.js loads whatever becomes of it.
+export const plotlyLoaded = import("./first_chart.js")
+  .then(({ drawFirstChart }) => drawFirstChart(runId))
+  .catch((error) => console.error("the first drawing of the headline chart failed:", error))
+  .then(painted)
+  .then(() => loadScript(PLOTLY_JS));
