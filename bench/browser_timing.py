@@ -2,8 +2,10 @@
 
 * the runs page with 200 runs: until the table's first page of rows is shown;
 * the run page of one long run (default 1,000,000 intervals, with per-channel losses and length
-  histograms): until the first chart is drawn, and until every series chart, the per-channel
-  loss chart and the length heatmap are.
+  histograms): until the first chart is drawn (`first_chart`: the headline chart's still SVG
+  drawn before plotly.js runs, or any plotly chart), until plotly has drawn a chart (the first
+  interactive one: `first_plotly_chart`), and until every series chart, the per-channel loss
+  chart and the length heatmap are (`all_charts`).
 
 The database is filled in-process through backend.ingest.ingest_batch (batches of 1000 validated
 records, as bench/backend_scale.py's fill_run), then served by uvicorn on 127.0.0.1. Times are
@@ -14,6 +16,7 @@ person coming back). Prints one JSON object.
 
     python bench/browser_timing.py                      # 1,000,000 intervals: minutes to fill
     python bench/browser_timing.py --intervals 20000    # a quick try
+    python bench/browser_timing.py --keep /tmp/long.db  # filled once, reused by later runs
 """
 
 from __future__ import annotations
@@ -45,10 +48,17 @@ CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
 MODEL = {"layers": 24, "hidden": 2048, "heads": 16, "kv_heads": 4, "head_dim": 128, "ffn": 5504, "vocab": 32000}
 CHANNELS = ("code", "math", "web", "books")
-# The page's readiness conditions: plotly has drawn a plot once it holds its full data.
+# The page's readiness conditions: plotly has drawn a plot once it holds its full data; the run
+# page's first drawing (static/sketch.js, before plotly.js runs) once its svg shows a line.
 RUNS_SHOWN = "document.querySelectorAll('#runs-body tr[data-run-id]').length > 0"
 DRAWN = "(p => p !== null && p._fullData?.length > 0 && p.querySelector('.main-svg') !== null)"
-FIRST_CHART = f"[...document.querySelectorAll('.chart .plot')].some({DRAWN})"
+SKETCHED = (
+    "(p => !p.closest('.chart').classList.contains('is-empty')"
+    " && p.querySelector(':scope > svg.sketch path.line') !== null)"
+)
+PLOTS = "[...document.querySelectorAll('.chart .plot')]"
+FIRST_CHART = f"{PLOTS}.some(p => {SKETCHED}(p) || {DRAWN}(p))"
+FIRST_PLOTLY_CHART = f"{PLOTS}.some({DRAWN})"
 SERIES_CHARTS = ("tflops", "step_time", "tokens", "loss", "channels", "length_heatmap")
 ALL_CHARTS = " && ".join(f"{DRAWN}(document.querySelector('#chart-{c} .plot'))" for c in SERIES_CHARTS)
 
@@ -89,6 +99,15 @@ def fill_run(make_session: Any, http: httpx.Client, run_id: str, intervals: int)
     return time.perf_counter() - t0
 
 
+def fill_runs(make_session: Any, http: httpx.Client, args: argparse.Namespace) -> float:
+    """Short runs, one interval each, so the runs table has numbers; then the long run (seconds)."""
+    for i in range(args.runs - 1):
+        assert http.post("/api/v1/runs", json=run_body(f"run-{i:03d}", project=f"p{i % 5}")).status_code == 201
+        body = {"intervals": [record(0, random.Random(i))]}
+        assert http.post(f"/api/v1/runs/run-{i:03d}/intervals", json=body).status_code == 200
+    return fill_run(make_session, http, "long", args.intervals)
+
+
 def start_server(db: Path) -> tuple[subprocess.Popen[bytes], str]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -125,9 +144,17 @@ def page_times(browser: sync_api.Browser, url: str, conditions: dict[str, str], 
             seen[name].append(round(float(handle.json_value()), 1))
         page.close()
     context.close()
+    return {name: summary(ms) for name, ms in seen.items()}
+
+
+def summary(ms: list[float]) -> dict[str, Any]:
+    """The first (cold) load, and the median and range of the others (warm)."""
+    warm = ms[1:]
     return {
-        name: {"cold_ms": ms[0], "warm_median_ms": statistics.median(ms[1:]) if ms[1:] else None, "all_ms": ms}
-        for name, ms in seen.items()
+        "cold_ms": ms[0],
+        "warm_median_ms": statistics.median(warm) if warm else None,
+        "warm_range_ms": [min(warm), max(warm)] if warm else None,
+        "all_ms": ms,
     }
 
 
@@ -145,7 +172,7 @@ def plotly_alone(browser: sync_api.Browser, url: str, repeat: int) -> dict[str, 
         seen.append(round(float(handle.json_value()), 1))
         page.close()
     context.close()
-    return {"cold_ms": seen[0], "warm_median_ms": statistics.median(seen[1:]) if seen[1:] else None, "all_ms": seen}
+    return summary(seen)
 
 
 def main() -> None:
@@ -153,24 +180,31 @@ def main() -> None:
     ap.add_argument("--intervals", type=int, default=1_000_000, help="intervals of the long run")
     ap.add_argument("--runs", type=int, default=200, help="runs on the runs page (the long one included)")
     ap.add_argument("--repeat", type=int, default=6, help="loads of each page (the first one cold)")
+    ap.add_argument("--keep", type=Path, help="SQLite file to keep; if it exists (same sizes), reused")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        db = Path(tmp) / "bench.db"
+        db = args.keep.resolve() if args.keep else Path(tmp) / "bench.db"
+        reuse = db.exists()
         engine = make_engine(f"sqlite:///{db}")
         upgrade_schema(engine)
         server, url = start_server(db)
         try:
             http = httpx.Client(base_url=url, timeout=300)
-            for i in range(args.runs - 1):  # short runs, one interval each, so the table has numbers
-                assert http.post("/api/v1/runs", json=run_body(f"run-{i:03d}", project=f"p{i % 5}")).status_code == 201
-                body = {"intervals": [record(0, random.Random(i))]}
-                assert http.post(f"/api/v1/runs/run-{i:03d}/intervals", json=body).status_code == 200
-            fill_s = fill_run(make_sessionmaker(engine), http, "long", args.intervals)
+            fill_s = None
+            if reuse:
+                long = http.get("/api/v1/runs/long").json()
+                if long.get("records") != args.intervals or http.get("/api/v1/runs").json()["total"] != args.runs:
+                    raise SystemExit(f"{db} holds other sizes than --intervals/--runs ask for")
+            else:
+                fill_s = fill_runs(make_sessionmaker(engine), http, args)
             with sync_api.sync_playwright() as playwright:
                 browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
                 runs_page = page_times(browser, url, {"rows_shown": RUNS_SHOWN}, args.repeat)
                 run_page = page_times(
-                    browser, f"{url}/runs/long", {"first_chart": FIRST_CHART, "all_charts": ALL_CHARTS}, args.repeat
+                    browser,
+                    f"{url}/runs/long",
+                    {"first_chart": FIRST_CHART, "first_plotly_chart": FIRST_PLOTLY_CHART, "all_charts": ALL_CHARTS},
+                    args.repeat,
                 )
                 plotly_only = plotly_alone(browser, url, args.repeat)
                 browser.close()
@@ -183,7 +217,7 @@ def main() -> None:
                 "runs_page": {"runs": args.runs, **runs_page},
                 "run_page": {"intervals": args.intervals, "channels": len(CHANNELS), **run_page},
                 "plotly_js_alone": plotly_only,
-                "fill_in_process_s": round(fill_s, 1),
+                "fill_in_process_s": None if fill_s is None else round(fill_s, 1),
             }
         finally:
             server.terminate()
