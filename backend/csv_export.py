@@ -328,17 +328,19 @@ def _chunk_text(rows: list[tuple[Any, ...]], c: Coefficients) -> str:
 
 def _chunk_rows(rows: list[tuple[Any, ...]], c: Coefficients) -> list[str]:
     """_chunk_text's rows, each without its newline."""
-    columns = list(zip(*rows, strict=True))
+    block = np.array(rows, dtype=object)  # one (rows, cells) matrix of the fetched objects
+    if block.ndim != 2:  # a tuple's cells taken for a sequence: never for numbers and str
+        raise ValueError("rows of unequal length")
     values: dict[str, np.ndarray] = {}
     raw: list[np.ndarray] = []
-    for name, kind, column in zip(_NUMERIC, _KINDS, columns, strict=False):
+    for at, (name, kind) in enumerate(zip(_NUMERIC, _KINDS, strict=True)):
         if kind == "int":
-            ints = np.array(column, dtype=np.int64)
+            ints = block[:, at].astype(np.int64)
             raw.append(int_cells(ints))
             if name in _SUM_AT:
                 values[name] = ints.astype(np.float64)
         else:
-            floats = np.array(column, dtype=np.float64)  # None (NULL) -> NaN
+            floats = block[:, at].astype(np.float64)  # None (NULL) -> NaN
             raw.append(float_cells(floats))
             if name in _SUM_AT:
                 values[name] = floats
@@ -348,7 +350,7 @@ def _chunk_rows(rows: list[tuple[Any, ...]], c: Coefficients) -> list[str]:
     # the channel cells (already CSV text) go between them.
     text = _squeeze([raw, [float_cells(derived[name]) for name in CSV_DERIVED_COLUMNS]])
     blocks = text.split("\n")
-    return list(map(",".join, zip(blocks[0::2], columns[len(_NUMERIC)], blocks[1::2], strict=False)))
+    return list(map(",".join, zip(blocks[0::2], block[:, len(_NUMERIC)].tolist(), blocks[1::2], strict=False)))
 
 
 def _squeeze(blocks: list[list[np.ndarray]]) -> str:
@@ -510,7 +512,10 @@ def float_cells(x: np.ndarray) -> np.ndarray:
             fast[np.flatnonzero(fast)[uncertain]] = False
     zero = a == 0
     digits[zero] = 0
-    other = ~fast & ~zero  # NaN, inf, out of the fast range, uncertain: written by float_text
+    nan = np.isnan(x)  # NULL or undefined: an empty cell
+    if nan.all():
+        return np.zeros((n, 1), np.uint8)
+    other = ~fast & ~zero & ~nan  # inf, out of the fast range, uncertain: written by float_text
     fixed = (exponent >= -4) & (exponent < 15)
     # Body: the digits, with a point after `lead` of them when more follow ("0." of small
     # numbers and the exponent of scientific ones are slots of their own, before and after).
@@ -518,10 +523,7 @@ def float_cells(x: np.ndarray) -> np.ndarray:
     body_length = np.where(count > lead, count + 1, lead)
     width = max(int(body_length.max(initial=1)), 1)
     left = digits * _POW10[17 - count]  # 17 digits, first one leading, zeros after the last
-    digit_chars = np.full((width + 1, n), _ZERO, np.uint8)  # row j: the j-th digit of every value
-    for j in range(min(width + 1, 17)):
-        np.add((left // _POW10[16 - j]) % 10, _ZERO, out=digit_chars[j], casting="unsafe")
-    digit_chars = digit_chars.T
+    digit_chars = _digit_rows(left, width + 1).T  # row j: the j-th digit of every value
     point = np.where(count > lead, lead, width)  # where the point goes; `width`: nowhere
     first, last = int(point.min(initial=0)), int(point.max(initial=0))
     if first == last:  # one layout for the whole chunk (most columns): slices, no per-value choice
@@ -559,6 +561,8 @@ def float_cells(x: np.ndarray) -> np.ndarray:
     if negative.any():
         slots.insert(0, (negative * np.uint8(_MINUS)).astype(np.uint8)[:, None])
     cells = np.concatenate(slots, axis=1) if len(slots) > 1 else body
+    if nan.any():
+        cells[nan] = 0
     if other.any():
         texts = [float_text(v).encode() for v in x[other].tolist()]
         longest = max(map(len, texts))
@@ -568,6 +572,29 @@ def float_cells(x: np.ndarray) -> np.ndarray:
         for row, text in zip(np.flatnonzero(other).tolist(), texts, strict=True):
             cells[row, : len(text)] = np.frombuffer(text, np.uint8)
     return cells
+
+
+_POW10_FLOAT = 10.0 ** np.arange(10)
+_BILLION = 1_000_000_000
+
+
+def _digit_rows(left: np.ndarray, rows: int) -> np.ndarray:
+    """The first `rows` (at most 17 used, the rest '0') decimal digits of 17-digit integers, as
+    ASCII, one row per digit. In doubles, 8 and 9 digits at a time: floor(part / 10^k) of an
+    integer part < 2^30 is exact, and double division is much faster than numpy's int64 one."""
+    out = np.full((rows, len(left)), _ZERO, np.uint8)
+    high = left // _BILLION
+    for part, first, count in ((high, 0, 8), (left - high * _BILLION, 8, 9)):
+        if first >= rows:
+            break
+        whole = part.astype(np.float64)
+        above: np.ndarray | None = None  # floor(whole / 10^(k+1))
+        for j in range(first, min(rows, first + count)):
+            k = first + count - 1 - j
+            q = np.floor(whole / _POW10_FLOAT[k]) if k else whole
+            np.add(q if above is None else q - 10.0 * above, _ZERO, out=out[j], casting="unsafe")
+            above = q
+    return out
 
 
 def int_cells(v: np.ndarray) -> np.ndarray:

@@ -87,6 +87,34 @@ def test_vectorized_floats_equal_the_reference_for_every_magnitude():
     assert got == [csv_export.float_text(v) for v in x.tolist()]
 
 
+def test_digit_rows_are_the_decimal_digits():
+    rng = np.random.default_rng(5)
+    left = np.concatenate(
+        [
+            rng.integers(10**16, 10**17, 20_000),
+            np.array([10**16, 10**17 - 1, 10**16 + 1, 99_999_999 * 10**9, 10**16 + 999_999_999, 12345678 * 10**9]),
+        ]
+    )
+    for rows in (1, 8, 9, 17, 19):
+        got = csv_export._digit_rows(left, rows).T
+        want = [f"{v:017d}"[:rows].ljust(rows, "0") for v in left.tolist()]
+        assert [bytes(row).decode() for row in got] == want, rows
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        [math.nan] * 5,  # a whole column NULL
+        [math.nan, 2.5, math.nan, 3.5, 1.25],  # one layout, some NULL
+        [math.nan, 2.5e-7, 1e20, 0.0, -0.0, -3.0, math.nan],  # every layout, zeros and NULL
+        [1e-300, math.nan, 5e-324, 1e300, 2.2250738585072014e-308],  # outside the fast range
+    ],
+)
+def test_null_cells_are_empty_whatever_the_rest_of_the_column(column):
+    cells = csv_export.float_cells(np.array(column))
+    assert [bytes(row).replace(b"\0", b"").decode() for row in cells] == [csv_export.float_text(v) for v in column]
+
+
 @pytest.mark.postgres
 def test_the_reference_equals_postgresql_float8out(postgres):
     import psycopg
