@@ -15,9 +15,15 @@ One more in-process export, untimed, gives the peak of Python allocations (trace
 SHA-256 of the whole text: the same fill gives the same digest on SQLite and PostgreSQL when both
 write the same CSV.
 
-    python bench/csv_export.py --database sqlite|postgresql [--intervals 1000000] [--repeat 3]
-    git show 7f56b5e~1:backend/csv_export.py > /tmp/old.py    # the export before issue 8's work
-    python bench/csv_export.py --database sqlite --baseline /tmp/old.py --repeat 1
+    python bench/csv_export.py --database sqlite|postgresql [--intervals 1000000] [--repeat 3] [--analyze]
+    git show c6245cb:backend/csv_export.py > /tmp/old.py    # the export before 2026-11-30's second pass
+    python bench/csv_export.py --database sqlite --baseline /tmp/old.py --repeat 3
+
+With --baseline, both codes export the same filled run, interleaved (baseline in-process, its
+server over HTTP, current in-process, its server over HTTP, then again): before/after figures
+from the same moments of a shared machine. --analyze runs ANALYZE after the fill (PostgreSQL
+plans with statistics, as a run has some time after it was written; without, the run is new to
+the planner).
 
 PostgreSQL: a scratch database on 127.0.0.1:5432 (user postgres, trust auth), dropped afterwards.
 Prints one JSON object. Goal (issue 8): >= 200,000 rows/s both ways on both databases, with a
@@ -37,6 +43,7 @@ import subprocess
 import sys
 import time
 import tracemalloc
+import types
 from collections.abc import Callable
 from typing import Any
 
@@ -96,7 +103,7 @@ def reset_peak(pid: int | str = "self") -> None:
         refs.write("5")  # the peak RSS (VmHWM) starts again from the current RSS
 
 
-def in_process(make_session: Callable[[], Any]) -> dict[str, Any]:
+def in_process(make_session: Callable[[], Any], export: Any) -> dict[str, Any]:
     with make_session() as session:
         run = get_run(session, RUN_ID)
         assert run is not None
@@ -107,7 +114,7 @@ def in_process(make_session: Callable[[], Any]) -> dict[str, Any]:
         rows, size = -1, 0
         db0 = cpu_seconds(backend) if backend else 0.0
         t0, cpu0 = time.perf_counter(), time.process_time()
-        for piece in csv_export.csv_text(session, run):
+        for piece in export.csv_text(session, run):
             rows += piece.count("\n")
             size += len(piece)
         seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
@@ -118,7 +125,7 @@ def in_process(make_session: Callable[[], Any]) -> dict[str, Any]:
         return out
 
 
-def digest_and_allocations(make_session: Callable[[], Any]) -> dict[str, Any]:
+def digest_and_allocations(make_session: Callable[[], Any], export: Any) -> dict[str, Any]:
     """One untimed export: the SHA-256 of its text and the peak of Python allocations during it."""
     sha = hashlib.sha256()
     pieces = 0
@@ -126,7 +133,7 @@ def digest_and_allocations(make_session: Callable[[], Any]) -> dict[str, Any]:
         run = get_run(session, RUN_ID)
         assert run is not None
         tracemalloc.start()
-        for piece in csv_export.csv_text(session, run):
+        for piece in export.csv_text(session, run):
             sha.update(piece.encode())
             pieces += 1
         _, peak = tracemalloc.get_traced_memory()
@@ -171,18 +178,19 @@ def summary(runs: list[dict[str, Any]], cpu_key: str) -> dict[str, Any]:
     }
 
 
-def use_export_code(path: str | None) -> str:
-    """Run the export from `path` (an older backend/csv_export.py, for before/after numbers) in
-    place of the installed one; the code to do the same in the server process."""
-    if path is None:
-        return ""
+def baseline_export(path: str) -> tuple[Any, str]:
+    """An older backend/csv_export.py (for before/after numbers in one sitting) as a module of its
+    own, and the code that puts it in place of the installed one in a server process."""
     path = os.path.abspath(path)
+    module = types.ModuleType("baseline_csv_export")
+    module.__file__ = path
     with open(path) as source:
-        exec(compile(source.read(), path, "exec"), csv_export.__dict__)
-    return (
+        exec(compile(source.read(), path, "exec"), module.__dict__)
+    prelude = (
         f"exec(compile(open({path!r}).read(), {path!r}, 'exec'), "
         "__import__('packscope.backend.csv_export', fromlist=['csv_text']).__dict__); "
     )
+    return module, prelude
 
 
 def start_server(database_url: str, prelude: str) -> tuple[subprocess.Popen[bytes], str]:
@@ -208,34 +216,56 @@ def start_server(database_url: str, prelude: str) -> tuple[subprocess.Popen[byte
             time.sleep(0.2)
 
 
+def analyze(database_url: str) -> None:
+    """Fresh planner statistics, as autovacuum gives a run some time after it was written."""
+    engine = make_engine(database_url)
+    try:
+        with engine.begin() as connection:
+            connection.exec_driver_sql("ANALYZE")
+    finally:
+        engine.dispose()
+
+
 def bench(database_url: str, args: argparse.Namespace) -> dict[str, Any]:
     engine = make_engine(database_url)
     upgrade_schema(engine)
     make_session = make_sessionmaker(engine)
-    server, url = start_server(database_url, use_export_code(args.baseline))
+    codes: dict[str, tuple[Any, str]] = {"current": (csv_export, "")}
+    if args.baseline:
+        codes = {"baseline": baseline_export(args.baseline), **codes}
+    servers = {name: start_server(database_url, prelude) for name, (_, prelude) in codes.items()}
     try:
+        url = next(iter(servers.values()))[1]
         assert httpx.post(f"{url}/api/v1/runs", json=run_body(RUN_ID)).status_code == 201
         out: dict[str, Any] = {
             "database": args.database,
             "intervals": args.intervals,
             "cpus": os.cpu_count(),
             "load_avg": os.getloadavg(),
-            "export_code": args.baseline or "backend/csv_export.py",
+            "baseline_code": args.baseline,
+            "analyze": args.analyze,
         }
         out["fill_rows_per_s"] = round(args.intervals / fill(make_session, args.intervals))
-        ways: dict[str, list[dict[str, Any]]] = {"in_process": [], "http": []}
-        for _ in range(args.repeat):  # interleaved, so both see the same moments of a busy machine
-            ways["in_process"].append(in_process(make_session))
-            ways["http"].append(over_http(url, server.pid))
+        if args.analyze:
+            analyze(database_url)
+        ways: dict[str, list[dict[str, Any]]] = {
+            f"{code}_{way}": [] for code in codes for way in ("in_process", "http")
+        }
+        for _ in range(args.repeat):  # interleaved, so every code and way sees the same moments of a busy machine
+            for code, (module, _) in codes.items():
+                ways[f"{code}_in_process"].append(in_process(make_session, module))
+                ways[f"{code}_http"].append(over_http(servers[code][1], servers[code][0].pid))
         for way, runs in ways.items():
             assert all(r["rows"] == args.intervals for r in runs), (way, [r["rows"] for r in runs])
-            out[way] = summary(runs, "cpu_s" if way == "in_process" else "server_cpu_s")
-        out["check"] = digest_and_allocations(make_session)
+            out[way] = summary(runs, "cpu_s" if way.endswith("in_process") else "server_cpu_s")
+        for code, (module, _) in codes.items():
+            out[f"{code}_check"] = digest_and_allocations(make_session, module)
         out["load_avg_end"] = os.getloadavg()
         return out
     finally:
-        server.terminate()
-        server.wait(10)
+        for server, _ in servers.values():
+            server.terminate()
+            server.wait(10)
         engine.dispose()
 
 
@@ -247,8 +277,10 @@ def main() -> None:
     ap.add_argument(
         "--baseline",
         metavar="FILE",
-        help="export with this csv_export.py instead (e.g. `git show REV:backend/csv_export.py > old.py`)",
+        help="also export with this csv_export.py, interleaved with the current one on the same data"
+        " (e.g. `git show REV:backend/csv_export.py > old.py`)",
     )
+    ap.add_argument("--analyze", action="store_true", help="ANALYZE after the fill (planner statistics of the run)")
     args = ap.parse_args()
     with scratch_database(args.database) as url:
         result = bench(url, args)
