@@ -24,7 +24,7 @@ from packscope.backend.models import Run
 from packscope.backend.queries import coefficients, get_run
 from packscope.backend.rows import Key, Parsed, parsed_records
 from packscope.backend.schemas import RECORDS, IngestResult, IntervalRecord, Record, RunCreate, RunPatch
-from packscope.backend.writes import driver_of, write
+from packscope.backend.writes import driver_of, insert_intervals
 from packscope.core.catalogue import Coefficients
 
 _SITES = msgspec.json.Encoder()  # {site: count} as interval_details stores it
@@ -93,18 +93,12 @@ def patch_run(session: Session, run: Run, body: RunPatch) -> Run:
 
 # -- one batch ------------------------------------------------------------------------------------
 _RUNS = cast(Table, Run.__table__)
-# The run of a batch and its update: two statements per batch in the driver's own SQL (through
-# SQLAlchemy's exec_driver_sql, which keeps its error handling, without compiling anything per
-# call). The model and hardware come as their JSON text, the key of their cached coefficients.
-_RUN_SQL = {
-    "sqlite": (
-        "SELECT id, model, hardware FROM runs WHERE run_id = ?",
-        "UPDATE runs SET updated_at = ? WHERE id = ?",
-    ),
-    "postgresql": (
-        "SELECT id, model::text, hardware::text FROM runs WHERE run_id = %s",
-        "UPDATE runs SET updated_at = %s WHERE id = %s",
-    ),
+# The run of a batch in the driver's own SQL (through SQLAlchemy's exec_driver_sql, which keeps
+# its error handling, without compiling anything per call). The model and hardware come as their
+# JSON text, the key of their cached coefficients.
+_RUN_OF_ID = {
+    "sqlite": "SELECT id, model, hardware FROM runs WHERE run_id = ?",
+    "postgresql": "SELECT id, model::text, hardware::text FROM runs WHERE run_id = %s",
 }
 
 
@@ -143,7 +137,7 @@ def ingest_together(engine: Engine, batches: Sequence[Batch]) -> list[IngestResu
         by_run.setdefault(run_id, []).append(i)
     with engine.begin() as connection:
         database = driver_of(connection)
-        select_run, _ = _RUN_SQL[database]
+        select_run = _RUN_OF_ID[database]
         for run_id in sorted(by_run):  # concurrent transactions lock runs in one order
             run = connection.exec_driver_sql(select_run, (run_id,)).first()
             if run is None:
@@ -193,22 +187,18 @@ def _store(connection: Connection, run_pk: int, c: Coefficients, parsed: Parsed)
     for i in range(len(parsed)):
         first.setdefault(parsed.key(i), i)
     keys = sorted(first)  # concurrent batches take index locks in one order
-    rows = [parsed.row(run_pk, first[key]) for key in keys]
-    inserted = write(connection, "intervals", "insert_new", rows)
+    at = [first[key] for key in keys]
+    rows = [parsed.row(run_pk, i) for i in at]
+    details = [(parsed.histograms[i], _SITES.encode(parsed.sites[i]).decode()) for i in at]
+    now = _as_stored_time(driver_of(connection))(_now())
+    inserted = insert_intervals(connection, rows, details, run_pk, now)
     if not inserted:
         return []
-    new_ids = {(interval, rank): interval_id for interval_id, interval, rank in inserted}
-    new = [(key, row) for key, row in zip(keys, rows, strict=True) if key in new_ids]  # still in key order
+    new_ids = {(interval, rank) for _, interval, rank in inserted}
+    new = [k for k, key in enumerate(keys) if key in new_ids]  # still in key order
     run_sites: dict[str, int] = {}
-    details = []
-    for key, _ in new:
-        at = first[key]
-        sites = parsed.sites[at]
-        for site, count in sites.items():
+    for k in new:
+        for site, count in parsed.sites[at[k]].items():
             run_sites[site] = run_sites.get(site, 0) + count
-        details.append((new_ids[key], parsed.histograms[at], _SITES.encode(sites).decode()))
-    write(connection, "interval_details", "insert", details)
-    store_aggregates(connection, run_pk, c, [row for _, row in new], run_sites)
-    database = driver_of(connection)
-    connection.exec_driver_sql(_RUN_SQL[database][1], (_as_stored_time(database)(_now()), run_pk))
-    return [first[key] for key, _ in new]
+    store_aggregates(connection, run_pk, c, [rows[k] for k in new], run_sites)
+    return [at[k] for k in new]
