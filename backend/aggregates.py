@@ -31,8 +31,8 @@ from packscope.core.catalogue import BAND_METRICS, SUM_FIELDS, SUM_NAMES, Coeffi
 
 # What a row contributes, read in one C-level call per row: the key and step columns, the wall
 # clock and every field a SUM reads (None -> NaN in the float matrix).
-_READ = ("interval", "first_step", "last_step", "wall_start", "wall_end", *SUM_FIELDS)
-_GET = operator.itemgetter(*(COLUMN_AT[name] for name in _READ))
+READ_COLUMNS = ("interval", "first_step", "last_step", "wall_start", "wall_end", *SUM_FIELDS)
+_GET = operator.itemgetter(*(COLUMN_AT[name] for name in READ_COLUMNS))
 
 # A block's columns in three contiguous groups, so one reduceat per group merges blocks:
 # added (rows and the SUMS), least (first step, band minima, wall start), greatest (last step,
@@ -50,22 +50,24 @@ assert set(BAND_COLUMNS) <= set(_GROUPED)
 
 
 def _field_matrix(rows: Sequence[Sequence[Any]]) -> np.ndarray:
-    """The `_READ` columns of the rows as floats, NaN where a reading is missing."""
+    """The READ_COLUMNS of ROW_COLUMNS tuples as floats, NaN where a reading is missing."""
     try:  # no None among them (the usual batch): straight from an iterator, no list of tuples
-        flat = np.fromiter(itertools.chain.from_iterable(map(_GET, rows)), dtype=float, count=len(rows) * len(_READ))
-        return flat.reshape(len(rows), len(_READ))
+        flat = np.fromiter(
+            itertools.chain.from_iterable(map(_GET, rows)), dtype=float, count=len(rows) * len(READ_COLUMNS)
+        )
+        return flat.reshape(len(rows), len(READ_COLUMNS))
     except TypeError:
         return np.array([_GET(row) for row in rows], dtype=float)  # None -> NaN
 
 
-def _per_row(rows: Sequence[Sequence[Any]], c: Coefficients) -> tuple[np.ndarray, np.ndarray]:
+def _per_row(values: np.ndarray, c: Coefficients) -> tuple[np.ndarray, np.ndarray]:
     """(interval of each row, each row as its own block in the grouped layout): its sums, its band
-    metrics as both the least and the greatest, its steps and wall-clock start and end."""
-    values = _field_matrix(rows)
-    by_name = {name: values[:, i] for i, name in enumerate(_READ)}
+    metrics as both the least and the greatest, its steps and wall-clock start and end; from the
+    rows' READ_COLUMNS as a float matrix."""
+    by_name = {name: values[:, i] for i, name in enumerate(READ_COLUMNS)}
     sums = sums_per_row(by_name)
     rates = derive_columns(sums, c, BAND_METRICS)
-    out = np.empty((len(rows), len(_GROUPED)))
+    out = np.empty((len(values), len(_GROUPED)))
     out[:, 0] = 1.0
     out[:, 1:_LEAST_AT] = np.column_stack([sums[name] for name in SUM_NAMES])
     band = np.column_stack([rates[name] for name in BAND_METRICS])
@@ -248,6 +250,32 @@ def _channel_blocks(run_pk: int, rows: Sequence[Sequence[Any]]) -> list[tuple[An
     ]
 
 
+# -- level 0, grouped from the interval rows ---------------------------------------------------------
+_LEVEL_0 = np.zeros(1, dtype=np.int64)
+
+
+def level_0_blocks(rows: Sequence[Sequence[Any]], c: Coefficients) -> tuple[np.ndarray, np.ndarray]:
+    """Level-0 blocks (one interval merged over its ranks) of interval rows given as READ_COLUMNS
+    tuples sorted by interval, by ingest's own arithmetic: (the intervals, their block columns,
+    BLOCK_INT_COLUMNS then BLOCK_FLOAT_COLUMNS, as floats with NaN for NULL). What the series
+    reads instead of a stored level 0."""
+    intervals, per_row = _per_row(np.array(rows, dtype=float).reshape(len(rows), len(READ_COLUMNS)), c)
+    _, blocks, merged = _merge_levels(intervals, per_row, _LEVEL_0)
+    return blocks, merged[:, _TABLE_ORDER]
+
+
+def store_level_0(connection: Connection, run_pk: int, c: Coefficients, rows: Sequence[Sequence[Any]]) -> None:
+    """Add level-0 rollup rows for interval rows given as READ_COLUMNS tuples sorted by interval
+    (migration 0007's downgrade: revisions before it read a stored level 0)."""
+    if rows:
+        intervals, per_row = _per_row(np.array(rows, dtype=float).reshape(len(rows), len(READ_COLUMNS)), c)
+        _add(
+            connection,
+            "rollups",
+            _table_rows(connection.dialect.name, run_pk, *_merge_levels(intervals, per_row, _LEVEL_0)),
+        )
+
+
 # -- entry points ----------------------------------------------------------------------------------
 _LEVELS = np.array(STORED_LEVELS, dtype=np.int64)
 
@@ -277,7 +305,7 @@ def store_rollups(connection: Connection, run_pk: int, c: Coefficients, rows: Se
     """Add interval rows (ROW_COLUMNS tuples, sorted by interval then rank) to the run's rollups
     and channel rollups at every stored level (migration 0006 rebuilds them with this)."""
     if rows:
-        _write_rollups(connection, run_pk, rows, *_per_row(rows, c))
+        _write_rollups(connection, run_pk, rows, *_per_row(_field_matrix(rows), c))
 
 
 def store_totals(
@@ -285,7 +313,7 @@ def store_totals(
 ) -> None:
     """Add interval rows to the run's totals and sync sites (migration 0003 backfills with this)."""
     if rows:
-        _write_totals(connection, run_pk, *_per_row(rows, c), sync_sites)
+        _write_totals(connection, run_pk, *_per_row(_field_matrix(rows), c), sync_sites)
 
 
 def store_aggregates(
@@ -296,6 +324,6 @@ def store_aggregates(
     same order and cannot deadlock."""
     if not rows:
         return
-    intervals, per_row = _per_row(rows, c)
+    intervals, per_row = _per_row(_field_matrix(rows), c)
     _write_rollups(connection, run_pk, rows, intervals, per_row)
     _write_totals(connection, run_pk, intervals, per_row, sync_sites)

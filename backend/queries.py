@@ -9,9 +9,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Select, SmallInteger, distinct, exists, func, literal, or_, select, true, union_all
+from sqlalchemy import Select, distinct, exists, func, literal, or_, select, true, union_all
 from sqlalchemy.orm import Session
 
+from packscope.backend.aggregates import READ_COLUMNS, level_0_blocks
 from packscope.backend.columns import (
     BAND_COLUMNS,
     BLOCK_FLOAT_COLUMNS,
@@ -31,9 +32,8 @@ from packscope.backend.models import (
     run_sync_sites,
     run_totals,
 )
-from packscope.backend.sql_formulas import metrics_of_row, sums_of_row
 from packscope.backend.stats import mann_whitney_u
-from packscope.core.catalogue import BAND_METRICS, FIELDS, METRIC, METRICS, SUM_NAMES, Coefficients, derive
+from packscope.core.catalogue import FIELDS, METRIC, METRICS, SUM_NAMES, Coefficients, derive
 from packscope.core.histograms import EDGES, KINDS, NUM_BUCKETS
 
 # The CSV: every stored column of the catalogue, then every derived metric of the interval.
@@ -353,48 +353,13 @@ def _tile_selects(table: Any, run: Run, tiles: list[tuple[int, int]], top: int, 
     return union_all(*selects)
 
 
-def interval_blocks(run_pk: int, c: Coefficients, blocks: Sequence[int], contiguous: bool = True) -> Select[Any]:
-    """Level-0 blocks (one interval, merged over its ranks) grouped from the interval rows, as
-    (level, block, BLOCK_INT_COLUMNS, BLOCK_FLOAT_COLUMNS): what a rollup row holds, computed by
-    the database with the catalogue's formulas on floats (backend.sql_formulas), as ingest
-    computes the stored levels with numpy. `blocks`: the intervals, as a range (first and last)
-    when `contiguous`, else listed. Migration 0007's downgrade writes level 0 back with this."""
-    c_ = intervals.c
-    sums = sums_of_row(intervals)
-    rates = metrics_of_row(intervals, c, BAND_METRICS)
-    by_name: dict[str, Any] = {
-        "rows": func.count(),
-        "first_step": func.min(c_.first_step),
-        "last_step": func.max(c_.last_step),
-        **{name: func.sum(sums[name]) for name in SUM_NAMES},
-        **{f"{name}_min": func.min(rates[name]) for name in BAND_METRICS},
-        **{f"{name}_max": func.max(rates[name]) for name in BAND_METRICS},
-        "wall_start_min": func.min(c_.wall_start),
-        "wall_end_max": func.max(c_.wall_end),
-    }
-    chosen = c_.interval.between(blocks[0], blocks[-1]) if contiguous else c_.interval.in_(blocks)
-    return (
-        select(
-            literal(0, SmallInteger).label("level"),
-            c_.interval.label("block"),
-            *(by_name[name].label(name) for name in (*BLOCK_INT_COLUMNS, *BLOCK_FLOAT_COLUMNS)),
-        )
-        .where(c_.run_pk == run_pk, chosen)
-        .group_by(c_.interval)
-    )
-
-
-def _read_tiles(session: Session, run: Run, tiles: list[tuple[int, int]], top: int) -> list[tuple[Any, ...]]:
-    """The rollup rows of `tiles` (level, block, then the block columns), in tile order: level
-    ≥ 1 as stored, level 0 grouped from the interval rows."""
+def _stored_blocks(session: Session, run: Run, by_level: Mapping[int, list[int]], top: int) -> np.ndarray:
+    """(level, block, BLOCK_INT_COLUMNS, BLOCK_FLOAT_COLUMNS) rows, as floats (NULL -> NaN), of the
+    stored rollup tiles (level ≥ 1): one SELECT per level, joined by UNION ALL, so each is a range
+    or IN lookup on the primary key (an OR across levels lets SQLite scan every block of the run)."""
     columns = [rollups.c[name] for name in (*BLOCK_INT_COLUMNS, *BLOCK_FLOAT_COLUMNS)]
-    by_level = _by_level(tiles)
     selects = [
-        # Level 0 is not stored: grouped from the interval rows, over the whole range only when it
-        # spans fewer than 4·max_points intervals, else at most 3 intervals at each end.
-        interval_blocks(run.id, coefficients(run), blocks, level == top)
-        if level == 0
-        else select(rollups.c.level, rollups.c.block, *columns).where(
+        select(rollups.c.level, rollups.c.block, *columns).where(
             rollups.c.run_pk == run.id,
             rollups.c.level == level,
             # the inner blocks are contiguous; the edge blocks at most 3 per level
@@ -402,8 +367,42 @@ def _read_tiles(session: Session, run: Run, tiles: list[tuple[int, int]], top: i
         )
         for level, blocks in by_level.items()
     ]
-    stored = {(row[0], row[1]): row for row in map(tuple, session.execute(union_all(*selects)).all())}
-    return [stored[tile] for tile in tiles if tile in stored]
+    # plain tuples: numpy probes a Row for array interfaces, a KeyError each
+    rows = list(map(tuple, session.execute(union_all(*selects) if len(selects) > 1 else selects[0]).all()))
+    return np.array(rows, dtype=float).reshape(len(rows), 2 + len(columns))
+
+
+_READ = [intervals.c[name] for name in READ_COLUMNS]
+
+
+def _interval_blocks(session: Session, run: Run, blocks: list[int], contiguous: bool) -> np.ndarray:
+    """Level-0 tiles (one interval merged over its ranks), which are not stored: grouped from the
+    interval rows with ingest's own arithmetic (aggregates.level_0_blocks), rows as _stored_blocks'.
+    Bounded by the tiling: the whole range only when it spans fewer than 4·max_points intervals,
+    else at most 3 intervals at each end."""
+    c = intervals.c
+    chosen = c.interval.between(blocks[0], blocks[-1]) if contiguous else c.interval.in_(blocks)
+    rows = list(
+        map(tuple, session.execute(select(*_READ).where(c.run_pk == run.id, chosen).order_by(c.interval)).all())
+    )
+    if not rows:
+        return np.empty((0, 2 + len(BLOCK_INT_COLUMNS) + len(BLOCK_FLOAT_COLUMNS)))
+    found, columns = level_0_blocks(rows, coefficients(run))
+    return np.column_stack([np.zeros(len(found)), found, columns])
+
+
+def _read_tiles(session: Session, run: Run, tiles: list[tuple[int, int]], top: int) -> np.ndarray:
+    """The rollup rows of `tiles` that hold intervals, in tile order, as _stored_blocks' rows:
+    level ≥ 1 as stored, level 0 grouped from the interval rows."""
+    by_level = _by_level(tiles)
+    parts = []
+    if 0 in by_level:
+        parts.append(_interval_blocks(session, run, by_level.pop(0), top == 0))
+    if by_level:
+        parts.append(_stored_blocks(session, run, by_level, top))
+    found = np.concatenate(parts) if len(parts) > 1 else parts[0]
+    first_interval = found[:, 1].astype(np.int64) << (2 * found[:, 0].astype(np.int64))
+    return found[np.argsort(first_interval, kind="stable")]  # tiles are disjoint: in order of their start
 
 
 def _channel_series(
@@ -482,11 +481,12 @@ def series(
     top = _chart_level(*span, max_points)
     tiles = _tiles(*span, top)
     stored = _read_tiles(session, run, tiles, top)
-    if stored:
+    if len(stored):
         at = len(BLOCK_INT_COLUMNS) + 2
-        parts = np.array([(block << 2 * level) >> 2 * top for level, block, *_ in stored], dtype=np.int64)
-        ints = np.array([row[2:at] for row in stored], dtype=np.int64)
-        floats = np.array([row[at:] for row in stored], dtype=float)  # NULL bands -> NaN
+        levels, blocks = stored[:, 0].astype(np.int64), stored[:, 1].astype(np.int64)
+        parts = (blocks << 2 * levels) >> 2 * top
+        ints = stored[:, 2:at].astype(np.int64)  # counts and steps: exact below 2^53
+        floats = stored[:, at:]
         buckets = _bucket_of_rows(parts, max_points)
         _, ints, floats = merge_blocks(buckets, ints, floats)
         sums = {name: floats[:, i] for i, name in enumerate(SUM_NAMES)}
@@ -497,7 +497,7 @@ def series(
             columns[name] = listed(values)
         for i, name in enumerate(BLOCK_FLOAT_COLUMNS[len(SUM_NAMES) :], start=len(SUM_NAMES)):
             columns[name] = listed(floats[:, i])
-        bucket_of = {(row[0], row[1]): int(b) for row, b in zip(stored, buckets.tolist(), strict=True)}
+        bucket_of = dict(zip(zip(levels.tolist(), blocks.tolist(), strict=True), buckets.tolist(), strict=True))
         out["channel_loss"], out["channel_tokens"] = _channel_series(session, run, tiles, top, bucket_of)
     out["points"] = len(columns["step"])
     return out

@@ -4,7 +4,7 @@ at most 3 at each end of a range), so ingest stops writing it (issue 8: it was t
 rollup rows a batch of one rank wrote). The level-0 rows are deleted; nothing else changes.
 `channel_rollups` keeps its level 0.
 
-The downgrade writes level 0 back from the interval rows (one INSERT … SELECT … GROUP BY per run).
+The downgrade writes level 0 back from the interval rows, with the reads' (and ingest's) own arithmetic.
 
 Revision ID: 0007
 Revises: 0006
@@ -21,33 +21,36 @@ down_revision: str | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
+CHUNK = 5000  # intervals per downgrade step
+
 
 def upgrade() -> None:
     op.execute("DELETE FROM rollups WHERE level = 0")
 
 
 def downgrade() -> None:
-    # Imported here: level 0 is grouped exactly as the reads group it.
-    from packscope.backend.columns import BLOCK_FLOAT_COLUMNS, BLOCK_INT_COLUMNS
-    from packscope.backend.models import rollups
-    from packscope.backend.queries import interval_blocks
+    # Imported here: level 0 is grouped exactly as the reads group it (and as ingest did).
+    from packscope.backend.aggregates import READ_COLUMNS, store_level_0
     from packscope.core.catalogue import Coefficients
 
     connection = op.get_bind()
     runs = sa.table("runs", sa.column("id"), sa.column("model", sa.JSON), sa.column("hardware", sa.JSON))
-    intervals = sa.table("intervals", sa.column("run_pk"), sa.column("interval"))
+    intervals = sa.table("intervals", *(sa.column(name) for name in ("run_pk", *READ_COLUMNS)))
     for run in connection.execute(sa.select(runs.c.id, runs.c.model, runs.c.hardware)).all():
-        span = connection.execute(
-            sa.select(sa.func.min(intervals.c.interval), sa.func.max(intervals.c.interval)).where(
-                intervals.c.run_pk == run.id
-            )
-        ).one()
-        if span[0] is None:
-            continue
-        grouped = interval_blocks(run.id, Coefficients.for_run(run.model, run.hardware), span).subquery()
-        columns = ["run_pk", "level", "block", *BLOCK_INT_COLUMNS, *BLOCK_FLOAT_COLUMNS]
-        connection.execute(
-            rollups.insert().from_select(
-                columns, sa.select(sa.literal(run.id), *(grouped.c[name] for name in columns[1:]))
-            )
-        )
+        c = Coefficients.for_run(run.model, run.hardware)
+        after = -1
+        while True:  # CHUNK intervals at a time, each with all its ranks
+            first = connection.execute(
+                sa.select(sa.func.min(intervals.c.interval)).where(
+                    intervals.c.run_pk == run.id, intervals.c.interval > after
+                )
+            ).scalar()
+            if first is None:
+                break
+            after = first + CHUNK - 1
+            rows = connection.execute(
+                sa.select(*(intervals.c[name] for name in READ_COLUMNS))
+                .where(intervals.c.run_pk == run.id, intervals.c.interval.between(first, after))
+                .order_by(intervals.c.interval)
+            ).all()
+            store_level_0(connection, run.id, c, [tuple(row) for row in rows])
