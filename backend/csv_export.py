@@ -195,7 +195,7 @@ def _float_range(c: Coefficients, sums: list[Sum]) -> tuple[float, float] | None
                 f = FIELD[name]
                 value = value * (_Bound(low, min(high, f.upper)) if f.kind == "float" else _Bound(1.0, f.upper))
             bounds[s.name] = value
-        if not any(v.bad for v in evaluate(bounds, c, _BoundOps(), CSV_DERIVED_COLUMNS).values()):
+        if not any(_Bound.of(v).bad for v in evaluate(bounds, c, _BoundOps(), CSV_DERIVED_COLUMNS).values()):
             return low, high
     return None
 
