@@ -316,6 +316,19 @@ def _chart_level(first: int, last: int, max_points: int) -> int:
     return chosen
 
 
+# Level 0 is grouped from the interval rows (one per rank), so a chart at level 0 reads
+# intervals x ranks rows. Up to this many per point it does (8 ranks at the finest zoom); past it
+# (a run of many ranks) the chart is drawn from level-1 blocks, fewer points than max_points.
+LEVEL_0_ROWS_PER_POINT = 32
+
+
+def _more_rows_than(session: Session, run: Run, first: int, last: int, limit: int) -> bool:
+    """Does the run hold more than `limit` interval rows in [first, last]? (reads at most limit + 1)"""
+    c = intervals.c
+    rows = select(literal(1)).where(c.run_pk == run.id, c.interval.between(first, last)).limit(limit + 1).subquery()
+    return (session.scalar(select(func.count()).select_from(rows)) or 0) > limit
+
+
 def _tiles(first: int, last: int, top: int) -> list[tuple[int, int]]:
     """Aligned blocks (level, block), none coarser than `top`, that tile [first, last] exactly:
     level-`top` blocks inside, finer ones (at most 3 per level) at each partial edge."""
@@ -479,6 +492,8 @@ def series(
     if span is None:
         return out
     top = _chart_level(*span, max_points)
+    if top == 0 and _more_rows_than(session, run, *span, LEVEL_0_ROWS_PER_POINT * max_points):
+        top = 1  # many ranks: 4-interval resolution rather than grouping them all
     tiles = _tiles(*span, top)
     stored = _read_tiles(session, run, tiles, top)
     if len(stored):

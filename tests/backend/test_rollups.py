@@ -34,7 +34,7 @@ def in_range(recs, step_min, step_max):
     ]
 
 
-def check_series(client, run_id, recs, oracle, close, max_points, step_min=None, step_max=None):
+def check_series(client, run_id, recs, oracle, close, max_points, step_min=None, step_max=None, points=None):
     params = {"max_points": max_points}
     params.update({k: v for k, v in (("step_min", step_min), ("step_max", step_max)) if v is not None})
     answer = client.get(f"{RUNS}/{run_id}/series", params=params).json()
@@ -42,7 +42,7 @@ def check_series(client, run_id, recs, oracle, close, max_points, step_min=None,
     assert answer["wall_origin"] == min(r["wall_start"] for r in recs)  # the run's start, whatever the range
     want_rows = in_range(recs, step_min, step_max)
     intervals = sorted({r["interval"] for r in want_rows})
-    assert len(cols["step"]) == min(len(intervals), max_points)
+    assert len(cols["step"]) == (min(len(intervals), max_points) if points is None else points)
     covered = []
     for i, (first, last) in enumerate(zip(cols["first_step"], cols["last_step"], strict=True)):
         bucket = [r for r in want_rows if first <= r["first_step"] and r["last_step"] <= last]
@@ -112,6 +112,23 @@ def test_multi_rank_run(any_client, new_run, records, oracle, close):
     run = any_client.get(f"{RUNS}/ranks").json()
     assert (run["records"], run["last_step"]) == (270, 900)
     close(run["totals"], oracle(recs), ["steps", "tokens", "tflops_thd", "overcount_pct", "loss", "syncs_per_iter"])
+
+
+@pytest.mark.parametrize(("ranks", "points"), [(8, 10), (11, 8)])
+def test_level_0_groups_the_ranks_of_each_interval(any_client, new_run, records, oracle, close, ranks, points):
+    """Level 0 is not stored: a range of fewer than 4·max_points intervals is grouped from the
+    interval rows, each interval merged over its ranks, up to 32 rows per point; past that (many
+    ranks) it is drawn from level-1 blocks, exact still, with fewer points (30 intervals: 8 blocks
+    of 4, the last cut short)."""
+    assert any_client.post(RUNS, json=new_run("wide")).status_code == 201
+    rng = random.Random(ranks)
+    recs = [r for rank in range(ranks) for r in records(30, seed=rank, gpus=2, rank=rank)]
+    rng.shuffle(recs)
+    post_all(any_client, "wide", recs, rng)
+    recs.sort(key=lambda r: (r["interval"], r["rank"]))
+    check_series(any_client, "wide", recs, oracle, close, 10, points=points)
+    check_series(any_client, "wide", recs, oracle, close, 100)  # one bucket per interval
+    check_series(any_client, "wide", recs, oracle, close, 3, step_min=45, step_max=251)  # level-0 edges
 
 
 def stored_rollup_sums(client, run_pk=1):
