@@ -249,25 +249,26 @@ def _csv_by_copy(session: Session, run: Run) -> Iterator[str]:
     piece_rows = min(CSV_CHUNK_ROWS, _COPY_PIECE_ROWS)
     with cursor.copy(f"COPY ({_copy_sql(run.id, c)}) TO STDOUT WITH (FORMAT csv)") as copy:
         pieces: list[bytes] = []
-        redo: list[int] = []
         for row in copy:  # one row per message
-            line = bytes(row)  # a copy frees the message's buffer at once: cheaper than holding it
-            if line.endswith(b"NaN\n"):
-                redo.append(len(pieces))
-            pieces.append(line)
+            pieces.append(bytes(row))  # a copy frees the message's buffer at once: cheaper than holding it
             if len(pieces) == piece_rows:
-                yield _piece(pieces, redo, c)
+                yield _piece(pieces, c)
                 pieces.clear()
-                redo.clear()
         if pieces:
-            yield _piece(pieces, redo, c)
+            yield _piece(pieces, c)
 
 
-def _piece(lines: list[bytes], redo: list[int], c: Coefficients) -> str:
-    if redo:
+def _piece(lines: list[bytes], c: Coefficients) -> str:
+    text = b"".join(lines)
+    if _MARK in text:  # one search per piece; only then a look at each row's end
+        redo = [at for at, line in enumerate(lines) if line.endswith(_MARK)]
         for at, line in zip(redo, _recompute([lines[i] for i in redo], c), strict=True):
             lines[at] = line
-    return b"".join(lines).decode()
+        text = b"".join(lines)
+    return text.decode()
+
+
+_MARK = b"NaN\n"  # the end of a row PostgreSQL left to _recompute
 
 
 def _recompute(lines: list[bytes], c: Coefficients) -> list[bytes]:
