@@ -5,9 +5,11 @@
     python bench/rollups.py --database sqlite|postgresql [--batches 300] [--channels 0]
         [--series-intervals 1000000] [--repeat 15]
 
-* store: each batch is written to `intervals` (not timed) and handed to store_aggregates in one
-  transaction (timed, CPU with time.process_time and wall with perf_counter); the batches are cut
-  into 5 groups and each group's per-row figure reported (median, min, max). On PostgreSQL the
+* store: each batch of 64 rows is written to `intervals` (not timed) and handed to
+  store_aggregates in one transaction (timed, CPU with time.process_time and wall with
+  perf_counter); 64 consecutive intervals of 1 rank, 8 intervals x 8 ranks, or 64 consecutive
+  intervals of one rank with 8 ranks taking turns (as 8 agents send); the batches are cut into 5
+  groups and each group's per-row figure reported (median, min, max). On PostgreSQL the
   CPU is this process's only (the server's is not counted), so the wall time is reported too.
 * series: a run of --series-intervals intervals (1 rank) filled through the same two calls in
   batches of 4096, then queries.series with max_points=1000 over the whole run and over windows
@@ -37,7 +39,7 @@ from packscope.backend.aggregates import store_aggregates
 from packscope.backend.db import make_engine, make_sessionmaker, upgrade_schema
 from packscope.backend.models import Run
 from packscope.backend.queries import coefficients, series
-from packscope.backend.rows import interval_row
+from packscope.backend.rows import COLUMN_AT, interval_row
 from packscope.backend.schemas import RECORDS, check_records
 from packscope.backend.writes import write
 from packscope.core.histograms import NUM_BUCKETS
@@ -163,13 +165,22 @@ def batch_rows(
     return [interval_row(run_pk, r) for r in parsed], sites
 
 
-def store(engine: Any, make_session: Any, ranks: int, batches: int, channels: int) -> dict[str, Any]:
-    run_pk, c = make_run(make_session, f"store-{ranks}-{channels}")
-    rng = random.Random(ranks)
-    per_batch = BATCH // ranks
-    prepared = [
-        batch_rows(run_pk, range(b * per_batch, (b + 1) * per_batch), ranks, channels, rng) for b in range(batches)
-    ]
+def store(engine: Any, make_session: Any, mode: str, batches: int, channels: int) -> dict[str, Any]:
+    """CPU and wall time of store_aggregates per row. Modes: "1 rank" (64 consecutive intervals a
+    batch), "8 ranks" (8 consecutive intervals x 8 ranks a batch), "8 senders" (64 consecutive
+    intervals of one rank a batch, the ranks in turn, as 8 agents send them)."""
+    run_pk, c = make_run(make_session, f"store-{mode.replace(' ', '-')}-{channels}")
+    rng = random.Random(mode)
+    prepared = []
+    for b in range(batches):
+        if mode == "1 rank":
+            prepared.append(batch_rows(run_pk, range(b * BATCH, (b + 1) * BATCH), 1, channels, rng))
+        elif mode == "8 ranks":
+            prepared.append(batch_rows(run_pk, range(b * 8, (b + 1) * 8), 8, channels, rng))
+        else:
+            rows, sites = batch_rows(run_pk, range((b // 8) * BATCH, (b // 8 + 1) * BATCH), 1, channels, rng)
+            rank_at = COLUMN_AT["rank"]
+            prepared.append(([(*row[:rank_at], b % 8, *row[rank_at + 1 :]) for row in rows], sites))
     cpu: list[float] = []
     wall: list[float] = []
     for rows, sites in prepared:
@@ -184,7 +195,7 @@ def store(engine: Any, make_session: Any, ranks: int, batches: int, channels: in
     cpu_us = [sum(cpu[g * size : (g + 1) * size]) / (size * BATCH) * 1e6 for g in range(groups)]
     wall_us = [sum(wall[g * size : (g + 1) * size]) / (size * BATCH) * 1e6 for g in range(groups)]
     return {
-        "ranks": ranks,
+        "mode": mode,
         "channels": channels,
         "rows": batches * BATCH,
         "cpu_us_per_row": round(statistics.median(cpu_us), 2),
@@ -198,8 +209,6 @@ def fill(engine: Any, make_session: Any, run_id: str, intervals: int, ranks: int
     """A run of `intervals` intervals x `ranks` ranks, in batches of 4096 rows re-numbered from a template."""
     run_pk, c = make_run(make_session, run_id)
     template, _ = batch_rows(run_pk, range(BATCH), 1, 2, random.Random(0))
-    from packscope.backend.rows import COLUMN_AT
-
     at_i, at_r, at_f, at_l = (COLUMN_AT[k] for k in ("interval", "rank", "first_step", "last_step"))
     per = 4096 // ranks
     for start in range(0, intervals, per):
@@ -253,7 +262,8 @@ def main() -> None:
         try:
             upgrade_schema(engine)
             make_session = make_sessionmaker(engine)
-            out["store"] = [store(engine, make_session, ranks, args.batches, args.channels) for ranks in (1, 8)]
+            modes = ("1 rank", "8 ranks", "8 senders")
+            out["store"] = [store(engine, make_session, mode, args.batches, args.channels) for mode in modes]
             if args.series_intervals:
                 t0 = time.perf_counter()
                 fill(engine, make_session, "long", args.series_intervals, 1)
