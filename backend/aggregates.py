@@ -52,14 +52,10 @@ assert set(BAND_COLUMNS) <= set(_GROUPED)
 
 
 def _field_matrix(rows: Sequence[Sequence[Any]]) -> np.ndarray:
-    """The READ_COLUMNS of ROW_COLUMNS tuples as floats, NaN where a reading is missing."""
-    try:  # no None among them (the usual batch): straight from an iterator, no list of tuples
-        flat = np.fromiter(
-            itertools.chain.from_iterable(map(_GET, rows)), dtype=float, count=len(rows) * len(READ_COLUMNS)
-        )
-        return flat.reshape(len(rows), len(READ_COLUMNS))
-    except TypeError:
-        return np.array([_GET(row) for row in rows], dtype=float)  # None -> NaN
+    """The READ_COLUMNS of ROW_COLUMNS tuples as floats, NaN where a reading is missing (None):
+    straight from an iterator, no list of tuples in between."""
+    flat = np.fromiter(itertools.chain.from_iterable(map(_GET, rows)), dtype=float, count=len(rows) * len(READ_COLUMNS))
+    return flat.reshape(len(rows), len(READ_COLUMNS))
 
 
 # Each SUM as column arithmetic on the READ_COLUMNS matrix (the catalogue's definitions, at most

@@ -183,3 +183,31 @@ def test_run_totals_equal_sums_over_rows(any_client, new_run, records, oracle, c
     close(
         run["totals"], oracle(filled), ["steps", "tokens", "tflops_useful", "mfu_bshd", "padding_pct", "syncs_per_iter"]
     )
+
+
+def test_stored_blocks_equal_brute_force_across_level_boundaries(any_client, new_run, records, oracle, close):
+    """Batches that straddle the boundaries of every level up to 4^6 (and ranks out of order):
+    every stored block of every level holds exactly its intervals' rows, and a block merged once
+    for all coarser levels of a batch gets each level's own index."""
+    assert any_client.post(RUNS, json=new_run("edges")).status_code == 201
+    start = 4**6 - 70
+    recs = [r for rank in range(2) for r in records(140, start=start, seed=rank, gpus=2, rank=rank)]
+    rng = random.Random(6)
+    rng.shuffle(recs)
+    post_all(any_client, "edges", recs, rng)
+    recs.sort(key=lambda r: (r["interval"], r["rank"]))
+    columns = (rollups.c.level, rollups.c.block, rollups.c.rows, rollups.c.tokens, rollups.c.first_step)
+    with any_client.app.state.engine.connect() as connection:
+        stored = {
+            (level, block): (n, tokens, first)
+            for level, block, n, tokens, first in connection.execute(select(*columns).where(rollups.c.run_pk == 1))
+        }
+    want: dict[tuple[int, int], tuple[int, int, int]] = {}
+    for level in STORED_LEVELS:
+        for r in recs:
+            key = (level, r["interval"] >> 2 * level)
+            n, tokens, first = want.get(key, (0, 0, r["first_step"]))
+            want[key] = (n + 1, tokens + r["tokens"], min(first, r["first_step"]))
+    assert stored == want
+    for max_points, step_min, step_max in [(1, None, None), (9, None, None), (33, 40300, 40800), (200, None, None)]:
+        check_series(any_client, "edges", recs, oracle, close, max_points, step_min, step_max)
