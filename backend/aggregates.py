@@ -100,8 +100,10 @@ def _merge_levels(
     merged block (only its index differs), so that one is merged once and repeated."""
     n = len(intervals)
     keys = intervals[None, :] >> (2 * levels[:, None])
-    single = np.flatnonzero(keys[:, 0] == keys[:, -1])
-    merged_levels = int(single[0]) + 1 if len(single) else len(levels)
+    # The first level whose block holds both the first and the last interval (sorted: all rows).
+    apart = (int(intervals[0]) ^ int(intervals[-1])).bit_length()  # the lowest bit they agree above
+    coarse = [i for i, level in enumerate(levels.tolist()) if 2 * level >= apart]
+    merged_levels = coarse[0] + 1 if coarse else len(levels)
     starts_here = np.ones((merged_levels, n), dtype=bool)
     starts_here[:, 1:] = keys[:merged_levels, 1:] != keys[:merged_levels, :-1]
     level_at, row_at = np.nonzero(starts_here)
