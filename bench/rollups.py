@@ -229,8 +229,8 @@ def p(values: list[float], q: float) -> float:
 
 
 def reads(make_session: Any, run_id: str, intervals: int, repeat: int) -> dict[str, Any]:
-    out = {}
-    windows = {"whole": None}
+    out: dict[str, Any] = {}
+    windows: dict[str, tuple[int, int] | None] = {"whole": None}
     for width in (600, 3000, 12_000, 48_000, 250_000):
         if width < intervals:
             middle = intervals // 3
