@@ -6,7 +6,8 @@
 import { fetchEarly, paths } from "./api.js";
 import { HEATMAP_COLUMNS, SERIES_POINTS } from "./run_sizes.js";
 
-// run.html preloads it, so its bytes arrive while the answers and the drawing are under way.
+// Not preloaded: on a first visit its 4.8 MB would be served beside the answers the drawing
+// waits for, and delay them (docs/BENCHMARKS.md); later visits take it from the HTTP cache.
 export const PLOTLY_JS = "/vendor/plotly.min.js";
 
 const { runId, records } = document.getElementById("run").dataset;
