@@ -206,3 +206,19 @@ def test_the_drawing_s_axis_ranges_match_plotly_on_a_log_axis(page, server):
     plotly_y = page.evaluate(f"{PLOT}._fullLayout.yaxis.range")
     assert plotly_y == pytest.approx(sketch["y"], rel=1e-6)
     assert all(math.isfinite(v) for v in sketch["y"])
+
+
+def test_the_first_drawing_places_points_at_their_wall_clock_time(page, server):
+    series = httpx.get(f"{server}/api/v1/runs/long/series", params={"max_points": 500}).json()
+    ends = series["columns"]["wall_end_max"]
+    held = HeldPlotly(page)
+    page.goto(f"{server}/runs/long?x=wall")
+    until(page, f"{SKETCH}?.querySelector('path.line') != null")
+    sketch = sketch_of(page)
+    assert sketch["x"] == pytest.approx([1000 * min(ends), 1000 * max(ends)], abs=1)  # ms, read back from local times
+    px, _ = scale(sketch)
+    (points,) = vertices(sketch["lines"][0]["d"])
+    assert points[::2] == pytest.approx([px(1000 * t) for t in ends], abs=0.02)
+    assert len([t for t in sketch["texts"] if re.fullmatch(r"\d\d:\d\d", t)]) >= 3  # hh:mm ticks over 10 hours
+    held.release(page)
+    until(page, f"{PLOT}._fullLayout?.xaxis.type === 'date' && {SKETCH} === null", timeout=30_000)
