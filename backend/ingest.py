@@ -24,7 +24,7 @@ from packscope.backend.models import Run
 from packscope.backend.queries import coefficients, get_run
 from packscope.backend.rows import Key, Parsed, parsed_records
 from packscope.backend.schemas import RECORDS, IngestResult, IntervalRecord, Record, RunCreate, RunPatch
-from packscope.backend.writes import driver_of, insert_intervals
+from packscope.backend.writes import driver_of, insert_intervals, run_sql
 from packscope.core.catalogue import Coefficients
 
 _SITES = msgspec.json.Encoder()  # {site: count} as interval_details stores it
@@ -93,9 +93,8 @@ def patch_run(session: Session, run: Run, body: RunPatch) -> Run:
 
 # -- one batch ------------------------------------------------------------------------------------
 _RUNS = cast(Table, Run.__table__)
-# The run of a batch in the driver's own SQL (through SQLAlchemy's exec_driver_sql, which keeps
-# its error handling, without compiling anything per call). The model and hardware come as their
-# JSON text, the key of their cached coefficients.
+# The run of a batch in the driver's own SQL (writes.run_sql: nothing compiled per call). The model
+# and hardware come as their JSON text, the key of their cached coefficients.
 _RUN_OF_ID = {
     "sqlite": "SELECT id, model, hardware FROM runs WHERE run_id = ?",
     "postgresql": "SELECT id, model::text, hardware::text FROM runs WHERE run_id = %s",
@@ -139,10 +138,10 @@ def ingest_together(engine: Engine, batches: Sequence[Batch]) -> list[IngestResu
         database = driver_of(connection)
         select_run = _RUN_OF_ID[database]
         for run_id in sorted(by_run):  # concurrent transactions lock runs in one order
-            run = connection.exec_driver_sql(select_run, (run_id,)).first()
-            if run is None:
+            found = run_sql(connection, select_run, (run_id,))
+            if not found:
                 continue
-            run_pk, model, hardware = run
+            run_pk, model, hardware = found[0]
             members = by_run[run_id]
             parts = [batches[i][1] for i in members]
             together = parts[0] if len(parts) == 1 else Parsed.joined(parts)

@@ -144,3 +144,27 @@ def test_postgresql_going_away_is_503_then_recovers(make_client, postgres, new_r
     assert answer.headers["retry-after"].isdigit()
     assert "unavailable" in answer.json()["detail"]
     assert client.get(RUNS).status_code == 200
+
+
+def test_a_batch_refused_by_a_read_only_database_is_503_and_stores_nothing(make_client, sqlite_url, new_run, records):
+    # The batch's statements run on sqlite3 itself (writes.run_sql); its errors still reach the
+    # app's handlers as SQLAlchemy's. The database turns read-only once the transaction has begun,
+    # so the refusal comes from the batch's own statements.
+    client = make_client(sqlite_url)
+    assert client.post(RUNS, json=new_run()).status_code == 201
+    engine = client.app.state.engine
+
+    def read_only(connection):
+        connection.connection.driver_connection.execute("PRAGMA query_only=ON")
+
+    event.listen(engine, "begin", read_only)
+    try:
+        answer = client.post(f"{RUNS}/run-1/intervals", json={"intervals": records(3)})
+    finally:
+        event.remove(engine, "begin", read_only)
+        engine.dispose()
+    assert answer.status_code == 503, answer.text
+    assert answer.headers["retry-after"].isdigit()
+    assert "read-only" in answer.json()["detail"]
+    assert client.get(f"{RUNS}/run-1").json()["records"] == 0
+    assert client.post(f"{RUNS}/run-1/intervals", json={"intervals": records(3)}).json()["accepted"] == 3
