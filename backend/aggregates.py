@@ -80,7 +80,8 @@ def _per_row(values: np.ndarray, c: Coefficients) -> tuple[np.ndarray, np.ndarra
     out[:, 0] = 1.0
     sums = out[:, 1:_LEAST_AT]
     sums[:] = values[:, _FIRST]
-    sums[:, _TWO] *= values[:, _SECOND]
+    with np.errstate(over="ignore"):  # a product past 1.8e308 is inf, as in Python
+        sums[:, _TWO] *= values[:, _SECOND]
     sums[:, _PRESENT] = np.where(np.isnan(values[:, _PRESENT_FIELD]), 0.0, sums[:, _PRESENT])
     rates = derive_columns({name: sums[:, i] for i, name in enumerate(SUM_NAMES)}, c, BAND_METRICS)
     for least, greatest, name in zip(_BAND_LEAST.tolist(), _BAND_GREATEST.tolist(), BAND_METRICS, strict=True):
