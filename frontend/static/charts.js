@@ -124,7 +124,9 @@ function smoothed(traces, weight) {
   if (!weight) return traces;
   const isLine = (t) => t.meta?.kind === "line";
   const grouped = traces.map((t, i) => (isLine(t) ? { ...t, legendgroup: t.legendgroup ?? `line-${i}` } : t));
-  const faded = grouped.map((t) => (isLine(t) ? { ...t, opacity: 0.3, showlegend: false, hoverinfo: "skip" } : t));
+  // hovertemplate outranks hoverinfo, so the faded copy drops it or the hover box lists it too.
+  const fade = ({ hovertemplate, ...t }) => ({ ...t, opacity: 0.3, showlegend: false, hoverinfo: "skip" });
+  const faded = grouped.map((t) => (isLine(t) ? fade(t) : t));
   const smooth = grouped.filter(isLine).map((t) => ({ ...t, y: ema(t.y, weight), meta: { ...t.meta, kind: "smoothed" } }));
   return [...faded, ...smooth];
 }

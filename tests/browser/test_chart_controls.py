@@ -88,6 +88,10 @@ def test_smoothing_draws_the_ema_over_the_raw_line(server, page):
     assert smooth["y"] != pytest.approx(loss)
     assert raw["opacity"] < 1 and raw["showlegend"] is False  # the raw line stays, lighter
     assert query(page)["smooth"] == ["0.6"]
+    # Hovering lists the smoothed line alone: the faded raw line is drawn, not hovered.
+    page.evaluate(f"Plotly.Fx.hover(document.querySelector('#chart-loss .plot'), {{xval: {3 * STEPS}}})")
+    until(page, "document.querySelector('#chart-loss .hoverlayer .legend') !== null")
+    assert page.locator("#chart-loss .hoverlayer .legend .traces").count() == 1
     # The CSV holds the measured values, not the smoothed ones.
     with page.expect_download() as download:
         page.click("#chart-loss .csv-link")
