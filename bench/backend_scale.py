@@ -2,7 +2,8 @@
 
 * ingest: interval rows/s through a real uvicorn server on 127.0.0.1, batches of 64, with 1 and
   with 8 concurrent senders (8 ranks of one run), and the server's CPU time per row (from
-  /proc/<pid>/stat before and after); and in this process, the CPU time per row of validating
+  /proc/<pid>/stat before and after), measured after --warmup batches to another run (a served
+  process is warm); and in this process, the CPU time per row of validating
   raw batches (rows.parse) and of storing them (ingest_parsed, as the route does), apart from HTTP;
 * reads on runs of --intervals sizes (rows generated in-process through the ingest function,
   not over HTTP): series (max_points=1000) p50/p95, run page data (summary + series + sync sites)
@@ -321,6 +322,8 @@ def bench(database_url: str, args: argparse.Namespace) -> dict[str, Any]:
             "cpus": os.cpu_count(),
             "load_avg": os.getloadavg(),
         }
+        if args.warmup:  # a served process is warm: first calls (caches, statements) are not the rate
+            out["warmup"] = ingest(url, server.pid, 8, max(1, args.warmup // 8), "warm-up")
         out["ingest"] = [ingest(url, server.pid, n, args.batches // n, f"ingest-{n}") for n in (1, 8)]
         if args.ingest_only:
             return out
@@ -348,6 +351,13 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=64, help="batches of 64 rows per ingest measurement")
     ap.add_argument("--repeat", type=int, default=20, help="timed repetitions per read")
     ap.add_argument("--workers", type=int, default=1, help="server processes (>1: `packscope serve --workers`)")
+    ap.add_argument(
+        "--warmup",
+        type=int,
+        default=16,
+        help="batches posted (8 senders, another run) before the ingest is measured; 0 for none (before 2026-11-30 "
+        "evening there was none)",
+    )
     ap.add_argument("--ingest-only", action="store_true", help="only the ingest over HTTP")
     ap.add_argument(
         "--server-pythonpath",
