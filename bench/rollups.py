@@ -3,7 +3,12 @@
 1 and with 8 ranks, and the latency of series reads on a long run.
 
     python bench/rollups.py --database sqlite|postgresql [--batches 300] [--channels 0]
-        [--series-intervals 1000000] [--repeat 15]
+        [--series-intervals 1000000] [--repeat 15] [--packscope DIR]
+
+--packscope DIR times another checkout's backend: DIR holds a `packscope` package laid out as the
+wheel installs it (`git archive REV` with backend/ as packscope/backend, alembic/ as
+packscope/migrations, agent/ and frontend/ likewise); the editable install's import hook is set
+aside so that nothing is imported from this checkout.
 
 * store: each batch of 64 rows is written to `intervals` (not timed) and handed to
   store_aggregates in one transaction (timed, CPU with time.process_time and wall with
@@ -26,12 +31,17 @@ import json
 import os
 import random
 import statistics
+import sys
 import tempfile
 import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
+
+if "--packscope" in sys.argv:  # before anything imports packscope
+    sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
+    sys.path.insert(0, sys.argv[sys.argv.index("--packscope") + 1])
 
 from sqlalchemy import select
 
@@ -255,8 +265,10 @@ def main() -> None:
     parser.add_argument("--channels", type=int, default=0, help="channels per record (0..4) in the store runs")
     parser.add_argument("--series-intervals", type=int, default=0, help="0: no read timing")
     parser.add_argument("--repeat", type=int, default=15)
+    parser.add_argument("--packscope", help="time the packscope package in this folder (see above)")
     args = parser.parse_args()
     out: dict[str, Any] = {"database": args.database, "load": os.getloadavg()[0]}
+    out["backend"] = os.path.dirname(store_aggregates.__code__.co_filename)
     with scratch_database(args.database) as url:
         engine = make_engine(url)
         try:
