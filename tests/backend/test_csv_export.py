@@ -188,18 +188,23 @@ def _wire(record: dict[str, Any], field: Any) -> Any:
 def _expected_rows(records: list[dict[str, Any]], c: Coefficients) -> list[list[str]]:
     rows = []
     for r in sorted(records, key=lambda r: (r["interval"], r["rank"])):
-        fields = {f.name: _wire(r, f) for f in FIELDS}
-        raw = [str(v) if f.kind == "int" else shortest(v) for f, v in zip(FIELDS, fields.values(), strict=True)]
         channels = [
             "" if r.get(name) is None else json.dumps(r[name], sort_keys=True)
             for name in ("channel_loss", "channel_tokens")
         ]
-        # The catalogue's sums of this one row, as floats (the formulas' own rule), then its formulas.
-        as_floats = {name: None if v is None else float(v) for name, v in fields.items()}
-        sums = {s.name: float(s.of_row(as_floats)) for s in SUMS}
-        derived = evaluate(sums, c, FLOAT_OPS, CSV_DERIVED_COLUMNS)
-        rows.append(raw + channels + [shortest(v) if math.isfinite(v) else "" for v in derived.values()])
+        rows.append(_expected_cells({f.name: _wire(r, f) for f in FIELDS}, channels, c))
     return rows
+
+
+def _expected_cells(fields: dict[str, Any], channels: list[str], c: Coefficients) -> list[str]:
+    """One row's cells from its stored fields (column name -> value) and channel cells."""
+    raw = [str(v) if f.kind == "int" else shortest(v) for f, v in zip(FIELDS, fields.values(), strict=True)]
+    # The catalogue's sums of this one row, as floats (the formulas' own rule), then its formulas
+    # in Python floats (IEEE doubles: an overflow is inf, an empty cell; an underflow 0).
+    as_floats = {name: None if v is None else float(v) for name, v in fields.items()}
+    sums = {s.name: float(s.of_row(as_floats)) for s in SUMS}
+    derived = evaluate(sums, c, FLOAT_OPS, CSV_DERIVED_COLUMNS)
+    return raw + channels + [shortest(v) if math.isfinite(v) else "" for v in derived.values()]
 
 
 def _post_run(client, new_run, records, peak):
@@ -313,3 +318,59 @@ def test_extreme_values_same_text_on_both_databases(sqlite_url, postgres, make_c
         _post_run(client, new_run, _extreme_records(records), 989.0)
         texts.append(client.get(f"{RUNS}/run-1/intervals.csv").text)
     assert texts[0] == texts[1]
+
+
+def _corner_rows(seed: int) -> list[dict[str, Any]]:
+    """Stored rows (column name -> value) whose fields the formulas read take values at the
+    corners of what each column accepts and of PostgreSQL's safe range (csv_export._FLOAT_RANGES),
+    inside and just outside it, in random combinations; the other fields plain."""
+    low, high = getattr(csv_export, "_FLOAT_RANGES", ((1e-100, 1e100),))[0]
+    float_corners = [0.0, low, high, low * 0.999, high * 1.001, 5e-324, 2.2250738585072014e-308, 1e300, 1.5]
+    int_corners = {"steps": [1, 2**31 - 1], "gpus": [1, 2**31 - 1]}
+    rng = random.Random(seed)
+    rows = []
+    for i in range(300):
+        row: dict[str, Any] = {f.name: (1 if f.kind == "int" else 1.0) for f in FIELDS}
+        row.update(interval=i, rank=0, first_step=i, last_step=i)
+        for name in ("tokens", "real_tokens", "seqlen_sq_sum_bshd", "seqlen_sq_sum_thd", "syncs_total"):
+            row[name] = rng.choice([0, 1, 12345, 2**63 - 1])
+        for name, choices in int_corners.items():
+            row[name] = rng.choice(choices)
+        row["gpu_time_s"] = rng.choice(float_corners)
+        row["gpu_energy_j"] = rng.choice([None, *float_corners])
+        row["loss"] = rng.choice([None, -1e300, 5e-324, 2.5])
+        rows.append(row)
+    return rows
+
+
+@pytest.mark.parametrize("peak", [989.0, 1e-9, 1e9])
+def test_corner_values_inside_and_outside_the_safe_range(database_url, make_client, new_run, peak):
+    """Rows stored straight into the table (no cross-field checks) with each formula input at
+    its corners: PostgreSQL computes the rows inside its safe range without raising, the others
+    are made again, and every cell equals the computation in Python floats."""
+    from sqlalchemy import create_engine, insert, select
+
+    from packscope.backend.models import Run, intervals
+
+    client = make_client(database_url)
+    body = new_run()
+    body["hardware"] = {"gpu_name": "H200", "gpu_count": 8, "peak_tflops": peak}
+    assert client.post(RUNS, json=body).status_code == 201
+    c = Coefficients.for_run(body["model"], body["hardware"])
+    rows = _corner_rows(seed=int(peak) % 97)
+    engine = create_engine(database_url)
+    try:
+        with engine.begin() as connection:
+            run_pk = connection.execute(select(Run.id)).scalar_one()
+            connection.execute(insert(intervals), [{**r, "run_pk": run_pk} for r in rows])
+    finally:
+        engine.dispose()
+    response = client.get(f"{RUNS}/run-1/intervals.csv")
+    assert response.status_code == 200
+    header, *got = list(csv.reader(io.StringIO(response.text)))
+    assert header == list(CSV_COLUMNS)
+    want = [_expected_cells(r, ["", ""], c) for r in rows]
+    assert len(got) == len(want)
+    for g_row, w_row in zip(got, want, strict=True):
+        for name, g, w in zip(CSV_COLUMNS, g_row, w_row, strict=True):
+            assert g == w, (name, g_row[0], g, w)
