@@ -317,9 +317,11 @@ def _chart_level(first: int, last: int, max_points: int) -> int:
 
 
 # Level 0 is grouped from the interval rows (one per rank), so a chart at level 0 reads
-# intervals x ranks rows. Up to this many per point it does (8 ranks at the finest zoom); past it
-# (a run of many ranks) the chart is drawn from level-1 blocks, fewer points than max_points.
-LEVEL_0_ROWS_PER_POINT = 32
+# intervals x ranks rows. Up to this many per point it does: as many bytes as the stored level 0
+# cost before 0007 (4·max_points rows of 34 columns), so a run of 1 or 2 ranks keeps one point
+# per interval at every zoom; past it (more ranks, over more than 8·max_points/ranks intervals)
+# the chart is drawn from level-1 blocks: exact still, 4 intervals a point at most.
+LEVEL_0_ROWS_PER_POINT = 8
 
 
 def _more_rows_than(session: Session, run: Run, first: int, last: int, limit: int) -> bool:
@@ -393,7 +395,7 @@ def _interval_blocks(session: Session, run: Run, blocks: list[int], contiguous: 
     interval rows with ingest's own arithmetic (aggregates.level_0_blocks), rows as _stored_blocks'.
     Bounded by the tiling: the whole range only when it spans fewer than 4·max_points intervals
     (and at most LEVEL_0_ROWS_PER_POINT rows per point), else at most 3 intervals at each end.
-    The rows come from the driver's own cursor, as plain tuples (up to 32 per point: SQLAlchemy's
+    The rows come from the driver's own cursor, as plain tuples (up to 8 per point: SQLAlchemy's
     Row objects cost as much as the fetch)."""
     chosen = "BETWEEN ? AND ?" if contiguous else f"IN ({', '.join('?' * len(blocks))})"
     params = (run.id, blocks[0], blocks[-1]) if contiguous else (run.id, *blocks)

@@ -114,10 +114,10 @@ def test_multi_rank_run(any_client, new_run, records, oracle, close):
     close(run["totals"], oracle(recs), ["steps", "tokens", "tflops_thd", "overcount_pct", "loss", "syncs_per_iter"])
 
 
-@pytest.mark.parametrize(("ranks", "points"), [(8, 10), (11, 8)])
+@pytest.mark.parametrize(("ranks", "points"), [(2, 10), (3, 8), (8, 8)])
 def test_level_0_groups_the_ranks_of_each_interval(any_client, new_run, records, oracle, close, ranks, points):
     """Level 0 is not stored: a range of fewer than 4·max_points intervals is grouped from the
-    interval rows, each interval merged over its ranks, up to 32 rows per point; past that (many
+    interval rows, each interval merged over its ranks, up to 8 rows per point; past that (more
     ranks) it is drawn from level-1 blocks, exact still, with fewer points (30 intervals: 8 blocks
     of 4, the last cut short)."""
     assert any_client.post(RUNS, json=new_run("wide")).status_code == 201
