@@ -287,23 +287,22 @@ def _recompute(lines: list[bytes], c: Coefficients) -> list[bytes]:
 
 
 # -- SQLite ---------------------------------------------------------------------------------------
-_JOINED = " || ',' || "
-
-
 def _sqlite_query(run_pk: int) -> str:
-    """The numeric fields as stored, then the two channel columns as CSV cells (quoted when
-    needed) joined by a comma into one text."""
-    cells = []
-    for name in _CHANNELS:
-        needs_quotes = " OR ".join(f"instr({name}, {ch}) > 0" for ch in ("','", "'\"'", "char(10)", "char(13)"))
-        cells.append(
-            f"CASE WHEN {name} IS NULL THEN '' WHEN {name} = '' OR {name} = '\\.' OR {needs_quotes}"
-            f" THEN '\"' || replace({name}, '\"', '\"\"') || '\"' ELSE {name} END"
-        )
+    """The numeric fields as stored, then the two channel columns' JSON text (or NULL)."""
     return (
-        f"SELECT {', '.join(_NUMERIC)}, {_JOINED.join(f'({cell})' for cell in cells)}"
-        f" FROM intervals WHERE run_pk = {int(run_pk)} ORDER BY interval, rank"
+        f"SELECT {', '.join((*_NUMERIC, *_CHANNELS))} FROM intervals WHERE run_pk = {int(run_pk)}"
+        " ORDER BY interval, rank"
     )
+
+
+def _channel_cell(text: str | None) -> str:
+    """A channel column's CSV cell as PostgreSQL's COPY writes it: NULL is empty, a text quoted
+    (quotes doubled) when it holds a comma, a quote or a line break, is empty or is \\."""
+    if text is None:
+        return ""
+    if '"' in text or "," in text or "\n" in text or "\r" in text or text in ("", "\\."):
+        return '"' + text.replace('"', '""') + '"'
+    return text
 
 
 def _csv_by_chunks(session: Session, run: Run) -> Iterator[str]:
@@ -323,7 +322,8 @@ _SUM_AT = {name: _NUMERIC.index(name) for name in SUM_FIELDS}
 
 
 def _chunk_text(rows: list[tuple[Any, ...]], c: Coefficients) -> str:
-    """CSV rows for one chunk of (numeric fields..., "channel_loss cell,channel_tokens cell") tuples."""
+    """CSV rows for one chunk of (numeric fields..., channel_loss, channel_tokens) tuples, or of
+    (numeric fields..., "channel_loss cell,channel_tokens cell") tuples."""
     return "\n".join(_chunk_rows(rows, c)) + "\n"
 
 
@@ -351,7 +351,13 @@ def _chunk_rows(rows: list[tuple[Any, ...]], c: Coefficients) -> list[str]:
     # the channel cells (already CSV text) go between them.
     text = _squeeze([raw, [float_cells(derived[name]) for name in CSV_DERIVED_COLUMNS]])
     blocks = text.split("\n")
-    return list(map(",".join, zip(blocks[0::2], block[:, len(_NUMERIC)].tolist(), blocks[1::2], strict=False)))
+    n = len(_NUMERIC)
+    if block.shape[1] == n + 1:  # the channel cells already as CSV text (PostgreSQL's rows)
+        channels = block[:, n].tolist()
+    else:  # the two columns' stored text
+        cell = _channel_cell
+        channels = [f"{cell(a)},{cell(b)}" for a, b in zip(block[:, n].tolist(), block[:, n + 1].tolist(), strict=True)]
+    return list(map(",".join, zip(blocks[0::2], channels, blocks[1::2], strict=False)))
 
 
 def _squeeze(blocks: list[list[np.ndarray]]) -> str:
