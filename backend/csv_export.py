@@ -28,6 +28,9 @@ from fractions import Fraction
 from typing import Any
 
 import numpy as np
+import psycopg
+from psycopg.generators import fetch_many
+from psycopg.pq import ExecStatus
 from sqlalchemy.orm import Session
 
 from packscope.backend.columns import derive_columns, sums_per_row
@@ -203,8 +206,9 @@ def _float_range(c: Coefficients, sums: list[Sum]) -> tuple[float, float] | None
 def _copy_sql(run_pk: int, c: Coefficients) -> str:
     """COPY's query: the raw cells, then the derived columns as float8 SQL. A stored float
     outside the range proven safe reads as NaN in the formulas (nothing can raise), and such a
-    row ends with the cell NaN, which no other row can end with (its last column is finite or
-    NULL): _csv_by_copy makes those rows again."""
+    row's last cell is the control character U+0001 (the last column is otherwise a float8
+    written as text, or NULL, and the channels' JSON escapes control characters): one memchr per
+    piece tells _csv_by_copy whether a row of it must be made again."""
     uses = _Uses()
     evaluate(uses, c, _BoundOps(), CSV_DERIVED_COLUMNS)
     sums = [s for s in SUMS if s.name in uses.read]
@@ -212,7 +216,7 @@ def _copy_sql(run_pk: int, c: Coefficients) -> str:
     order = f"FROM intervals WHERE run_pk = {int(run_pk)} ORDER BY interval, rank"
     raw = [f"{name}::text" if name in _CHANNELS else name for name in CSV_RAW_COLUMNS]
     if safe is None:  # no row is computed here
-        derived = ["NULL::float8"] * (len(CSV_DERIVED_COLUMNS) - 1) + ["'NaN'::float8"]
+        derived = ["NULL::float8"] * (len(CSV_DERIVED_COLUMNS) - 1) + ["chr(1)"]
         return f"SELECT {', '.join(raw + derived)} {order}"
     in_range = f"BETWEEN {safe[0]!r} AND {safe[1]!r}"
     floats = sorted({name for s in sums for name in s.of if name in _FLOAT_FIELDS}, key=CSV_RAW_COLUMNS.index)
@@ -235,7 +239,7 @@ def _copy_sql(run_pk: int, c: Coefficients) -> str:
     derived = [_Sql.of(v).text for v in evaluate(refs, c, _SqlOps(), CSV_DERIVED_COLUMNS).values()]
     if floats:
         ok = " AND ".join(f"(abs({name}) {in_range} OR {name} = 0 OR {name} IS NULL)" for name in floats)
-        derived[-1] = f"CASE WHEN {ok} THEN {derived[-1]} ELSE 'NaN'::float8 END"
+        derived[-1] = f"CASE WHEN {ok} THEN ({derived[-1]})::text ELSE chr(1) END"
     return f"SELECT {', '.join(raw + derived)} {order}"
 
 
@@ -247,20 +251,41 @@ def _csv_by_copy(session: Session, run: Run) -> Iterator[str]:
     # (just filled, not yet analyzed) the planner would sort a whole run it takes for a few rows.
     cursor.execute("SET LOCAL enable_sort = off")
     piece_rows = min(CSV_CHUNK_ROWS, _COPY_PIECE_ROWS)
+    pieces: list[bytes] = []
     with cursor.copy(f"COPY ({_copy_sql(run.id, c)}) TO STDOUT WITH (FORMAT csv)") as copy:
-        pieces: list[bytes] = []
-        for row in copy:  # one row per message
-            pieces.append(bytes(row))  # a copy frees the message's buffer at once: cheaper than holding it
+        for row in _copy_rows(copy):
+            pieces.append(row)
             if len(pieces) == piece_rows:
-                yield _piece(pieces, c)
+                yield _piece(pieces, c)  # inside the block: a client that goes away cancels the COPY
                 pieces.clear()
-        if pieces:
-            yield _piece(pieces, c)
+    if pieces:
+        yield _piece(pieces, c)
+
+
+def _copy_rows(copy: psycopg.Copy) -> Iterator[bytes]:
+    """A COPY … TO STDOUT's rows (one per message), each copied out at once (cheaper than holding
+    the message's buffer). Rows libpq already holds are taken from it directly (psycopg's read()
+    spends about 0.3 µs a row more in its generator machinery); when it holds none, read() waits
+    for the socket as usual. Ends after COPY's own result, as psycopg's iteration does."""
+    connection = copy.connection
+    get_copy_data = connection.pgconn.get_copy_data
+    while True:
+        size, buffered = get_copy_data(1)
+        data: Any = buffered
+        if size == 0:  # nothing whole in libpq's buffer: psycopg waits (and sees the end)
+            if not (data := copy.read()):
+                return
+        elif size < 0:  # the end, taken here: then COPY's own result, as psycopg takes it
+            (result,) = connection.wait(fetch_many(connection.pgconn))
+            if result.status != ExecStatus.COMMAND_OK:
+                raise psycopg.DatabaseError((result.error_message or b"COPY failed").decode(errors="replace"))
+            return
+        yield bytes(data)
 
 
 def _piece(lines: list[bytes], c: Coefficients) -> str:
     text = b"".join(lines)
-    if _MARK in text:  # one search per piece; only then a look at each row's end
+    if _MARK[:1] in text:  # one memchr per piece; only then a look at each row's end
         redo = [at for at, line in enumerate(lines) if line.endswith(_MARK)]
         for at, line in zip(redo, _recompute([lines[i] for i in redo], c), strict=True):
             lines[at] = line
@@ -268,7 +293,7 @@ def _piece(lines: list[bytes], c: Coefficients) -> str:
     return text.decode()
 
 
-_MARK = b"NaN\n"  # the end of a row PostgreSQL left to _recompute
+_MARK = b"\x01\n"  # the end of a row PostgreSQL left to _recompute
 
 
 def _recompute(lines: list[bytes], c: Coefficients) -> list[bytes]:

@@ -374,3 +374,27 @@ def test_corner_values_inside_and_outside_the_safe_range(database_url, make_clie
     for g_row, w_row in zip(got, want, strict=True):
         for name, g, w in zip(CSV_COLUMNS, g_row, w_row, strict=True):
             assert g == w, (name, g_row[0], g, w)
+
+
+@pytest.mark.postgres
+def test_copy_rows_equal_psycopgs_own_reading_and_raise_its_errors(postgres):
+    """csv_export._copy_rows takes buffered rows from libpq itself: the same rows as psycopg's
+    iteration, in order, whatever the sizes, and an error the server sends mid-COPY is raised."""
+    import psycopg
+
+    dsn = postgres.replace("postgresql+psycopg://", "postgresql://")
+    query = (
+        "COPY (SELECT g, repeat('x', g % 700), g * 0.5 FROM generate_series(1, 30000) g) TO STDOUT WITH (FORMAT csv)"
+    )
+    with psycopg.connect(dsn) as conn:
+        with conn.cursor().copy(query) as copy:
+            want = [bytes(row) for row in copy]
+        with conn.cursor().copy(query) as copy:
+            got = list(csv_export._copy_rows(copy))
+        assert got == want and len(got) == 30000
+        conn.execute("SELECT 1")  # the connection is usable afterwards
+    with psycopg.connect(dsn) as conn:
+        failing = "COPY (SELECT 1 / (g - 20000) FROM generate_series(1, 30000) g) TO STDOUT"
+        with pytest.raises(psycopg.Error, match="division by zero"), conn.cursor().copy(failing) as copy:
+            for _ in csv_export._copy_rows(copy):
+                pass
