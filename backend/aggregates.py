@@ -14,7 +14,7 @@ import functools
 import itertools
 import json
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -223,11 +223,19 @@ def _channel_parts(rows: Sequence[Sequence[Any]]) -> tuple[np.ndarray, list[str]
     """(interval, channel, mean·tokens, tokens) of every channel a row reports with both a mean
     and a positive token count. Rows without channel_tokens (agents before 2026-11-30) give none:
     their means carry no weight, and a guessed one would skew the sums."""
+    return channel_parts(map(_CHANNEL_GET, rows))
+
+
+def channel_parts(
+    triples: Iterable[tuple[int, Any, Any]],
+) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
+    """_channel_parts of (interval, channel_loss, channel_tokens) triples (JSON text or decoded):
+    what the series reads for level 0, which channel_rollups does not store."""
     intervals: list[int] = []
     names: list[str] = []
     loss_sums: list[float] = []
     tokens: list[float] = []
-    for interval, loss_json, tokens_json in map(_CHANNEL_GET, rows):
+    for interval, loss_json, tokens_json in triples:
         if loss_json is None or tokens_json is None:
             continue
         losses, counts = _as_dict(loss_json), _as_dict(tokens_json)
@@ -296,6 +304,21 @@ def store_level_0(connection: Connection, run_pk: int, c: Coefficients, rows: Se
             "rollups",
             _table_rows(connection.dialect.name, run_pk, *_merge_levels(intervals, per_row, _LEVEL_0)),
         )
+
+
+def store_level_0_channels(connection: Connection, run_pk: int, triples: Sequence[tuple[int, Any, Any]]) -> None:
+    """Add level-0 channel rollup rows for (interval, channel_loss, channel_tokens) triples sorted
+    by interval (migration 0007's downgrade)."""
+    intervals, names, loss_sums, tokens = channel_parts(triples)
+    if not names:
+        return
+    sums: dict[tuple[int, str], list[float]] = {}
+    for key in zip(intervals.tolist(), names, strict=True):
+        sums.setdefault(key, [0.0, 0.0])
+    for key, s, n in zip(zip(intervals.tolist(), names, strict=True), loss_sums.tolist(), tokens.tolist(), strict=True):
+        sums[key][0] += s
+        sums[key][1] += n
+    _add(connection, "channel_rollups", [(run_pk, 0, i, ch, s, n) for (i, ch), (s, n) in sorted(sums.items())])
 
 
 # -- entry points ----------------------------------------------------------------------------------

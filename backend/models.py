@@ -117,8 +117,9 @@ ROLLUP_LEVELS = range(11)
 # 4·max_points intervals, or at most 3 intervals at each end of a range), so storing it would
 # double the rows every batch writes (migration 0007 deleted them).
 STORED_LEVELS = range(1, 11)
-# The levels `channel_rollups` stores.
-CHANNEL_LEVELS = range(11)
+# The levels `channel_rollups` stores: the same (its level 0 is summed from the interval rows'
+# channel_loss and channel_tokens where a chart needs it).
+CHANNEL_LEVELS = STORED_LEVELS
 
 
 def _sum_columns() -> list[Column[Any]]:

@@ -12,7 +12,7 @@ import numpy as np
 from sqlalchemy import Select, distinct, exists, func, literal, or_, select, true, union_all
 from sqlalchemy.orm import Session
 
-from packscope.backend.aggregates import READ_COLUMNS, level_0_blocks
+from packscope.backend.aggregates import READ_COLUMNS, channel_parts, level_0_blocks
 from packscope.backend.columns import (
     BAND_COLUMNS,
     BLOCK_FLOAT_COLUMNS,
@@ -387,12 +387,19 @@ def _stored_blocks(session: Session, run: Run, by_level: Mapping[int, list[int]]
     return np.array(rows, dtype=float).reshape(len(rows), 2 + len(columns))
 
 
-_READ_SQL = f"SELECT {', '.join(READ_COLUMNS)} FROM intervals WHERE run_pk = ? AND interval "
+_READ_SQL = (
+    f"SELECT {', '.join(READ_COLUMNS)}, channel_loss, channel_tokens FROM intervals WHERE run_pk = ? AND interval "
+)
+_NUMBERS = len(READ_COLUMNS)
+ChannelParts = tuple[np.ndarray, list[str], np.ndarray, np.ndarray]  # aggregates.channel_parts
 
 
-def _interval_blocks(session: Session, run: Run, blocks: list[int], contiguous: bool) -> np.ndarray:
+def _interval_blocks(
+    session: Session, run: Run, blocks: list[int], contiguous: bool
+) -> tuple[np.ndarray, ChannelParts | None]:
     """Level-0 tiles (one interval merged over its ranks), which are not stored: grouped from the
-    interval rows with ingest's own arithmetic (aggregates.level_0_blocks), rows as _stored_blocks'.
+    interval rows with ingest's own arithmetic (aggregates.level_0_blocks), rows as _stored_blocks',
+    and their channels' (interval, channel, loss_sum, tokens) parts (aggregates.channel_parts).
     Bounded by the tiling: the whole range only when it spans fewer than 4·max_points intervals
     (and at most LEVEL_0_ROWS_PER_POINT rows per point), else at most 3 intervals at each end.
     The rows come from the driver's own cursor, as plain tuples (up to 8 per point: SQLAlchemy's
@@ -405,36 +412,56 @@ def _interval_blocks(session: Session, run: Run, blocks: list[int], contiguous: 
         sql = sql.replace("?", "%s")
     rows = driver.execute(sql, params).fetchall()
     if not rows:
-        return np.empty((0, 2 + len(BLOCK_INT_COLUMNS) + len(BLOCK_FLOAT_COLUMNS)))
-    found, columns = level_0_blocks(rows, coefficients(run))
-    return np.column_stack([np.zeros(len(found)), found, columns])
+        return np.empty((0, 2 + len(BLOCK_INT_COLUMNS) + len(BLOCK_FLOAT_COLUMNS))), None
+    found, columns = level_0_blocks([row[:_NUMBERS] for row in rows], coefficients(run))
+    channels = channel_parts((row[0], row[-2], row[-1]) for row in rows if row[-1] is not None)
+    return np.column_stack([np.zeros(len(found)), found, columns]), channels
 
 
-def _read_tiles(session: Session, run: Run, tiles: list[tuple[int, int]], top: int) -> np.ndarray:
+def _read_tiles(
+    session: Session, run: Run, tiles: list[tuple[int, int]], top: int
+) -> tuple[np.ndarray, ChannelParts | None]:
     """The rollup rows of `tiles` that hold intervals, in tile order, as _stored_blocks' rows:
-    level ≥ 1 as stored, level 0 grouped from the interval rows."""
+    level ≥ 1 as stored, level 0 grouped from the interval rows (with its channel parts)."""
     by_level = _by_level(tiles)
     parts = []
+    channels = None
     if 0 in by_level:
-        parts.append(_interval_blocks(session, run, by_level.pop(0), top == 0))
+        level_0, channels = _interval_blocks(session, run, by_level.pop(0), top == 0)
+        parts.append(level_0)
     if by_level:
         parts.append(_stored_blocks(session, run, by_level, top))
     found = np.concatenate(parts) if len(parts) > 1 else parts[0]
     first_interval = found[:, 1].astype(np.int64) << (2 * found[:, 0].astype(np.int64))
-    return found[np.argsort(first_interval, kind="stable")]  # tiles are disjoint: in order of their start
+    return found[np.argsort(first_interval, kind="stable")], channels  # tiles are disjoint: by start
 
 
 def _channel_series(
-    session: Session, run: Run, tiles: list[tuple[int, int]], top: int, bucket_of: Mapping[tuple[int, int], int]
+    session: Session,
+    run: Run,
+    tiles: list[tuple[int, int]],
+    top: int,
+    bucket_of: Mapping[tuple[int, int], int],
+    level_0: ChannelParts | None,
 ) -> tuple[dict[str, list[float | None]], dict[str, list[float]]]:
     """Per channel, each bucket's Σloss_sum / Σtokens (None where the channel has no tokens in
-    it) and Σtokens, from the channel rollups of the same tiles the series read."""
+    it) and Σtokens, from the channel rollups of the same tiles the series read (level ≥ 1) and
+    the level-0 tiles' interval rows."""
     c = channel_rollups.c
-    query = _tile_selects(channel_rollups, run, tiles, top, [c.channel, c.loss_sum, c.tokens])
+    stored = [tile for tile in tiles if tile[0] > 0]
+    found: list[tuple[int, int, str, float, float]] = []
+    if stored:
+        query = _tile_selects(channel_rollups, run, stored, top, [c.channel, c.loss_sum, c.tokens])
+        found = [tuple(row) for row in session.execute(query).all()]
+    if level_0 is not None:
+        intervals_0, names_0, loss_sums_0, tokens_0 = level_0
+        found += zip(
+            [0] * len(names_0), intervals_0.tolist(), names_0, loss_sums_0.tolist(), tokens_0.tolist(), strict=True
+        )
     points = max(bucket_of.values(), default=-1) + 1
     loss_sums: dict[str, np.ndarray] = {}
     tokens: dict[str, np.ndarray] = {}
-    for level, block, channel, loss_sum, n in session.execute(query):
+    for level, block, channel, loss_sum, n in found:
         at = bucket_of.get((level, block))
         if at is None:
             continue
@@ -501,7 +528,7 @@ def series(
     if top == 0 and _more_rows_than(session, run, *span, LEVEL_0_ROWS_PER_POINT * max_points):
         top = 1  # many ranks: 4-interval resolution rather than grouping them all
     tiles = _tiles(*span, top)
-    stored = _read_tiles(session, run, tiles, top)
+    stored, channels_0 = _read_tiles(session, run, tiles, top)
     if len(stored):
         at = len(BLOCK_INT_COLUMNS) + 2
         levels, blocks = stored[:, 0].astype(np.int64), stored[:, 1].astype(np.int64)
@@ -519,7 +546,7 @@ def series(
         for i, name in enumerate(BLOCK_FLOAT_COLUMNS[len(SUM_NAMES) :], start=len(SUM_NAMES)):
             columns[name] = listed(floats[:, i])
         bucket_of = dict(zip(zip(levels.tolist(), blocks.tolist(), strict=True), buckets.tolist(), strict=True))
-        out["channel_loss"], out["channel_tokens"] = _channel_series(session, run, tiles, top, bucket_of)
+        out["channel_loss"], out["channel_tokens"] = _channel_series(session, run, tiles, top, bucket_of, channels_0)
     out["points"] = len(columns["step"])
     return out
 

@@ -1,8 +1,8 @@
-"""Rollups keep levels 1..10: a level-0 block is one interval merged over its ranks, which the
-series reads now group from `intervals` themselves (over fewer than 4·max_points intervals, or
-at most 3 at each end of a range), so ingest stops writing it (issue 8: it was two thirds of the
-rollup rows a batch of one rank wrote). The level-0 rows are deleted; nothing else changes.
-`channel_rollups` keeps its level 0.
+"""Rollups and channel rollups keep levels 1..10: a level-0 block is one interval merged over its
+ranks, which the series reads now group from `intervals` themselves (over fewer than
+4·max_points intervals, at most 8 rows per point, or at most 3 intervals at each end of a
+range), so ingest stops writing it (issue 8: it was two thirds of the rollup rows a batch of one
+rank wrote). The level-0 rows of both tables are deleted; nothing else changes.
 
 The downgrade writes level 0 back from the interval rows, with the reads' (and ingest's) own arithmetic.
 
@@ -26,16 +26,18 @@ CHUNK = 5000  # intervals per downgrade step
 
 def upgrade() -> None:
     op.execute("DELETE FROM rollups WHERE level = 0")
+    op.execute("DELETE FROM channel_rollups WHERE level = 0")
 
 
 def downgrade() -> None:
     # Imported here: level 0 is grouped exactly as the reads group it (and as ingest did).
-    from packscope.backend.aggregates import READ_COLUMNS, store_level_0
+    from packscope.backend.aggregates import READ_COLUMNS, store_level_0, store_level_0_channels
     from packscope.core.catalogue import Coefficients
 
     connection = op.get_bind()
     runs = sa.table("runs", sa.column("id"), sa.column("model", sa.JSON), sa.column("hardware", sa.JSON))
-    intervals = sa.table("intervals", *(sa.column(name) for name in ("run_pk", *READ_COLUMNS)))
+    columns = ("run_pk", *READ_COLUMNS, "channel_loss", "channel_tokens")
+    intervals = sa.table("intervals", *(sa.column(name) for name in columns))
     for run in connection.execute(sa.select(runs.c.id, runs.c.model, runs.c.hardware)).all():
         c = Coefficients.for_run(run.model, run.hardware)
         after = -1
@@ -54,3 +56,13 @@ def downgrade() -> None:
                 .order_by(intervals.c.interval)
             ).all()
             store_level_0(connection, run.id, c, [tuple(row) for row in rows])
+            channels = connection.execute(
+                sa.select(intervals.c.interval, intervals.c.channel_loss, intervals.c.channel_tokens)
+                .where(
+                    intervals.c.run_pk == run.id,
+                    intervals.c.interval.between(first, after),
+                    intervals.c.channel_tokens.is_not(None),
+                )
+                .order_by(intervals.c.interval)
+            ).all()
+            store_level_0_channels(connection, run.id, [tuple(row) for row in channels])

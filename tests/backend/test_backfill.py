@@ -171,6 +171,20 @@ def test_0006_rebuilds_rollups_with_channels(database_url, make_client, new_run,
         assert backfilled[name] == want[name], name
 
 
+def store_channels_at_0005(engine: sa.Engine, recs: list[dict[str, Any]]) -> None:
+    """The records' channel losses and tokens, as a 0005 server stored them."""
+    meta = sa.MetaData()
+    meta.reflect(bind=engine, only=["intervals"])
+    table = meta.tables["intervals"]
+    with engine.begin() as connection:
+        for r in recs:
+            connection.execute(
+                table.update()
+                .where(table.c.interval == r["interval"], table.c.rank == r["rank"])
+                .values(channel_loss=r["channel_loss"], channel_tokens=r.get("channel_tokens"))
+            )
+
+
 def downgrade_schema(engine: sa.Engine, revision: str) -> None:
     config = alembic_config()
     with engine.begin() as connection:
@@ -187,25 +201,42 @@ def test_0007_deletes_level_0_and_its_downgrade_writes_it_back(
     back from the intervals, each equal to a brute-force sum over the interval's ranks."""
     recs = [r for rank in range(ranks) for r in records(23, seed=rank, rank=rank, gpus=2)]
     recs[4]["gpu_time_s"] = 0.0  # an undefined rate: a NULL band end where it is the only row
+    with_channels(recs, random.Random(ranks))
     body = new_run("levels")
     engine = make_engine(database_url)
     try:
         upgrade_schema(engine, "0002")
         store_at_0002(engine, body, recs)
+        upgrade_schema(engine, "0005")
+        store_channels_at_0005(engine, recs)
         upgrade_schema(engine)
         at_head = aggregates(engine)
         downgrade_schema(engine, "0006")
         columns = "block, rows, first_step, last_step, steps, tokens, tflops_thd_min, tflops_thd_max, wall_start_min"
         with engine.connect() as connection:
             level_0 = connection.exec_driver_sql(f"SELECT {columns} FROM rollups WHERE level = 0 ORDER BY block").all()
+            channels_0 = connection.exec_driver_sql(
+                "SELECT block, channel, loss_sum, tokens FROM channel_rollups WHERE level = 0"
+            ).all()
         upgrade_schema(engine)
         again = aggregates(engine)
         with engine.connect() as connection:
             assert connection.exec_driver_sql("SELECT count(*) FROM rollups WHERE level = 0").scalar_one() == 0
+            assert connection.exec_driver_sql("SELECT count(*) FROM channel_rollups WHERE level = 0").scalar_one() == 0
     finally:
         engine.dispose()
 
     assert at_head == again == ingested(make_client, tmp_path, body, recs)
+    want_channels: dict[tuple[int, str], list[float]] = {}
+    for r in recs:
+        for channel, n in (r.get("channel_tokens") or {}).items():
+            if n:
+                sums = want_channels.setdefault((r["interval"], channel), [0.0, 0.0])
+                sums[0] += r["channel_loss"][channel] * n
+                sums[1] += n
+    assert len(channels_0) == len(want_channels)
+    for block, channel, loss_sum, tokens in channels_0:
+        assert (loss_sum, tokens) == (pytest.approx(want_channels[block, channel][0]), want_channels[block, channel][1])
     assert [row.block for row in level_0] == list(range(23))
     for row in level_0:
         ranks_of = [r for r in recs if r["interval"] == row.block]

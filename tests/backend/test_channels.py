@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from packscope.backend.models import ROLLUP_LEVELS, channel_rollups
+from packscope.backend.models import CHANNEL_LEVELS, channel_rollups
 
 RUNS = "/api/v1/runs"
 CHANNELS = ("code", "math", "web")
@@ -126,7 +126,7 @@ def test_every_level_holds_every_token_once(any_client, new_run, records):
             channel_rollups.c.level, channel_rollups.c.channel
         )
         stored = {(level, channel): n for level, channel, n in connection.execute(query)}
-    assert stored == {(level, c): tokens[c] for level in ROLLUP_LEVELS for c in tokens}
+    assert stored == {(level, c): tokens[c] for level in CHANNEL_LEVELS for c in tokens}  # level 0: the intervals
 
 
 def test_deleting_a_run_deletes_its_channel_rollups(any_client, new_run, records):
