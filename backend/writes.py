@@ -161,18 +161,16 @@ _TOUCH_RUN = {
 @functools.cache
 def _intervals_with_details() -> str:
     """PostgreSQL: the new interval rows, their details and the run's updated_at in one statement
-    (one round trip instead of three). Each element of the document is an interval row followed
-    by its histograms' and sync sites' JSON text; the details join the rows inserted on their key."""
-    width = len(_WRITTEN["intervals"])
+    (one round trip instead of three). Two documents: the interval rows, and per row its key with
+    its histograms' and sync sites' JSON text; the details join the rows inserted on their key."""
     details = ", ".join(c for c in _WRITTEN["interval_details"])
     assert details == "interval_id, histograms, sync_sites", details
     return (
         f"WITH ins AS ({_statement('postgresql', 'intervals', 'insert_new')}), "
         f"det AS (INSERT INTO interval_details ({details}) "
-        f"SELECT ins.id, CAST(d.value ->> {width} AS JSON), CAST(d.value ->> {width + 1} AS JSON) "
+        "SELECT ins.id, CAST(d.value ->> 2 AS JSON), CAST(d.value ->> 3 AS JSON) "
         "FROM ins JOIN jsonb_array_elements(%s::JSONB) AS d "
-        f"ON CAST(d.value ->> {_AT_INTERVAL} AS INTEGER) = ins.interval "
-        f"AND CAST(d.value ->> {_AT_RANK} AS INTEGER) = ins.rank), "
+        "ON CAST(d.value ->> 0 AS INTEGER) = ins.interval AND CAST(d.value ->> 1 AS INTEGER) = ins.rank), "
         "touched AS (UPDATE runs SET updated_at = %s WHERE id = %s AND EXISTS (SELECT FROM ins)) "
         "SELECT id, interval, rank FROM ins"
     )
@@ -190,9 +188,9 @@ def insert_intervals(
     updated_at (as the driver binds it) when any was new; the (id, interval, rank) inserted."""
     database = driver_of(connection)
     if database == "postgresql":
-        document = to_json([(*row, *detail) for row, detail in zip(rows, details, strict=True)], inf_nan_mode="strings")
-        text = document.decode()
-        return run_sql(connection, _intervals_with_details(), (text, text, updated_at, run_pk))
+        keyed = [(row[_AT_INTERVAL], row[_AT_RANK], *detail) for row, detail in zip(rows, details, strict=True)]
+        documents = to_json(rows, inf_nan_mode="strings").decode(), to_json(keyed).decode()
+        return run_sql(connection, _intervals_with_details(), (*documents, updated_at, run_pk))
     inserted = write(connection, "intervals", "insert_new", rows)
     if inserted:
         at = {(row[_AT_INTERVAL], row[_AT_RANK]): k for k, row in enumerate(rows)}
