@@ -217,6 +217,7 @@ def _as_dict(value: Any) -> dict[str, Any] | None:
 
 
 _CHANNEL_GET = operator.itemgetter(COLUMN_AT["interval"], COLUMN_AT["channel_loss"], COLUMN_AT["channel_tokens"])
+_TOKENS_GET = operator.itemgetter(COLUMN_AT["channel_tokens"])
 
 
 def _channel_parts(rows: Sequence[Sequence[Any]]) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
@@ -331,6 +332,8 @@ def _write_rollups(
     _add(
         connection, "rollups", _table_rows(connection.dialect.name, run_pk, *_merge_levels(intervals, per_row, _LEVELS))
     )
+    if not any(map(_TOKENS_GET, rows)):  # no row sent channel tokens (the usual batch): one C loop
+        return
     channel_blocks = _channel_blocks(run_pk, rows)
     if channel_blocks:
         _add(connection, "channel_rollups", channel_blocks)
