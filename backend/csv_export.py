@@ -29,8 +29,6 @@ from typing import Any
 
 import numpy as np
 import psycopg
-from psycopg.generators import fetch_many
-from psycopg.pq import ExecStatus
 from sqlalchemy.orm import Session
 
 from packscope.backend.columns import derive_columns, sums_per_row
@@ -264,22 +262,10 @@ def _csv_by_copy(session: Session, run: Run) -> Iterator[str]:
 
 def _copy_rows(copy: psycopg.Copy) -> Iterator[bytes]:
     """A COPY … TO STDOUT's rows (one per message), each copied out at once (cheaper than holding
-    the message's buffer). Rows libpq already holds are taken from it directly (psycopg's read()
-    spends about 0.3 µs a row more in its generator machinery); when it holds none, read() waits
-    for the socket as usual. Ends after COPY's own result, as psycopg's iteration does."""
-    connection = copy.connection
-    get_copy_data = connection.pgconn.get_copy_data
-    while True:
-        size, buffered = get_copy_data(1)
-        data: Any = buffered
-        if size == 0:  # nothing whole in libpq's buffer: psycopg waits (and sees the end)
-            if not (data := copy.read()):
-                return
-        elif size < 0:  # the end, taken here: then COPY's own result, as psycopg takes it
-            (result,) = connection.wait(fetch_many(connection.pgconn))
-            if result.status != ExecStatus.COMMAND_OK:
-                raise psycopg.DatabaseError((result.error_message or b"COPY failed").decode(errors="replace"))
-            return
+    the message's buffer). psycopg's public read() only: taking rows from libpq directly saved
+    0.3 µs a row of client CPU, not worth leaning on psycopg's internals (the COPY's own 3.5 µs a
+    row on the server is what bounds the export)."""
+    while data := copy.read():
         yield bytes(data)
 
 

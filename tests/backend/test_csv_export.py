@@ -378,8 +378,9 @@ def test_corner_values_inside_and_outside_the_safe_range(database_url, make_clie
 
 @pytest.mark.postgres
 def test_copy_rows_equal_psycopgs_own_reading_and_raise_its_errors(postgres):
-    """csv_export._copy_rows takes buffered rows from libpq itself: the same rows as psycopg's
-    iteration, in order, whatever the sizes, and an error the server sends mid-COPY is raised."""
+    """csv_export._copy_rows gives one row per message: the same rows as psycopg's iteration, in
+    order, whatever the sizes, the connection usable after, and an error the server sends
+    mid-COPY raised (the export must fail loudly, never end as if complete)."""
     import psycopg
 
     dsn = postgres.replace("postgresql+psycopg://", "postgresql://")
