@@ -57,7 +57,12 @@ class HeldPlotly:
 
     def release(self, page):
         until(page, "document.querySelector('script[src=\"/vendor/plotly.min.js\"]') !== null")
-        page.wait_for_timeout(50)  # the route handler runs on the next event the page sends
+        # The route handler runs in this process when Playwright next hands it events: wait for it
+        # (a fixed pause lost that race on a loaded machine).
+        for _ in range(750):
+            if self.routes:
+                break
+            page.wait_for_timeout(20)
         assert self.routes, "the page never asked for plotly.js"
         for route in self.routes:
             route.continue_()
