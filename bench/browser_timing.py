@@ -35,7 +35,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import backend_scale
+import bench_data
 import httpx
 from playwright import sync_api
 
@@ -69,8 +69,8 @@ def run_body(run_id: str, **extra: Any) -> dict[str, Any]:
 
 
 def record(interval: int, rng: random.Random) -> dict[str, Any]:
-    """backend_scale's plausible record, on 8 GPUs, 5 s apart, with channel losses (and their tokens)."""
-    r = backend_scale.record(interval, 0, rng)
+    """bench_data's plausible record, on 8 GPUs, 5 s apart, with channel losses (and their tokens)."""
+    r = bench_data.record(interval, 0, rng)
     r["gpus"] = 8
     r["wall_start"] = 1.7e9 + 5.0 * interval
     r["wall_end"] = r["wall_start"] + r["gpu_time_s"]

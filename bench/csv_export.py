@@ -48,7 +48,8 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
-from backend_scale import cpu_seconds, record, run_body, scratch_database
+from backend_scale import cpu_seconds
+from bench_data import record, run_body, scratch_database
 
 from packscope.backend import csv_export
 from packscope.backend.db import make_engine, make_sessionmaker, upgrade_schema

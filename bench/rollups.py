@@ -32,17 +32,14 @@ import os
 import random
 import statistics
 import sys
-import tempfile
 import time
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 if "--packscope" in sys.argv:  # before anything imports packscope
     sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in repr(f).lower()]
     sys.path.insert(0, sys.argv[sys.argv.index("--packscope") + 1])
 
+from bench_data import record, run_body, scratch_database  # after the sys.path set-up above
 from sqlalchemy import select
 
 from packscope.backend.aggregates import store_aggregates
@@ -52,96 +49,9 @@ from packscope.backend.queries import coefficients, series
 from packscope.backend.rows import COLUMN_AT, interval_row
 from packscope.backend.schemas import RECORDS, check_records
 from packscope.backend.writes import write
-from packscope.core.histograms import NUM_BUCKETS
 
 BATCH = 64
 CHANNELS = ("code", "math", "web", "books")
-PG_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
-MODEL = {
-    "layers": 24,
-    "hidden": 2048,
-    "heads": 16,
-    "kv_heads": 4,
-    "head_dim": 128,
-    "ffn": 5504,
-    "gated": True,
-    "vocab": 32000,
-    "vocab_divisor": 128,
-    "tp": 1,
-}
-
-
-# Self-contained (bench/backend_scale.py has the same helpers), so that another checkout's backend
-# can be timed with this script: PYTHONPATH=DIR, DIR holding that checkout laid out as `packscope`.
-def run_body(run_id: str) -> dict[str, Any]:
-    hardware = {"gpu_name": "NVIDIA H200", "gpu_count": 8, "peak_tflops": 989.0}
-    return {"run_id": run_id, "model": MODEL, "layout": "thd", "hardware": hardware}
-
-
-@contextmanager
-def scratch_database(database: str) -> Iterator[str]:
-    """A SQLite file in a temporary folder, or a PostgreSQL database dropped afterwards."""
-    if database == "sqlite":
-        with tempfile.TemporaryDirectory() as tmp:
-            yield f"sqlite:///{tmp}/bench.db"
-        return
-    import psycopg
-
-    name = f"packscope_bench_{uuid.uuid4().hex[:8]}"
-    with psycopg.connect(PG_ADMIN, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-        try:
-            yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
-        finally:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-def record(interval: int, rank: int, rng: random.Random) -> dict[str, Any]:
-    """A wire record with plausible, varied numbers (as bench/backend_scale.py's)."""
-    steps, packs = 10, 40
-    tokens = packs * 8192
-    gpu_time = steps * rng.uniform(0.3, 0.5)
-    docs = rng.randint(200, 400)
-    return {
-        "interval": interval,
-        "rank": rank,
-        "first_step": interval * steps + 1,
-        "last_step": (interval + 1) * steps,
-        "steps": steps,
-        "gpus": 1,
-        "wall_start": 1.7e9 + interval,
-        "wall_end": 1.7e9 + interval + gpu_time,
-        "gpu_time_s": gpu_time,
-        "host_time_s": gpu_time * 1.01,
-        "step_time_p50_s": gpu_time / steps,
-        "step_time_p90_s": gpu_time / steps,
-        "step_time_max_s": gpu_time / steps,
-        "timing_lag_steps": 1,
-        "tokens": tokens,
-        "real_tokens": tokens - rng.randint(0, 4000),
-        "packs": packs,
-        "documents": docs,
-        "seqlen_sq_sum_bshd": packs * 8192 * 8192,
-        "seqlen_sq_sum_thd": docs * 900 * 900,
-        "flops_bshd": 1.0,
-        "flops_thd": 1.0,
-        "flops_useful": 1.0,
-        "loss": rng.uniform(2, 3),
-        "lr": 3e-4,
-        "grad_norm": 1.0,
-        "gpu": {"util_pct": 95.0, "power_w": 600.0, "energy_j": 600.0 * gpu_time},
-        "syncs": {
-            "total": 20,
-            "sites": [{"site": "train.py:88", "count": 10}, {"site": f"model.py:{interval % 7}", "count": 10}],
-        },
-        "histograms": {
-            k: {
-                "count": [rng.randint(0, 9) for _ in range(NUM_BUCKETS)],
-                "tokens": [rng.randint(0, 9999) for _ in range(NUM_BUCKETS)],
-            }
-            for k in ("documents", "packs")
-        },
-    }
 
 
 def make_run(make_session: Any, run_id: str) -> tuple[int, Any]:
