@@ -43,23 +43,28 @@ from packscope.backend.schemas import parse_batch
 BATCH = 64
 
 
-def fill_run(make_session: Any, http: httpx.Client, run_id: str, intervals: int) -> float:
-    """Store `intervals` records for a new run in-process through ingest_batch, in batches of 1000
-    validated records (64 distinct records re-numbered); seconds taken."""
-    assert http.post("/api/v1/runs", json=run_body(run_id)).status_code == 201
-    rng = random.Random(run_id)
-    template, _ = parse_batch(json.dumps({"intervals": [record(i, 0, rng) for i in range(64)]}).encode())
+def store_renumbered(make_session: Any, run_id: str, template: list[Any], intervals: int) -> float:
+    """Store `intervals` records for the stored run `run_id` in-process through ingest_batch, in
+    batches of 1000: the validated `template` records re-numbered in turn; seconds taken."""
     t0 = time.perf_counter()
     with make_session() as session:
         run = get_run(session, run_id)
         assert run is not None
         for start in range(0, intervals, 1000):
             batch = [
-                {**template[i % 64], "interval": i, "first_step": i * 10 + 1, "last_step": i * 10 + 10}
+                {**template[i % len(template)], "interval": i, "first_step": i * 10 + 1, "last_step": i * 10 + 10}
                 for i in range(start, min(start + 1000, intervals))
             ]
             ingest_batch(session, run, batch)
     return time.perf_counter() - t0
+
+
+def fill_run(make_session: Any, http: httpx.Client, run_id: str, intervals: int) -> float:
+    """A new run of `intervals` records (64 distinct ones re-numbered), stored in-process; seconds taken."""
+    assert http.post("/api/v1/runs", json=run_body(run_id)).status_code == 201
+    rng = random.Random(run_id)
+    template, _ = parse_batch(json.dumps({"intervals": [record(i, 0, rng) for i in range(64)]}).encode())
+    return store_renumbered(make_session, run_id, template, intervals)
 
 
 def ingest_in_process(engine: Any, http: httpx.Client, batches: int) -> dict[str, Any]:
@@ -185,12 +190,29 @@ def reads(http: httpx.Client, run_id: str, intervals: int, repeat: int) -> dict[
     }
 
 
-def start_server(database_url: str, workers: int, pythonpath: str | None = None) -> tuple[subprocess.Popen[bytes], str]:
+def wait_until_serving(server: subprocess.Popen[bytes], url: str) -> None:
+    """Return once the server at `url` answers; exit if it died or did not answer within 60 s."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            httpx.get(f"{url}/api/v1/catalogue", timeout=1).raise_for_status()
+            return
+        except httpx.HTTPError:
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise SystemExit("the server did not start") from None
+            time.sleep(0.2)
+
+
+def start_server(
+    database_url: str, workers: int = 1, pythonpath: str | None = None, prelude: str = ""
+) -> tuple[subprocess.Popen[bytes], str]:
+    """A uvicorn server on a free port (`prelude`: Python run before the app is built, e.g. to swap
+    a module for a before/after comparison)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     code = (
-        "import uvicorn; from packscope.backend.app import create_app; "
+        f"{prelude}import uvicorn; from packscope.backend.app import create_app; "
         "from packscope.backend.settings import Settings; "
         f"uvicorn.run(create_app(Settings(database_url={database_url!r}, ingest_token=None, read_token=None)), "
         f"host='127.0.0.1', port={port}, log_level='warning')"
@@ -204,15 +226,8 @@ def start_server(database_url: str, workers: int, pythonpath: str | None = None)
         env["PYTHONPATH"] = pythonpath
     server = subprocess.Popen(command, env=env, cwd=tempfile.gettempdir() if pythonpath else None)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            httpx.get(f"{url}/api/v1/catalogue", timeout=1)
-            return server, url
-        except httpx.HTTPError:
-            if time.monotonic() > deadline or server.poll() is not None:
-                raise SystemExit("the server did not start") from None
-            time.sleep(0.2)
+    wait_until_serving(server, url)
+    return server, url
 
 
 def bench(database_url: str, args: argparse.Namespace) -> dict[str, Any]:

@@ -30,18 +30,16 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import backend_scale
 import bench_data
 import httpx
 from playwright import sync_api
 
 from packscope.backend.db import make_engine, make_sessionmaker, upgrade_schema
-from packscope.backend.ingest import ingest_batch
-from packscope.backend.queries import get_run
 from packscope.backend.schemas import parse_batch
 
 CHROMIUM = "/usr/bin/chromium"
@@ -81,22 +79,11 @@ def record(interval: int, rng: random.Random) -> dict[str, Any]:
 
 
 def fill_run(make_session: Any, http: httpx.Client, run_id: str, intervals: int) -> float:
-    """Store `intervals` records for a new run in-process, in batches of 1000 validated records
-    (64 distinct records re-numbered); seconds taken."""
+    """The long run: 64 distinct records (with channels) re-numbered, stored in-process; seconds taken."""
     assert http.post("/api/v1/runs", json=run_body(run_id, name="long run")).status_code == 201
     rng = random.Random(run_id)
     template, _ = parse_batch(json.dumps({"intervals": [record(i, rng) for i in range(64)]}).encode())
-    t0 = time.perf_counter()
-    with make_session() as session:
-        run = get_run(session, run_id)
-        assert run is not None
-        for start in range(0, intervals, 1000):
-            batch = [
-                {**template[i % 64], "interval": i, "first_step": i * 10 + 1, "last_step": i * 10 + 10}
-                for i in range(start, min(start + 1000, intervals))
-            ]
-            ingest_batch(session, run, batch)
-    return time.perf_counter() - t0
+    return backend_scale.store_renumbered(make_session, run_id, template, intervals)
 
 
 def fill_runs(make_session: Any, http: httpx.Client, args: argparse.Namespace) -> float:
@@ -118,15 +105,8 @@ def start_server(db: Path) -> tuple[subprocess.Popen[bytes], str]:
     command += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
     server = subprocess.Popen(command, env=env, cwd=db.parent)  # not the checkout: alembic/ would shadow
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            httpx.get(f"{url}/api/v1/catalogue", timeout=1).raise_for_status()
-            return server, url
-        except httpx.HTTPError:
-            if time.monotonic() > deadline or server.poll() is not None:
-                raise SystemExit("the server did not start") from None
-            time.sleep(0.2)
+    backend_scale.wait_until_serving(server, url)
+    return server, url
 
 
 def page_times(browser: sync_api.Browser, url: str, conditions: dict[str, str], repeat: int) -> dict[str, Any]:

@@ -37,10 +37,7 @@ import hashlib
 import json
 import os
 import random
-import socket
 import statistics
-import subprocess
-import sys
 import time
 import tracemalloc
 import types
@@ -48,12 +45,11 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
-from backend_scale import cpu_seconds
+from backend_scale import cpu_seconds, start_server, store_renumbered
 from bench_data import record, run_body, scratch_database
 
 from packscope.backend import csv_export
 from packscope.backend.db import make_engine, make_sessionmaker, upgrade_schema
-from packscope.backend.ingest import ingest_batch
 from packscope.backend.queries import get_run
 from packscope.backend.schemas import parse_batch
 
@@ -79,19 +75,8 @@ def templates(count: int) -> list[Any]:
 
 
 def fill(make_session: Callable[[], Any], intervals: int) -> float:
-    """Store `intervals` records of RUN_ID in batches of 1000 (64 distinct records re-numbered); seconds."""
-    template = templates(64)
-    t0 = time.perf_counter()
-    with make_session() as session:
-        run = get_run(session, RUN_ID)
-        assert run is not None
-        for start in range(0, intervals, 1000):
-            batch = [
-                {**template[i % 64], "interval": i, "first_step": i * 10 + 1, "last_step": i * 10 + 10}
-                for i in range(start, min(start + 1000, intervals))
-            ]
-            ingest_batch(session, run, batch)
-    return time.perf_counter() - t0
+    """Store `intervals` records of RUN_ID (64 distinct records re-numbered); seconds."""
+    return store_renumbered(make_session, RUN_ID, templates(64), intervals)
 
 
 def peak_kib(pid: int | str = "self") -> int:
@@ -194,29 +179,6 @@ def baseline_export(path: str) -> tuple[Any, str]:
     return module, prelude
 
 
-def start_server(database_url: str, prelude: str) -> tuple[subprocess.Popen[bytes], str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    code = (
-        f"{prelude}import uvicorn; from packscope.backend.app import create_app; "
-        "from packscope.backend.settings import Settings; "
-        f"uvicorn.run(create_app(Settings(database_url={database_url!r}, ingest_token=None, read_token=None)), "
-        f"host='127.0.0.1', port={port}, log_level='warning')"
-    )
-    server = subprocess.Popen([sys.executable, "-c", code])
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            httpx.get(f"{url}/api/v1/catalogue", timeout=1)
-            return server, url
-        except httpx.HTTPError:
-            if time.monotonic() > deadline or server.poll() is not None:
-                raise SystemExit("the server did not start") from None
-            time.sleep(0.2)
-
-
 def analyze(database_url: str) -> None:
     """Fresh planner statistics, as autovacuum gives a run some time after it was written."""
     engine = make_engine(database_url)
@@ -234,7 +196,7 @@ def bench(database_url: str, args: argparse.Namespace) -> dict[str, Any]:
     codes: dict[str, tuple[Any, str]] = {"current": (csv_export, "")}
     if args.baseline:
         codes = {"baseline": baseline_export(args.baseline), **codes}
-    servers = {name: start_server(database_url, prelude) for name, (_, prelude) in codes.items()}
+    servers = {name: start_server(database_url, prelude=prelude) for name, (_, prelude) in codes.items()}
     try:
         url = next(iter(servers.values()))[1]
         assert httpx.post(f"{url}/api/v1/runs", json=run_body(RUN_ID)).status_code == 201
