@@ -18,17 +18,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from sqlalchemy import Connection, Dialect, func
+from sqlalchemy import Connection
 from sqlalchemy import column as sa_column
 from sqlalchemy import table as sa_table
-from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
-from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
+from sqlalchemy.dialects import sqlite
 
 from packscope.backend.columns import BAND_COLUMNS, BLOCK_FLOAT_COLUMNS, BLOCK_INT_COLUMNS, derive_columns
 from packscope.backend.models import CHANNEL_LEVELS, STORED_LEVELS, channel_rollups, rollups, run_sync_sites, run_totals
 from packscope.backend.rows import COLUMN_AT
-from packscope.backend.writes import write
+from packscope.backend.writes import DRIVER_DIALECTS, adding, write
 from packscope.core.catalogue import BAND_METRICS, SUM_FIELDS, SUM_NAMES, SUMS, Coefficients
 
 # What a row contributes, read in one C-level call per row: the key and step columns, the wall
@@ -150,62 +148,35 @@ def _table_rows(
 
 # -- the driver's own statements -------------------------------------------------------------------
 # Rows reach the driver as lists, not through SQLAlchemy's per-row parameter handling; on SQLite
-# straight to sqlite3's executemany (SQLAlchemy's execution layer cost about 40 µs a call).
-_DRIVER_DIALECTS: dict[str, Any] = {
-    "sqlite": lambda: SQLiteDialect_pysqlite(paramstyle="qmark"),
-    "postgresql": lambda: PGDialect_psycopg(paramstyle="format"),
-}
-
-
-def _adding(stmt: Any, target: Any, key: Sequence[str], database: str) -> dict[str, Any]:
-    """The DO UPDATE changes of an aggregate table: counts and sums add, steps and bands widen
-    (as writes.write's "add")."""
-    least, greatest = (func.least, func.greatest) if database == "postgresql" else (func.min, func.max)
-    changes: dict[str, Any] = {}
-    for column in target.columns:
-        stored, new = column, stmt.excluded[column.name]
-        if column.name in key:
-            continue
-        if column.name.endswith("_min") or column.name == "first_step":
-            changes[column.name] = func.coalesce(least(stored, new), stored, new)  # SQLite's min(x, NULL) is NULL
-        elif column.name.endswith("_max") or column.name in ("last_step", "last_interval"):
-            changes[column.name] = func.coalesce(greatest(stored, new), stored, new)
-        else:
-            changes[column.name] = stored + new
-    return changes
-
-
-# The columns each statement lists, in the order its rows hold them.
+# straight to sqlite3's executemany (SQLAlchemy's execution layer cost about 40 µs a call), on
+# PostgreSQL through writes.write. The columns each SQLite statement lists, in its rows' order.
 _TABLES = {t.name: t for t in (rollups, channel_rollups, run_totals, run_sync_sites)}
 _COLUMNS = {name: tuple(t.columns.keys()) for name, t in _TABLES.items()}
 _COLUMNS["rollups"] = ("run_pk", "level", "block", *_GROUPED)
 
 
 @functools.cache
-def _upsert(database: str, table_name: str) -> str:
-    """INSERT … ON CONFLICT DO UPDATE adding to the stored aggregates, as the driver's SQL, its
-    values in _COLUMNS order."""
-    dialect: Dialect = _DRIVER_DIALECTS[database]()
+def _sqlite_upsert(table_name: str) -> str:
+    """INSERT … ON CONFLICT DO UPDATE adding to the stored aggregates, as sqlite3's SQL, its values
+    in _COLUMNS order."""
     table = _TABLES[table_name]
     target = sa_table(table_name, *(sa_column(name, table.c[name].type) for name in _COLUMNS[table_name]))
-    insert = postgresql.insert if database == "postgresql" else sqlite.insert
-    stmt = insert(target)
+    stmt = sqlite.insert(target)
     key = [c.name for c in table.primary_key.columns]
-    stmt = stmt.on_conflict_do_update(index_elements=key, set_=_adding(stmt, target, key, database))
+    stmt = stmt.on_conflict_do_update(index_elements=key, set_=adding(stmt, target, key, "sqlite"))
     columns = list(_COLUMNS[table_name])
-    compiled = stmt.compile(dialect=dialect, column_keys=columns)
+    compiled = stmt.compile(dialect=DRIVER_DIALECTS["sqlite"](), column_keys=columns)
     assert list(compiled.positiontup or ()) == columns, compiled.positiontup
     return str(compiled)
 
 
 def _add(connection: Connection, table_name: str, rows: Sequence[Sequence[Any]]) -> None:
-    """Upsert `rows` (the table's columns, in key order) adding to what is stored."""
+    """Upsert `rows` (in key order) adding to what is stored: on SQLite in _COLUMNS order, on
+    PostgreSQL in the table's column order (writes.write)."""
     if connection.dialect.name == "sqlite":
         driver = connection.connection.driver_connection
         assert driver is not None
-        driver.executemany(_upsert("sqlite", table_name), rows)
-    elif table_name == "channel_rollups":  # writes.write knows only the tables it was built for
-        connection.exec_driver_sql(_upsert("postgresql", table_name), list(map(tuple, rows)))
+        driver.executemany(_sqlite_upsert(table_name), rows)
     else:
         write(connection, table_name, "add", rows)
 

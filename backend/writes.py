@@ -16,7 +16,7 @@ from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 from sqlalchemy.exc import DBAPIError
 
-from packscope.backend.models import interval_details, intervals, rollups, run_sync_sites, run_totals
+from packscope.backend.models import channel_rollups, interval_details, intervals, rollups, run_sync_sites, run_totals
 from packscope.backend.rows import ROW_COLUMNS
 
 # Rows reach the driver as tuples, never through SQLAlchemy's per-row parameter handling:
@@ -29,7 +29,7 @@ from packscope.backend.rows import ROW_COLUMNS
 #   re-parses long statements on every call, so a multi-row VALUES would too. Numbers keep their
 #   exact value: JSON holds a float's shortest round-trip text, and a non-finite one as a string
 #   that float8 reads back.
-_TABLES = {t.name: t for t in (intervals, interval_details, rollups, run_totals, run_sync_sites)}
+_TABLES = {t.name: t for t in (intervals, interval_details, rollups, channel_rollups, run_totals, run_sync_sites)}
 _WRITTEN = {name: tuple(c for c in t.columns.keys() if c != "id") for name, t in _TABLES.items()}  # noqa: SIM118
 Action = Literal["insert", "add", "insert_new"]
 
@@ -43,16 +43,16 @@ def _insert(dialect: Dialect, table: Table) -> postgresql.Insert | sqlite.Insert
     raise RuntimeError(f"unsupported database {dialect.name!r}; use SQLite or PostgreSQL")
 
 
-def _adding(stmt: postgresql.Insert | sqlite.Insert, table: Table, dialect: Dialect) -> dict[str, Any]:
-    """The DO UPDATE changes of an aggregate table: counts and sums add, steps and bands widen."""
-    key = [c.name for c in table.primary_key.columns]
-    least, greatest = (func.least, func.greatest) if dialect.name == "postgresql" else (func.min, func.max)
+def adding(stmt: Any, target: Any, key: Sequence[str], database: str) -> dict[str, Any]:
+    """The DO UPDATE changes of an aggregate table (`target`: a Table, or the column subset a
+    statement lists): counts and sums add, steps and bands widen. Every aggregate upsert uses it."""
+    least, greatest = (func.least, func.greatest) if database == "postgresql" else (func.min, func.max)
 
     def widen(pick: Any, stored: ColumnElement[Any], new: ColumnElement[Any]) -> ColumnElement[Any]:
         return func.coalesce(pick(stored, new), stored, new)  # SQLite's min(x, NULL) is NULL
 
     changes: dict[str, Any] = {}
-    for column in table.columns:
+    for column in target.columns:
         stored, new = column, stmt.excluded[column.name]
         if column.name in key:
             continue
@@ -66,7 +66,7 @@ def _adding(stmt: postgresql.Insert | sqlite.Insert, table: Table, dialect: Dial
 
 
 # The drivers whose parameter styles the statements are written for (psycopg's %b is its own).
-_DRIVER_DIALECTS: dict[str, Callable[[], Dialect]] = {
+DRIVER_DIALECTS: dict[str, Callable[[], Dialect]] = {
     "sqlite": lambda: SQLiteDialect_pysqlite(paramstyle="qmark"),
     "postgresql": lambda: PGDialect_psycopg(paramstyle="format"),
 }
@@ -105,7 +105,7 @@ def _statement(database: str, table_name: str, action: Action, rows: int = 1) ->
     """The SQL that writes `rows` rows (SQLite) or one array per column (PostgreSQL) of `_WRITTEN`
     columns to `table_name`. insert: plain; add: upsert adding to the stored aggregates;
     insert_new: skip stored keys and return (id, interval, rank) of the rows inserted."""
-    dialect = _DRIVER_DIALECTS[database]()
+    dialect = DRIVER_DIALECTS[database]()
     table, columns = _TABLES[table_name], _WRITTEN[table_name]
     stmt: Any = _insert(dialect, table)
     if dialect.name == "postgresql":
@@ -117,7 +117,10 @@ def _statement(database: str, table_name: str, action: Action, rows: int = 1) ->
         ]
         stmt = stmt.from_select(columns, select(*values).select_from(element))
     if action == "add":
-        stmt = stmt.on_conflict_do_update(index_elements=table.primary_key.columns, set_=_adding(stmt, table, dialect))
+        stmt = stmt.on_conflict_do_update(
+            index_elements=table.primary_key.columns,
+            set_=adding(stmt, table, [c.name for c in table.primary_key.columns], dialect.name),
+        )
     elif action == "insert_new":
         key = table.c.run_pk, table.c.interval, table.c.rank
         stmt = stmt.on_conflict_do_nothing(index_elements=key).returning(table.c.id, table.c.interval, table.c.rank)
