@@ -20,7 +20,7 @@ from dataclasses import dataclass, fields
 
 import torch
 
-from packscope.trainer.data import channel_of
+from packscope.trainer.data import Document
 from packscope.trainer.packing import IGNORE, Batch, first_fit_decreasing
 
 
@@ -31,7 +31,7 @@ class ChannelBatch(Batch):
     span_channels: torch.Tensor | None = None
 
 
-def with_channels(batch: Batch, docs: list[torch.Tensor], max_docs_per_pack: int, align: int) -> ChannelBatch:
+def with_channels(batch: Batch, docs: list[Document], max_docs_per_pack: int, align: int) -> ChannelBatch:
     """``batch`` (packed from ``docs``, on the host) with the channel of each of its spans."""
     channels = span_channels(docs, batch, max_docs_per_pack, align)
     return ChannelBatch(**{f.name: getattr(batch, f.name) for f in fields(Batch)}, span_channels=channels)
@@ -46,7 +46,7 @@ def span_bounds(batch: Batch) -> torch.Tensor:
     return rows.to(torch.int32)
 
 
-def span_channels(docs: list[torch.Tensor], batch: Batch, max_docs_per_pack: int, align: int) -> torch.Tensor:
+def span_channels(docs: list[Document], batch: Batch, max_docs_per_pack: int, align: int) -> torch.Tensor:
     """The channel of every span of ``batch`` (packed from ``docs``), in span order, on the host.
 
     The THD packer sits documents in first-fit-decreasing order, which is recomputed here from
@@ -61,7 +61,7 @@ def span_channels(docs: list[torch.Tensor], batch: Batch, max_docs_per_pack: int
     else:
         order, spans = list(range(len(docs))), batch.n_packs
     assert [len(docs[i]) for i in order] == batch.doc_lengths, "documents are not in the packer's order"
-    channels = [channel_of(docs[i]) for i in order]
+    channels = [docs[i].channel for i in order]
     return torch.tensor(channels + [0] * (spans - len(channels)), dtype=torch.long)
 
 

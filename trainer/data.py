@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import torch
 
@@ -26,14 +27,19 @@ from packscope.trainer.packing import first_fit_decreasing, round_up
 CHANNELS = ("code", "math", "chat", "web")
 
 
-def channel_of(doc: torch.Tensor) -> int:
-    """The index in CHANNELS of a document's source (0 for a tensor that did not come from a
-    DocumentStream)."""
-    return getattr(doc, "channel", 0)
+@dataclass(frozen=True)
+class Document:
+    """One document: its tokens (1-D int64, on the host) and its source, an index in CHANNELS."""
+
+    tokens: torch.Tensor
+    channel: int = 0
+
+    def __len__(self) -> int:
+        return len(self.tokens)
 
 
 class DocumentStream:
-    """An endless, deterministic stream of documents (1-D int64 CPU tensors)."""
+    """An endless, deterministic stream of documents."""
 
     def __init__(self, cfg: DataConfig, vocab: int, pack_length: int, seed: int) -> None:
         self.cfg = cfg
@@ -71,8 +77,8 @@ class DocumentStream:
         lengths = median * torch.exp(c.sigma * torch.randn(n, generator=self.gen))
         return lengths.round().clamp(c.min_len, self.max_len).long().tolist()
 
-    def _content(self, length: int) -> torch.Tensor:
-        """One document: rule k walks band k from a random start."""
+    def _content(self, length: int) -> Document:
+        """One document: rule k walks band k from a random start; rule k is source k."""
         k = self._randint(len(self.rules))
         a, b = self.rules[k]
         x, m = self._randint(self.band), self.band
@@ -80,24 +86,22 @@ class DocumentStream:
         for _ in range(length - 1):
             x = (a * x + b) % m
             tokens.append(x)
-        doc = torch.tensor(tokens, dtype=torch.long) + k * m
-        doc.channel = k % len(CHANNELS)  # type: ignore[attr-defined]  # each rule is one source; read by channel_of
-        return doc
+        return Document(torch.tensor(tokens, dtype=torch.long) + k * m, channel=k % len(CHANNELS))
 
-    def __iter__(self) -> Iterator[torch.Tensor]:
+    def __iter__(self) -> Iterator[Document]:
         while True:
             for length in self._lengths(256):
                 yield self._content(length)
 
 
 def step_documents(
-    docs: Iterator[torch.Tensor],
+    docs: Iterator[Document],
     micro_batches: int,
     packs_per_micro_batch: int,
     pack_length: int,
     max_docs_per_pack: int,
     align: int = 1,
-) -> Iterator[list[list[torch.Tensor]]]:
+) -> Iterator[list[list[Document]]]:
     """Group the stream into steps of micro-batches of documents.
 
     A micro-batch takes documents in stream order while first-fit-decreasing still places all of
@@ -106,11 +110,11 @@ def step_documents(
     token budget packs_per_step * pack_length, whichever layout trains on it.
     """
     budget = packs_per_micro_batch * pack_length
-    pending: torch.Tensor | None = None
+    pending: Document | None = None
     while True:
         step = []
         for _ in range(micro_batches):
-            group: list[torch.Tensor] = []
+            group: list[Document] = []
             lengths: list[int] = []
             used = 0
             while True:

@@ -114,13 +114,14 @@ class Trainer:
         """The next step's micro-batches in the configured layout, on the device."""
         cfg = self.cfg
         groups = next(self._steps)
+        tokens = [[doc.tokens for doc in g] for g in groups]
         if cfg.layout == "thd":
             batches = [
-                pack_thd(g, cfg.pack_length, cfg.packs_per_micro_batch, cfg.max_docs_per_pack, cfg.align, cfg.static)
-                for g in groups
+                pack_thd(t, cfg.pack_length, cfg.packs_per_micro_batch, cfg.max_docs_per_pack, cfg.align, cfg.static)
+                for t in tokens
             ]
         else:
-            batches = [pack_bshd(g, cfg.pack_length) for g in groups]
+            batches = [pack_bshd(t, cfg.pack_length) for t in tokens]
         if cfg.channel_loss:
             pairs = zip(batches, groups, strict=True)
             batches = [with_channels(b, g, cfg.max_docs_per_pack, cfg.align) for b, g in pairs]

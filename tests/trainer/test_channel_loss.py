@@ -7,21 +7,20 @@ import pytest
 import torch
 
 from packscope.trainer.channel_loss import channel_loss_sums, channel_loss_sums_loop, span_bounds, span_channels
+from packscope.trainer.data import Document
 from packscope.trainer.packing import IGNORE, pack_bshd, pack_thd
 
 CHANNELS = 4
 BASE = 1000  # document j is made of token BASE + j only, so a label names its document
 
 
-def _documents(n: int, seed: int) -> tuple[list[torch.Tensor], list[int]]:
+def _documents(n: int, seed: int) -> tuple[list[Document], list[int]]:
     g = torch.Generator().manual_seed(seed)
-    docs, channels = [], []
+    docs = []
     for j in range(n):
-        doc = torch.full((int(torch.randint(1, 90, (), generator=g)),), BASE + j)
-        doc.channel = int(torch.randint(CHANNELS, (), generator=g))
-        docs.append(doc)
-        channels.append(doc.channel)
-    return docs, channels
+        tokens = torch.full((int(torch.randint(1, 90, (), generator=g)),), BASE + j)
+        docs.append(Document(tokens, channel=int(torch.randint(CHANNELS, (), generator=g))))
+    return docs, [d.channel for d in docs]
 
 
 def _brute_force(token_losses, labels, channels) -> torch.Tensor:
@@ -41,9 +40,9 @@ def _brute_force(token_losses, labels, channels) -> torch.Tensor:
 def test_vectorized_equals_loop_equals_brute_force(layout, static, align, seed):
     docs, channels = _documents(40, seed)
     if layout == "thd":
-        batch = pack_thd(docs, 256, n_packs=12, max_docs_per_pack=8, align=align, static=static)
+        batch = pack_thd([d.tokens for d in docs], 256, n_packs=12, max_docs_per_pack=8, align=align, static=static)
     else:
-        batch = pack_bshd(docs, 128)
+        batch = pack_bshd([d.tokens for d in docs], 128)
     g = torch.Generator().manual_seed(100 + seed)
     labels = batch.labels.clone()
     labels[torch.rand(labels.shape, generator=g) < 0.25] = IGNORE  # masked tokens besides the padding
@@ -61,7 +60,7 @@ def test_vectorized_equals_loop_equals_brute_force(layout, static, align, seed):
 
 def test_the_legacy_loop_reads_two_bounds_per_document(monkeypatch):
     docs, _ = _documents(10, 0)
-    batch = pack_thd(docs, 256, n_packs=4, max_docs_per_pack=8)
+    batch = pack_thd([d.tokens for d in docs], 256, n_packs=4, max_docs_per_pack=8)
     reads = []
     original = torch.Tensor.item
     monkeypatch.setattr(torch.Tensor, "item", lambda t: reads.append(1) or original(t))

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from packscope.trainer.config import DataConfig, TrainConfig
-from packscope.trainer.data import DocumentStream, step_documents
+from packscope.trainer.data import CHANNELS, DocumentStream, step_documents
 from packscope.trainer.packing import first_fit_decreasing
 from packscope.trainer.train import Trainer, lr_at, run_training, train_step
 
@@ -41,13 +41,18 @@ def step(trainer: Trainer) -> torch.Tensor:
 def test_documents_are_deterministic_and_clipped():
     a, b = (iter(DocumentStream(DataConfig(), 512, 300, seed=3)) for _ in range(2))
     docs = [next(a) for _ in range(300)]
-    assert all(torch.equal(x, next(b)) for x in docs)
+    again = itertools.islice(b, 300)
+    assert all(torch.equal(x.tokens, y.tokens) and x.channel == y.channel for x, y in zip(docs, again, strict=True))
     lengths = [len(d) for d in docs]
     assert min(lengths) >= 16 and max(lengths) == 300  # the long mode gets clipped
     assert sum(n < 200 for n in lengths) > 150  # mostly short, chat-like
-    assert all(int(d.min()) >= 0 and int(d.max()) < 512 for d in docs)
+    assert all(int(d.tokens.min()) >= 0 and int(d.tokens.max()) < 512 for d in docs)
+    assert {d.channel for d in docs} == set(range(len(CHANNELS)))  # every source shows up
+    # a document's tokens stay in its rule's band, and its rule is its source
+    band = 512 // DataConfig().rules
+    assert all(int(d.tokens.min()) // band % len(CHANNELS) == d.channel for d in docs)
     other = iter(DocumentStream(DataConfig(), 512, 300, seed=4))
-    assert not torch.equal(docs[0], next(other))
+    assert not torch.equal(docs[0].tokens, next(other).tokens)
 
 
 def test_steps_fit_the_token_budget():
