@@ -27,8 +27,9 @@ section channel_loss 60 python3 bench/channel_loss.py --out "$OUT/channel_loss.j
 section step_profile_1b 70 python3 bench/step_profile.py --preset 1b --pack-length 4096 --packs-per-step 4 \
   --out "$OUT/step_profile_1b.json" > /dev/null
 section chunked_ce 55 python3 bench/fixes_runs.py chunked-ce --presets 1b --steps 30 --out "$OUT/chunked_ce.json"
-section graphs 110 python3 bench/fixes_runs.py graphs --presets 125m,1b --steps 40 --out "$OUT/graphs.json" \
-  --gallery "$GALLERY"
+# GRAPHS_ARGS: another step shape for the graphs section; PAIR_SUFFIX tells its gallery pairs apart
+section graphs "${GRAPHS_LIMIT:-110}" python3 bench/fixes_runs.py graphs --presets 125m,1b ${GRAPHS_ARGS:---steps 40} --out "$OUT/graphs.json" \
+  --gallery "$GALLERY" --pair-suffix "${PAIR_SUFFIX:-}"
 section logging_125m 110 python3 bench/fixes_runs.py logging --presets 125m --steps 100 --out "$OUT/logging_125m.json" \
   --gallery "$GALLERY"
 section logging_1b 160 python3 bench/fixes_runs.py logging --presets 1b --steps 40 --out "$OUT/logging_1b.json" \

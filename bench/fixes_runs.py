@@ -118,7 +118,7 @@ def logging_runs(args) -> Iterator[dict]:
                     preset,
                     args.steps,
                     args.log_every,
-                    pair=f"logging-{preset}{'-compiled' if compile else ''}",
+                    pair=f"logging-{preset}{'-compiled' if compile else ''}{args.pair_suffix}",
                     role="before" if legacy else "after",
                     title=f"{'compiled, ' if compile else ''}{'legacy' if legacy else 'sync-free'} logging",
                     **step_shape(args),
@@ -134,7 +134,7 @@ def graphs_runs(args) -> Iterator[dict]:
             preset,
             args.steps,
             args.log_every,
-            pair=f"graphs-{preset}",
+            pair=f"graphs-{preset}{args.pair_suffix}",
             role="before",
             title="eager, static THD",
             **step_shape(args),
@@ -145,7 +145,7 @@ def graphs_runs(args) -> Iterator[dict]:
             preset,
             args.steps,
             args.log_every,
-            pair=f"graphs-{preset}",
+            pair=f"graphs-{preset}{args.pair_suffix}",
             role="after",
             title="CUDA graphs, static THD",
             **step_shape(args),
@@ -177,7 +177,7 @@ def channel_loss_runs(args) -> Iterator[dict]:
                 preset,
                 args.steps,
                 args.log_every,
-                pair=f"channel-loss-{preset}",
+                pair=f"channel-loss-{preset}{args.pair_suffix}",
                 role="before" if legacy else "after",
                 title=f"channel loss, {'per-document loop' if legacy else 'vectorized'}",
                 **step_shape(args),
@@ -247,6 +247,7 @@ def main() -> int:
     ap.add_argument("--micro-batches", type=int, default=1)
     ap.add_argument("--out", default=None)
     ap.add_argument("--gallery", default=None, help="also write each before/after run as a run file here")
+    ap.add_argument("--pair-suffix", default="", help="appended to the gallery pair names (another step shape)")
     args = ap.parse_args()
     global GALLERY
     GALLERY = args.gallery

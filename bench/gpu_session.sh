@@ -6,6 +6,7 @@
 #   bash bench/gpu_session.sh tests   # gpu-marked tests with cupti-python 13.0.1; CUPTI tests again with 13.4.0
 #   bash bench/gpu_session.sh fixes   # bench/fixes_gpu.sh: legacy logging, channel loss, graphs, profile, chunked CE
 #                                     # (SECTIONS=... picks some), with the gallery's run files
+#   bash bench/gpu_session.sh graphs  # CUDA graphs vs eager at 2048-token micro-batches (launch-bound), with gallery files
 #   bash bench/gpu_session.sh mfu     # the trainer's gpu tests; compiled 1b MFU, separate vs fused projections;
 #                                     # where a compiled 1b step goes
 #   bash bench/gpu_session.sh multi   # bench/multi_gpu.py: DDP and FSDP2 on 2 GPUs, every rank's records checked
@@ -54,15 +55,23 @@ case "${1:-}" in
     python3 -c "import torch; print('torch', torch.__version__, torch.version.cuda)" | tee -a "$OUT/gpus.txt"
     PYTHONPATH=/tmp/cupti130 cupti_probe 2>&1 | tail -3 | tee "$OUT/cupti130_probe.txt"
     PYTHONPATH=/tmp/cupti134 cupti_probe 2>&1 | tail -3 | tee "$OUT/cupti134_probe.txt"
-    PYTHONPATH=/tmp/cupti130 timeout 420 python3 -m pytest -m gpu tests/gpu tests/trainer -v -p no:cacheprovider \
-      > "$OUT/gpu_tests_cupti130.log" 2>&1
-    tail -3 "$OUT/gpu_tests_cupti130.log"
+    # 13.0.1 left PyPI in late 2026: where its wheels were not carried, the whole run uses 13.4.0.
+    main=/tmp/cupti130; [ -d "$main" ] || main=/tmp/cupti134
+    PYTHONPATH=$main timeout 420 python3 -m pytest -m gpu tests/gpu tests/trainer -v -p no:cacheprovider \
+      > "$OUT/gpu_tests_${main#/tmp/}.log" 2>&1
+    tail -3 "$OUT/gpu_tests_${main#/tmp/}.log"
     PYTHONPATH=/tmp/cupti134 timeout 90 python3 -m pytest -m gpu tests/gpu -k cupti -v -p no:cacheprovider \
       > "$OUT/gpu_tests_cupti134.log" 2>&1
     tail -3 "$OUT/gpu_tests_cupti134.log"
     ;;
   fixes)
     OUT="$OUT/fixes" bash bench/fixes_gpu.sh
+    ;;
+  graphs)
+    # CUDA graphs where they matter: micro-batches of one 2048-token pack, which leave the GPU
+    # waiting on Python's kernel launches (the default 4096x4 step does not); gallery pairs too
+    SECTIONS=graphs OUT="$OUT/fixes" PAIR_SUFFIX=-2048x8 GRAPHS_LIMIT=400 \
+      GRAPHS_ARGS="--pack-length 2048 --packs-per-step 8 --micro-batches 8 --steps 40" bash bench/fixes_gpu.sh
     ;;
   mfu)
     timeout 300 python3 -m pytest -m gpu tests/trainer -v -p no:cacheprovider > "$OUT/gpu_tests_trainer.log" 2>&1
@@ -92,7 +101,7 @@ case "${1:-}" in
     echo "multi_gpu (debug-mode) exit $?"
     ;;
   *)
-    echo "usage: bash bench/gpu_session.sh tests|fixes|mfu|multi|mixed" >&2
+    echo "usage: bash bench/gpu_session.sh tests|fixes|graphs|mfu|multi|mixed" >&2
     exit 2
     ;;
 esac
