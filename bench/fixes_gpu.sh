@@ -29,7 +29,7 @@ section step_profile_1b 70 python3 bench/step_profile.py --preset 1b --pack-leng
 section chunked_ce 55 python3 bench/fixes_runs.py chunked-ce --presets 1b --steps 30 --out "$OUT/chunked_ce.json"
 # GRAPHS_ARGS: another step shape for the graphs section; PAIR_SUFFIX tells its gallery pairs apart
 section graphs "${GRAPHS_LIMIT:-110}" python3 bench/fixes_runs.py graphs --presets 125m,1b ${GRAPHS_ARGS:---steps 40} --out "$OUT/graphs.json" \
-  --gallery "$GALLERY" --pair-suffix "${PAIR_SUFFIX:-}"
+  --gallery "$GALLERY" --pair-suffix="${PAIR_SUFFIX:-}"
 section logging_125m 110 python3 bench/fixes_runs.py logging --presets 125m --steps 100 --out "$OUT/logging_125m.json" \
   --gallery "$GALLERY"
 section logging_1b 160 python3 bench/fixes_runs.py logging --presets 1b --steps 40 --out "$OUT/logging_1b.json" \
