@@ -37,6 +37,7 @@ from packscope.trainer.config import TrainConfig
 from packscope.trainer.train import Trainer, train_step, write_records
 
 GALLERY: str | None = None  # --gallery: where run files go
+PAIR_SUFFIX = ""  # --pair-suffix
 
 
 def gallery_tags(pair: str, role: str) -> list[str]:
@@ -61,7 +62,8 @@ def run(preset: str, steps: int, log_every: int, pair: str = "", role: str = "",
     trainer = Trainer(cfg)
     agent_cfg = AgentConfig(log_every=log_every, layout=cfg.layout, count_syncs=True)
     if GALLERY and pair:
-        agent_cfg.run_name = f"{preset} {title} ({role})"
+        shape = f" {PAIR_SUFFIX.strip('-')}" if PAIR_SUFFIX else ""  # another step shape's runs say which
+        agent_cfg.run_name = f"{preset} {title}{shape} ({role})"
         agent_cfg.project = "gallery"
         agent_cfg.tags = gallery_tags(pair, role)
         agent_cfg.config = {**dataclasses.asdict(cfg), "torch": torch.__version__, "bench": "bench/fixes_runs.py"}
@@ -249,8 +251,8 @@ def main() -> int:
     ap.add_argument("--gallery", default=None, help="also write each before/after run as a run file here")
     ap.add_argument("--pair-suffix", default="", help="appended to the gallery pair names (another step shape)")
     args = ap.parse_args()
-    global GALLERY
-    GALLERY = args.gallery
+    global GALLERY, PAIR_SUFFIX
+    GALLERY, PAIR_SUFFIX = args.gallery, args.pair_suffix
     if args.bench == "table":
         table(args.paths)
         return 0

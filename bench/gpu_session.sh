@@ -58,8 +58,8 @@ case "${1:-}" in
     # 13.0.1 left PyPI in late 2026: where its wheels were not carried, the whole run uses 13.4.0.
     main=/tmp/cupti130; [ -d "$main" ] || main=/tmp/cupti134
     PYTHONPATH=$main timeout 420 python3 -m pytest -m gpu tests/gpu tests/trainer -v -p no:cacheprovider \
-      > "$OUT/gpu_tests_${main#/tmp/}.log" 2>&1
-    tail -3 "$OUT/gpu_tests_${main#/tmp/}.log"
+      > "$OUT/gpu_tests_all_${main#/tmp/}.log" 2>&1
+    tail -3 "$OUT/gpu_tests_all_${main#/tmp/}.log"
     PYTHONPATH=/tmp/cupti134 timeout 90 python3 -m pytest -m gpu tests/gpu -k cupti -v -p no:cacheprovider \
       > "$OUT/gpu_tests_cupti134.log" 2>&1
     tail -3 "$OUT/gpu_tests_cupti134.log"
