@@ -9,7 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import TypeAdapter, ValidationError
 
-from packscope.backend.deps import SessionDep, require_ingest_token, run_not_found, run_or_404
+from packscope.backend.deps import SessionDep, _bearer, _check, require_ingest_token, run_not_found, run_or_404
 from packscope.backend.ingest import ModelConflict, create_or_resume_run, patch_run
 from packscope.backend.queries import run_summary
 from packscope.backend.rows import parse
@@ -72,8 +72,19 @@ class LimitedRequest(Request):
         return bytes(out)
 
 
+Handler = Callable[[Request], Coroutine[Any, Any, Response]]
+
+
 class LimitedRoute(APIRoute):
-    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+    def get_route_handler(self) -> Handler:
+        lean: Handler | None = getattr(self.endpoint, "lean_handler", None)
+        if lean is not None:  # the endpoint is declared for the OpenAPI document; this serves it
+            bare = lean
+
+            async def lean_handler(request: Request) -> Response:
+                return await bare(LimitedRequest(request.scope, request.receive))
+
+            return lean_handler
         handler = super().get_route_handler()
 
         async def limited_handler(request: Request) -> Response:
@@ -135,13 +146,22 @@ def _batch_body() -> dict[str, Any]:
     }
 
 
+async def _post_intervals(request: Request) -> Response:
+    """POST /runs/{run_id}/intervals as served: the router's dependency (the ingest token) checked
+    by hand, in the order FastAPI checks it (before the body is read), and the endpoint's work,
+    without FastAPI's dependency resolution per request (about 80 µs of CPU a batch)."""
+    _check(request.app.state.settings.ingest_token, await _bearer(request), "PACKSCOPE_INGEST_TOKEN")
+    return await post_intervals(request.path_params["run_id"], request)
+
+
 @router.post("/runs/{run_id}/intervals", response_model=IngestResult, openapi_extra=_batch_body())
 async def post_intervals(run_id: str, request: Request) -> Response:
-    # The hot path, kept lean: the raw body is validated once and laid out as rows (rows.parse:
-    # msgspec structs, or pydantic's dicts for a batch it refuses, whose errors it names) before it
-    # queues for the database; batches queued together are stored together in one worker-thread
-    # call on a Core connection (ingest.ingest_together, no session, no ORM objects), and the
-    # answer is written without a response model pass.
+    # The hot path, kept lean: served by _post_intervals (LimitedRoute), which calls this after the
+    # token check with no dependency resolution; the raw body is validated once and laid out as
+    # rows (rows.parse: msgspec structs, or pydantic's dicts for a batch it refuses, whose errors
+    # it names) before it queues for the database; batches queued together are stored together in
+    # one worker-thread call on a Core connection (ingest.ingest_together, no session, no ORM
+    # objects), and the answer is written without a response model pass.
     try:
         parsed = parse(await request.body())
     except ValidationError as exc:
@@ -153,6 +173,9 @@ async def post_intervals(run_id: str, request: Request) -> Response:
     if result is None:
         raise run_not_found(run_id)
     return Response(result.model_dump_json(), media_type="application/json")
+
+
+post_intervals.lean_handler = _post_intervals  # type: ignore[attr-defined]
 
 
 @router.patch("/runs/{run_id}", response_model=RunSummary)

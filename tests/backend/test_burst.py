@@ -205,3 +205,40 @@ def test_the_coalescer_groups_waiting_items_and_isolates_a_failing_one():
     # The first is taken at once and answered however long it takes; the others were never
     # taken within 0.02 s: withdrawn, and answered 503 (Retry-After 3).
     assert sorted(map(str, anyio.run(shed))) == ["3", "3", "x"]
+
+
+def test_a_free_turn_is_taken_at_once_and_never_ahead_of_a_waiter():
+    import anyio
+
+    from packscope.backend.admission import Admission
+
+    async def main() -> list[str]:
+        admission = Admission(1, 5.0, 1, serialise_writes=True)
+        order: list[str] = []
+
+        async def other(name: str) -> None:
+            order.append(f"{name} runs")
+            async with admission.turn(writes=True):
+                order.append(f"{name} holds")
+                await anyio.sleep(0.01)
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(other, "second")  # scheduled, not run yet
+            # Free: taken without a trip through the event loop, so the other task has not run.
+            async with admission.turn(writes=True):
+                order.append("first holds")
+            await anyio.sleep(0.001)  # "second" now holds the turn
+            tasks.start_soon(other, "third")
+            await anyio.sleep(0)
+            async with admission.turn(writes=True):  # behind "third", which waits for "second"
+                order.append("fourth holds")
+        return order
+
+    assert anyio.run(main) == [
+        "first holds",
+        "second runs",
+        "second holds",
+        "third runs",
+        "third holds",
+        "fourth holds",
+    ]

@@ -320,3 +320,75 @@ def test_records_built_in_python_pass_the_same_checks(make_client, database_url,
         assert (ingest_batch(session, run, models).accepted, ingest_batch(session, run, models).duplicates) == (1, 4)
     rows = list(csv.DictReader(io.StringIO(client.get(f"{RUN}/intervals.csv").text)))
     assert [r["loss"] == "" for r in rows] == [False, True, False, False]
+
+
+def test_the_batch_route_answers_as_fastapis_handler_without_resolving_dependencies(
+    make_client, new_run, records, monkeypatch, tmp_path
+):
+    """POST .../intervals is served by routes.ingest._post_intervals: the ingest token checked by
+    hand, before the body is read, with no dependency resolution per request; every answer (401,
+    400, 413, 415, 422, 404, 200) is the one FastAPI's handler of the declared endpoint gives."""
+    import fastapi.dependencies.utils
+    import fastapi.routing
+
+    from packscope.backend.routes import ingest as routes
+
+    write = {"Authorization": "Bearer write-secret", "Content-Type": "application/json"}
+    two = json.dumps({"intervals": records(2)}).encode()
+    cases = [
+        ({}, two, BATCH),
+        ({"Authorization": "Basic write-secret"}, two, BATCH),
+        ({"Authorization": "Bearer"}, two, BATCH),
+        ({"Authorization": "Bearer wrong"}, two, BATCH),
+        ({"Content-Encoding": "gzip"}, b"not gzip", BATCH),  # the token is checked first
+        ({**write, "Content-Encoding": "br"}, two, BATCH),
+        ({**write, "Content-Encoding": "gzip"}, b"not gzip", BATCH),
+        ({**write, "Content-Encoding": "gzip"}, gzip.compress(two)[:-20], BATCH),
+        (write, json.dumps({"intervals": records(40)}).encode(), BATCH),
+        (write, b'{"intervals": [{"interval": -1}]}', BATCH),
+        (write, b"{", BATCH),
+        (write, two, BATCH),
+        (write, two, BATCH),
+        (write, two, "/api/v1/runs/nobody/intervals"),
+    ]
+
+    def answers(name: str) -> list[tuple[int, dict[str, str], bytes]]:
+        url = f"sqlite:///{tmp_path / name}.db"
+        client = make_client(database_url=url, ingest_token="write-secret", max_body_bytes=20_000)
+        assert client.post(RUNS, json=new_run(), headers=write).status_code == 201
+        out = []
+        for headers, body, url in cases:
+            response = client.post(url, content=body, headers=headers)
+            out.append((response.status_code, dict(response.headers), response.content))
+        return out
+
+    with monkeypatch.context() as fastapis:
+        fastapis.delattr(routes.post_intervals, "lean_handler")
+        expected = answers("fastapi")
+    resolved = 0
+    solve = fastapi.routing.solve_dependencies
+
+    async def counted(*args, **kwargs):
+        nonlocal resolved
+        resolved += 1
+        return await solve(*args, **kwargs)
+
+    monkeypatch.setattr(fastapi.routing, "solve_dependencies", counted)
+    assert answers("lean") == expected
+    assert [status for status, _, _ in expected] == [
+        401,
+        401,
+        401,
+        401,
+        401,
+        415,
+        400,
+        400,
+        413,
+        422,
+        422,
+        200,
+        200,
+        404,
+    ]
+    assert resolved == 1  # the run's creation; no batch
