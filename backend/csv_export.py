@@ -14,10 +14,12 @@ quoted as CSV quotes it (when it holds a comma, a quote or a line break).
   float8 arithmetic raises where IEEE doubles overflow or underflow to 0, so it computes only
   rows whose stored floats lie in a range proven safe for the run (_float_range, in practice
   every real row); any other row comes back marked and is made again by the SQLite path's code.
-* SQLite: columns are read in chunks through the raw sqlite3 cursor, the derived columns computed
-  per chunk with numpy (backend/columns.py, the same IEEE operations in the same order as the
-  SQL), and each chunk formatted as a whole: numbers become bytes in a NUL-padded matrix
-  (vectorized shortest-digit search below) that is squeezed and split into rows once.
+* SQLite: columns are read in chunks through the raw sqlite3 cursor, the chunk's row tuples
+  become Arrow columns (one conversion in compiled code), the derived columns are computed per
+  chunk with numpy (backend/columns.py, the same IEEE operations in the same order as the SQL),
+  and every column becomes a string array in compiled code: Arrow's shortest float digits where
+  its layout is float8out's (float_strings), the vectorized digit search below elsewhere; Arrow
+  then joins the cells row-wise. pyarrow is a server dependency for this (docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from typing import Any
 
 import numpy as np
 import psycopg
+import pyarrow as pa  # type: ignore[import-untyped]  # no stubs, no py.typed
+import pyarrow.compute as pc  # type: ignore[import-untyped]
 from sqlalchemy.orm import Session
 
 from packscope.backend.columns import derive_columns, sums_per_row
@@ -335,54 +339,88 @@ _SUM_AT = {name: _NUMERIC.index(name) for name in SUM_FIELDS}
 def _chunk_text(rows: list[tuple[Any, ...]], c: Coefficients) -> str:
     """CSV rows for one chunk of (numeric fields..., channel_loss, channel_tokens) tuples, or of
     (numeric fields..., "channel_loss cell,channel_tokens cell") tuples."""
-    return "\n".join(_chunk_rows(rows, c)) + "\n"
+    lines = pc.binary_join_element_wise(_chunk_lines(rows, c), "", "\n")  # each line ends with a newline
+    return str(pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(lines)], pa.int32()), lines), "")[0].as_py())
 
 
 def _chunk_rows(rows: list[tuple[Any, ...]], c: Coefficients) -> list[str]:
     """_chunk_text's rows, each without its newline."""
-    block = np.array(rows, dtype=object)  # one (rows, cells) matrix of the fetched objects
-    if block.ndim != 2:  # a tuple's cells taken for a sequence: never for numbers and str
-        raise ValueError("rows of unequal length")
+    return [str(line) for line in _chunk_lines(rows, c).to_pylist()]
+
+
+def _chunk_lines(rows: list[tuple[Any, ...]], c: Coefficients) -> pa.StringArray:
+    """The chunk's CSV lines (no newline) as one Arrow string array: each column becomes a string
+    array of its cells (null: an empty cell) in compiled code, then Arrow joins them row-wise."""
+    fetched = pa.array(rows, _ROW_TYPES[len(rows[0])]).flatten()  # the tuples as columns, in compiled code
     values: dict[str, np.ndarray] = {}
-    raw: list[np.ndarray] = []
-    for at, (name, kind) in enumerate(zip(_NUMERIC, _KINDS, strict=True)):
+    cells: list[pa.Array] = []
+    for name, kind, column in zip(_NUMERIC, _KINDS, fetched, strict=False):
         if kind == "int":
-            ints = block[:, at].astype(np.int64)
-            raw.append(int_cells(ints))
+            cells.append(pc.cast(column, _STRING))  # digits, a '-' before negative ones
             if name in _SUM_AT:
-                values[name] = ints.astype(np.float64)
+                values[name] = column.to_numpy().astype(np.float64)
         else:
-            floats = block[:, at].astype(np.float64)  # None (NULL) -> NaN
-            raw.append(float_cells(floats))
+            floats = column.to_numpy(zero_copy_only=False)  # null (NULL) -> NaN
+            cells.append(float_strings(floats))
             if name in _SUM_AT:
                 values[name] = floats
+    n = len(_NUMERIC)
+    if len(fetched) == n + 1:  # the channel cells already as CSV text (PostgreSQL's rows)
+        cells.append(fetched[n])
+    else:  # the two columns' stored text
+        cells += [channel_cells(fetched[n]), channel_cells(fetched[n + 1])]
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):  # inf and NaN are empty cells
         derived = derive_columns(sums_per_row(values), c, CSV_DERIVED_COLUMNS)
-    # The numeric block and the derived block of every row, each ended by a newline, then split:
-    # the channel cells (already CSV text) go between them.
-    text = _squeeze([raw, [float_cells(derived[name]) for name in CSV_DERIVED_COLUMNS]])
-    blocks = text.split("\n")
-    n = len(_NUMERIC)
-    if block.shape[1] == n + 1:  # the channel cells already as CSV text (PostgreSQL's rows)
-        channels = block[:, n].tolist()
-    else:  # the two columns' stored text
-        cell = _channel_cell
-        channels = [f"{cell(a)},{cell(b)}" for a, b in zip(block[:, n].tolist(), block[:, n + 1].tolist(), strict=True)]
-    return list(map(",".join, zip(blocks[0::2], channels, blocks[1::2], strict=False)))
+    cells += [float_strings(derived[name]) for name in CSV_DERIVED_COLUMNS]
+    return pc.binary_join_element_wise(*cells, ",", null_handling="replace", null_replacement="")
 
 
-def _squeeze(blocks: list[list[np.ndarray]]) -> str:
-    """Per row: each block's cells (NUL-padded byte matrices, one row per CSV row) joined by
-    commas and ended by a newline; NULs dropped."""
-    n = blocks[0][0].shape[0]
-    comma = np.full((n, 1), ord(","), np.uint8)
-    newline = np.full((n, 1), ord("\n"), np.uint8)
-    parts: list[np.ndarray] = []
-    for cells in blocks:
-        for cell in cells:
-            parts += [cell, comma]
-        parts[-1] = newline
-    return np.concatenate(parts, axis=1).tobytes().translate(None, b"\0").decode("ascii")
+_STRING = pa.string()
+_NUMERIC_TYPES = [
+    (name, pa.int64() if kind == "int" else pa.float64()) for name, kind in zip(_NUMERIC, _KINDS, strict=True)
+]
+# A chunk's row tuples as one struct array: the stored text of both channel columns, or
+# (PostgreSQL's rows made again) their CSV cells as one text.
+_ROW_TYPES = {
+    len(_NUMERIC) + 2: pa.struct([*_NUMERIC_TYPES, *((name, _STRING) for name in _CHANNELS)]),
+    len(_NUMERIC) + 1: pa.struct([*_NUMERIC_TYPES, ("channel_cells", _STRING)]),
+}
+
+
+def channel_cells(texts: pa.StringArray) -> pa.StringArray:
+    """A channel column's stored texts as _channel_cell writes them (null: an empty cell), in
+    compiled code: only the cells that need quotes are quoted."""
+    quote = pc.equal(texts, "")
+    for special in ('"', ",", "\n", "\r"):
+        quote = pc.or_(quote, pc.match_substring(texts, special))
+    quote = pc.or_(quote, pc.equal(texts, "\\."))
+    quote = pc.fill_null(quote, False)
+    if not pc.any(quote).as_py():
+        return texts
+    inner = pc.replace_substring(pc.filter(texts, quote), '"', '""')
+    return pc.replace_with_mask(texts, quote, pc.binary_join_element_wise('"', inner, '"', ""))
+
+
+def float_strings(x: np.ndarray) -> pa.StringArray:
+    """Each float as float_text writes it, as an Arrow string array; NaN is null (an empty cell).
+    Arrow's cast writes a double's shortest digits (double-conversion) in fixed notation for
+    decimal exponents -6..9 and as d.ddde±X otherwise: float8out's text for exponents -4..9, at
+    least 15 and at most -10 (two-digit exponents). Other magnitudes, and integers past 2^54
+    (where float8out's digits may differ from the shortest ones: float_text), take float_cells."""
+    a = np.abs(x)
+    other = ((a >= 1e-9) & (a < 1e-4)) | ((a >= 1e10) & (a < 1e15)) | (a >= 2.0**54)  # False for NaN
+    texts = pc.cast(pa.array(x, mask=np.isnan(x)), _STRING)
+    if other.any():
+        texts = pc.replace_with_mask(texts, pa.array(other), _matrix_strings(float_cells(x[other])))
+    return texts
+
+
+def _matrix_strings(cells: np.ndarray) -> pa.StringArray:
+    """A NUL-padded byte matrix (one row per value) as an Arrow string array."""
+    offsets = np.zeros(len(cells) + 1, np.int32)
+    np.cumsum(np.count_nonzero(cells, axis=1), out=offsets[1:])
+    data = cells.tobytes().translate(None, b"\0")
+    return pa.StringArray.from_buffers(len(cells), pa.py_buffer(offsets), pa.py_buffer(data))
 
 
 # -- numbers as text ------------------------------------------------------------------------------
@@ -613,17 +651,3 @@ def _digit_rows(left: np.ndarray, rows: int) -> np.ndarray:
             np.add(q if above is None else q - 10.0 * above, _ZERO, out=out[j], casting="unsafe")
             above = q
     return out
-
-
-def int_cells(v: np.ndarray) -> np.ndarray:
-    """Integers as digits (a '-' before negative ones), as a NUL-padded byte matrix."""
-    n = len(v)
-    magnitude = np.abs(v)
-    top = int(magnitude.max(initial=0))
-    width = len(str(top))
-    cells = np.empty((n, width + 1), np.uint8)
-    cells[:, 0] = np.where(v < 0, _MINUS, 0)
-    for j in range(width):
-        place = _POW10[width - 1 - j]
-        cells[:, j + 1] = np.where((magnitude >= place) | (place == 1), (magnitude // place) % 10 + _ZERO, 0)
-    return cells

@@ -87,6 +87,43 @@ def test_vectorized_floats_equal_the_reference_for_every_magnitude():
     assert got == [csv_export.float_text(v) for v in x.tolist()]
 
 
+def test_arrow_floats_equal_the_reference_for_every_magnitude():
+    """float_strings (Arrow's shortest digits where its layout is float8out's, the numpy code
+    elsewhere) writes what float_text writes, at and around every bound between the two."""
+    rng = np.random.default_rng(6)
+    bounds = np.array([1e-10, 1e-9, 1e-6, 1e-5, 1e-4, 1e9, 1e10, 1e14, 1e15, 1e16, 2.0**54, 1e100, 1e-100])
+    x = np.concatenate(
+        [
+            rng.integers(0, 2**64, 50_000, dtype=np.uint64).view(np.float64),  # any bit pattern
+            10.0 ** rng.uniform(-12, 20, 50_000),
+            np.round(rng.uniform(0, 1000, 5_000), 2),
+            rng.integers(-(2**60), 2**60, 5_000).astype(float),
+            np.ldexp(rng.integers(2**52, 2**53, 5_000).astype(float), rng.integers(2, 18, 5_000)),
+            bounds,
+            -bounds,
+            np.nextafter(bounds, 0),
+            np.nextafter(bounds, np.inf),
+            [0.0, -0.0, math.nan, math.inf, -math.inf, 5e-324, 1.7976931348623157e308],
+        ]
+    )
+    got = csv_export.float_strings(x).to_pylist()
+    assert got == [csv_export.float_text(v) or None for v in x.tolist()]  # an empty cell is null
+
+
+@pytest.mark.parametrize(
+    "texts",
+    [
+        [None, None],
+        ['{"code":1.5}', None, '{"web, en":2}', "", "\\.", "\\.x", 'a"b', "a\nb", "a\rb", "plain", "é,ü"],
+    ],
+)
+def test_arrow_channel_cells_equal_the_reference(texts):
+    import pyarrow as pa
+
+    got = csv_export.channel_cells(pa.array(texts, pa.string())).to_pylist()
+    assert [g or "" for g in got] == [csv_export._channel_cell(t) for t in texts]
+
+
 def test_digit_rows_are_the_decimal_digits():
     rng = np.random.default_rng(5)
     left = np.concatenate(
