@@ -24,6 +24,7 @@ quoted as CSV quotes it (when it holds a comma, a quote or a line break).
 
 from __future__ import annotations
 
+import codecs
 import math
 from collections.abc import Iterator
 from fractions import Fraction
@@ -340,7 +341,8 @@ def _chunk_text(rows: list[tuple[Any, ...]], c: Coefficients) -> str:
     """CSV rows for one chunk of (numeric fields..., channel_loss, channel_tokens) tuples, or of
     (numeric fields..., "channel_loss cell,channel_tokens cell") tuples."""
     lines = pc.binary_join_element_wise(_chunk_lines(rows, c), "", "\n")  # each line ends with a newline
-    return str(pc.binary_join(pa.ListArray.from_arrays(pa.array([0, len(lines)], pa.int32()), lines), "")[0].as_py())
+    offsets = np.frombuffer(lines.buffers()[1], np.int32, len(lines) + 1, lines.offset * 4)
+    return codecs.utf_8_decode(memoryview(lines.buffers()[2])[offsets[0] : offsets[-1]])[0]  # the lines end to end
 
 
 def _chunk_rows(rows: list[tuple[Any, ...]], c: Coefficients) -> list[str]:
@@ -389,16 +391,14 @@ _ROW_TYPES = {
 
 def channel_cells(texts: pa.StringArray) -> pa.StringArray:
     """A channel column's stored texts as _channel_cell writes them (null: an empty cell), in
-    compiled code: only the cells that need quotes are quoted."""
-    quote = pc.equal(texts, "")
-    for special in ('"', ",", "\n", "\r"):
-        quote = pc.or_(quote, pc.match_substring(texts, special))
-    quote = pc.or_(quote, pc.equal(texts, "\\."))
-    quote = pc.fill_null(quote, False)
+    compiled code: one regex pass picks the cells to quote."""
+    quote = pc.fill_null(pc.or_(pc.match_substring_regex(texts, '[",\\n\\r]'), pc.is_in(texts, _QUOTED_TEXTS)), False)
     if not pc.any(quote).as_py():
         return texts
-    inner = pc.replace_substring(pc.filter(texts, quote), '"', '""')
-    return pc.replace_with_mask(texts, quote, pc.binary_join_element_wise('"', inner, '"', ""))
+    return pc.if_else(quote, pc.binary_join_element_wise('"', pc.replace_substring(texts, '"', '""'), '"', ""), texts)
+
+
+_QUOTED_TEXTS = pa.array(["", "\\."])  # quoted as COPY quotes them: an empty text is not NULL, \. ends its data
 
 
 def float_strings(x: np.ndarray) -> pa.StringArray:
