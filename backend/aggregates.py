@@ -191,11 +191,22 @@ _CHANNEL_GET = operator.itemgetter(COLUMN_AT["interval"], COLUMN_AT["channel_los
 _TOKENS_GET = operator.itemgetter(COLUMN_AT["channel_tokens"])
 
 
-def _channel_parts(rows: Sequence[Sequence[Any]]) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
+_INTERVAL_GET = operator.itemgetter(COLUMN_AT["interval"])
+Channels = Sequence[tuple[Any, Any]]  # per row, (channel_loss, channel_tokens) as decoded
+
+
+def _channel_parts(
+    rows: Sequence[Sequence[Any]], channels: Channels | None
+) -> tuple[np.ndarray, list[str], np.ndarray, np.ndarray]:
     """(interval, channel, mean·tokens, tokens) of every channel a row reports with both a mean
-    and a positive token count. Rows without channel_tokens (agents before 2026-11-30) give none:
-    their means carry no weight, and a guessed one would skew the sums."""
-    return channel_parts(map(_CHANNEL_GET, rows))
+    and a positive token count, from the rows' JSON text, or from `channels` (the same values as
+    decoded, one pair per row) when given. Rows without channel_tokens (agents before 2026-11-30)
+    give none: their means carry no weight, and a guessed one would skew the sums."""
+    if channels is None:
+        return channel_parts(map(_CHANNEL_GET, rows))
+    return channel_parts(
+        (i, loss, tokens) for i, (loss, tokens) in zip(map(_INTERVAL_GET, rows), channels, strict=True)
+    )
 
 
 def channel_parts(
@@ -224,9 +235,9 @@ def channel_parts(
     return np.array(intervals, dtype=np.int64), names, np.array(loss_sums), np.array(tokens)
 
 
-def _channel_blocks(run_pk: int, rows: Sequence[Sequence[Any]]) -> list[tuple[Any, ...]]:
+def _channel_blocks(run_pk: int, rows: Sequence[Sequence[Any]], decoded: Channels | None) -> list[tuple[Any, ...]]:
     """The channel_rollups rows (table order) the new interval rows add to, in key order."""
-    intervals, names, loss_sums, tokens = _channel_parts(rows)
+    intervals, names, loss_sums, tokens = _channel_parts(rows, decoded)
     if not names:
         return []
     channels, codes = np.unique(np.array(names, dtype=object), return_inverse=True)
@@ -298,14 +309,19 @@ _LEVELS = np.array(STORED_LEVELS, dtype=np.int64)
 
 
 def _write_rollups(
-    connection: Connection, run_pk: int, rows: Sequence[Sequence[Any]], intervals: np.ndarray, per_row: np.ndarray
+    connection: Connection,
+    run_pk: int,
+    rows: Sequence[Sequence[Any]],
+    intervals: np.ndarray,
+    per_row: np.ndarray,
+    channels: Channels | None = None,
 ) -> None:
     _add(
         connection, "rollups", _table_rows(connection.dialect.name, run_pk, *_merge_levels(intervals, per_row, _LEVELS))
     )
     if not any(map(_TOKENS_GET, rows)):  # no row sent channel tokens (the usual batch): one C loop
         return
-    channel_blocks = _channel_blocks(run_pk, rows)
+    channel_blocks = _channel_blocks(run_pk, rows, channels)
     if channel_blocks:
         _add(connection, "channel_rollups", channel_blocks)
 
@@ -336,13 +352,19 @@ def store_totals(
 
 
 def store_aggregates(
-    connection: Connection, run_pk: int, c: Coefficients, rows: Sequence[Sequence[Any]], sync_sites: Mapping[str, int]
+    connection: Connection,
+    run_pk: int,
+    c: Coefficients,
+    rows: Sequence[Sequence[Any]],
+    sync_sites: Mapping[str, int],
+    channels: Channels | None = None,
 ) -> None:
     """Add new interval rows (sorted by interval then rank) to everything kept at ingest. Keys are
     written in sorted order, table by table, so concurrent batches of one run lock rows in the
-    same order and cannot deadlock."""
+    same order and cannot deadlock. `channels`: each row's (channel_loss, channel_tokens) as
+    decoded, which ingest has at hand (else they are read from the rows' JSON text)."""
     if not rows:
         return
     intervals, per_row = _per_row(_field_matrix(rows), c)
-    _write_rollups(connection, run_pk, rows, intervals, per_row)
+    _write_rollups(connection, run_pk, rows, intervals, per_row, channels)
     _write_totals(connection, run_pk, intervals, per_row, sync_sites)

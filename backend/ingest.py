@@ -199,5 +199,6 @@ def _store(connection: Connection, run_pk: int, c: Coefficients, parsed: Parsed)
     for k in new:
         for site, count in parsed.sites[at[k]].items():
             run_sites[site] = run_sites.get(site, 0) + count
-    store_aggregates(connection, run_pk, c, [rows[k] for k in new], run_sites)
+    channels = [parsed.channels[at[k]] for k in new]
+    store_aggregates(connection, run_pk, c, [rows[k] for k in new], run_sites, channels)
     return [at[k] for k in new]

@@ -102,14 +102,25 @@ _HISTOGRAMS = msgspec.json.Encoder()
 _GET_KEY = operator.itemgetter(COLUMN_AT["interval"] - 1, COLUMN_AT["rank"] - 1)
 
 
+Channels = tuple[Mapping[str, Any] | None, Mapping[str, Any] | None]  # (channel_loss, channel_tokens)
+
+
 class Parsed:
     """A validated batch: per record, its row values after run_pk (ROW_COLUMNS[1:] order), its
-    length histograms as the JSON text interval_details stores, and its sync sites {site: count}."""
+    length histograms as the JSON text interval_details stores, its sync sites {site: count}, and
+    its channel_loss and channel_tokens as decoded (the row holds their JSON text, which the
+    channel rollups would otherwise parse back)."""
 
-    __slots__ = ("histograms", "sites", "values")
+    __slots__ = ("channels", "histograms", "sites", "values")
 
-    def __init__(self, values: list[tuple[Any, ...]], histograms: list[str], sites: list[Mapping[str, int]]) -> None:
-        self.values, self.histograms, self.sites = values, histograms, sites
+    def __init__(
+        self,
+        values: list[tuple[Any, ...]],
+        histograms: list[str],
+        sites: list[Mapping[str, int]],
+        channels: list[Channels],
+    ) -> None:
+        self.values, self.histograms, self.sites, self.channels = values, histograms, sites, channels
 
     def __len__(self) -> int:
         return len(self.values)
@@ -126,12 +137,18 @@ class Parsed:
             [v for p in parts for v in p.values],
             [h for p in parts for h in p.histograms],
             [s for p in parts for s in p.sites],
+            [c for p in parts for c in p.channels],
         )
 
     @classmethod
     def from_records(cls, records: Sequence[Record], sites: Sequence[Mapping[str, int]]) -> "Parsed":
         """From records that check_records passed (dicts, as parse_batch gives them)."""
-        return cls([interval_row(0, r)[1:] for r in records], [histograms_json(r) for r in records], list(sites))
+        return cls(
+            [interval_row(0, r)[1:] for r in records],
+            [histograms_json(r) for r in records],
+            list(sites),
+            [(r["channel_loss"], r["channel_tokens"]) for r in records],
+        )
 
 
 def parse(body: bytes) -> Parsed:
@@ -146,6 +163,7 @@ def parse(body: bytes) -> Parsed:
         [_STRUCT_VALUES(r) for r in records],
         [encode(r.histograms).decode() for r in records],
         [{s.site: s.count for s in r.syncs.sites} for r in records],
+        [(r.channel_loss, r.channel_tokens) for r in records],
     )
 
 

@@ -135,3 +135,33 @@ def test_deleting_a_run_deletes_its_channel_rollups(any_client, new_run, records
     assert any_client.delete(f"{RUNS}/gone").status_code == 204
     with any_client.app.state.engine.connect() as connection:
         assert connection.execute(select(func.count()).select_from(channel_rollups)).scalar_one() == 0
+
+
+def test_ingest_hands_the_channel_rollups_decoded_channels(any_client, new_run, records, monkeypatch):
+    """The rows hold channel_loss/channel_tokens as JSON text (as stored); ingest hands the
+    channel rollups the decoded dicts it already has instead of text to parse back, with the
+    same sums to the last bit."""
+    import json
+
+    from packscope.backend import aggregates
+    from packscope.backend.rows import parse, row_key
+
+    recs = with_channels(records(60, seed=7), random.Random(7))
+    parsed = parse(json.dumps({"intervals": recs}).encode())
+    rows = [parsed.row(1, i) for i in range(len(parsed))]
+    from_text = aggregates._channel_blocks(1, rows, None)
+    assert from_text  # the batch has channels with tokens
+    assert [row_key(row) for row in rows] == [parsed.key(i) for i in range(len(parsed))]
+    assert aggregates._channel_blocks(1, rows, parsed.channels) == from_text
+
+    handed: list[type] = []
+    as_dict = aggregates._as_dict
+
+    def recording(value):
+        handed.append(type(value))
+        return as_dict(value)
+
+    monkeypatch.setattr(aggregates, "_as_dict", recording)
+    assert any_client.post(RUNS, json=new_run("decoded")).status_code == 201
+    post_all(any_client, "decoded", recs, random.Random(8))
+    assert handed and str not in handed
