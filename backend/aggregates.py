@@ -26,7 +26,7 @@ from sqlalchemy.dialects import sqlite
 from packscope.backend.columns import BAND_COLUMNS, BLOCK_FLOAT_COLUMNS, BLOCK_INT_COLUMNS, derive_columns
 from packscope.backend.models import CHANNEL_LEVELS, STORED_LEVELS, channel_rollups, rollups, run_sync_sites, run_totals
 from packscope.backend.rows import COLUMN_AT
-from packscope.backend.writes import DRIVER_DIALECTS, adding, write
+from packscope.backend.writes import DRIVER_DIALECTS, add_together, adding, write
 from packscope.core.catalogue import BAND_METRICS, SUM_FIELDS, SUM_NAMES, SUMS, Coefficients
 
 # What a row contributes, read in one C-level call per row: the key and step columns, the wall
@@ -308,39 +308,50 @@ def store_level_0_channels(connection: Connection, run_pk: int, triples: Sequenc
 _LEVELS = np.array(STORED_LEVELS, dtype=np.int64)
 
 
-def _write_rollups(
-    connection: Connection,
+Writes = list[tuple[str, Sequence[Sequence[Any]]]]  # (table, rows to add), in the order written
+
+
+def _rollup_writes(
+    database: str,
     run_pk: int,
     rows: Sequence[Sequence[Any]],
     intervals: np.ndarray,
     per_row: np.ndarray,
     channels: Channels | None = None,
-) -> None:
-    _add(
-        connection, "rollups", _table_rows(connection.dialect.name, run_pk, *_merge_levels(intervals, per_row, _LEVELS))
-    )
+) -> Writes:
+    writes: Writes = [("rollups", _table_rows(database, run_pk, *_merge_levels(intervals, per_row, _LEVELS)))]
     if not any(map(_TOKENS_GET, rows)):  # no row sent channel tokens (the usual batch): one C loop
-        return
+        return writes
     channel_blocks = _channel_blocks(run_pk, rows, channels)
     if channel_blocks:
-        _add(connection, "channel_rollups", channel_blocks)
+        writes.append(("channel_rollups", channel_blocks))
+    return writes
 
 
-def _write_totals(
-    connection: Connection, run_pk: int, intervals: np.ndarray, per_row: np.ndarray, sync_sites: Mapping[str, int]
-) -> None:
+def _totals_writes(run_pk: int, intervals: np.ndarray, per_row: np.ndarray, sync_sites: Mapping[str, int]) -> Writes:
     sums = per_row[:, 1:_LEAST_AT].sum(axis=0).tolist()
     totals = (run_pk, len(per_row), int(intervals.max()), int(per_row[:, _GREATEST_AT].max()), *sums)
-    _add(connection, "run_totals", [totals])
+    writes: Writes = [("run_totals", [totals])]
     if sync_sites:
-        _add(connection, "run_sync_sites", [(run_pk, site, n) for site, n in sorted(sync_sites.items())])
+        writes.append(("run_sync_sites", [(run_pk, site, n) for site, n in sorted(sync_sites.items())]))
+    return writes
+
+
+def _add_all(connection: Connection, writes: Writes) -> None:
+    """The writes in order: on SQLite one executemany each; on PostgreSQL all in one statement
+    (writes.add_together: one round trip instead of one per table)."""
+    if connection.dialect.name == "sqlite":
+        for table_name, rows in writes:
+            _add(connection, table_name, rows)
+    else:
+        add_together(connection, writes)
 
 
 def store_rollups(connection: Connection, run_pk: int, c: Coefficients, rows: Sequence[Sequence[Any]]) -> None:
     """Add interval rows (ROW_COLUMNS tuples, sorted by interval then rank) to the run's rollups
     and channel rollups at every stored level (migration 0006 rebuilds them with this)."""
     if rows:
-        _write_rollups(connection, run_pk, rows, *_per_row(_field_matrix(rows), c))
+        _add_all(connection, _rollup_writes(connection.dialect.name, run_pk, rows, *_per_row(_field_matrix(rows), c)))
 
 
 def store_totals(
@@ -348,7 +359,7 @@ def store_totals(
 ) -> None:
     """Add interval rows to the run's totals and sync sites (migration 0003 backfills with this)."""
     if rows:
-        _write_totals(connection, run_pk, *_per_row(_field_matrix(rows), c), sync_sites)
+        _add_all(connection, _totals_writes(run_pk, *_per_row(_field_matrix(rows), c), sync_sites))
 
 
 def store_aggregates(
@@ -366,5 +377,5 @@ def store_aggregates(
     if not rows:
         return
     intervals, per_row = _per_row(_field_matrix(rows), c)
-    _write_rollups(connection, run_pk, rows, intervals, per_row, channels)
-    _write_totals(connection, run_pk, intervals, per_row, sync_sites)
+    writes = _rollup_writes(connection.dialect.name, run_pk, rows, intervals, per_row, channels)
+    _add_all(connection, writes + _totals_writes(run_pk, intervals, per_row, sync_sites))

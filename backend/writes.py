@@ -154,6 +154,33 @@ def write(connection: Connection, table_name: str, action: Action, rows: Sequenc
     return returned
 
 
+@functools.cache
+def _adding_together(table_names: tuple[str, ...]) -> str:
+    """PostgreSQL: the "add" upserts of several tables as one statement, all but the last as
+    data-modifying WITH queries, one JSON document parameter each in this order. PostgreSQL runs
+    them in one fixed order for the one statement text, so concurrent batches still take the
+    aggregate rows' locks in one order (each table's rows in key order, as before)."""
+    parts = [_statement("postgresql", name, "add") for name in table_names]
+    if len(parts) == 1:
+        return parts[0]
+    withs = ", ".join(f"add_{name} AS ({sql})" for name, sql in zip(table_names[:-1], parts[:-1], strict=True))
+    return f"WITH {withs} {parts[-1]}"
+
+
+def add_together(connection: Connection, writes: Sequence[tuple[str, Sequence[Sequence[Any]]]]) -> None:
+    """Upsert (adding, as write(..., "add", ...)) each (table, rows) of `writes`; on PostgreSQL
+    in one statement, one round trip instead of one per table."""
+    present = [(name, rows) for name, rows in writes if rows]
+    if not present:
+        return
+    if driver_of(connection) != "postgresql":
+        for name, rows in present:
+            write(connection, name, "add", rows)
+        return
+    documents = [to_json(rows, inf_nan_mode="strings").decode() for _, rows in present]
+    run_sql(connection, _adding_together(tuple(name for name, _ in present)), documents)
+
+
 _AT_INTERVAL, _AT_RANK = _WRITTEN["intervals"].index("interval"), _WRITTEN["intervals"].index("rank")
 _TOUCH_RUN = {
     "sqlite": "UPDATE runs SET updated_at = ? WHERE id = ?",

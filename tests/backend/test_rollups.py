@@ -211,3 +211,27 @@ def test_stored_blocks_equal_brute_force_across_level_boundaries(any_client, new
     assert stored == want
     for max_points, step_min, step_max in [(1, None, None), (9, None, None), (33, 40300, 40800), (200, None, None)]:
         check_series(any_client, "edges", recs, oracle, close, max_points, step_min, step_max)
+
+
+@pytest.mark.postgres
+def test_postgresql_adds_a_batchs_aggregates_in_one_statement(make_client, postgres, new_run, records):
+    """Rollups, channel rollups, run totals and sync sites: one round trip for all four tables."""
+    from sqlalchemy import event
+
+    client = make_client(postgres)
+    assert client.post(RUNS, json=new_run()).status_code == 201
+    statements: list[str] = []
+    event.listen(client.app.state.engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    recs = records(8)
+    for r in recs:
+        r["channel_loss"], r["channel_tokens"] = {"code": 2.0}, {"code": 10}
+    answer = client.post(f"{RUNS}/run-1/intervals", json={"intervals": recs})
+    assert answer.json() == {"accepted": 8, "duplicates": 0}
+    adding = [s for s in statements if "ON CONFLICT" in s and "DO UPDATE" in s]
+    assert len(adding) == 1, adding
+    for table in ("rollups", "channel_rollups", "run_totals", "run_sync_sites"):
+        assert f"INSERT INTO {table} " in adding[0]
+    with client.app.state.engine.connect() as connection:
+        assert connection.execute(select(run_totals.c.rows)).scalar_one() == 8
+        assert connection.execute(select(func.count()).select_from(rollups)).scalar_one() > len(STORED_LEVELS)
+    assert client.get(f"{RUNS}/run-1/series").json()["channel_tokens"]["code"] == [10] * 8
