@@ -83,16 +83,26 @@ def driver_of(connection: Connection) -> str:
 def run_sql(connection: Connection, sql: str, parameters: Sequence[Any], *, many: bool = False) -> list[Any]:
     """Run the driver's own SQL in the connection's transaction; the rows it returns, as tuples.
 
-    SQLite: straight on sqlite3 (SQLAlchemy's execution layer, with the engine's event listeners,
-    cost 30-50 µs a statement, more than most of these statements), its errors raised as
-    SQLAlchemy's (OperationalError, IntegrityError, ...), which the app's handlers answer as they
-    answer any other (errors.py). PostgreSQL: through exec_driver_sql, which also notices a lost
-    connection; a round trip costs more than that layer."""
-    if connection.dialect.name != "sqlite":
-        result = connection.exec_driver_sql(sql, list(parameters) if many else tuple(parameters))
-        return list(result.all()) if result.returns_rows else []
+    Straight on the driver's connection: SQLAlchemy's execution layer (with the engine's event
+    listeners) cost 30-50 µs a statement, more than most of these statements. Errors are raised
+    as SQLAlchemy's (OperationalError, IntegrityError, ...), which the app's handlers answer as
+    they answer any other (errors.py). SQLite: wrapped here. PostgreSQL: by the connection's own
+    handling of a driver error, which also notices a lost connection and invalidates the pool as
+    it does for its own statements."""
     driver = connection.connection.driver_connection
     assert driver is not None
+    if connection.dialect.name != "sqlite":
+        cursor = driver.cursor()
+        try:
+            if many:
+                cursor.executemany(sql, parameters)
+            else:
+                cursor.execute(sql, tuple(parameters))
+            return cursor.fetchall() if cursor.description else []
+        except Exception as exc:  # noqa: BLE001 - raised again by SQLAlchemy, wrapped as it wraps its own
+            connection._handle_dbapi_exception(exc, sql, parameters, cursor, None)
+        finally:
+            cursor.close()
     try:
         cursor = driver.executemany(sql, parameters) if many else driver.execute(sql, parameters)
         return cursor.fetchall() if cursor.description else []

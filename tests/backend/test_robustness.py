@@ -168,3 +168,33 @@ def test_a_batch_refused_by_a_read_only_database_is_503_and_stores_nothing(make_
     assert "read-only" in answer.json()["detail"]
     assert client.get(f"{RUNS}/run-1").json()["records"] == 0
     assert client.post(f"{RUNS}/run-1/intervals", json={"intervals": records(3)}).json()["accepted"] == 3
+
+
+@pytest.mark.postgres
+def test_the_driver_sql_of_a_batch_on_postgresql_fails_as_sqlalchemys_own(postgres):
+    """writes.run_sql runs on psycopg's connection, not through SQLAlchemy's execution layer (no
+    execution events); a driver error is still raised as SQLAlchemy wraps it, and a lost
+    connection is noticed as SQLAlchemy notices it: invalidated, the next transaction on a new one."""
+    from sqlalchemy import event
+    from sqlalchemy import exc as sa
+
+    from packscope.backend.db import make_engine
+    from packscope.backend.writes import run_sql
+
+    engine = make_engine(postgres)
+    executed: list[str] = []
+    event.listen(engine, "before_cursor_execute", lambda *a: executed.append(a[2]))
+    try:
+        with engine.begin() as connection:
+            assert run_sql(connection, "SELECT %s::int + 1", (41,)) == [(42,)]
+            with pytest.raises(sa.DataError, match="division by zero"):
+                run_sql(connection, "SELECT 1 / %s::int", (0,))
+        with pytest.raises(sa.OperationalError) as lost, engine.begin() as connection:
+            pid = run_sql(connection, "SELECT pg_backend_pid()", ())[0][0]
+            run_sql(connection, "SELECT pg_terminate_backend(%s)", (pid,))
+        assert lost.value.connection_invalidated
+        with engine.begin() as connection:
+            assert run_sql(connection, "SELECT pg_backend_pid()", ())[0][0] != pid
+        assert executed == []
+    finally:
+        engine.dispose()

@@ -214,14 +214,20 @@ def test_stored_blocks_equal_brute_force_across_level_boundaries(any_client, new
 
 
 @pytest.mark.postgres
-def test_postgresql_adds_a_batchs_aggregates_in_one_statement(make_client, postgres, new_run, records):
+def test_postgresql_adds_a_batchs_aggregates_in_one_statement(make_client, postgres, new_run, records, monkeypatch):
     """Rollups, channel rollups, run totals and sync sites: one round trip for all four tables."""
-    from sqlalchemy import event
+    from packscope.backend import writes
 
     client = make_client(postgres)
     assert client.post(RUNS, json=new_run()).status_code == 201
     statements: list[str] = []
-    event.listen(client.app.state.engine, "before_cursor_execute", lambda *a: statements.append(a[2]))
+    run_sql = writes.run_sql
+
+    def recording(connection, sql, *args, **kwargs):
+        statements.append(sql)
+        return run_sql(connection, sql, *args, **kwargs)
+
+    monkeypatch.setattr(writes, "run_sql", recording)
     recs = records(8)
     for r in recs:
         r["channel_loss"], r["channel_tokens"] = {"code": 2.0}, {"code": 10}
