@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 from packscope.backend.aggregates import store_aggregates
 from packscope.backend.models import Run
 from packscope.backend.queries import coefficients, get_run
-from packscope.backend.rows import Key, Parsed, parsed_records
+from packscope.backend.rows import Parsed, parsed_records
 from packscope.backend.schemas import RECORDS, IngestResult, IntervalRecord, Record, RunCreate, RunPatch
 from packscope.backend.writes import driver_of, insert_intervals, run_sql
 from packscope.core.catalogue import Coefficients
@@ -182,23 +182,30 @@ def store_records(connection: Connection, run_pk: int, c: Coefficients, parsed: 
 
 def _store(connection: Connection, run_pk: int, c: Coefficients, parsed: Parsed) -> list[int]:
     """store_records' work; the positions in `parsed` of the records stored."""
-    first: dict[Key, int] = {}
-    for i in range(len(parsed)):
-        first.setdefault(parsed.key(i), i)
-    keys = sorted(first)  # concurrent batches take index locks in one order
-    at = [first[key] for key in keys]
-    rows = [parsed.row(run_pk, i) for i in at]
-    details = [(parsed.histograms[i], _SITES.encode(parsed.sites[i]).decode()) for i in at]
+    keys = parsed.keys()
+    count = len(keys)
+    # The first position of each key (a later one is a duplicate): assigned from the last to the
+    # first, so the first one stays.
+    first = dict(zip(reversed(keys), range(count - 1, -1, -1), strict=True))
+    ordered = sorted(first)  # concurrent batches take index locks in one order
+    at = list(map(first.__getitem__, ordered))
+    values, histograms, sites = parsed.values, parsed.histograms, parsed.sites
+    rows = [(run_pk, *values[i]) for i in at]
+    encode = _SITES.encode
+    details = [(histograms[i], encode(sites[i]).decode()) for i in at]
     now = _as_stored_time(driver_of(connection))(_now())
     inserted = insert_intervals(connection, rows, details, run_pk, now)
     if not inserted:
         return []
-    new_ids = {(interval, rank) for _, interval, rank in inserted}
-    new = [k for k, key in enumerate(keys) if key in new_ids]  # still in key order
+    if len(inserted) == len(ordered):  # every key was new (the usual batch)
+        new = list(range(len(ordered)))
+    else:
+        new_ids = {(interval, rank) for _, interval, rank in inserted}
+        new = [k for k, key in enumerate(ordered) if key in new_ids]  # still in key order
     run_sites: dict[str, int] = {}
     for k in new:
-        for site, count in parsed.sites[at[k]].items():
-            run_sites[site] = run_sites.get(site, 0) + count
+        for site, n in sites[at[k]].items():
+            run_sites[site] = run_sites.get(site, 0) + n
     channels = [parsed.channels[at[k]] for k in new]
     store_aggregates(connection, run_pk, c, [rows[k] for k in new], run_sites, channels)
     return [at[k] for k in new]

@@ -198,3 +198,35 @@ def test_the_driver_sql_of_a_batch_on_postgresql_fails_as_sqlalchemys_own(postgr
         assert executed == []
     finally:
         engine.dispose()
+
+
+def test_sqlite_transactions_begin_on_sqlite3_itself_with_sqlalchemys_errors(sqlite_url):
+    """db.py's BEGIN [IMMEDIATE] goes to sqlite3 directly (no execution events, about 10 µs less a
+    transaction); a write that finds the file locked past the busy timeout still fails with
+    SQLAlchemy's OperationalError, which the app answers 503."""
+    from sqlalchemy import exc as sa
+
+    from packscope.backend.db import WRITES, make_engine
+
+    engine = make_engine(sqlite_url, sqlite_busy_s=0.05)
+    executed: list[str] = []
+    event.listen(engine, "before_cursor_execute", lambda *a: executed.append(a[2]))
+    writes = engine.execution_options(**{WRITES: True})
+    try:
+        with writes.begin() as connection:
+            connection.connection.driver_connection.execute("CREATE TABLE t (x)")
+        with engine.begin() as connection:
+            assert connection.connection.driver_connection.in_transaction
+        assert executed == []
+        holder = sqlite3.connect(sqlite_url.removeprefix("sqlite:///"), isolation_level=None)
+        holder.execute("BEGIN IMMEDIATE")
+        try:
+            with pytest.raises(sa.OperationalError, match="locked"), writes.begin():
+                pass
+        finally:
+            holder.execute("ROLLBACK")
+            holder.close()
+        with writes.begin() as connection:
+            connection.connection.driver_connection.execute("INSERT INTO t VALUES (1)")
+    finally:
+        engine.dispose()
