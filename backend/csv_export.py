@@ -405,14 +405,81 @@ def float_strings(x: np.ndarray) -> pa.StringArray:
     """Each float as float_text writes it, as an Arrow string array; NaN is null (an empty cell).
     Arrow's cast writes a double's shortest digits (double-conversion) in fixed notation for
     decimal exponents -6..9 and as d.ddde±X otherwise: float8out's text for exponents -4..9, at
-    least 15 and at most -10 (two-digit exponents). Other magnitudes, and integers past 2^54
-    (where float8out's digits may differ from the shortest ones: float_text), take float_cells."""
+    least 15 and at most -10 (two-digit exponents). Whole numbers of exponents 10..14 are their
+    int64 digits; integers from 2^54 to 2^62 (where float8out's digits may differ from the
+    shortest ones) take _big_integer_strings; the rest of those magnitudes, float_cells."""
     a = np.abs(x)
-    other = ((a >= 1e-9) & (a < 1e-4)) | ((a >= 1e10) & (a < 1e15)) | (a >= 2.0**54)  # False for NaN
     texts = pc.cast(pa.array(x, mask=np.isnan(x)), _STRING)
-    if other.any():
-        texts = pc.replace_with_mask(texts, pa.array(other), _matrix_strings(float_cells(x[other])))
+    whole = (a >= 1e10) & (a < 1e15)  # below 2^53: a whole number's shortest digits are its own
+    with np.errstate(invalid="ignore"):
+        other = whole & (x != np.trunc(x))
+    whole &= ~other
+    big = (a >= 2.0**54) & (a < 2.0**62)
+    other |= ((a >= 1e-9) & (a < 1e-4)) | (a >= 2.0**62)  # False for NaN, True for inf
+    for mask, replace in (
+        (whole, lambda v: pc.cast(pa.array(v.astype(np.int64)), _STRING)),
+        (big, _big_integer_strings),
+        (other, lambda v: _matrix_strings(float_cells(v))),
+    ):
+        if mask.any():
+            texts = pc.replace_with_mask(texts, pa.array(mask), replace(x[mask]))
     return texts
+
+
+def _big_integer_strings(x: np.ndarray) -> pa.StringArray:
+    """float_text of doubles 2^54 <= |x| < 2^62 (integers, exact in int64), in int64 arithmetic:
+    the shortest decimal that reads back as x, closest to x (Python's repr: a decimal exactly
+    halfway to a neighbour counts when x's significand is even), unless it lies exactly halfway,
+    where float8out writes the correctly rounded decimal with the fewest digits strictly inside."""
+    a = np.abs(x)
+    xi = a.astype(np.int64)
+    _, e = np.frexp(a)
+    shift = (e - 53).astype(np.int64)  # the gap to the next double is 2^shift (>= 4)
+    h = np.left_shift(np.int64(1), shift - 1)  # half the gap above
+    hb = np.where(a == np.ldexp(0.5, e), h >> 1, h)  # and below: half as much at a power of two
+    even = ((xi >> shift) & 1) == 0
+    # Per value: repr's choice at the longest 10^j that still has a candidate, whether it lies on a
+    # bound, and the nearest multiple strictly inside at the longest 10^j below it (float8out's).
+    chosen, chosen_j = xi.copy(), np.zeros(len(x), np.int64)
+    on_bound = np.zeros(len(x), bool)
+    inside, inside_j = xi.copy(), np.zeros(len(x), np.int64)  # 10^0: x itself
+    fallback, fallback_j = xi.copy(), np.zeros(len(x), np.int64)
+    at = np.arange(len(x))  # values that may still have a candidate (a multiple of 10^(j+1) is one of 10^j)
+    for j in range(1, 19):
+        u = _POW10[j]
+        v, up, down = xi[at], h[at], hb[at]
+        below = v % u  # distance to the multiple at or below
+        above = u - below
+        ok_below = (below < down) | (even[at] & (below == down))
+        ok_above = (above < up) | (even[at] & (above == up))
+        keep = ok_below | ok_above
+        at, v, below, above, ok_below, ok_above, up, down = (
+            t[keep] for t in (at, v, below, above, ok_below, ok_above, up, down)
+        )
+        if not len(at):
+            break
+        take_below = ok_below & (~ok_above | (below < above))
+        chosen[at] = np.where(take_below, v - below, v + above)
+        chosen_j[at] = j
+        on_bound[at] = np.where(take_below, below == down, above == up)
+        fallback[at], fallback_j[at] = inside[at], inside_j[at]
+        nearer_below = below < above  # equal only where both are too far (u/2 >= 500 > half a gap)
+        strict = np.where(nearer_below, below < down, above < up)
+        inside[at[strict]] = np.where(nearer_below, v - below, v + above)[strict]
+        inside_j[at[strict]] = j
+    q = np.where(on_bound, fallback, chosen)
+    digits = q // _POW10[np.where(on_bound, fallback_j, chosen_j)]  # no trailing zero: a longer 10^j had taken it
+    exponent = np.searchsorted(_POW10, q, side="right") - 1  # 16..18
+    text = pc.cast(pa.array(digits), _STRING)
+    return pc.binary_join_element_wise(
+        pc.if_else(pa.array(np.signbit(x)), "-", ""),
+        pc.utf8_slice_codeunits(text, 0, 1),
+        pc.if_else(pa.array(digits >= 10), ".", ""),
+        pc.utf8_slice_codeunits(text, 1, 20),
+        "e+",
+        pc.cast(pa.array(exponent), _STRING),
+        "",
+    )
 
 
 def _matrix_strings(cells: np.ndarray) -> pa.StringArray:

@@ -16,6 +16,7 @@ SHA-256 of the whole text: the same fill gives the same digest on SQLite and Pos
 write the same CSV.
 
     python bench/csv_export.py --database sqlite|postgresql [--intervals 1000000] [--repeat 3] [--analyze]
+        [--real-magnitudes]
     git show c6245cb:backend/csv_export.py > /tmp/old.py    # the export before 2026-11-30's second pass
     python bench/csv_export.py --database sqlite --baseline /tmp/old.py --repeat 3
 
@@ -56,12 +57,20 @@ from packscope.backend.schemas import parse_batch
 RUN_ID = "csv-bench"
 
 
-def templates(count: int) -> list[Any]:
-    """`count` validated records with varied numbers; a few miss their optional readings (NULL cells)."""
+def templates(count: int, real_magnitudes: bool = False) -> list[Any]:
+    """`count` validated records with varied numbers; a few miss their optional readings (NULL cells).
+    real_magnitudes: FLOPs of a 70B-parameter model (6 N per token, ~1.4e17 an interval: past 2^54,
+    where float8out's digits need exact integer work) and whole-byte GPU memory readings (~4e10,
+    fixed notation past Arrow's), instead of bench_data's 1.0 FLOPs and no memory reading."""
     rng = random.Random(8)
     raw = []
     for i in range(count):
         r = record(i, 0, rng)
+        if real_magnitudes:
+            flops = 6 * 70e9 * r["tokens"] * rng.uniform(1.0, 1.1)
+            r["flops_bshd"], r["flops_thd"], r["flops_useful"] = flops * 1.2, flops * 1.1, flops
+            r["gpu"]["sm_clock_mhz"] = float(rng.randint(1700, 1980))
+            r["gpu"]["mem_used_bytes"] = float(rng.randint(30, 80) * 2**30 + rng.randint(0, 2**20))
         r["channel_loss"] = {"code": rng.uniform(1, 3), "web, en": rng.uniform(1, 3)}
         r["channel_tokens"] = {"code": rng.randint(1, 9999), "web, en": rng.randint(1, 9999)}
         if i % 7 == 3:
@@ -74,9 +83,9 @@ def templates(count: int) -> list[Any]:
     return parse_batch(json.dumps({"intervals": raw}).encode())[0]
 
 
-def fill(make_session: Callable[[], Any], intervals: int) -> float:
+def fill(make_session: Callable[[], Any], intervals: int, real_magnitudes: bool = False) -> float:
     """Store `intervals` records of RUN_ID (64 distinct records re-numbered); seconds."""
-    return store_renumbered(make_session, RUN_ID, templates(64), intervals)
+    return store_renumbered(make_session, RUN_ID, templates(64, real_magnitudes), intervals)
 
 
 def peak_kib(pid: int | str = "self") -> int:
@@ -208,7 +217,8 @@ def bench(database_url: str, args: argparse.Namespace) -> dict[str, Any]:
             "baseline_code": args.baseline,
             "analyze": args.analyze,
         }
-        out["fill_rows_per_s"] = round(args.intervals / fill(make_session, args.intervals))
+        out["real_magnitudes"] = args.real_magnitudes
+        out["fill_rows_per_s"] = round(args.intervals / fill(make_session, args.intervals, args.real_magnitudes))
         if args.analyze:
             analyze(database_url)
         ways: dict[str, list[dict[str, Any]]] = {
@@ -244,6 +254,11 @@ def main() -> None:
         " (e.g. `git show REV:backend/csv_export.py > old.py`)",
     )
     ap.add_argument("--analyze", action="store_true", help="ANALYZE after the fill (planner statistics of the run)")
+    ap.add_argument(
+        "--real-magnitudes",
+        action="store_true",
+        help="FLOPs of a 70B model (~1.4e17 an interval) and GPU memory readings in bytes (see templates)",
+    )
     args = ap.parse_args()
     with scratch_database(args.database) as url:
         result = bench(url, args)

@@ -91,14 +91,21 @@ def test_arrow_floats_equal_the_reference_for_every_magnitude():
     """float_strings (Arrow's shortest digits where its layout is float8out's, the numpy code
     elsewhere) writes what float_text writes, at and around every bound between the two."""
     rng = np.random.default_rng(6)
-    bounds = np.array([1e-10, 1e-9, 1e-6, 1e-5, 1e-4, 1e9, 1e10, 1e14, 1e15, 1e16, 2.0**54, 1e100, 1e-100])
+    bounds = np.array([1e-10, 1e-9, 1e-6, 1e-5, 1e-4, 1e9, 1e10, 1e14, 1e15, 1e16, 2.0**54, 2.0**62, 1e100, 1e-100])
     x = np.concatenate(
         [
             rng.integers(0, 2**64, 50_000, dtype=np.uint64).view(np.float64),  # any bit pattern
             10.0 ** rng.uniform(-12, 20, 50_000),
             np.round(rng.uniform(0, 1000, 5_000), 2),
             rng.integers(-(2**60), 2**60, 5_000).astype(float),
-            np.ldexp(rng.integers(2**52, 2**53, 5_000).astype(float), rng.integers(2, 18, 5_000)),
+            # Whole numbers in fixed notation past Arrow's (int64 digits), and beside them fractions.
+            np.round(rng.uniform(-1e15, 1e15, 5_000)),
+            rng.uniform(1e10, 1e15, 5_000),
+            # Integers past 2^54 (_big_integer_strings), many of them with a shortest decimal exactly
+            # halfway to a neighbour (a small power of two times a 53-bit significand).
+            rng.uniform(2.0**54, 2.0**62, 20_000) * rng.choice([-1.0, 1.0], 20_000),
+            np.ldexp(rng.integers(2**52, 2**53, 20_000).astype(float), rng.integers(2, 18, 20_000)),
+            np.ldexp(1.0, np.arange(54, 64)),
             bounds,
             -bounds,
             np.nextafter(bounds, 0),
