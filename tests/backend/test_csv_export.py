@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from packscope.backend import csv_export
+from packscope.backend import csv_export, number_text
 from packscope.backend.queries import CSV_COLUMNS, CSV_DERIVED_COLUMNS
 from packscope.core.catalogue import FIELDS, FLOAT_OPS, SUMS, Coefficients, evaluate
 
@@ -64,8 +64,8 @@ def shortest(x: float) -> str:
 )
 def test_the_float_layout(value, text):
     assert shortest(value) == text
-    assert csv_export.float_text(value) == text
-    cells = csv_export.float_cells(np.array([value, math.nan]))
+    assert number_text.float_text(value) == text
+    cells = number_text.float_cells(np.array([value, math.nan]))
     assert [bytes(row).replace(b"\0", b"").decode() for row in cells] == [text, ""]
 
 
@@ -83,8 +83,8 @@ def test_vectorized_floats_equal_the_reference_for_every_magnitude():
             [0.0, -0.0, math.nan, math.inf, -math.inf, 5e-324, 1.7976931348623157e308],
         ]
     )
-    got = [bytes(row).replace(b"\0", b"").decode() for row in csv_export.float_cells(x)]
-    assert got == [csv_export.float_text(v) for v in x.tolist()]
+    got = [bytes(row).replace(b"\0", b"").decode() for row in number_text.float_cells(x)]
+    assert got == [number_text.float_text(v) for v in x.tolist()]
 
 
 def test_arrow_floats_equal_the_reference_for_every_magnitude():
@@ -113,8 +113,8 @@ def test_arrow_floats_equal_the_reference_for_every_magnitude():
             [0.0, -0.0, math.nan, math.inf, -math.inf, 5e-324, 1.7976931348623157e308],
         ]
     )
-    got = csv_export.float_strings(x).to_pylist()
-    assert got == [csv_export.float_text(v) or None for v in x.tolist()]  # an empty cell is null
+    got = number_text.float_strings(x).to_pylist()
+    assert got == [number_text.float_text(v) or None for v in x.tolist()]  # an empty cell is null
 
 
 @pytest.mark.parametrize(
@@ -140,7 +140,7 @@ def test_digit_rows_are_the_decimal_digits():
         ]
     )
     for rows in (1, 8, 9, 17, 19):
-        got = csv_export._digit_rows(left, rows).T
+        got = number_text._digit_rows(left, rows).T
         want = [f"{v:017d}"[:rows].ljust(rows, "0") for v in left.tolist()]
         assert [bytes(row).decode() for row in got] == want, rows
 
@@ -155,8 +155,8 @@ def test_digit_rows_are_the_decimal_digits():
     ],
 )
 def test_null_cells_are_empty_whatever_the_rest_of_the_column(column):
-    cells = csv_export.float_cells(np.array(column))
-    assert [bytes(row).replace(b"\0", b"").decode() for row in cells] == [csv_export.float_text(v) for v in column]
+    cells = number_text.float_cells(np.array(column))
+    assert [bytes(row).replace(b"\0", b"").decode() for row in cells] == [number_text.float_text(v) for v in column]
 
 
 @pytest.mark.postgres
@@ -177,7 +177,7 @@ def test_the_reference_equals_postgresql_float8out(postgres):
     with psycopg.connect(postgres.replace("postgresql+psycopg://", "postgresql://")) as conn:
         conn.execute("SET extra_float_digits = 1")
         written = [r[0] for r in conn.execute("SELECT v::text FROM unnest(%s::float8[]) AS v", (values,))]
-    assert [csv_export.float_text(v) for v in values] == written
+    assert [number_text.float_text(v) for v in values] == written
 
 
 def _records(make: Any, seed: int) -> list[dict[str, Any]]:
