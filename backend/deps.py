@@ -68,6 +68,11 @@ async def require_ingest_token(settings: SettingsDep, credentials: Credentials) 
     _check(settings.ingest_token, credentials, "PACKSCOPE_INGEST_TOKEN")
 
 
+async def check_ingest_token(request: Request) -> None:
+    """require_ingest_token for a route served without dependency resolution (the intervals POST)."""
+    _check(request.app.state.settings.ingest_token, await _bearer(request), "PACKSCOPE_INGEST_TOKEN")
+
+
 def read_allowed(request: Request, settings: Settings, credentials: HTTPAuthorizationCredentials | None) -> bool:
     """Reads are open, or the request carries the read token (bearer header or sign-in cookie)."""
     expected = settings.read_token

@@ -9,7 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import TypeAdapter, ValidationError
 
-from packscope.backend.deps import SessionDep, _bearer, _check, require_ingest_token, run_not_found, run_or_404
+from packscope.backend.deps import SessionDep, check_ingest_token, require_ingest_token, run_not_found, run_or_404
 from packscope.backend.ingest import ModelConflict, create_or_resume_run, patch_run
 from packscope.backend.queries import run_summary
 from packscope.backend.rows import parse
@@ -150,7 +150,7 @@ async def _post_intervals(request: Request) -> Response:
     """POST /runs/{run_id}/intervals as served: the router's dependency (the ingest token) checked
     by hand, in the order FastAPI checks it (before the body is read), and the endpoint's work,
     without FastAPI's dependency resolution per request (about 80 µs of CPU a batch)."""
-    _check(request.app.state.settings.ingest_token, await _bearer(request), "PACKSCOPE_INGEST_TOKEN")
+    await check_ingest_token(request)
     return await post_intervals(request.path_params["run_id"], request)
 
 
