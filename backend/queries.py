@@ -2,6 +2,7 @@
 length), summaries read the run totals; every derived number comes from the catalogue's formulas
 (catalogue.derive on floats, backend.columns on numpy columns)."""
 
+import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -33,7 +34,7 @@ from packscope.backend.models import (
     run_totals,
 )
 from packscope.backend.stats import mann_whitney_u
-from packscope.core.catalogue import FIELDS, METRIC, METRICS, SUM_NAMES, Coefficients, derive
+from packscope.core.catalogue import FIELDS, METRIC, METRICS, SUM_FIELDS, SUM_NAMES, Coefficients, derive, sums_of_rows
 from packscope.core.histograms import EDGES, KINDS, NUM_BUCKETS
 
 # The CSV: every stored column of the catalogue, then every derived metric of the interval.
@@ -58,7 +59,41 @@ def get_run(session: Session, run_id: str) -> Run | None:
     return session.scalars(select(Run).where(Run.run_id == run_id)).one_or_none()
 
 
-def _summary(run: Run, sums: Mapping[str, Any] | None) -> dict[str, Any]:
+def first_interval_sums(session: Session, run_pks: Sequence[int]) -> dict[int, tuple[int, dict[str, float]]]:
+    """Per run: the rows of its first interval (every rank's) and their SUMS, from the unique
+    (run_pk, interval, rank) index: a few rows per run whatever its length."""
+    if not run_pks:
+        return {}
+    first = (
+        select(intervals.c.run_pk, func.min(intervals.c.interval).label("interval"))
+        .where(intervals.c.run_pk.in_(run_pks))
+        .group_by(intervals.c.run_pk)
+        .subquery()
+    )
+    query = select(intervals.c.run_pk, *(intervals.c[name] for name in SUM_FIELDS)).join(
+        first, (intervals.c.run_pk == first.c.run_pk) & (intervals.c.interval == first.c.interval)
+    )
+    rows: dict[int, list[Mapping[str, Any]]] = {}
+    for row in session.execute(query):
+        rows.setdefault(row.run_pk, []).append(dict(row._mapping))
+    return {pk: (len(found), sums_of_rows(found)) for pk, found in rows.items()}
+
+
+def steady_sums(totals: Mapping[str, Any], first: tuple[int, dict[str, float]] | None) -> dict[str, float] | None:
+    """The run's SUMS without its first interval: what its rates are once warm-up (allocation,
+    compilation, graph capture, the first data) is over. None while it has only one interval."""
+    if first is None or int(totals["rows"]) <= first[0]:
+        return None
+    out = {}
+    for name in SUM_NAMES:
+        whole, head = float(totals[name]), float(first[1][name])
+        rest = whole - head
+        # The stored total was summed in another order: a remainder within its rounding is 0.
+        out[name] = 0.0 if abs(rest) <= 8 * math.ulp(max(abs(whole), abs(head))) else rest
+    return out
+
+
+def _summary(run: Run, sums: Mapping[str, Any] | None, steady: Mapping[str, float] | None) -> dict[str, Any]:
     c = coefficients(run)
     totals = None if sums is None else derive(sums, c)
     return {
@@ -80,6 +115,7 @@ def _summary(run: Run, sums: Mapping[str, Any] | None) -> dict[str, Any]:
         "records": 0 if sums is None else int(sums["rows"]),
         "last_step": None if sums is None else int(sums["last_step"]),
         "totals": totals,
+        "steady": None if steady is None else derive(steady, c),
         "notes": run.notes,
         "archived": run.archived,
     }
@@ -91,7 +127,12 @@ def run_summaries(session: Session, runs: Sequence[Run]) -> list[dict[str, Any]]
         return []
     query = select(run_totals).where(run_totals.c.run_pk.in_([r.id for r in runs]))
     by_run: dict[int, Mapping[str, Any]] = {row.run_pk: dict(row._mapping) for row in session.execute(query)}
-    return [_summary(run, by_run.get(run.id)) for run in runs]
+    firsts = first_interval_sums(session, list(by_run))
+    return [
+        _summary(run, sums, None if sums is None else steady_sums(sums, firsts.get(run.id)))
+        for run in runs
+        for sums in [by_run.get(run.id)]
+    ]
 
 
 def run_summary(session: Session, run: Run) -> dict[str, Any]:
@@ -99,12 +140,13 @@ def run_summary(session: Session, run: Run) -> dict[str, Any]:
 
 
 # -- the runs table (GET /api/v1/runs) -------------------------------------------------------------
-# Sort keys. Columns of `runs` and the stored totals (records, last_step, and the metrics that are
-# plain run_totals sums) sort in SQL; every other metric depends on the run's FLOPs coefficients,
-# which live in the run's model JSON, so it is derived in Python over the filtered set.
+# Sort keys, by what the pages show. Columns of `runs` and the stored totals (records, last_step,
+# and the amounts that are plain run_totals sums) sort in SQL; every other metric depends on the
+# run's FLOPs coefficients, which live in the run's model JSON, so it is derived in Python over
+# the filtered set: a rate from steady_sums once the run has more than one interval.
 RUN_SORT_COLUMNS = ("run_id", "name", "project", "layout", "status", "started_at", "ended_at", "updated_at")
 TOTALS_SORT_COLUMNS = {"records": "rows", "last_step": "last_step"} | {
-    name: name for name in METRIC if name in SUM_NAMES
+    name: name for name in METRIC if name in SUM_NAMES and METRIC[name].amount
 }
 DERIVED_SORT_KEYS = tuple(name for name in METRIC if name not in TOTALS_SORT_COLUMNS)
 SORT_KEYS = (*RUN_SORT_COLUMNS, *TOTALS_SORT_COLUMNS, *DERIVED_SORT_KEYS)
@@ -191,19 +233,23 @@ def _sorted_by_metric(
 ) -> list[int]:
     """The ids of `ids` (in default order) sorted by the derived metric `key`, stably."""
     query = (
-        select(Run.id, Run.model, Run.hardware, *(run_totals.c[name] for name in SUM_NAMES))
+        select(Run.id, Run.model, Run.hardware, run_totals.c.rows, *(run_totals.c[name] for name in SUM_NAMES))
         .outerjoin(run_totals, run_totals.c.run_pk == Run.id)
         .where(Run.id.in_(ids.scalar_subquery()))
         .order_by(*newest)
     )
+    found = session.execute(query).all()
+    rate = not METRIC[key].amount  # amounts count the whole run, warm-up included
+    firsts = first_interval_sums(session, [row.id for row in found if row.rows is not None]) if rate else {}
     keyed: list[tuple[int, float | None]] = []
-    for row in session.execute(query):
-        sums = row._mapping
-        if sums[SUM_NAMES[0]] is None:  # no totals yet
+    for row in found:
+        sums = dict(row._mapping)
+        if sums["rows"] is None:  # no totals yet
             keyed.append((row.id, None))
             continue
+        shown = steady_sums(sums, firsts.get(row.id)) or {name: float(sums[name]) for name in SUM_NAMES}
         c = Coefficients.for_run(row.model, row.hardware)
-        keyed.append((row.id, derive({name: float(sums[name]) for name in SUM_NAMES}, c, [key])[key]))
+        keyed.append((row.id, derive(shown, c, [key])[key]))
     with_value = [(i, v) for i, v in keyed if v is not None]
     with_value.sort(key=lambda item: item[1], reverse=descending)  # stable: ties stay newest first
     return [i for i, _ in with_value] + [i for i, v in keyed if v is None]

@@ -583,6 +583,9 @@ class RunSummary(BaseModel):
     records: int  # interval records stored: one per rank per interval
     last_step: int | None
     totals: Totals | None  # type: ignore[valid-type]
+    # The same metrics without the run's first interval (warm-up), once it has a second: what the
+    # dashboard shows, so that compile or capture time does not stand for the run's speed.
+    steady: Totals | None  # type: ignore[valid-type]
     notes: str
     archived: bool
 

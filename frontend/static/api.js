@@ -1,5 +1,17 @@
 // Fetch helpers for the JSON read API (docs/api.md).
 
+// What the pages show of a run's totals: its rates from `steady`, the metrics without the run's
+// first interval (warm-up: allocation, compilation, graph capture), once it has a second, so that
+// half a minute of compiling does not stand for the run's speed; its amounts (steps, tokens,
+// FLOPs: catalogue `amount`) over the whole run.
+export function shownTotals(run, catalogue) {
+  // catalogue: loadCatalogue()'s Map
+  const totals = run.totals || {};
+  if (!run.steady) return totals;
+  const from = (name) => (catalogue.get(name)?.amount ? totals : run.steady);
+  return Object.fromEntries(Object.keys(totals).map((name) => [name, from(name)[name]]));
+}
+
 const BASE = "/api/v1";
 
 async function fetchJSON(path) {

@@ -5,7 +5,7 @@ import { getCatalogue } from "./api.js";
 
 let loading = null;
 
-// Resolves to a Map from metric name to { name, label, unit, format, doc, band }.
+// Resolves to a Map from metric name to { name, label, unit, format, doc, band, amount }.
 export function loadCatalogue() {
   loading ??= getCatalogue().then(({ metrics }) => new Map(metrics.map((m) => [m.name, m])));
   return loading;

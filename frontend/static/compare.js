@@ -95,13 +95,13 @@ function renderTable(catalogue, runs, names, tests) {
       ]),
     ),
   ]));
-  const reference = runs[0].totals || {};
+  const reference = api.shownTotals(runs[0], catalogue);
   const rows = ROWS.map((row) => {
     const metric = metricOf(catalogue, row.name);
     return el("tr", { class: row.headline ? "headline" : null, "data-metric": row.name }, [
       el("th", { scope: "row" }, metricLabel(metric)),
       ...runs.map((run, i) => {
-        const value = run.totals ? run.totals[row.name] : null;
+        const value = api.shownTotals(run, catalogue)[row.name] ?? null;
         return el("td", { class: "num" }, [
           el("div", { class: "value", text: display(metric, value) }),
           i > 0 ? delta(row, metric, value, reference[row.name]) : null,

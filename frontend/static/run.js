@@ -152,9 +152,10 @@ function labelStats(catalogue) {
 
 function renderTotals(catalogue, run) {
   state.run = run;
+  const shown = api.shownTotals(run, catalogue);
   for (const node of document.querySelectorAll("[data-stat]")) {
     const metric = metricOf(catalogue, node.dataset.stat);
-    node.querySelector(".value").textContent = display(metric, run.totals?.[metric.name]);
+    node.querySelector(".value").textContent = display(metric, shown[metric.name]);
   }
   const badge = document.getElementById("run-status");
   badge.textContent = run.status;

@@ -29,6 +29,7 @@ const dialogs = {
   token: document.getElementById("token-dialog"),
 };
 let metrics = [];
+let catalogue = null; // loaded once at start
 let editing = 0; // inline renames and dialogs open: refreshes wait, so nothing is redrawn under the user
 let generation = 0; // answers of superseded requests are dropped
 
@@ -189,7 +190,7 @@ function actionButton(text, label, onclick) {
 }
 
 function row(run) {
-  const totals = run.totals || {};
+  const totals = api.shownTotals(run, catalogue);
   const cell = (text, cls = "num") => el("td", { class: cls, text });
   const nameCell = el("td", { class: "name-cell" }, [
     el("div", { class: "run-title" }, [
@@ -365,7 +366,7 @@ function setupFilters() {
 
 async function start() {
   try {
-    const catalogue = await loadCatalogue();
+    catalogue = await loadCatalogue();
     metrics = metricHeads.map((th) => metricOf(catalogue, th.dataset.metric));
     metricHeads.forEach((th, i) => th.replaceChildren(metricLabel(metrics[i])));
     renderDefinitions(catalogue, metrics.map((metric) => metric.name));

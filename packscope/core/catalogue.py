@@ -209,6 +209,9 @@ class Metric:
     doc: str
     formula: Formula
     band: bool = False  # charts show the min-max of per-interval values around it
+    # How much was done over the window (a sum: steps, tokens, FLOPs), not how fast: the pages show
+    # it for the whole run, where rates leave the warm-up interval out (RunSummary.steady).
+    amount: bool = False
 
 
 def _flops(kind: str, s: Mapping[str, Any], c: Coefficients) -> Any:
@@ -259,7 +262,7 @@ def _flops_metrics() -> list[Metric]:
     for kind in ("bshd", "thd", "useful"):
         out.append(Metric(
             f"flops_{kind}", f"{_LABEL[kind]} FLOPs", "FLOP", ".4s", _DOC_TFLOPS[kind],
-            _flops_of(kind),
+            _flops_of(kind), amount=True,
         ))  # fmt: skip
         out.append(Metric(
             f"tflops_{kind}", f"{_LABEL[kind]} TFLOP/s/GPU", "TFLOP/s", ".4g",
@@ -273,12 +276,12 @@ def _flops_metrics() -> list[Metric]:
 
 
 METRICS: tuple[Metric, ...] = (
-    Metric("steps", "steps", "steps", ",d", "optimizer steps", _sum("steps")),
-    Metric("gpu_time_s", "GPU time", "s", ".4s", "Σ event-timed step durations", _sum("gpu_time_s")),
-    Metric("tokens", "token slots", "tokens", ".4s", "token slots, padding included", _sum("tokens")),
-    Metric("real_tokens", "real tokens", "tokens", ".4s", "tokens of real documents", _sum("real_tokens")),
-    Metric("documents", "documents", "documents", ",d", "real documents", _sum("documents")),
-    Metric("packs", "packs", "packs", ",d", "packs (THD) or rows (BSHD)", _sum("packs")),
+    Metric("steps", "steps", "steps", ",d", "optimizer steps", _sum("steps"), amount=True),
+    Metric("gpu_time_s", "GPU time", "s", ".4s", "Σ event-timed step durations", _sum("gpu_time_s"), amount=True),
+    Metric("tokens", "token slots", "tokens", ".4s", "token slots, padding included", _sum("tokens"), amount=True),
+    Metric("real_tokens", "real tokens", "tokens", ".4s", "tokens of real documents", _sum("real_tokens"), amount=True),
+    Metric("documents", "documents", "documents", ",d", "real documents", _sum("documents"), amount=True),
+    Metric("packs", "packs", "packs", ",d", "packs (THD) or rows (BSHD)", _sum("packs"), amount=True),
     *_flops_metrics(),
     Metric(
         "overcount_pct",
@@ -367,7 +370,15 @@ def as_json() -> dict[str, Any]:
             for f in FIELDS
         ],
         "metrics": [
-            {"name": m.name, "label": m.label, "unit": m.unit, "format": m.format, "doc": m.doc, "band": m.band}
+            {
+                "name": m.name,
+                "label": m.label,
+                "unit": m.unit,
+                "format": m.format,
+                "doc": m.doc,
+                "band": m.band,
+                "amount": m.amount,
+            }
             for m in METRICS
         ],
     }

@@ -214,6 +214,57 @@ def test_totals_match_an_independent_computation(any_client, thousand, oracle, c
     assert run["totals"]["overcount_pct"] > 0  # dense packs of 4096 over-count attention
 
 
+STEADY_KEYS = [
+    "steps",
+    "gpu_time_s",
+    "tokens",
+    "real_tokens",
+    "flops_thd",
+    "tflops_bshd",
+    "tflops_thd",
+    "tflops_useful",
+    "mfu_thd",
+    "overcount_pct",
+    "step_time_s",
+    "tokens_per_gpu_s",
+    "padding_pct",
+    "syncs_per_iter",
+    "loss",
+]
+
+
+@pytest.mark.parametrize("ranks", [1, 3])
+def test_steady_leaves_out_the_first_interval_of_every_rank(any_client, records, oracle, close, ranks):
+    """`steady` is the totals' metrics over every interval after the run's first one (all ranks):
+    a slow first interval (compilation, capture) weighs on the totals but not on it."""
+    recs = [r | {"rank": k} for k in range(ranks) for r in records(40, start=3, seed=11 + k)]
+    for r in recs:
+        if r["interval"] == 3:  # the warm-up: 50 times slower, no loss on one rank
+            r["gpu_time_s"] *= 50
+            if r["rank"] == ranks - 1:
+                r["loss"] = None
+    assert any_client.post(f"{RUN}/intervals", json={"intervals": recs}).json()["accepted"] == 40 * ranks
+    run = any_client.get(RUN).json()
+    close(run["steady"], oracle([r for r in recs if r["interval"] > 3]), STEADY_KEYS)
+    assert run["totals"]["step_time_s"] > 1.5 * run["steady"]["step_time_s"]
+    # The runs list and the compare page answer the same.
+    listed = next(r for r in any_client.get(RUNS).json()["runs"] if r["run_id"] == "run-1")
+    assert listed["steady"] == run["steady"]
+    compared = any_client.get("/api/v1/compare", params={"run_id": "run-1"}).json()["runs"][0]
+    assert compared["steady"] == run["steady"]
+
+
+def test_steady_is_null_until_a_second_interval(any_client, records):
+    recs = records(2, seed=5)
+    assert any_client.post(f"{RUN}/intervals", json={"intervals": [recs[0] | {"rank": 1}, recs[0]]}).status_code == 200
+    assert any_client.get(RUN).json()["steady"] is None  # one interval, two ranks
+    assert any_client.post(f"{RUN}/intervals", json={"intervals": recs[1:]}).status_code == 200
+    run = any_client.get(RUN).json()
+    assert (
+        run["steady"]["steps"] == recs[1]["steps"] and run["totals"]["steps"] == recs[0]["steps"] * 2 + recs[1]["steps"]
+    )
+
+
 def test_mfu_is_null_without_a_peak(client, new_run, records):
     body = new_run()
     body["hardware"] = {"gpu_name": "Unknown", "gpu_count": 1, "peak_tflops": None}

@@ -48,12 +48,15 @@ def test_sort_by_columns_and_metrics(table):
     assert ids(table, sort="run_id") == ["alpha", "beta", "delta", "epsilon", "gamma"]
     assert ids(table, sort="-run_id") == ["gamma", "epsilon", "delta", "beta", "alpha"]
     assert ids(table, sort="started_at") == ["alpha", "beta", "gamma", "delta", "epsilon"]
-    # A stored sum (SQL) and derived metrics (Python): runs without intervals last either way.
-    for key in ("steps", "records", "tflops_useful", "step_time_s", "padding_pct"):
+    # Stored amounts (SQL, the whole run) and rates as the table shows them, without each run's
+    # first interval once it has a second (Python): runs without intervals last either way.
+    for key in ("steps", "records", "tflops_useful", "step_time_s", "padding_pct", "flops_thd"):
         runs = table.get(RUNS, params={"sort": key}).json()["runs"]
 
         def value(r: dict[str, Any], key: str = key) -> Any:
-            return r[key] if key == "records" else r["totals"][key]
+            if key == "records":
+                return r[key]
+            return (r["totals"] if key in ("steps", "flops_thd") else r["steady"] or r["totals"])[key]
 
         assert [r["run_id"] for r in runs[3:]] == ["epsilon", "gamma"], key
         values = [value(r) for r in runs[:3]]
