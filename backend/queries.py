@@ -290,15 +290,19 @@ def find_runs(session: Session, run_ids: Sequence[str]) -> tuple[list[Run], list
 def recent_step_times(session: Session, run: Run, window: int) -> list[float]:
     """Seconds per step of the run's last `window` intervals: one value per interval, its ranks'
     GPU time over their steps (every rank sends its own record; N near-equal values per interval
-    would make the test's p-values falsely small)."""
-    rows = session.scalars(
-        select(func.sum(intervals.c.gpu_time_s) / func.sum(intervals.c.steps))
+    would make the test's p-values falsely small). The first interval (warm-up) is left out once
+    there is a second, as in RunSummary.steady."""
+    first = session.scalar(select(func.min(intervals.c.interval)).where(intervals.c.run_pk == run.id))
+    rows = session.execute(
+        select(intervals.c.interval, func.sum(intervals.c.gpu_time_s) / func.sum(intervals.c.steps))
         .where(intervals.c.run_pk == run.id)
         .group_by(intervals.c.interval)
         .order_by(intervals.c.interval.desc())
         .limit(window)
-    )
-    return [float(x) for x in rows]
+    ).all()
+    if len(rows) > 1 and rows[-1][0] == first:  # the window reaches back to the warm-up
+        rows = rows[:-1]
+    return [float(seconds) for _, seconds in rows]
 
 
 def step_time_tests(session: Session, runs: Sequence[Run], window: int) -> list[dict[str, Any]]:

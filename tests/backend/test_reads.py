@@ -465,3 +465,25 @@ def test_compare_tests_step_time_on_recent_windows(client, new_run, records):
     assert tests["c"]["p_value"] < tests["b"]["p_value"]
     only = client.get("/api/v1/compare", params={"run_id": "a"}).json()
     assert only["step_time_tests"] == []
+
+
+def test_the_step_time_test_leaves_out_the_warm_up_interval(client, new_run, records):
+    """A window that reaches back to a run's first interval leaves it out, as `steady` does."""
+    a, b = records(12, seed=1), records(12, seed=2)
+    a[0]["gpu_time_s"] *= 40  # compilation in the first interval
+    for run_id, recs in (("a", a), ("b", b)):
+        assert client.post(RUNS, json=new_run(run_id)).status_code == 201
+        assert client.post(f"{RUNS}/{run_id}/intervals", json={"intervals": recs}).status_code == 200
+    (test,) = client.get("/api/v1/compare", params=[("run_id", "a"), ("run_id", "b")]).json()["step_time_tests"]
+    assert test["n"] == test["n_baseline"] == 11
+
+    def steady(recs):
+        return [r["gpu_time_s"] / r["steps"] for r in recs[1:]]
+
+    assert test["p_value"] == pytest.approx(mann_whitney_u(steady(b), steady(a))["p_value"])
+    assert test["median_step_s_baseline"] == pytest.approx(statistics.median(steady(a)))
+    # A window short of the first interval takes the most recent ones as before.
+    (short,) = client.get("/api/v1/compare", params=[("run_id", "a"), ("run_id", "b"), ("window", 5)]).json()[
+        "step_time_tests"
+    ]
+    assert short["n"] == short["n_baseline"] == 5
