@@ -64,18 +64,21 @@ def first_interval_sums(session: Session, run_pks: Sequence[int]) -> dict[int, t
     (run_pk, interval, rank) index: a few rows per run whatever its length."""
     if not run_pks:
         return {}
-    first = (
-        select(intervals.c.run_pk, func.min(intervals.c.interval).label("interval"))
-        .where(intervals.c.run_pk.in_(run_pks))
-        .group_by(intervals.c.run_pk)
-        .subquery()
-    )
-    query = select(intervals.c.run_pk, *(intervals.c[name] for name in SUM_FIELDS)).join(
-        first, (intervals.c.run_pk == first.c.run_pk) & (intervals.c.interval == first.c.interval)
+    # One min() per run, each a seek on the index (a GROUP BY would walk every row of the runs).
+    lowest = select(func.min(intervals.c.interval)).where(intervals.c.run_pk == Run.id).scalar_subquery()
+    firsts = session.execute(select(Run.id, lowest).where(Run.id.in_(run_pks)))
+    first_of = {pk: interval for pk, interval in firsts if interval is not None}
+    if not first_of:
+        return {}
+    # Two IN lists seek the index (a row-value IN list made SQLite scan the table); the rows of
+    # another run's first interval that they also match are dropped here.
+    query = select(intervals.c.run_pk, intervals.c.interval, *(intervals.c[name] for name in SUM_FIELDS)).where(
+        intervals.c.run_pk.in_(list(first_of)), intervals.c.interval.in_(set(first_of.values()))
     )
     rows: dict[int, list[Mapping[str, Any]]] = {}
     for row in session.execute(query):
-        rows.setdefault(row.run_pk, []).append(dict(row._mapping))
+        if row.interval == first_of[row.run_pk]:
+            rows.setdefault(row.run_pk, []).append(dict(row._mapping))
     return {pk: (len(found), sums_of_rows(found)) for pk, found in rows.items()}
 
 
