@@ -138,9 +138,10 @@ def graphs_runs(args) -> Iterator[dict]:
             args.log_every,
             pair=f"graphs-{preset}{args.pair_suffix}",
             role="before",
-            title="eager, static THD",
+            title=f"{'compiled' if args.compile else 'eager'}, static THD",
             **step_shape(args),
             static=True,
+            compile=args.compile,
         )
         yield eager
         graphed = run(
@@ -149,9 +150,10 @@ def graphs_runs(args) -> Iterator[dict]:
             args.log_every,
             pair=f"graphs-{preset}{args.pair_suffix}",
             role="after",
-            title="CUDA graphs, static THD",
+            title=f"{'compiled, ' if args.compile else ''}CUDA graphs, static THD",
             **step_shape(args),
             static=True,
+            compile=args.compile,
             cuda_graphs=True,
         )
         graphed["max_loss_rel_diff_vs_eager"] = max(
@@ -250,6 +252,7 @@ def main() -> int:
     ap.add_argument("--out", default=None)
     ap.add_argument("--gallery", default=None, help="also write each before/after run as a run file here")
     ap.add_argument("--pair-suffix", default="", help="appended to the gallery pair names (another step shape)")
+    ap.add_argument("--compile", action="store_true", help="graphs: both runs compiled (graphs capture it)")
     args = ap.parse_args()
     global GALLERY, PAIR_SUFFIX
     GALLERY, PAIR_SUFFIX = args.gallery, args.pair_suffix

@@ -7,6 +7,7 @@
 #   bash bench/gpu_session.sh fixes   # bench/fixes_gpu.sh: legacy logging, channel loss, graphs, profile, chunked CE
 #                                     # (SECTIONS=... picks some), with the gallery's run files
 #   bash bench/gpu_session.sh graphs  # CUDA graphs vs eager at 2048-token micro-batches (launch-bound), with gallery files
+#   bash bench/gpu_session.sh graphs-compiled  # the graphs tests, then the same pairs with torch.compile on both sides
 #   bash bench/gpu_session.sh mfu     # the trainer's gpu tests; compiled 1b MFU, separate vs fused projections;
 #                                     # where a compiled 1b step goes
 #   bash bench/gpu_session.sh multi   # bench/multi_gpu.py: DDP and FSDP2 on 2 GPUs, every rank's records checked
@@ -73,6 +74,14 @@ case "${1:-}" in
     SECTIONS=graphs OUT="$OUT/fixes" PAIR_SUFFIX=-2048x8 GRAPHS_LIMIT=400 \
       GRAPHS_ARGS="--pack-length 2048 --packs-per-step 8 --micro-batches 8 --steps 40" bash bench/fixes_gpu.sh
     ;;
+  graphs-compiled)
+    # The same with torch.compile on both sides: graphs replay the compiled step
+    timeout 240 python3 -m pytest -m gpu tests/trainer/test_trainer_graphs_gpu.py -v -p no:cacheprovider \
+      > "$OUT/gpu_tests_graphs.log" 2>&1
+    tail -3 "$OUT/gpu_tests_graphs.log"
+    SECTIONS=graphs OUT="$OUT/fixes" PAIR_SUFFIX=-compiled-2048x8 GRAPHS_LIMIT=320 \
+      GRAPHS_ARGS="--pack-length 2048 --packs-per-step 8 --micro-batches 8 --steps 40 --compile" bash bench/fixes_gpu.sh
+    ;;
   mfu)
     timeout 300 python3 -m pytest -m gpu tests/trainer -v -p no:cacheprovider > "$OUT/gpu_tests_trainer.log" 2>&1
     tail -3 "$OUT/gpu_tests_trainer.log"
@@ -101,7 +110,7 @@ case "${1:-}" in
     echo "multi_gpu (debug-mode) exit $?"
     ;;
   *)
-    echo "usage: bash bench/gpu_session.sh tests|fixes|graphs|mfu|multi|mixed" >&2
+    echo "usage: bash bench/gpu_session.sh tests|fixes|graphs|graphs-compiled|mfu|multi|mixed" >&2
     exit 2
     ;;
 esac

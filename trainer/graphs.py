@@ -15,6 +15,10 @@ What makes the step capturable:
   therefore must never be set to None (the trainer zeroes them in place under graphs);
 * a private memory pool for the graph's activations (torch.cuda.graph's default).
 
+With --compile the compiled forward and backward are captured the same way: torch.compile
+compiles them during the warm-up iterations, before the capture, and the graph replays
+Inductor's kernels.
+
 A batch that does not fit (a span longer than the captured ``max_seqlen``, which happens when
 whole packs stay empty, or another size) runs eagerly on the same gradients.
 """

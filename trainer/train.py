@@ -51,10 +51,10 @@ def resolve_device(cfg: TrainConfig) -> torch.device:
         raise ValueError("THD on CUDA runs FlashAttention varlen, which needs --dtype bfloat16 or float16")
     if cfg.cuda_graphs and device.type != "cuda":
         raise ValueError("--cuda-graphs captures CUDA work: it needs a CUDA GPU (--device cuda)")
-    if cfg.cuda_graphs and (cfg.layout != "thd" or not cfg.static or cfg.compile or cfg.parallel != "none"):
+    if cfg.cuda_graphs and (cfg.layout != "thd" or not cfg.static or cfg.parallel != "none"):
         raise ValueError(
             "--cuda-graphs captures the static THD form of one process: give --layout thd and "
-            "--static, without --compile or --parallel"
+            "--static, without --parallel"
         )
     return device
 
