@@ -21,6 +21,15 @@ def browser():
         browser.close()
 
 
+@pytest.fixture(scope="module")
+def context(browser):
+    """One context per module: its HTTP cache keeps the 4.5 MB plotly bundle between tests.
+    Modules that need other options (downloads, a time zone) define their own."""
+    context = browser.new_context(viewport={"width": 1300, "height": 900})
+    yield context
+    context.close()
+
+
 @pytest.fixture
 def page(context):
     """A tab of the module's `context` that fails its test on any console error or page error.

@@ -51,14 +51,6 @@ def server(tmp_path_factory):
         yield base
 
 
-@pytest.fixture(scope="module")
-def context(browser):
-    # One context for the module: its HTTP cache keeps the 4.5 MB plotly bundle between tests.
-    context = browser.new_context(viewport={"width": 1300, "height": 900})
-    yield context
-    context.close()
-
-
 @pytest.fixture
 def page(context):
     page = context.new_page()

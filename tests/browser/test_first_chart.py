@@ -38,13 +38,6 @@ def server(tmp_path_factory):
         yield base
 
 
-@pytest.fixture(scope="module")
-def context(browser):
-    context = browser.new_context(viewport={"width": 1300, "height": 900})
-    yield context
-    context.close()
-
-
 # With plotly.js held, a page that asks for it before its load event never fires that event:
 # wait for the document only (the tests then wait for what they check).
 HELD = "domcontentloaded"
