@@ -5,7 +5,6 @@ Rows reach the driver as tuples, never through SQLAlchemy's per-row parameter ha
 
 import functools
 import itertools
-import sqlite3
 from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
@@ -84,30 +83,29 @@ def run_sql(connection: Connection, sql: str, parameters: Sequence[Any], *, many
     """Run the driver's own SQL in the connection's transaction; the rows it returns, as tuples.
 
     Straight on the driver's connection: SQLAlchemy's execution layer (with the engine's event
-    listeners) cost 30-50 µs a statement, more than most of these statements. Errors are raised
-    as SQLAlchemy's (OperationalError, IntegrityError, ...), which the app's handlers answer as
-    they answer any other (errors.py). SQLite: wrapped here. PostgreSQL: by the connection's own
-    handling of a driver error, which also notices a lost connection and invalidates the pool as
-    it does for its own statements."""
+    listeners) cost 30-50 µs a statement, more than most of these statements. A driver error is
+    raised as SQLAlchemy raises it (OperationalError, IntegrityError, ...), which the app's
+    handlers answer as they answer any other (errors.py); a lost connection is invalidated, so
+    the pool opens a new one."""
     driver = connection.connection.driver_connection
     assert driver is not None
-    if connection.dialect.name != "sqlite":
-        cursor = driver.cursor()
-        try:
-            if many:
-                cursor.executemany(sql, parameters)
-            else:
-                cursor.execute(sql, tuple(parameters))
-            return cursor.fetchall() if cursor.description else []
-        except Exception as exc:  # noqa: BLE001 - raised again by SQLAlchemy, wrapped as it wraps its own
-            connection._handle_dbapi_exception(exc, sql, parameters, cursor, None)
-        finally:
-            cursor.close()
+    dbapi_error = connection.dialect.loaded_dbapi.Error
+    cursor = driver.cursor()
     try:
-        cursor = driver.executemany(sql, parameters) if many else driver.execute(sql, parameters)
+        if many:
+            cursor.executemany(sql, parameters)
+        else:
+            cursor.execute(sql, tuple(parameters))
         return cursor.fetchall() if cursor.description else []
-    except sqlite3.Error as exc:
-        raise DBAPIError.instance(sql, None, exc, sqlite3.Error, hide_parameters=True) from exc
+    except dbapi_error as exc:
+        lost = connection.dialect.is_disconnect(exc, driver, cursor)
+        if lost:
+            connection.invalidate(exc)
+        raise DBAPIError.instance(
+            sql, None, exc, dbapi_error, hide_parameters=True, connection_invalidated=lost
+        ) from exc
+    finally:
+        cursor.close()
 
 
 @functools.cache
@@ -178,14 +176,13 @@ def _adding_together(table_names: tuple[str, ...]) -> str:
 
 
 def add_together(connection: Connection, writes: Sequence[tuple[str, Sequence[Sequence[Any]]]]) -> None:
-    """Upsert (adding, as write(..., "add", ...)) each (table, rows) of `writes`; on PostgreSQL
-    in one statement, one round trip instead of one per table."""
+    """PostgreSQL: upsert (adding, as write(..., "add", ...)) each (table, rows) of `writes` in one
+    statement, one round trip instead of one per table. (SQLite has no round trips to save:
+    aggregates.py runs its own upserts there.)"""
+    if driver_of(connection) != "postgresql":
+        raise ValueError("add_together writes PostgreSQL's statement; on SQLite write each table")
     present = [(name, rows) for name, rows in writes if rows]
     if not present:
-        return
-    if driver_of(connection) != "postgresql":
-        for name, rows in present:
-            write(connection, name, "add", rows)
         return
     documents = [to_json(rows, inf_nan_mode="strings").decode() for _, rows in present]
     run_sql(connection, _adding_together(tuple(name for name, _ in present)), documents)
