@@ -71,14 +71,20 @@ VALUES = [
 ]
 
 
+def _holds(holder: Any, key: Any) -> bool:
+    """Whether `holder[key]` exists (an earlier change may have put a list where a dict was)."""
+    if isinstance(holder, dict):
+        return key in holder
+    return isinstance(holder, list) and isinstance(key, int) and key < len(holder)
+
+
 def _put(record: dict[str, Any], place: tuple[Any, ...], value: Any) -> None:
     holder: Any = record
     for key in place[:-1]:
-        if (isinstance(holder, dict) and key in holder) or (isinstance(holder, list) and key < len(holder)):
-            holder = holder[key]
-        else:
+        if not _holds(holder, key):
             return
-    if isinstance(holder, dict) or (isinstance(holder, list) and place[-1] < len(holder)):
+        holder = holder[key]
+    if isinstance(holder, dict) or _holds(holder, place[-1]):
         holder[place[-1]] = value
 
 
