@@ -125,15 +125,9 @@ class Parsed:
     def __len__(self) -> int:
         return len(self.values)
 
-    def key(self, at: int) -> Key:
-        return _GET_KEY(self.values[at])
-
     def keys(self) -> list[Key]:
         """Every record's key, in order."""
         return list(map(_GET_KEY, self.values))
-
-    def row(self, run_pk: int, at: int) -> tuple[Any, ...]:
-        return (run_pk, *self.values[at])
 
     @classmethod
     def joined(cls, parts: Sequence["Parsed"]) -> "Parsed":

@@ -148,10 +148,10 @@ def test_ingest_hands_the_channel_rollups_decoded_channels(any_client, new_run, 
 
     recs = with_channels(records(60, seed=7), random.Random(7))
     parsed = parse(json.dumps({"intervals": recs}).encode())
-    rows = [parsed.row(1, i) for i in range(len(parsed))]
+    rows = [(1, *values) for values in parsed.values]
     from_text = aggregates._channel_blocks(1, rows, None)
     assert from_text  # the batch has channels with tokens
-    assert [row_key(row) for row in rows] == [parsed.key(i) for i in range(len(parsed))]
+    assert [row_key(row) for row in rows] == parsed.keys()
     assert aggregates._channel_blocks(1, rows, parsed.channels) == from_text
 
     handed: list[type] = []

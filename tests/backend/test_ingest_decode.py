@@ -160,4 +160,4 @@ def test_repeated_keys_and_sites_in_a_batch_are_kept_as_sent():
     records = _records(3, seed=1)
     records[2]["interval"] = records[0]["interval"]  # a repeated key: ingest stores the first
     got = _same(_body(records))
-    assert got is not None and got.key(0) == got.key(2)
+    assert got is not None and got.keys()[0] == got.keys()[2]
