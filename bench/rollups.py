@@ -17,7 +17,7 @@ aside so that nothing is imported from this checkout.
   groups and each group's per-row figure reported (median, min, max). On PostgreSQL the
   CPU is this process's only (the server's is not counted), so the wall time is reported too.
 * series: a run of --series-intervals intervals (1 rank) filled through the same two calls in
-  batches of 4096, then queries.series with max_points=1000 over the whole run and over windows
+  batches of 4096, then series.series with max_points=1000 over the whole run and over windows
   of several widths (p50 / p95 ms of --repeat calls each), and the same for 8 ranks over
   --series-intervals // 8 intervals.
 
@@ -45,10 +45,15 @@ from sqlalchemy import select
 from packscope.backend.aggregates import store_aggregates
 from packscope.backend.db import make_engine, make_sessionmaker, upgrade_schema
 from packscope.backend.models import Run
-from packscope.backend.queries import coefficients, series
+from packscope.backend.queries import coefficients
 from packscope.backend.rows import COLUMN_AT, interval_row
 from packscope.backend.schemas import RECORDS, check_records
 from packscope.backend.writes import write
+
+try:
+    from packscope.backend.series import series
+except ImportError:  # --packscope DIR of a commit from before the series left queries.py
+    from packscope.backend.queries import series  # type: ignore[attr-defined,no-redef]
 
 BATCH = 64
 CHANNELS = ("code", "math", "web", "books")

@@ -12,7 +12,7 @@ from pydantic import BaseModel, create_model
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
-from packscope.backend import csv_export, queries
+from packscope.backend import csv_export, queries, series
 from packscope.backend.deps import (
     SessionDep,
     SettingsDep,
@@ -136,7 +136,7 @@ def get_series(
     step_max: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
 ) -> dict[str, Any]:
     run = run_or_404(session, run_id)
-    return queries.series(session, run, max_points, step_min, step_max)
+    return series.series(session, run, max_points, step_min, step_max)
 
 
 @router.get("/runs/{run_id}/histograms", response_model=IntervalHistograms)

@@ -1,0 +1,297 @@
+"""The series of a run (GET /api/v1/runs/{id}/series): consecutive intervals grouped into at most
+max_points buckets, read from the rollups kept at ingest (about max_points rows whatever the run's
+length), level 0 grouped from the interval rows; every derived number from the catalogue's formulas
+(backend.columns on numpy columns)."""
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from sqlalchemy import func, literal, select, union_all
+from sqlalchemy.orm import Session
+
+from packscope.backend.aggregates import READ_COLUMNS, channel_parts, level_0_blocks
+from packscope.backend.columns import (
+    BAND_COLUMNS,
+    BLOCK_FLOAT_COLUMNS,
+    BLOCK_INT_COLUMNS,
+    WALL_COLUMNS,
+    derive_columns,
+    listed,
+    merge_blocks,
+)
+from packscope.backend.models import ROLLUP_LEVELS, Run, channel_rollups, intervals, rollups, run_totals
+from packscope.backend.queries import coefficients
+from packscope.core.catalogue import METRIC, SUM_NAMES
+
+
+# -- series ---------------------------------------------------------------------------------------
+def _interval_range(session: Session, run: Run, step_min: int | None, step_max: int | None) -> tuple[int, int] | None:
+    """The interval indexes [first, last] whose steps meet [step_min, step_max]; None if none do.
+
+    Steps grow with the interval index, so the range is found on the (run_pk, last_step) index:
+    the first interval ending at or after step_min, the last one starting at or before step_max.
+    """
+    of_run = intervals.c.run_pk == run.id
+    last = session.scalar(select(run_totals.c.last_interval).where(run_totals.c.run_pk == run.id))
+    first = session.scalar(select(intervals.c.interval).where(of_run).order_by(intervals.c.interval).limit(1))
+    if last is None or first is None:
+        return None
+    by_last_step = (
+        select(intervals.c.interval, intervals.c.first_step).where(of_run).order_by(intervals.c.last_step).limit(1)
+    )
+    if step_min is not None:
+        found = session.execute(by_last_step.where(intervals.c.last_step >= step_min)).first()
+        if found is None:
+            return None
+        first = max(first, found.interval)
+    if step_max is not None:
+        found = session.execute(by_last_step.where(intervals.c.last_step >= step_max)).first()
+        if found is not None:
+            last = min(last, found.interval if found.first_step <= step_max else found.interval - 1)
+    return (first, last) if first <= last else None
+
+
+def _chart_level(first: int, last: int, max_points: int) -> int:
+    """The coarsest rollup level that still has at least max_points blocks over [first, last]."""
+    chosen = 0
+    for level in ROLLUP_LEVELS:
+        if (last >> 2 * level) - (first >> 2 * level) + 1 < max_points:
+            break
+        chosen = level
+    return chosen
+
+
+# Level 0 is grouped from the interval rows (one per rank), so a chart at level 0 reads
+# intervals x ranks rows. Up to this many per point it does: as many bytes as the stored level 0
+# cost before 0007 (4·max_points rows of 34 columns), so a run of 1 or 2 ranks keeps one point
+# per interval at every zoom; past it (more ranks, over more than 8·max_points/ranks intervals)
+# the chart is drawn from level-1 blocks: exact still, 4 intervals a point at most.
+LEVEL_0_ROWS_PER_POINT = 8
+
+
+def _more_rows_than(session: Session, run: Run, first: int, last: int, limit: int) -> bool:
+    """Does the run hold more than `limit` interval rows in [first, last]? (reads at most limit + 1)"""
+    c = intervals.c
+    rows = select(literal(1)).where(c.run_pk == run.id, c.interval.between(first, last)).limit(limit + 1).subquery()
+    return (session.scalar(select(func.count()).select_from(rows)) or 0) > limit
+
+
+def _tiles(first: int, last: int, top: int) -> list[tuple[int, int]]:
+    """Aligned blocks (level, block), none coarser than `top`, that tile [first, last] exactly:
+    level-`top` blocks inside, finer ones (at most 3 per level) at each partial edge."""
+    out = []
+    at = first
+    while at <= last:
+        level = top
+        while level and (at % (1 << 2 * level) or at + (1 << 2 * level) - 1 > last):
+            level -= 1
+        out.append((level, at >> 2 * level))
+        at += 1 << 2 * level
+    return out
+
+
+def _by_level(tiles: list[tuple[int, int]]) -> dict[int, list[int]]:
+    out: dict[int, list[int]] = {}
+    for level, block in tiles:
+        out.setdefault(level, []).append(block)
+    return out
+
+
+def _tile_selects(table: Any, run: Run, tiles: list[tuple[int, int]], top: int, columns: Sequence[Any]) -> Any:
+    """`columns` of `table`'s rows of `tiles`: one SELECT per level, joined by UNION ALL, so each is
+    a range or IN lookup on the primary key (an OR across levels lets SQLite scan every block of
+    the run instead)."""
+    selects = [
+        select(table.c.level, table.c.block, *columns).where(
+            table.c.run_pk == run.id,
+            table.c.level == level,
+            # the inner blocks are contiguous; the edge blocks at most 3 per level
+            table.c.block.between(blocks[0], blocks[-1]) if level == top else table.c.block.in_(blocks),
+        )
+        for level, blocks in _by_level(tiles).items()
+    ]
+    return union_all(*selects)
+
+
+def _stored_blocks(session: Session, run: Run, by_level: Mapping[int, list[int]], top: int) -> np.ndarray:
+    """(level, block, BLOCK_INT_COLUMNS, BLOCK_FLOAT_COLUMNS) rows, as floats (NULL -> NaN), of the
+    stored rollup tiles (level ≥ 1): one SELECT per level, joined by UNION ALL, so each is a range
+    or IN lookup on the primary key (an OR across levels lets SQLite scan every block of the run)."""
+    columns = [rollups.c[name] for name in (*BLOCK_INT_COLUMNS, *BLOCK_FLOAT_COLUMNS)]
+    selects = [
+        select(rollups.c.level, rollups.c.block, *columns).where(
+            rollups.c.run_pk == run.id,
+            rollups.c.level == level,
+            # the inner blocks are contiguous; the edge blocks at most 3 per level
+            rollups.c.block.between(blocks[0], blocks[-1]) if level == top else rollups.c.block.in_(blocks),
+        )
+        for level, blocks in by_level.items()
+    ]
+    # plain tuples: numpy probes a Row for array interfaces, a KeyError each
+    rows = list(map(tuple, session.execute(union_all(*selects) if len(selects) > 1 else selects[0]).all()))
+    return np.array(rows, dtype=float).reshape(len(rows), 2 + len(columns))
+
+
+_READ_SQL = (
+    f"SELECT {', '.join(READ_COLUMNS)}, channel_loss, channel_tokens FROM intervals WHERE run_pk = ? AND interval "
+)
+_NUMBERS = len(READ_COLUMNS)
+ChannelParts = tuple[np.ndarray, list[str], np.ndarray, np.ndarray]  # aggregates.channel_parts
+
+
+def _interval_blocks(
+    session: Session, run: Run, blocks: list[int], contiguous: bool
+) -> tuple[np.ndarray, ChannelParts | None]:
+    """Level-0 tiles (one interval merged over its ranks), which are not stored: grouped from the
+    interval rows with ingest's own arithmetic (aggregates.level_0_blocks), rows as _stored_blocks',
+    and their channels' (interval, channel, loss_sum, tokens) parts (aggregates.channel_parts).
+    Bounded by the tiling: the whole range only when it spans fewer than 4·max_points intervals
+    (and at most LEVEL_0_ROWS_PER_POINT rows per point), else at most 3 intervals at each end.
+    The rows come from the driver's own cursor, as plain tuples (up to 8 per point: SQLAlchemy's
+    Row objects cost as much as the fetch)."""
+    chosen = "BETWEEN ? AND ?" if contiguous else f"IN ({', '.join('?' * len(blocks))})"
+    params = (run.id, blocks[0], blocks[-1]) if contiguous else (run.id, *blocks)
+    sql = f"{_READ_SQL}{chosen} ORDER BY interval"
+    driver: Any = session.connection().connection.driver_connection
+    if session.get_bind().dialect.name == "postgresql":
+        sql = sql.replace("?", "%s")
+    rows = driver.execute(sql, params).fetchall()
+    if not rows:
+        return np.empty((0, 2 + len(BLOCK_INT_COLUMNS) + len(BLOCK_FLOAT_COLUMNS))), None
+    found, columns = level_0_blocks([row[:_NUMBERS] for row in rows], coefficients(run))
+    channels = channel_parts((row[0], row[-2], row[-1]) for row in rows if row[-1] is not None)
+    return np.column_stack([np.zeros(len(found)), found, columns]), channels
+
+
+def _read_tiles(
+    session: Session, run: Run, tiles: list[tuple[int, int]], top: int
+) -> tuple[np.ndarray, ChannelParts | None]:
+    """The rollup rows of `tiles` that hold intervals, in tile order, as _stored_blocks' rows:
+    level ≥ 1 as stored, level 0 grouped from the interval rows (with its channel parts)."""
+    by_level = _by_level(tiles)
+    parts = []
+    channels = None
+    if 0 in by_level:
+        level_0, channels = _interval_blocks(session, run, by_level.pop(0), top == 0)
+        parts.append(level_0)
+    if by_level:
+        parts.append(_stored_blocks(session, run, by_level, top))
+    found = np.concatenate(parts) if len(parts) > 1 else parts[0]
+    first_interval = found[:, 1].astype(np.int64) << (2 * found[:, 0].astype(np.int64))
+    return found[np.argsort(first_interval, kind="stable")], channels  # tiles are disjoint: by start
+
+
+def _channel_series(
+    session: Session,
+    run: Run,
+    tiles: list[tuple[int, int]],
+    top: int,
+    bucket_of: Mapping[tuple[int, int], int],
+    level_0: ChannelParts | None,
+) -> tuple[dict[str, list[float | None]], dict[str, list[float]]]:
+    """Per channel, each bucket's Σloss_sum / Σtokens (None where the channel has no tokens in
+    it) and Σtokens, from the channel rollups of the same tiles the series read (level ≥ 1) and
+    the level-0 tiles' interval rows."""
+    c = channel_rollups.c
+    stored = [tile for tile in tiles if tile[0] > 0]
+    found: list[tuple[int, int, str, float, float]] = []
+    if stored:
+        query = _tile_selects(channel_rollups, run, stored, top, [c.channel, c.loss_sum, c.tokens])
+        found = [tuple(row) for row in session.execute(query).all()]
+    if level_0 is not None:
+        intervals_0, names_0, loss_sums_0, tokens_0 = level_0
+        found += zip(
+            [0] * len(names_0), intervals_0.tolist(), names_0, loss_sums_0.tolist(), tokens_0.tolist(), strict=True
+        )
+    points = max(bucket_of.values(), default=-1) + 1
+    loss_sums: dict[str, np.ndarray] = {}
+    tokens: dict[str, np.ndarray] = {}
+    for level, block, channel, loss_sum, n in found:
+        at = bucket_of.get((level, block))
+        if at is None:
+            continue
+        if channel not in tokens:
+            loss_sums[channel], tokens[channel] = np.zeros(points), np.zeros(points)
+        loss_sums[channel][at] += loss_sum
+        tokens[channel][at] += n
+    names = sorted(tokens)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        losses = {name: listed(np.where(tokens[name] > 0, loss_sums[name] / tokens[name], np.nan)) for name in names}
+    return losses, {name: tokens[name].tolist() for name in names}
+
+
+def wall_origin(session: Session, run: Run) -> float | None:
+    """Unix time of the run's first interval start: the earliest start of its top-level blocks
+    (one block per 4^10 intervals, so a handful of rows)."""
+    top = ROLLUP_LEVELS[-1]
+    found = session.scalar(
+        select(func.min(rollups.c.wall_start_min)).where(rollups.c.run_pk == run.id, rollups.c.level == top)
+    )
+    return None if found is None else float(found)
+
+
+def _bucket_of_rows(parts: np.ndarray, max_points: int) -> np.ndarray:
+    """The chart bucket of each row, given each row's part (top-level block, non-decreasing): the
+    parts are dealt into at most max_points buckets of consecutive parts, as evenly as they allow."""
+    ordinal = np.cumsum(np.r_[0, parts[1:] != parts[:-1]])
+    n = int(ordinal[-1]) + 1
+    points = min(n, max_points)
+    first_part = np.arange(points) * n // points
+    return np.searchsorted(first_part, ordinal, side="right") - 1
+
+
+def series(
+    session: Session,
+    run: Run,
+    max_points: int,
+    step_min: int | None = None,
+    step_max: int | None = None,
+) -> dict[str, Any]:
+    """Consecutive intervals grouped into at most `max_points` buckets, from the rollups.
+
+    The level is the coarsest whose 4^level-interval blocks still number ≥ max_points over the
+    range (so about max_points..4·max_points rows are read); blocks cut by the range's ends are
+    summed exactly from finer levels. The stored blocks are then dealt into max_points buckets of
+    consecutive blocks, as evenly as whole blocks allow, merged and derived with numpy. The
+    channel rollups of the same blocks give each bucket's per-channel loss.
+    """
+    columns: dict[str, list[Any]] = {"step": [], "first_step": [], "last_step": []}
+    columns.update({name: [] for name in METRIC})
+    columns.update({name: [] for name in (*BAND_COLUMNS, *WALL_COLUMNS)})
+    out: dict[str, Any] = {
+        "run_id": run.run_id,
+        "points": 0,
+        "columns": columns,
+        "wall_origin": wall_origin(session, run),
+        "channel_loss": {},
+        "channel_tokens": {},
+    }
+    span = _interval_range(session, run, step_min, step_max)
+    if span is None:
+        return out
+    top = _chart_level(*span, max_points)
+    if top == 0 and _more_rows_than(session, run, *span, LEVEL_0_ROWS_PER_POINT * max_points):
+        top = 1  # many ranks: 4-interval resolution rather than grouping them all
+    tiles = _tiles(*span, top)
+    stored, channels_0 = _read_tiles(session, run, tiles, top)
+    if len(stored):
+        at = len(BLOCK_INT_COLUMNS) + 2
+        levels, blocks = stored[:, 0].astype(np.int64), stored[:, 1].astype(np.int64)
+        parts = (blocks << 2 * levels) >> 2 * top
+        ints = stored[:, 2:at].astype(np.int64)  # counts and steps: exact below 2^53
+        floats = stored[:, at:]
+        buckets = _bucket_of_rows(parts, max_points)
+        _, ints, floats = merge_blocks(buckets, ints, floats)
+        sums = {name: floats[:, i] for i, name in enumerate(SUM_NAMES)}
+        columns["first_step"] = ints[:, 1].tolist()
+        columns["last_step"] = ints[:, 2].tolist()
+        columns["step"] = ints[:, 2].tolist()  # a bucket is drawn at its last step
+        for name, values in derive_columns(sums, coefficients(run)).items():
+            columns[name] = listed(values)
+        for i, name in enumerate(BLOCK_FLOAT_COLUMNS[len(SUM_NAMES) :], start=len(SUM_NAMES)):
+            columns[name] = listed(floats[:, i])
+        bucket_of = dict(zip(zip(levels.tolist(), blocks.tolist(), strict=True), buckets.tolist(), strict=True))
+        out["channel_loss"], out["channel_tokens"] = _channel_series(session, run, tiles, top, bucket_of, channels_0)
+    out["points"] = len(columns["step"])
+    return out
