@@ -338,7 +338,7 @@ _SUM_AT = {name: _NUMERIC.index(name) for name in SUM_FIELDS}
 def _chunk_text(rows: list[tuple[Any, ...]], c: Coefficients) -> str:
     """CSV rows for one chunk of (numeric fields..., channel_loss, channel_tokens) tuples, or of
     (numeric fields..., "channel_loss cell,channel_tokens cell") tuples."""
-    lines = pc.binary_join_element_wise(_chunk_lines(rows, c), "", "\n")  # each line ends with a newline
+    lines = _chunk_lines(rows, c, "\n")  # each line ends with a newline
     offsets = np.frombuffer(lines.buffers()[1], np.int32, len(lines) + 1, lines.offset * 4)
     return codecs.utf_8_decode(memoryview(lines.buffers()[2])[offsets[0] : offsets[-1]])[0]  # the lines end to end
 
@@ -348,9 +348,11 @@ def _chunk_rows(rows: list[tuple[Any, ...]], c: Coefficients) -> list[str]:
     return [str(line) for line in _chunk_lines(rows, c).to_pylist()]
 
 
-def _chunk_lines(rows: list[tuple[Any, ...]], c: Coefficients) -> pa.StringArray:
-    """The chunk's CSV lines (no newline) as one Arrow string array: each column becomes a string
-    array of its cells (null: an empty cell) in compiled code, then Arrow joins them row-wise."""
+def _chunk_lines(rows: list[tuple[Any, ...]], c: Coefficients, end: str = "") -> pa.StringArray:
+    """The chunk's CSV lines, each ending with `end`, as one Arrow string array: each column
+    becomes a string array of its cells (null: an empty cell) in compiled code, then Arrow joins
+    them row-wise. `end` goes onto the last cells first (a short column, where appending it to the
+    joined lines would copy them all again)."""
     fetched = pa.array(rows, _ROW_TYPES[len(rows[0])]).flatten()  # the tuples as columns, in compiled code
     values: dict[str, np.ndarray] = {}
     cells: list[pa.Array] = []
@@ -372,6 +374,8 @@ def _chunk_lines(rows: list[tuple[Any, ...]], c: Coefficients) -> pa.StringArray
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):  # inf and NaN are empty cells
         derived = derive_columns(sums_per_row(values), c, CSV_DERIVED_COLUMNS)
     cells += [float_strings(derived[name]) for name in CSV_DERIVED_COLUMNS]
+    if end:
+        cells[-1] = pc.binary_join_element_wise(cells[-1], end, "", null_handling="replace", null_replacement="")
     return pc.binary_join_element_wise(*cells, ",", null_handling="replace", null_replacement="")
 
 
@@ -389,11 +393,19 @@ _ROW_TYPES = {
 
 def channel_cells(texts: pa.StringArray) -> pa.StringArray:
     """A channel column's stored texts as _channel_cell writes them (null: an empty cell), in
-    compiled code: one regex pass picks the cells to quote."""
+    compiled code: one regex pass picks the cells to quote, or where every cell holds a quote
+    (the JSON of any object with a key) one substring search."""
+    if pc.sum(pc.match_substring(texts, '"')).as_py() == len(texts) - texts.null_count > 0:
+        return _quoted(texts)  # every cell is quoted; null stays null
     quote = pc.fill_null(pc.or_(pc.match_substring_regex(texts, '[",\\n\\r]'), pc.is_in(texts, _QUOTED_TEXTS)), False)
     if not pc.any(quote).as_py():
         return texts
-    return pc.if_else(quote, pc.binary_join_element_wise('"', pc.replace_substring(texts, '"', '""'), '"', ""), texts)
+    return pc.if_else(quote, _quoted(texts), texts)
+
+
+def _quoted(texts: pa.StringArray) -> pa.StringArray:
+    """Each text quoted, its quotes doubled."""
+    return pc.binary_join_element_wise('"', pc.replace_substring(texts, '"', '""'), '"', "")
 
 
 _QUOTED_TEXTS = pa.array(["", "\\."])  # quoted as COPY quotes them: an empty text is not NULL, \. ends its data

@@ -33,6 +33,8 @@ def float_strings(x: np.ndarray) -> pa.StringArray:
     shortest ones) take _big_integer_strings; the rest of those magnitudes, float_cells."""
     a = np.abs(x)
     texts = pc.cast(pa.array(x, mask=np.isnan(x)), _STRING)
+    if not ((a >= 1e10) | ((a < 1e-4) & (a >= 1e-9))).any():  # the usual column: Arrow's text throughout
+        return texts
     whole = (a >= 1e10) & (a < 1e15)  # below 2^53: a whole number's shortest digits are its own
     with np.errstate(invalid="ignore"):
         other = whole & (x != np.trunc(x))
