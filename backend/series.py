@@ -3,11 +3,11 @@ max_points buckets, read from the rollups kept at ingest (about max_points rows 
 length), level 0 grouped from the interval rows; every derived number from the catalogue's formulas
 (backend.columns on numpy columns)."""
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from sqlalchemy import func, literal, select, union_all
+from sqlalchemy import func, literal, select
 from sqlalchemy.orm import Session
 
 from packscope.backend.aggregates import READ_COLUMNS, channel_parts, level_0_blocks
@@ -17,10 +17,9 @@ from packscope.backend.columns import (
     BLOCK_INT_COLUMNS,
     WALL_COLUMNS,
     derive_columns,
-    listed,
     merge_blocks,
 )
-from packscope.backend.models import ROLLUP_LEVELS, Run, channel_rollups, intervals, rollups, run_totals
+from packscope.backend.models import ROLLUP_LEVELS, Run, intervals, rollups, run_totals
 from packscope.backend.queries import coefficients
 from packscope.core.catalogue import METRIC, SUM_NAMES
 
@@ -77,60 +76,70 @@ def _more_rows_than(session: Session, run: Run, first: int, last: int, limit: in
     return (session.scalar(select(func.count()).select_from(rows)) or 0) > limit
 
 
-def _tiles(first: int, last: int, top: int) -> list[tuple[int, int]]:
-    """Aligned blocks (level, block), none coarser than `top`, that tile [first, last] exactly:
-    level-`top` blocks inside, finer ones (at most 3 per level) at each partial edge."""
-    out = []
+Tiling = dict[int, Sequence[int]]  # level -> its blocks, in the order the tiles meet them
+
+
+def _tiling(first: int, last: int, top: int) -> Tiling:
+    """Aligned blocks, none coarser than `top`, that tile [first, last] exactly, by level (levels
+    in the order the tiles meet them, blocks ascending): level-`top` blocks inside, one contiguous
+    range, finer ones (at most 3 per level) at each partial edge. The tiles are found from the left,
+    each the coarsest aligned block that fits; the inner run of level-`top` blocks is taken in one
+    step, so this costs O(levels), not O(blocks)."""
+    out: dict[int, Any] = {}
     at = first
     while at <= last:
         level = top
         while level and (at % (1 << 2 * level) or at + (1 << 2 * level) - 1 > last):
             level -= 1
-        out.append((level, at >> 2 * level))
-        at += 1 << 2 * level
+        if level == top:  # every following tile is a level-`top` block while one fits
+            n = (last + 1 - at) >> 2 * top
+            out[top] = range(at >> 2 * top, (at >> 2 * top) + n)
+            at += n << 2 * top
+        else:
+            out.setdefault(level, []).append(at >> 2 * level)
+            at += 1 << 2 * level
     return out
 
 
-def _by_level(tiles: list[tuple[int, int]]) -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {}
-    for level, block in tiles:
-        out.setdefault(level, []).append(block)
-    return out
+def _driver(session: Session) -> tuple[Any, bool]:
+    """The DB-API connection under the session's transaction, and whether it is PostgreSQL's
+    (placeholders %s rather than ?)."""
+    return session.connection().connection.driver_connection, session.get_bind().dialect.name == "postgresql"
 
 
-def _tile_selects(table: Any, run: Run, tiles: list[tuple[int, int]], top: int, columns: Sequence[Any]) -> Any:
-    """`columns` of `table`'s rows of `tiles`: one SELECT per level, joined by UNION ALL, so each is
-    a range or IN lookup on the primary key (an OR across levels lets SQLite scan every block of
-    the run instead)."""
-    selects = [
-        select(table.c.level, table.c.block, *columns).where(
-            table.c.run_pk == run.id,
-            table.c.level == level,
-            # the inner blocks are contiguous; the edge blocks at most 3 per level
-            table.c.block.between(blocks[0], blocks[-1]) if level == top else table.c.block.in_(blocks),
-        )
-        for level, blocks in _by_level(tiles).items()
-    ]
-    return union_all(*selects)
+def _tile_rows(session: Session, run: Run, table: str, columns: str, tiling: Tiling, top: int) -> list[tuple[Any, ...]]:
+    """`level, block, columns` of `table`'s rows of the tiles (level ≥ 1): one SELECT per level,
+    joined by UNION ALL, so each is a range or IN lookup on the primary key (an OR across levels
+    lets SQLite scan every block of the run instead). Read from the driver's own cursor as plain
+    tuples: SQLAlchemy's Row objects cost as much as the fetch, and a few thousand of them alive
+    at once were promoted to the collector's oldest generation, whose full collections (100+ ms
+    in a server process) came every few series. PostgreSQL's rows come in binary (psycopg's
+    binary cursor: a float is its 8 bytes, the same value as its text, a third of the time)."""
+    selects, params = [], []
+    for level, blocks in tiling.items():
+        # the inner blocks are contiguous; the edge blocks at most 3 per level
+        if level == top:
+            chosen, values = "BETWEEN ? AND ?", [blocks[0], blocks[-1]]
+        else:
+            chosen, values = f"IN ({', '.join('?' * len(blocks))})", list(blocks)
+        selects.append(f"SELECT level, block, {columns} FROM {table} WHERE run_pk = ? AND level = ? AND block {chosen}")
+        params += [run.id, level, *values]
+    sql = " UNION ALL ".join(selects)
+    driver, postgresql = _driver(session)
+    if postgresql:
+        with driver.cursor(binary=True) as cursor:
+            return cursor.execute(sql.replace("?", "%s"), params).fetchall()
+    return driver.execute(sql, params).fetchall()
 
 
-def _stored_blocks(session: Session, run: Run, by_level: Mapping[int, list[int]], top: int) -> np.ndarray:
+_BLOCK_COLUMNS = ", ".join(f'"{name}"' for name in (*BLOCK_INT_COLUMNS, *BLOCK_FLOAT_COLUMNS))
+
+
+def _stored_blocks(session: Session, run: Run, tiling: Tiling, top: int) -> np.ndarray:
     """(level, block, BLOCK_INT_COLUMNS, BLOCK_FLOAT_COLUMNS) rows, as floats (NULL -> NaN), of the
-    stored rollup tiles (level ≥ 1): one SELECT per level, joined by UNION ALL, so each is a range
-    or IN lookup on the primary key (an OR across levels lets SQLite scan every block of the run)."""
-    columns = [rollups.c[name] for name in (*BLOCK_INT_COLUMNS, *BLOCK_FLOAT_COLUMNS)]
-    selects = [
-        select(rollups.c.level, rollups.c.block, *columns).where(
-            rollups.c.run_pk == run.id,
-            rollups.c.level == level,
-            # the inner blocks are contiguous; the edge blocks at most 3 per level
-            rollups.c.block.between(blocks[0], blocks[-1]) if level == top else rollups.c.block.in_(blocks),
-        )
-        for level, blocks in by_level.items()
-    ]
-    # plain tuples: numpy probes a Row for array interfaces, a KeyError each
-    rows = list(map(tuple, session.execute(union_all(*selects) if len(selects) > 1 else selects[0]).all()))
-    return np.array(rows, dtype=float).reshape(len(rows), 2 + len(columns))
+    stored rollup tiles (level ≥ 1)."""
+    rows = _tile_rows(session, run, "rollups", _BLOCK_COLUMNS, tiling, top)
+    return np.array(rows, dtype=float).reshape(len(rows), 2 + len(BLOCK_INT_COLUMNS) + len(BLOCK_FLOAT_COLUMNS))
 
 
 _READ_SQL = (
@@ -141,7 +150,7 @@ ChannelParts = tuple[np.ndarray, list[str], np.ndarray, np.ndarray]  # aggregate
 
 
 def _interval_blocks(
-    session: Session, run: Run, blocks: list[int], contiguous: bool
+    session: Session, run: Run, blocks: Sequence[int], contiguous: bool
 ) -> tuple[np.ndarray, ChannelParts | None]:
     """Level-0 tiles (one interval merged over its ranks), which are not stored: grouped from the
     interval rows with ingest's own arithmetic (aggregates.level_0_blocks), rows as _stored_blocks',
@@ -153,8 +162,8 @@ def _interval_blocks(
     chosen = "BETWEEN ? AND ?" if contiguous else f"IN ({', '.join('?' * len(blocks))})"
     params = (run.id, blocks[0], blocks[-1]) if contiguous else (run.id, *blocks)
     sql = f"{_READ_SQL}{chosen} ORDER BY interval"
-    driver: Any = session.connection().connection.driver_connection
-    if session.get_bind().dialect.name == "postgresql":
+    driver, postgresql = _driver(session)
+    if postgresql:
         sql = sql.replace("?", "%s")
     rows = driver.execute(sql, params).fetchall()
     if not rows:
@@ -164,12 +173,10 @@ def _interval_blocks(
     return np.column_stack([np.zeros(len(found)), found, columns]), channels
 
 
-def _read_tiles(
-    session: Session, run: Run, tiles: list[tuple[int, int]], top: int
-) -> tuple[np.ndarray, ChannelParts | None]:
-    """The rollup rows of `tiles` that hold intervals, in tile order, as _stored_blocks' rows:
+def _read_tiles(session: Session, run: Run, tiling: Tiling, top: int) -> tuple[np.ndarray, ChannelParts | None]:
+    """The rollup rows of the tiles that hold intervals, in tile order, as _stored_blocks' rows:
     level ≥ 1 as stored, level 0 grouped from the interval rows (with its channel parts)."""
-    by_level = _by_level(tiles)
+    by_level = dict(tiling)
     parts = []
     channels = None
     if 0 in by_level:
@@ -185,26 +192,31 @@ def _read_tiles(
 def _channel_series(
     session: Session,
     run: Run,
-    tiles: list[tuple[int, int]],
+    tiling: Tiling,
     top: int,
-    bucket_of: Mapping[tuple[int, int], int],
+    stored: np.ndarray,
+    buckets: np.ndarray,
     level_0: ChannelParts | None,
 ) -> tuple[dict[str, list[float | None]], dict[str, list[float]]]:
     """Per channel, each bucket's Σloss_sum / Σtokens (None where the channel has no tokens in
     it) and Σtokens, from the channel rollups of the same tiles the series read (level ≥ 1) and
-    the level-0 tiles' interval rows."""
-    c = channel_rollups.c
-    stored = [tile for tile in tiles if tile[0] > 0]
-    found: list[tuple[int, int, str, float, float]] = []
-    if stored:
-        query = _tile_selects(channel_rollups, run, stored, top, [c.channel, c.loss_sum, c.tokens])
-        found = [tuple(row) for row in session.execute(query).all()]
+    the level-0 tiles' interval rows; `stored` holds the tiles read (level, block first) and
+    `buckets` the bucket of each."""
+    found: list[tuple[Any, ...]] = []
+    if any(level > 0 for level in tiling):
+        found = _tile_rows(
+            session, run, "channel_rollups", "channel, loss_sum, tokens", {k: v for k, v in tiling.items() if k}, top
+        )
     if level_0 is not None:
         intervals_0, names_0, loss_sums_0, tokens_0 = level_0
         found += zip(
             [0] * len(names_0), intervals_0.tolist(), names_0, loss_sums_0.tolist(), tokens_0.tolist(), strict=True
         )
-    points = max(bucket_of.values(), default=-1) + 1
+    if not found:
+        return {}, {}
+    keys = zip(stored[:, 0].astype(np.int64).tolist(), stored[:, 1].astype(np.int64).tolist(), strict=True)
+    bucket_of = dict(zip(keys, buckets.tolist(), strict=True))
+    points = int(buckets[-1]) + 1 if len(buckets) else 0
     loss_sums: dict[str, np.ndarray] = {}
     tokens: dict[str, np.ndarray] = {}
     for level, block, channel, loss_sum, n in found:
@@ -217,7 +229,7 @@ def _channel_series(
         tokens[channel][at] += n
     names = sorted(tokens)
     with np.errstate(invalid="ignore", divide="ignore"):
-        losses = {name: listed(np.where(tokens[name] > 0, loss_sums[name] / tokens[name], np.nan)) for name in names}
+        losses = {name: _listed(np.where(tokens[name] > 0, loss_sums[name] / tokens[name], np.nan)) for name in names}
     return losses, {name: tokens[name].tolist() for name in names}
 
 
@@ -229,6 +241,15 @@ def wall_origin(session: Session, run: Run) -> float | None:
         select(func.min(rollups.c.wall_start_min)).where(rollups.c.run_pk == run.id, rollups.c.level == top)
     )
     return None if found is None else float(found)
+
+
+def _listed(column: np.ndarray) -> list[float | None]:
+    """columns.listed (a float column as a list, None where NaN) without its list per row: a
+    thousand one-element lists per column, alive together, were most of the objects a series
+    left for the collector's older generations."""
+    values = column.astype(object)
+    values[np.isnan(column)] = None
+    return values.tolist()
 
 
 def _bucket_of_rows(parts: np.ndarray, max_points: int) -> np.ndarray:
@@ -273,8 +294,8 @@ def series(
     top = _chart_level(*span, max_points)
     if top == 0 and _more_rows_than(session, run, *span, LEVEL_0_ROWS_PER_POINT * max_points):
         top = 1  # many ranks: 4-interval resolution rather than grouping them all
-    tiles = _tiles(*span, top)
-    stored, channels_0 = _read_tiles(session, run, tiles, top)
+    tiling = _tiling(*span, top)
+    stored, channels_0 = _read_tiles(session, run, tiling, top)
     if len(stored):
         at = len(BLOCK_INT_COLUMNS) + 2
         levels, blocks = stored[:, 0].astype(np.int64), stored[:, 1].astype(np.int64)
@@ -288,10 +309,11 @@ def series(
         columns["last_step"] = ints[:, 2].tolist()
         columns["step"] = ints[:, 2].tolist()  # a bucket is drawn at its last step
         for name, values in derive_columns(sums, coefficients(run)).items():
-            columns[name] = listed(values)
+            columns[name] = _listed(values)
         for i, name in enumerate(BLOCK_FLOAT_COLUMNS[len(SUM_NAMES) :], start=len(SUM_NAMES)):
-            columns[name] = listed(floats[:, i])
-        bucket_of = dict(zip(zip(levels.tolist(), blocks.tolist(), strict=True), buckets.tolist(), strict=True))
-        out["channel_loss"], out["channel_tokens"] = _channel_series(session, run, tiles, top, bucket_of, channels_0)
+            columns[name] = _listed(floats[:, i])
+        out["channel_loss"], out["channel_tokens"] = _channel_series(
+            session, run, tiling, top, stored, buckets, channels_0
+        )
     out["points"] = len(columns["step"])
     return out
