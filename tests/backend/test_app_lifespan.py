@@ -1,0 +1,19 @@
+"""The app's lifespan: what it freezes for the garbage collector while it serves, and gives back."""
+
+import gc
+
+from fastapi.testclient import TestClient
+
+from packscope.backend.app import create_app
+from packscope.backend.settings import Settings
+
+
+def test_the_objects_built_at_start_are_frozen_while_the_app_serves_and_collectable_after(sqlite_url: str) -> None:
+    gc.unfreeze()  # whatever an earlier test left frozen
+    app = create_app(Settings(database_url=sqlite_url, ingest_token=None, read_token=None))
+    assert gc.get_freeze_count() == 0
+    with TestClient(app) as client:
+        # the modules, the app and its caches: full collections skip them while it serves
+        assert gc.get_freeze_count() > 10_000
+        assert client.get("/api/v1/catalogue").status_code == 200
+    assert gc.get_freeze_count() == 0
