@@ -5,11 +5,13 @@ fill_run does; records with channel_loss/channel_tokens and some missing optiona
 exports it --repeat times each way:
 
 * in-process: csv_export.csv_text(session, run) drained in this process; rows/s, this process's
-  CPU seconds (and on PostgreSQL the server process's, which computes and formats the rows) and
-  the growth of this process's peak RSS over the export (VmHWM, reset through
-  /proc/self/clear_refs first);
+  CPU seconds with those of any child process the export started and ended (also apart, as
+  children_cpu_s: an export code that reads with a second process), on PostgreSQL the server
+  process's (which computes and formats the rows), and the growth of this process's peak RSS over
+  the export (VmHWM, reset through /proc/self/clear_refs first);
 * over HTTP: a real uvicorn server in a subprocess, the body streamed with httpx (iter_bytes);
-  rows/s, the server's CPU seconds and the growth of the server's peak RSS during the export.
+  rows/s, the server's CPU seconds (with those of its ended children) and the growth of the
+  server's peak RSS during the export.
 
 One more in-process export, untimed, gives the peak of Python allocations (tracemalloc) and the
 SHA-256 of the whole text: the same fill gives the same digest on SQLite and PostgreSQL when both
@@ -20,11 +22,11 @@ write the same CSV.
     git show c6245cb:backend/csv_export.py > /tmp/old.py    # the export before 2026-11-30's second pass
     python bench/csv_export.py --database sqlite --baseline /tmp/old.py --repeat 3
 
-With --baseline, both codes export the same filled run, interleaved (baseline in-process, its
-server over HTTP, current in-process, its server over HTTP, then again): before/after figures
-from the same moments of a shared machine. --analyze runs ANALYZE after the fill (PostgreSQL
-plans with statistics, as a run has some time after it was written; without, the run is new to
-the planner).
+With --baseline (repeatable: baseline, baseline2, ...), every code exports the same filled run,
+interleaved (baseline in-process, its server over HTTP, ..., current in-process, its server over
+HTTP, then again): before/after figures from the same moments of a shared machine. --analyze
+runs ANALYZE after the fill (PostgreSQL plans with statistics, as a run has some time after it was
+written; without, the run is new to the planner).
 
 PostgreSQL: a scratch database on 127.0.0.1:5432 (user postgres, trust auth), dropped afterwards.
 Prints one JSON object. Goal (issue 8): >= 200,000 rows/s both ways on both databases, with a
@@ -38,6 +40,7 @@ import hashlib
 import json
 import os
 import random
+import resource
 import statistics
 import time
 import tracemalloc
@@ -108,13 +111,21 @@ def in_process(make_session: Callable[[], Any], export: Any) -> dict[str, Any]:
         before = peak_kib()
         rows, size = -1, 0
         db0 = cpu_seconds(backend) if backend else 0.0
-        t0, cpu0 = time.perf_counter(), time.process_time()
+        t0, cpu0, children0 = time.perf_counter(), time.process_time(), children_cpu_seconds()
         for piece in export.csv_text(session, run):
             rows += piece.count("\n")
             size += len(piece)
         seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
+        children = children_cpu_seconds() - children0
         growth = peak_kib() - before
-        out = {"rows": rows, "chars": size, "seconds": seconds, "cpu_s": cpu, "peak_rss_growth_kib": growth}
+        out = {
+            "rows": rows,
+            "chars": size,
+            "seconds": seconds,
+            "cpu_s": cpu + children,
+            "children_cpu_s": children,
+            "peak_rss_growth_kib": growth,
+        }
         if backend:
             out["db_server_cpu_s"] = cpu_seconds(backend) - db0  # COPY's work: the derived columns and formatting
         return out
@@ -136,10 +147,23 @@ def digest_and_allocations(make_session: Callable[[], Any], export: Any) -> dict
     return {"sha256": sha.hexdigest(), "pieces": pieces, "tracemalloc_peak_kib": peak // 1024}
 
 
+def children_cpu_seconds() -> float:
+    """CPU seconds of this process's children that have ended (waited for)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def server_cpu_seconds(pid: int) -> float:
+    """The server's CPU seconds with those of its children that have ended (cutime, cstime)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return cpu_seconds(pid) + (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+
+
 def over_http(url: str, pid: int) -> dict[str, Any]:
     with httpx.Client(base_url=url, timeout=600) as http:
         reset_peak(pid)
-        before, cpu0 = peak_kib(pid), cpu_seconds(pid)
+        before, cpu0 = peak_kib(pid), server_cpu_seconds(pid)
         rows, size, chunks = -1, 0, 0
         t0 = time.perf_counter()
         with http.stream("GET", f"/api/v1/runs/{RUN_ID}/intervals.csv") as response:
@@ -154,7 +178,7 @@ def over_http(url: str, pid: int) -> dict[str, Any]:
             "bytes": size,
             "chunks_received": chunks,
             "seconds": seconds,
-            "server_cpu_s": cpu_seconds(pid) - cpu0,
+            "server_cpu_s": server_cpu_seconds(pid) - cpu0,
             "server_peak_rss_growth_kib": peak_kib(pid) - before,
         }
 
@@ -202,9 +226,10 @@ def bench(database_url: str, args: argparse.Namespace) -> dict[str, Any]:
     engine = make_engine(database_url)
     upgrade_schema(engine)
     make_session = make_sessionmaker(engine)
-    codes: dict[str, tuple[Any, str]] = {"current": (csv_export, "")}
-    if args.baseline:
-        codes = {"baseline": baseline_export(args.baseline), **codes}
+    codes: dict[str, tuple[Any, str]] = {}
+    for at, path in enumerate(args.baseline or []):
+        codes[f"baseline{at + 1 if at else ''}"] = baseline_export(path)
+    codes["current"] = (csv_export, "")
     servers = {name: start_server(database_url, prelude=prelude) for name, (_, prelude) in codes.items()}
     try:
         url = next(iter(servers.values()))[1]
@@ -250,8 +275,9 @@ def main() -> None:
     ap.add_argument(
         "--baseline",
         metavar="FILE",
+        action="append",
         help="also export with this csv_export.py, interleaved with the current one on the same data"
-        " (e.g. `git show REV:backend/csv_export.py > old.py`)",
+        " (e.g. `git show REV:backend/csv_export.py > old.py`); repeatable",
     )
     ap.add_argument("--analyze", action="store_true", help="ANALYZE after the fill (planner statistics of the run)")
     ap.add_argument(
