@@ -54,8 +54,12 @@ def derive_columns(sums: Columns, c: Coefficients, names: Iterable[str] | None =
 
 
 def listed(column: np.ndarray) -> list[float | None]:
-    """A float column as a list, None where it is NaN (JSON null, SQL NULL, an empty CSV cell)."""
-    return [row[0] for row in rows_with_nulls(column.reshape(-1, 1))]
+    """A float column as a list, None where it is NaN (JSON null, SQL NULL, an empty CSV cell).
+    Flat, with no list per row: a series's thousand one-element lists per column, alive together,
+    were most of the objects it left for the collector's older generations."""
+    values = column.astype(object)
+    values[np.isnan(column)] = None
+    return values.tolist()
 
 
 # A rollup block (or a chart bucket): its exact integer columns and its float columns, in the

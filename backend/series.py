@@ -17,6 +17,7 @@ from packscope.backend.columns import (
     BLOCK_INT_COLUMNS,
     WALL_COLUMNS,
     derive_columns,
+    listed,
     merge_blocks,
 )
 from packscope.backend.models import ROLLUP_LEVELS, Run, intervals, rollups, run_totals
@@ -229,7 +230,7 @@ def _channel_series(
         tokens[channel][at] += n
     names = sorted(tokens)
     with np.errstate(invalid="ignore", divide="ignore"):
-        losses = {name: _listed(np.where(tokens[name] > 0, loss_sums[name] / tokens[name], np.nan)) for name in names}
+        losses = {name: listed(np.where(tokens[name] > 0, loss_sums[name] / tokens[name], np.nan)) for name in names}
     return losses, {name: tokens[name].tolist() for name in names}
 
 
@@ -241,15 +242,6 @@ def wall_origin(session: Session, run: Run) -> float | None:
         select(func.min(rollups.c.wall_start_min)).where(rollups.c.run_pk == run.id, rollups.c.level == top)
     )
     return None if found is None else float(found)
-
-
-def _listed(column: np.ndarray) -> list[float | None]:
-    """columns.listed (a float column as a list, None where NaN) without its list per row: a
-    thousand one-element lists per column, alive together, were most of the objects a series
-    left for the collector's older generations."""
-    values = column.astype(object)
-    values[np.isnan(column)] = None
-    return values.tolist()
 
 
 def _bucket_of_rows(parts: np.ndarray, max_points: int) -> np.ndarray:
@@ -309,9 +301,9 @@ def series(
         columns["last_step"] = ints[:, 2].tolist()
         columns["step"] = ints[:, 2].tolist()  # a bucket is drawn at its last step
         for name, values in derive_columns(sums, coefficients(run)).items():
-            columns[name] = _listed(values)
+            columns[name] = listed(values)
         for i, name in enumerate(BLOCK_FLOAT_COLUMNS[len(SUM_NAMES) :], start=len(SUM_NAMES)):
-            columns[name] = _listed(floats[:, i])
+            columns[name] = listed(floats[:, i])
         out["channel_loss"], out["channel_tokens"] = _channel_series(
             session, run, tiling, top, stored, buckets, channels_0
         )
