@@ -28,6 +28,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -106,6 +107,18 @@ def cpu_seconds(pid: int) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def run_senders(pid: int, senders: int, send: Callable[[int], None]) -> tuple[float, float]:
+    """`send(rank)` for every rank in `senders` threads at once: (wall seconds, CPU seconds of the
+    server `pid` meanwhile)."""
+    threads = [threading.Thread(target=send, args=(rank,)) for rank in range(senders)]
+    cpu0, t0 = cpu_seconds(pid), time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - t0, cpu_seconds(pid) - cpu0
+
+
 def ingest(url: str, pid: int, senders: int, batches: int, run_id: str) -> dict[str, Any]:
     """`senders` threads, one rank each, post `batches` batches of 64 consecutive intervals."""
     http = httpx.Client(base_url=url, timeout=60)
@@ -134,13 +147,7 @@ def ingest(url: str, pid: int, senders: int, batches: int, run_id: str) -> dict[
                         errors.append(r.text[:200])
                     break
 
-    threads = [threading.Thread(target=send, args=(rank,)) for rank in range(senders)]
-    cpu0, t0 = cpu_seconds(pid), time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    seconds, cpu = time.perf_counter() - t0, cpu_seconds(pid) - cpu0
+    seconds, cpu = run_senders(pid, senders, send)
     rows = senders * batches * BATCH
     stored = http.get(f"/api/v1/runs/{run_id}").json()["records"]
     return {

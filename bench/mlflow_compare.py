@@ -40,13 +40,12 @@ import socket
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 import httpx
-from backend_scale import BATCH, cpu_seconds, fill_run, p, start_server
+from backend_scale import BATCH, fill_run, p, run_senders, start_server
 from bench_data import record, run_body
 
 from packscope.backend.db import make_engine, make_sessionmaker, upgrade_schema
@@ -157,13 +156,7 @@ def ingest(server_pid: int, senders: int, batches: int, bodies_of: Bodies, name:
                     if response.status_code != 200:
                         errors.append(response.text[:200])
 
-    threads = [threading.Thread(target=send, args=(rank,)) for rank in range(senders)]
-    cpu0, t0 = cpu_seconds(server_pid), time.perf_counter()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    seconds, cpu = time.perf_counter() - t0, cpu_seconds(server_pid) - cpu0
+    seconds, cpu = run_senders(server_pid, senders, send)
     rows = senders * batches * BATCH
     return {
         "senders": senders,
