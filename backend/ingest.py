@@ -20,11 +20,12 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
 from packscope.backend.aggregates import store_aggregates
+from packscope.backend.db import run_sql
 from packscope.backend.models import Run
 from packscope.backend.queries import coefficients, get_run
 from packscope.backend.rows import Parsed, parsed_records
 from packscope.backend.schemas import RECORDS, IngestResult, IntervalRecord, Record, RunCreate, RunPatch
-from packscope.backend.writes import driver_of, insert_intervals, run_sql
+from packscope.backend.writes import driver_of, insert_intervals
 from packscope.core.catalogue import Coefficients
 
 _SITES = msgspec.json.Encoder()  # {site: count} as interval_details stores it
@@ -93,7 +94,7 @@ def patch_run(session: Session, run: Run, body: RunPatch) -> Run:
 
 # -- one batch ------------------------------------------------------------------------------------
 _RUNS = cast(Table, Run.__table__)
-# The run of a batch in the driver's own SQL (writes.run_sql: nothing compiled per call). The model
+# The run of a batch in the driver's own SQL (db.run_sql: nothing compiled per call). The model
 # and hardware come as their JSON text, the key of their cached coefficients.
 _RUN_OF_ID = {
     "sqlite": "SELECT id, model, hardware FROM runs WHERE run_id = ?",

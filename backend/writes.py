@@ -13,8 +13,8 @@ from sqlalchemy import ColumnElement, Connection, Dialect, Table, bindparam, cas
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
-from sqlalchemy.exc import DBAPIError
 
+from packscope.backend.db import run_sql
 from packscope.backend.models import channel_rollups, interval_details, intervals, rollups, run_sync_sites, run_totals
 from packscope.backend.rows import ROW_COLUMNS
 
@@ -77,35 +77,6 @@ def driver_of(connection: Connection) -> str:
     if (dialect.name, dialect.driver) not in (("sqlite", "pysqlite"), ("postgresql", "psycopg")):
         raise RuntimeError(f"unsupported driver {dialect.name}+{dialect.driver}; use sqlite or postgresql+psycopg")
     return dialect.name
-
-
-def run_sql(connection: Connection, sql: str, parameters: Sequence[Any], *, many: bool = False) -> list[Any]:
-    """Run the driver's own SQL in the connection's transaction; the rows it returns, as tuples.
-
-    Straight on the driver's connection: SQLAlchemy's execution layer (with the engine's event
-    listeners) cost 30-50 µs a statement, more than most of these statements. A driver error is
-    raised as SQLAlchemy raises it (OperationalError, IntegrityError, ...), which the app's
-    handlers answer as they answer any other (errors.py); a lost connection is invalidated, so
-    the pool opens a new one."""
-    driver = connection.connection.driver_connection
-    assert driver is not None
-    dbapi_error = connection.dialect.loaded_dbapi.Error
-    cursor = driver.cursor()
-    try:
-        if many:
-            cursor.executemany(sql, parameters)
-        else:
-            cursor.execute(sql, tuple(parameters))
-        return cursor.fetchall() if cursor.description else []
-    except dbapi_error as exc:
-        lost = connection.dialect.is_disconnect(exc, driver, cursor)
-        if lost:
-            connection.invalidate(exc)
-        raise DBAPIError.instance(
-            sql, None, exc, dbapi_error, hide_parameters=True, connection_invalidated=lost
-        ) from exc
-    finally:
-        cursor.close()
 
 
 @functools.cache

@@ -147,7 +147,7 @@ def test_postgresql_going_away_is_503_then_recovers(make_client, postgres, new_r
 
 
 def test_a_batch_refused_by_a_read_only_database_is_503_and_stores_nothing(make_client, sqlite_url, new_run, records):
-    # The batch's statements run on sqlite3 itself (writes.run_sql); its errors still reach the
+    # The batch's statements run on sqlite3 itself (db.run_sql); its errors still reach the
     # app's handlers as SQLAlchemy's. The database turns read-only once the transaction has begun,
     # so the refusal comes from the batch's own statements.
     client = make_client(sqlite_url)
@@ -172,14 +172,13 @@ def test_a_batch_refused_by_a_read_only_database_is_503_and_stores_nothing(make_
 
 @pytest.mark.postgres
 def test_the_driver_sql_of_a_batch_on_postgresql_fails_as_sqlalchemys_own(postgres):
-    """writes.run_sql runs on psycopg's connection, not through SQLAlchemy's execution layer (no
+    """db.run_sql runs on psycopg's connection, not through SQLAlchemy's execution layer (no
     execution events); a driver error is still raised as SQLAlchemy wraps it, and a lost
     connection is noticed as SQLAlchemy notices it: invalidated, the next transaction on a new one."""
     from sqlalchemy import event
     from sqlalchemy import exc as sa
 
-    from packscope.backend.db import make_engine
-    from packscope.backend.writes import run_sql
+    from packscope.backend.db import make_engine, run_sql
 
     engine = make_engine(postgres)
     executed: list[str] = []
