@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import psycopg
 from sqlalchemy import func, literal, select
 from sqlalchemy.orm import Session
 
@@ -190,19 +191,38 @@ def _read_tiles(session: Session, run: Run, tiling: Tiling, top: int) -> tuple[n
     return found[np.argsort(first_interval, kind="stable")], channels  # tiles are disjoint: by start
 
 
+class _Buckets:
+    """How a range's tiles are dealt into a chart's buckets: by their part (the level-`top` block
+    they lie in), the parts that hold rows, in order, into at most max_points buckets of
+    consecutive parts, as evenly as whole parts allow: bucket b starts at the part of rank
+    b·count // points, so the part of rank r (from 0) is in bucket ((r + 1)·points - 1) // count."""
+
+    def __init__(self, parts: np.ndarray, top: int, max_points: int) -> None:
+        self.parts = parts  # the parts that hold rows: ascending, distinct
+        self.top = top
+        self.count = len(parts)
+        self.points = min(self.count, max_points)
+
+    def of(self, levels: np.ndarray, blocks: np.ndarray) -> np.ndarray:
+        """The bucket of each tile (level, block); -1 for one outside the parts."""
+        part = (blocks << 2 * levels) >> 2 * self.top
+        rank = np.searchsorted(self.parts, part)
+        inside = rank < self.count
+        inside[inside] = self.parts[rank[inside]] == part[inside]
+        return np.where(inside, ((rank + 1) * self.points - 1) // max(self.count, 1), -1)
+
+
 def _channel_series(
     session: Session,
     run: Run,
     tiling: Tiling,
     top: int,
-    stored: np.ndarray,
-    buckets: np.ndarray,
+    buckets: _Buckets,
     level_0: ChannelParts | None,
 ) -> tuple[dict[str, list[float | None]], dict[str, list[float]]]:
     """Per channel, each bucket's Σloss_sum / Σtokens (None where the channel has no tokens in
     it) and Σtokens, from the channel rollups of the same tiles the series read (level ≥ 1) and
-    the level-0 tiles' interval rows; `stored` holds the tiles read (level, block first) and
-    `buckets` the bucket of each."""
+    the level-0 tiles' interval rows."""
     found: list[tuple[Any, ...]] = []
     if any(level > 0 for level in tiling):
         found = _tile_rows(
@@ -215,17 +235,15 @@ def _channel_series(
         )
     if not found:
         return {}, {}
-    keys = zip(stored[:, 0].astype(np.int64).tolist(), stored[:, 1].astype(np.int64).tolist(), strict=True)
-    bucket_of = dict(zip(keys, buckets.tolist(), strict=True))
-    points = int(buckets[-1]) + 1 if len(buckets) else 0
+    levels, blocks, channel_of, loss_sum_of, tokens_of = zip(*found, strict=True)
+    at_bucket = buckets.of(np.array(levels, dtype=np.int64), np.array(blocks, dtype=np.int64)).tolist()
     loss_sums: dict[str, np.ndarray] = {}
     tokens: dict[str, np.ndarray] = {}
-    for level, block, channel, loss_sum, n in found:
-        at = bucket_of.get((level, block))
-        if at is None:
+    for at, channel, loss_sum, n in zip(at_bucket, channel_of, loss_sum_of, tokens_of, strict=True):
+        if at < 0:
             continue
         if channel not in tokens:
-            loss_sums[channel], tokens[channel] = np.zeros(points), np.zeros(points)
+            loss_sums[channel], tokens[channel] = np.zeros(buckets.points), np.zeros(buckets.points)
         loss_sums[channel][at] += loss_sum
         tokens[channel][at] += n
     names = sorted(tokens)
@@ -244,14 +262,97 @@ def wall_origin(session: Session, run: Run) -> float | None:
     return None if found is None else float(found)
 
 
-def _bucket_of_rows(parts: np.ndarray, max_points: int) -> np.ndarray:
-    """The chart bucket of each row, given each row's part (top-level block, non-decreasing): the
-    parts are dealt into at most max_points buckets of consecutive parts, as evenly as they allow."""
-    ordinal = np.cumsum(np.r_[0, parts[1:] != parts[:-1]])
-    n = int(ordinal[-1]) + 1
-    points = min(n, max_points)
-    first_part = np.arange(points) * n // points
-    return np.searchsorted(first_part, ordinal, side="right") - 1
+def _aggregate(name: str) -> str:
+    """The SQL that merges a block column over the blocks of a bucket, as merge_blocks does."""
+    if name.endswith("_min") or name == "first_step":
+        return f'MIN("{name}")'
+    if name.endswith("_max") or name == "last_step":
+        return f'MAX("{name}")'
+    return f'CAST(SUM("{name}") AS BIGINT)' if name in BLOCK_INT_COLUMNS else f'SUM("{name}")'
+
+
+_MERGED_COLUMNS = ", ".join(_aggregate(name) for name in (*BLOCK_INT_COLUMNS, *BLOCK_FLOAT_COLUMNS))
+
+
+def _grouped_read(
+    session: Session, run: Run, span: tuple[int, int], tiling: Tiling, top: int, max_points: int
+) -> tuple[_Buckets, np.ndarray, np.ndarray, np.ndarray, ChannelParts | None] | None:
+    """The tiles merged per bucket, when every part of the range holds rows (a run without gaps,
+    the usual case): (the buckets, each bucket's key, int columns and float columns, the level-0
+    tiles' channel parts). The stored tiles (level ≥ 1) are merged by the database, which hands
+    over one row per bucket instead of one per tile (a 1M-interval run: 1,000 rows instead of
+    3,907; the drivers' hand-over of each cell was most of a series' time). None where a part holds no
+    rows (the buckets are then dealt over the parts that do: _per_tile_read), or where
+    PostgreSQL's float8 sum of the blocks overflows (it raises where numpy gives inf)."""
+    first, last = span
+    if top == 0:
+        return None
+    p0, p_last = first >> 2 * top, last >> 2 * top
+    buckets = _Buckets(np.arange(p0, p_last + 1), top, max_points)
+    selects, params = [], []
+    for level, blocks in tiling.items():
+        if level == 0:
+            continue
+        if level == top:
+            chosen, values = "BETWEEN ? AND ?", [blocks[0], blocks[-1]]
+        else:
+            chosen, values = f"IN ({', '.join('?' * len(blocks))})", list(blocks)
+        selects.append(
+            f"SELECT (CAST(block AS BIGINT) << {2 * level}) >> {2 * top} AS part, {_BLOCK_COLUMNS} "
+            f"FROM rollups WHERE run_pk = ? AND level = ? AND block {chosen}"
+        )
+        params += [run.id, level, *values]
+    sql = (
+        f"SELECT ((part - {p0} + 1) * {buckets.points} - 1) / {buckets.count} AS bucket, MIN(part), MAX(part), "
+        f"{_MERGED_COLUMNS} FROM ({' UNION ALL '.join(selects)}) AS tiles GROUP BY bucket ORDER BY bucket"
+    )
+    inner = tiling.get(top)
+    driver, postgresql = _driver(session)
+    rows: list[tuple[Any, ...]] = []
+    if postgresql and selects:
+        try:
+            with driver.transaction(), driver.cursor(binary=True) as cursor:  # a savepoint
+                rows = cursor.execute(sql.replace("?", "%s"), params).fetchall()
+        except psycopg.errors.NumericValueOutOfRange:
+            return None
+    elif selects:
+        rows = driver.execute(sql, params).fetchall()
+    count_sql = _INNER_COUNT.replace("?", "%s") if postgresql else _INNER_COUNT
+    merged = np.array(rows, dtype=float).reshape(len(rows), 3 + len(BLOCK_INT_COLUMNS) + len(BLOCK_FLOAT_COLUMNS))
+    # Which parts hold rows: the inner ones (one level-`top` tile each) by an index-only count,
+    # the cut ones at the ends (finer tiles) from the merged rows' part extents and level 0.
+    present = driver.execute(count_sql, (run.id, top, inner[0], inner[-1])).fetchone()[0] if inner else 0
+    level_0, channels_0 = (
+        _interval_blocks(session, run, tiling[0], False) if 0 in tiling else (np.empty((0, merged.shape[1] - 1)), None)
+    )
+    parts_0 = set((level_0[:, 1].astype(np.int64) >> 2 * top).tolist())
+    for end, extent, at in ((p0, 1, 0), (p_last, 2, -1)):
+        if (inner and inner[0] <= end <= inner[-1]) or (end == p_last and p_last == p0):
+            continue  # an inner part (counted), or the one part already seen
+        if (len(merged) and merged[at, extent] == end) or end in parts_0:
+            present += 1
+    if present != buckets.count:
+        return None
+    keys = np.concatenate([merged[:, 0], buckets.of(np.zeros(len(level_0), np.int64), level_0[:, 1].astype(np.int64))])
+    ints = np.concatenate([merged[:, 3 : 3 + len(BLOCK_INT_COLUMNS)], level_0[:, 2 : 2 + len(BLOCK_INT_COLUMNS)]])
+    floats = np.concatenate([merged[:, 3 + len(BLOCK_INT_COLUMNS) :], level_0[:, 2 + len(BLOCK_INT_COLUMNS) :]])
+    order = np.argsort(keys, kind="stable")
+    return buckets, keys[order].astype(np.int64), ints[order].astype(np.int64), floats[order], channels_0
+
+
+_INNER_COUNT = "SELECT COUNT(*) FROM rollups WHERE run_pk = ? AND level = ? AND block BETWEEN ? AND ?"
+
+
+def _per_tile_read(
+    session: Session, run: Run, tiling: Tiling, top: int, max_points: int
+) -> tuple[_Buckets, np.ndarray, np.ndarray, np.ndarray, ChannelParts | None]:
+    """_grouped_read's answer from every tile's row, dealt into buckets here: for a range with
+    parts that hold no rows, level 0 at the top, and PostgreSQL's overflows."""
+    stored, channels_0 = _read_tiles(session, run, tiling, top)
+    at = len(BLOCK_INT_COLUMNS) + 2
+    levels, blocks = stored[:, 0].astype(np.int64), stored[:, 1].astype(np.int64)
+    buckets = _Buckets(np.unique((blocks << 2 * levels) >> 2 * top), top, max_points)
+    return buckets, buckets.of(levels, blocks), stored[:, 2:at].astype(np.int64), stored[:, at:], channels_0
 
 
 def series(
@@ -265,9 +366,10 @@ def series(
 
     The level is the coarsest whose 4^level-interval blocks still number ≥ max_points over the
     range (so about max_points..4·max_points rows are read); blocks cut by the range's ends are
-    summed exactly from finer levels. The stored blocks are then dealt into max_points buckets of
-    consecutive blocks, as evenly as whole blocks allow, merged and derived with numpy. The
-    channel rollups of the same blocks give each bucket's per-channel loss.
+    summed exactly from finer levels. The blocks are then dealt into max_points buckets of
+    consecutive blocks, as evenly as whole blocks allow, and merged (by the database where every
+    part of the range holds rows, _grouped_read; else here, _per_tile_read), and the metrics
+    derived with numpy. The channel rollups of the same blocks give each bucket's per-channel loss.
     """
     columns: dict[str, list[Any]] = {"step": [], "first_step": [], "last_step": []}
     columns.update({name: [] for name in METRIC})
@@ -287,15 +389,10 @@ def series(
     if top == 0 and _more_rows_than(session, run, *span, LEVEL_0_ROWS_PER_POINT * max_points):
         top = 1  # many ranks: 4-interval resolution rather than grouping them all
     tiling = _tiling(*span, top)
-    stored, channels_0 = _read_tiles(session, run, tiling, top)
-    if len(stored):
-        at = len(BLOCK_INT_COLUMNS) + 2
-        levels, blocks = stored[:, 0].astype(np.int64), stored[:, 1].astype(np.int64)
-        parts = (blocks << 2 * levels) >> 2 * top
-        ints = stored[:, 2:at].astype(np.int64)  # counts and steps: exact below 2^53
-        floats = stored[:, at:]
-        buckets = _bucket_of_rows(parts, max_points)
-        _, ints, floats = merge_blocks(buckets, ints, floats)
+    read = _grouped_read(session, run, span, tiling, top, max_points)
+    buckets, keys, ints, floats, channels_0 = read or _per_tile_read(session, run, tiling, top, max_points)
+    if len(keys):  # ints: counts and steps, exact below 2^53
+        _, ints, floats = merge_blocks(keys, ints, floats)
         sums = {name: floats[:, i] for i, name in enumerate(SUM_NAMES)}
         columns["first_step"] = ints[:, 1].tolist()
         columns["last_step"] = ints[:, 2].tolist()
@@ -304,8 +401,6 @@ def series(
             columns[name] = listed(values)
         for i, name in enumerate(BLOCK_FLOAT_COLUMNS[len(SUM_NAMES) :], start=len(SUM_NAMES)):
             columns[name] = listed(floats[:, i])
-        out["channel_loss"], out["channel_tokens"] = _channel_series(
-            session, run, tiling, top, stored, buckets, channels_0
-        )
+        out["channel_loss"], out["channel_tokens"] = _channel_series(session, run, tiling, top, buckets, channels_0)
     out["points"] = len(columns["step"])
     return out
