@@ -110,7 +110,8 @@ def _merge_levels(
     tiled = np.tile(per_row, (merged_levels, 1)) if merged_levels > 1 else per_row
     merged = np.empty((len(starts) + len(levels) - merged_levels, per_row.shape[1]))
     done = len(starts)
-    merged[:done, :_LEAST_AT] = np.add.reduceat(tiled[:, :_LEAST_AT], starts)
+    with np.errstate(over="ignore", invalid="ignore"):  # sums past 1.8e308 are inf (inf - inf: NaN), as in Python
+        merged[:done, :_LEAST_AT] = np.add.reduceat(tiled[:, :_LEAST_AT], starts)
     # fmin/fmax skip NaN (undefined rates, unknown wall clocks)
     merged[:done, _LEAST_AT:_GREATEST_AT] = np.fmin.reduceat(tiled[:, _LEAST_AT:_GREATEST_AT], starts)
     merged[:done, _GREATEST_AT:] = np.fmax.reduceat(tiled[:, _GREATEST_AT:], starts)
@@ -329,7 +330,8 @@ def _rollup_writes(
 
 
 def _totals_writes(run_pk: int, intervals: np.ndarray, per_row: np.ndarray, sync_sites: Mapping[str, int]) -> Writes:
-    sums = per_row[:, 1:_LEAST_AT].sum(axis=0).tolist()
+    with np.errstate(over="ignore", invalid="ignore"):  # as _merge_levels' sums
+        sums = per_row[:, 1:_LEAST_AT].sum(axis=0).tolist()
     totals = (run_pk, len(per_row), int(intervals.max()), int(per_row[:, _GREATEST_AT].max()), *sums)
     writes: Writes = [("run_totals", [totals])]
     if sync_sites:

@@ -88,7 +88,8 @@ def merge_blocks(keys: np.ndarray, ints: np.ndarray, floats: np.ndarray) -> Bloc
         ]
     )
     merged = np.empty((len(starts), floats.shape[1]))
-    merged[:, _ADD_AT] = np.add.reduceat(floats[:, _ADD_AT], starts)
+    with np.errstate(over="ignore", invalid="ignore"):  # sums past 1.8e308 are inf, as in Python
+        merged[:, _ADD_AT] = np.add.reduceat(floats[:, _ADD_AT], starts)
     merged[:, _MIN_AT] = np.fmin.reduceat(floats[:, _MIN_AT], starts)  # fmin/fmax skip NaN (undefined, unknown)
     merged[:, _MAX_AT] = np.fmax.reduceat(floats[:, _MAX_AT], starts)
     return keys[starts], merged_ints, merged
