@@ -7,6 +7,7 @@ import math
 import random
 from typing import Any
 
+import numpy as np
 import pytest
 
 from packscope.backend import series as series_module
@@ -130,3 +131,18 @@ def test_postgresql_sums_that_overflow_float8_are_merged_per_tile(
     assert answer["columns"]["loss"][1] == pytest.approx(
         sum(r["loss"] * r["real_tokens"] for r in recs[8:]) / sum(r["real_tokens"] for r in recs[8:])
     )
+
+
+def test_the_bucket_formula_is_the_dealing_rule():
+    """_Buckets puts the part of rank r in bucket ((r + 1)·points - 1) // count, the SQL's formula;
+    the rule it inverts: bucket b starts at the part of rank b·count // points."""
+    for count in range(1, 200):
+        for max_points in (1, 2, 3, count // 3 + 1, count - 1 or 1, count, count + 5):
+            points = min(count, max_points)
+            starts = np.arange(points) * count // points
+            ranks = np.arange(count)
+            dealt = np.searchsorted(starts, ranks, side="right") - 1
+            parts = np.arange(count) + 7
+            buckets = series_module._Buckets(parts, 0, max_points)
+            assert buckets.of(np.zeros(count, np.int64), parts).tolist() == dealt.tolist(), (count, max_points)
+            assert buckets.of(np.zeros(2, np.int64), np.array([6, count + 7])).tolist() == [-1, -1]
