@@ -46,17 +46,27 @@ def get_series(client, run_id, params):
     return response.json()
 
 
+def assert_close_lists(got: list[Any], want: list[Any], name: str) -> None:
+    assert [v is None for v in got] == [v is None for v in want], name
+    for x, y in zip(got, want, strict=True):
+        if x is not None:
+            assert x == pytest.approx(y, rel=1e-12, abs=0.0) or (math.isinf(x) and x == y), name
+
+
 def assert_same_chart(a: dict[str, Any], b: dict[str, Any]) -> None:
-    """Equal points, steps and bands; sums and rates equal up to the order of float additions."""
+    """Equal points, steps, bands and wall-clock extents (picked, never computed); sums, rates and
+    channel losses equal up to the order of float additions; channel tokens (integers) equal."""
     assert a["points"] == b["points"] and a["wall_origin"] == b["wall_origin"]
     assert a["columns"].keys() == b["columns"].keys()
     for name, values in a["columns"].items():
-        other = b["columns"][name]
-        assert [v is None for v in values] == [v is None for v in other], name
-        for x, y in zip(values, other, strict=True):
-            if x is not None:
-                assert x == pytest.approx(y, rel=1e-12, abs=0.0) or (math.isinf(x) and x == y), name
-    assert a["channel_tokens"] == pytest.approx(b["channel_tokens"], rel=1e-12)
+        if name in ("step", "first_step", "last_step") or name.endswith(("_min", "_max")):
+            assert values == b["columns"][name], name
+        else:
+            assert_close_lists(values, b["columns"][name], name)
+    assert a["channel_loss"].keys() == b["channel_loss"].keys()
+    for channel, losses in a["channel_loss"].items():
+        assert_close_lists(losses, b["channel_loss"][channel], channel)
+    assert a["channel_tokens"] == b["channel_tokens"]  # integer counts: exact sums
 
 
 def per_tile(monkeypatch, client, run_id, params):
@@ -67,13 +77,18 @@ def per_tile(monkeypatch, client, run_id, params):
 
 
 def test_the_databases_merge_draws_what_the_per_tile_merge_draws(client, new_run, records, per_tile_calls, monkeypatch):
-    """A run without gaps, 3 ranks, ranges of at least 4·max_points intervals (so the chart reads
-    stored levels, with level-0 and finer tiles at cut ends): the database merges every one."""
+    """A run without gaps, 3 ranks, per-channel losses, ranges of at least 4·max_points intervals
+    (so the chart reads stored levels, with level-0 and finer tiles at cut ends): the database
+    merges every one."""
     assert client.post(RUNS, json=new_run("even")).status_code == 201
     recs = [r for rank in range(3) for r in records(700, start=5, seed=rank, gpus=2, rank=rank)]
-    random.Random(1).shuffle(recs)
+    rng = random.Random(1)
+    for r in recs:
+        channels = rng.sample(["code", "web", "math"], rng.randint(1, 3))
+        r["channel_loss"] = {c: rng.uniform(1.0, 4.0) for c in channels}
+        r["channel_tokens"] = {c: rng.randint(1, r["real_tokens"]) for c in channels}
+    rng.shuffle(recs)
     post(client, "even", recs)
-    rng = random.Random(2)
     checked = 0
     for _ in range(12):
         max_points = rng.randint(1, 60)
@@ -89,6 +104,7 @@ def test_the_databases_merge_draws_what_the_per_tile_merge_draws(client, new_run
     whole = get_series(client, "even", {"max_points": 100})
     assert whole["points"] == 100 and per_tile_calls == []
     assert sum(whole["columns"]["steps"]) == sum(r["steps"] for r in recs)  # every record in one bucket
+    assert sum(sum(n) for n in whole["channel_tokens"].values()) == sum(sum(r["channel_tokens"].values()) for r in recs)
     assert checked == 12
 
 
