@@ -69,9 +69,24 @@ BAND_COLUMNS = tuple(f"{name}_{end}" for name in BAND_METRICS for end in ("min",
 WALL_COLUMNS = ("wall_start_min", "wall_end_max")
 BLOCK_INT_COLUMNS = ("rows", "first_step", "last_step")
 BLOCK_FLOAT_COLUMNS = (*SUM_NAMES, *BAND_COLUMNS, *WALL_COLUMNS)
-_ADD_AT = list(range(len(SUM_NAMES)))
-_MIN_AT = [i for i, name in enumerate(BLOCK_FLOAT_COLUMNS) if name.endswith("_min")]
-_MAX_AT = [i for i, name in enumerate(BLOCK_FLOAT_COLUMNS) if name.endswith("_max")]
+
+
+def merged_by(name: str) -> str:
+    """How an aggregate column (rollups, run totals) merges over blocks: "min" for the lower ends
+    (first step, band minima, wall-clock start), "max" for the upper ends, "sum" for counts and
+    sums. The upserts at ingest (writes.adding), merge_blocks and the series' SQL merge all ask this."""
+    if name.endswith("_min") or name == "first_step":
+        return "min"
+    if name.endswith("_max") or name in ("last_step", "last_interval"):
+        return "max"
+    return "sum"
+
+
+_ADD_AT = [i for i, name in enumerate(BLOCK_FLOAT_COLUMNS) if merged_by(name) == "sum"]
+_MIN_AT = [i for i, name in enumerate(BLOCK_FLOAT_COLUMNS) if merged_by(name) == "min"]
+_MAX_AT = [i for i, name in enumerate(BLOCK_FLOAT_COLUMNS) if merged_by(name) == "max"]
+assert list(range(len(SUM_NAMES))) == _ADD_AT, "the block's sums lead its float columns"
+assert [merged_by(name) for name in BLOCK_INT_COLUMNS] == ["sum", "min", "max"], "merge_blocks' int columns"
 
 
 Blocks = tuple[np.ndarray, np.ndarray, np.ndarray]  # (keys, int columns, float columns)

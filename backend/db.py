@@ -17,6 +17,10 @@ import packscope.migrations
 WRITES = "packscope_writes"
 
 
+# WAL lets the dashboard read while the agent writes; SQLite leaves foreign keys off by default.
+SQLITE_PRAGMAS = ("PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL", "PRAGMA foreign_keys=ON")
+
+
 def make_engine(url: str, *, pool_size: int = 10, pool_timeout_s: float = 2.0, sqlite_busy_s: float = 5.0) -> Engine:
     """An engine for `url`; `postgresql://` URLs are pointed at the psycopg 3 driver.
 
@@ -43,10 +47,8 @@ def make_engine(url: str, *, pool_size: int = 10, pool_timeout_s: float = 2.0, s
         # The driver's own BEGIN would be deferred; transactions are begun in _begin below.
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
-        # WAL lets the dashboard read while the agent writes; SQLite leaves foreign keys off by default.
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute("PRAGMA synchronous=NORMAL")
-        cursor.execute("PRAGMA foreign_keys=ON")
+        for pragma in SQLITE_PRAGMAS:
+            cursor.execute(pragma)
         cursor.close()
 
     @event.listens_for(engine, "begin")

@@ -20,6 +20,7 @@ from packscope.backend.columns import (
     derive_columns,
     listed,
     merge_blocks,
+    merged_by,
 )
 from packscope.backend.models import ROLLUP_LEVELS, Run, intervals, rollups, run_totals
 from packscope.backend.queries import coefficients
@@ -109,6 +110,23 @@ def _driver(session: Session) -> tuple[Any, bool]:
     return session.connection().connection.driver_connection, session.get_bind().dialect.name == "postgresql"
 
 
+def _tile_selects(run: Run, table: str, columns: str, tiling: Tiling, top: int) -> tuple[list[str], list[Any]]:
+    """One SELECT of `columns` (which may use `level` and `block`) per tiling level ≥ 1 of `table`,
+    with their parameters: a range on the primary key for the level-`top` blocks (contiguous), an
+    IN list for each finer level's edge blocks (at most 3 per end)."""
+    selects, params = [], []
+    for level, blocks in tiling.items():
+        if level == 0:
+            continue
+        if level == top:
+            chosen, values = "BETWEEN ? AND ?", [blocks[0], blocks[-1]]
+        else:
+            chosen, values = f"IN ({', '.join('?' * len(blocks))})", list(blocks)
+        selects.append(f"SELECT {columns} FROM {table} WHERE run_pk = ? AND level = ? AND block {chosen}")
+        params += [run.id, level, *values]
+    return selects, params
+
+
 def _tile_rows(session: Session, run: Run, table: str, columns: str, tiling: Tiling, top: int) -> list[tuple[Any, ...]]:
     """`level, block, columns` of `table`'s rows of the tiles (level ≥ 1): one SELECT per level,
     joined by UNION ALL, so each is a range or IN lookup on the primary key (an OR across levels
@@ -117,15 +135,7 @@ def _tile_rows(session: Session, run: Run, table: str, columns: str, tiling: Til
     at once were promoted to the collector's oldest generation, whose full collections (100+ ms
     in a server process) came every few series. PostgreSQL's rows come in binary (psycopg's
     binary cursor: a float is its 8 bytes, the same value as its text, a third of the time)."""
-    selects, params = [], []
-    for level, blocks in tiling.items():
-        # the inner blocks are contiguous; the edge blocks at most 3 per level
-        if level == top:
-            chosen, values = "BETWEEN ? AND ?", [blocks[0], blocks[-1]]
-        else:
-            chosen, values = f"IN ({', '.join('?' * len(blocks))})", list(blocks)
-        selects.append(f"SELECT level, block, {columns} FROM {table} WHERE run_pk = ? AND level = ? AND block {chosen}")
-        params += [run.id, level, *values]
+    selects, params = _tile_selects(run, table, f"level, block, {columns}", tiling, top)
     sql = " UNION ALL ".join(selects)
     driver, postgresql = _driver(session)
     if postgresql:
@@ -264,10 +274,9 @@ def wall_origin(session: Session, run: Run) -> float | None:
 
 def _aggregate(name: str) -> str:
     """The SQL that merges a block column over the blocks of a bucket, as merge_blocks does."""
-    if name.endswith("_min") or name == "first_step":
-        return f'MIN("{name}")'
-    if name.endswith("_max") or name == "last_step":
-        return f'MAX("{name}")'
+    how = merged_by(name)
+    if how != "sum":
+        return f'{how.upper()}("{name}")'
     return f'CAST(SUM("{name}") AS BIGINT)' if name in BLOCK_INT_COLUMNS else f'SUM("{name}")'
 
 
@@ -289,25 +298,21 @@ def _grouped_read(
         return None
     p0, p_last = first >> 2 * top, last >> 2 * top
     buckets = _Buckets(np.arange(p0, p_last + 1), top, max_points)
-    selects, params = [], []
-    for level, blocks in tiling.items():
-        if level == 0:
-            continue
-        if level == top:
-            chosen, values = "BETWEEN ? AND ?", [blocks[0], blocks[-1]]
-        else:
-            chosen, values = f"IN ({', '.join('?' * len(blocks))})", list(blocks)
-        selects.append(
-            f"SELECT (CAST(block AS BIGINT) << {2 * level}) >> {2 * top} AS part, {_BLOCK_COLUMNS} "
-            f"FROM rollups WHERE run_pk = ? AND level = ? AND block {chosen}"
-        )
-        params += [run.id, level, *values]
+    part = f"(CAST(block AS BIGINT) << (2 * level)) >> {2 * top} AS part"
+    selects, params = _tile_selects(run, "rollups", f"{part}, {_BLOCK_COLUMNS}", tiling, top)
     sql = (
         f"SELECT ((part - {p0} + 1) * {buckets.points} - 1) / {buckets.count} AS bucket, MIN(part), MAX(part), "
         f"{_MERGED_COLUMNS} FROM ({' UNION ALL '.join(selects)}) AS tiles GROUP BY bucket ORDER BY bucket"
     )
     inner = tiling.get(top)
     driver, postgresql = _driver(session)
+    # Which parts hold rows: first the inner ones (one level-`top` tile each), by an index-only
+    # count, before anything is read; then the cut ones at the ends (finer tiles), from the
+    # merged rows' part extents and level 0.
+    if inner:
+        count_sql = _INNER_COUNT.replace("?", "%s") if postgresql else _INNER_COUNT
+        if driver.execute(count_sql, (run.id, top, inner[0], inner[-1])).fetchone()[0] != len(inner):
+            return None
     rows: list[tuple[Any, ...]] = []
     if postgresql and selects:
         try:
@@ -317,11 +322,7 @@ def _grouped_read(
             return None
     elif selects:
         rows = driver.execute(sql, params).fetchall()
-    count_sql = _INNER_COUNT.replace("?", "%s") if postgresql else _INNER_COUNT
     merged = np.array(rows, dtype=float).reshape(len(rows), 3 + len(BLOCK_INT_COLUMNS) + len(BLOCK_FLOAT_COLUMNS))
-    # Which parts hold rows: the inner ones (one level-`top` tile each) by an index-only count,
-    # the cut ones at the ends (finer tiles) from the merged rows' part extents and level 0.
-    present = driver.execute(count_sql, (run.id, top, inner[0], inner[-1])).fetchone()[0] if inner else 0
     level_0, channels_0 = (
         _interval_blocks(session, run, tiling[0], False) if 0 in tiling else (np.empty((0, merged.shape[1] - 1)), None)
     )
@@ -329,10 +330,8 @@ def _grouped_read(
     for end, extent, at in ((p0, 1, 0), (p_last, 2, -1)):
         if (inner and inner[0] <= end <= inner[-1]) or (end == p_last and p_last == p0):
             continue  # an inner part (counted), or the one part already seen
-        if (len(merged) and merged[at, extent] == end) or end in parts_0:
-            present += 1
-    if present != buckets.count:
-        return None
+        if not ((len(merged) and merged[at, extent] == end) or end in parts_0):
+            return None  # an end part without rows (a step_max inside a gap)
     keys = np.concatenate([merged[:, 0], buckets.of(np.zeros(len(level_0), np.int64), level_0[:, 1].astype(np.int64))])
     ints = np.concatenate([merged[:, 3 : 3 + len(BLOCK_INT_COLUMNS)], level_0[:, 2 : 2 + len(BLOCK_INT_COLUMNS)]])
     floats = np.concatenate([merged[:, 3 + len(BLOCK_INT_COLUMNS) :], level_0[:, 2 + len(BLOCK_INT_COLUMNS) :]])

@@ -14,6 +14,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 
+from packscope.backend.columns import merged_by
 from packscope.backend.db import run_sql
 from packscope.backend.models import channel_rollups, interval_details, intervals, rollups, run_sync_sites, run_totals
 from packscope.backend.rows import ROW_COLUMNS
@@ -55,9 +56,10 @@ def adding(stmt: Any, target: Any, key: Sequence[str], database: str) -> dict[st
         stored, new = column, stmt.excluded[column.name]
         if column.name in key:
             continue
-        if column.name.endswith("_min") or column.name == "first_step":
+        how = merged_by(column.name)
+        if how == "min":
             changes[column.name] = widen(least, stored, new)
-        elif column.name.endswith("_max") or column.name in ("last_step", "last_interval"):
+        elif how == "max":
             changes[column.name] = widen(greatest, stored, new)
         else:
             changes[column.name] = stored + new

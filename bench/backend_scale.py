@@ -210,14 +210,18 @@ def wait_until_serving(server: subprocess.Popen[bytes], url: str) -> None:
             time.sleep(0.2)
 
 
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 def start_server(
     database_url: str, workers: int = 1, pythonpath: str | None = None, prelude: str = ""
 ) -> tuple[subprocess.Popen[bytes], str]:
     """A uvicorn server on a free port (`prelude`: Python run before the app is built, e.g. to swap
     a module for a before/after comparison)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     code = (
         f"{prelude}import uvicorn; from packscope.backend.app import create_app; "
         "from packscope.backend.settings import Settings; "

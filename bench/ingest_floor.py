@@ -43,7 +43,6 @@ import json
 import operator
 import os
 import random
-import socket
 import sqlite3
 import statistics
 import subprocess
@@ -58,15 +57,15 @@ from typing import Any
 import httpx
 import msgspec
 import numpy as np
-from backend_scale import BATCH, cpu_seconds, start_server
+from backend_scale import BATCH, cpu_seconds, free_port, start_server, store_renumbered, wait_until_serving
 from bench_data import record, run_body
 
 from packscope.backend.csv_export import CSV_CHUNK_ROWS, _sqlite_query, csv_text
-from packscope.backend.db import WRITES, make_engine, make_sessionmaker, upgrade_schema
+from packscope.backend.db import SQLITE_PRAGMAS, WRITES, make_engine, make_sessionmaker, upgrade_schema
 from packscope.backend.ingest import create_or_resume_run, ingest_parsed
 from packscope.backend.queries import get_run
 from packscope.backend.rows import ROW_COLUMNS, Parsed, parse
-from packscope.backend.schemas import RunCreate
+from packscope.backend.schemas import RunCreate, parse_batch
 
 GOAL_US_PER_ROW = 20.0
 CSV_GOAL_ROWS_PER_S = 200_000
@@ -99,17 +98,11 @@ def python_probe_s() -> float:
     return time.process_time() - t0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def _sqlite(path: Path) -> sqlite3.Connection:
-    # The server engine's pragmas (backend/db.py); transactions opened by hand, as the server does.
+    # The server engine's pragmas; transactions opened by hand, as the server does.
     connection = sqlite3.connect(path, isolation_level=None)
-    connection.execute("PRAGMA journal_mode=WAL")
-    connection.execute("PRAGMA synchronous=NORMAL")
+    for pragma in SQLITE_PRAGMAS:
+        connection.execute(pragma)
     return connection
 
 
@@ -172,16 +165,15 @@ def _over_http(url: str, pid: int, path: str, bodies: list[bytes]) -> float:
         return (cpu_seconds(pid) - cpu0) / ((len(bodies) - 1) * BATCH) * 1e6
 
 
-def _fill(writes: Any, make_session: Any, run_id: str, rows: int) -> int:
-    """Store a run of `rows` intervals (rank 0) through ingest_parsed; its primary key."""
+def _fill(make_session: Any, run_id: str, rows: int) -> int:
+    """Store a run of `rows` intervals (backend_scale's re-numbered records); its primary key."""
     with make_session() as session:
         run, _ = create_or_resume_run(session, RunCreate.model_validate(run_body(run_id)))
-        run_pk = run.id
+        run_pk = int(run.id)
     rng = random.Random(4)
-    for start in range(0, rows, 1000):
-        body = json.dumps({"intervals": [record(i, 0, rng) for i in range(start, min(start + 1000, rows))]})
-        assert ingest_parsed(writes, run_id, parse(body.encode())) is not None
-    return int(run_pk)
+    template, _ = parse_batch(json.dumps({"intervals": [record(i, 0, rng) for i in range(BATCH)]}).encode())
+    store_renumbered(make_session, run_id, template, rows)
+    return run_pk
 
 
 def _csv_rates(engine: Any, make_session: Any, run_id: str, run_pk: int, rows: int) -> dict[str, Callable[[], float]]:
@@ -226,22 +218,23 @@ def measure(batches: int, rounds: int, csv_rows: int, scratch: Path) -> dict[str
     writes = engine.execution_options(**{WRITES: True})
     make_session = make_sessionmaker(engine)
     server, url = start_server(f"sqlite:///{scratch / 'server.db'}")
-    port = _free_port()
+    port = free_port()
     bare = subprocess.Popen([sys.executable, "-c", _BARE_APP, str(port)])
     bare_url = f"http://127.0.0.1:{port}"
     try:
-        wait_until_serving_bare(bare, bare_url)
+        wait_until_serving(bare, bare_url)  # the bare app answers any path
         http = httpx.Client(base_url=url, timeout=60)
         rows_floor, blob_floor = RowsFloor(scratch / "rows.db"), BlobFloor(scratch / "blob.db")
         runs = iter(range(10**6))
 
-        def store(p: Parsed) -> None:
-            assert ingest_parsed(writes, store.run_id, p) is not None  # type: ignore[attr-defined]
-
         def store_round() -> float:
-            store.run_id = f"store-{next(runs)}"  # type: ignore[attr-defined]
+            run_id = f"store-{next(runs)}"
             with make_session() as session:
-                create_or_resume_run(session, RunCreate.model_validate(run_body(store.run_id)))  # type: ignore[attr-defined]
+                create_or_resume_run(session, RunCreate.model_validate(run_body(run_id)))
+
+            def store(p: Parsed) -> None:
+                assert ingest_parsed(writes, run_id, p) is not None  # None: the run is not stored
+
             return _in_process(store, parsed)
 
         def server_round() -> float:
@@ -249,7 +242,7 @@ def measure(batches: int, rounds: int, csv_rows: int, scratch: Path) -> dict[str
             assert http.post("/api/v1/runs", json=run_body(run_id)).status_code == 201
             return _over_http(url, server.pid, f"/api/v1/runs/{run_id}/intervals", bodies)
 
-        csv_pk = _fill(writes, make_session, "csv", csv_rows)
+        csv_pk = _fill(make_session, "csv", csv_rows)
         csv_parts = _csv_rates(engine, make_session, "csv", csv_pk, csv_rows)
         parts: dict[str, Callable[[], float]] = {
             "decode_untyped": lambda: _in_process(msgspec.json.decode, bodies),
@@ -315,18 +308,6 @@ def measure(batches: int, rounds: int, csv_rows: int, scratch: Path) -> dict[str
             "fetch_floor_over_goal": round(statistics.median(rates["csv_fetch_floor"]) / CSV_GOAL_ROWS_PER_S, 2),
         },
     }
-
-
-def wait_until_serving_bare(process: subprocess.Popen[bytes], url: str) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            httpx.post(url, content=b"{}", timeout=1)
-            return
-        except httpx.HTTPError:
-            if time.monotonic() > deadline or process.poll() is not None:
-                raise SystemExit("the bare server did not start") from None
-            time.sleep(0.1)
 
 
 def main() -> None:
