@@ -10,9 +10,9 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from packscope.backend.db import make_engine
-from packscope.backend.models import Base
 from packscope.backend.settings import Settings
+from packscope.backend.store.db import make_engine
+from packscope.backend.store.models import Base
 
 config = context.config
 # Only the command line configures logging; the server keeps its own.

@@ -16,13 +16,13 @@ from fastapi.staticfiles import StaticFiles
 from packscope import __version__
 from packscope.backend import openapi
 from packscope.backend.admission import Admission, Coalescer
-from packscope.backend.db import WRITES, make_engine, make_sessionmaker, upgrade_schema
 from packscope.backend.errors import add_database_error_handlers
-from packscope.backend.ingest import ingest_together
+from packscope.backend.ingest.batches import ingest_together
 from packscope.backend.routes import ingest, pages, reads
 from packscope.backend.routes.ranks import router as ranks_router
 from packscope.backend.security import SecurityHeaders, SignInGuard
 from packscope.backend.settings import Settings
+from packscope.backend.store.db import WRITES, make_engine, make_sessionmaker, upgrade_schema
 from packscope.frontend import STATIC_DIR
 
 

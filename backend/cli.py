@@ -55,8 +55,8 @@ def shown_url(url: str) -> str:
 def serve_from_args(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from packscope.backend.db import make_engine, upgrade_schema
     from packscope.backend.settings import Settings
+    from packscope.backend.store.db import make_engine, upgrade_schema
 
     if args.workers < 1:
         return _fail(f"--workers must be at least 1, got {args.workers}")

@@ -9,10 +9,10 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from packscope.backend.admission import Admission
-from packscope.backend.models import Run
-from packscope.backend.queries import get_run
+from packscope.backend.reads.queries import get_run
 from packscope.backend.security import read_cookie_value
 from packscope.backend.settings import Settings
+from packscope.backend.store.models import Run
 
 _bearer = HTTPBearer(auto_error=False)
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]

@@ -35,11 +35,11 @@ from typing import Any
 import httpx
 from bench_data import record, run_body, scratch_database
 
-from packscope.backend.db import WRITES, make_engine, make_sessionmaker, upgrade_schema
-from packscope.backend.ingest import ingest_batch, ingest_parsed
-from packscope.backend.queries import get_run
-from packscope.backend.rows import parse
-from packscope.backend.schemas import parse_batch
+from packscope.backend.ingest.batches import ingest_batch, ingest_parsed
+from packscope.backend.ingest.record import parse_batch
+from packscope.backend.ingest.rows import parse
+from packscope.backend.reads.queries import get_run
+from packscope.backend.store.db import WRITES, make_engine, make_sessionmaker, upgrade_schema
 
 BATCH = 64
 

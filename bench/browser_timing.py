@@ -39,8 +39,8 @@ import bench_data
 import httpx
 from playwright import sync_api
 
-from packscope.backend.db import make_engine, make_sessionmaker, upgrade_schema
-from packscope.backend.schemas import parse_batch
+from packscope.backend.ingest.record import parse_batch
+from packscope.backend.store.db import make_engine, make_sessionmaker, upgrade_schema
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]

@@ -52,10 +52,10 @@ import httpx
 from backend_scale import cpu_seconds, start_server, store_renumbered
 from bench_data import record, run_body, scratch_database
 
-from packscope.backend import csv_export
-from packscope.backend.db import make_engine, make_sessionmaker, upgrade_schema
-from packscope.backend.queries import get_run
-from packscope.backend.schemas import parse_batch
+from packscope.backend.ingest.record import parse_batch
+from packscope.backend.reads import csv_export
+from packscope.backend.reads.queries import get_run
+from packscope.backend.store.db import make_engine, make_sessionmaker, upgrade_schema
 
 RUN_ID = "csv-bench"
 
@@ -207,7 +207,7 @@ def baseline_export(path: str) -> tuple[Any, str]:
         exec(compile(source.read(), path, "exec"), module.__dict__)
     prelude = (
         f"exec(compile(open({path!r}).read(), {path!r}, 'exec'), "
-        "__import__('packscope.backend.csv_export', fromlist=['csv_text']).__dict__); "
+        "__import__('packscope.backend.reads.csv_export', fromlist=['csv_text']).__dict__); "
     )
     return module, prelude
 

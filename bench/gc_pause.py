@@ -28,7 +28,7 @@ import httpx
 from backend_scale import BATCH, cpu_seconds, p, start_server
 from bench_data import record, run_body
 
-from packscope.backend.db import make_engine, upgrade_schema
+from packscope.backend.store.db import make_engine, upgrade_schema
 
 # Python run in the server before the app is built: log each full collection as "start end ms".
 _HOOK = """

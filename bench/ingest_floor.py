@@ -60,12 +60,13 @@ import numpy as np
 from backend_scale import BATCH, cpu_seconds, free_port, start_server, store_renumbered, wait_until_serving
 from bench_data import record, run_body
 
-from packscope.backend.csv_export import CSV_CHUNK_ROWS, _sqlite_query, csv_text
-from packscope.backend.db import SQLITE_PRAGMAS, WRITES, make_engine, make_sessionmaker, upgrade_schema
-from packscope.backend.ingest import create_or_resume_run, ingest_parsed
-from packscope.backend.queries import get_run
-from packscope.backend.rows import ROW_COLUMNS, Parsed, parse
-from packscope.backend.schemas import RunCreate, parse_batch
+from packscope.backend.ingest.batches import create_or_resume_run, ingest_parsed
+from packscope.backend.ingest.record import parse_batch
+from packscope.backend.ingest.rows import ROW_COLUMNS, Parsed, parse
+from packscope.backend.reads.csv_export import CSV_CHUNK_ROWS, _sqlite_query, csv_text
+from packscope.backend.reads.queries import get_run
+from packscope.backend.schemas import RunCreate
+from packscope.backend.store.db import SQLITE_PRAGMAS, WRITES, make_engine, make_sessionmaker, upgrade_schema
 
 GOAL_US_PER_ROW = 20.0
 CSV_GOAL_ROWS_PER_S = 200_000

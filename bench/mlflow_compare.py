@@ -48,7 +48,7 @@ import httpx
 from backend_scale import BATCH, fill_run, p, run_senders, start_server
 from bench_data import record, run_body
 
-from packscope.backend.db import make_engine, make_sessionmaker, upgrade_schema
+from packscope.backend.store.db import make_engine, make_sessionmaker, upgrade_schema
 
 SERIES_KEY = "gpu_time_s"  # the metric of MLflow's series run
 MLFLOW_MAX_METRICS = 1000  # log-batch's limit per request

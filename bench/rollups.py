@@ -42,18 +42,18 @@ if "--packscope" in sys.argv:  # before anything imports packscope
 from bench_data import record, run_body, scratch_database  # after the sys.path set-up above
 from sqlalchemy import select
 
-from packscope.backend.aggregates import store_aggregates
-from packscope.backend.db import make_engine, make_sessionmaker, upgrade_schema
-from packscope.backend.models import Run
-from packscope.backend.queries import coefficients
-from packscope.backend.rows import COLUMN_AT, interval_row
-from packscope.backend.schemas import RECORDS, check_records
-from packscope.backend.writes import write
+from packscope.backend.ingest.record import RECORDS, check_records
+from packscope.backend.ingest.rows import COLUMN_AT, interval_row
+from packscope.backend.reads.queries import coefficients
+from packscope.backend.store.aggregates import store_aggregates
+from packscope.backend.store.db import make_engine, make_sessionmaker, upgrade_schema
+from packscope.backend.store.models import Run
+from packscope.backend.store.writes import write
 
 try:
-    from packscope.backend.series import series
+    from packscope.backend.reads.series import series
 except ImportError:  # --packscope DIR of a commit from before the series left queries.py
-    from packscope.backend.queries import series  # type: ignore[attr-defined,no-redef]
+    from packscope.backend.reads.queries import series  # type: ignore[attr-defined,no-redef]
 
 BATCH = 64
 CHANNELS = ("code", "math", "web", "books")
@@ -62,7 +62,7 @@ CHANNELS = ("code", "math", "web", "books")
 def make_run(make_session: Any, run_id: str) -> tuple[int, Any]:
     body = run_body(run_id)
     with make_session() as session:
-        from packscope.backend.ingest import create_or_resume_run
+        from packscope.backend.ingest.batches import create_or_resume_run
         from packscope.backend.schemas import RunCreate
 
         run, _ = create_or_resume_run(session, RunCreate.model_validate(body))

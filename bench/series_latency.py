@@ -40,8 +40,8 @@ import httpx
 from backend_scale import start_server, store_renumbered
 from bench_data import PG_ADMIN, record, run_body
 
-from packscope.backend.db import make_engine, make_sessionmaker, upgrade_schema
-from packscope.backend.schemas import parse_batch
+from packscope.backend.ingest.record import parse_batch
+from packscope.backend.store.db import make_engine, make_sessionmaker, upgrade_schema
 
 RUN_ID = "big"
 
@@ -57,9 +57,9 @@ def _collected(phase, info):
         _gc.append((_open.pop("gc"), time.monotonic(), info["generation"]))
 gc.callbacks.append(_collected)
 try:
-    import packscope.backend.series as _module
+    import packscope.backend.reads.series as _module
 except ImportError:
-    import packscope.backend.queries as _module
+    import packscope.backend.reads.queries as _module
 def _timed(name):
     inner = getattr(_module, name, None)
     if inner is None:

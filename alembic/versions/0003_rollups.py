@@ -7,7 +7,7 @@
   row-per-bucket `interval_histograms` and row-per-site `interval_sync_sites` tables.
 
 The backfill reads every stored interval once, in Python: on a database of millions of intervals
-it takes minutes. It runs with the same aggregation code as ingest (packscope.backend.aggregates),
+it takes minutes. It runs with the same aggregation code as ingest (packscope.backend.store.aggregates),
 so the totals it writes are those ingest would have written. It leaves `rollups` empty: today's
 rollups have columns that 0006 adds, and 0006 builds them from the stored intervals.
 
@@ -149,9 +149,9 @@ def _details(connection: sa.Connection, ids: list[int]) -> dict[int, dict[str, A
 
 def _backfill(connection: sa.Connection) -> None:
     # Imported here: the backfill aggregates exactly as ingest does (one implementation).
-    from packscope.backend.aggregates import store_totals
-    from packscope.backend.models import interval_details, intervals
-    from packscope.backend.rows import ROW_COLUMNS, row_key
+    from packscope.backend.ingest.rows import ROW_COLUMNS, row_key
+    from packscope.backend.store.aggregates import store_totals
+    from packscope.backend.store.models import interval_details, intervals
     from packscope.core.catalogue import Coefficients
 
     # The runs' columns as of this revision (Core, not the ORM model, which later revisions extend).

@@ -3,7 +3,7 @@ time x axes) and a sibling table `channel_rollups` (per-channel Σ mean·tokens 
 the same blocks, for the per-channel loss charts).
 
 Both are rebuilt from the stored intervals: every rollup row is deleted and written again, run by
-run, by the same code as ingest (packscope.backend.aggregates.store_rollups), so they equal what
+run, by the same code as ingest (packscope.backend.store.aggregates.store_rollups), so they equal what
 ingest writes. Like 0003's backfill it reads every interval once, in Python: minutes on a
 database of millions of intervals. Intervals without `channel_tokens` add nothing to the channel
 rollups (their means carry no weight).
@@ -28,9 +28,9 @@ CHUNK = 5000  # interval rows per rebuild step
 
 def _rebuild(connection: sa.Connection) -> None:
     # Imported here: the rebuild aggregates exactly as ingest does (one implementation).
-    from packscope.backend.aggregates import store_rollups
-    from packscope.backend.models import intervals
-    from packscope.backend.rows import ROW_COLUMNS, row_key
+    from packscope.backend.ingest.rows import ROW_COLUMNS, row_key
+    from packscope.backend.store.aggregates import store_rollups
+    from packscope.backend.store.models import intervals
     from packscope.core.catalogue import Coefficients
 
     connection.execute(sa.text("DELETE FROM rollups"))

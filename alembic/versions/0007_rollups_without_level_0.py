@@ -31,7 +31,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     # Imported here: level 0 is grouped exactly as the reads group it (and as ingest did).
-    from packscope.backend.aggregates import READ_COLUMNS, store_level_0, store_level_0_channels
+    from packscope.backend.store.aggregates import READ_COLUMNS, store_level_0, store_level_0_channels
     from packscope.core.catalogue import Coefficients
 
     connection = op.get_bind()

@@ -10,10 +10,11 @@ from fastapi.routing import APIRoute
 from pydantic import TypeAdapter, ValidationError
 
 from packscope.backend.deps import SessionDep, check_ingest_token, require_ingest_token, run_not_found, run_or_404
-from packscope.backend.ingest import ModelConflict, create_or_resume_run, patch_run
-from packscope.backend.queries import run_summary
-from packscope.backend.rows import parse
-from packscope.backend.schemas import IngestResult, IntervalBatch, RunCreate, RunPatch, RunSummary
+from packscope.backend.ingest.batches import ModelConflict, create_or_resume_run, patch_run
+from packscope.backend.ingest.record import IntervalBatch
+from packscope.backend.ingest.rows import parse
+from packscope.backend.reads.queries import run_summary
+from packscope.backend.schemas import IngestResult, RunCreate, RunPatch, RunSummary
 
 
 def _too_large(limit: int) -> HTTPException:

@@ -9,8 +9,8 @@ from fastapi import APIRouter, Depends, Form, Query, Request, status
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 
-from packscope.backend import queries
 from packscope.backend.deps import READ_COOKIE, Credentials, SessionDep, SettingsDep, read_allowed, token_matches
+from packscope.backend.reads import queries
 from packscope.backend.security import read_cookie_value
 from packscope.frontend import TEMPLATES_DIR
 

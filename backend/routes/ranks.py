@@ -1,12 +1,12 @@
-"""GET /api/v1/runs/{run_id}/ranks: each rank's step time, and the stragglers (backend/ranks.py)."""
+"""GET /api/v1/runs/{run_id}/ranks: each rank's step time, and the stragglers (backend/reads/ranks.py)."""
 
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, Field
 
-from packscope.backend import ranks
 from packscope.backend.deps import SessionDep, require_read_token, run_or_404
+from packscope.backend.reads import ranks
 from packscope.core.catalogue import INT64_MAX
 
 router = APIRouter(prefix="/api/v1", tags=["reads"], dependencies=[Depends(require_read_token)])

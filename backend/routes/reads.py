@@ -12,7 +12,6 @@ from pydantic import BaseModel, create_model
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
-from packscope.backend import csv_export, queries, series
 from packscope.backend.deps import (
     SessionDep,
     SettingsDep,
@@ -20,7 +19,7 @@ from packscope.backend.deps import (
     run_not_found,
     run_or_404,
 )
-from packscope.backend.models import Run
+from packscope.backend.reads import csv_export, queries, series
 from packscope.backend.schemas import (
     Comparison,
     IntervalHistograms,
@@ -31,6 +30,7 @@ from packscope.backend.schemas import (
     SeriesColumns,
     SyncSites,
 )
+from packscope.backend.store.models import Run
 from packscope.core import catalogue
 from packscope.core.catalogue import INT32_MAX, INT64_MAX
 

@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 from alembic import command
 
-from packscope.backend.db import alembic_config, make_engine, upgrade_schema
+from packscope.backend.store.db import alembic_config, make_engine, upgrade_schema
 from packscope.core.catalogue import FIELDS
 from packscope.core.flops import ModelSpec
 

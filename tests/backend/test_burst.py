@@ -111,9 +111,9 @@ def test_a_full_queue_is_answered_503_with_retry_after_at_once(sqlite_url, new_r
 def test_batches_stored_together_are_answered_as_if_stored_one_after_another(
     make_client, database_url, new_run, records, oracle, close
 ):
-    from packscope.backend.db import WRITES
-    from packscope.backend.ingest import ingest_together
-    from packscope.backend.rows import parsed_records
+    from packscope.backend.ingest.batches import ingest_together
+    from packscope.backend.ingest.rows import parsed_records
+    from packscope.backend.store.db import WRITES
 
     client = make_client(database_url)
     assert client.post("/api/v1/runs", json=new_run()).status_code == 201

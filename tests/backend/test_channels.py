@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from sqlalchemy import func, select
 
-from packscope.backend.models import CHANNEL_LEVELS, channel_rollups
+from packscope.backend.store.models import CHANNEL_LEVELS, channel_rollups
 
 RUNS = "/api/v1/runs"
 CHANNELS = ("code", "math", "web")
@@ -143,8 +143,8 @@ def test_ingest_hands_the_channel_rollups_decoded_channels(any_client, new_run, 
     same sums to the last bit."""
     import json
 
-    from packscope.backend import aggregates
-    from packscope.backend.rows import parse, row_key
+    from packscope.backend.ingest.rows import parse, row_key
+    from packscope.backend.store import aggregates
 
     recs = with_channels(records(60, seed=7), random.Random(7))
     parsed = parse(json.dumps({"intervals": recs}).encode())

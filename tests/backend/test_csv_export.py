@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from packscope.backend import csv_export, number_text
-from packscope.backend.queries import CSV_COLUMNS, CSV_DERIVED_COLUMNS
+from packscope.backend.reads import csv_export, number_text
+from packscope.backend.reads.queries import CSV_COLUMNS, CSV_DERIVED_COLUMNS
 from packscope.core.catalogue import FIELDS, FLOAT_OPS, SUMS, Coefficients, evaluate
 
 RUNS = "/api/v1/runs"
@@ -408,7 +408,7 @@ def test_corner_values_inside_and_outside_the_safe_range(database_url, make_clie
     are made again, and every cell equals the computation in Python floats."""
     from sqlalchemy import create_engine, insert, select
 
-    from packscope.backend.models import Run, intervals
+    from packscope.backend.store.models import Run, intervals
 
     client = make_client(database_url)
     body = new_run()

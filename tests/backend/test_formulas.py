@@ -7,7 +7,7 @@ import random
 
 import numpy as np
 
-from packscope.backend.columns import derive_columns, sums_per_row
+from packscope.backend.store.columns import derive_columns, sums_per_row
 from packscope.core.catalogue import FIELD, FIELDS, METRIC, Coefficients, derive, sums_of_rows
 
 C = Coefficients(c_lin=1_234_567, c_core=89, peak_tflops=989.0)

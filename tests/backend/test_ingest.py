@@ -301,8 +301,8 @@ def test_records_built_in_python_pass_the_same_checks(make_client, database_url,
     """ingest_batch (scripts, benchmarks) takes IntervalRecord models or dicts, checked as the route checks."""
     from pydantic import ValidationError
 
-    from packscope.backend.ingest import ingest_batch
-    from packscope.backend.queries import get_run
+    from packscope.backend.ingest.batches import ingest_batch
+    from packscope.backend.reads.queries import get_run
     from packscope.backend.routes.ingest import _BATCH
 
     client = make_client(database_url)

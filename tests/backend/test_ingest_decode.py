@@ -11,8 +11,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from pydantic import ValidationError
 
-from packscope.backend.rows import Parsed, parse
-from packscope.backend.schemas import decode_batch, parse_batch
+from packscope.backend.ingest.record import decode_batch, parse_batch
+from packscope.backend.ingest.rows import Parsed, parse
 from tests.backend.conftest import make_record
 
 # (where in a record, a value to put there): types, bounds and shapes the schema refuses or takes.

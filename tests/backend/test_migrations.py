@@ -5,8 +5,8 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
 
-from packscope.backend.db import alembic_config, make_engine, upgrade_schema
-from packscope.backend.models import Base
+from packscope.backend.store.db import alembic_config, make_engine, upgrade_schema
+from packscope.backend.store.models import Base
 
 
 def test_upgrade_head_equals_the_models(database_url):

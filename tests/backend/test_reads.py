@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from packscope.backend import queries
-from packscope.backend.stats import mann_whitney_u
+from packscope.backend.reads import queries
+from packscope.backend.reads.stats import mann_whitney_u
 
 RUNS = "/api/v1/runs"
 RUN = f"{RUNS}/run-1"

@@ -178,7 +178,7 @@ def test_the_driver_sql_of_a_batch_on_postgresql_fails_as_sqlalchemys_own(postgr
     from sqlalchemy import event
     from sqlalchemy import exc as sa
 
-    from packscope.backend.db import make_engine, run_sql
+    from packscope.backend.store.db import make_engine, run_sql
 
     engine = make_engine(postgres)
     executed: list[str] = []
@@ -205,7 +205,7 @@ def test_sqlite_transactions_begin_on_sqlite3_itself_with_sqlalchemys_errors(sql
     SQLAlchemy's OperationalError, which the app answers 503."""
     from sqlalchemy import exc as sa
 
-    from packscope.backend.db import WRITES, make_engine
+    from packscope.backend.store.db import WRITES, make_engine
 
     engine = make_engine(sqlite_url, sqlite_busy_s=0.05)
     executed: list[str] = []

@@ -6,7 +6,7 @@ import random
 import pytest
 from sqlalchemy import func, select
 
-from packscope.backend.models import STORED_LEVELS, rollups, run_totals
+from packscope.backend.store.models import STORED_LEVELS, rollups, run_totals
 
 RUNS = "/api/v1/runs"
 
@@ -216,7 +216,7 @@ def test_stored_blocks_equal_brute_force_across_level_boundaries(any_client, new
 @pytest.mark.postgres
 def test_postgresql_adds_a_batchs_aggregates_in_one_statement(make_client, postgres, new_run, records, monkeypatch):
     """Rollups, channel rollups, run totals and sync sites: one round trip for all four tables."""
-    from packscope.backend import writes
+    from packscope.backend.store import writes
 
     client = make_client(postgres)
     assert client.post(RUNS, json=new_run()).status_code == 201

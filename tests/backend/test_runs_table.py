@@ -198,7 +198,7 @@ def test_delete_removes_the_run_and_its_data(table):
 def test_cascade_leaves_no_rows(make_client, database_url, records):
     from sqlalchemy import func, select
 
-    from packscope.backend.models import interval_details, intervals, rollups, run_sync_sites, run_totals
+    from packscope.backend.store.models import interval_details, intervals, rollups, run_sync_sites, run_totals
 
     client = make_client(database_url)
     client.post(RUNS, json=run_body("a"))

@@ -1,4 +1,4 @@
-"""The series' two ways of merging a range's tiles into chart buckets (backend/series.py): by the
+"""The series' two ways of merging a range's tiles into chart buckets (backend/reads/series.py): by the
 database, one row per bucket, where every part of the range holds rows (_grouped_read), and here
 from every tile's row (_per_tile_read), where a part holds none or PostgreSQL's float8 sum
 overflows. Both must draw the same chart; each is checked to be the one that answered."""
@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from packscope.backend import series as series_module
+from packscope.backend.reads import series as series_module
 
 RUNS = "/api/v1/runs"
 

@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from packscope.backend.series import _tiling
+from packscope.backend.reads.series import _tiling
 
 
 def walk(first: int, last: int, top: int) -> list[tuple[int, int]]:

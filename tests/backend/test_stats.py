@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from packscope.backend.stats import mann_whitney_u
+from packscope.backend.reads.stats import mann_whitney_u
 
 
 def test_fully_separated_samples():

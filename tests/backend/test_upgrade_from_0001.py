@@ -11,7 +11,7 @@ from typing import Any
 import sqlalchemy as sa
 from alembic.script import ScriptDirectory
 
-from packscope.backend.db import alembic_config, make_engine, upgrade_schema
+from packscope.backend.store.db import alembic_config, make_engine, upgrade_schema
 from packscope.core.catalogue import FIELDS
 from packscope.core.flops import ModelSpec
 

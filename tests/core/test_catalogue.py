@@ -91,9 +91,9 @@ def test_every_metric_has_a_label_unit_format_and_definition():
 
 
 def test_the_server_schema_table_and_csv_are_the_catalogue():
-    from packscope.backend import queries
-    from packscope.backend.models import intervals
-    from packscope.backend.schemas import IntervalRecord
+    from packscope.backend.ingest.record import IntervalRecord
+    from packscope.backend.reads import queries
+    from packscope.backend.store.models import intervals
 
     names = [f.name for f in FIELDS]
     assert [c.name for c in intervals.columns if c.name in names] == names

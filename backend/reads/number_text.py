@@ -1,5 +1,5 @@
 """Numbers as text, exactly as PostgreSQL's float8out writes them with extra_float_digits > 0, so
-that the SQLite CSV export writes the text PostgreSQL's COPY writes (backend/csv_export.py).
+that the SQLite CSV export writes the text PostgreSQL's COPY writes (backend/reads/csv_export.py).
 
 Integers are their digits. A float is its shortest digits that read back exactly, in fixed
 notation for decimal exponents -4 to 14 with no trailing ".0" (``650``, ``0.25``, ``0.0001``) and as

@@ -96,6 +96,10 @@ intervals = Table(
     UniqueConstraint("run_pk", "interval", "rank"),
     Index(None, "run_pk", "last_step"),
 )
+# An interval row as the write path hands it around: the table's columns without the generated id.
+ROW_COLUMNS = tuple(name for name in intervals.columns.keys() if name != "id")  # noqa: SIM118
+COLUMN_AT = {name: i for i, name in enumerate(ROW_COLUMNS)}
+FIELD_SLICE = slice(COLUMN_AT[FIELDS[0].name], COLUMN_AT[FIELDS[-1].name] + 1)  # the catalogue fields of a row
 
 
 # The length histograms (packscope.core.histograms, KINDS -> {"count": [...], "tokens": [...]}) and

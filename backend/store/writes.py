@@ -14,10 +14,17 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 
-from packscope.backend.columns import merged_by
-from packscope.backend.db import run_sql
-from packscope.backend.models import channel_rollups, interval_details, intervals, rollups, run_sync_sites, run_totals
-from packscope.backend.rows import ROW_COLUMNS
+from packscope.backend.store.columns import merged_by
+from packscope.backend.store.db import run_sql
+from packscope.backend.store.models import (
+    ROW_COLUMNS,
+    channel_rollups,
+    interval_details,
+    intervals,
+    rollups,
+    run_sync_sites,
+    run_totals,
+)
 
 # Rows reach the driver as tuples, never through SQLAlchemy's per-row parameter handling:
 # * SQLite: executemany of a one-row statement (sqlite3 loops in C), and for the interval rows a

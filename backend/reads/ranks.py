@@ -11,7 +11,7 @@ from typing import Any
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from packscope.backend.models import Run, intervals
+from packscope.backend.store.models import Run, intervals
 
 
 def _interval_span(session: Session, run: Run, step_min: int | None, step_max: int | None) -> tuple[int, int] | None:

@@ -23,10 +23,17 @@ from sqlalchemy import column as sa_column
 from sqlalchemy import table as sa_table
 from sqlalchemy.dialects import sqlite
 
-from packscope.backend.columns import BAND_COLUMNS, BLOCK_FLOAT_COLUMNS, BLOCK_INT_COLUMNS, derive_columns
-from packscope.backend.models import CHANNEL_LEVELS, STORED_LEVELS, channel_rollups, rollups, run_sync_sites, run_totals
-from packscope.backend.rows import COLUMN_AT
-from packscope.backend.writes import DRIVER_DIALECTS, add_together, adding, write
+from packscope.backend.store.columns import BAND_COLUMNS, BLOCK_FLOAT_COLUMNS, BLOCK_INT_COLUMNS, derive_columns
+from packscope.backend.store.models import (
+    CHANNEL_LEVELS,
+    COLUMN_AT,
+    STORED_LEVELS,
+    channel_rollups,
+    rollups,
+    run_sync_sites,
+    run_totals,
+)
+from packscope.backend.store.writes import DRIVER_DIALECTS, add_together, adding, write
 from packscope.core.catalogue import BAND_METRICS, SUM_FIELDS, SUM_NAMES, SUMS, Coefficients
 
 # What a row contributes, read in one C-level call per row: the key and step columns, the wall

@@ -11,8 +11,9 @@ import psycopg
 from sqlalchemy import func, literal, select
 from sqlalchemy.orm import Session
 
-from packscope.backend.aggregates import READ_COLUMNS, channel_parts, level_0_blocks
-from packscope.backend.columns import (
+from packscope.backend.reads.queries import coefficients
+from packscope.backend.store.aggregates import READ_COLUMNS, channel_parts, level_0_blocks
+from packscope.backend.store.columns import (
     BAND_COLUMNS,
     BLOCK_FLOAT_COLUMNS,
     BLOCK_INT_COLUMNS,
@@ -22,8 +23,7 @@ from packscope.backend.columns import (
     merge_blocks,
     merged_by,
 )
-from packscope.backend.models import ROLLUP_LEVELS, Run, intervals, rollups, run_totals
-from packscope.backend.queries import coefficients
+from packscope.backend.store.models import ROLLUP_LEVELS, Run, intervals, rollups, run_totals
 from packscope.core.catalogue import METRIC, SUM_NAMES
 
 

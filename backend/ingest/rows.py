@@ -11,8 +11,8 @@ from typing import Any
 import msgspec
 from pydantic_core import to_json
 
-from packscope.backend.models import intervals
-from packscope.backend.schemas import Record, check_records, decode_batch, parse_batch
+from packscope.backend.ingest.record import Record, check_records, decode_batch, parse_batch
+from packscope.backend.store.models import COLUMN_AT, ROW_COLUMNS
 from packscope.core.catalogue import FIELDS, Field
 
 
@@ -32,9 +32,6 @@ def _wire_groups() -> list[tuple[tuple[str, ...], Callable[[Any], tuple[Any, ...
 
 _WIRE_GROUPS = _wire_groups()
 # The columns of an inserted interval row: the table's, without the generated id.
-ROW_COLUMNS = tuple(name for name in intervals.columns.keys() if name != "id")  # noqa: SIM118
-COLUMN_AT = {name: i for i, name in enumerate(ROW_COLUMNS)}
-FIELD_SLICE = slice(COLUMN_AT[FIELDS[0].name], COLUMN_AT[FIELDS[-1].name] + 1)  # the catalogue fields of a row
 # From the values in the order interval_row gathers them to ROW_COLUMNS order.
 _GATHERED = ("run_pk", *(name for _, _, names in _WIRE_GROUPS for name in names), "channel_loss", "channel_tokens")
 _TO_ROW_ORDER = operator.itemgetter(*(_GATHERED.index(name) for name in ROW_COLUMNS))

@@ -2,7 +2,7 @@
 fields and every derived metric, streamed in pieces so memory stays flat whatever the run's size.
 
 Both databases write the same text. Numbers are written as PostgreSQL writes them (float8out,
-backend/number_text.py); NULL (and an undefined metric, and one that overflows a double) is an
+backend/reads/number_text.py); NULL (and an undefined metric, and one that overflows a double) is an
 empty cell; one that underflows is 0 or a subnormal, as IEEE doubles give it. channel_loss and
 channel_tokens are their stored JSON text, quoted as CSV quotes it (when it holds a comma, a quote
 or a line break).
@@ -14,9 +14,9 @@ or a line break).
   every real row); any other row comes back marked and is made again by the SQLite path's code.
 * SQLite: columns are read in chunks through the raw sqlite3 cursor, the chunk's row tuples
   become Arrow columns (one conversion in compiled code), the derived columns are computed per
-  chunk with numpy (backend/columns.py, the same IEEE operations in the same order as the SQL),
+  chunk with numpy (backend/store/columns.py, the same IEEE operations in the same order as the SQL),
   and every column becomes a string array in compiled code: Arrow's shortest float digits where
-  its layout is float8out's, the vectorized digit search elsewhere (backend/number_text.py); Arrow
+  its layout is float8out's, the vectorized digit search elsewhere (backend/reads/number_text.py); Arrow
   then joins the cells row-wise. pyarrow is a server dependency for this (docs/BENCHMARKS.md).
 """
 
@@ -33,10 +33,10 @@ import pyarrow as pa  # type: ignore[import-untyped]  # no stubs, no py.typed
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 from sqlalchemy.orm import Session
 
-from packscope.backend.columns import derive_columns, sums_per_row
-from packscope.backend.models import Run
-from packscope.backend.number_text import float_strings
-from packscope.backend.queries import CSV_COLUMNS, CSV_DERIVED_COLUMNS, CSV_RAW_COLUMNS, coefficients
+from packscope.backend.reads.number_text import float_strings
+from packscope.backend.reads.queries import CSV_COLUMNS, CSV_DERIVED_COLUMNS, CSV_RAW_COLUMNS, coefficients
+from packscope.backend.store.columns import derive_columns, sums_per_row
+from packscope.backend.store.models import Run
 from packscope.core.catalogue import FIELD, FIELDS, SUM_FIELDS, SUMS, Coefficients, Sum, evaluate
 
 CSV_CHUNK_ROWS = 10_000  # rows per piece of the response: bounded memory (a few MB), few round trips

@@ -1,4 +1,4 @@
-"""Read queries (a chart's series: backend/series.py). Summaries read the run totals; every derived
+"""Read queries (a chart's series: backend/reads/series.py). Summaries read the run totals; every derived
 number comes from the catalogue's formulas (catalogue.derive on floats)."""
 
 import math
@@ -12,14 +12,14 @@ import numpy as np
 from sqlalchemy import Select, distinct, exists, func, literal, or_, select, true
 from sqlalchemy.orm import Session
 
-from packscope.backend.models import (
+from packscope.backend.reads.stats import mann_whitney_u
+from packscope.backend.store.models import (
     Run,
     interval_details,
     intervals,
     run_sync_sites,
     run_totals,
 )
-from packscope.backend.stats import mann_whitney_u
 from packscope.core.catalogue import FIELDS, METRIC, METRICS, SUM_FIELDS, SUM_NAMES, Coefficients, derive, sums_of_rows
 from packscope.core.histograms import EDGES, KINDS, NUM_BUCKETS
 

@@ -19,13 +19,14 @@ from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from packscope.backend.aggregates import store_aggregates
-from packscope.backend.db import run_sql
-from packscope.backend.models import Run
-from packscope.backend.queries import coefficients, get_run
-from packscope.backend.rows import Parsed, parsed_records
-from packscope.backend.schemas import RECORDS, IngestResult, IntervalRecord, Record, RunCreate, RunPatch
-from packscope.backend.writes import driver_of, insert_intervals
+from packscope.backend.ingest.record import RECORDS, IntervalRecord, Record
+from packscope.backend.ingest.rows import Parsed, parsed_records
+from packscope.backend.reads.queries import coefficients, get_run
+from packscope.backend.schemas import IngestResult, RunCreate, RunPatch
+from packscope.backend.store.aggregates import store_aggregates
+from packscope.backend.store.db import run_sql
+from packscope.backend.store.models import Run
+from packscope.backend.store.writes import driver_of, insert_intervals
 from packscope.core.catalogue import Coefficients
 
 _SITES = msgspec.json.Encoder()  # {site: count} as interval_details stores it
