@@ -285,33 +285,6 @@ def level_0_blocks(rows: Sequence[Sequence[Any]], c: Coefficients) -> tuple[np.n
     return blocks, merged[:, _TABLE_ORDER]
 
 
-def store_level_0(connection: Connection, run_pk: int, c: Coefficients, rows: Sequence[Sequence[Any]]) -> None:
-    """Add level-0 rollup rows for interval rows given as READ_COLUMNS tuples sorted by interval
-    (migration 0007's downgrade: revisions before it read a stored level 0)."""
-    if rows:
-        intervals, per_row = _per_row(np.array(rows, dtype=float).reshape(len(rows), len(READ_COLUMNS)), c)
-        _add(
-            connection,
-            "rollups",
-            _table_rows(connection.dialect.name, run_pk, *_merge_levels(intervals, per_row, _LEVEL_0)),
-        )
-
-
-def store_level_0_channels(connection: Connection, run_pk: int, triples: Sequence[tuple[int, Any, Any]]) -> None:
-    """Add level-0 channel rollup rows for (interval, channel_loss, channel_tokens) triples sorted
-    by interval (migration 0007's downgrade)."""
-    intervals, names, loss_sums, tokens = channel_parts(triples)
-    if not names:
-        return
-    sums: dict[tuple[int, str], list[float]] = {}
-    for key in zip(intervals.tolist(), names, strict=True):
-        sums.setdefault(key, [0.0, 0.0])
-    for key, s, n in zip(zip(intervals.tolist(), names, strict=True), loss_sums.tolist(), tokens.tolist(), strict=True):
-        sums[key][0] += s
-        sums[key][1] += n
-    _add(connection, "channel_rollups", [(run_pk, 0, i, ch, s, n) for (i, ch), (s, n) in sorted(sums.items())])
-
-
 # -- entry points ----------------------------------------------------------------------------------
 _LEVELS = np.array(STORED_LEVELS, dtype=np.int64)
 
