@@ -260,7 +260,7 @@ def _expected_cells(fields: dict[str, Any], channels: list[str], c: Coefficients
     # The catalogue's sums of this one row, as floats (the formulas' own rule), then its formulas
     # in Python floats (IEEE doubles: an overflow is inf, an empty cell; an underflow 0).
     as_floats = {name: None if v is None else float(v) for name, v in fields.items()}
-    sums = {s.name: float(s.of_row(as_floats)) for s in SUMS}
+    sums = {s.name: float(s.value(as_floats, FLOAT_OPS)) for s in SUMS}
     derived = evaluate(sums, c, FLOAT_OPS, CSV_DERIVED_COLUMNS)
     return raw + channels + [shortest(v) if math.isfinite(v) else "" for v in derived.values()]
 

@@ -9,6 +9,7 @@ from packscope.core.flops import ModelSpec
 # Two intervals of one run on 8 GPUs; every number below is worked out by hand from them.
 ROWS = [
     {
+        "rank": 0,
         "steps": 10,
         "gpus": 8,
         "gpu_time_s": 2.0,
@@ -20,12 +21,17 @@ ROWS = [
         "documents": 30,
         "packs": 10,
         "syncs_total": 20,
+        "step_time_p50_s": 0.19,
+        "step_time_p90_s": 0.25,
         "loss": 2.0,
         "gpu_util_pct": 90.0,
         "gpu_power_w": 600.0,
+        "gpu_sm_clock_mhz": 1980.0,
+        "gpu_mem_used_bytes": 8e10,
         "gpu_energy_j": 900.0,
     },
     {
+        "rank": 0,
         "steps": 10,
         "gpus": 8,
         "gpu_time_s": 3.0,
@@ -37,9 +43,13 @@ ROWS = [
         "documents": 20,
         "packs": 10,
         "syncs_total": 0,
+        "step_time_p50_s": 0.29,
+        "step_time_p90_s": 0.35,
         "loss": None,
         "gpu_util_pct": 60.0,
         "gpu_power_w": None,
+        "gpu_sm_clock_mhz": 1500.0,
+        "gpu_mem_used_bytes": None,
         "gpu_energy_j": None,
     },
 ]
@@ -66,6 +76,23 @@ def test_metrics_of_two_intervals_match_hand_computed_values():
     assert got["gpu_util_pct"] == pytest.approx((90 * 2 + 60 * 3) / 5)
     assert got["gpu_power_w"] == pytest.approx(600.0)
     assert got["energy_per_token_j"] == pytest.approx(900 / 900)
+    assert got["step_time_p50_s"] == pytest.approx((0.19 * 10 + 0.29 * 10) / 20)
+    assert got["step_time_p90_s"] == pytest.approx((0.25 * 10 + 0.35 * 10) / 20)
+    assert got["gpu_sm_clock_mhz"] == pytest.approx((1980 * 2 + 1500 * 3) / 5)
+    assert got["gpu_mem_used_bytes"] == pytest.approx(8e10)  # the interval without a reading carries no weight
+    assert got["attention_share_pct"] == pytest.approx(100 * 60_000 * 100 / thd)
+    assert got["steps"] == 20
+
+
+def test_steps_count_once_per_step_and_per_rank_means_divide_by_every_ranks_steps():
+    """Two ranks ran the same 10 steps: 10 optimizer steps, not 20; step time and syncs per
+    iteration are one rank's (Σ over ranks ÷ Σ steps over ranks), work adds over ranks."""
+    rank_1 = [dict(ROWS[0], rank=1, gpu_time_s=4.0, syncs_total=40)]
+    got = derive(sums_of_rows([ROWS[0], *rank_1]), C)
+    assert got["steps"] == 10
+    assert got["step_time_s"] == pytest.approx((2.0 + 4.0) / 20)
+    assert got["syncs_per_iter"] == pytest.approx((20 + 40) / 20)
+    assert got["tokens"] == 2000 and got["gpu_time_s"] == 6.0
 
 
 def test_undefined_metrics_are_none_not_errors():
