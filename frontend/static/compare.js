@@ -117,10 +117,6 @@ function renderTable(catalogue, runs, names, tests) {
   document.getElementById("compare-table").replaceChildren(head, el("tbody", {}, rows));
 }
 
-function named(trace, name, csv) {
-  return { ...trace, meta: { ...trace.meta, csv }, name };
-}
-
 // A catalogue metric, or a channel's loss under the catalogue's loss format.
 const metricFor = (m, name) => (isChannel(name) ? channelMetric(m("loss"), name) : m(name));
 
@@ -264,7 +260,7 @@ async function load(catalogue, runIds) {
 // Keeps refreshing while any compared run is still running. A 404 means some id is unknown:
 // those are named and the rest compared, instead of retrying the whole set forever.
 async function loop(catalogue, runIds) {
-  let running = false;
+  let running;
   try {
     running = await load(catalogue, runIds);
     showError(null);
