@@ -127,6 +127,8 @@ class RunPatch(BaseModel):
 class IngestResult(BaseModel):
     accepted: int
     duplicates: int
+    # Fields the batch sent that the record does not know (dotted paths): ignored, not stored.
+    ignored: list[str] = Field(default_factory=list)
 
 
 # -- reads ----------------------------------------------------------------------------------------

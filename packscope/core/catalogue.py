@@ -25,9 +25,11 @@ from packscope.core.flops import ModelSpec, flops_triad
 
 INT64_MAX = 2**63 - 1
 INT32_MAX = 2**31 - 1
-# Floats must be finite and small enough that a sum of a million of them stays finite and that
-# PostgreSQL's double precision (which has no subnormals on some builds) can store them.
+# Floats must be finite and small enough that a sum of a million of them stays finite, and 0 or
+# large enough that PostgreSQL's float8 arithmetic on them (which raises where a result underflows
+# to 0) does not fail: a stored value is 0 or of a magnitude in [FLOAT_MIN, FLOAT_MAX].
 FLOAT_MAX = 1e300
+FLOAT_MIN = 1e-300
 # The shape of a batch and its non-scalar parts (docs/wire.md): what a sender may send at once,
 # and what the server stores of the sync sites and channels.
 MAX_BATCH = 1000  # interval records per request

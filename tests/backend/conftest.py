@@ -89,7 +89,6 @@ def make_record(interval: int, rng: random.Random, *, steps: int = 10, gpus: int
         "flops_useful": 1.0,  # the server must not use these
         "syncs": {
             "total": syncs,
-            "per_iteration": syncs / steps,
             "sites": [
                 {"site": "train.py:88", "count": syncs // 2},
                 {"site": "model.py:12", "count": syncs - syncs // 2},
