@@ -85,9 +85,9 @@ def _types(forbid_unknown: bool) -> dict[str, Any]:
             *_fields_under(("syncs",)),
             (
                 "sites",
-                Annotated[list[site], msgspec.Meta(max_length=MAX_SYNC_SITES)],
+                Annotated[list[site], msgspec.Meta(max_length=MAX_SYNC_SITES)],  # type: ignore[valid-type]
                 msgspec.field(default_factory=list),
-            ),  # type: ignore[valid-type]
+            ),
         ],
     )
     gpu = struct("GpuStats", _fields_under(("gpu",)))
@@ -103,9 +103,8 @@ def _types(forbid_unknown: bool) -> dict[str, Any]:
             ("channel_tokens", dict[ChannelName, Count] | None, None),
         ],
     )
-    batch = struct(
-        "IntervalBatch", [("intervals", Annotated[list[record], msgspec.Meta(min_length=1, max_length=MAX_BATCH)])]
-    )  # type: ignore[valid-type]
+    intervals = Annotated[list[record], msgspec.Meta(min_length=1, max_length=MAX_BATCH)]  # type: ignore[valid-type]
+    batch = struct("IntervalBatch", [("intervals", intervals)])
     return {"record": record, "gpu": gpu, "batch": batch}
 
 
