@@ -168,7 +168,9 @@ async def post_intervals(run_id: str, request: Request) -> Response:
     result = await request.app.state.batches.submit((run_id, parsed))
     if result is None:
         raise run_not_found(run_id)
-    return Response(result.model_dump_json(exclude_defaults=True), media_type="application/json")  # `ignored` only when any
+    return Response(
+        result.model_dump_json(exclude_defaults=True), media_type="application/json"
+    )  # `ignored` only when any
 
 
 post_intervals.lean_handler = _post_intervals  # type: ignore[attr-defined]

@@ -150,7 +150,9 @@ def reference_row(r: Any) -> tuple[Any, ...]:
     hist = r.get("histograms")
     for kind in ("documents", "packs"):
         for part in ("count", "tokens"):
-            counts = hist.get(kind, {}).get(part) if isinstance(hist, dict) and isinstance(hist.get(kind), dict) else None
+            counts = (
+                hist.get(kind, {}).get(part) if isinstance(hist, dict) and isinstance(hist.get(kind), dict) else None
+            )
             if not (isinstance(counts, list) and len(counts) == 24):
                 raise Refused
             if not all(_is_int(c) and 0 <= c <= INT64_MAX for c in counts):
