@@ -184,7 +184,8 @@ def convert(document: Any) -> list[Any]:
         raise RecordError([_located(exc)]) from None
     except UnicodeEncodeError:  # msgspec cannot handle a lone surrogate (JSON read by `json` can hold one)
         loc = _unencodable(document, ())
-        raise RecordError([(loc or (), "the string holds a lone surrogate, which is not valid UTF-8", "value_error")])
+        message = "the string holds a lone surrogate, which is not valid UTF-8"
+        raise RecordError([(loc or (), message, "value_error")]) from None
     check(records, strings_safe=False)
     return records
 

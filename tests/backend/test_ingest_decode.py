@@ -163,7 +163,7 @@ def reference_row(r: Any) -> tuple[Any, ...]:
         if value is not None:
             if not isinstance(value, dict) or not all(_storable(k) and len(k) <= 100 for k in value):
                 raise Refused
-            for k, v in value.items():
+            for v in value.values():
                 if part == "channel_tokens" and not (_is_int(v) and 0 <= v <= INT64_MAX):
                     raise Refused
                 if part == "channel_loss" and v is not None and not _is_number(v):
