@@ -25,7 +25,7 @@ from packscope.backend.store.aggregates import store_aggregates
 from packscope.backend.store.db import run_sql
 from packscope.backend.store.models import Run
 from packscope.backend.store.writes import driver_of, insert_intervals
-from packscope.core.catalogue import Coefficients
+from packscope.core.catalogue import INT64_MAX, Coefficients
 
 _SITES = msgspec.json.Encoder()  # {site: count} as interval_details stores it
 
@@ -198,7 +198,7 @@ def _store(connection: Connection, run_pk: int, c: Coefficients, parsed: Parsed)
     run_sites: dict[str, int] = {}
     for k in new:
         for site, n in sites[at[k]].items():
-            run_sites[site] = run_sites.get(site, 0) + n
+            run_sites[site] = min(run_sites.get(site, 0) + n, INT64_MAX)  # as the stored sum saturates
     channels = [parsed.channels[at[k]] for k in new]
     store_aggregates(connection, run_pk, c, [rows[k] for k in new], run_sites, channels)
     return [at[k] for k in new]

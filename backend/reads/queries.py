@@ -20,7 +20,17 @@ from packscope.backend.store.models import (
     run_sync_sites,
     run_totals,
 )
-from packscope.core.catalogue import FIELDS, METRIC, METRICS, SUM_FIELDS, SUM_NAMES, Coefficients, derive, sums_of_rows
+from packscope.core.catalogue import (
+    FIELDS,
+    FLOAT_OPS,
+    METRIC,
+    METRICS,
+    SUM_FIELDS,
+    SUM_NAMES,
+    Coefficients,
+    derive,
+    sums_of_rows,
+)
 from packscope.core.histograms import EDGES, KINDS, NUM_BUCKETS
 
 # The CSV: every stored column of the catalogue, then every derived metric of the interval.
@@ -283,7 +293,7 @@ def recent_step_times(session: Session, run: Run, window: int) -> list[float]:
     there is a second, as in RunSummary.steady."""
     first = session.scalar(select(func.min(intervals.c.interval)).where(intervals.c.run_pk == run.id))
     rows = session.execute(
-        select(intervals.c.interval, func.sum(intervals.c.gpu_time_s) / func.sum(intervals.c.steps))
+        select(intervals.c.interval, func.sum(intervals.c.gpu_time_s), func.sum(intervals.c.steps))
         .where(intervals.c.run_pk == run.id)
         .group_by(intervals.c.interval)
         .order_by(intervals.c.interval.desc())
@@ -291,7 +301,11 @@ def recent_step_times(session: Session, run: Run, window: int) -> list[float]:
     ).all()
     if len(rows) > 1 and rows[-1][0] == first:  # the window reaches back to the warm-up
         rows = rows[:-1]
-    return [float(seconds) for _, seconds in rows]
+    step_time = METRIC["step_time_s"].formula
+    return [
+        float(step_time({"gpu_time_s": float(seconds), "rank_steps": float(steps)}, coefficients(run), FLOAT_OPS))
+        for _, seconds, steps in rows
+    ]
 
 
 def step_time_tests(session: Session, runs: Sequence[Run], window: int) -> list[dict[str, Any]]:
@@ -392,11 +406,18 @@ def histogram_columns(session: Session, run: Run, columns: int) -> dict[str, Any
 
 
 def sync_sites(session: Session, run: Run, limit: int) -> dict[str, Any]:
-    """Sync sites summed over the whole run, most frequent first."""
+    """Sync sites summed over the whole run, most frequent first; per iteration as the catalogue's
+    syncs_per_iter is (one rank's syncs per step)."""
     totals = session.execute(
-        select(run_totals.c.steps, run_totals.c.syncs_total).where(run_totals.c.run_pk == run.id)
+        select(run_totals.c.rank_steps, run_totals.c.syncs_total).where(run_totals.c.run_pk == run.id)
     ).first()
-    steps = int(totals.steps) if totals else 0
+    rank_steps = float(totals.rank_steps) if totals else 0.0
+    c = coefficients(run)
+
+    def per_iter(syncs: float) -> float | None:
+        value = METRIC["syncs_per_iter"].formula({"syncs_total": syncs, "rank_steps": rank_steps}, c, FLOAT_OPS)
+        return value if math.isfinite(value) else None
+
     query = (
         select(run_sync_sites.c.site, run_sync_sites.c.count)
         .where(run_sync_sites.c.run_pk == run.id)
@@ -404,11 +425,10 @@ def sync_sites(session: Session, run: Run, limit: int) -> dict[str, Any]:
         .limit(limit)
     )
     sites = [
-        {"site": site, "count": int(count), "per_iter": int(count) / steps if steps else None}
+        {"site": site, "count": int(count), "per_iter": per_iter(float(count))}
         for site, count in session.execute(query)
     ]
-    per_iter = totals.syncs_total / steps if totals is not None and steps else None
-    return {"syncs_per_iter": per_iter, "sites": sites}
+    return {"syncs_per_iter": None if totals is None else per_iter(float(totals.syncs_total)), "sites": sites}
 
 
 # -- live stream and CSV --------------------------------------------------------------------------

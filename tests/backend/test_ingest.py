@@ -394,3 +394,18 @@ def test_the_batch_route_answers_as_fastapis_handler_without_resolving_dependenc
         404,
     ]
     assert resolved == 1  # the run's creation; no batch
+
+
+def test_sync_site_counts_at_the_int64_edge_are_stored_saturated(database_url, make_client, new_run, records):
+    """Two records (and a second batch) with a site count of 2^63 - 1: the run's total for the
+    site stops at 2^63 - 1 on both databases (SQLite raised OverflowError, a 500; across two
+    batches it stored 2^64)."""
+    client = make_client(database_url)
+    assert client.post(RUNS, json=new_run()).status_code == 201
+    recs = records(3)
+    for r in recs:
+        r["syncs"] = {"total": 2**63 - 1, "sites": [{"site": "train.py:1", "count": 2**63 - 1}]}
+    assert client.post(BATCH, json={"intervals": recs[:2]}).json()["accepted"] == 2
+    assert client.post(BATCH, json={"intervals": recs[2:]}).json()["accepted"] == 1
+    (site,) = client.get(f"{RUN}/sync-sites").json()["sites"]
+    assert site["site"] == "train.py:1" and site["count"] == 2**63 - 1
