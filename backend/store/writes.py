@@ -83,7 +83,7 @@ def adding(stmt: Any, target: Any, key: Sequence[str], database: str) -> dict[st
         elif how == "max":
             changes[column.name] = widen(greatest, stored, new)
         elif isinstance(column.type, Integer):  # an integer sum saturates instead of overflowing
-            most = literal_column(str(INT64_MAX))
+            most: ColumnElement[int] = literal_column(str(INT64_MAX))
             changes[column.name] = case((new > most - stored, most), else_=stored + new)
         else:
             changes[column.name] = stored + new
