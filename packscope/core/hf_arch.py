@@ -93,8 +93,16 @@ def read_mistral(f: ConfigFields) -> Spec:
     return spec
 
 
+# Expert counts under the second name transformers' attribute_map gives them.
+_EXPERT_ALIASES = {
+    "num_local_experts": ("num_experts",),
+    "num_experts": ("num_local_experts",),
+    "n_routed_experts": ("num_local_experts",),
+}
+
+
 def _experts(f: ConfigFields, count_key: str, topk_key: str = "num_experts_per_tok") -> tuple[int, int]:
-    experts = f.integer(count_key)
+    experts = f.integer(count_key, aliases=_EXPERT_ALIASES.get(count_key, ()))
     topk = f.integer(topk_key)
     if topk > experts:
         raise f.error(topk_key, f"({topk}) is more than the {experts} experts ({count_key})")
@@ -140,7 +148,8 @@ def read_qwen_dense(f: ConfigFields) -> Spec:
 def _qwen_moe_layers(f: ConfigFields, layers: int) -> tuple[int, ...]:
     """MoE unless listed in ``mlp_only_layers``, every ``decoder_sparse_step``-th layer, and only with
     ``num_experts`` > 0 (transformers' Qwen2-MoE/Qwen3-MoE/Qwen3-Next decoder layer)."""
-    experts = f.integer("num_experts", minimum=0)
+    aliases = ("num_local_experts",) if f.model_type == "qwen3_moe" else ()  # its attribute_map
+    experts = f.integer("num_experts", minimum=0, aliases=aliases)
     step = f.integer("decoder_sparse_step")
     dense_only = set(f.integer_list("mlp_only_layers") or [])
     return tuple(int(experts > 0 and i not in dense_only and (i + 1) % step == 0) for i in range(layers))
@@ -324,9 +333,9 @@ def read_deepseek(f: ConfigFields) -> Spec:
             "DeepSeek's own code skips layers; the two models differ, so neither is counted",
         )
     first_dense = f.integer("first_k_dense_replace", minimum=0)
-    key = "n_routed_experts" if f.has("n_routed_experts") or not f.has("num_local_experts") else "num_local_experts"
-    topk, _ = _experts(f, key)
-    mtp = _mtp_depth(f)
+    topk, _ = _experts(f, "n_routed_experts")
+    mtp = f.integer("num_mtp_layers", minimum=0, aliases=("num_nextn_predict_layers",))
+    f.ignore("head_dim")  # transformers sets it to qk_rope_head_dim (the rotary width); MLA's widths are above
     expert = f.integer("moe_intermediate_size")
     return {
         "layers": layers,
@@ -344,21 +353,14 @@ def read_deepseek(f: ConfigFields) -> Spec:
     }
 
 
-def _mtp_depth(f: ConfigFields) -> int:
-    """``num_nextn_predict_layers`` (transformers' alias ``num_mtp_layers``), one value if both."""
-    names = [k for k in ("num_nextn_predict_layers", "num_mtp_layers") if f.has(k)]
-    values = {k: f.integer(k, minimum=0) for k in names} or {"num_mtp_layers": f.integer("num_mtp_layers", minimum=0)}
-    if len(set(values.values())) > 1:
-        raise f.error("num_mtp_layers", f"differs from num_nextn_predict_layers: {values}")
-    f.ignore("num_nextn_predict_layers", "num_mtp_layers")
-    return next(iter(values.values()))
-
-
 # -- GPT-2 --------------------------------------------------------------------------------------
 
 
 def read_gpt2(f: ConfigFields) -> Spec:
-    layers, hidden, heads = f.integer("n_layer"), f.integer("n_embd"), f.integer("n_head")
+    # GPT2Config's attribute_map lets a config.json use the common names too.
+    layers = f.integer("n_layer", aliases=("num_hidden_layers",))
+    hidden = f.integer("n_embd", aliases=("hidden_size",))
+    heads = f.integer("n_head", aliases=("num_attention_heads",))
     if hidden % heads:
         raise f.error("n_head", f"({heads}) must divide n_embd ({hidden})")
     inner = f.optional_integer("n_inner")

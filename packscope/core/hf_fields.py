@@ -102,27 +102,36 @@ class ConfigFields:
         """True when the config itself gives the field (null counts as given)."""
         return key in self.cfg
 
-    def raw(self, key: str) -> Any:
+    def raw(self, key: str, aliases: tuple[str, ...] = ()) -> Any:
         """The config's value, or transformers' default when absent."""
-        self.read.add(key)
-        if key in self.cfg:
-            return self.cfg[key]
+        return self._named(key, aliases)[1]
+
+    def _named(self, key: str, aliases: tuple[str, ...] = ()) -> tuple[str, Any]:
+        """(the name the config uses, its value). ``aliases``: other names transformers maps onto
+        the same field (its ``attribute_map``); given under two names, the values must agree."""
+        names = (key, *aliases)
+        self.read.update(names)
+        given = {k: self.cfg[k] for k in names if k in self.cfg}
+        if len({repr(v) for v in given.values()}) > 1:
+            raise self.error(key, f"is given under several names with different values: {given}")
+        if given:
+            return next(iter(given.items()))
         value = self.defaults.get(key, _ABSENT)
         if value is _ABSENT:
             raise self.error(key, "is missing, and transformers gives it no default")
-        return value
+        return key, value
 
     def ignore(self, *keys: str) -> None:
         """Mark fields as understood without a value mattering (e.g. routing knobs)."""
         self.read.update(keys)
 
     # -- typed access ----------------------------------------------------------------------------
-    def integer(self, key: str, minimum: int = 1) -> int:
-        return self._integer(key, self.raw(key), minimum)
+    def integer(self, key: str, minimum: int = 1, aliases: tuple[str, ...] = ()) -> int:
+        return self._integer(*self._named(key, aliases), minimum)
 
-    def optional_integer(self, key: str, minimum: int = 1) -> int | None:
-        value = self.raw(key)
-        return None if value is None else self._integer(key, value, minimum)
+    def optional_integer(self, key: str, minimum: int = 1, aliases: tuple[str, ...] = ()) -> int | None:
+        name, value = self._named(key, aliases)
+        return None if value is None else self._integer(name, value, minimum)
 
     def _integer(self, key: str, value: Any, minimum: int) -> int:
         if isinstance(value, bool) or not isinstance(value, int):
