@@ -95,7 +95,7 @@ class ConfigFields:
 
     # -- errors ----------------------------------------------------------------------------------
     def error(self, key: str, problem: str) -> HFConfigError:
-        return HFConfigError(f"{self.model_type} config.json: {self.where}{key!r} {problem}")
+        return HFConfigError(f"{self.model_type} config.json: '{self.where}{key}' {problem}")
 
     # -- raw access ------------------------------------------------------------------------------
     def has(self, key: str) -> bool:
