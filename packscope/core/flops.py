@@ -42,7 +42,16 @@ from packscope.core.model_fields import (
 )
 
 # C_lin's parts (c_lin_by_component); each also names what the independent check reads.
-COMPONENTS = ("attention", "linear_attention", "dense_mlp", "moe_routed", "moe_shared", "mtp", "logits")
+COMPONENTS = (
+    "attention",
+    "linear_attention",
+    "linear_attention_state",
+    "dense_mlp",
+    "moe_routed",
+    "moe_shared",
+    "mtp",
+    "logits",
+)
 
 
 def flops(tokens: Any, seqlen_sq_sum: Any, c_lin: Any, c_core: Any) -> Any:
@@ -142,22 +151,31 @@ class MLA:
 class LinearAttention:
     """A gated delta-net layer (Qwen3-Next's linear attention), as transformers' Qwen3NextGatedDeltaNet
     builds it: ``in_proj_qkvz`` (h → 2·key_dim + 2·value_dim), ``in_proj_ba`` (h → 2·value heads),
-    ``out_proj`` (value_dim → h). Its depthwise causal conv and the delta-rule state update are
-    not GEMMs and are not counted (docs/flops.md, "Hybrids")."""
+    a depthwise causal conv over 2·key_dim + value_dim channels (``conv_kernel`` taps) and
+    ``out_proj`` (value_dim → h). The delta-rule state update has no module shape; it is counted
+    as Megatron-LM counts it, 4·value heads·value_head_dim² multiply-adds per token
+    (KKᵀ, VKᵀ, the state update and SQ; docs/flops.md, "Hybrids")."""
 
     num_key_heads: int
     num_value_heads: int
     key_head_dim: int
     value_head_dim: int
+    conv_kernel: int = 4
 
     def __post_init__(self) -> None:
-        for key in ("num_key_heads", "num_value_heads", "key_head_dim", "value_head_dim"):
+        for key in ("num_key_heads", "num_value_heads", "key_head_dim", "value_head_dim", "conv_kernel"):
             check_int(f"linear_attention.{key}", getattr(self, key), minimum=1)
 
     def projection_macs(self, hidden: int) -> int:
+        """Multiply-adds per token of the projections and the conv (what the modules hold)."""
         key_dim = self.num_key_heads * self.key_head_dim
         value_dim = self.num_value_heads * self.value_head_dim
-        return hidden * (2 * key_dim + 2 * value_dim) + hidden * 2 * self.num_value_heads + value_dim * hidden
+        projections = hidden * (2 * key_dim + 2 * value_dim) + hidden * 2 * self.num_value_heads + value_dim * hidden
+        return projections + self.conv_kernel * (2 * key_dim + value_dim)
+
+    def state_macs(self) -> int:
+        """Multiply-adds per token of the delta-rule state update, in Megatron-LM's convention."""
+        return 4 * self.num_value_heads * self.value_head_dim**2
 
 
 # Fields as stored before layer kinds existed: to_dict() always writes these, and only these for
@@ -317,11 +335,14 @@ class ModelSpec:
         n_moe = self.moe_layer_count
         n_dense = self.total_layers - n_moe
         n_linear = self.layers_of_kind(LINEAR)
-        linear_macs = self.linear_attention.projection_macs(h) if self.linear_attention is not None else 0
+        linear = self.linear_attention
+        linear_macs = linear.projection_macs(h) if linear is not None else 0
+        state_macs = linear.state_macs() if linear is not None else 0
         moe_width = (self.moe_ffn if self.moe_ffn is not None else self.ffn) * self.moe_topk
         macs = {
             "attention": (self.total_layers - n_linear) * self.attention_projection_macs(),
             "linear_attention": n_linear * linear_macs,
+            "linear_attention_state": n_linear * state_macs,
             "dense_mlp": h * f * self.ffn * n_dense,
             "moe_routed": h * f * moe_width * n_moe,
             "moe_shared": h * f * self.moe_shared_ffn * n_moe,

@@ -208,14 +208,10 @@ def read_qwen3_next(f: ConfigFields) -> Spec:
         num_value_heads=f.integer("linear_num_value_heads"),
         key_head_dim=f.integer("linear_key_head_dim"),
         value_head_dim=f.integer("linear_value_head_dim"),
+        conv_kernel=f.integer("linear_conv_kernel_dim"),
     )
-    f.ignore("linear_conv_kernel_dim")
     if LINEAR in kinds:
         spec["linear_attention"] = linear
-        spec["not_counted"].append(
-            f"the causal conv and the delta-rule state update of the {kinds.count(LINEAR)} linear-attention "
-            "layers (not GEMMs)"
-        )
     mtp = f.optional_integer("mtp_num_hidden_layers", minimum=0)
     if mtp:
         spec["not_counted"].append(f"the MTP module (mtp_num_hidden_layers={mtp}), which transformers does not build")

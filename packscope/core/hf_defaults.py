@@ -211,6 +211,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "linear_value_head_dim": 128,
         "linear_num_key_heads": 16,
         "linear_num_value_heads": 32,
+        "linear_conv_kernel_dim": 4,
         "decoder_sparse_step": 1,
         "moe_intermediate_size": 512,
         "shared_expert_intermediate_size": 512,

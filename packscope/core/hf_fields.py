@@ -68,6 +68,7 @@ COUNT_FIELDS = frozenset(
         "linear_num_value_heads",
         "linear_key_head_dim",
         "linear_value_head_dim",
+        "linear_conv_kernel_dim",
         "full_attention_interval",
         "hybrid_override_pattern",
         "layers_block_type",

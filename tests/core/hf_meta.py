@@ -59,12 +59,15 @@ def decoder_layers(model: nn.Module) -> list[nn.Module]:
 ROUTERS = ("gate", "router", "shared_expert_gate")  # routing GEMMs: not counted (docs/flops.md)
 
 
-def _linear_macs(module: nn.Module, skip: tuple[str, ...] = ()) -> int:
-    """Multiply-adds per token of every nn.Linear under ``module`` (a token passes each once)."""
+def _linear_macs(module: nn.Module) -> int:
+    """Multiply-adds per token of every nn.Linear under ``module`` (a token passes each once), and
+    of every causal nn.Conv1d (one output per channel and token: its weight's size)."""
     total = 0
-    for name, sub in module.named_modules():
-        if isinstance(sub, nn.Linear) and not any(part in skip for part in name.split(".")):
+    for sub in module.modules():
+        if isinstance(sub, nn.Linear):
             total += sub.in_features * sub.out_features
+        elif isinstance(sub, nn.Conv1d):
+            total += sub.weight.numel()
     return total
 
 

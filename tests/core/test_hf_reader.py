@@ -80,7 +80,12 @@ BAD = [
     ("gemma3_12b.json", "text_config", [1], "'text_config' must be an object"),
     ("gemma3_12b.json", "text_config.sliding_window", None, "'text_config.sliding_window' must be an integer"),
     ("gpt_oss_20b.json", "experts_per_token", 2, "'experts_per_token' (2) differs from num_experts_per_tok (4)"),
-    ("llama4_scout_17b_16e.json", "text_config.no_rope_layers", [1, 0], "'text_config.no_rope_layers' must hold one 0/1 flag"),
+    (
+        "llama4_scout_17b_16e.json",
+        "text_config.no_rope_layers",
+        [1, 0],
+        "'text_config.no_rope_layers' must hold one 0/1 flag",
+    ),
     ("llama4_scout_17b_16e.json", "text_config.moe_layers", [0, 48], "lists a layer beyond the 48 layers"),
     ("deepseek_v3.json", "moe_layer_freq", 2, "'moe_layer_freq' is not 1"),
     ("deepseek_v3.json", "num_key_value_heads", 1, "must equal num_attention_heads (128) for MLA"),

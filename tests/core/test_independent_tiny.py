@@ -62,8 +62,14 @@ def test_linear_work_per_token_is_the_module_shapes(name):
     mtp = hf.build_mtp(model, m.mtp_depth) if m.mtp_depth else None
     from_modules = hf.gemm_components(model, mtp)
     if m.mtp_depth:
-        # The one term no module holds: Megatron's 3h per MTP layer for its norms (docs/flops.md).
+        # A term no module holds: Megatron's 3h per MTP layer for its norms (docs/flops.md).
         from_modules["mtp"] += 6 * 3 * m.hidden * m.mtp_depth
+    if m.linear_attention is not None:
+        # The other one: the delta-rule state update, 4 · value heads · d_v² per token (Megatron-LM).
+        la = m.linear_attention
+        from_modules["linear_attention_state"] = (
+            6 * m.kinds.count(LINEAR) * 4 * la.num_value_heads * la.value_head_dim**2
+        )
     assert {k: v for k, v in m.c_lin_by_component.items() if v} == from_modules
 
 
