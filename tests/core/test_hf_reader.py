@@ -222,3 +222,22 @@ def test_spec_from_hf_config_reads_an_object_through_to_dict():
         spec_from_hf_config(42)
     with pytest.raises(HFConfigError, match="tp must be an integer"):
         spec_from_hf_dict(published("gpt_oss_20b.json"), tp=True)  # type: ignore[arg-type]
+
+
+def test_kimi_k2_is_read_as_deepseek_v3():
+    """Kimi-K2 ships model_type kimi_k2 with DeepseekV3ForCausalLM's architecture (384 experts,
+    64 heads, one dense layer, no MTP module)."""
+    kimi = dict(
+        published("deepseek_v3.json"),
+        model_type="kimi_k2",
+        architectures=["DeepseekV3ForCausalLM"],
+        n_routed_experts=384,
+        num_attention_heads=64,
+        num_key_value_heads=64,
+        first_k_dense_replace=1,
+        num_nextn_predict_layers=0,
+        vocab_size=163840,
+    )
+    m = spec_from_hf_dict(kimi)
+    assert m == spec_from_hf_dict({**kimi, "model_type": "deepseek_v3"})
+    assert (m.mla is not None, m.moe_layers[:2], m.mtp_depth, m.heads) == (True, (0, 1), 0, 64)

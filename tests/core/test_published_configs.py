@@ -130,6 +130,7 @@ def _kinds_with_sizes(m: ModelSpec) -> list[tuple[str, str, int | None]]:
     return out
 
 
+@pytest.mark.slow  # ~15 s in all: rows of up to 13,000 tokens at Llama 4's chunk of 8192
 @pytest.mark.parametrize("name", FIXTURES)
 def test_each_kind_sum_is_the_pairs_of_transformers_masks(name):
     m = spec(name)

@@ -3,6 +3,7 @@ packs of a few dozen tokens hold documents both shorter and longer than them."""
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 _ATTN = {"hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 96}
@@ -183,5 +184,20 @@ TINY["qwen2_5_vl"] = {  # flat, as Qwen2.5-VL checkpoints are
     "rope_scaling": {"type": "mrope", "mrope_section": [2, 1, 1]},  # head_dim 8: 4 rotary pairs
     "vision_config": {"depth": 1, "hidden_size": 16, "intermediate_size": 32, "num_heads": 2, "out_hidden_size": 32},
 }
-# Packed rows: documents shorter and longer than every window (3..6) and chunk (4) above.
-PACKS = [[3, 9, 4], [1, 13], [7, 2, 6]]
+
+
+def _random_packs(seed: int, count: int, slots: int = 24) -> list[list[int]]:
+    """Rows of 1..15-token documents filling ``slots``, drawn with a fixed seed."""
+    rng = random.Random(seed)
+    packs = []
+    for _ in range(count):
+        docs: list[int] = []
+        while sum(docs) < slots:
+            docs.append(min(rng.randint(1, 15), slots - sum(docs)))
+        packs.append(docs)
+    return packs
+
+
+# Packed rows: documents shorter and longer than every window (3..6) and chunk (4) above, three
+# written out and three drawn at random.
+PACKS = [[3, 9, 4], [1, 13], [7, 2, 6], *_random_packs(seed=18, count=3)]
