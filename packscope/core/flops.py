@@ -261,6 +261,8 @@ class ModelSpec:
             kinds = check_kinds("layer_kinds", self.layer_kinds, self.layers, LAYER_KINDS)
             object.__setattr__(self, "layer_kinds", None if set(kinds) == {FULL} else kinds)
         self._check_kind_sizes()
+        if isinstance(self.not_counted, str) or not all(isinstance(x, str) for x in self.not_counted):
+            raise ValueError("'not_counted' must be a sequence of strings")
         object.__setattr__(self, "not_counted", tuple(self.not_counted))
 
     def _check_kind_sizes(self) -> None:

@@ -133,3 +133,12 @@ def test_the_gpt_oss_row_is_really_not_split():
     full_layer = spec("gpt_oss").kinds.index(FULL)
     pairs = hf.count_pairs_in_forward(cpu_model("gpt_oss"), docs)
     assert pairs[full_layer] == 16 * 17 // 2 != sum(s * (s + 1) // 2 for s in docs)
+
+
+@pytest.mark.parametrize("name", sorted(TINY))
+def test_a_loaded_transformers_config_reads_as_its_dict(name):
+    """What an integration hands over (``model.config``, after transformers' own defaults and
+    derivations) reads to the same model as the config dict."""
+    from packscope.core.hf_config import spec_from_hf_config
+
+    assert spec_from_hf_config(hf.config_from_dict(TINY[name])) == spec(name)
