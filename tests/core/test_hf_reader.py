@@ -148,9 +148,10 @@ def test_absent_fields_take_transformers_defaults():
     assert (gemma.head_dim, gemma.vocab, gemma.window) == (256, 262208, 1024)
 
 
-def test_num_experts_zero_makes_a_dense_model():
+@pytest.mark.parametrize("model_type", ["qwen3_moe", "qwen2_moe"])
+def test_num_experts_zero_makes_a_dense_model(model_type):
     """transformers' Qwen MoE layers need num_experts > 0; with 0 every layer is a dense MLP."""
-    cfg = changed("qwen3_30b_a3b.json", "num_experts", 0)
+    cfg = dict(changed("qwen3_30b_a3b.json", "num_experts", 0), model_type=model_type)
     m = spec_from_hf_dict(cfg)
     moe_fields = (
         "num_experts",
@@ -158,6 +159,7 @@ def test_num_experts_zero_makes_a_dense_model():
         "moe_intermediate_size",
         "decoder_sparse_step",
         "mlp_only_layers",
+        "shared_expert_intermediate_size",
     )
     dense = spec_from_hf_dict({**{k: v for k, v in cfg.items() if k not in moe_fields}, "model_type": "qwen3"})
     assert m.moe_layer_count == 0 and m.c_lin == dense.c_lin
