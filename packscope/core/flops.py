@@ -13,6 +13,7 @@ are all full attention has one sum, S2, and the historical ``flops(T, S2)``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -444,6 +445,10 @@ class ModelSpec:
             raise ValueError(f"a model is a JSON object, got {type(data).__name__}")
         known = set(cls.__dataclass_fields__) - {"not_counted"}
         refuse_unknown("model", data, known)
+        required = [f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING and f.init]
+        missing = [name for name in required if name not in data]
+        if missing:
+            raise ValueError(f"the model lacks the field(s) {', '.join(missing)}")
         values = dict(data)
         for key in ("moe_layers", "layer_kinds"):
             value = values.get(key)

@@ -234,7 +234,7 @@ def test_run_body_validation(client, new_run):
     assert "unknown model field(s) hiden" in response.json()["detail"][0]["msg"]
     impossible = new_run()
     impossible["model"]["hidden"] = 0
-    assert "must be positive" in client.post(RUNS, json=impossible).json()["detail"][0]["msg"]
+    assert "must be an integer from 1" in client.post(RUNS, json=impossible).json()["detail"][0]["msg"]
     assert client.get(RUNS).json() == {"runs": [], "total": 0}
 
 
