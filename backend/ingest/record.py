@@ -60,7 +60,7 @@ def _scalar(f: CatalogueField) -> Any:
 def _fields_under(parent: tuple[str, ...]) -> list[tuple[Any, ...]]:
     """The struct fields of the catalogue fields that live in the object at `parent`."""
     return [
-        (f.wire_path[-1], _scalar(f)) if f.required else (f.wire_path[-1], _scalar(f), None)
+        (f.wire_path[-1], _scalar(f)) if f.required and f.default is None else (f.wire_path[-1], _scalar(f), f.default)
         for f in FIELDS
         if f.wire_path[:-1] == parent
     ]

@@ -21,7 +21,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from packscope.core.flops import ModelSpec, flops_triad
+from packscope.core.attention import ATTENTION_KINDS, ATTENTION_SUMS, CHUNKED, FULL, SLIDING, VIEWS
+from packscope.core.flops import ModelSpec, flops_triad_by_kind
 
 INT64_MAX = 2**63 - 1
 INT32_MAX = 2**31 - 1
@@ -53,6 +54,9 @@ class Field:
     minimum: float | None = 0
     maximum: float | None = None
     small: bool = False  # fits int32 (indexes, ranks)
+    # What a record without the field holds (a field added after agents that do not send it), or
+    # None: the field is then required (or, not required, missing: NULL).
+    default: int | float | None = None
 
     @property
     def wire_path(self) -> tuple[str, ...]:
@@ -96,6 +100,16 @@ FIELDS: tuple[Field, ...] = (
     _int("documents", "documents", "real documents"),
     _int("seqlen_sq_sum_bshd", "tokens²", "S2 of the baseline: every pack one dense sequence"),
     _int("seqlen_sq_sum_thd", "tokens²", "S2 over the real documents"),
+    # The other layer kinds' attention sums (packscope.core.attention), 0 for a model without them.
+    _int(
+        "window_sq_sum_bshd",
+        "tokens²",
+        "sliding-window attention sum of the baseline (s² to W, then 2sW − W²)",
+        default=0,
+    ),
+    _int("window_sq_sum_thd", "tokens²", "sliding-window attention sum over the real documents", default=0),
+    _int("chunk_sq_sum_bshd", "tokens²", "chunked attention sum of the baseline (Σ over chunks of c²)", default=0),
+    _int("chunk_sq_sum_thd", "tokens²", "chunked attention sum over the real documents", default=0),
     _float("flops_bshd", "FLOP", "the agent's baseline FLOPs (kept for audit; rates are re-derived)"),
     _float("flops_thd", "FLOP", "the agent's THD-corrected FLOPs (kept for audit)"),
     _float("flops_useful", "FLOP", "the agent's useful FLOPs (kept for audit)"),
@@ -172,6 +186,10 @@ SUMS: tuple[Sum, ...] = (
     Sum("real_tokens", ("real_tokens",)),
     Sum("seqlen_sq_sum_bshd", ("seqlen_sq_sum_bshd",)),
     Sum("seqlen_sq_sum_thd", ("seqlen_sq_sum_thd",)),
+    Sum("window_sq_sum_bshd", ("window_sq_sum_bshd",)),
+    Sum("window_sq_sum_thd", ("window_sq_sum_thd",)),
+    Sum("chunk_sq_sum_bshd", ("chunk_sq_sum_bshd",)),
+    Sum("chunk_sq_sum_thd", ("chunk_sq_sum_thd",)),
     Sum("documents", ("documents",)),
     Sum("packs", ("packs",)),
     Sum("syncs_total", ("syncs_total",)),
@@ -209,16 +227,33 @@ def sums_of_rows(rows: Iterable[Mapping[str, Any]]) -> dict[str, float]:
 
 @dataclass(frozen=True)
 class Coefficients:
-    """What turns a run's raw sums into FLOPs and MFU."""
+    """What turns a run's raw sums into FLOPs and MFU (packscope.core.flops)."""
 
     c_lin: int  # FLOPs per token of the linear layers
-    c_core: int  # FLOPs per unit of S2 (sum of squared sequence lengths)
+    c_core: int  # FLOPs per unit of the full-causal attention sum S2 (the full-attention layers)
     peak_tflops: float | None  # per GPU; None when the GPU is unknown
+    c_window: int = 0  # per unit of the sliding-window sum (the windowed layers)
+    c_chunk: int = 0  # per unit of the chunked sum (the chunked layers)
 
     @classmethod
     def for_run(cls, model: Mapping[str, Any], hardware: Mapping[str, Any]) -> Coefficients:
         spec = ModelSpec.from_dict(dict(model))
-        return cls(c_lin=spec.c_lin, c_core=spec.c_core, peak_tflops=hardware.get("peak_tflops"))
+        by_kind = spec.c_core_by_kind
+        return cls(
+            c_lin=spec.c_lin,
+            c_core=by_kind.get(FULL, 0),
+            peak_tflops=hardware.get("peak_tflops"),
+            c_window=by_kind.get(SLIDING, 0),
+            c_chunk=by_kind.get(CHUNKED, 0),
+        )
+
+    def by_kind(self) -> dict[str, float]:
+        """FLOPs per unit of each layer kind's attention sum, as floats (every evaluator rounds alike)."""
+        return {FULL: float(self.c_core), SLIDING: float(self.c_window), CHUNKED: float(self.c_chunk)}
+
+    def by_sum(self) -> dict[str, float]:
+        """The same per sum name (both views), as flops_triad_by_kind reads them."""
+        return {names.name(view): self.by_kind()[kind] for kind, names in ATTENTION_SUMS.items() for view in VIEWS}
 
 
 class FloatOps:
@@ -262,9 +297,17 @@ class Metric:
 
 
 def _flops(kind: str, s: Mapping[str, Any], c: Coefficients) -> Any:
-    return flops_triad(
-        s["tokens"], s["real_tokens"], s["seqlen_sq_sum_bshd"], s["seqlen_sq_sum_thd"], float(c.c_lin), float(c.c_core)
-    )[kind]
+    return flops_triad_by_kind(s["tokens"], s["real_tokens"], s, float(c.c_lin), c.by_sum())[kind]
+
+
+def _attention(s: Mapping[str, Any], c: Coefficients, kinds: Iterable[str]) -> Any:
+    """The THD-corrected count's attention term (QKᵀ and P·V over the real documents) of `kinds`."""
+    total: Any = 0.0
+    for kind in kinds:
+        coefficient = c.by_kind()[kind]
+        if coefficient:  # a kind the model lacks adds nothing, and its sum is not read
+            total = total + s[ATTENTION_SUMS[kind].thd] * coefficient
+    return total
 
 
 def _flops_of(kind: str) -> Formula:
@@ -284,9 +327,8 @@ def _overcount(s: Mapping[str, Any], c: Coefficients, ops: Ops) -> Any:
     return 100.0 * (ops.ratio(_flops("bshd", s, c), _flops("thd", s, c)) - 1.0)
 
 
-def _attention_share(s: Mapping[str, Any], c: Coefficients, ops: Ops) -> Any:
-    # The THD-corrected count's attention term (QKᵀ and P·V) over the whole count.
-    return 100.0 * ops.ratio(s["seqlen_sq_sum_thd"] * float(c.c_core), _flops("thd", s, c))
+def _attention_share(kinds: tuple[str, ...]) -> Formula:
+    return lambda s, c, ops: 100.0 * ops.ratio(_attention(s, c, kinds), _flops("thd", s, c))
 
 
 def _padding(s: Mapping[str, Any], c: Coefficients, ops: Ops) -> Any:
@@ -397,8 +439,19 @@ METRICS: tuple[Metric, ...] = (
         "attention share",
         "%",
         ".1f",
-        "share of the THD-corrected FLOPs spent in attention (QKᵀ and P·V over the real documents)",
-        _attention_share,
+        "share of the THD-corrected FLOPs spent in attention (QKᵀ and P·V over the real documents), all layer kinds",
+        _attention_share(ATTENTION_KINDS),
+    ),
+    *(
+        Metric(
+            f"attention_{kind}_pct",
+            f"{label} attention",
+            "%",
+            ".1f",
+            f"share of the THD-corrected FLOPs spent in the {label} attention layers (0 for a model without them)",
+            _attention_share((kind,)),
+        )
+        for kind, label in ((FULL, "full"), (SLIDING, "sliding-window"), (CHUNKED, "chunked"))
     ),
     Metric("padding_pct", "padding", "%", ".1f", "share of token slots that hold no real token", _padding),
     Metric(

@@ -240,7 +240,7 @@ def _wire(record: dict[str, Any], field: Any) -> Any:
     value: Any = record
     for key in field.wire_path:
         value = None if value is None else value.get(key)
-    return value
+    return field.default if value is None and field.default is not None else value  # absent: its default
 
 
 def _expected_rows(records: list[dict[str, Any]], c: Coefficients) -> list[list[str]]:

@@ -118,6 +118,8 @@ def reference_row(r: Any) -> tuple[Any, ...]:
                 raise Refused
         value = holder.get(f.wire_path[-1]) if isinstance(holder, dict) else None
         lower = f.minimum if f.minimum is not None else -f.upper
+        if value is None and f.default is not None and f.wire_path[-1] not in holder:
+            value = f.default  # a field added later: absent reads as its default
         if value is None:
             if f.required:
                 raise Refused

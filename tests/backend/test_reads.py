@@ -304,6 +304,9 @@ def _csv_expected(rec, spec, peak):
         "syncs_per_iter": rec["syncs"]["total"] / rec["steps"],
         "energy_per_token_j": ratio(energy, rec["real_tokens"]),
         "attention_share_pct": 100 * rec["seqlen_sq_sum_thd"] * spec.c_core / flops["thd"],
+        "attention_full_pct": 100 * rec["seqlen_sq_sum_thd"] * spec.c_core / flops["thd"],
+        "attention_sliding_pct": 0.0,  # the test model has full-attention layers only
+        "attention_chunked_pct": 0.0,
     }
     for kind, f in flops.items():
         out[f"tflops_{kind}"] = ratio(f / 1e12, gpu_seconds)
