@@ -8,7 +8,6 @@ from packscope.agent.accumulator import IntervalAccumulator, decode
 from packscope.agent.batch_forms import from_attention_mask, from_cu_seqlens, from_position_ids, from_shape
 from packscope.agent.histograms import NUM_BUCKETS, bucket_of
 
-
 # A sliding window and an attention chunk shorter than the packs, so documents and packs fall on
 # both sides of each (the forms below all count them too).
 WINDOW, CHUNK = 24, 16
