@@ -137,7 +137,7 @@ class Trainer:
             enabled=self.amp_dtype is not None,
             cache_enabled=self.graphs is None,
         ):
-            attention = attention_for(batch, self.device)
+            attention = attention_for(batch, self.device, self.model_cfg.window)
             return self.forward(batch.input_ids, batch.position_ids, attention, batch.labels, self.cfg.chunked_ce)
 
     def eager_forward_backward(self, batch: Batch, label_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -263,7 +263,7 @@ def run_training(cfg: TrainConfig) -> dict:
             config=dataclasses.asdict(cfg),
             sync_backend=cfg.sync_backend,
         ),
-        model=trainer.model_cfg.to_model_spec(),
+        model=cfg.flops_model,
     )
     readout = LossReadout(trainer.device)
     # The bar shows the run id: what --run-id needs to continue this run if it is killed.
