@@ -132,3 +132,35 @@ def test_the_server_schema_table_and_csv_are_the_catalogue():
     record_fields = {f.name for f in msgspec.structs.fields(Record)}
     assert top_level | {"histograms", "channel_loss", "channel_tokens"} == record_fields
     assert list(queries.CSV_COLUMNS[: len(names)]) == names
+
+
+def _fields_table() -> str:
+    """docs/wire.md's table of the record's scalar fields, from the catalogue."""
+    from packscope.core.catalogue import Field
+
+    def number(x: float) -> str:
+        return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e19 else f"{x:g}"
+
+    def bounds(f: Field) -> str:
+        lower = f"−{number(f.upper)}" if f.minimum is None else number(f.minimum)
+        return f"{lower} … {number(f.upper)}"
+
+    def presence(f: Field) -> str:
+        if f.default is not None:
+            return f"optional (absent: {f.default})"
+        return "required" if f.required else "optional"
+
+    lines = ["| wire path | type | unit | bounds | presence | meaning |", "|---|---|---|---|---|---|"]
+    lines += [
+        f"| `{'.'.join(f.wire_path)}` | {f.kind} | {f.unit} | {bounds(f)} | {presence(f)} | {f.doc} |" for f in FIELDS
+    ]
+    return "\n".join(lines)
+
+
+def test_the_wire_docs_list_the_catalogue_fields():
+    from pathlib import Path
+
+    text = (Path(__file__).parents[2] / "docs" / "wire.md").read_text()
+    start, end = "<!-- catalogue:fields -->\n", "<!-- /catalogue:fields -->"
+    shown = text[text.index(start) + len(start) : text.index(end)].strip()
+    assert shown == _fields_table(), "docs/wire.md's field table is stale; put this there:\n" + _fields_table()
