@@ -85,7 +85,7 @@ def run(preset: str, steps: int, log_every: int, pair: str = "", role: str = "",
     peak = agent.hardware["peak_tflops"]
     out = {
         "preset": preset,
-        **{k: v for k, v in options.items() if not isinstance(v, dict)},
+        **{k: v for k, v in options.items() if not isinstance(v, dict) and not dataclasses.is_dataclass(v)},
         "steps_measured": n,
         "step_time_s": statistics.fmean(per_interval),
         "step_time_ci95_s": mean_interval(per_interval),
