@@ -283,8 +283,8 @@ def _csv_by_copy(session: Session, run: Run) -> Iterator[str]:
 def _copy_rows(copy: psycopg.Copy) -> Iterator[bytes]:
     """A COPY … TO STDOUT's rows (one per message), each copied out at once (cheaper than holding
     the message's buffer). psycopg's public read() only: taking rows from libpq directly saved
-    0.3 µs a row of client CPU, not worth leaning on psycopg's internals (the COPY's own 3.5 µs a
-    row on the server is what bounds the export)."""
+    little client CPU next to the COPY's own cost on the server, which bounds the export
+    (docs/BENCHMARKS.md, the CSV passes)."""
     while data := copy.read():
         yield bytes(data)
 
