@@ -169,7 +169,8 @@ class TrainConfig:
     compile: bool = option(False, "torch.compile the model")
     chunked_ce: bool = option(
         False,
-        "cross-entropy over chunks of tokens: no float32 logits for every token (less memory, a little slower: docs/BENCHMARKS.md)",
+        "cross-entropy over chunks of tokens: no float32 logits for every token "
+        "(less memory, a little slower: docs/BENCHMARKS.md)",
     )
     fused_projections: bool = option(False, "q/k/v and gate/up projections each as one GEMM (same math, fewer kernels)")
     window: int | None = option(
