@@ -10,8 +10,8 @@ import pytest
 from packscope.core.hf_defaults import VISION_DEFAULTS, WRAPPER_DEFAULTS
 
 pytest.importorskip("transformers")
-from transformers.models.auto.configuration_auto import CONFIG_MAPPING  # noqa: E402
-from transformers.models.qwen2_5_vl.configuration_qwen2_5_vl import Qwen2_5_VLVisionConfig  # noqa: E402
+from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+from transformers.models.qwen2_5_vl.configuration_qwen2_5_vl import Qwen2_5_VLVisionConfig
 
 CLASSES = {"qwen2_5_vl_vision": Qwen2_5_VLVisionConfig}  # not in CONFIG_MAPPING: a sub-config only
 CASES = [(table, mt, key) for table in (VISION_DEFAULTS, WRAPPER_DEFAULTS) for mt in table for key in table[mt]]

@@ -91,7 +91,8 @@ def test_the_feature_layer_decides_the_counted_blocks():
     last = spec_from_hf_dict(changed(LLAVA, "vision_feature_layer", -1))
     assert last.vision is not None and last.vision.layers == 24 and last.not_counted == ()
     assert read_hf_config(PUBLISHED_VISION[LLAVA]).not_counted == (
-        "the CLIP tower's last 1 encoder layer(s) (vision_feature_layer): run forward, their output unused, no backward",
+        "the CLIP tower's last 1 encoder layer(s) (vision_feature_layer): "
+        "run forward, their output unused, no backward",
     )
 
 
