@@ -250,7 +250,9 @@ def read_mistral3(cfg: Mapping[str, Any], text_hidden: int) -> tuple[VisionSpec,
 def _pixtral(f: ConfigFields, layers: int, merge: int, projector: tuple[tuple[int, int], ...]) -> VisionSpec:
     f.ignore("image_size")  # the largest size the processor makes; every image has its own
     heads, hidden = _heads(f), f.integer("hidden_size")
-    head_dim = f.optional_integer("head_dim")  # PixtralAttention takes hidden / heads whatever it says
+    # Not a PixtralVisionConfig field (its __post_init__ derives one); PixtralAttention takes hidden / heads.
+    head_dim = f.optional_integer("head_dim") if f.has("head_dim") else None
+    f.ignore("head_dim")
     if head_dim is not None and head_dim != hidden // heads:
         raise f.error(
             "head_dim",
