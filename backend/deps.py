@@ -10,15 +10,12 @@ from sqlalchemy.orm import Session
 
 from packscope.backend.admission import Admission
 from packscope.backend.reads.queries import get_run
-from packscope.backend.security import read_cookie_value
+from packscope.backend.security import READ_COOKIE, read_cookie_value
 from packscope.backend.settings import Settings
 from packscope.backend.store.models import Run
 
 _bearer = HTTPBearer(auto_error=False)
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-# Browsers cannot put a bearer header on EventSource or plain page loads: the dashboard's
-# sign-in page stores a value derived from the read token in this HttpOnly cookie instead.
-READ_COOKIE = "packscope_read"
 
 
 # The dependencies below are `async def` though they never wait: FastAPI runs a plain `def`

@@ -14,7 +14,13 @@ from packscope.backend.reads import queries
 from packscope.backend.security import read_cookie_value
 from packscope.frontend import TEMPLATES_DIR
 
-templates = Jinja2Templates(directory=str(TEMPLATES_DIR))
+
+def _server_notices(request: Request) -> dict[str, Any]:
+    # base.html shows a banner on every page while writes are open to anyone.
+    return {"writes_open": request.app.state.settings.writes_open}
+
+
+templates = Jinja2Templates(directory=str(TEMPLATES_DIR), context_processors=[_server_notices])
 
 
 class SignInRequired(Exception):
