@@ -20,6 +20,7 @@ from packscope.backend.admission import Admission, Coalescer
 from packscope.backend.allowed_methods import add_allowed_methods_handler
 from packscope.backend.errors import add_database_error_handlers
 from packscope.backend.ingest.batches import ingest_together
+from packscope.backend.live import LiveHub, transport_for
 from packscope.backend.routes import ingest, pages, reads
 from packscope.backend.routes.ranks import router as ranks_router
 from packscope.backend.security import SecurityHeaders, SignInGuard, TokenGuard, WriteGuard
@@ -64,6 +65,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         sqlite_busy_s=settings.sqlite_busy_s,
     )
     upgrade_schema(engine)
+    live = LiveHub(transport_for(engine))
     if settings.writes_open:
         log.warning(OPEN_WRITES_WARNING)
 
@@ -73,9 +75,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # lives until shutdown; frozen, the collector's full collections skip it, so one costs a
         # few ms instead of 100-130 ms (an ingest or read stalled behind it: docs/BENCHMARKS.md).
         gc.freeze()
+        await live.start()
         try:
             yield
         finally:
+            await live.stop()
             gc.unfreeze()  # several apps in one process (tests): their objects collectable again
             engine.dispose()
 
@@ -92,6 +96,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.engine = engine
     app.state.sessionmaker = make_sessionmaker(engine)
     app.state.write_sessionmaker = make_sessionmaker(engine, writes=True)
+    app.state.live = live  # new intervals wake the open streams of every process (live.py)
     app.state.admission = Admission(
         slots=settings.db_slots,
         wait_s=settings.queue_wait_s,

@@ -173,6 +173,8 @@ async def post_intervals(run_id: str, request: Request) -> Response:
     result = await request.app.state.batches.submit((run_id, parsed))
     if result is None:
         raise run_not_found(run_id)
+    if result.accepted:
+        request.app.state.live.publish(run_id)  # committed: the run's open pages are told now
     return Response(result.model_dump_json(), media_type="application/json")
 
 
@@ -200,8 +202,10 @@ def update_run(run_id: str, body: RunPatch, session: SessionDep) -> dict[str, An
 
 
 @router.delete("/runs/{run_id}", status_code=status.HTTP_204_NO_CONTENT)
-def delete_run(run_id: str, session: SessionDep) -> Response:
+def delete_run(run_id: str, session: SessionDep, request: Request) -> Response:
     """The run and everything of it: intervals, details, rollups, totals (ON DELETE CASCADE)."""
     session.delete(run_or_404(session, run_id))
     session.commit()
+    # Its open streams end; from the worker thread, so the hub is reached through the event loop.
+    request.app.state.live.publish_threadsafe(run_id)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -1,11 +1,12 @@
 """The JSON read API (docs/api.md), the CSV export and the live stream."""
 
+import asyncio
+import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Annotated, Any, Literal
 
-import anyio
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, create_model
@@ -19,6 +20,7 @@ from packscope.backend.deps import (
     run_not_found,
     run_or_404,
 )
+from packscope.backend.live import LiveHub
 from packscope.backend.reads import csv_export, queries, series
 from packscope.backend.schemas import (
     Comparison,
@@ -209,28 +211,36 @@ def intervals_csv(run_id: str, session: SessionDep, request: Request) -> Streami
     )
 
 
-async def _events(run_id: str, poll: Callable[[], Any], poll_s: float, keepalive_s: float) -> AsyncIterator[str]:
+async def _events(
+    run_id: str, read_state: Callable[[], Any], live: LiveHub, poll_s: float, keepalive_s: float
+) -> AsyncIterator[str]:
     """SSE: an `interval` event whenever the stored intervals change, comments in between.
 
-    The first poll also sends the current state, which closes the gap between the page's first
-    fetch and the moment the stream opened.
+    The stream sleeps until the live hub says the run was written to (live.py), then reads the
+    run's state; without a push between processes it reads every poll_s instead. The first read
+    also sends the current state, which closes the gap between the page's first fetch and the
+    moment the stream opened.
     """
-    last: Any = None
-    last_sent = time.monotonic()
-    while True:
-        state = await run_in_threadpool(poll)
-        if state is None:  # the run is gone
-            return
-        count, interval, last_step = state
-        if count and state != last:
-            data = {"run_id": run_id, "interval": interval, "last_step": last_step}
-            yield f"event: interval\ndata: {json.dumps(data)}\n\n"
-            last_sent = time.monotonic()
-        elif time.monotonic() - last_sent >= keepalive_s:
-            yield ": keep-alive\n\n"  # proxies close connections that stay silent
-            last_sent = time.monotonic()
-        last = state
-        await anyio.sleep(poll_s)
+    with live.subscribe(run_id) as woken:
+        last: Any = None
+        last_sent = time.monotonic()
+        while True:
+            woken.clear()  # before reading: a wake-up during the read means read again
+            state = await run_in_threadpool(read_state)
+            if state is None:  # the run is gone
+                return
+            count, interval, last_step = state
+            if count and state != last:
+                data = {"run_id": run_id, "interval": interval, "last_step": last_step}
+                yield f"event: interval\ndata: {json.dumps(data)}\n\n"
+                last_sent = time.monotonic()
+            elif time.monotonic() - last_sent >= keepalive_s:
+                yield ": keep-alive\n\n"  # proxies close connections that stay silent
+                last_sent = time.monotonic()
+            last = state
+            until_keepalive = max(0.0, keepalive_s - (time.monotonic() - last_sent))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(woken.wait(), until_keepalive if live.pushes else min(poll_s, until_keepalive))
 
 
 @router.get(
@@ -241,15 +251,15 @@ async def _events(run_id: str, poll: Callable[[], Any], poll_s: float, keepalive
 async def stream(run_id: str, request: Request, settings: SettingsDep) -> StreamingResponse:
     make_session: sessionmaker[Session] = request.app.state.sessionmaker
 
-    def poll() -> tuple[int, int | None, int | None] | None:
+    def read_state() -> tuple[int, int | None, int | None] | None:
         with make_session() as session:
             run = queries.get_run(session, run_id)
             return None if run is None else queries.stream_state(session, run)
 
-    if await run_in_threadpool(poll) is None:
+    if await run_in_threadpool(read_state) is None:
         raise run_not_found(run_id)
     return StreamingResponse(
-        _events(run_id, poll, settings.stream_poll_s, settings.stream_keepalive_s),
+        _events(run_id, read_state, request.app.state.live, settings.stream_poll_s, settings.stream_keepalive_s),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
