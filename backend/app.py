@@ -18,6 +18,7 @@ from packscope import __version__
 from packscope.backend import openapi
 from packscope.backend.admission import Admission, Coalescer
 from packscope.backend.allowed_methods import add_allowed_methods_handler
+from packscope.backend.csv_streams import CsvLimits
 from packscope.backend.errors import add_database_error_handlers
 from packscope.backend.ingest.batches import ingest_together
 from packscope.backend.live import LiveHub, transport_for
@@ -97,6 +98,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.sessionmaker = make_sessionmaker(engine)
     app.state.write_sessionmaker = make_sessionmaker(engine, writes=True)
     app.state.live = live  # new intervals wake the open streams of every process (live.py)
+    app.state.csv_limits = CsvLimits(settings.csv_streams, settings.csv_streams_per_client, settings.retry_after_s)
     app.state.admission = Admission(
         slots=settings.db_slots,
         wait_s=settings.queue_wait_s,

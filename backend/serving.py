@@ -69,13 +69,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         if self._in_head:
-            self._head_bytes += len(data)
-            if self._head_bytes > MAX_HEAD_BYTES:
-                self._set_deadline(None)
-                self.transport.write(HEAD_TOO_LARGE)
-                self.transport.close()
-                return
+            self._head_bytes += len(data)  # with any body bytes in the same piece: judged below
         super().data_received(data)
+        # Still no end of the head after this many bytes (a piece that ends the head passes).
+        if self._in_head and self._head_bytes > MAX_HEAD_BYTES and not self.transport.is_closing():
+            self._set_deadline(None)
+            self.transport.write(HEAD_TOO_LARGE)
+            self.transport.close()
 
     def on_headers_complete(self) -> None:
         self._in_head = False

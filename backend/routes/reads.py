@@ -4,7 +4,7 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
@@ -13,6 +13,7 @@ from pydantic import BaseModel, create_model
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
+from packscope.backend.csv_streams import start_export
 from packscope.backend.deps import (
     SessionDep,
     SettingsDep,
@@ -21,7 +22,7 @@ from packscope.backend.deps import (
     run_or_404,
 )
 from packscope.backend.live import LiveHub
-from packscope.backend.reads import csv_export, queries, series
+from packscope.backend.reads import queries, series
 from packscope.backend.schemas import (
     Comparison,
     IntervalHistograms,
@@ -32,7 +33,7 @@ from packscope.backend.schemas import (
     SeriesColumns,
     SyncSites,
 )
-from packscope.backend.store.models import Run
+from packscope.backend.security import client_of
 from packscope.core import catalogue
 from packscope.core.catalogue import INT32_MAX, INT64_MAX
 
@@ -189,25 +190,32 @@ def compare(
     }
 
 
-def _csv_chunks(make_session: sessionmaker[Session], run_pk: int) -> Iterator[str]:
-    # Its own session: the response streams after the request's dependencies have finished.
-    with make_session() as session:
-        run = session.get(Run, run_pk)
-        assert run is not None
-        yield from csv_export.csv_text(session, run)
-
-
 @router.get(
     "/runs/{run_id}/intervals.csv",
     response_class=StreamingResponse,
-    responses={200: {"content": {"text/csv": {}}, "description": "One row per stored interval"}},
+    responses={
+        200: {"content": {"text/csv": {}}, "description": "One row per stored interval"},
+        429: {"description": "This client has PACKSCOPE_CSV_STREAMS_PER_CLIENT exports streaming already"},
+    },
 )
-def intervals_csv(run_id: str, session: SessionDep, request: Request) -> StreamingResponse:
-    run = run_or_404(session, run_id)
+async def intervals_csv(run_id: str, request: Request) -> StreamingResponse:
+    # Written to a temporary file at the database's pace, sent at the reader's (csv_streams.py).
+    state = request.app.state
+    limits = state.csv_limits
+    release = limits.claim(client_of(request.scope))
+    try:
+        started = await start_export(state.admission, state.sessionmaker, run_id, limits.writers)
+    except BaseException:
+        release()
+        raise
+    if started is None:
+        release()
+        raise run_not_found(run_id)
+    spool, writer = started
     return StreamingResponse(
-        _csv_chunks(request.app.state.sessionmaker, run.id),
+        spool.chunks(writer, on_close=release),
         media_type="text/csv; charset=utf-8",
-        headers={"Content-Disposition": f'attachment; filename="{run.run_id}.csv"'},
+        headers={"Content-Disposition": f'attachment; filename="{run_id}.csv"'},
     )
 
 
