@@ -133,7 +133,9 @@ class IngestResult(BaseModel):
 Totals = create_model("Totals", **dict.fromkeys(METRIC, (float | None, ...)))  # type: ignore[call-overload]
 
 
-class RunSummary(BaseModel):
+class RunListItem(BaseModel):
+    """A run as the runs list gives it: what the table shows, no config (GET /api/v1/runs/{id} has it)."""
+
     run_id: str
     name: str | None
     project: str | None
@@ -146,7 +148,6 @@ class RunSummary(BaseModel):
     model: dict[str, Any]
     hardware: dict[str, Any]
     parallel: dict[str, Any]
-    config: dict[str, Any]
     c_lin: int
     c_core: int
     records: int  # interval records stored: one per rank per interval
@@ -159,13 +160,25 @@ class RunSummary(BaseModel):
     archived: bool
 
 
+class RunSummary(RunListItem):
+    """A run with everything stored of it: its config too."""
+
+    config: dict[str, Any]
+
+
+class RunListed(RunListItem):
+    # Only the keys asked for with `config_keys` (dotted paths into the config), null where absent.
+    config_values: dict[str, Any]
+
+
 class RunList(BaseModel):
     runs: list[RunSummary]
 
 
-class RunPage(RunList):
+class RunPage(BaseModel):
     """One page of GET /api/v1/runs: `total` counts every run that matches the filters."""
 
+    runs: list[RunListed]
     total: int
 
 

@@ -40,6 +40,10 @@ from packscope.core.catalogue import INT32_MAX, INT64_MAX
 router = APIRouter(prefix="/api/v1", tags=["reads"], dependencies=[Depends(require_read_token)])
 
 MAX_COMPARE = 20
+MAX_CONFIG_KEYS = 20
+# Dotted object keys of letters, digits, '_' and '-' (what a JSON path can name on both databases).
+CONFIG_KEY = r"[A-Za-z0-9_-]{1,100}(\.[A-Za-z0-9_-]{1,100}){0,9}"
+CONFIG_KEYS_PATTERN = f"^{CONFIG_KEY}(,{CONFIG_KEY}){{0,{MAX_CONFIG_KEYS - 1}}}$"
 HISTOGRAM_COLUMNS = 200  # the heatmap's default: enough to see a trend, 200 JSON rows per rank to read
 
 
@@ -111,10 +115,25 @@ def list_runs(
     archived: Annotated[bool, Query(description="include archived runs")] = False,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=INT32_MAX)] = 0,
+    config_keys: Annotated[
+        str | None,
+        Query(
+            pattern=CONFIG_KEYS_PATTERN,
+            max_length=2000,
+            description=f"comma-separated dotted config keys (e.g. lr,optimizer.name), at most {MAX_CONFIG_KEYS}: "
+            "each run's `config_values` holds their values",
+        ),
+    ] = None,
 ) -> dict[str, Any]:
+    """The runs, without their configs; `config_keys` picks config values to show or group by."""
     filters = queries.RunFilters(project=project, tag=tag, layout=layout, status=status, q=q, archived=archived)
     runs, total = queries.list_runs(session, filters, sort, limit, offset)
-    return {"runs": queries.run_summaries(session, runs), "total": total}
+    keys = list(dict.fromkeys(config_keys.split(","))) if config_keys else []
+    values = queries.config_values(session, runs, keys)
+    summaries = queries.run_summaries(session, runs, with_config=False)
+    for run, summary in zip(runs, summaries, strict=True):
+        summary["config_values"] = values.get(run.id, {})
+    return {"runs": summaries, "total": total}
 
 
 @router.get("/facets", response_model=Facets)
