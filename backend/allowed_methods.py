@@ -7,23 +7,29 @@ names them all, and answers OPTIONS with 204 and the same Allow.
 
 from fastapi import FastAPI, Request, Response, status
 from fastapi.responses import JSONResponse
-from starlette.routing import Match, Route
+from starlette.routing import Match
+
+CANDIDATES = ("DELETE", "GET", "HEAD", "PATCH", "POST", "PUT")
 
 
 def methods_of(app: FastAPI, request: Request) -> list[str]:
-    methods: set[str] = set()
-    for route in app.router.routes:
-        if isinstance(route, Route) and route.methods:
-            match, _ = route.matches(request.scope)
-            if match != Match.NONE:
-                methods |= route.methods
+    """The methods some route serves at the request's path: each tried against the routes as
+    the router matches them (a route matches fully only with its own method)."""
+    methods = set()
+    for method in CANDIDATES:
+        scope = {**request.scope, "method": method}
+        if any(route.matches(scope)[0] == Match.FULL for route in app.router.routes):
+            methods.add(method)
     return sorted(methods | {"OPTIONS"}) if methods else []
 
 
-async def method_not_allowed(request: Request, _exc: Exception) -> Response:
+async def method_not_allowed(request: Request, exc: Exception) -> Response:
     allowed = methods_of(request.app, request)
+    if not allowed:  # not a route's (the static files' own 405): as it was raised
+        headers = getattr(exc, "headers", None) or {}
+        return JSONResponse({"detail": f"{request.method} is not served at {request.url.path}"}, 405, headers)
     headers = {"Allow": ", ".join(allowed)}
-    if request.method == "OPTIONS" and allowed:
+    if request.method == "OPTIONS":
         return Response(status_code=status.HTTP_204_NO_CONTENT, headers=headers)
     return JSONResponse(
         {"detail": f"{request.method} is not served at {request.url.path}; it serves {', '.join(allowed)}"},

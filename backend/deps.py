@@ -4,12 +4,13 @@ import hmac
 from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request, status
+from fastapi import Depends, HTTPException, Path, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy.orm import Session
 
 from packscope.backend.admission import Admission
 from packscope.backend.reads.queries import get_run
+from packscope.backend.schemas import RUN_ID_PATTERN
 from packscope.backend.security import READ_COOKIE, read_cookie_value
 from packscope.backend.settings import Settings
 from packscope.backend.store.models import Run
@@ -42,6 +43,10 @@ async def get_session(request: Request) -> AsyncIterator[Session]:
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
+# Every run id was checked against this when the run was created, so one that does not match
+# names no run: 422 before any query, the same answer on every database (a NUL would otherwise
+# reach PostgreSQL, which refuses it, and SQLite, which finds nothing).
+RunIdPath = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="the run's client-made id")]
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 
 

@@ -3,12 +3,14 @@
 Unknown fields are ignored rather than rejected, so a newer agent can still talk to this server.
 """
 
+import dataclasses
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
     BaseModel,
+    ConfigDict,
     Field,
     StrictBool,
     StringConstraints,
@@ -30,9 +32,57 @@ Positive = Annotated[int, Field(ge=1, le=INT32_MAX)]
 RunStatus = Literal["running", "finished", "failed"]
 StrictPositive = Annotated[int, Field(strict=True, ge=1, le=INT32_MAX)]
 PARALLEL_DEFAULTS = {"dp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1}
+# -- the FLOPs model of a run ----------------------------------------------------------------------
 MODEL_FLAGS = {"gated", "attn_output_gate"}
 MODEL_OPTIONAL = {"kv_heads", "head_dim", "moe_ffn"}
+MODEL_POSITIVE = {"layers", "hidden", "heads", "ffn", "vocab", "vocab_divisor", "tp", "kv_heads"}  # ModelSpec's checks
 MAX_MODEL_SIZE = 2**24  # any layer count, width or vocabulary of a real model
+MODEL_FIELDS = [f for f in dataclasses.fields(ModelSpec) if f.name != "name"]  # the name is not stored
+
+
+class _ModelChecks(BaseModel):
+    """ModelSpec as a request body: every field typed and bounded in the schema as it is checked
+    (a size beyond any real model would make FLOPs that no column or float holds), nothing else
+    taken (a misspelt field would silently leave its default and the FLOPs would be wrong), and
+    ModelSpec's checks across fields (head_dim, moe_layers) run as validation."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_fields(cls, value: Any) -> Any:
+        if isinstance(value, dict):
+            known = {f.name for f in MODEL_FIELDS}
+            unknown = sorted(set(value) - known)
+            if unknown:
+                raise ValueError(f"unknown model field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
+        return value
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "_ModelChecks":
+        self.spec()  # ModelSpec's ValueError is a 422 naming `model`
+        return self
+
+    def spec(self) -> ModelSpec:
+        return ModelSpec(**self.model_dump())
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.spec().to_dict()
+
+
+def _model_field(f: "dataclasses.Field[Any]") -> tuple[Any, Any]:
+    default = ... if f.default is dataclasses.MISSING else f.default
+    if f.name in MODEL_FLAGS:
+        return StrictBool, default
+    if f.name == "moe_layers":  # one 0/1 flag per layer
+        return list[Annotated[int, Field(strict=True, ge=0, le=1)]] | None, default
+    size = Annotated[int, Field(strict=True, ge=1 if f.name in MODEL_POSITIVE else 0, le=MAX_MODEL_SIZE)]
+    return (size | None if f.name in MODEL_OPTIONAL else size), default
+
+
+ModelBody = create_model(  # type: ignore[call-overload]
+    "ModelBody", __base__=_ModelChecks, **{f.name: _model_field(f) for f in MODEL_FIELDS}
+)
 
 
 # -- runs -----------------------------------------------------------------------------------------
@@ -51,7 +101,7 @@ class RunCreate(BaseModel):
     tags: list[Annotated[SafeStr, Field(max_length=100)]] = Field(default_factory=list, max_length=50)
     # Checked before anything is stored: depth, size, strings and numbers every backend can hold.
     config: Annotated[dict[str, Any], AfterValidator(storable_json)] = Field(default_factory=dict)
-    model: ModelSpec
+    model: ModelBody  # type: ignore[valid-type]
     hardware: Hardware = Field(default_factory=Hardware)
     parallel: dict[Annotated[SafeStr, Field(max_length=20)], StrictPositive] = Field(
         default_factory=lambda: dict(PARALLEL_DEFAULTS), max_length=20
@@ -59,41 +109,10 @@ class RunCreate(BaseModel):
     layout: Literal["thd", "bshd"]
     started_at: datetime | None = None
 
-    @field_validator("model", mode="before")
-    @classmethod
-    def _known_model_fields(cls, value: Any) -> Any:
-        # The dataclass would silently drop a misspelt field and the FLOPs would be wrong.
-        if isinstance(value, dict):
-            known = set(ModelSpec.__dataclass_fields__) - {"name"}
-            unknown = sorted(set(value) - known)
-            if unknown:
-                raise ValueError(f"unknown model field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-            _check_model_numbers(value)
-        return value
-
     @field_validator("parallel")
     @classmethod
     def _parallel_defaults(cls, value: dict[str, int]) -> dict[str, int]:
         return {**PARALLEL_DEFAULTS, **value}
-
-
-def _check_model_numbers(model: dict[str, Any]) -> None:
-    # The dataclass would take "1024" or true for a size, and sizes beyond any real model would
-    # make FLOPs that no column or float holds.
-    for key, value in model.items():
-        if key in MODEL_FLAGS:
-            if not isinstance(value, bool):
-                raise ValueError(f"model field {key!r} must be true or false, got {value!r}")
-        elif key == "moe_layers":
-            if value is not None and not (
-                isinstance(value, list)
-                and all(isinstance(x, int) and not isinstance(x, bool) and x in (0, 1) for x in value)
-            ):
-                raise ValueError("model field 'moe_layers' must be null or a list of 0/1 flags, one per layer")
-        elif (value is not None or key not in MODEL_OPTIONAL) and (
-            not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_MODEL_SIZE
-        ):
-            raise ValueError(f"model field {key!r} must be an integer from 0 to {MAX_MODEL_SIZE}, got {value!r}")
 
 
 MAX_NOTES = 10_000

@@ -195,6 +195,7 @@ class TokenGuard:
 
 
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+BODY_METHODS = frozenset({"POST", "PATCH"})  # those the API serves with a body (PUT: 405, DELETE: none)
 JSON_MEDIA_TYPE = "application/json"
 
 
@@ -247,7 +248,7 @@ class WriteGuard:
                 "send no Origin (the agent); name other origins in PACKSCOPE_ALLOWED_ORIGINS",
             )
             return
-        if scope["path"].startswith("/api/") and scope["method"] != "DELETE":
+        if scope["path"].startswith("/api/") and scope["method"] in BODY_METHODS:
             media_type = headers.get("content-type", "").split(";")[0].strip().lower()
             if media_type != JSON_MEDIA_TYPE:
                 shown = media_type or "none"

@@ -1,5 +1,6 @@
 """The agent's write API (docs/wire.md): runs and batches of interval records."""
 
+import re
 import zlib
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -9,12 +10,21 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import TypeAdapter, ValidationError
 
-from packscope.backend.deps import SessionDep, check_ingest_token, require_ingest_token, run_not_found, run_or_404
+from packscope.backend.deps import (
+    RunIdPath,
+    SessionDep,
+    check_ingest_token,
+    require_ingest_token,
+    run_not_found,
+    run_or_404,
+)
 from packscope.backend.ingest.batches import ModelConflict, create_or_resume_run, patch_run
 from packscope.backend.ingest.record import IntervalBatch
 from packscope.backend.ingest.rows import parse
 from packscope.backend.reads.queries import run_summary
-from packscope.backend.schemas import IngestResult, RunCreate, RunPatch, RunSummary
+from packscope.backend.schemas import RUN_ID_PATTERN, IngestResult, RunCreate, RunPatch, RunSummary
+
+RUN_ID = re.compile(RUN_ID_PATTERN)
 
 
 def _too_large(limit: int) -> HTTPException:
@@ -152,11 +162,24 @@ async def _post_intervals(request: Request) -> Response:
     by hand, in the order FastAPI checks it (before the body is read), and the endpoint's work,
     without FastAPI's dependency resolution per request (about 80 µs of CPU a batch)."""
     await check_ingest_token(request)
-    return await post_intervals(request.path_params["run_id"], request)
+    run_id = request.path_params["run_id"]
+    if not RUN_ID.fullmatch(run_id):  # as FastAPI answers RunIdPath's pattern
+        raise RequestValidationError(
+            [
+                {
+                    "type": "string_pattern_mismatch",
+                    "loc": ("path", "run_id"),
+                    "msg": f"String should match pattern '{RUN_ID_PATTERN}'",
+                    "input": run_id,
+                    "ctx": {"pattern": RUN_ID_PATTERN},
+                }
+            ]
+        )
+    return await post_intervals(run_id, request)
 
 
 @router.post("/runs/{run_id}/intervals", response_model=IngestResult, openapi_extra=_batch_body())
-async def post_intervals(run_id: str, request: Request) -> Response:
+async def post_intervals(run_id: RunIdPath, request: Request) -> Response:
     # The hot path, kept lean: served by _post_intervals (LimitedRoute), which calls this after the
     # token check with no dependency resolution; the raw body is validated once and laid out as
     # rows (rows.parse: msgspec structs, or pydantic's dicts for a batch it refuses, whose errors
@@ -182,7 +205,7 @@ post_intervals.lean_handler = _post_intervals  # type: ignore[attr-defined]
 
 
 @router.patch("/runs/{run_id}", response_model=RunSummary)
-def update_run(run_id: str, body: RunPatch, session: SessionDep) -> dict[str, Any]:
+def update_run(run_id: RunIdPath, body: RunPatch, session: SessionDep) -> dict[str, Any]:
     """The agent sets status; the runs page edits name, notes, tags and archived."""
     run = run_or_404(session, run_id)
     given = body.model_fields_set
@@ -202,7 +225,7 @@ def update_run(run_id: str, body: RunPatch, session: SessionDep) -> dict[str, An
 
 
 @router.delete("/runs/{run_id}", status_code=status.HTTP_204_NO_CONTENT)
-def delete_run(run_id: str, session: SessionDep, request: Request) -> Response:
+def delete_run(run_id: RunIdPath, session: SessionDep, request: Request) -> Response:
     """The run and everything of it: intervals, details, rollups, totals (ON DELETE CASCADE)."""
     session.delete(run_or_404(session, run_id))
     session.commit()

@@ -15,6 +15,7 @@ from starlette.concurrency import run_in_threadpool
 
 from packscope.backend.csv_streams import start_export
 from packscope.backend.deps import (
+    RunIdPath,
     SessionDep,
     SettingsDep,
     require_read_token,
@@ -145,13 +146,13 @@ def get_facets(
 
 
 @router.get("/runs/{run_id}", response_model=RunSummary)
-def get_run(run_id: str, session: SessionDep) -> dict[str, Any]:
+def get_run(run_id: RunIdPath, session: SessionDep) -> dict[str, Any]:
     return queries.run_summary(session, run_or_404(session, run_id))
 
 
 @router.get("/runs/{run_id}/series", response_model=SeriesRead)
 def get_series(
-    run_id: str,
+    run_id: RunIdPath,
     session: SessionDep,
     max_points: Annotated[int, Query(ge=1, le=10_000)] = 500,
     step_min: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
@@ -163,7 +164,7 @@ def get_series(
 
 @router.get("/runs/{run_id}/histograms", response_model=IntervalHistograms)
 def get_histograms(
-    run_id: str, session: SessionDep, interval: Annotated[int | None, Query(ge=0, le=INT32_MAX)] = None
+    run_id: RunIdPath, session: SessionDep, interval: Annotated[int | None, Query(ge=0, le=INT32_MAX)] = None
 ) -> dict[str, Any]:
     found = queries.histograms(session, run_or_404(session, run_id), interval)
     if found is None:
@@ -174,7 +175,7 @@ def get_histograms(
 
 @router.get("/runs/{run_id}/histograms/over-time", response_model=HistogramColumns)
 def get_histogram_columns(
-    run_id: str,
+    run_id: RunIdPath,
     session: SessionDep,
     columns: Annotated[int, Query(ge=1, le=1000, description="intervals shown, spread evenly")] = HISTOGRAM_COLUMNS,
 ) -> dict[str, Any]:
@@ -186,7 +187,7 @@ def get_histogram_columns(
 
 @router.get("/runs/{run_id}/sync-sites", response_model=SyncSites)
 def get_sync_sites(
-    run_id: str, session: SessionDep, limit: Annotated[int, Query(ge=1, le=1000)] = 10
+    run_id: RunIdPath, session: SessionDep, limit: Annotated[int, Query(ge=1, le=1000)] = 10
 ) -> dict[str, Any]:
     return queries.sync_sites(session, run_or_404(session, run_id), limit)
 
@@ -217,7 +218,7 @@ def compare(
         429: {"description": "This client has PACKSCOPE_CSV_STREAMS_PER_CLIENT exports streaming already"},
     },
 )
-async def intervals_csv(run_id: str, request: Request) -> StreamingResponse:
+async def intervals_csv(run_id: RunIdPath, request: Request) -> StreamingResponse:
     # Written to a temporary file at the database's pace, sent at the reader's (csv_streams.py).
     state = request.app.state
     limits = state.csv_limits
@@ -275,7 +276,7 @@ async def _events(
     response_class=StreamingResponse,
     responses={200: {"content": {"text/event-stream": {}}, "description": "Server-Sent Events"}},
 )
-async def stream(run_id: str, request: Request, settings: SettingsDep) -> StreamingResponse:
+async def stream(run_id: RunIdPath, request: Request, settings: SettingsDep) -> StreamingResponse:
     make_session: sessionmaker[Session] = request.app.state.sessionmaker
 
     def read_state() -> tuple[int, int | None, int | None] | None:
