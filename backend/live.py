@@ -51,54 +51,80 @@ class Transport(Protocol):
 
 
 class LiveHub:
-    """The open streams of this process, by run id, and the transport that wakes them."""
+    """The open streams of this process, by run id, and the transport that wakes them.
+
+    The transport lives in the event loop that started the hub; streams and publishers may live
+    in another (a test's second client), so wake-ups cross loops thread-safely.
+    """
 
     def __init__(self, transport: Transport) -> None:
         self.transport = transport
-        self._waiting: dict[str, set[asyncio.Event]] = {}
+        self._waiting: dict[str, set[tuple[asyncio.Event, asyncio.AbstractEventLoop]]] = {}
+        self._starts = 0
+        self.loop: asyncio.AbstractEventLoop | None = None
 
     @property
     def pushes(self) -> bool:
         return self.transport.pushes
 
     async def start(self) -> None:
-        self.loop = asyncio.get_running_loop()
-        await self.transport.start(self)
+        """Start the transport (once: the app's lifespan may be entered again, as by schemathesis)."""
+        self._starts += 1
+        if self._starts == 1:
+            self.loop = asyncio.get_running_loop()
+            await self.transport.start(self)
 
     async def stop(self) -> None:
-        await self.transport.stop()
+        self._starts -= 1
+        if self._starts == 0:
+            await self.transport.stop()
 
     def publish(self, run_id: str) -> None:
-        """After a commit that changed `run_id`'s intervals (or removed the run); in the event loop."""
-        self.transport.publish(run_id)
-
-    def publish_threadsafe(self, run_id: str) -> None:
-        """publish from a worker thread (a sync route's)."""
-        self.loop.call_soon_threadsafe(self.publish, run_id)
+        """After a commit that changed `run_id`'s intervals (or removed the run); from any thread."""
+        if self.loop is None or self.loop.is_closed():
+            return  # not serving (an app used without its lifespan): nobody listens
+        if _running_loop() is self.loop:
+            self.transport.publish(run_id)
+        else:
+            self.loop.call_soon_threadsafe(self.transport.publish, run_id)
 
     @contextmanager
     def subscribe(self, run_id: str) -> Iterator[asyncio.Event]:
         """An event set whenever `run_id` is published, for as long as the block runs."""
-        woken = asyncio.Event()
-        self._waiting.setdefault(run_id, set()).add(woken)
+        entry = (asyncio.Event(), asyncio.get_running_loop())
+        self._waiting.setdefault(run_id, set()).add(entry)
         try:
-            yield woken
+            yield entry[0]
         finally:
             waiting = self._waiting.get(run_id)
             if waiting is not None:
-                waiting.discard(woken)
+                waiting.discard(entry)
                 if not waiting:
                     del self._waiting[run_id]
 
     def wake(self, run_id: str) -> None:
-        for woken in self._waiting.get(run_id, ()):
-            woken.set()
+        for entry in list(self._waiting.get(run_id, ())):
+            _set(*entry)
 
     def wake_all(self) -> None:
         """After a wake-up may have been missed (a lost connection): every stream re-reads."""
-        for waiting in self._waiting.values():
-            for woken in waiting:
-                woken.set()
+        for waiting in list(self._waiting.values()):
+            for entry in list(waiting):
+                _set(*entry)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _set(woken: asyncio.Event, loop: asyncio.AbstractEventLoop) -> None:
+    if _running_loop() is loop:
+        woken.set()
+    elif not loop.is_closed():
+        loop.call_soon_threadsafe(woken.set)
 
 
 class InProcess:

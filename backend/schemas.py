@@ -10,6 +10,7 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     Field,
     StrictBool,
@@ -30,7 +31,21 @@ Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
 SmallCount = Annotated[int, Field(ge=0, le=INT32_MAX)]
 Positive = Annotated[int, Field(ge=1, le=INT32_MAX)]
 RunStatus = Literal["running", "finished", "failed"]
-StrictPositive = Annotated[int, Field(strict=True, ge=1, le=INT32_MAX)]
+
+
+def _a_number(value: Any) -> Any:
+    # JSON Schema's "integer" takes 8.0 (pydantic's lax int does too, and refuses 8.5); text and
+    # true/false are no numbers, though lax pydantic would take "8" and true.
+    if isinstance(value, str | bool):
+        raise ValueError(f"must be a JSON number, got {value!r}")
+    return value
+
+
+def WholeNumber(ge: int, le: int) -> Any:  # noqa: N802 - a type
+    return Annotated[int, Field(ge=ge, le=le), BeforeValidator(_a_number)]
+
+
+StrictPositive = WholeNumber(1, INT32_MAX)
 PARALLEL_DEFAULTS = {"dp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1}
 # -- the FLOPs model of a run ----------------------------------------------------------------------
 MODEL_FLAGS = {"gated", "attn_output_gate"}
@@ -75,8 +90,8 @@ def _model_field(f: "dataclasses.Field[Any]") -> tuple[Any, Any]:
     if f.name in MODEL_FLAGS:
         return StrictBool, default
     if f.name == "moe_layers":  # one 0/1 flag per layer
-        return list[Annotated[int, Field(strict=True, ge=0, le=1)]] | None, default
-    size = Annotated[int, Field(strict=True, ge=1 if f.name in MODEL_POSITIVE else 0, le=MAX_MODEL_SIZE)]
+        return list[WholeNumber(0, 1)] | None, default
+    size = WholeNumber(1 if f.name in MODEL_POSITIVE else 0, MAX_MODEL_SIZE)
     return (size | None if f.name in MODEL_OPTIONAL else size), default
 
 

@@ -229,6 +229,5 @@ def delete_run(run_id: RunIdPath, session: SessionDep, request: Request) -> Resp
     """The run and everything of it: intervals, details, rollups, totals (ON DELETE CASCADE)."""
     session.delete(run_or_404(session, run_id))
     session.commit()
-    # Its open streams end; from the worker thread, so the hub is reached through the event loop.
-    request.app.state.live.publish_threadsafe(run_id)
+    request.app.state.live.publish(run_id)  # its open streams end
     return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -81,7 +81,9 @@ def test_openapi_gives_the_model_fields_and_bounds_the_server_checks(client):
         ({"layers": 2, "moe_layers": [0, 2]}, False),
         ({"layers": 2, "moe_layers": [True, False]}, False),
         ({"name": "llama"}, False),
-        ({"hidden": 256.0}, False),
+        ({"hidden": 256.0}, True),  # JSON Schema's integer
+        ({"hidden": 256.5}, False),
+        ({"hidden": "256"}, False),
     ],
 )
 def test_the_model_is_checked_as_the_schema_says(client, change, accepted):
