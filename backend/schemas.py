@@ -41,7 +41,7 @@ def _a_number(value: Any) -> Any:
     return value
 
 
-def WholeNumber(ge: int, le: int) -> Any:  # noqa: N802 - a type
+def WholeNumber(ge: int, le: int) -> Any:
     return Annotated[int, Field(ge=ge, le=le), BeforeValidator(_a_number)]
 
 
