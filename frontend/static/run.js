@@ -118,11 +118,6 @@ function remember(series) {
   state.charts.channels.traces = channelTraces(state.loss);
 }
 
-async function loadSeries() {
-  remember(await api.getSeries(runId, { max_points: MAX_POINTS }));
-  drawSeries();
-}
-
 // The first load draws the headline chart in a frame of its own: plotly's chart takes over from
 // the first drawing (run_early.js) before the other charts, each about as long, take their turn.
 async function loadHeadline() {
@@ -131,17 +126,24 @@ async function loadHeadline() {
   await painted();
 }
 
+// A live refresh draws the headline chart in a frame of its own too, so that the new interval
+// shows there before the other charts are redrawn.
 async function extendWithNewIntervals() {
-  if (state.lastStep === null || state.points > REDRAW_POINTS) return loadSeries();
-  const series = await api.getSeries(runId, { max_points: MAX_POINTS, step_min: state.lastStep + 1 });
-  if (!series.points) return;
-  const fresh = { ...series.columns, ...xColumns(series, state.columns.tokens_seen.at(-1)), ...channelColumns(series) };
-  appendColumns(state.columns, state.points, fresh, series.points);
-  state.points += series.points;
-  state.lastStep = series.columns.step.at(-1);
-  state.charts.channels.traces = channelTraces(state.loss);
+  if (state.lastStep === null || state.points > REDRAW_POINTS) {
+    remember(await api.getSeries(runId, { max_points: MAX_POINTS }));
+  } else {
+    const series = await api.getSeries(runId, { max_points: MAX_POINTS, step_min: state.lastStep + 1 });
+    if (!series.points) return;
+    const fresh = { ...series.columns, ...xColumns(series, state.columns.tokens_seen.at(-1)), ...channelColumns(series) };
+    appendColumns(state.columns, state.points, fresh, series.points);
+    state.points += series.points;
+    state.lastStep = series.columns.step.at(-1);
+    state.charts.channels.traces = channelTraces(state.loss);
+  }
   // Redrawn whole, not extended: smoothing is recomputed over the grown series.
-  drawSeries();
+  drawSeries((id) => id === HEADLINE);
+  await painted();
+  drawSeries((id) => id !== HEADLINE);
 }
 
 function labelStats(catalogue) {
@@ -225,8 +227,8 @@ function scheduleRefresh() {
   chain = chain.then(async () => {
     queued = false;
     try {
-      await refreshSummary();
-      await extendWithNewIntervals();
+      // The new interval's points first: they are what a person watches for.
+      await Promise.all([extendWithNewIntervals(), refreshSummary()]);
       showError(null);
     } catch (error) {
       showError(error);
