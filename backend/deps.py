@@ -2,10 +2,12 @@
 
 import hmac
 from collections.abc import AsyncIterator
+from datetime import datetime
 from typing import Annotated
 
 from fastapi import Depends, HTTPException, Path, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from packscope.backend.admission import Admission
@@ -13,7 +15,7 @@ from packscope.backend.reads.queries import get_run
 from packscope.backend.schemas import RUN_ID_PATTERN
 from packscope.backend.security import READ_COOKIE, read_cookie_value
 from packscope.backend.settings import Settings
-from packscope.backend.store.models import Run
+from packscope.backend.store.models import Run, deleted_runs
 
 _bearer = HTTPBearer(auto_error=False)
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
@@ -102,4 +104,29 @@ def run_or_404(session: Session, run_id: str) -> Run:
     run = get_run(session, run_id)
     if run is None:
         raise run_not_found(run_id)
+    return run
+
+
+def deleted_at(session: Session, run_id: str) -> datetime | None:
+    return session.scalar(select(deleted_runs.c.deleted_at).where(deleted_runs.c.run_id == run_id))
+
+
+def run_gone(run_id: str, when: datetime) -> HTTPException:
+    return HTTPException(
+        status.HTTP_410_GONE,
+        detail=f"run {run_id!r} was deleted at {when.isoformat()}; nothing more is stored for it. Start a "
+        "new run_id, or create it again on purpose with POST /api/v1/runs?recreate=true",
+    )
+
+
+def missing_run(session: Session, run_id: str) -> HTTPException:
+    """What a write to a run that is not stored is answered: 410 if it was deleted, else 404."""
+    when = deleted_at(session, run_id)
+    return run_not_found(run_id) if when is None else run_gone(run_id, when)
+
+
+def run_to_write(session: Session, run_id: str) -> Run:
+    run = get_run(session, run_id)
+    if run is None:
+        raise missing_run(session, run_id)
     return run

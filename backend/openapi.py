@@ -47,6 +47,8 @@ def _errors_of(path: str, method: str, writes: bool, token_needed: bool) -> dict
         out["415"] = _error("A Content-Type other than application/json, or a Content-Encoding other than gzip")
     if path.endswith("/runs") and method == "post":
         out["409"] = _error("The run is stored with a different model")
+    if writes and ("{run_id}" in path or path.endswith("/runs")):
+        out["410"] = _error("The run was deleted; POST /api/v1/runs?recreate=true creates it again")
     return out
 
 
