@@ -142,7 +142,11 @@ async def start_export(
     ready: asyncio.Future[bool] = loop.create_future()
 
     def found(stored: bool) -> None:
-        loop.call_soon_threadsafe(lambda: ready.done() or ready.set_result(stored))
+        def settle() -> None:
+            if not ready.done():
+                ready.set_result(stored)
+
+        loop.call_soon_threadsafe(settle)
 
     async def write() -> None:
         try:

@@ -5,7 +5,7 @@ Unknown fields are ignored rather than rejected, so a newer agent can still talk
 
 import dataclasses
 from datetime import datetime
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     AfterValidator,
@@ -41,11 +41,13 @@ def _a_number(value: Any) -> Any:
     return value
 
 
-def WholeNumber(ge: int, le: int) -> Any:
+def whole_number(ge: int, le: int) -> Any:
+    """An integer from ge to le, as a JSON number (8 or 8.0)."""
     return Annotated[int, Field(ge=ge, le=le), BeforeValidator(_a_number)]
 
 
-StrictPositive = WholeNumber(1, INT32_MAX)
+StrictPositive = Annotated[int, Field(ge=1, le=INT32_MAX), BeforeValidator(_a_number)]
+LayerFlag = Annotated[int, Field(ge=0, le=1), BeforeValidator(_a_number)]  # moe_layers: 1 = an MoE layer
 PARALLEL_DEFAULTS = {"dp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1}
 # -- the FLOPs model of a run ----------------------------------------------------------------------
 MODEL_FLAGS = {"gated", "attn_output_gate"}
@@ -90,14 +92,15 @@ def _model_field(f: "dataclasses.Field[Any]") -> tuple[Any, Any]:
     if f.name in MODEL_FLAGS:
         return StrictBool, default
     if f.name == "moe_layers":  # one 0/1 flag per layer
-        return list[WholeNumber(0, 1)] | None, default
-    size = WholeNumber(1 if f.name in MODEL_POSITIVE else 0, MAX_MODEL_SIZE)
+        return list[LayerFlag] | None, default
+    size = whole_number(1 if f.name in MODEL_POSITIVE else 0, MAX_MODEL_SIZE)
     return (size | None if f.name in MODEL_OPTIONAL else size), default
 
 
-ModelBody = create_model(  # type: ignore[call-overload]
-    "ModelBody", __base__=_ModelChecks, **{f.name: _model_field(f) for f in MODEL_FIELDS}
-)
+if TYPE_CHECKING:
+    ModelBody = _ModelChecks
+else:
+    ModelBody = create_model("ModelBody", __base__=_ModelChecks, **{f.name: _model_field(f) for f in MODEL_FIELDS})
 
 
 # -- runs -----------------------------------------------------------------------------------------
@@ -116,7 +119,7 @@ class RunCreate(BaseModel):
     tags: list[Annotated[SafeStr, Field(max_length=100)]] = Field(default_factory=list, max_length=50)
     # Checked before anything is stored: depth, size, strings and numbers every backend can hold.
     config: Annotated[dict[str, Any], AfterValidator(storable_json)] = Field(default_factory=dict)
-    model: ModelBody  # type: ignore[valid-type]
+    model: ModelBody
     hardware: Hardware = Field(default_factory=Hardware)
     parallel: dict[Annotated[SafeStr, Field(max_length=20)], StrictPositive] = Field(
         default_factory=lambda: dict(PARALLEL_DEFAULTS), max_length=20

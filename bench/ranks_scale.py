@@ -55,10 +55,11 @@ def main() -> None:
     for n in sizes:
         with make_session() as session:
             run = get_run(session, f"big-{n}")
+            assert run is not None
             times: dict[str, list[float]] = {"before": [], "after": []}
             for _ in range(args.repeat):
                 for name, span in (("before", span_before), ("after", now)):
-                    ranks.interval_range = span  # type: ignore[assignment]
+                    ranks.interval_range = span
                     for step_min in (None, n * 5):  # the whole run, and its second half (a zoom)
                         t0 = time.perf_counter()
                         ranks.rank_step_times(session, run, 200, step_min, None)
