@@ -145,6 +145,10 @@ def test_writes_from_this_servers_pages_and_named_origins_are_taken(make_client)
     client = make_client(allowed_origins="https://dash.example.org")
     same = {"origin": "http://testserver", "sec-fetch-site": "same-origin"}
     assert client.post("/api/v1/runs", json=run_body(), headers=same).status_code == 201
+    form_post = {"origin": "null", "sec-fetch-site": "same-origin"}  # a form under Referrer-Policy: no-referrer
+    assert client.patch("/api/v1/runs/run-1", json={"name": "y"}, headers=form_post).status_code == 200
+    older_browser = {"origin": "http://testserver"}  # no Sec-Fetch-Site: the Origin is judged
+    assert client.patch("/api/v1/runs/run-1", json={"name": "z"}, headers=older_browser).status_code == 200
     named = {"origin": "https://dash.example.org", "sec-fetch-site": "cross-site"}
     assert client.patch("/api/v1/runs/run-1", json={"name": "x"}, headers=named).status_code == 200
     assert client.delete("/api/v1/runs/run-1", headers=same).status_code == 204
