@@ -126,8 +126,8 @@ async function loadHeadline() {
   await painted();
 }
 
-// A live refresh draws the headline chart in a frame of its own too, so that the new interval
-// shows there before the other charts are redrawn.
+// A live refresh fetches the new part and draws the headline chart in a frame of its own, alone
+// (no other request competing with it), so that the new interval shows there first.
 async function extendWithNewIntervals() {
   if (state.lastStep === null || state.points > REDRAW_POINTS) {
     remember(await api.getSeries(runId, { max_points: MAX_POINTS }));
@@ -143,7 +143,6 @@ async function extendWithNewIntervals() {
   // Redrawn whole, not extended: smoothing is recomputed over the grown series.
   drawSeries((id) => id === HEADLINE);
   await painted();
-  drawSeries((id) => id !== HEADLINE);
 }
 
 function labelStats(catalogue) {
@@ -218,22 +217,46 @@ async function refreshSummary() {
   await Promise.all([lengthsPanel.load(run), loadSyncSites(catalogue, run), ranksPanel.load()]);
 }
 
-// Coalesces bursts of SSE events: at most one refresh runs, and at most one waits behind it.
-let queued = false;
-let chain = Promise.resolve();
+// Coalesces bursts of SSE events: at most one run of `work` at a time, and at most one waiting
+// behind it; `idle()` resolves once the runs asked for so far are done.
+function coalesced(work) {
+  let queued = false;
+  let chain = Promise.resolve();
+  return {
+    schedule() {
+      if (queued) return;
+      queued = true;
+      chain = chain.then(async () => {
+        queued = false;
+        try {
+          await work();
+          showError(null);
+        } catch (error) {
+          showError(error);
+        }
+      });
+    },
+    idle: () => chain,
+  };
+}
+
+// Two lanes, so that the new interval's points (what a person watches for) never wait behind the
+// slower rest of a refresh: the headline chart's, and the summary's with the other charts. The
+// rest begins once the headline has its new points, and draws one chart a frame, so that the next
+// interval's headline can be drawn in between.
+const headlineLane = coalesced(extendWithNewIntervals);
+const restLane = coalesced(async () => {
+  await headlineLane.idle();
+  await refreshSummary();
+  for (const id of Object.keys(state.charts)) {
+    if (id === HEADLINE) continue;
+    drawSeries((other) => other === id);
+    await painted();
+  }
+});
 function scheduleRefresh() {
-  if (queued) return;
-  queued = true;
-  chain = chain.then(async () => {
-    queued = false;
-    try {
-      // The new interval's points first: they are what a person watches for.
-      await Promise.all([extendWithNewIntervals(), refreshSummary()]);
-      showError(null);
-    } catch (error) {
-      showError(error);
-    }
-  });
+  headlineLane.schedule();
+  restLane.schedule();
 }
 
 async function start() {
