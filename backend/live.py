@@ -177,6 +177,19 @@ class UnixDatagrams(_Coalesced):
     async def start(self, hub: LiveHub) -> None:
         self.hub = hub
         self.loop = asyncio.get_running_loop()
+        try:
+            self._bind()
+        except OSError as exc:  # a folder of another user, a read-only filesystem: poll instead
+            log.warning(
+                "live push: cannot use %s (%s); live pages poll every PACKSCOPE_STREAM_POLL_S", self.folder, exc
+            )
+            self.pushes = False
+            self._own = None
+            return
+        assert self._receiver is not None
+        self.loop.add_reader(self._receiver.fileno(), self._receive)
+
+    def _bind(self) -> None:
         self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._own = self.folder / f"{os.getpid()}-{secrets.token_hex(4)}.sock"
         receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -185,7 +198,6 @@ class UnixDatagrams(_Coalesced):
         self._receiver = receiver
         self._sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self._sender.setblocking(False)
-        self.loop.add_reader(receiver.fileno(), self._receive)
 
     def _receive(self) -> None:
         assert self._receiver is not None
@@ -204,7 +216,8 @@ class UnixDatagrams(_Coalesced):
         run_ids = self._take()
         for run_id in run_ids:
             self.hub.wake(run_id)  # this process's streams, without a trip through the socket
-        assert self._sender is not None
+        if self._sender is None:  # not bound: other processes poll
+            return
         try:
             peers = [p for p in self.folder.iterdir() if p.suffix == ".sock" and p != self._own]
         except FileNotFoundError:  # the folder was removed: recreated by the next process to start

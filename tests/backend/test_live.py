@@ -212,3 +212,20 @@ def test_each_database_gets_its_transport(tmp_path):
     far = transport_for(make_engine(f"sqlite:///{deep / 'packscope.db'}"))
     assert isinstance(far, UnixDatagrams) and len(str(far.folder)) < 90  # a socket path fits
     assert not InProcess.pushes
+
+
+def test_a_socket_folder_that_cannot_be_made_means_polling_not_a_failed_start(tmp_path, caplog):
+    blocker = tmp_path / "db.live"
+    blocker.write_text("a file where the folder would be")
+
+    async def start_and_stop() -> bool:
+        hub = LiveHub(UnixDatagrams(blocker))
+        await hub.start()
+        hub.publish("run-1")  # still wakes this process's streams
+        await asyncio.sleep(0)
+        pushes = hub.pushes
+        await hub.stop()
+        return pushes
+
+    assert asyncio.run(start_and_stop()) is False
+    assert "live pages poll" in caplog.text
