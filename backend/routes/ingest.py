@@ -33,9 +33,7 @@ from packscope.backend.schemas import RUN_ID_PATTERN, IngestResult, RunCreate, R
 from packscope.backend.store.models import Run, deleted_runs
 
 RUN_ID = re.compile(RUN_ID_PATTERN)
-
-
-RUNS_PATH = "/api/v1/runs"
+RUNS_PATH = "/api/v1/runs"  # POST: a run body, capped at PACKSCOPE_MAX_RUN_BODY_BYTES
 
 
 def _too_large(limit: int) -> HTTPException:
