@@ -52,8 +52,9 @@ bench: $(STAMP)
 	$(BIN)/python bench/agent_overhead.py
 
 # The venv, build outputs, tool caches, and the demo's database (the server's default,
-# sqlite:///./packscope.db, with its WAL files).
+# sqlite:///./packscope.db, with its WAL files, its migration lock and its live-push sockets).
 clean:
 	rm -rf $(VENV) *.egg-info build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis
-	rm -f packscope.db packscope.db-*
+	rm -f packscope.db packscope.db-* packscope.db.migrate-lock
+	rm -rf packscope.db.live
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +
