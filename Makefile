@@ -57,9 +57,10 @@ lint: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python bench/agent_overhead.py
 
-# The venv and node_modules, build outputs, tool caches, and the demo's database (the server's default,
-# sqlite:///./packscope.db, with its WAL files).
+# The venv and node_modules, build outputs, tool caches, and the demo's database (the server's
+# default, sqlite:///./packscope.db, with its WAL files, its migration lock and its live-push sockets).
 clean:
 	rm -rf $(VENV) *.egg-info build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis node_modules
-	rm -f packscope.db packscope.db-*
+	rm -f packscope.db packscope.db-* packscope.db.migrate-lock
+	rm -rf packscope.db.live
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

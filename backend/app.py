@@ -2,6 +2,7 @@
 
 import functools
 import gc
+import logging
 import math
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -16,14 +17,23 @@ from fastapi.staticfiles import StaticFiles
 from packscope import __version__
 from packscope.backend import openapi
 from packscope.backend.admission import Admission, Coalescer
+from packscope.backend.allowed_methods import add_allowed_methods_handler
+from packscope.backend.csv_streams import CsvLimits
 from packscope.backend.errors import add_database_error_handlers
-from packscope.backend.ingest.batches import ingest_together
+from packscope.backend.live import LiveHub, transport_for
 from packscope.backend.routes import ingest, pages, reads
+from packscope.backend.routes.ingest import store_batches
 from packscope.backend.routes.ranks import router as ranks_router
-from packscope.backend.security import SecurityHeaders, SignInGuard
+from packscope.backend.security import SecurityHeaders, SignInGuard, TokenGuard, WriteGuard
 from packscope.backend.settings import Settings
 from packscope.backend.store.db import WRITES, make_engine, make_sessionmaker, upgrade_schema
 from packscope.frontend import STATIC_DIR
+
+log = logging.getLogger("packscope.backend")
+OPEN_WRITES_WARNING = (
+    "PACKSCOPE_INGEST_TOKEN is not set: anyone who can reach this server can create, change and delete "
+    "runs. Set PACKSCOPE_INGEST_TOKEN (and give the same token to the agents) before other people can reach it."
+)
 
 
 def _echo(value: Any) -> Any:
@@ -56,6 +66,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         sqlite_busy_s=settings.sqlite_busy_s,
     )
     upgrade_schema(engine)
+    live = LiveHub(transport_for(engine))
+    if settings.writes_open:
+        log.warning(OPEN_WRITES_WARNING)
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
@@ -63,9 +76,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # lives until shutdown; frozen, the collector's full collections skip it, so one costs a
         # few ms instead of 100-130 ms (an ingest or read stalled behind it: docs/BENCHMARKS.md).
         gc.freeze()
+        await live.start()
         try:
             yield
         finally:
+            await live.stop()
             gc.unfreeze()  # several apps in one process (tests): their objects collectable again
             engine.dispose()
 
@@ -77,10 +92,13 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     app.add_exception_handler(RequestValidationError, _validation_error)
     add_database_error_handlers(app)
+    add_allowed_methods_handler(app)
     app.state.settings = settings
     app.state.engine = engine
     app.state.sessionmaker = make_sessionmaker(engine)
     app.state.write_sessionmaker = make_sessionmaker(engine, writes=True)
+    app.state.live = live  # new intervals wake the open streams of every process (live.py)
+    app.state.csv_limits = CsvLimits(settings.csv_streams, settings.csv_streams_per_client, settings.retry_after_s)
     app.state.admission = Admission(
         slots=settings.db_slots,
         wait_s=settings.queue_wait_s,
@@ -91,7 +109,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # while others are stored are stored together (routes/ingest.py).
     app.state.batches = Coalescer(
         app.state.admission,
-        functools.partial(ingest_together, engine.execution_options(**{WRITES: True})),
+        functools.partial(store_batches, engine.execution_options(**{WRITES: True}), engine),
         weigh=lambda batch: len(batch[1]),
         max_weight=settings.coalesce_rows,
     )
@@ -102,7 +120,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(pages.router)
     app.add_exception_handler(pages.SignInRequired, pages.sign_in_required)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
+    # Outermost last: every refusal below still carries the security headers.
     app.add_middleware(SignInGuard, per_minute=settings.sign_in_per_minute)
+    app.add_middleware(TokenGuard, per_minute=settings.token_failures_per_minute)
+    app.add_middleware(WriteGuard, allowed_origins=settings.allowed_origin_set)
     app.add_middleware(SecurityHeaders)
     app.openapi = lambda: openapi.document(app, settings)  # type: ignore[method-assign]
     return app

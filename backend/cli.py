@@ -54,7 +54,9 @@ def shown_url(url: str) -> str:
 
 def serve_from_args(args: argparse.Namespace) -> int:
     import uvicorn
+    from pydantic import ValidationError
 
+    from packscope.backend.serving import SUPERVISOR_PID, uvicorn_options
     from packscope.backend.settings import Settings
     from packscope.backend.store.db import make_engine, upgrade_schema
 
@@ -63,27 +65,40 @@ def serve_from_args(args: argparse.Namespace) -> int:
     if args.database_url:
         # Worker processes build their app from the environment (create_app's default settings).
         os.environ["PACKSCOPE_DATABASE_URL"] = args.database_url
-    settings = Settings()
+    try:
+        settings = Settings()
+    except ValidationError as exc:
+        return _fail("; ".join(str(error["msg"]).removeprefix("Value error, ") for error in exc.errors()))
     shown = shown_url(settings.database_url)
     try:
-        # Migrate once here, so that workers starting together do not race to migrate.
+        # Migrate here, so that a database that cannot be opened is said once, not once per worker
+        # (each worker's app migrates again: a no-op, serialised by the migration lock).
         engine = make_engine(settings.database_url)
         upgrade_schema(engine)
         engine.dispose()
-    except (SQLAlchemyError, ValueError) as exc:
+    except (SQLAlchemyError, ValueError, OSError) as exc:
         reason = getattr(exc, "orig", None) or exc  # the driver's message, without SQLAlchemy's boilerplate
         return _fail(f"cannot open or migrate the database {shown}: {reason}; check --database-url")
     where = f"http://{args.host}:{args.port}/"
     print(f"packscope: dashboard at {where} (database {shown}, {args.workers} worker(s))", file=sys.stderr)
+    if settings.writes_open:
+        print(
+            "packscope: WRITES ARE OPEN (no PACKSCOPE_INGEST_TOKEN): anyone who reaches "
+            f"{args.host}:{args.port} can add, change and delete runs",
+            file=sys.stderr,
+        )
+    factory = "packscope.backend.app:create_app"
+    if args.workers > 1:
+        factory = "packscope.backend.serving:worker_app"  # workers that die with this process
+        os.environ[SUPERVISOR_PID] = str(os.getpid())
     uvicorn.run(
-        "packscope.backend.app:create_app",
+        factory,
         factory=True,
         host=args.host,
         port=args.port,
         workers=args.workers,
-        # Live streams never end on their own; without a limit, Ctrl-C would wait for every open page.
-        timeout_graceful_shutdown=3,
         access_log=not args.no_access_log,
+        **uvicorn_options(settings, workers=args.workers),
     )
     return 0
 

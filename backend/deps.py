@@ -2,23 +2,23 @@
 
 import hmac
 from collections.abc import AsyncIterator
+from datetime import datetime
 from typing import Annotated
 
-from fastapi import Depends, HTTPException, Request, status
+from fastapi import Depends, HTTPException, Path, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from packscope.backend.admission import Admission
 from packscope.backend.reads.queries import get_run
-from packscope.backend.security import read_cookie_value
+from packscope.backend.schemas import RUN_ID_PATTERN
+from packscope.backend.security import READ_COOKIE, read_cookie_value
 from packscope.backend.settings import Settings
-from packscope.backend.store.models import Run
+from packscope.backend.store.models import Run, deleted_runs
 
 _bearer = HTTPBearer(auto_error=False)
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
-# Browsers cannot put a bearer header on EventSource or plain page loads: the dashboard's
-# sign-in page stores a value derived from the read token in this HttpOnly cookie instead.
-READ_COOKIE = "packscope_read"
 
 
 # The dependencies below are `async def` though they never wait: FastAPI runs a plain `def`
@@ -45,6 +45,10 @@ async def get_session(request: Request) -> AsyncIterator[Session]:
 
 
 SettingsDep = Annotated[Settings, Depends(get_settings)]
+# Every run id was checked against this when the run was created, so one that does not match
+# names no run: 422 before any query, the same answer on every database (a NUL would otherwise
+# reach PostgreSQL, which refuses it, and SQLite, which finds nothing).
+RunIdPath = Annotated[str, Path(pattern=RUN_ID_PATTERN, description="the run's client-made id")]
 SessionDep = Annotated[Session, Depends(get_session, scope="function")]
 
 
@@ -100,4 +104,29 @@ def run_or_404(session: Session, run_id: str) -> Run:
     run = get_run(session, run_id)
     if run is None:
         raise run_not_found(run_id)
+    return run
+
+
+def deleted_at(session: Session, run_id: str) -> datetime | None:
+    return session.scalar(select(deleted_runs.c.deleted_at).where(deleted_runs.c.run_id == run_id))
+
+
+def run_gone(run_id: str, when: datetime) -> HTTPException:
+    return HTTPException(
+        status.HTTP_410_GONE,
+        detail=f"run {run_id!r} was deleted at {when.isoformat()}; nothing more is stored for it. Start a "
+        "new run_id, or create it again on purpose with POST /api/v1/runs?recreate=true",
+    )
+
+
+def missing_run(session: Session, run_id: str) -> HTTPException:
+    """What a write to a run that is not stored is answered: 410 if it was deleted, else 404."""
+    when = deleted_at(session, run_id)
+    return run_not_found(run_id) if when is None else run_gone(run_id, when)
+
+
+def run_to_write(session: Session, run_id: str) -> Run:
+    run = get_run(session, run_id)
+    if run is None:
+        raise missing_run(session, run_id)
     return run

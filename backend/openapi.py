@@ -33,14 +33,22 @@ def _errors_of(path: str, method: str, writes: bool, token_needed: bool) -> dict
     }
     if token_needed:
         out["401"] = _error("Missing or wrong bearer token")
+        out["429"] = _error(
+            "Too many refused tokens from this client within a minute (PACKSCOPE_TOKEN_FAILURES_PER_MINUTE)",
+            headers=RETRY_AFTER,
+        )
     if "{run_id}" in path or path.endswith("/compare"):
         out["404"] = _error("The run (or the asked interval) is not stored")
     if writes:
+        out["403"] = _error("A write from another origin (Origin / Sec-Fetch-Site), as a web page would send")
+    if writes and method in ("post", "patch"):
         out["400"] = _error("The body says Content-Encoding: gzip but does not decompress")
         out["413"] = _error("The body is over PACKSCOPE_MAX_BODY_BYTES after decompression")
-        out["415"] = _error("A Content-Encoding other than gzip")
+        out["415"] = _error("A Content-Type other than application/json, or a Content-Encoding other than gzip")
     if path.endswith("/runs") and method == "post":
         out["409"] = _error("The run is stored with a different model")
+    if writes and ("{run_id}" in path or path.endswith("/runs")):
+        out["410"] = _error("The run was deleted; POST /api/v1/runs?recreate=true creates it again")
     return out
 
 

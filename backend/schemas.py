@@ -9,9 +9,12 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     Field,
+    PlainValidator,
     StrictBool,
     StringConstraints,
+    WithJsonSchema,
     create_model,
     field_validator,
     model_validator,
@@ -19,7 +22,7 @@ from pydantic import (
 
 from packscope.backend.text import SafeStr, storable_json
 from packscope.core.catalogue import BAND_METRICS, INT32_MAX, INT64_MAX, METRIC
-from packscope.core.flops import ModelSpec
+from packscope.core.flops import ModelSpec, model_json_schema
 
 RUN_ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
 
@@ -28,11 +31,46 @@ Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
 SmallCount = Annotated[int, Field(ge=0, le=INT32_MAX)]
 Positive = Annotated[int, Field(ge=1, le=INT32_MAX)]
 RunStatus = Literal["running", "finished", "failed"]
-StrictPositive = Annotated[int, Field(strict=True, ge=1, le=INT32_MAX)]
+
+
+def _a_number(value: Any) -> Any:
+    # JSON Schema's "integer" takes 8.0 (pydantic's lax int does too, and refuses 8.5); text and
+    # true/false are no numbers, though lax pydantic would take "8" and true.
+    if isinstance(value, str | bool):
+        raise ValueError(f"must be a JSON number, got {value!r}")
+    return value
+
+
+def whole_number(ge: int, le: int) -> Any:
+    """An integer from ge to le, as a JSON number (8 or 8.0)."""
+    return Annotated[int, Field(ge=ge, le=le), BeforeValidator(_a_number)]
+
+
+StrictPositive = Annotated[int, Field(ge=1, le=INT32_MAX), BeforeValidator(_a_number)]
+LayerFlag = Annotated[int, Field(ge=0, le=1), BeforeValidator(_a_number)]  # moe_layers: 1 = an MoE layer
 PARALLEL_DEFAULTS = {"dp": 1, "tp": 1, "pp": 1, "cp": 1, "ep": 1}
-MODEL_FLAGS = {"gated", "attn_output_gate"}
-MODEL_OPTIONAL = {"kv_heads", "head_dim", "moe_ffn"}
-MAX_MODEL_SIZE = 2**24  # any layer count, width or vocabulary of a real model
+
+
+# -- the FLOPs model of a run ----------------------------------------------------------------------
+def _json_integers(value: Any) -> Any:
+    """JSON Schema's "integer" takes 8.0: whole floats become ints (the rest is ModelSpec's to judge)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, list):
+        return [_json_integers(item) for item in value]
+    return value
+
+
+def _model(value: Any) -> ModelSpec:
+    # ModelSpec.from_dict is the one reading of a model dict: types, bounds, unknown and missing
+    # fields named (a dataclass built by pydantic would take "1024" or drop a misspelt field).
+    if not isinstance(value, dict):
+        raise ValueError(f"a model is a JSON object, got {type(value).__name__}")
+    return ModelSpec.from_dict({key: _json_integers(item) for key, item in value.items()})
+
+
+# The body of `model`: validated by ModelSpec.from_dict alone, documented by its JSON schema.
+ModelBody = Annotated[ModelSpec, PlainValidator(_model), WithJsonSchema(model_json_schema())]
 
 
 # -- runs -----------------------------------------------------------------------------------------
@@ -51,20 +89,13 @@ class RunCreate(BaseModel):
     tags: list[Annotated[SafeStr, Field(max_length=100)]] = Field(default_factory=list, max_length=50)
     # Checked before anything is stored: depth, size, strings and numbers every backend can hold.
     config: Annotated[dict[str, Any], AfterValidator(storable_json)] = Field(default_factory=dict)
-    model: ModelSpec
+    model: ModelBody
     hardware: Hardware = Field(default_factory=Hardware)
     parallel: dict[Annotated[SafeStr, Field(max_length=20)], StrictPositive] = Field(
         default_factory=lambda: dict(PARALLEL_DEFAULTS), max_length=20
     )
     layout: Literal["thd", "bshd"]
     started_at: datetime | None = None
-
-    @field_validator("model", mode="before")
-    @classmethod
-    def _model_as_the_core_reads_it(cls, value: Any) -> Any:
-        # ModelSpec.from_dict is the one strict reading of a model dict (types, bounds, unknown
-        # fields named): a dataclass built by pydantic would drop a misspelt field silently.
-        return ModelSpec.from_dict(value) if isinstance(value, dict) else value
 
     @field_validator("parallel")
     @classmethod
@@ -111,7 +142,9 @@ class IngestResult(BaseModel):
 Totals = create_model("Totals", **dict.fromkeys(METRIC, (float | None, ...)))  # type: ignore[call-overload]
 
 
-class RunSummary(BaseModel):
+class RunListItem(BaseModel):
+    """A run as the runs list gives it: what the table shows, no config (GET /api/v1/runs/{id} has it)."""
+
     run_id: str
     name: str | None
     project: str | None
@@ -124,7 +157,6 @@ class RunSummary(BaseModel):
     model: dict[str, Any]
     hardware: dict[str, Any]
     parallel: dict[str, Any]
-    config: dict[str, Any]
     c_lin: int
     c_core: int
     records: int  # interval records stored: one per rank per interval
@@ -137,13 +169,25 @@ class RunSummary(BaseModel):
     archived: bool
 
 
+class RunSummary(RunListItem):
+    """A run with everything stored of it: its config too."""
+
+    config: dict[str, Any]
+
+
+class RunListed(RunListItem):
+    # Only the keys asked for with `config_keys` (dotted paths into the config), null where absent.
+    config_values: dict[str, Any]
+
+
 class RunList(BaseModel):
     runs: list[RunSummary]
 
 
-class RunPage(RunList):
+class RunPage(BaseModel):
     """One page of GET /api/v1/runs: `total` counts every run that matches the filters."""
 
+    runs: list[RunListed]
     total: int
 
 

@@ -1,12 +1,21 @@
-"""Browser-facing protections: security headers on every answer, and a sign-in form that cannot
-be used to guess the read token quickly or to make the server parse a huge body."""
+"""Protections of every answer and every write: security headers; writes only as JSON and only
+from this server's own pages (never another site's, through the visitor's browser); token
+guesses throttled per client, at the sign-in form and on the API; a sign-in form that cannot make
+the server parse a huge body.
+
+The client address is the TCP peer's (`scope["client"]`): uvicorn replaces it by X-Forwarded-For
+only for the proxies named in PACKSCOPE_TRUSTED_PROXIES (backend/serving.py).
+"""
 
 import hashlib
 import hmac
+import json
 import math
 import time
 from collections import deque
+from urllib.parse import urlsplit
 
+from starlette.datastructures import Headers
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 # Scripts, styles and fetches come from this server only (plotly.js is served from
@@ -25,6 +34,9 @@ HEADERS = [
 # FastAPI's /docs and /redoc pages load Swagger UI and ReDoc from a CDN with inline scripts.
 CSP_EXEMPT = ("/docs", "/redoc")
 
+# Browsers cannot put a bearer header on EventSource or plain page loads: the dashboard's
+# sign-in page stores a value derived from the read token in this HttpOnly cookie instead.
+READ_COOKIE = "packscope_read"
 SIGN_IN_PATH = "/sign-in"
 SIGN_IN_MAX_BYTES = 8 * 1024  # a token and a return path
 WINDOW_S = 60.0
@@ -59,7 +71,7 @@ class SecurityHeaders:
 
 
 async def _answer(send: Send, code: int, detail: str, retry_after_s: int | None = None) -> None:
-    body = (f'{{"detail": "{detail}"}}').encode()
+    body = json.dumps({"detail": detail}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if retry_after_s is not None:
         headers.append((b"retry-after", str(retry_after_s).encode()))
@@ -67,37 +79,57 @@ async def _answer(send: Send, code: int, detail: str, retry_after_s: int | None 
     await send({"type": "http.response.body", "body": body})
 
 
-class SignInGuard:
-    """POST /sign-in: at most `per_minute` attempts per client address (429 with Retry-After
-    beyond), and a body of at most SIGN_IN_MAX_BYTES (413), both checked before the form is parsed.
+def client_of(scope: Scope) -> str:
+    """The client's address: the TCP peer, or what a trusted proxy said it was."""
+    return scope["client"][0] if scope.get("client") else "unknown"
 
-    Attempts are counted per worker process; with N workers a client gets at most N times as many.
-    """
 
-    def __init__(self, app: ASGIApp, per_minute: int) -> None:
-        self.app = app
+class RecentAttempts:
+    """Attempts per client address within the last WINDOW_S seconds (per worker process: with N
+    workers a client gets at most N times as many)."""
+
+    def __init__(self, per_minute: int) -> None:
         self.per_minute = per_minute
         self.attempts: dict[str, deque[float]] = {}
 
-    def _retry_after(self, client: str) -> int | None:
-        now = time.monotonic()
+    def _recent(self, client: str, now: float) -> deque[float]:
         if len(self.attempts) > MAX_TRACKED_CLIENTS:  # forget clients whose window has passed
             self.attempts = {c: a for c, a in self.attempts.items() if a and now - a[-1] < WINDOW_S}
         recent = self.attempts.setdefault(client, deque())
         while recent and now - recent[0] >= WINDOW_S:
             recent.popleft()
+        return recent
+
+    def retry_after(self, client: str) -> int | None:
+        """Seconds until `client` may try again, or None when it may now."""
+        now = time.monotonic()
+        recent = self._recent(client, now)
         if len(recent) >= self.per_minute:
             return max(1, math.ceil(WINDOW_S - (now - recent[0])))
-        recent.append(now)
         return None
+
+    def add(self, client: str) -> None:
+        now = time.monotonic()
+        self._recent(client, now).append(now)
+
+
+class SignInGuard:
+    """POST /sign-in: at most `per_minute` attempts per client address (429 with Retry-After
+    beyond), and a body of at most SIGN_IN_MAX_BYTES (413), both checked before the form is parsed."""
+
+    def __init__(self, app: ASGIApp, per_minute: int) -> None:
+        self.app = app
+        self.attempts = RecentAttempts(per_minute)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or scope["path"] != SIGN_IN_PATH or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
-        client = scope["client"][0] if scope.get("client") else "unknown"
-        wait = self._retry_after(client)
-        if wait is not None:
+        client = client_of(scope)
+        wait = self.attempts.retry_after(client)
+        if wait is None:
+            self.attempts.add(client)
+        else:
             await _answer(send, 429, f"too many sign-in attempts from {client}; retry after {wait} s", wait)
             return
         declared = dict(scope["headers"]).get(b"content-length")
@@ -125,3 +157,108 @@ class SignInGuard:
                 await send(message)
 
         await self.app(scope, capped_receive, send_unless_refused)
+
+
+def _presents_a_credential(headers: Headers) -> bool:
+    return "authorization" in headers or f"{READ_COOKIE}=" in headers.get("cookie", "")
+
+
+class TokenGuard:
+    """The API's bearer tokens cannot be guessed quickly: a client whose credentials (a bearer
+    header or the sign-in cookie) were refused `per_minute` times within a minute is answered 429
+    with Retry-After on every API request until the oldest refusal is a minute old. A request
+    without any credential is no guess and is not counted."""
+
+    def __init__(self, app: ASGIApp, per_minute: int) -> None:
+        self.app = app
+        self.refusals = RecentAttempts(per_minute)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not scope["path"].startswith("/api/"):
+            await self.app(scope, receive, send)
+            return
+        client = client_of(scope)
+        wait = self.refusals.retry_after(client)
+        if wait is not None:
+            await _answer(send, 429, f"too many refused tokens from {client}; retry after {wait} s", wait)
+            return
+        if not _presents_a_credential(Headers(scope=scope)):
+            await self.app(scope, receive, send)
+            return
+
+        async def count_refusals(message: Message) -> None:
+            if message["type"] == "http.response.start" and message["status"] == 401:
+                self.refusals.add(client)
+            await send(message)
+
+        await self.app(scope, receive, count_refusals)
+
+
+UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+BODY_METHODS = frozenset({"POST", "PATCH"})  # those the API serves with a body (PUT: 405, DELETE: none)
+JSON_MEDIA_TYPE = "application/json"
+
+
+def _origin_of(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.netloc}".lower()
+
+
+def cross_origin_refusal(headers: Headers, allowed: frozenset[str]) -> str | None:
+    """Why a write comes from another site through a visitor's browser, or None.
+
+    Browsers say where a request comes from (Sec-Fetch-Site, Origin); the agent, curl and scripts
+    send neither and are judged by their token alone. Same-site is refused too: a sibling
+    subdomain is another application.
+    """
+    origin = headers.get("origin")
+    if origin is not None and origin.rstrip("/").lower() in allowed:
+        return None
+    site = headers.get("sec-fetch-site")
+    if site is not None:
+        # What the browser itself says, and the one to believe: under this server's
+        # `Referrer-Policy: no-referrer` a same-origin form post says `Origin: null`.
+        return None if site in ("same-origin", "none") else f"a write from another site (Sec-Fetch-Site: {site})"
+    if origin is None:
+        return None
+    host = headers.get("host", "").lower()
+    if origin == "null" or urlsplit(_origin_of(origin)).netloc != host:
+        return f"a write from another origin ({origin}, this server is {host or 'unnamed'})"
+    return None
+
+
+class WriteGuard:
+    """Writes (POST, PUT, PATCH, DELETE) from another origin are refused (403), and writes to the
+    API must be JSON (415): a page on any site can make a browser send a `text/plain` or form POST
+    without asking the server first (no CORS preflight), never an `application/json` one."""
+
+    def __init__(self, app: ASGIApp, allowed_origins: frozenset[str]) -> None:
+        self.app = app
+        self.allowed_origins = allowed_origins
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope["method"] not in UNSAFE_METHODS:
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        refusal = cross_origin_refusal(headers, self.allowed_origins)
+        if refusal is not None:
+            await _answer(
+                send,
+                403,
+                f"{refusal} is refused: packscope takes writes from its own pages and from clients that "
+                "send no Origin (the agent); name other origins in PACKSCOPE_ALLOWED_ORIGINS",
+            )
+            return
+        if scope["path"].startswith("/api/") and scope["method"] in BODY_METHODS:
+            media_type = headers.get("content-type", "").split(";")[0].strip().lower()
+            if media_type != JSON_MEDIA_TYPE:
+                shown = media_type or "none"
+                await _answer(
+                    send,
+                    415,
+                    f"Content-Type {shown} is not accepted: send the body as JSON with "
+                    "'Content-Type: application/json' (gzip it with 'Content-Encoding: gzip' if you like)",
+                )
+                return
+        await self.app(scope, receive, send)

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 from sqlalchemy import Select, distinct, exists, func, literal, or_, select, true
-from sqlalchemy.orm import Session
+from sqlalchemy.orm import Session, defer
 
 from packscope.backend.reads.stats import mann_whitney_u
 from packscope.backend.store.models import (
@@ -92,10 +92,12 @@ def steady_sums(totals: Mapping[str, Any], first: tuple[int, dict[str, float]] |
     return out
 
 
-def _summary(run: Run, sums: Mapping[str, Any] | None, steady: Mapping[str, float] | None) -> dict[str, Any]:
+def _summary(
+    run: Run, sums: Mapping[str, Any] | None, steady: Mapping[str, float] | None, with_config: bool = True
+) -> dict[str, Any]:
     c = coefficients(run)
     totals = None if sums is None else derive(sums, c)
-    return {
+    summary = {
         "run_id": run.run_id,
         "name": run.name,
         "project": run.project,
@@ -108,7 +110,6 @@ def _summary(run: Run, sums: Mapping[str, Any] | None, steady: Mapping[str, floa
         "model": run.model,
         "hardware": run.hardware,
         "parallel": run.parallel,
-        "config": run.config,
         "c_lin": c.c_lin,
         "c_core": c.c_core,
         "records": 0 if sums is None else int(sums["rows"]),
@@ -118,17 +119,21 @@ def _summary(run: Run, sums: Mapping[str, Any] | None, steady: Mapping[str, floa
         "notes": run.notes,
         "archived": run.archived,
     }
+    if with_config:
+        summary["config"] = run.config
+    return summary
 
 
-def run_summaries(session: Session, runs: Sequence[Run]) -> list[dict[str, Any]]:
-    """RunSummary dicts (docs/api.md) for `runs`, in the order given; one read of the run totals."""
+def run_summaries(session: Session, runs: Sequence[Run], *, with_config: bool = True) -> list[dict[str, Any]]:
+    """RunSummary dicts (docs/api.md) for `runs`, in the order given; one read of the run totals.
+    Without their configs for the runs list (whose runs are loaded without them, list_runs)."""
     if not runs:
         return []
     query = select(run_totals).where(run_totals.c.run_pk.in_([r.id for r in runs]))
     by_run: dict[int, Mapping[str, Any]] = {row.run_pk: dict(row._mapping) for row in session.execute(query)}
     firsts = first_interval_sums(session, list(by_run))
     return [
-        _summary(run, sums, None if sums is None else steady_sums(sums, firsts.get(run.id)))
+        _summary(run, sums, None if sums is None else steady_sums(sums, firsts.get(run.id)), with_config)
         for run in runs
         for sums in [by_run.get(run.id)]
     ]
@@ -191,6 +196,20 @@ def _where(query: Select[Any], f: RunFilters, dialect: str) -> Select[Any]:
     return query
 
 
+# The runs list never reads a run's config (up to 256 KiB each); config_values picks keys from it.
+_WITHOUT_CONFIG = defer(Run.config, raiseload=True)
+
+
+def config_values(session: Session, runs: Sequence[Run], keys: Sequence[str]) -> dict[int, dict[str, Any]]:
+    """Per run: the values at the dotted `keys` of its config ("optimizer.name" is
+    config["optimizer"]["name"]), extracted by the database; None where the run has none."""
+    if not runs or not keys:
+        return {}
+    columns = [Run.config[tuple(key.split("."))].label(f"k{i}") for i, key in enumerate(keys)]
+    rows = session.execute(select(Run.id, *columns).where(Run.id.in_([r.id for r in runs])))
+    return {row[0]: dict(zip(keys, row[1:], strict=True)) for row in rows}
+
+
 def list_runs(
     session: Session,
     filters: RunFilters = RunFilters(),
@@ -212,9 +231,9 @@ def list_runs(
     if key in DERIVED_SORT_KEYS:
         ids = _sorted_by_metric(session, _where(select(Run.id), filters, dialect), key, descending, newest)
         page = ids[offset : None if limit is None else offset + limit]
-        found = {r.id: r for r in session.scalars(select(Run).where(Run.id.in_(page)))}
+        found = {r.id: r for r in session.scalars(select(Run).options(_WITHOUT_CONFIG).where(Run.id.in_(page)))}
         return [found[i] for i in page], total
-    query = _where(select(Run), filters, dialect)
+    query = _where(select(Run).options(_WITHOUT_CONFIG), filters, dialect)
     if key in TOTALS_SORT_COLUMNS:
         query = query.outerjoin(run_totals, run_totals.c.run_pk == Run.id)
         column: Any = run_totals.c[TOTALS_SORT_COLUMNS[key]]

@@ -2,27 +2,19 @@
 interval the slowest rank, the median and the spread (slowest ÷ median), the straggler sign.
 
 Every rank stores its own row per interval, so this reads raw rows, not rollups: at most
-max_points intervals x ranks rows, picked by index on (run_pk, interval, rank).
+max_points intervals x ranks rows, picked by index on (run_pk, interval, rank). The interval range
+of a step range is found by index seeks (series.interval_range), so the cost does not grow with
+the run's length.
 """
 
 import statistics
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from packscope.backend.reads.series import _interval_range as interval_range
 from packscope.backend.store.models import Run, intervals
-
-
-def _interval_span(session: Session, run: Run, step_min: int | None, step_max: int | None) -> tuple[int, int] | None:
-    """The first and last interval index whose steps meet [step_min, step_max]; None if none do."""
-    query = select(func.min(intervals.c.interval), func.max(intervals.c.interval)).where(intervals.c.run_pk == run.id)
-    if step_min is not None:
-        query = query.where(intervals.c.last_step >= step_min)
-    if step_max is not None:
-        query = query.where(intervals.c.first_step <= step_max)
-    first, last = session.execute(query).one()
-    return None if first is None else (int(first), int(last))
 
 
 def strided(first: int, last: int, max_points: int) -> list[int]:
@@ -38,7 +30,7 @@ def strided(first: int, last: int, max_points: int) -> list[int]:
 def rank_step_times(
     session: Session, run: Run, max_points: int, step_min: int | None = None, step_max: int | None = None
 ) -> dict[str, Any]:
-    span = _interval_span(session, run, step_min, step_max)
+    span = interval_range(session, run, step_min, step_max)
     wanted = strided(*span, max_points) if span else []
     rows = (
         session.execute(

@@ -1,26 +1,46 @@
 """The agent's write API (docs/wire.md): runs and batches of interval records."""
 
+import re
 import zlib
-from collections.abc import Callable, Coroutine
-from typing import Any
+from collections.abc import Callable, Coroutine, Sequence
+from datetime import UTC, datetime
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, HTTPException, Request, Response, status
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
+from sqlalchemy import Engine, delete, insert, select, update
+from sqlalchemy.orm import Session, sessionmaker
+from starlette.concurrency import run_in_threadpool
 
-from packscope.backend.deps import SessionDep, check_ingest_token, require_ingest_token, run_not_found, run_or_404
-from packscope.backend.ingest.batches import ModelConflict, create_or_resume_run, patch_run
+from packscope.backend.deps import (
+    RunIdPath,
+    SessionDep,
+    check_ingest_token,
+    deleted_at,
+    missing_run,
+    require_ingest_token,
+    run_gone,
+    run_or_404,
+    run_to_write,
+)
+from packscope.backend.ingest.batches import Batch, ModelConflict, create_or_resume_run, ingest_together, patch_run
 from packscope.backend.ingest.record import RecordError, batch_json_schema
 from packscope.backend.ingest.rows import parse
 from packscope.backend.reads.queries import run_summary
-from packscope.backend.schemas import IngestResult, RunCreate, RunPatch, RunSummary
+from packscope.backend.schemas import RUN_ID_PATTERN, IngestResult, RunCreate, RunPatch, RunSummary
+from packscope.backend.store.models import Run, deleted_runs
+
+RUN_ID = re.compile(RUN_ID_PATTERN)
+RUNS_PATH = "/api/v1/runs"  # POST: a run body, capped at PACKSCOPE_MAX_RUN_BODY_BYTES
 
 
 def _too_large(limit: int) -> HTTPException:
     return HTTPException(
         status.HTTP_413_CONTENT_TOO_LARGE,
-        detail=f"request body is larger than {limit} bytes (after gzip decompression); "
-        "send fewer interval records per request, or raise PACKSCOPE_MAX_BODY_BYTES on the server",
+        detail=f"request body is larger than {limit} bytes (after gzip decompression); send fewer interval "
+        "records per request (or a smaller run config), or raise PACKSCOPE_MAX_BODY_BYTES "
+        "(PACKSCOPE_MAX_RUN_BODY_BYTES for POST /api/v1/runs) on the server",
     )
 
 
@@ -33,7 +53,17 @@ class LimitedRequest(Request):
 
     async def body(self) -> bytes:
         if not hasattr(self, "_body"):
-            limit: int = self.app.state.settings.max_body_bytes
+            settings = self.app.state.settings
+            # A run body is small (a config is at most 256 KiB): a larger one is refused before it
+            # is read and parsed, so that a few 8 MB configs cannot hold the server busy.
+            limit: int = (
+                settings.max_run_body_bytes
+                if self.method == "POST" and self.url.path == RUNS_PATH
+                else settings.max_body_bytes
+            )
+            declared = self.headers.get("content-length")
+            if declared is not None and declared.isdigit() and int(declared) > limit:
+                raise _too_large(limit)
             encoding = self.headers.get("content-encoding", "identity").strip().lower()
             if encoding not in ("gzip", "identity"):
                 raise HTTPException(
@@ -107,7 +137,20 @@ router = APIRouter(
     status_code=status.HTTP_201_CREATED,
     responses={200: {"description": "The run already existed (a resume)", "model": RunSummary}},
 )
-def create_run(body: RunCreate, session: SessionDep, response: Response) -> dict[str, Any]:
+def create_run(
+    body: RunCreate,
+    session: SessionDep,
+    response: Response,
+    recreate: Annotated[
+        bool, Query(description="create a run whose id was deleted (otherwise 410 Gone): its old data stays gone")
+    ] = False,
+) -> dict[str, Any]:
+    when = deleted_at(session, body.run_id)
+    if when is not None:
+        if not recreate:
+            raise run_gone(body.run_id, when)
+        session.execute(delete(deleted_runs).where(deleted_runs.c.run_id == body.run_id))
+        session.commit()
     try:
         run, created = create_or_resume_run(session, body)
     except ModelConflict as exc:
@@ -147,11 +190,24 @@ async def _post_intervals(request: Request) -> Response:
     by hand, in the order FastAPI checks it (before the body is read), and the endpoint's work,
     without FastAPI's dependency resolution per request (about 80 µs of CPU a batch)."""
     await check_ingest_token(request)
-    return await post_intervals(request.path_params["run_id"], request)
+    run_id = request.path_params["run_id"]
+    if not RUN_ID.fullmatch(run_id):  # as FastAPI answers RunIdPath's pattern
+        raise RequestValidationError(
+            [
+                {
+                    "type": "string_pattern_mismatch",
+                    "loc": ("path", "run_id"),
+                    "msg": f"String should match pattern '{RUN_ID_PATTERN}'",
+                    "input": run_id,
+                    "ctx": {"pattern": RUN_ID_PATTERN},
+                }
+            ]
+        )
+    return await post_intervals(run_id, request)
 
 
 @router.post("/runs/{run_id}/intervals", response_model=IngestResult, openapi_extra=_batch_body())
-async def post_intervals(run_id: str, request: Request) -> Response:
+async def post_intervals(run_id: RunIdPath, request: Request) -> Response:
     # The hot path, kept lean: served by _post_intervals (LimitedRoute), which calls this after the
     # token check with no dependency resolution; the raw body is validated once and laid out as
     # rows (rows.parse: the record's msgspec structs, checked; a RecordError names every problem)
@@ -167,19 +223,46 @@ async def post_intervals(run_id: str, request: Request) -> Response:
         ) from None
     result = await request.app.state.batches.submit((run_id, parsed))
     if result is None:
-        raise run_not_found(run_id)
-    return Response(
-        result.model_dump_json(exclude_defaults=True), media_type="application/json"
-    )  # `ignored` only when any
+        raise await run_in_threadpool(_missing_run, request.app.state.sessionmaker, run_id)
+    if result.accepted:
+        request.app.state.live.publish(run_id)  # committed: the run's open pages are told now
+    # `ignored` only when the batch held fields the record does not know
+    return Response(result.model_dump_json(exclude_defaults=True), media_type="application/json")
 
 
 post_intervals.lean_handler = _post_intervals  # type: ignore[attr-defined]
 
 
+def _missing_run(make_session: sessionmaker[Session], run_id: str) -> HTTPException:
+    with make_session() as session:
+        return missing_run(session, run_id)
+
+
+def store_batches(writes: Engine, reads: Engine, batches: Sequence[Batch]) -> list[IngestResult | None]:
+    """ingest_together, then: a run that got new records while marked finished or failed is
+    marked running again (its records say the trainer is alive; docs/wire.md). One read per
+    group of batches finds such runs (usually none); only then is a write begun."""
+    results = ingest_together(writes, batches)
+    touched = sorted(
+        {run_id for (run_id, _), result in zip(batches, results, strict=True) if result and result.accepted}
+    )
+    if touched:
+        with reads.connect() as connection:
+            ended = connection.scalars(select(Run.run_id).where(Run.run_id.in_(touched), Run.status != "running")).all()
+        if ended:
+            with writes.begin() as connection:
+                connection.execute(
+                    update(Run)
+                    .where(Run.run_id.in_(ended), Run.status != "running")
+                    .values(status="running", ended_at=None, updated_at=datetime.now(UTC))
+                )
+    return results
+
+
 @router.patch("/runs/{run_id}", response_model=RunSummary)
-def update_run(run_id: str, body: RunPatch, session: SessionDep) -> dict[str, Any]:
+def update_run(run_id: RunIdPath, body: RunPatch, session: SessionDep) -> dict[str, Any]:
     """The agent sets status; the runs page edits name, notes, tags and archived."""
-    run = run_or_404(session, run_id)
+    run = run_to_write(session, run_id)
     given = body.model_fields_set
     if "name" in given:
         run.name = body.name
@@ -197,8 +280,12 @@ def update_run(run_id: str, body: RunPatch, session: SessionDep) -> dict[str, An
 
 
 @router.delete("/runs/{run_id}", status_code=status.HTTP_204_NO_CONTENT)
-def delete_run(run_id: str, session: SessionDep) -> Response:
-    """The run and everything of it: intervals, details, rollups, totals (ON DELETE CASCADE)."""
+def delete_run(run_id: RunIdPath, session: SessionDep, request: Request) -> Response:
+    """The run and everything of it: intervals, details, rollups, totals (ON DELETE CASCADE). Its
+    id is kept in deleted_runs: an agent still sending is answered 410, not given a new run."""
     session.delete(run_or_404(session, run_id))
+    session.execute(delete(deleted_runs).where(deleted_runs.c.run_id == run_id))
+    session.execute(insert(deleted_runs).values(run_id=run_id, deleted_at=datetime.now(UTC)))
     session.commit()
+    request.app.state.live.publish(run_id)  # its open streams end
     return Response(status_code=status.HTTP_204_NO_CONTENT)

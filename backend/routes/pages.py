@@ -11,10 +11,17 @@ from fastapi.templating import Jinja2Templates
 
 from packscope.backend.deps import READ_COOKIE, Credentials, SessionDep, SettingsDep, read_allowed, token_matches
 from packscope.backend.reads import queries
+from packscope.backend.routes.ingest import RUN_ID
 from packscope.backend.security import read_cookie_value
 from packscope.frontend import TEMPLATES_DIR
 
-templates = Jinja2Templates(directory=str(TEMPLATES_DIR))
+
+def _server_notices(request: Request) -> dict[str, Any]:
+    # base.html shows a banner on every page while writes are open to anyone.
+    return {"writes_open": request.app.state.settings.writes_open}
+
+
+templates = Jinja2Templates(directory=str(TEMPLATES_DIR), context_processors=[_server_notices])
 
 
 class SignInRequired(Exception):
@@ -75,7 +82,7 @@ def runs_page(request: Request):
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
 def run_page(request: Request, run_id: str, session: SessionDep):
-    run = queries.get_run(session, run_id)
+    run = queries.get_run(session, run_id) if RUN_ID.fullmatch(run_id) else None
     if run is None:
         return templates.TemplateResponse(request, "not_found.html", {"page": "run", "run_id": run_id}, status_code=404)
     # The header is rendered here so the page reads right before the first fetch returns.

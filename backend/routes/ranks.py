@@ -5,7 +5,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, Field
 
-from packscope.backend.deps import SessionDep, require_read_token, run_or_404
+from packscope.backend.deps import RunIdPath, SessionDep, require_read_token, run_or_404
 from packscope.backend.reads import ranks
 from packscope.core.catalogue import INT64_MAX
 
@@ -30,7 +30,7 @@ class RankStepTimes(BaseModel):
 
 @router.get("/runs/{run_id}/ranks", response_model=RankStepTimes)
 def get_ranks(
-    run_id: str,
+    run_id: RunIdPath,
     session: SessionDep,
     max_points: Annotated[int, Query(ge=1, le=1000, description="intervals to sample")] = 200,
     step_min: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,

@@ -1,25 +1,29 @@
 """The JSON read API (docs/api.md), the CSV export and the live stream."""
 
+import asyncio
+import contextlib
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from typing import Annotated, Any, Literal
 
-import anyio
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
 from fastapi.responses import StreamingResponse
 from pydantic import BaseModel, create_model
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
+from packscope.backend.csv_streams import start_export
 from packscope.backend.deps import (
+    RunIdPath,
     SessionDep,
     SettingsDep,
     require_read_token,
     run_not_found,
     run_or_404,
 )
-from packscope.backend.reads import csv_export, queries, series
+from packscope.backend.live import LiveHub
+from packscope.backend.reads import queries, series
 from packscope.backend.schemas import (
     Comparison,
     IntervalHistograms,
@@ -30,13 +34,17 @@ from packscope.backend.schemas import (
     SeriesColumns,
     SyncSites,
 )
-from packscope.backend.store.models import Run
+from packscope.backend.security import client_of
 from packscope.core import catalogue
 from packscope.core.catalogue import INT32_MAX, INT64_MAX
 
 router = APIRouter(prefix="/api/v1", tags=["reads"], dependencies=[Depends(require_read_token)])
 
 MAX_COMPARE = 20
+MAX_CONFIG_KEYS = 20
+# Dotted object keys of letters, digits, '_' and '-' (what a JSON path can name on both databases).
+CONFIG_KEY = r"[A-Za-z0-9_-]{1,100}(\.[A-Za-z0-9_-]{1,100}){0,9}"
+CONFIG_KEYS_PATTERN = f"^{CONFIG_KEY}(,{CONFIG_KEY}){{0,{MAX_CONFIG_KEYS - 1}}}$"
 HISTOGRAM_COLUMNS = 200  # the heatmap's default: enough to see a trend, 200 JSON rows per rank to read
 
 
@@ -108,10 +116,25 @@ def list_runs(
     archived: Annotated[bool, Query(description="include archived runs")] = False,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=INT32_MAX)] = 0,
+    config_keys: Annotated[
+        str | None,
+        Query(
+            pattern=CONFIG_KEYS_PATTERN,
+            max_length=2000,
+            description=f"comma-separated dotted config keys (e.g. lr,optimizer.name), at most {MAX_CONFIG_KEYS}: "
+            "each run's `config_values` holds their values",
+        ),
+    ] = None,
 ) -> dict[str, Any]:
+    """The runs, without their configs; `config_keys` picks config values to show or group by."""
     filters = queries.RunFilters(project=project, tag=tag, layout=layout, status=status, q=q, archived=archived)
     runs, total = queries.list_runs(session, filters, sort, limit, offset)
-    return {"runs": queries.run_summaries(session, runs), "total": total}
+    keys = list(dict.fromkeys(config_keys.split(","))) if config_keys else []
+    values = queries.config_values(session, runs, keys)
+    summaries = queries.run_summaries(session, runs, with_config=False)
+    for run, summary in zip(runs, summaries, strict=True):
+        summary["config_values"] = values.get(run.id, {})
+    return {"runs": summaries, "total": total}
 
 
 @router.get("/facets", response_model=Facets)
@@ -123,13 +146,13 @@ def get_facets(
 
 
 @router.get("/runs/{run_id}", response_model=RunSummary)
-def get_run(run_id: str, session: SessionDep) -> dict[str, Any]:
+def get_run(run_id: RunIdPath, session: SessionDep) -> dict[str, Any]:
     return queries.run_summary(session, run_or_404(session, run_id))
 
 
 @router.get("/runs/{run_id}/series", response_model=SeriesRead)
 def get_series(
-    run_id: str,
+    run_id: RunIdPath,
     session: SessionDep,
     max_points: Annotated[int, Query(ge=1, le=10_000)] = 500,
     step_min: Annotated[int | None, Query(ge=0, le=INT64_MAX)] = None,
@@ -141,7 +164,7 @@ def get_series(
 
 @router.get("/runs/{run_id}/histograms", response_model=IntervalHistograms)
 def get_histograms(
-    run_id: str, session: SessionDep, interval: Annotated[int | None, Query(ge=0, le=INT32_MAX)] = None
+    run_id: RunIdPath, session: SessionDep, interval: Annotated[int | None, Query(ge=0, le=INT32_MAX)] = None
 ) -> dict[str, Any]:
     found = queries.histograms(session, run_or_404(session, run_id), interval)
     if found is None:
@@ -152,7 +175,7 @@ def get_histograms(
 
 @router.get("/runs/{run_id}/histograms/over-time", response_model=HistogramColumns)
 def get_histogram_columns(
-    run_id: str,
+    run_id: RunIdPath,
     session: SessionDep,
     columns: Annotated[int, Query(ge=1, le=1000, description="intervals shown, spread evenly")] = HISTOGRAM_COLUMNS,
 ) -> dict[str, Any]:
@@ -164,7 +187,7 @@ def get_histogram_columns(
 
 @router.get("/runs/{run_id}/sync-sites", response_model=SyncSites)
 def get_sync_sites(
-    run_id: str, session: SessionDep, limit: Annotated[int, Query(ge=1, le=1000)] = 10
+    run_id: RunIdPath, session: SessionDep, limit: Annotated[int, Query(ge=1, le=1000)] = 10
 ) -> dict[str, Any]:
     return queries.sync_sites(session, run_or_404(session, run_id), limit)
 
@@ -187,50 +210,65 @@ def compare(
     }
 
 
-def _csv_chunks(make_session: sessionmaker[Session], run_pk: int) -> Iterator[str]:
-    # Its own session: the response streams after the request's dependencies have finished.
-    with make_session() as session:
-        run = session.get(Run, run_pk)
-        assert run is not None
-        yield from csv_export.csv_text(session, run)
-
-
 @router.get(
     "/runs/{run_id}/intervals.csv",
     response_class=StreamingResponse,
-    responses={200: {"content": {"text/csv": {}}, "description": "One row per stored interval"}},
+    responses={
+        200: {"content": {"text/csv": {}}, "description": "One row per stored interval"},
+        429: {"description": "This client has PACKSCOPE_CSV_STREAMS_PER_CLIENT exports streaming already"},
+    },
 )
-def intervals_csv(run_id: str, session: SessionDep, request: Request) -> StreamingResponse:
-    run = run_or_404(session, run_id)
+async def intervals_csv(run_id: RunIdPath, request: Request) -> StreamingResponse:
+    # Written to a temporary file at the database's pace, sent at the reader's (csv_streams.py).
+    state = request.app.state
+    limits = state.csv_limits
+    release = limits.claim(client_of(request.scope))
+    try:
+        started = await start_export(state.admission, state.sessionmaker, run_id, limits.writers)
+    except BaseException:
+        release()
+        raise
+    if started is None:
+        release()
+        raise run_not_found(run_id)
+    spool, writer = started
     return StreamingResponse(
-        _csv_chunks(request.app.state.sessionmaker, run.id),
+        spool.chunks(writer, on_close=release),
         media_type="text/csv; charset=utf-8",
-        headers={"Content-Disposition": f'attachment; filename="{run.run_id}.csv"'},
+        headers={"Content-Disposition": f'attachment; filename="{run_id}.csv"'},
     )
 
 
-async def _events(run_id: str, poll: Callable[[], Any], poll_s: float, keepalive_s: float) -> AsyncIterator[str]:
+async def _events(
+    run_id: str, read_state: Callable[[], Any], live: LiveHub, poll_s: float, keepalive_s: float
+) -> AsyncIterator[str]:
     """SSE: an `interval` event whenever the stored intervals change, comments in between.
 
-    The first poll also sends the current state, which closes the gap between the page's first
-    fetch and the moment the stream opened.
+    The stream sleeps until the live hub says the run was written to (live.py), then reads the
+    run's state; without a push between processes it reads every poll_s instead. The first read
+    also sends the current state, which closes the gap between the page's first fetch and the
+    moment the stream opened.
     """
-    last: Any = None
-    last_sent = time.monotonic()
-    while True:
-        state = await run_in_threadpool(poll)
-        if state is None:  # the run is gone
-            return
-        count, interval, last_step = state
-        if count and state != last:
-            data = {"run_id": run_id, "interval": interval, "last_step": last_step}
-            yield f"event: interval\ndata: {json.dumps(data)}\n\n"
-            last_sent = time.monotonic()
-        elif time.monotonic() - last_sent >= keepalive_s:
-            yield ": keep-alive\n\n"  # proxies close connections that stay silent
-            last_sent = time.monotonic()
-        last = state
-        await anyio.sleep(poll_s)
+    with live.subscribe(run_id) as woken:
+        last: Any = None
+        last_sent = time.monotonic()
+        while True:
+            woken.clear()  # before reading: a wake-up during the read means read again
+            state = await run_in_threadpool(read_state)
+            if state is None:  # the run is gone
+                return
+            count, interval, last_step = state
+            if count and state != last:
+                data = {"run_id": run_id, "interval": interval, "last_step": last_step}
+                yield f"event: interval\ndata: {json.dumps(data)}\n\n"
+                last_sent = time.monotonic()
+            elif time.monotonic() - last_sent >= keepalive_s:
+                yield ": keep-alive\n\n"  # proxies close connections that stay silent
+                last_sent = time.monotonic()
+            last = state
+            until_keepalive = max(0.0, keepalive_s - (time.monotonic() - last_sent))
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(woken.wait(), until_keepalive if live.pushes else min(poll_s, until_keepalive))
 
 
 @router.get(
@@ -238,18 +276,18 @@ async def _events(run_id: str, poll: Callable[[], Any], poll_s: float, keepalive
     response_class=StreamingResponse,
     responses={200: {"content": {"text/event-stream": {}}, "description": "Server-Sent Events"}},
 )
-async def stream(run_id: str, request: Request, settings: SettingsDep) -> StreamingResponse:
+async def stream(run_id: RunIdPath, request: Request, settings: SettingsDep) -> StreamingResponse:
     make_session: sessionmaker[Session] = request.app.state.sessionmaker
 
-    def poll() -> tuple[int, int | None, int | None] | None:
+    def read_state() -> tuple[int, int | None, int | None] | None:
         with make_session() as session:
             run = queries.get_run(session, run_id)
             return None if run is None else queries.stream_state(session, run)
 
-    if await run_in_threadpool(poll) is None:
+    if await run_in_threadpool(read_state) is None:
         raise run_not_found(run_id)
     return StreamingResponse(
-        _events(run_id, poll, settings.stream_poll_s, settings.stream_keepalive_s),
+        _events(run_id, read_state, request.app.state.live, settings.stream_poll_s, settings.stream_keepalive_s),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

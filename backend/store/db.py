@@ -1,6 +1,7 @@
 """Engine, session factories and schema upgrades for SQLite (embedded default) and PostgreSQL."""
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -107,16 +108,43 @@ def alembic_config() -> Config:
     return config
 
 
+# pg_advisory_xact_lock's key for migrations: any constant that no other application on the
+# same PostgreSQL server is likely to use ("packscop" in ASCII).
+MIGRATION_LOCK_KEY = 0x7061636B73636F70
+
+
+@contextmanager
+def _sqlite_migration_lock(engine: Engine) -> Iterator[None]:
+    """An exclusive lock on `<database>.migrate-lock` beside the database, held while migrating:
+    servers that start together migrate one after the other, and the later ones find nothing to
+    do. (SQLite's own write lock would make them fail with "database is locked" instead.)"""
+    database = engine.url.database
+    assert database
+    try:
+        import fcntl
+    except ImportError:  # Windows: no flock; starting one server at a time is up to the user
+        yield
+        return
+    with open(f"{database}.migrate-lock", "a+b") as lock_file:
+        fcntl.flock(lock_file.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock_file.fileno(), fcntl.LOCK_UN)
+
+
 def upgrade_schema(engine: Engine, revision: str = "head") -> None:
-    """`alembic upgrade <revision>` on `engine`'s database, in one transaction.
+    """`alembic upgrade <revision>` on `engine`'s database, in one transaction, serialised with
+    every other process migrating the same database (a file lock on SQLite, an advisory lock on
+    PostgreSQL held until the transaction ends), so any number of servers can start at once.
 
     On SQLite, foreign keys are off while migrating: a batch migration rebuilds a table (create,
     copy, drop the old one), and with foreign keys on, dropping the old `runs` or `intervals`
     would cascade-delete every row that refers to it. The keys are checked before committing.
     """
     config = alembic_config()
-    with engine.connect() as connection:
-        sqlite = connection.dialect.name == "sqlite"
+    sqlite = engine.dialect.name == "sqlite"
+    with _sqlite_migration_lock(engine) if sqlite else nullcontext(), engine.connect() as connection:
         # On the driver's connection, before SQLAlchemy begins: inside a transaction it is a no-op.
         driver = connection.connection.driver_connection
         assert driver is not None  # a live connection from the pool
@@ -124,6 +152,8 @@ def upgrade_schema(engine: Engine, revision: str = "head") -> None:
             driver.execute("PRAGMA foreign_keys=OFF")
         try:
             with connection.begin():
+                if not sqlite:
+                    connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})")
                 config.attributes["connection"] = connection  # env.py migrates through this connection
                 command.upgrade(config, revision)
                 if sqlite and connection.exec_driver_sql("PRAGMA foreign_key_check").first() is not None:

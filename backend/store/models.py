@@ -182,3 +182,12 @@ run_sync_sites = Table(
     Column("site", String(500), primary_key=True),
     Column("count", BigInteger, nullable=False),
 )
+
+# Ids of deleted runs (migration 0008): writes to one are answered 410 Gone until the run is
+# created again with POST /api/v1/runs?recreate=true (routes/ingest.py).
+deleted_runs = Table(
+    "deleted_runs",
+    Base.metadata,
+    Column("run_id", String(64), primary_key=True),
+    Column("deleted_at", DateTime(timezone=True), nullable=False),
+)

@@ -118,11 +118,6 @@ function remember(series) {
   state.charts.channels.traces = channelTraces(state.loss);
 }
 
-async function loadSeries() {
-  remember(await api.getSeries(runId, { max_points: MAX_POINTS }));
-  drawSeries();
-}
-
 // The first load draws the headline chart in a frame of its own: plotly's chart takes over from
 // the first drawing (run_early.js) before the other charts, each about as long, take their turn.
 async function loadHeadline() {
@@ -131,17 +126,23 @@ async function loadHeadline() {
   await painted();
 }
 
+// A live refresh fetches the new part and draws the headline chart in a frame of its own, alone
+// (no other request competing with it), so that the new interval shows there first.
 async function extendWithNewIntervals() {
-  if (state.lastStep === null || state.points > REDRAW_POINTS) return loadSeries();
-  const series = await api.getSeries(runId, { max_points: MAX_POINTS, step_min: state.lastStep + 1 });
-  if (!series.points) return;
-  const fresh = { ...series.columns, ...xColumns(series, state.columns.tokens_seen.at(-1)), ...channelColumns(series) };
-  appendColumns(state.columns, state.points, fresh, series.points);
-  state.points += series.points;
-  state.lastStep = series.columns.step.at(-1);
-  state.charts.channels.traces = channelTraces(state.loss);
+  if (state.lastStep === null || state.points > REDRAW_POINTS) {
+    remember(await api.getSeries(runId, { max_points: MAX_POINTS }));
+  } else {
+    const series = await api.getSeries(runId, { max_points: MAX_POINTS, step_min: state.lastStep + 1 });
+    if (!series.points) return;
+    const fresh = { ...series.columns, ...xColumns(series, state.columns.tokens_seen.at(-1)), ...channelColumns(series) };
+    appendColumns(state.columns, state.points, fresh, series.points);
+    state.points += series.points;
+    state.lastStep = series.columns.step.at(-1);
+    state.charts.channels.traces = channelTraces(state.loss);
+  }
   // Redrawn whole, not extended: smoothing is recomputed over the grown series.
-  drawSeries();
+  drawSeries((id) => id === HEADLINE);
+  await painted();
 }
 
 function labelStats(catalogue) {
@@ -216,22 +217,46 @@ async function refreshSummary() {
   await Promise.all([lengthsPanel.load(run), loadSyncSites(catalogue, run), ranksPanel.load()]);
 }
 
-// Coalesces bursts of SSE events: at most one refresh runs, and at most one waits behind it.
-let queued = false;
-let chain = Promise.resolve();
+// Coalesces bursts of SSE events: at most one run of `work` at a time, and at most one waiting
+// behind it; `idle()` resolves once the runs asked for so far are done.
+function coalesced(work) {
+  let queued = false;
+  let chain = Promise.resolve();
+  return {
+    schedule() {
+      if (queued) return;
+      queued = true;
+      chain = chain.then(async () => {
+        queued = false;
+        try {
+          await work();
+          showError(null);
+        } catch (error) {
+          showError(error);
+        }
+      });
+    },
+    idle: () => chain,
+  };
+}
+
+// Two lanes, so that the new interval's points (what a person watches for) never wait behind the
+// slower rest of a refresh: the headline chart's, and the summary's with the other charts. The
+// rest begins once the headline has its new points, and draws one chart a frame, so that the next
+// interval's headline can be drawn in between.
+const headlineLane = coalesced(extendWithNewIntervals);
+const restLane = coalesced(async () => {
+  await headlineLane.idle();
+  await refreshSummary();
+  for (const id of Object.keys(state.charts)) {
+    if (id === HEADLINE) continue;
+    drawSeries((other) => other === id);
+    await painted();
+  }
+});
 function scheduleRefresh() {
-  if (queued) return;
-  queued = true;
-  chain = chain.then(async () => {
-    queued = false;
-    try {
-      await refreshSummary();
-      await extendWithNewIntervals();
-      showError(null);
-    } catch (error) {
-      showError(error);
-    }
-  });
+  headlineLane.schedule();
+  restLane.schedule();
 }
 
 async function start() {

@@ -202,6 +202,13 @@ _CLASSIC_FIELDS = (
 )
 
 
+# How ModelSpec checks its plain fields (its __post_init__ and model_json_schema both read these).
+_POSITIVE = ("layers", "hidden", "heads", "ffn", "vocab", "vocab_divisor", "tp")
+_OPTIONAL_POSITIVE = ("kv_heads", "head_dim", "moe_ffn", "window", "chunk")
+_NONNEGATIVE = ("moe_topk", "moe_shared_ffn", "mtp_depth")
+_FLAGS = ("gated", "attn_output_gate")
+
+
 @dataclass(frozen=True)
 class ModelSpec:
     """What the FLOPs formula needs to know about a decoder-only transformer.
@@ -239,13 +246,13 @@ class ModelSpec:
     not_counted: tuple[str, ...] = field(default=(), compare=False)
 
     def __post_init__(self) -> None:
-        for key in ("layers", "hidden", "heads", "ffn", "vocab", "vocab_divisor", "tp"):
+        for key in _POSITIVE:
             check_int(key, getattr(self, key), minimum=1)
-        for key in ("kv_heads", "head_dim", "moe_ffn", "window", "chunk"):
+        for key in _OPTIONAL_POSITIVE:
             check_optional_int(key, getattr(self, key), minimum=1)
-        for key in ("moe_topk", "moe_shared_ffn", "mtp_depth"):
+        for key in _NONNEGATIVE:
             check_int(key, getattr(self, key), minimum=0)
-        for key in ("gated", "attn_output_gate"):
+        for key in _FLAGS:
             check_bool(key, getattr(self, key))
         if self.mla is not None:
             if not isinstance(self.mla, MLA):
@@ -449,7 +456,7 @@ class ModelSpec:
         by name. Every dict ``to_dict()`` ever wrote loads and gives the same coefficients."""
         if not isinstance(data, Mapping):
             raise ValueError(f"a model is a JSON object, got {type(data).__name__}")
-        known = set(cls.__dataclass_fields__) - {"not_counted"}
+        known = set(cls.__dataclass_fields__) - {"not_counted", "name"}  # neither is part of the wire
         refuse_unknown("model", data, known)
         required = [f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING and f.init]
         missing = [name for name in required if name not in data]
@@ -468,9 +475,40 @@ class ModelSpec:
         )
         if values.get("vision") is not None:
             values["vision"] = VisionSpec.from_dict(values["vision"])
-        if "name" in values and not isinstance(values["name"], str):
-            raise ValueError(f"model field 'name' must be a string, got {values['name']!r}")
         return cls(**values)
+
+
+def model_json_schema() -> dict[str, Any]:
+    """The JSON schema of a model dict as ``ModelSpec.from_dict`` reads it (for the OpenAPI
+    document): the plain fields with the bounds __post_init__ checks, the lists, the nested parts
+    as objects (each read strictly by its own from_dict). Rules across fields (a head width that
+    divides, one flag per layer) are from_dict's alone: JSON Schema cannot say them."""
+
+    def integer(minimum: int) -> dict[str, Any]:
+        return {"type": "integer", "minimum": minimum, "maximum": MAX_MODEL_SIZE}
+
+    def nullable(schema: dict[str, Any]) -> dict[str, Any]:
+        return {"anyOf": [schema, {"type": "null"}]}
+
+    properties: dict[str, Any] = {}
+    properties.update({key: integer(1) for key in _POSITIVE})
+    properties.update({key: nullable(integer(1)) for key in _OPTIONAL_POSITIVE})
+    properties.update({key: integer(0) for key in _NONNEGATIVE})
+    properties.update({key: {"type": "boolean"} for key in _FLAGS})
+    properties["moe_layers"] = nullable({"type": "array", "items": {"type": "integer", "enum": [0, 1]}})
+    properties["layer_kinds"] = nullable({"type": "array", "items": {"type": "string", "enum": list(LAYER_KINDS)}})
+    for key in ("mla", "linear_attention", "vision"):
+        properties[key] = nullable({"type": "object"})
+    required = [f.name for f in dataclasses.fields(ModelSpec) if f.default is dataclasses.MISSING]
+    known = set(ModelSpec.__dataclass_fields__) - {"name", "not_counted"}
+    assert set(properties) == known, sorted(set(properties) ^ known)  # a field added to ModelSpec is added here
+    return {
+        "title": "Model",
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
 
 
 def moe_layer_pattern(layers: int, freq: int) -> tuple[int, ...]:

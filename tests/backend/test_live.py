@@ -1,43 +1,37 @@
-"""Against a real uvicorn server: the live stream (SSE) and `packscope export`."""
+"""Against a real uvicorn server: the live stream (SSE), its push between server processes, and
+`packscope export`."""
 
 import argparse
+import asyncio
+import contextlib
 import csv
 import io
 import json
+import queue
 import socket
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
-import uvicorn
 
-from packscope.backend.app import create_app
 from packscope.backend.cli import add_export_arguments, export_from_args
+from packscope.backend.live import InProcess, LiveHub, UnixDatagrams, transport_for
 from packscope.backend.settings import Settings
+from packscope.backend.store.db import make_engine
+from tests.backend.uvicorn_server import serving
 
 
 @pytest.fixture
 def server(sqlite_url: str) -> Iterator[str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
     settings = Settings(
         database_url=sqlite_url, ingest_token=None, read_token=None, stream_poll_s=0.05, stream_keepalive_s=0.3
     )
-    app = create_app(settings)
-    config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", timeout_graceful_shutdown=2)
-    instance = uvicorn.Server(config)
-    thread = threading.Thread(target=instance.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 10
-    while not instance.started:
-        assert time.monotonic() < deadline, "uvicorn did not start"
-        time.sleep(0.02)
-    yield f"http://127.0.0.1:{port}"
-    instance.should_exit = True
-    thread.join(10)
+    with serving(settings) as url:
+        yield url
 
 
 def export(argv: list[str]) -> int:
@@ -102,3 +96,136 @@ def test_export_explains_user_errors(server, tmp_path, capsys):
     assert export(["--server", closed, "--run", "run-1", "-o", str(target)]) == 2
     assert "cannot reach the packscope server" in capsys.readouterr().err
     assert not target.exists() and not (tmp_path / "out.csv.part").exists()
+
+
+# -- push, not poll ---------------------------------------------------------------------------------
+# Polls and keep-alives far longer than the test: an event that arrives came by push.
+NO_POLL = {"stream_poll_s": 60.0, "stream_keepalive_s": 60.0, "ingest_token": None, "read_token": None}
+
+
+def events_of(url: str, run_id: str, into: "queue.Queue[tuple[float, dict]]", opened: threading.Event) -> None:
+    """Put (arrival time, event) of the run's stream into `into` until the server stops."""
+    with (
+        contextlib.suppress(httpx.HTTPError),
+        httpx.stream("GET", f"{url}/api/v1/runs/{run_id}/stream", timeout=30) as answer,
+    ):
+        opened.set()
+        lines = answer.iter_lines()
+        for line in lines:
+            if line == "event: interval":
+                into.put((time.monotonic(), json.loads(next(lines).removeprefix("data: "))))
+
+
+@pytest.mark.parametrize("servers", [1, 2])
+def test_a_new_interval_is_pushed_to_open_streams_of_every_server(database_url, new_run, records, servers):
+    # The issue: live was bounded by a 1 s poll. Here a poll would take 60 s; two servers over one
+    # database stand for two worker processes (or two machines on PostgreSQL).
+    with (
+        serving(Settings(database_url=database_url, **NO_POLL)) as writer,
+        contextlib_servers(database_url, servers - 1) as others,
+    ):
+        reader = (others or [writer])[0]
+        assert httpx.post(f"{writer}/api/v1/runs", json=new_run()).status_code == 201
+        assert httpx.post(f"{writer}/api/v1/runs/run-1/intervals", json={"intervals": records(1)}).status_code == 200
+        got: queue.Queue[tuple[float, dict]] = queue.Queue()
+        opened = threading.Event()
+        threading.Thread(target=events_of, args=(reader, "run-1", got, opened), daemon=True).start()
+        assert opened.wait(10)
+        assert got.get(timeout=10)[1]["interval"] == 0  # the state when the stream opened
+        for start in (1, 3):
+            posted = time.monotonic()
+            batch = {"intervals": records(2, start=start)}
+            assert httpx.post(f"{writer}/api/v1/runs/run-1/intervals", json=batch).status_code == 200
+            arrived, event = got.get(timeout=10)
+            assert event["interval"] == start + 1
+            assert arrived - posted < 5  # pushed: a poll or keep-alive would take 60 s
+        # A batch of duplicates changes nothing and wakes nobody.
+        assert httpx.post(f"{writer}/api/v1/runs/run-1/intervals", json=batch).json()["accepted"] == 0
+        with pytest.raises(queue.Empty):
+            got.get(timeout=0.5)
+
+
+class contextlib_servers:
+    """`count` more servers over one database, as a context manager of their URLs."""
+
+    def __init__(self, database_url: str, count: int) -> None:
+        self.contexts = [serving(Settings(database_url=database_url, **NO_POLL)) for _ in range(count)]
+
+    def __enter__(self) -> list[str]:
+        return [context.__enter__() for context in self.contexts]
+
+    def __exit__(self, *exc: object) -> None:
+        for context in reversed(self.contexts):
+            context.__exit__(*exc)
+
+
+def test_a_deleted_run_ends_its_streams(database_url, new_run, records):
+    with serving(Settings(database_url=database_url, **NO_POLL)) as url:
+        httpx.post(f"{url}/api/v1/runs", json=new_run())
+        done = threading.Event()
+
+        def read_to_end() -> None:
+            with httpx.stream("GET", f"{url}/api/v1/runs/run-1/stream", timeout=30) as answer:
+                for _ in answer.iter_lines():
+                    pass
+            done.set()
+
+        threading.Thread(target=read_to_end, daemon=True).start()
+        time.sleep(0.3)
+        assert httpx.delete(f"{url}/api/v1/runs/run-1").status_code == 204
+        assert done.wait(10), "the stream of a deleted run stayed open"
+
+
+def test_the_socket_of_a_process_that_died_is_removed(tmp_path: Path):
+    folder = tmp_path / "db.live"
+    folder.mkdir(mode=0o700)
+    dead = folder / "999999-dead.sock"
+    orphan = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    orphan.bind(str(dead))
+    orphan.close()  # as after kill -9: the file stays, nobody reads it
+
+    async def publish_once() -> list[str]:
+        woken: list[str] = []
+        alive_hub, publisher_hub = LiveHub(UnixDatagrams(folder)), LiveHub(UnixDatagrams(folder))
+        await alive_hub.start()
+        await publisher_hub.start()
+        with alive_hub.subscribe("run-1") as event:
+            publisher_hub.publish("run-1")
+            await asyncio.wait_for(event.wait(), 5)
+            woken.append("run-1")
+        await alive_hub.stop()
+        await publisher_hub.stop()
+        return woken
+
+    assert asyncio.run(publish_once()) == ["run-1"]
+    assert not dead.exists()
+    assert not list(folder.glob("*.sock"))  # both hubs removed their own on stop
+
+
+def test_each_database_gets_its_transport(tmp_path):
+    with tempfile.TemporaryDirectory(dir="/tmp") as short:
+        transport = transport_for(make_engine(f"sqlite:///{short}/packscope.db"))
+        assert isinstance(transport, UnixDatagrams) and transport.pushes
+        assert transport.folder == Path(f"{short}/packscope.db.live")  # beside the database
+    deep = tmp_path / ("d" * 90)
+    deep.mkdir()
+    far = transport_for(make_engine(f"sqlite:///{deep / 'packscope.db'}"))
+    assert isinstance(far, UnixDatagrams) and len(str(far.folder)) < 90  # a socket path fits
+    assert not InProcess.pushes
+
+
+def test_a_socket_folder_that_cannot_be_made_means_polling_not_a_failed_start(tmp_path, caplog):
+    blocker = tmp_path / "db.live"
+    blocker.write_text("a file where the folder would be")
+
+    async def start_and_stop() -> bool:
+        hub = LiveHub(UnixDatagrams(blocker))
+        await hub.start()
+        hub.publish("run-1")  # still wakes this process's streams
+        await asyncio.sleep(0)
+        pushes = hub.pushes
+        await hub.stop()
+        return pushes
+
+    assert asyncio.run(start_and_stop()) is False
+    assert "live pages poll" in caplog.text

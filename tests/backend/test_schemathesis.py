@@ -1,24 +1,70 @@
-"""Property-based run over the OpenAPI document (schemathesis): on SQLite and PostgreSQL, with and
-without tokens, no operation answers 5xx or violates its documented response schema."""
+"""Property-based run over the OpenAPI document (schemathesis), with every check schemathesis has
+(as `schemathesis run --checks all`), on data that fits the schema and data that does not: on
+SQLite and PostgreSQL, with and without tokens. No operation answers 5xx, breaks its documented
+answers (status, headers, content type, body), takes data its schema refuses or refuses data its
+schema takes, ignores its auth, or names the wrong methods in Allow."""
+
+import os
 
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
-from schemathesis.checks import not_a_server_error
-from schemathesis.specs.openapi.checks import response_schema_conformance
+from hypothesis.errors import Unsatisfiable
+from schemathesis import GenerationMode
+from schemathesis.checks import CHECKS, load_all_checks
+from schemathesis.specs.openapi.checks import negative_data_rejection, positive_data_acceptance
 
-EXAMPLES_PER_OPERATION = 25  # the whole run takes about a minute per database on 2 cores
-TOKENS = {"open": {}, "closed": {"ingest_token": "1ngest", "read_token": "r3ad"}}
+load_all_checks()  # the registry holds only not_a_server_error until the rest are imported
+
+# Examples per operation and mode. 25 with two checks (until 2026-12-01) saw none of the contract
+# defects of issue 22. At 50 a mode the four runs took 5.3 min here (2 cores shared, load 7).
+EXAMPLES_PER_OPERATION = int(os.environ.get("PACKSCOPE_SCHEMATHESIS_EXAMPLES", "50"))
+# Throttling refused tokens (documented as 429) would soon answer every probe of ignored_auth.
+TOKENS = {"open": {}, "closed": {"ingest_token": "1ngest", "read_token": "r3ad", "token_failures_per_minute": 10**6}}
+# Checks left out, each for a reason:
+# Replaced by schema_valid_data_is_accepted and schema_violating_data_is_rejected (below).
+EXCLUDED = {"positive_data_acceptance", "negative_data_rejection"}
+
+
+def rules_across_fields(response) -> bool:
+    """A 422 whose every error is a rule across fields (pydantic's value_error from a model
+    validator: hidden divisible by heads, first_step <= last_step, a config's depth), which JSON
+    Schema cannot say: the one refusal of schema-valid data that is no contract break."""
+    if response.status_code != 422:
+        return False
+    errors = response.json().get("detail")
+    return isinstance(errors, list) and bool(errors) and all(e.get("type") == "value_error" for e in errors)
+
+
+# The interval record's decoder (backend/ingest/record.py, another engineer's) takes integers only
+# as JSON integers, where JSON Schema's "integer" also takes 8.0: reported, not checked here.
+ACCEPTANCE_NOT_CHECKED = {("POST", "/api/v1/runs/{run_id}/intervals")}
+
+
+@schemathesis.check
+def schema_valid_data_is_accepted(ctx, response, case):
+    if rules_across_fields(response) or (case.method.upper(), case.operation.path) in ACCEPTANCE_NOT_CHECKED:
+        return None
+    return positive_data_acceptance(ctx, response, case)
+
+
+@schemathesis.check
+def schema_violating_data_is_rejected(ctx, response, case):
+    # A query string is text: a "negative" boolean "false" or number "7" reads on the wire as the
+    # valid value it spells, which schemathesis counts as accepted invalid data. Bodies are JSON,
+    # where a type is a type: checked for every write.
+    if case.method.upper() == "GET":
+        return None
+    return negative_data_rejection(ctx, response, case)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("tokens", list(TOKENS))
-def test_no_operation_answers_5xx_or_breaks_its_schema(make_client, database_url, new_run, tokens):
+def test_no_operation_breaks_its_contract(make_client, database_url, new_run, tokens):
     client = make_client(database_url, **TOKENS[tokens])
     headers = {"Authorization": "Bearer 1ngest"} if tokens == "closed" else {}
     client.post("/api/v1/runs", json=new_run(), headers=headers)  # something for path parameters to find
     schema = schemathesis.openapi.from_asgi("/openapi.json", client.app)
-    checks = [not_a_server_error, response_schema_conformance]
     failures: list[str] = []
     fuzzed: set[str] = set()
 
@@ -28,25 +74,29 @@ def test_no_operation_answers_5xx_or_breaks_its_schema(make_client, database_url
         token = ("1ngest" if op.method.upper() != "GET" else "r3ad") if tokens == "closed" else None
         if op.path.endswith("/stream"):  # an endless response: only its opening is checked elsewhere
             continue
-        try:
-            check_operation(op, token, checks)
-        except Exception as exc:  # noqa: BLE001 - collect every failing operation, not just the first
-            failures.append(f"{op.method.upper()} {op.path}: {str(exc)[:1500]}")
+        for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+            try:
+                check_operation(op, token, mode)
+            except Exception as exc:  # noqa: BLE001 - collect every failing operation, not just the first
+                failures.append(f"{op.method.upper()} {op.path} ({mode.value}): {str(exc)[:1500]}")
     assert not failures, "\n\n".join(failures)
     # The batch route reads its raw body; the document still describes it, so it is fuzzed too.
     assert "POST /api/v1/runs/{run_id}/intervals with a body" in fuzzed, sorted(fuzzed)
 
 
-def check_operation(op, token: str | None, checks: list) -> None:
-    """Hypothesis-generated cases of one operation, each called and validated."""
+def check_operation(op, token: str | None, mode: GenerationMode) -> None:
+    """Hypothesis-generated cases of one operation, each called and validated by every check."""
+    checks = [check for check in CHECKS.get_all() if check.__name__ not in EXCLUDED]
 
     @settings(max_examples=EXAMPLES_PER_OPERATION, deadline=None, suppress_health_check=list(HealthCheck))
-    @given(case=op.as_strategy())
+    @given(case=op.as_strategy(generation_mode=mode))
     def run(case: schemathesis.Case) -> None:
-        if token:
-            case.headers = {**(case.headers or {}), "Authorization": f"Bearer {token}"}
-        if op.path.endswith("/intervals") and op.method.upper() == "POST":
+        if op.path.endswith("/intervals") and op.method.upper() == "POST" and mode is GenerationMode.POSITIVE:
             case.path_parameters = {"run_id": "run-1"}  # a stored run: fuzzed records that pass are stored
-        case.call_and_validate(checks=checks)
+        # As the client's own header, not the case's: ignored_auth then tries the case without it.
+        case.call_and_validate(checks=checks, headers={"Authorization": f"Bearer {token}"} if token else None)
 
-    run()
+    try:
+        run()
+    except Unsatisfiable:  # negative data for an operation that takes no input: nothing to try
+        assert mode is GenerationMode.NEGATIVE

@@ -199,9 +199,10 @@ def test_static_modules_and_their_imports_resolve(client):
 @pytest.fixture
 def closed(tmp_path):
     """A server whose reads need PACKSCOPE_READ_TOKEN, with one run stored."""
-    settings = Settings(database_url=f"sqlite:///{tmp_path / 'closed.db'}", read_token="r3ad")
+    settings = Settings(database_url=f"sqlite:///{tmp_path / 'closed.db'}", read_token="r3ad", ingest_token="1ngest")
     with TestClient(create_app(settings)) as client:
-        assert client.post("/api/v1/runs", json=run_body("run-a", "secret-run")).status_code == 201
+        write = {"Authorization": "Bearer 1ngest"}
+        assert client.post("/api/v1/runs", json=run_body("run-a", "secret-run"), headers=write).status_code == 201
         yield client
 
 

@@ -1,0 +1,343 @@
+"""Live push: a run's new intervals wake its open streams (SSE) at once, in every server process.
+
+The ingest route publishes a run's id once its batch is committed; each process's LiveHub wakes
+the streams of that run, which then read the run's state (one small query) and send an event.
+Between processes the wake-up travels by what the database offers:
+
+* PostgreSQL: NOTIFY on one channel, LISTENed to by one connection per process (servers on
+  several machines share it; the payload is the run id).
+* SQLite, whose servers share one machine (WAL needs it): unix datagram sockets, one per process,
+  in a folder beside the database. A publisher sends the run id to every socket there; a socket
+  whose process died refuses it and is removed. Chosen over a watched file (inotify is not in the
+  standard library, and a file's change says nothing of which run), a FIFO (one reader each, and
+  opening one blocks until a reader comes) and UDP multicast (needs a multicast route on the
+  loopback interface): datagrams are stdlib, need no poll, carry the run id and cannot be read
+  by another user (the folder is 0700).
+
+Where neither works (no unix sockets), streams fall back to polling every PACKSCOPE_STREAM_POLL_S.
+Every stream also re-reads its run's state with each keep-alive, so a lost wake-up costs at most
+one keep-alive interval.
+"""
+
+import asyncio
+import hashlib
+import logging
+import os
+import secrets
+import socket
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager, suppress
+from pathlib import Path
+from typing import Protocol
+
+from sqlalchemy import Engine
+
+log = logging.getLogger("packscope.backend")
+
+NOTIFY_CHANNEL = "packscope_intervals"
+MAX_UNIX_PATH = 100  # sockaddr_un holds 108 bytes on Linux, 104 on macOS
+MAX_RUN_ID_BYTES = 256  # run ids are at most 64 characters; a datagram larger than this is not ours
+
+
+class Transport(Protocol):
+    """Carries published run ids to every process's hub (this one's included)."""
+
+    pushes: bool  # False: other processes are not told, streams must poll
+
+    async def start(self, hub: "LiveHub") -> None: ...
+    def publish(self, run_id: str) -> None: ...
+    async def stop(self) -> None: ...
+
+
+class LiveHub:
+    """The open streams of this process, by run id, and the transport that wakes them.
+
+    The transport lives in the event loop that started the hub; streams and publishers may live
+    in another (a test's second client), so wake-ups cross loops thread-safely.
+    """
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+        self._waiting: dict[str, set[tuple[asyncio.Event, asyncio.AbstractEventLoop]]] = {}
+        self._starts = 0
+        self.loop: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def pushes(self) -> bool:
+        return self.transport.pushes
+
+    async def start(self) -> None:
+        """Start the transport (once: the app's lifespan may be entered again, as by schemathesis)."""
+        self._starts += 1
+        if self._starts == 1:
+            self.loop = asyncio.get_running_loop()
+            await self.transport.start(self)
+
+    async def stop(self) -> None:
+        self._starts -= 1
+        if self._starts == 0:
+            await self.transport.stop()
+
+    def publish(self, run_id: str) -> None:
+        """After a commit that changed `run_id`'s intervals (or removed the run); from any thread."""
+        if self.loop is None or self.loop.is_closed():
+            return  # not serving (an app used without its lifespan): nobody listens
+        if _running_loop() is self.loop:
+            self.transport.publish(run_id)
+        else:
+            self.loop.call_soon_threadsafe(self.transport.publish, run_id)
+
+    @contextmanager
+    def subscribe(self, run_id: str) -> Iterator[asyncio.Event]:
+        """An event set whenever `run_id` is published, for as long as the block runs."""
+        entry = (asyncio.Event(), asyncio.get_running_loop())
+        self._waiting.setdefault(run_id, set()).add(entry)
+        try:
+            yield entry[0]
+        finally:
+            waiting = self._waiting.get(run_id)
+            if waiting is not None:
+                waiting.discard(entry)
+                if not waiting:
+                    del self._waiting[run_id]
+
+    def wake(self, run_id: str) -> None:
+        for entry in list(self._waiting.get(run_id, ())):
+            _set(*entry)
+
+    def wake_all(self) -> None:
+        """After a wake-up may have been missed (a lost connection): every stream re-reads."""
+        for waiting in list(self._waiting.values()):
+            for entry in list(waiting):
+                _set(*entry)
+
+
+def _running_loop() -> asyncio.AbstractEventLoop | None:
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
+
+
+def _set(woken: asyncio.Event, loop: asyncio.AbstractEventLoop) -> None:
+    if _running_loop() is loop:
+        woken.set()
+    elif not loop.is_closed():
+        loop.call_soon_threadsafe(woken.set)
+
+
+class InProcess:
+    """This process's streams only; other processes' streams poll."""
+
+    pushes = False
+
+    async def start(self, hub: LiveHub) -> None:
+        self.hub = hub
+
+    def publish(self, run_id: str) -> None:
+        self.hub.wake(run_id)
+
+    async def stop(self) -> None:
+        return None
+
+
+class _Coalesced:
+    """Run ids published within one turn of the event loop are sent together."""
+
+    def __init__(self) -> None:
+        self._pending: set[str] = set()
+        self._scheduled = False
+
+    def _add(self, run_id: str) -> bool:
+        """Whether the caller must schedule a flush."""
+        self._pending.add(run_id)
+        if self._scheduled:
+            return False
+        self._scheduled = True
+        return True
+
+    def _take(self) -> list[str]:
+        taken, self._pending, self._scheduled = sorted(self._pending), set(), False
+        return taken
+
+
+class UnixDatagrams(_Coalesced):
+    """One datagram socket per process in `folder`; a published run id goes to each of them."""
+
+    pushes = True
+
+    def __init__(self, folder: Path) -> None:
+        super().__init__()
+        self.folder = folder
+        self._own: Path | None = None
+        self._receiver: socket.socket | None = None
+        self._sender: socket.socket | None = None
+
+    async def start(self, hub: LiveHub) -> None:
+        self.hub = hub
+        self.loop = asyncio.get_running_loop()
+        try:
+            self._bind()
+        except OSError as exc:  # a folder of another user, a read-only filesystem: poll instead
+            log.warning(
+                "live push: cannot use %s (%s); live pages poll every PACKSCOPE_STREAM_POLL_S", self.folder, exc
+            )
+            self.pushes = False
+            self._own = None
+            return
+        assert self._receiver is not None
+        self.loop.add_reader(self._receiver.fileno(), self._receive)
+
+    def _bind(self) -> None:
+        self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        self._own = self.folder / f"{os.getpid()}-{secrets.token_hex(4)}.sock"
+        receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        receiver.bind(str(self._own))
+        receiver.setblocking(False)
+        self._receiver = receiver
+        self._sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._sender.setblocking(False)
+
+    def _receive(self) -> None:
+        assert self._receiver is not None
+        while True:
+            try:
+                data = self._receiver.recv(MAX_RUN_ID_BYTES)
+            except (BlockingIOError, InterruptedError):
+                return
+            self.hub.wake(data.decode("utf-8", "replace"))
+
+    def publish(self, run_id: str) -> None:
+        if self._add(run_id):
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        run_ids = self._take()
+        for run_id in run_ids:
+            self.hub.wake(run_id)  # this process's streams, without a trip through the socket
+        if self._sender is None:  # not bound: other processes poll
+            return
+        try:
+            peers = [p for p in self.folder.iterdir() if p.suffix == ".sock" and p != self._own]
+        except FileNotFoundError:  # the folder was removed: recreated by the next process to start
+            return
+        for peer in peers:
+            for run_id in run_ids:
+                try:
+                    self._sender.sendto(run_id.encode(), str(peer))
+                except ConnectionRefusedError:  # its process died without removing it
+                    with suppress(OSError):
+                        peer.unlink()
+                    break
+                except FileNotFoundError:  # it stopped in between
+                    break
+                except (BlockingIOError, InterruptedError):  # its queue is full: it is awake anyway
+                    break
+
+    async def stop(self) -> None:
+        if self._receiver is not None:
+            self.loop.remove_reader(self._receiver.fileno())
+            self._receiver.close()
+        if self._sender is not None:
+            self._sender.close()
+        if self._own is not None:
+            with suppress(OSError):
+                self._own.unlink()
+
+
+class PostgresNotify(_Coalesced):
+    """NOTIFY packscope_intervals '<run id>' after a commit; every process LISTENs on its own
+    connection (psycopg's notifies) and reconnects, waking every stream, when it is lost."""
+
+    pushes = True
+
+    def __init__(self, conninfo: str) -> None:
+        super().__init__()
+        self.conninfo = conninfo
+        self._listener: asyncio.Task[None] | None = None
+        self._publisher: object | None = None  # psycopg.AsyncConnection, opened on first use
+
+    async def start(self, hub: LiveHub) -> None:
+        self.hub = hub
+        self.loop = asyncio.get_running_loop()
+        ready = self.loop.create_future()
+        self._listener = self.loop.create_task(self._listen(ready))
+        # Serving starts once LISTEN is in place (or failed once, then retried in the background).
+        await asyncio.wait_for(asyncio.shield(ready), timeout=10)
+
+    async def _listen(self, ready: asyncio.Future[None]) -> None:
+        import psycopg
+
+        backoff_s = 0.5
+        while True:
+            try:
+                async with await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True) as connection:
+                    await connection.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                    if not ready.done():
+                        ready.set_result(None)
+                    self.hub.wake_all()  # whatever was published while this was not listening
+                    backoff_s = 0.5
+                    async for notice in connection.notifies():
+                        self.hub.wake(notice.payload)
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # noqa: BLE001 - the database restarts or is away: retry
+                log.warning("live push: lost the PostgreSQL LISTEN connection (%s); retrying in %.1f s", exc, backoff_s)
+                if not ready.done():
+                    ready.set_result(None)
+                await asyncio.sleep(backoff_s)
+                backoff_s = min(backoff_s * 2, 10.0)
+
+    def publish(self, run_id: str) -> None:
+        if self._add(run_id):
+            self.loop.create_task(self._flush())
+
+    async def _flush(self) -> None:
+        import psycopg
+
+        while run_ids := self._take():
+            try:
+                if self._publisher is None:
+                    self._publisher = await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True)
+                connection: psycopg.AsyncConnection = self._publisher  # type: ignore[assignment]
+                await connection.execute(
+                    "SELECT pg_notify(%s, run_id) FROM unnest(%s::text[]) AS run_id", (NOTIFY_CHANNEL, run_ids)
+                )
+            except Exception as exc:  # noqa: BLE001 - this process's streams are still told
+                log.warning("live push: NOTIFY failed (%s); other servers learn of it at their next keep-alive", exc)
+                await self._close_publisher()
+                for run_id in run_ids:
+                    self.hub.wake(run_id)
+
+    async def _close_publisher(self) -> None:
+        publisher, self._publisher = self._publisher, None
+        if publisher is not None:
+            with suppress(Exception):
+                await publisher.close()  # type: ignore[attr-defined]
+
+    async def stop(self) -> None:
+        if self._listener is not None:
+            self._listener.cancel()
+            with suppress(asyncio.CancelledError, Exception):
+                await self._listener
+        await self._close_publisher()
+
+
+def _socket_folder(database: str) -> Path:
+    """Beside the database, unless that path is too long for a socket address: then in the
+    temporary folder, named after the database's absolute path."""
+    beside = Path(f"{database}.live")
+    if len(str(beside.resolve())) + 24 <= MAX_UNIX_PATH:
+        return beside
+    digest = hashlib.sha256(str(Path(database).resolve()).encode()).hexdigest()[:16]
+    return Path(tempfile.gettempdir()) / f"packscope-live-{digest}"
+
+
+def transport_for(engine: Engine) -> Transport:
+    if engine.dialect.name == "postgresql":
+        url = engine.url.set(drivername="postgresql")
+        return PostgresNotify(url.render_as_string(hide_password=False))
+    if not hasattr(socket, "AF_UNIX") or engine.url.database is None:
+        return InProcess()
+    return UnixDatagrams(_socket_folder(engine.url.database))

@@ -1,0 +1,177 @@
+"""Live latency: from posting an interval until open pages know of it, with `packscope serve
+--workers 2` (so a batch stored by one worker must wake streams held by the other).
+
+* post -> SSE: `--streams` open /stream connections (spread over both workers by the kernel);
+  the time from just before the POST until each stream has the `interval` event for it;
+* post -> page: the run page in Debian's chromium (Playwright); the time from just before the
+  POST until the headline chart's plotly data ends at the new interval's step (polled each
+  animation frame; Playwright's round trip, a few ms, is included).
+
+Each post is one record; posts are `--gap-s` apart. On a fresh run and on a long one (`--big-url`,
+a database holding run big-1000000 from bench/big_run.py; the posts extend it). Prints one JSON
+object.
+
+    python bench/live_latency.py --database sqlite --big-url sqlite:////tmp/psbench/1m.db
+    python bench/live_latency.py --database postgresql \\
+        --big-url postgresql+psycopg://postgres@127.0.0.1:5432/packscope_bench_1m
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import queue
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from contextlib import suppress
+from typing import Any
+
+import httpx
+from backend_scale import free_port, wait_until_serving
+from bench_data import record, run_body, scratch_database
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
+HEADLINE = "document.querySelector('#chart-tflops .plot')"
+# The headline chart's plotly traces reach `step` (its x axis is the step by default).
+# (A function, not an expression: the page's CSP forbids evaluating strings.)
+CHART_REACHES = (
+    f"step => {{ const p = {HEADLINE}; "
+    "return !!p && !!p.data && p.data.some(t => t.x && t.x.length && t.x[t.x.length - 1] >= step); }"
+)
+
+
+def serve(database_url: str, workers: int) -> tuple[subprocess.Popen[bytes], str]:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PACKSCOPE_")}
+    command = [sys.executable, "-m", "packscope", "serve", "--port", str(port), "--workers", str(workers)]
+    command += ["--database-url", database_url, "--no-access-log"]
+    # Not from the checkout, whose alembic/ would shadow the library.
+    server = subprocess.Popen(command, env=env, cwd=tempfile.gettempdir(), stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}"
+    wait_until_serving(server, url)
+    return server, url
+
+
+def listen(url: str, run_id: str, into: queue.Queue[tuple[int, float]], opened: threading.Event) -> None:
+    """(interval, arrival) of every event of the run's stream, until the server stops."""
+    with suppress(httpx.HTTPError), httpx.stream("GET", f"{url}/api/v1/runs/{run_id}/stream", timeout=None) as answer:
+        opened.set()
+        lines = answer.iter_lines()
+        for line in lines:
+            if line == "event: interval":
+                data = json.loads(next(lines).removeprefix("data: "))
+                into.put((int(data["interval"]), time.monotonic()))
+
+
+def percentiles(ms: list[float]) -> dict[str, Any]:
+    if not ms:
+        return {"n": 0}
+    ordered = sorted(ms)
+    p95 = ordered[min(len(ordered) - 1, round(0.95 * (len(ordered) - 1)))]
+    median = statistics.median(ms)
+    return {"n": len(ms), "p50_ms": round(median, 1), "p95_ms": round(p95, 1), "max_ms": round(ordered[-1], 1)}
+
+
+def measure(url: str, run_id: str, first: int, args: argparse.Namespace, browser: Any) -> dict[str, Any]:
+    http = httpx.Client(base_url=url, timeout=30)
+    streams = [queue.Queue[tuple[int, float]]() for _ in range(args.streams)]
+    for q in streams:
+        opened = threading.Event()
+        threading.Thread(target=listen, args=(url, run_id, q, opened), daemon=True).start()
+        opened.wait(10)
+    page = None
+    if browser is not None:
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        page.goto(f"{url}/runs/{run_id}")
+        page.wait_for_function(CHART_REACHES, arg=first * 10, polling="raf", timeout=120_000)
+        page.wait_for_selector("#live.on", timeout=30_000)  # the page's stream is open
+    time.sleep(1.0)
+    for q in streams:  # the state each stream sent when it opened
+        while not q.empty():
+            q.get()
+    rng = random.Random(run_id)
+    sse_ms: list[float] = []
+    page_ms: list[float] = []
+    for k in range(args.posts):
+        interval = first + k
+        body = {"intervals": [record(interval, 0, rng)]}
+        posted = time.monotonic()
+        answer = http.post(f"/api/v1/runs/{run_id}/intervals", json=body)
+        assert answer.status_code == 200 and answer.json()["accepted"] == 1, answer.text
+        for q in streams:
+            while True:
+                got, at = q.get(timeout=30)
+                if got >= interval:
+                    sse_ms.append((at - posted) * 1e3)
+                    break
+        if page is not None:
+            page.wait_for_function(CHART_REACHES, arg=(interval + 1) * 10, polling="raf", timeout=30_000)
+            page_ms.append((time.monotonic() - posted) * 1e3)
+        time.sleep(args.gap_s)
+    if page is not None:
+        page.close()
+    http.close()
+    return {"post_to_sse": percentiles(sse_ms), "post_to_page": percentiles(page_ms)}
+
+
+def case(database_url: str, run_id: str, args: argparse.Namespace, browser: Any, fresh: bool) -> dict[str, Any]:
+    server, url = serve(database_url, args.workers)
+    try:
+        if fresh:
+            assert httpx.post(f"{url}/api/v1/runs", json=run_body(run_id)).status_code == 201
+            seed = {"intervals": [record(i, 0, random.Random(i)) for i in range(4)]}
+            assert httpx.post(f"{url}/api/v1/runs/{run_id}/intervals", json=seed).status_code == 200
+        summary = httpx.get(f"{url}/api/v1/runs/{run_id}").json()
+        first = int(summary["last_step"]) // 10  # the next interval index
+        return {"run_id": run_id, "intervals_before": summary["records"], **measure(url, run_id, first, args, browser)}
+    finally:
+        server.terminate()
+        server.wait(20)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--database", choices=["sqlite", "postgresql"], default="sqlite")
+    ap.add_argument("--big-url", help="a database holding big-1000000 (bench/big_run.py); left out: fresh run only")
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--streams", type=int, default=6)
+    ap.add_argument("--posts", type=int, default=30)
+    ap.add_argument("--gap-s", type=float, default=0.3)
+    ap.add_argument("--no-browser", action="store_true")
+    args = ap.parse_args()
+    out: dict[str, Any] = {
+        "database": args.database,
+        "workers": args.workers,
+        "streams": args.streams,
+        "cpus": os.cpu_count(),
+        "load_avg": os.getloadavg(),
+    }
+    playwright = browser = None
+    if not args.no_browser:
+        from playwright import sync_api
+
+        playwright = sync_api.sync_playwright().start()
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    try:
+        with scratch_database(args.database) as url:
+            out["fresh"] = case(url, "live", args, browser, fresh=True)
+        if args.big_url:
+            out["long"] = case(args.big_url, "big-1000000", args, browser, fresh=False)
+    finally:
+        if browser is not None:
+            browser.close()
+        if playwright is not None:
+            playwright.stop()
+    out["load_avg_end"] = os.getloadavg()
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,187 @@
+"""No slow client stops the server: request heads and bodies have deadlines that arriving bytes do
+not extend (slowloris), heads have a size cap, and CSV readers that do not read hold no database
+slot. Against a real uvicorn server with `packscope serve`'s options."""
+
+import contextlib
+import socket
+import time
+
+import httpx
+import pytest
+from fastapi import HTTPException
+
+from packscope.backend.settings import Settings
+from tests.backend.conftest import run_body
+from tests.backend.uvicorn_server import serving
+
+
+def settings(sqlite_url: str, **changes) -> Settings:
+    return Settings(database_url=sqlite_url, ingest_token=None, read_token=None, **changes)
+
+
+def connect(url: str) -> socket.socket:
+    host, port = url.removeprefix("http://").split(":")
+    return socket.create_connection((host, int(port)), timeout=5)
+
+
+def closed_by_server(sock: socket.socket) -> bytes | None:
+    """What the server sent before closing, or None while the connection is still open."""
+    sock.setblocking(False)
+    received = b""
+    try:
+        while chunk := sock.recv(4096):
+            received += chunk
+    except BlockingIOError:
+        return None
+    except ConnectionResetError:
+        pass
+    return received
+
+
+def test_request_heads_sent_a_byte_at_a_time_are_cut_off_and_the_server_keeps_answering(sqlite_url):
+    # The issue's slowloris: 19,850 unfinished heads held open for 60 s; here 40 of them.
+    with serving(settings(sqlite_url, request_head_timeout_s=0.6)) as url:
+        socks = [connect(url) for _ in range(40)]
+        for sock in socks:
+            sock.sendall(b"GET /api/v1/runs HTTP/1.1\r\nHost: x\r\n")
+        started = time.monotonic()
+        answers: dict[int, bytes] = {}
+        while len(answers) < len(socks) and time.monotonic() - started < 5:
+            for i, sock in enumerate(socks):
+                if i in answers:
+                    continue
+                with contextlib.suppress(OSError):
+                    sock.sendall(b"X")  # one more byte of a header that never ends
+                got = closed_by_server(sock)
+                if got is not None:
+                    answers[i] = got
+            assert httpx.get(f"{url}/api/v1/runs", timeout=2).status_code == 200
+            time.sleep(0.1)
+        elapsed = time.monotonic() - started
+        for sock in socks:
+            sock.close()
+    assert len(answers) == len(socks), f"{len(socks) - len(answers)} unfinished heads still open after {elapsed:.1f} s"
+    assert all(a.startswith(b"HTTP/1.1 408") or a == b"" for a in answers.values())
+
+
+def test_a_body_that_never_arrives_is_cut_off(sqlite_url):
+    with serving(settings(sqlite_url, request_body_timeout_s=0.5)) as url:
+        assert httpx.post(f"{url}/api/v1/runs", json=run_body()).status_code == 201
+        sock = connect(url)
+        sock.sendall(
+            b"POST /api/v1/runs/run-1/intervals HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            b'Content-Length: 1000\r\n\r\n{"intervals": ['
+        )
+        deadline = time.monotonic() + 5
+        while closed_by_server(sock) is None:
+            assert time.monotonic() < deadline, "a body that stopped half-way is waited for without end"
+            time.sleep(0.05)
+        sock.close()
+        assert httpx.get(f"{url}/api/v1/runs/run-1", timeout=2).json()["records"] == 0
+
+
+def test_a_request_head_past_64_kib_is_refused(sqlite_url):
+    with serving(settings(sqlite_url)) as url:
+        sock = connect(url)
+        sock.sendall(b"GET /api/v1/runs HTTP/1.1\r\nHost: x\r\n")
+        try:
+            for _ in range(80):
+                sock.sendall(b"X-Filler: " + b"y" * 1000 + b"\r\n")
+        except OSError:
+            pass  # the server closed while we were still sending
+        sock.settimeout(5)
+        try:
+            got = sock.recv(4096)
+        except ConnectionResetError:
+            got = b""
+        sock.close()
+        assert got.startswith(b"HTTP/1.1 431") or got == b""
+        assert httpx.get(f"{url}/api/v1/runs", timeout=2).status_code == 200
+
+
+@pytest.mark.parametrize("kept_alive_s", [1])
+def test_idle_kept_alive_connections_are_closed(sqlite_url, kept_alive_s):
+    with serving(settings(sqlite_url, keep_alive_s=kept_alive_s)) as url:
+        sock = connect(url)
+        sock.sendall(b"GET /api/v1/catalogue HTTP/1.1\r\nHost: x\r\n\r\n")
+        time.sleep(0.3)
+        assert (answer := closed_by_server(sock)) is None or answer.startswith(b"HTTP/1.1 200")
+        deadline = time.monotonic() + kept_alive_s + 3
+        while closed_by_server(sock) is None:
+            assert time.monotonic() < deadline, "an idle kept-alive connection stays open"
+            time.sleep(0.1)
+        sock.close()
+
+
+# -- CSV readers that do not read ---------------------------------------------------------------------
+def request_and_never_read(url: str, path: str) -> socket.socket:
+    """A client that asks for `path` and then reads nothing, with a small receive window."""
+    host, port = url.removeprefix("http://").split(":")
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect((host, int(port)))
+    sock.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\n\r\n".encode())
+    return sock
+
+
+@pytest.fixture
+def long_csv_server(sqlite_url, records):
+    """A server with 2 database slots (4 pooled connections) and a run whose CSV is far larger than
+    what socket buffers hold (about 1 KB a row)."""
+    limits = {"db_slots": 2, "pool_wait_s": 0.5, "queue_wait_s": 0.5, "csv_streams": 20, "csv_streams_per_client": 20}
+    with serving(settings(sqlite_url, **limits)) as url:
+        http = httpx.Client(base_url=url, timeout=30)
+        assert http.post("/api/v1/runs", json=run_body()).status_code == 201
+        for start in range(0, 16000, 1000):
+            assert (
+                http.post("/api/v1/runs/run-1/intervals", json={"intervals": records(1000, start=start)}).status_code
+                == 200
+            )
+        yield url, http
+        http.close()
+
+
+def test_csv_readers_that_never_read_leave_ingest_and_the_runs_list_answering(long_csv_server, records):
+    # The issue: 40 clients that request a CSV and never read it made the runs list and ingest
+    # answer 503; here 8 of them against 4 pooled connections.
+    url, http = long_csv_server
+    size = len(http.get("/api/v1/runs/run-1/intervals.csv").content)
+    assert size > 6_000_000, size  # more than the server's and client's socket buffers together
+    readers = [request_and_never_read(url, "/api/v1/runs/run-1/intervals.csv") for _ in range(8)]
+    time.sleep(1.5)  # each export has reached the point where its client stops it
+    try:
+        for k in range(3):
+            assert http.get("/api/v1/runs").status_code == 200
+            batch = {"intervals": records(1, start=20000 + k)}
+            answer = http.post("/api/v1/runs/run-1/intervals", json=batch)
+            assert answer.status_code == 200, answer.text
+            time.sleep(0.2)
+    finally:
+        for sock in readers:
+            sock.close()
+    time.sleep(0.5)
+    assert http.get("/api/v1/runs").status_code == 200
+    assert http.post("/api/v1/runs/run-1/intervals", json={"intervals": records(1, start=20100)}).status_code == 200
+
+
+def test_csv_exports_are_capped_per_client_and_in_all(make_client, run, records):
+    client = make_client(csv_streams=3, csv_streams_per_client=2)
+    client.post("/api/v1/runs", json=run_body())
+    limits = client.app.state.csv_limits
+    first, second = limits.claim("10.0.0.1"), limits.claim("10.0.0.1")
+    third = client.get("/api/v1/runs/run-1/intervals.csv")  # another client ("testclient"): in the total
+    assert third.status_code == 200
+    with pytest.raises(HTTPException) as per_client:
+        limits.claim("10.0.0.1")
+    assert per_client.value.status_code == 429 and "PACKSCOPE_CSV_STREAMS_PER_CLIENT" in per_client.value.detail
+    other = limits.claim("10.0.0.2")
+    with pytest.raises(HTTPException) as in_all:
+        limits.claim("10.0.0.3")
+    assert in_all.value.status_code == 503 and in_all.value.headers["Retry-After"] == "1"
+    answer = client.get("/api/v1/runs/run-1/intervals.csv")
+    assert answer.status_code == 503 and "PACKSCOPE_CSV_STREAMS" in answer.json()["detail"]
+    for release in (first, second, other):
+        release()
+        release()  # ending twice counts once
+    assert limits.streaming == {}
+    assert client.get("/api/v1/runs/run-1/intervals.csv").status_code == 200
