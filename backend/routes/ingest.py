@@ -9,6 +9,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
 from pydantic import TypeAdapter, ValidationError
 
+from packscope.backend import contact
 from packscope.backend.deps import SessionDep, check_ingest_token, require_ingest_token, run_not_found, run_or_404
 from packscope.backend.ingest.batches import ModelConflict, create_or_resume_run, patch_run
 from packscope.backend.ingest.record import IntervalBatch
@@ -192,6 +193,7 @@ def update_run(run_id: str, body: RunPatch, session: SessionDep) -> dict[str, An
         run.tags = list(body.tags or [])
     if body.archived is not None:
         run.archived = body.archived
+    contact.apply_layout(run, body)
     if body.status is not None:
         run = patch_run(session, run, body)  # also stamps ended_at and updated_at; commits
     else:
@@ -204,4 +206,19 @@ def delete_run(run_id: str, session: SessionDep) -> Response:
     """The run and everything of it: intervals, details, rollups, totals (ON DELETE CASCADE)."""
     session.delete(run_or_404(session, run_id))
     session.commit()
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+# -- what the agent says beside its records (backend/contact.py) -----------------------------------
+@router.post("/runs/{run_id}/heartbeat", status_code=status.HTTP_204_NO_CONTENT)
+def heartbeat(run_id: str, body: contact.Heartbeat, session: SessionDep) -> Response:
+    """The agent is alive: a run that stops sending these (and records) is shown stale, then crashed."""
+    contact.record_heartbeat(session, run_or_404(session, run_id), body)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post("/runs/{run_id}/refusals", status_code=status.HTTP_204_NO_CONTENT)
+def refusals(run_id: str, body: contact.Refusals, session: SessionDep) -> Response:
+    """Intervals the agent or the server refused; the run page says how many and why."""
+    contact.record_refusals(session, run_or_404(session, run_id), body)
     return Response(status_code=status.HTTP_204_NO_CONTENT)
