@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from packscope.agent.batch_forms import CuBatch, DocBatch, canonicalize_cu
+from packscope.agent.batch_forms import PROBLEMS, CuBatch, DocBatch, canonicalize_cu
 from packscope.agent.histograms import NUM_BUCKETS, SLOTS, bucket_of, edges_on, slot_of
 
 # Layout of the reduced int64 vector.
@@ -22,7 +22,9 @@ DOC_TOKENS = slice(SLOTS, 2 * SLOTS)
 PACK_COUNT = slice(2 * SLOTS, 3 * SLOTS)
 PACK_TOKENS = slice(3 * SLOTS, 4 * SLOTS)
 SEQLEN_SQ_SUM_THD = 4 * SLOTS
-DEVICE_LEN = 4 * SLOTS + 1
+# Entries of the interval's cu_seqlens tensors with each of batch_forms.PROBLEMS.
+PROBLEM_COUNTS = slice(4 * SLOTS + 1, 4 * SLOTS + 1 + len(PROBLEMS))
+DEVICE_LEN = PROBLEM_COUNTS.stop
 # Host statics (then the four host histograms), in the order HostCounts.as_list lays them out.
 HOST_FIELDS = ("tokens", "packs", "seqlen_sq_sum_bshd", "seqlen_sq_sum_thd")
 
@@ -54,20 +56,23 @@ class IntervalAccumulator:
         self._cu: list[CuBatch] = []  # counted and canonicalised all together at the log boundary
         self._row_offset = 0  # rows (packs) of the other forms so far
         self.host = HostCounts()
+        self.kinds: set[str] = set()  # the layouts of the interval's batches (batch_forms' `kind`)
         self._edges: torch.Tensor | None = None
 
     def add_cu(self, batch: CuBatch) -> None:
         """The hot path of the commonest form: nothing but an append."""
         self._cu.append(batch)
+        self.kinds.add(batch.kind)
 
     def add(self, batch: DocBatch | CuBatch) -> None:
         if isinstance(batch, CuBatch):
             self.add_cu(batch)
             return
+        self.kinds.add(batch.kind)
         h = self.host
         h.tokens += batch.slots
         h.packs += batch.rows
-        h.seqlen_sq_sum_bshd += batch.rows * batch.row_len * batch.row_len
+        h.seqlen_sq_sum_bshd += batch.baseline_sq_sum
         if batch.doc_lens is None:
             b = bucket_of(batch.row_len)
             h.seqlen_sq_sum_thd += batch.rows * batch.row_len * batch.row_len
@@ -93,8 +98,9 @@ class IntervalAccumulator:
                 self._row_offset += b.rows
                 h.tokens += b.slots
                 h.packs += b.rows
-                h.seqlen_sq_sum_bshd += b.rows * b.row_len * b.row_len
-            lens, rows = canonicalize_cu(self._cu, offsets, out.device)
+                h.seqlen_sq_sum_bshd += b.baseline_sq_sum
+            lens, rows, problems = canonicalize_cu(self._cu, offsets, out.device)
+            out[PROBLEM_COUNTS] = problems
             self._lens.append(lens)
             self._rows.append(rows)
         if not self._lens:
@@ -120,6 +126,12 @@ class IntervalAccumulator:
         self._cu.clear()
         self._row_offset = 0
         self.host = HostCounts()
+        self.kinds = set()
+
+
+def problems(vec: list[int]) -> dict[str, int]:
+    """The reduced vector's problem counts (batch_forms.PROBLEMS) that are not zero."""
+    return {name: n for name, n in zip(PROBLEMS, vec[PROBLEM_COUNTS], strict=True) if n}
 
 
 def decode(vec: list[int], host: list[int]) -> dict:

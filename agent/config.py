@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,7 +14,10 @@ class AgentConfig:
     server: str | None = None  # e.g. "http://127.0.0.1:8000"; None: count but send nothing
     run_name: str = "run"
     project: str = "default"
-    layout: str = "thd"  # "thd" (packed, per-document attention) or "bshd" (padded rows)
+    # The layout the run declares: "thd" (packed, per-document attention) or "bshd" (padded rows).
+    # None: registered as "thd" until the batches say otherwise. Either way the agent reports the
+    # layout its batches had (bshd, thd, thd-static, mixed), and warns when it differs from this.
+    layout: str | None = None
     log_every: int = 10  # steps per interval record
     run_id: str | None = None  # give one to resume a run; None: made from the name and time
     # Resuming from a checkpoint: the last step the checkpoint holds. Steps then continue from
@@ -40,10 +44,28 @@ class AgentConfig:
     # 5xx answers to the same request before it is split in halves to find the record(s) the
     # server keeps failing on; such a record is set aside once the one after it goes through.
     max_attempts: int = 3
+    # Liveness: rank 0 tells the server it is alive every heartbeat_s seconds (0: never), from the
+    # sender thread; the server shows a run stale after 3 missed beats and crashed after 10.
+    heartbeat_s: float = 30.0
+    # On SIGTERM and on an unhandled exception, mark the run "failed" (the trainer's own SIGTERM
+    # handler and excepthook still run after ours).
+    mark_failed_on_exit: bool = True
+    # The pack length of a packer whose packs the model receives flattened into one row (TRL's
+    # packing with max_length, a padding-free collator of packs): the baseline then counts each row
+    # of L tokens as ceil(L / pack_length) packs of pack_length, as a user of that packer counts
+    # them. None: each row the model runs is one pack. `pack_length_from` says where it came from.
+    pack_length: int | None = None
+    pack_length_from: str | None = None
 
     def __post_init__(self) -> None:
-        if self.layout not in ("thd", "bshd"):
-            raise ValueError(f"layout must be 'thd' or 'bshd', got {self.layout!r}")
+        if self.layout not in (None, "thd", "bshd"):
+            raise ValueError(f"layout must be 'thd', 'bshd' or None (found in the batches), got {self.layout!r}")
+        if self.server is not None:
+            self.server = checked_server_url(self.server)
+        if self.pack_length is not None and (not isinstance(self.pack_length, int) or self.pack_length < 1):
+            raise ValueError(f"pack_length must be a positive number of tokens, got {self.pack_length!r}")
+        if not self.heartbeat_s >= 0:
+            raise ValueError(f"heartbeat_s must be >= 0 (0: no heartbeat), got {self.heartbeat_s}")
         if self.start_step < 0:
             raise ValueError(f"start_step must be >= 0, got {self.start_step}")
         if self.log_every < 1:
@@ -56,3 +78,22 @@ class AgentConfig:
         for name in ("request_timeout_s", "retry_s", "retry_max_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+
+
+def checked_server_url(url: str) -> str:
+    """`url` without a trailing slash, or a ValueError saying what a server URL looks like: a URL
+    without a scheme (``localhost:8000``) would otherwise be retried for ever as unreachable."""
+    example = "a URL like http://127.0.0.1:8000"
+    parsed = urllib.parse.urlsplit(url.strip())
+    if parsed.scheme not in ("http", "https"):
+        hint = f"; did you mean http://{url.strip()}?" if "://" not in url else ""
+        raise ValueError(f"the packscope server must be {example} (http or https), got {url!r}{hint}")
+    try:
+        parsed.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        raise ValueError(f"the packscope server must be {example}, got {url!r}: its port is not a number") from None
+    if not parsed.hostname:
+        raise ValueError(f"the packscope server must be {example}, got {url!r}: it names no host")
+    if parsed.query or parsed.fragment:
+        raise ValueError(f"the packscope server must be {example}, got {url!r}: drop the ?query or #fragment")
+    return url.strip().rstrip("/")
