@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import urllib.parse
 from dataclasses import dataclass, field
 from typing import Any
+
+from packscope.core.urls import checked_server_url
 
 DEFAULT_SPOOL_DIR = "~/.cache/packscope/spool"
 
@@ -78,22 +79,3 @@ class AgentConfig:
         for name in ("request_timeout_s", "retry_s", "retry_max_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
-
-
-def checked_server_url(url: str) -> str:
-    """`url` without a trailing slash, or a ValueError saying what a server URL looks like: a URL
-    without a scheme (``localhost:8000``) would otherwise be retried for ever as unreachable."""
-    example = "a URL like http://127.0.0.1:8000"
-    parsed = urllib.parse.urlsplit(url.strip())
-    if parsed.scheme not in ("http", "https"):
-        hint = f"; did you mean http://{url.strip()}?" if "://" not in url else ""
-        raise ValueError(f"the packscope server must be {example} (http or https), got {url!r}{hint}")
-    try:
-        parsed.port  # noqa: B018 - raises on a port that is not a number
-    except ValueError:
-        raise ValueError(f"the packscope server must be {example}, got {url!r}: its port is not a number") from None
-    if not parsed.hostname:
-        raise ValueError(f"the packscope server must be {example}, got {url!r}: it names no host")
-    if parsed.query or parsed.fragment:
-        raise ValueError(f"the packscope server must be {example}, got {url!r}: drop the ?query or #fragment")
-    return url.strip().rstrip("/")

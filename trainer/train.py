@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from packscope.agent import Agent, AgentConfig
 from packscope.core.run_file import write_run_file
+from packscope.core.urls import checked_server_url
 from packscope.trainer import distributed
 from packscope.trainer.attention import attention_for
 from packscope.trainer.channel_loss import (
@@ -345,6 +346,8 @@ def train_from_args(args: argparse.Namespace) -> int:
     try:
         cfg = config_from_args(args)
         resolve_device(cfg)
+        if cfg.server is not None:  # refused now, not retried for ever as unreachable
+            checked_server_url(cfg.server)
     except ValueError as err:
         print(f"packscope train: error: {err}", file=sys.stderr)
         return 2
