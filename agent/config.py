@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -46,8 +47,9 @@ class AgentConfig:
     # server keeps failing on; such a record is set aside once the one after it goes through.
     max_attempts: int = 3
     # Liveness: rank 0 tells the server it is alive every heartbeat_s seconds (0: never), from the
-    # sender thread; the server shows a run stale after 3 missed beats and crashed after 10.
-    heartbeat_s: float = 30.0
+    # sender thread; the server shows a run stale after 3 missed beats and crashed after 10. The
+    # default is PACKSCOPE_HEARTBEAT_S when set (a trainer that builds its own config), else 30.
+    heartbeat_s: float = field(default_factory=lambda: _env_seconds("PACKSCOPE_HEARTBEAT_S", 30.0))
     # On SIGTERM and on an unhandled exception, mark the run "failed" (the trainer's own SIGTERM
     # handler and excepthook still run after ours).
     mark_failed_on_exit: bool = True
@@ -79,3 +81,13 @@ class AgentConfig:
         for name in ("request_timeout_s", "retry_s", "retry_max_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+
+
+def _env_seconds(name: str, default: float) -> float:
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"{name} must be a number of seconds, got {text!r}") from None
