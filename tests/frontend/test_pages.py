@@ -143,7 +143,17 @@ def test_useful_tflops_is_the_runs_lists_headline_column(client):
     page = client.get("/")
     metrics = re.findall(r'<th class="([^"]*)" data-metric="(\w+)"', page.text)
     assert metrics[0] == ("num headline", "tflops_useful")
-    assert [name for _, name in metrics[:3]] == ["tflops_useful", "real_tokens_per_gpu_s", "padding_pct"]
+    # The default columns: useful work, the two counts it is read against, how far apart they are,
+    # MFU, step time and syncs (what a 1600 px window shows; the chooser offers the rest).
+    assert [name for _, name in metrics[:7]] == [
+        "tflops_useful",
+        "tflops_thd",
+        "tflops_bshd",
+        "overcount_pct",
+        "mfu_useful",
+        "step_time_s",
+        "syncs_per_iter",
+    ]
 
 
 def test_every_metric_a_page_names_is_in_the_catalogue(client):
