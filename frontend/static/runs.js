@@ -270,7 +270,7 @@ function groupRow(group, shownRuns) {
   const cells = metrics.map((metric, i) => {
     const values = group.runs.map((run) => api.shownTotals(run, catalogue)[metric.name]);
     const s = spread(values);
-    const range = s && s.n > 1 ? el("div", { class: "muted small", text: `${display(metric, s.min)} – ${display(metric, s.max)}` }) : null;
+    const range = s && s.n > 1 ? el("div", { class: "muted small group-range", text: `${display(metric, s.min)} – ${display(metric, s.max)}` }) : null;
     return el("td", { class: metricHeads[i].className, title: s ? `mean of ${s.n} runs` : null }, [
       el("div", { class: "group-mean", text: s ? display(metric, s.mean) : "—" }),
       range,
