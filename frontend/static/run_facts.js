@@ -81,7 +81,7 @@ export function refusalText(run) {
   const r = run.refused;
   if (!r) return "";
   const who = { agent: "the agent", server: "the server" };
-  const reasons = r.reasons.map((x) => `${x.reason} (${count(x.intervals)}, by ${who[x.by]})`).join("; ");
+  const reasons = r.reasons.map((x) => `${x.reason} (${count(x.intervals)} by ${who[x.by]})`).join("; ");
   return `${count(r.intervals)} interval${r.intervals === 1 ? "" : "s"} refused (${span(r.first_step, r.last_step)}): ${reasons}`;
 }
 

@@ -125,7 +125,7 @@ def test_a_run_of_refused_intervals_says_why_instead_of_waiting(server, page):
     page.wait_for_selector("#refused:not([hidden])")
     notice = page.inner_text("#refused")
     assert notice.startswith("3 intervals refused (steps 1–30): cu_seqlens decreases")
-    assert "(3, by the agent)" in notice and "Nothing else was stored." in notice
+    assert "(3 by the agent)" in notice and "Nothing else was stored." in notice
     until(
         page, "document.querySelector('#chart-tflops .empty').textContent.startsWith('No interval stored: 3 intervals')"
     )
