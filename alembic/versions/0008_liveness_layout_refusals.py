@@ -27,14 +27,21 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 
+# Plain ALTER TABLE on both databases (SQLite adds and, since 3.35, drops a column in place): a batch
+# migration would copy `runs`, and dropping the old table under foreign keys deletes every row of
+# every table that refers to it.
+NEW_COLUMNS = (
+    ("last_contact_at", sa.DateTime(timezone=True)),
+    ("heartbeat_s", sa.Float()),
+    ("layout_seen", sa.String(16)),
+    ("pack_length", sa.Integer()),
+    ("pack_length_from", sa.String(200)),
+)
+
+
 def upgrade() -> None:
-    # Batch mode: SQLite copies the table; PostgreSQL gets plain ALTER TABLE … ADD COLUMN.
-    with op.batch_alter_table("runs") as batch:
-        batch.add_column(sa.Column("last_contact_at", sa.DateTime(timezone=True), nullable=True))
-        batch.add_column(sa.Column("heartbeat_s", sa.Float(), nullable=True))
-        batch.add_column(sa.Column("layout_seen", sa.String(16), nullable=True))
-        batch.add_column(sa.Column("pack_length", sa.Integer(), nullable=True))
-        batch.add_column(sa.Column("pack_length_from", sa.String(200), nullable=True))
+    for name, kind in NEW_COLUMNS:
+        op.add_column("runs", sa.Column(name, kind, nullable=True))
     op.create_table(
         "refused_intervals",
         sa.Column("run_pk", sa.Integer(), nullable=False),
@@ -52,9 +59,5 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_table("refused_intervals")
-    with op.batch_alter_table("runs") as batch:
-        batch.drop_column("pack_length_from")
-        batch.drop_column("pack_length")
-        batch.drop_column("layout_seen")
-        batch.drop_column("heartbeat_s")
-        batch.drop_column("last_contact_at")
+    for name, _ in reversed(NEW_COLUMNS):
+        op.drop_column("runs", name)

@@ -186,3 +186,43 @@ def test_the_runs_list_returns_the_config_values_asked_for(client, new_run):
         "b": {"optimizer.lr": 1e-3},
     }
     assert all(r["config_values"] is None for r in client.get("/api/v1/runs").json()["runs"])
+
+
+def test_migration_0008_keeps_every_row_both_ways(make_client, database_url, new_run, records):
+    """0008 adds nullable columns in place and a table: a populated database keeps its runs and
+    intervals on the way up and on the way down (under the foreign keys that cascade)."""
+    import sqlalchemy as sa
+    from alembic import command
+
+    from packscope.backend.store.db import alembic_config, make_engine, upgrade_schema
+
+    client = make_client(database_url)
+    make_run(client, new_run)
+    assert client.post("/api/v1/runs/run-1/intervals", json={"intervals": records(5)}).json()["accepted"] == 5
+    assert client.post("/api/v1/runs/run-1/heartbeat", json={"every_s": 5}).status_code == 204
+    engine = make_engine(database_url)
+
+    def counted() -> tuple[int, int, int]:
+        with engine.connect() as connection:
+            return tuple(
+                connection.execute(sa.text(f"SELECT count(*) FROM {table}")).scalar_one()
+                for table in ("runs", "intervals", "run_totals")
+            )
+
+    try:
+        assert counted() == (1, 5, 1)
+        config = alembic_config()
+        with engine.begin() as connection:  # foreign keys on, as a server's connections have them
+            config.attributes["connection"] = connection
+            command.downgrade(config, "0007")
+        assert counted() == (1, 5, 1)
+        with engine.connect() as connection:
+            columns = {c["name"] for c in sa.inspect(connection).get_columns("runs")}
+            assert not {"last_contact_at", "heartbeat_s", "layout_seen", "pack_length"} & columns
+            assert "refused_intervals" not in sa.inspect(connection).get_table_names()
+        upgrade_schema(engine)
+        assert counted() == (1, 5, 1)
+    finally:
+        engine.dispose()
+    run = make_client(database_url).get("/api/v1/runs/run-1").json()
+    assert (run["records"], run["heartbeat_s"], run["layout"], run["refused"]) == (5, None, "thd", None)

@@ -105,7 +105,7 @@ def answers(client: Any, run_id: str) -> dict[str, Any]:
     """What the API answers about one run, less the clocks of when it was stored."""
     base = f"/api/v1/runs/{run_id}"
     summary = client.get(base).json()
-    for key in ("updated_at", "created_at"):
+    for key in ("updated_at", "created_at", "last_contact_at"):
         summary.pop(key, None)
     return {
         "summary": summary,
