@@ -2,7 +2,8 @@
 #   make demo   - server on the embedded SQLite default + two reference training runs feeding it
 #   make test   - the whole test suite (slow tests included), then its 15 slowest tests
 # and, for developers:
-#   make lint       - ruff check, ruff format --check and mypy (configured in pyproject.toml)
+#   make lint       - ruff check, ruff format --check and mypy (configured in pyproject.toml), then
+#                     eslint over frontend/static (eslint.config.js; `npm ci` installs it from package-lock.json)
 #   make test-fast  - the suite without the tests marked slow
 PY      ?= python3
 VENV    := .venv
@@ -40,20 +41,25 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest --durations=15 -m "not gpu and not slow" $(PYTEST_ARGS)
 
-# All three run, whatever the first ones find; the target fails if any did.
+# All four run, whatever the first ones find; the target fails if any did. eslint comes from
+# node_modules (`npm ci`, pinned by package-lock.json); without it that step fails and says so.
+ESLINT := node_modules/.bin/eslint
 lint: $(STAMP)
 	@status=0; \
 	echo "ruff check"; $(BIN)/ruff check . || status=1; \
 	echo "ruff format --check"; $(BIN)/ruff format --check . || status=1; \
 	echo "mypy"; $(BIN)/python .ci/typecheck.py || status=1; \
+	echo "eslint"; \
+	if [ -x $(ESLINT) ]; then $(ESLINT) frontend/static || status=1; \
+	else echo "eslint is not installed: run \`npm ci\` (Node 20.19+) to install it into node_modules/" >&2; status=1; fi; \
 	exit $$status
 
 bench: $(STAMP)
 	$(BIN)/python bench/agent_overhead.py
 
-# The venv, build outputs, tool caches, and the demo's database (the server's default,
+# The venv and node_modules, build outputs, tool caches, and the demo's database (the server's default,
 # sqlite:///./packscope.db, with its WAL files).
 clean:
-	rm -rf $(VENV) *.egg-info build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) *.egg-info build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis node_modules
 	rm -f packscope.db packscope.db-*
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

@@ -1,5 +1,9 @@
 """Per-interval statistics: cheap to add to on every step, reduced once per logging interval.
 
+Besides the full-causal attention sum (Σ s²) the interval keeps one sum per other layer kind the
+model has (packscope.core.attention: a sliding window W, chunks of C), over the real documents on
+the device and over the packs (each one sequence of its slot length) on the host.
+
 On a training step the agent keeps the batch (cu_seqlens batches as given, with one list
 append; other forms after a few device ops, see ``batch_forms``). At the log boundary
 everything the interval saw is reduced with a few dozen ops into one int64 vector, which then
@@ -13,20 +17,31 @@ from dataclasses import dataclass, field
 
 import torch
 
-from packscope.agent.batch_forms import PROBLEMS, CuBatch, DocBatch, canonicalize_cu
+from packscope.agent.batch_forms import PROBLEMS, CuBatch, DocBatch, baseline_packs, canonicalize_cu
 from packscope.agent.histograms import NUM_BUCKETS, SLOTS, bucket_of, edges_on, slot_of
+from packscope.core.attention import chunk_sq, window_sq
 
-# Layout of the reduced int64 vector.
+# Layout of the reduced int64 vector: the histograms, then the THD attention sums.
 DOC_COUNT = slice(0, SLOTS)
 DOC_TOKENS = slice(SLOTS, 2 * SLOTS)
 PACK_COUNT = slice(2 * SLOTS, 3 * SLOTS)
 PACK_TOKENS = slice(3 * SLOTS, 4 * SLOTS)
-SEQLEN_SQ_SUM_THD = 4 * SLOTS
+DEVICE_SUMS = ("seqlen_sq_sum_thd", "window_sq_sum_thd", "chunk_sq_sum_thd")
+SUM_AT = {name: 4 * SLOTS + i for i, name in enumerate(DEVICE_SUMS)}
 # Entries of the interval's cu_seqlens tensors with each of batch_forms.PROBLEMS.
-PROBLEM_COUNTS = slice(4 * SLOTS + 1, 4 * SLOTS + 1 + len(PROBLEMS))
+PROBLEM_COUNTS = slice(4 * SLOTS + len(DEVICE_SUMS), 4 * SLOTS + len(DEVICE_SUMS) + len(PROBLEMS))
 DEVICE_LEN = PROBLEM_COUNTS.stop
 # Host statics (then the four host histograms), in the order HostCounts.as_list lays them out.
-HOST_FIELDS = ("tokens", "packs", "seqlen_sq_sum_bshd", "seqlen_sq_sum_thd")
+HOST_FIELDS = (
+    "tokens",
+    "packs",
+    "seqlen_sq_sum_bshd",
+    "seqlen_sq_sum_thd",
+    "window_sq_sum_bshd",
+    "window_sq_sum_thd",
+    "chunk_sq_sum_bshd",
+    "chunk_sq_sum_thd",
+)
 
 
 @dataclass
@@ -38,6 +53,10 @@ class HostCounts:
     seqlen_sq_sum_bshd: int = 0
     # Plain fixed-length batches: every row is one document of row_len tokens.
     seqlen_sq_sum_thd: int = 0
+    window_sq_sum_bshd: int = 0
+    window_sq_sum_thd: int = 0
+    chunk_sq_sum_bshd: int = 0
+    chunk_sq_sum_thd: int = 0
     doc_hist: list[list[int]] = field(default_factory=lambda: [[0] * NUM_BUCKETS, [0] * NUM_BUCKETS])
     pack_hist: list[list[int]] = field(default_factory=lambda: [[0] * NUM_BUCKETS, [0] * NUM_BUCKETS])
 
@@ -50,7 +69,11 @@ class HostCounts:
 
 
 class IntervalAccumulator:
-    def __init__(self) -> None:
+    """`window` / `chunk`: the model's sliding window and attention chunk (ModelSpec.window,
+    .chunk), None when it has no such layers (their sums then stay 0, at no cost)."""
+
+    def __init__(self, window: int | None = None, chunk: int | None = None) -> None:
+        self.window, self.chunk = window, chunk
         self._lens: list[torch.Tensor] = []
         self._rows: list[torch.Tensor] = []
         self._cu: list[CuBatch] = []  # counted and canonicalised all together at the log boundary
@@ -70,12 +93,10 @@ class IntervalAccumulator:
             return
         self.kinds.add(batch.kind)
         h = self.host
-        h.tokens += batch.slots
-        h.packs += batch.rows
-        h.seqlen_sq_sum_bshd += batch.baseline_sq_sum
+        self._add_packs(batch.rows, batch.row_len, batch.baseline_pack_length)
         if batch.doc_lens is None:
             b = bucket_of(batch.row_len)
-            h.seqlen_sq_sum_thd += batch.rows * batch.row_len * batch.row_len
+            self._add_sums(h, "thd", batch.rows, batch.row_len)
             for hist in (h.doc_hist, h.pack_hist):
                 hist[0][b] += batch.rows
                 hist[1][b] += batch.slots
@@ -92,13 +113,11 @@ class IntervalAccumulator:
         out = torch.zeros(DEVICE_LEN, dtype=torch.int64, device=device)
         if self._cu:
             # Their packs are numbered after those of the other forms.
-            offsets, h = [], self.host
+            offsets: list[int] = []
             for b in self._cu:
                 offsets.append(self._row_offset)
                 self._row_offset += b.rows
-                h.tokens += b.slots
-                h.packs += b.rows
-                h.seqlen_sq_sum_bshd += b.baseline_sq_sum
+                self._add_packs(b.rows, b.row_len, b.baseline_pack_length)
             lens, rows, problems = canonicalize_cu(self._cu, offsets, out.device)
             out[PROBLEM_COUNTS] = problems
             self._lens.append(lens)
@@ -112,13 +131,37 @@ class IntervalAccumulator:
         slots = slot_of(lens, self._edges)
         out[DOC_COUNT].index_add_(0, slots, torch.ones_like(lens))
         out[DOC_TOKENS].index_add_(0, slots, lens)
-        out[SEQLEN_SQ_SUM_THD] = (lens * lens).sum()
+        out[SUM_AT["seqlen_sq_sum_thd"]] = (lens * lens).sum()
+        if self.window is not None:  # s² up to the window, then 2·s·W - W² (attention.window_sq)
+            shorter = torch.clamp(lens, max=self.window)
+            out[SUM_AT["window_sq_sum_thd"]] = (2 * lens * shorter - shorter * shorter).sum()
+        if self.chunk is not None:  # whole chunks from each document's start, then the rest (attention.chunk_sq)
+            rest = torch.remainder(lens, self.chunk)
+            out[SUM_AT["chunk_sq_sum_thd"]] = ((lens - rest) * self.chunk + rest * rest).sum()
         pack_real = torch.zeros(self._row_offset, dtype=torch.int64, device=out.device)
         pack_real.index_add_(0, rows, lens)
         pack_slots = slot_of(pack_real, self._edges)
         out[PACK_COUNT].index_add_(0, pack_slots, torch.ones_like(pack_real))
         out[PACK_TOKENS].index_add_(0, pack_slots, pack_real)
         return out
+
+    def _add_packs(self, rows: int, row_len: int, pack_length: int | None = None) -> None:
+        """`rows` packs (or padded rows) of `row_len` slots: their tokens and baseline sums, the
+        baseline counting packs of `pack_length` where a packer's is known (batch_forms.baseline_packs)."""
+        self.host.tokens += rows * row_len
+        self.host.packs += rows
+        per_row, length = baseline_packs(row_len, pack_length)
+        self._add_sums(self.host, "bshd", rows * per_row, length)
+
+    def _add_sums(self, h: HostCounts, view: str, rows: int, length: int) -> None:
+        """The attention sums of `rows` sequences of `length` tokens, known on the host."""
+        setattr(h, f"seqlen_sq_sum_{view}", getattr(h, f"seqlen_sq_sum_{view}") + rows * length * length)
+        if self.window is not None:
+            setattr(
+                h, f"window_sq_sum_{view}", getattr(h, f"window_sq_sum_{view}") + rows * window_sq(length, self.window)
+            )
+        if self.chunk is not None:
+            setattr(h, f"chunk_sq_sum_{view}", getattr(h, f"chunk_sq_sum_{view}") + rows * chunk_sq(length, self.chunk))
 
     def reset(self) -> None:
         self._lens.clear()
@@ -154,7 +197,7 @@ def decode(vec: list[int], host: list[int]) -> dict:
         "packs": h["packs"],
         "real_tokens": sum(docs["tokens"]),
         "documents": sum(docs["count"]),
-        "seqlen_sq_sum_bshd": h["seqlen_sq_sum_bshd"],
-        "seqlen_sq_sum_thd": vec[SEQLEN_SQ_SUM_THD] + h["seqlen_sq_sum_thd"],
+        **{name: h[name] for name in HOST_FIELDS if name.endswith("_bshd")},
+        **{name: vec[at] + h[name] for name, at in SUM_AT.items()},  # documents seen on the device and on the host
         "histograms": {"documents": docs, "packs": packs},
     }

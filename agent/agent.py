@@ -41,6 +41,7 @@ from packscope.agent.hardware import describe
 from packscope.agent.sender import Sender
 from packscope.agent.syncs import SyncCounter
 from packscope.agent.timing import StepTime, StepTimer
+from packscope.core.attention import SUM_NAMES as ATTENTION_SUM_NAMES
 from packscope.core.flops import ModelSpec
 
 log = logging.getLogger("packscope.agent")
@@ -112,7 +113,7 @@ class Agent:
 
         self.step = config.start_step
         self.records: deque[dict] = deque(maxlen=1000)  # recent records, also without a server
-        self._acc = IntervalAccumulator()
+        self._acc = IntervalAccumulator(window=model.window, chunk=model.chunk)
         self._timer = StepTimer(self.device)
         self._times: deque[StepTime] = deque()
         self._inflight: deque[_PendingInterval] = deque()
@@ -458,9 +459,8 @@ class Agent:
         durations = sorted(s.gpu_s for s in steps)
         n = len(steps)
         top = sorted(p.sync_sites.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_SYNC_SITES]
-        flops = self.model.triad(
-            stats["tokens"], stats["real_tokens"], stats["seqlen_sq_sum_bshd"], stats["seqlen_sq_sum_thd"]
-        )
+        sums = {name: stats[name] for name in ATTENTION_SUM_NAMES}
+        flops = self.model.triad_by_kind(stats["tokens"], stats["real_tokens"], sums)
         return {
             "interval": p.index, "rank": self.rank,
             "first_step": p.first_step, "last_step": p.last_step, "steps": n, "gpus": 1,
@@ -472,7 +472,7 @@ class Agent:
             "step_time_max_s": durations[-1],
             "timing_lag_steps": max(s.lag_steps for s in steps),
             **{key: stats[key] for key in ("tokens", "real_tokens", "packs", "documents")},
-            "seqlen_sq_sum_bshd": stats["seqlen_sq_sum_bshd"], "seqlen_sq_sum_thd": stats["seqlen_sq_sum_thd"],
+            **sums,
             **{f"flops_{kind}": float(value) for kind, value in flops.items()},
             "syncs": {"total": p.syncs, "sites": [{"site": s, "count": c} for s, c in top]},
             "histograms": stats["histograms"],

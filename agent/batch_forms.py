@@ -39,14 +39,19 @@ PROBLEM_TEXT = {
 }
 
 
-def baseline_sq_sum(rows: int, row_len: int, pack_length: int | None) -> int:
-    """S2 of the baseline for `rows` rows of `row_len` slots: each row one dense sequence, or, with
-    a packer's pack length known, ceil(row_len / pack_length) dense packs of pack_length (a row
-    that flattens several packs, as TRL's packing hands them to the model)."""
+def baseline_packs(row_len: int, pack_length: int | None) -> tuple[int, int]:
+    """(packs, length): what the baseline counts as dense sequences for one row of `row_len` slots:
+    the row itself, or, with a packer's pack length known, ceil(row_len / pack_length) packs of
+    pack_length (a row that flattens several packs, as TRL's packing hands them to the model)."""
     if pack_length is None or row_len <= pack_length:
-        return rows * row_len * row_len
-    packs = -(-row_len // pack_length)
-    return rows * packs * pack_length * pack_length
+        return 1, row_len
+    return -(-row_len // pack_length), pack_length
+
+
+def baseline_sq_sum(rows: int, row_len: int, pack_length: int | None) -> int:
+    """S2 of the baseline for `rows` rows of `row_len` slots (baseline_packs)."""
+    packs, length = baseline_packs(row_len, pack_length)
+    return rows * packs * length * length
 
 
 @dataclass
@@ -63,8 +68,13 @@ class DocBatch:
         return self.rows * self.row_len
 
     @property
+    def baseline_pack_length(self) -> int | None:
+        """The pack length the baseline counts: a packer's, for packed rows only."""
+        return self.pack_length if self.kind != "bshd" else None
+
+    @property
     def baseline_sq_sum(self) -> int:
-        return baseline_sq_sum(self.rows, self.row_len, self.pack_length if self.kind != "bshd" else None)
+        return baseline_sq_sum(self.rows, self.row_len, self.baseline_pack_length)
 
 
 def _check_shape(shape: tuple[int, int]) -> tuple[int, int]:
@@ -148,6 +158,10 @@ class CuBatch:
     @property
     def kind(self) -> str:
         return "thd" if self.token_mask is None else "thd-static"
+
+    @property
+    def baseline_pack_length(self) -> int | None:
+        return self.pack_length
 
     @property
     def baseline_sq_sum(self) -> int:

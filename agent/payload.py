@@ -1,8 +1,7 @@
 """An interval's device values in one int64 tensor, so they reach the host in a single copy.
 
-``pack`` lays out the reduced counts, then the host counts when they were summed on the device
-(data parallel), then float64 values (loss, grad norm: scalars; per-channel loss sums: a
-(channels, 2) block) as int64 bit patterns, flattened in order; ``unpack`` reads
+``pack`` lays out the reduced counts, then float64 values (loss, grad norm: scalars; per-channel
+loss sums: a (channels, 2) block) as int64 bit patterns, flattened in order; ``unpack`` reads
 the host copy back with the same layout. These two functions are the only place the layout is
 written.
 """
@@ -18,7 +17,7 @@ import torch
 
 @dataclass(frozen=True)
 class Layout:
-    counts: int  # int64 counts: the reduced device vector, plus host counts when reduced with it
+    counts: int  # int64 counts: the reduced device vector
     floats: tuple[str, ...]  # names of the float64 values that follow, in order
     shapes: tuple[tuple[int, ...], ...] = ()  # their shapes; () is a scalar (the default for all)
 

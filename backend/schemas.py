@@ -68,39 +68,15 @@ class RunCreate(BaseModel):
 
     @field_validator("model", mode="before")
     @classmethod
-    def _known_model_fields(cls, value: Any) -> Any:
-        # The dataclass would silently drop a misspelt field and the FLOPs would be wrong.
-        if isinstance(value, dict):
-            known = set(ModelSpec.__dataclass_fields__) - {"name"}
-            unknown = sorted(set(value) - known)
-            if unknown:
-                raise ValueError(f"unknown model field(s) {', '.join(unknown)}; known: {', '.join(sorted(known))}")
-            _check_model_numbers(value)
-        return value
+    def _model_as_the_core_reads_it(cls, value: Any) -> Any:
+        # ModelSpec.from_dict is the one strict reading of a model dict (types, bounds, unknown
+        # fields named): a dataclass built by pydantic would drop a misspelt field silently.
+        return ModelSpec.from_dict(value) if isinstance(value, dict) else value
 
     @field_validator("parallel")
     @classmethod
     def _parallel_defaults(cls, value: dict[str, int]) -> dict[str, int]:
         return {**PARALLEL_DEFAULTS, **value}
-
-
-def _check_model_numbers(model: dict[str, Any]) -> None:
-    # The dataclass would take "1024" or true for a size, and sizes beyond any real model would
-    # make FLOPs that no column or float holds.
-    for key, value in model.items():
-        if key in MODEL_FLAGS:
-            if not isinstance(value, bool):
-                raise ValueError(f"model field {key!r} must be true or false, got {value!r}")
-        elif key == "moe_layers":
-            if value is not None and not (
-                isinstance(value, list)
-                and all(isinstance(x, int) and not isinstance(x, bool) and x in (0, 1) for x in value)
-            ):
-                raise ValueError("model field 'moe_layers' must be null or a list of 0/1 flags, one per layer")
-        elif (value is not None or key not in MODEL_OPTIONAL) and (
-            not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_MODEL_SIZE
-        ):
-            raise ValueError(f"model field {key!r} must be an integer from 0 to {MAX_MODEL_SIZE}, got {value!r}")
 
 
 MAX_NOTES = 10_000
@@ -139,6 +115,8 @@ class RunPatch(BaseModel):
 class IngestResult(BaseModel):
     accepted: int
     duplicates: int
+    # Fields the batch sent that the record does not know (dotted paths): ignored, not stored.
+    ignored: list[str] = Field(default_factory=list)
 
 
 # -- reads ----------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@
   with 8 concurrent senders (8 ranks of one run), and the server's CPU time per row (from
   /proc/<pid>/stat before and after), measured after --warmup batches to another run (a served
   process is warm); and in this process, the CPU time per row of validating
-  raw batches (rows.parse) and of storing them (ingest_parsed, as the route does), apart from HTTP;
+  raw batches (rows.parse) and of storing them (ingest_together, as the route does), apart from HTTP;
 * reads on runs of --intervals sizes (rows generated in-process through the ingest function,
   not over HTTP): series (max_points=1000) p50/p95, run page data (summary + series + sync sites)
   p50, sync sites p50, runs list of 200 runs p50, CSV export rows/s.
@@ -35,8 +35,7 @@ from typing import Any
 import httpx
 from bench_data import record, run_body, scratch_database
 
-from packscope.backend.ingest.batches import ingest_batch, ingest_parsed
-from packscope.backend.ingest.record import parse_batch
+from packscope.backend.ingest.batches import ingest_batch, ingest_together
 from packscope.backend.ingest.rows import parse
 from packscope.backend.reads.queries import get_run
 from packscope.backend.store.db import WRITES, make_engine, make_sessionmaker, upgrade_schema
@@ -64,13 +63,13 @@ def fill_run(make_session: Any, http: httpx.Client, run_id: str, intervals: int)
     """A new run of `intervals` records (64 distinct ones re-numbered), stored in-process; seconds taken."""
     assert http.post("/api/v1/runs", json=run_body(run_id)).status_code == 201
     rng = random.Random(run_id)
-    template, _ = parse_batch(json.dumps({"intervals": [record(i, 0, rng) for i in range(64)]}).encode())
+    template = [record(i, 0, rng) for i in range(64)]
     return store_renumbered(make_session, run_id, template, intervals)
 
 
 def ingest_in_process(engine: Any, http: httpx.Client, batches: int) -> dict[str, Any]:
     """CPU seconds per row of validating raw batches of 64 (rows.parse) and storing them
-    (ingest_parsed, one transaction each), in this process: what the route spends per row without
+    (ingest_together, one transaction each), in this process: what the route spends per row without
     HTTP, and steadier than wall time on a busy machine."""
     run_id = "in-process"
     assert http.post("/api/v1/runs", json=run_body(run_id)).status_code == 201
@@ -84,7 +83,7 @@ def ingest_in_process(engine: Any, http: httpx.Client, batches: int) -> dict[str
     validated = [parse(body) for body in bodies]
     cpu1 = time.process_time()
     for parsed in validated:
-        assert ingest_parsed(writes, run_id, parsed) is not None
+        assert ingest_together(writes, [(run_id, parsed)])[0] is not None
     cpu2 = time.process_time()
     rows = batches * BATCH
     return {

@@ -39,7 +39,6 @@ import bench_data
 import httpx
 from playwright import sync_api
 
-from packscope.backend.ingest.record import parse_batch
 from packscope.backend.store.db import make_engine, make_sessionmaker, upgrade_schema
 
 CHROMIUM = "/usr/bin/chromium"
@@ -82,7 +81,7 @@ def fill_run(make_session: Any, http: httpx.Client, run_id: str, intervals: int)
     """The long run: 64 distinct records (with channels) re-numbered, stored in-process; seconds taken."""
     assert http.post("/api/v1/runs", json=run_body(run_id, name="long run")).status_code == 201
     rng = random.Random(run_id)
-    template, _ = parse_batch(json.dumps({"intervals": [record(i, rng) for i in range(64)]}).encode())
+    template = [record(i, rng) for i in range(64)]
     return backend_scale.store_renumbered(make_session, run_id, template, intervals)
 
 

@@ -52,7 +52,6 @@ import httpx
 from backend_scale import cpu_seconds, start_server, store_renumbered
 from bench_data import record, run_body, scratch_database
 
-from packscope.backend.ingest.record import parse_batch
 from packscope.backend.reads import csv_export
 from packscope.backend.reads.queries import get_run
 from packscope.backend.store.db import make_engine, make_sessionmaker, upgrade_schema
@@ -83,7 +82,7 @@ def templates(count: int, real_magnitudes: bool = False) -> list[Any]:
         if i % 11 == 5:
             r["gpu_time_s"] = 0.0  # rates undefined: empty derived cells
         raw.append(r)
-    return parse_batch(json.dumps({"intervals": raw}).encode())[0]
+    return raw
 
 
 def fill(make_session: Callable[[], Any], intervals: int, real_magnitudes: bool = False) -> float:

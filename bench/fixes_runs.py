@@ -33,7 +33,7 @@ from pathlib import Path
 import torch
 
 from packscope.agent import Agent, AgentConfig
-from packscope.trainer.config import TrainConfig
+from packscope.trainer.config import DataConfig, TrainConfig
 from packscope.trainer.train import Trainer, train_step, write_records
 
 GALLERY: str | None = None  # --gallery: where run files go
@@ -67,7 +67,7 @@ def run(preset: str, steps: int, log_every: int, pair: str = "", role: str = "",
         agent_cfg.project = "gallery"
         agent_cfg.tags = gallery_tags(pair, role)
         agent_cfg.config = {**dataclasses.asdict(cfg), "torch": torch.__version__, "bench": "bench/fixes_runs.py"}
-    agent = Agent(agent_cfg, model=trainer.model_cfg.to_model_spec())
+    agent = Agent(agent_cfg, model=cfg.flops_model)
     losses = [train_step(trainer, trainer.next_batches(), agent) for _ in range(steps)]
     agent.close()
     if GALLERY and pair:
@@ -85,7 +85,7 @@ def run(preset: str, steps: int, log_every: int, pair: str = "", role: str = "",
     peak = agent.hardware["peak_tflops"]
     out = {
         "preset": preset,
-        **{k: v for k, v in options.items() if not isinstance(v, dict)},
+        **{k: v for k, v in options.items() if not isinstance(v, dict) and not dataclasses.is_dataclass(v)},
         "steps_measured": n,
         "step_time_s": statistics.fmean(per_interval),
         "step_time_ci95_s": mean_interval(per_interval),
@@ -205,6 +205,27 @@ def mfu_runs(args) -> Iterator[dict]:
             )
 
 
+def window_runs(args) -> Iterator[dict]:
+    """A sliding-window model (every layer, Mistral-7B-v0.1's pattern) counted as packscope counts
+    it now ("after") and as it did before it read windows ("before": every layer full attention):
+    the same training, documents longer than the window, two THD-corrected TFLOP/s."""
+    data = DataConfig(long_median=args.window * 2)  # most long documents pass the window
+    for preset in args.presets.split(","):
+        for as_full in (True, False):
+            yield run(
+                preset,
+                args.steps,
+                args.log_every,
+                pair=f"window-{preset}{args.pair_suffix}",
+                role="before" if as_full else "after",
+                title=f"sliding window {args.window}, counted {'as full attention' if as_full else 'per window'}",
+                **step_shape(args),
+                window=args.window,
+                count_window_as_full=as_full,
+                data=data,
+            )
+
+
 def table(paths: list[str]) -> None:
     paths = [p for p in paths if os.path.exists(p)]  # a section cut short may have left none
     print(
@@ -224,6 +245,7 @@ def table(paths: list[str]) -> None:
                         "chunked_ce",
                         "legacy_channel_loss",
                         "fused_projections",
+                        "count_window_as_full",
                     )
                     if r.get(k)
                 )
@@ -241,7 +263,7 @@ def table(paths: list[str]) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("bench", choices=["logging", "graphs", "chunked-ce", "channel-loss", "mfu", "table"])
+    ap.add_argument("bench", choices=["logging", "graphs", "chunked-ce", "channel-loss", "mfu", "window", "table"])
     ap.add_argument("paths", nargs="*", help="table: the JSON files to summarise")
     ap.add_argument("--presets", default="125m,1b")
     ap.add_argument("--steps", type=int, default=60)
@@ -253,6 +275,7 @@ def main() -> int:
     ap.add_argument("--gallery", default=None, help="also write each before/after run as a run file here")
     ap.add_argument("--pair-suffix", default="", help="appended to the gallery pair names (another step shape)")
     ap.add_argument("--compile", action="store_true", help="graphs: both runs compiled (graphs capture it)")
+    ap.add_argument("--window", type=int, default=4096, help="window: the sliding window, in tokens")
     args = ap.parse_args()
     global GALLERY, PAIR_SUFFIX
     GALLERY, PAIR_SUFFIX = args.gallery, args.pair_suffix
@@ -276,6 +299,7 @@ def main() -> int:
         "chunked-ce": chunked_ce_runs,
         "channel-loss": channel_loss_runs,
         "mfu": mfu_runs,
+        "window": window_runs,
     }
     for row in benches[args.bench](args):
         result["results"].append(row)

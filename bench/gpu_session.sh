@@ -13,6 +13,9 @@
 #   bash bench/gpu_session.sh multi   # bench/multi_gpu.py: DDP and FSDP2 on 2 GPUs, every rank's records checked
 #   bash bench/gpu_session.sh mixed   # cupti-python 13.4 over torch's own libcupti 13.0 (what a --no-deps
 #                                     # install gives); multi_gpu.py again with the debug-mode counter
+#   bash bench/gpu_session.sh window  # the gpu-marked tests (the sliding-window varlen oracle among them), then
+#                                     # a sliding-window 1b counted per window and as full attention (gallery pair;
+#                                     # the agent's syncs per step on the windowed runs)
 #
 # The device machine has torch but no registry: cupti-python travels as wheels in
 # .whl-cupti130/ and .whl-cupti134/ (13.4 brings its libcupti and pyelftools along).
@@ -29,6 +32,10 @@ done
 if ls .whl-cupti134/cupti_python-*.whl >/dev/null 2>&1; then  # the binding alone, torch's libcupti underneath
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/cupti134-binding \
     .whl-cupti134/cupti_python-*.whl .whl-cupti134/pyelftools-*.whl .whl-cupti134/cuda_pathfinder-*.whl
+  if ! python3 -c "import cuda.bindings" 2>/dev/null && ls .whl-cupti134/cuda_bindings-*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/cupti134-binding \
+      .whl-cupti134/cuda_bindings-*.whl
+  fi
 fi
 
 cupti_probe() {  # which cupti-python and libcupti a process ends up with, and whether it subscribes
@@ -109,8 +116,20 @@ case "${1:-}" in
       2> "$OUT/multi_gpu_debug_mode.err"
     echo "multi_gpu (debug-mode) exit $?"
     ;;
+  window)
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpus.txt"
+    if [ -z "${SKIP_TESTS:-}" ]; then
+      PYTHONPATH=/tmp/cupti134-binding timeout 240 python3 -m pytest -m gpu tests/gpu tests/trainer -v -p no:cacheprovider \
+        > "$OUT/gpu_tests.log" 2>&1
+      tail -3 "$OUT/gpu_tests.log"
+    fi
+    timeout 240 python3 bench/fixes_runs.py window --presets 1b --steps 30 --pack-length 8192 --packs-per-step 4 --micro-batches 2 \
+      --window 4096 --out "$OUT/window_1b.json" --gallery "$OUT/gallery" 2> "$OUT/window_1b.err"
+    echo "window exit $?"; tail -4 "$OUT/window_1b.err"
+    python3 bench/fixes_runs.py table "$OUT/window_1b.json"
+    ;;
   *)
-    echo "usage: bash bench/gpu_session.sh tests|fixes|graphs|graphs-compiled|mfu|multi|mixed" >&2
+    echo "usage: bash bench/gpu_session.sh tests|fixes|graphs|graphs-compiled|mfu|multi|mixed|window" >&2
     exit 2
     ;;
 esac

@@ -14,7 +14,7 @@ it runs on, next to the real path:
   per batch (WAL, synchronous=NORMAL, as the server's engine sets them);
 * blob_floor: the batch kept as one row instead, its numbers one float64 array and its details
   one text: the floor of a columnar layout;
-* store: the real store of those rows (ingest.ingest_parsed on a migrated schema: idempotency
+* store: the real store of those rows (ingest.ingest_together on a migrated schema: idempotency
   index, details, rollups, totals, sync sites, one transaction per batch);
 * http_floor: server CPU per row of a bare ASGI app under the same uvicorn that reads the body and
   answers (a subprocess; CPU from /proc);
@@ -60,8 +60,7 @@ import numpy as np
 from backend_scale import BATCH, cpu_seconds, free_port, start_server, store_renumbered, wait_until_serving
 from bench_data import record, run_body
 
-from packscope.backend.ingest.batches import create_or_resume_run, ingest_parsed
-from packscope.backend.ingest.record import parse_batch
+from packscope.backend.ingest.batches import create_or_resume_run, ingest_together
 from packscope.backend.ingest.rows import ROW_COLUMNS, Parsed, parse
 from packscope.backend.reads.csv_export import CSV_CHUNK_ROWS, _sqlite_query, csv_text
 from packscope.backend.reads.queries import get_run
@@ -172,7 +171,7 @@ def _fill(make_session: Any, run_id: str, rows: int) -> int:
         run, _ = create_or_resume_run(session, RunCreate.model_validate(run_body(run_id)))
         run_pk = int(run.id)
     rng = random.Random(4)
-    template, _ = parse_batch(json.dumps({"intervals": [record(i, 0, rng) for i in range(BATCH)]}).encode())
+    template = [record(i, 0, rng) for i in range(BATCH)]
     store_renumbered(make_session, run_id, template, rows)
     return run_pk
 
@@ -234,7 +233,7 @@ def measure(batches: int, rounds: int, csv_rows: int, scratch: Path) -> dict[str
                 create_or_resume_run(session, RunCreate.model_validate(run_body(run_id)))
 
             def store(p: Parsed) -> None:
-                assert ingest_parsed(writes, run_id, p) is not None  # None: the run is not stored
+                assert ingest_together(writes, [(run_id, p)])[0] is not None  # None: the run is not stored
 
             return _in_process(store, parsed)
 

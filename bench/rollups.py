@@ -42,12 +42,11 @@ if "--packscope" in sys.argv:  # before anything imports packscope
 from bench_data import record, run_body, scratch_database  # after the sys.path set-up above
 from sqlalchemy import select
 
-from packscope.backend.ingest.record import RECORDS, check_records
-from packscope.backend.ingest.rows import COLUMN_AT, interval_row
+from packscope.backend.ingest.rows import parsed_records
 from packscope.backend.reads.queries import coefficients
 from packscope.backend.store.aggregates import store_aggregates
 from packscope.backend.store.db import make_engine, make_sessionmaker, upgrade_schema
-from packscope.backend.store.models import Run
+from packscope.backend.store.models import COLUMN_AT, Run
 from packscope.backend.store.writes import write
 
 try:
@@ -82,12 +81,12 @@ def batch_rows(
                 r["channel_loss"] = {c: rng.uniform(1, 4) for c in names}
                 r["channel_tokens"] = {c: rng.randint(1, 5000) for c in names}
             recs.append(r)
-    parsed = RECORDS.validate_python({"intervals": recs})["intervals"]
+    parsed = parsed_records(recs)
     sites: dict[str, int] = {}
-    for per in check_records(parsed):
+    for per in parsed.sites:
         for site, n in per.items():
             sites[site] = sites.get(site, 0) + n
-    return [interval_row(run_pk, r) for r in parsed], sites
+    return [(run_pk, *values) for values in parsed.values], sites
 
 
 def store(engine: Any, make_session: Any, mode: str, batches: int, channels: int) -> dict[str, Any]:

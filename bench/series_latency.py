@@ -40,7 +40,6 @@ import httpx
 from backend_scale import start_server, store_renumbered
 from bench_data import PG_ADMIN, record, run_body
 
-from packscope.backend.ingest.record import parse_batch
 from packscope.backend.store.db import make_engine, make_sessionmaker, upgrade_schema
 
 RUN_ID = "big"
@@ -123,7 +122,7 @@ def ensure_run(url: str, intervals: int) -> float | None:
         server.terminate()
         server.wait(10)
     rng = random.Random(RUN_ID)
-    template, _ = parse_batch(json.dumps({"intervals": [record(i, 0, rng) for i in range(64)]}).encode())
+    template = [record(i, 0, rng) for i in range(64)]
     seconds = store_renumbered(make_session, RUN_ID, template, intervals)
     engine.dispose()
     return seconds

@@ -6,6 +6,9 @@ q [B, L, H, D] and k, v [B, L, H_kv, D]; it returns [B, L, H, D].
 * ``DocumentMaskedAttention``: THD anywhere (CPU, and the tests' oracle), SDPA with a
   block-diagonal causal mask per pack. It costs packs x L^2 memory, so it is not for long packs
   on a GPU.
+
+Each takes an optional sliding ``window`` W: a token attends to itself and the W - 1 tokens
+before it (in its document), as Mistral's and Gemma's windowed layers do.
 """
 
 from __future__ import annotations
@@ -41,11 +44,23 @@ def _sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, **kwargs) -> torch.
     return out.transpose(1, 2)
 
 
+def _within(offsets: torch.Tensor, window: int | None) -> torch.Tensor:
+    """The causal (and, with a window, banded) part of a mask from query - key offsets."""
+    allowed = offsets >= 0
+    return allowed if window is None else allowed & (offsets < window)
+
+
 class CausalAttention:
     """Right padding needs no mask: causality already keeps real tokens from seeing it."""
 
+    def __init__(self, window: int | None = None) -> None:
+        self.window = window
+
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-        return _sdpa(q, k, v, is_causal=True)
+        if self.window is None:
+            return _sdpa(q, k, v, is_causal=True)
+        pos = torch.arange(q.shape[1], device=q.device)
+        return _sdpa(q, k, v, attn_mask=_within(pos[:, None] - pos[None, :], self.window))
 
 
 class DocumentMaskedAttention:
@@ -55,7 +70,9 @@ class DocumentMaskedAttention:
     cut into packs and each pack gets its own mask: packs x L^2 work instead of T^2.
     """
 
-    def __init__(self, cu_seqlens: torch.Tensor, total: int, pack_length: int | None = None) -> None:
+    def __init__(
+        self, cu_seqlens: torch.Tensor, total: int, pack_length: int | None = None, window: int | None = None
+    ) -> None:
         lengths = (cu_seqlens[1:] - cu_seqlens[:-1]).long()
         span = torch.arange(len(lengths), device=cu_seqlens.device)
         # output_size keeps repeat_interleave from reading the total back from the device.
@@ -63,7 +80,7 @@ class DocumentMaskedAttention:
         self.packs = total // pack_length if pack_length else 1
         doc = doc.view(self.packs, total // self.packs)
         pos = torch.arange(doc.shape[1], device=cu_seqlens.device)
-        causal = pos[:, None] >= pos[None, :]
+        causal = _within(pos[:, None] - pos[None, :], window)  # within one document, the offset is its own
         # [packs, 1, L, L]: one mask per pack, shared by every head.
         self.mask = ((doc[:, :, None] == doc[:, None, :]) & causal).unsqueeze(1)
 
@@ -82,14 +99,20 @@ class VarlenAttention:
     synchronize every step. The kernel wants bf16/fp16 inputs.
     """
 
-    def __init__(self, cu_seqlens: torch.Tensor, max_seqlen: int) -> None:
+    def __init__(self, cu_seqlens: torch.Tensor, max_seqlen: int, window: int | None = None) -> None:
         if varlen_attn is None:
             raise RuntimeError(
                 f"THD attention on CUDA needs torch.nn.attention.varlen (torch >= 2.10); this is "
                 f"torch {torch.__version__}. Upgrade torch, or train with --layout bshd."
             )
+        if window is not None and "window_size" not in _VARLEN_PARAMS:
+            raise RuntimeError(
+                f"sliding-window varlen attention needs torch >= 2.11; this is torch {torch.__version__}"
+            )
         self.cu_seqlens = cu_seqlens
         self.max_seqlen = max_seqlen
+        # FlashAttention's (left, right) window: W - 1 earlier tokens and none later.
+        self.causal = _CAUSAL if window is None else {"window_size": (window - 1, 0)}
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         q, k, v = q[0], k[0], v[0]  # [T, H, D]
@@ -101,15 +124,15 @@ class VarlenAttention:
                 repeat = q.shape[1] // k.shape[1]
                 k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
         cu, n = self.cu_seqlens, self.max_seqlen
-        out = varlen_attn(q, k, v, cu, cu, n, n, **_CAUSAL, **gqa)
+        out = varlen_attn(q, k, v, cu, cu, n, n, **self.causal, **gqa)
         return cast(torch.Tensor, out).unsqueeze(0)  # a tuple only when return_aux is asked for
 
 
-def attention_for(batch: Batch, device: torch.device) -> Attention:
+def attention_for(batch: Batch, device: torch.device, window: int | None = None) -> Attention:
     """The backend for this micro-batch on this device (batch already on ``device``)."""
     if batch.layout == "bshd":
-        return CausalAttention()
+        return CausalAttention(window)
     assert batch.cu_seqlens_padded is not None, "a THD batch carries its boundaries"
     if device.type == "cuda":
-        return VarlenAttention(batch.cu_seqlens_padded, batch.max_seqlen)
-    return DocumentMaskedAttention(batch.cu_seqlens_padded, batch.tokens, batch.pack_length)
+        return VarlenAttention(batch.cu_seqlens_padded, batch.max_seqlen, window)
+    return DocumentMaskedAttention(batch.cu_seqlens_padded, batch.tokens, batch.pack_length, window)

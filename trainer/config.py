@@ -12,6 +12,7 @@ import typing
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeGuard
 
+from packscope.core.attention import SLIDING
 from packscope.core.flops import ModelSpec
 
 
@@ -31,6 +32,9 @@ class ModelConfig:
     norm_eps: float = 1e-5
     lr: float = 3e-4  # a learning rate that suits this size
     name: str = ""
+    # Sliding-window attention in every layer (Mistral-7B-v0.1's pattern): a token attends to
+    # itself and the window - 1 tokens before it in its document. None: full causal attention.
+    window: int | None = None
 
     def __post_init__(self) -> None:
         if self.hidden % self.heads:
@@ -39,6 +43,8 @@ class ModelConfig:
             raise ValueError(f"heads ({self.heads}) must be divisible by kv_heads ({self.kv_heads})")
         if self.head_dim % 2:
             raise ValueError(f"RoPE needs an even head dim, got {self.head_dim}")
+        if self.window is not None and self.window < 1:
+            raise ValueError(f"window must be >= 1, got {self.window}")
 
     @property
     def head_dim(self) -> int:
@@ -54,6 +60,8 @@ class ModelConfig:
             ffn=self.ffn,
             vocab=self.vocab,
             gated=True,
+            layer_kinds=None if self.window is None else (SLIDING,) * self.layers,
+            window=self.window,
             name=self.name,
         )
 
@@ -161,9 +169,20 @@ class TrainConfig:
     compile: bool = option(False, "torch.compile the model")
     chunked_ce: bool = option(
         False,
-        "cross-entropy over chunks of tokens: no float32 logits for every token (-4 GiB, 2.5% slower on the 1b H200)",
+        "cross-entropy over chunks of tokens: no float32 logits for every token "
+        "(less memory, a little slower: docs/BENCHMARKS.md)",
     )
     fused_projections: bool = option(False, "q/k/v and gate/up projections each as one GEMM (same math, fewer kernels)")
+    window: int | None = option(
+        None,
+        "sliding-window attention in every layer, as Mistral-7B-v0.1 (sliding_window: 4096): a token "
+        "attends to the W latest tokens of its document (default: full causal attention)",
+    )
+    count_window_as_full: bool = option(
+        False,
+        "with --window: the agent counts every layer as full attention, as packscope did before it read "
+        "windows (the over-count the fix removes; the training is the same)",
+    )
     cuda_graphs: bool = option(
         False, "CUDA, THD with --static: capture forward+backward once and replay it (eager when a batch does not fit)"
     )
@@ -257,10 +276,21 @@ class TrainConfig:
             raise ValueError(f"pack_length ({self.pack_length}) is below the shortest document ({self.data.min_len})")
         if self.legacy_channel_loss and not self.channel_loss:
             raise ValueError("legacy_channel_loss is a way to compute --channel-loss: give channel_loss too")
+        if self.window is not None and self.window < 1:
+            raise ValueError(f"window must be >= 1, got {self.window}")
+        if self.count_window_as_full and self.window is None:
+            raise ValueError("count_window_as_full compares a --window run's counts: give window too")
 
     @property
     def model(self) -> ModelConfig:
-        return replace(ModelConfig.preset(self.preset), fused_projections=self.fused_projections)
+        return replace(ModelConfig.preset(self.preset), fused_projections=self.fused_projections, window=self.window)
+
+    @property
+    def flops_model(self) -> ModelSpec:
+        """What the agent counts: the model as trained, or with --count-window-as-full the count of
+        packscope's reader before windows (every layer full attention)."""
+        spec = self.model.to_model_spec()
+        return replace(spec, layer_kinds=None, window=None) if self.count_window_as_full else spec
 
     @property
     def packs_per_micro_batch(self) -> int:

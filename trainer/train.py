@@ -138,7 +138,7 @@ class Trainer:
             enabled=self.amp_dtype is not None,
             cache_enabled=self.graphs is None,
         ):
-            attention = attention_for(batch, self.device)
+            attention = attention_for(batch, self.device, self.model_cfg.window)
             return self.forward(batch.input_ids, batch.position_ids, attention, batch.labels, self.cfg.chunked_ce)
 
     def eager_forward_backward(self, batch: Batch, label_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -267,7 +267,7 @@ def run_training(cfg: TrainConfig) -> dict:
             pack_length=cfg.pack_length if cfg.layout == "thd" else None,
             pack_length_from="--pack-length" if cfg.layout == "thd" else None,
         ),
-        model=trainer.model_cfg.to_model_spec(),
+        model=cfg.flops_model,
     )
     agent.announce()
     readout = LossReadout(trainer.device)

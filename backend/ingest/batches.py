@@ -7,19 +7,17 @@ feed, each upserted once per touched key so a replay never double-counts.
 
 import functools
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
 
 import msgspec
-from pydantic import BaseModel
 from sqlalchemy import Connection, Engine, Table
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from packscope.backend.ingest.record import RECORDS, IntervalRecord, Record
 from packscope.backend.ingest.rows import Parsed, parsed_records
 from packscope.backend.reads.queries import coefficients, get_run
 from packscope.backend.schemas import IngestResult, RunCreate, RunPatch
@@ -27,7 +25,7 @@ from packscope.backend.store.aggregates import store_aggregates
 from packscope.backend.store.db import run_sql
 from packscope.backend.store.models import Run
 from packscope.backend.store.writes import driver_of, insert_intervals
-from packscope.core.catalogue import Coefficients
+from packscope.core.catalogue import INT64_MAX, Coefficients
 
 _SITES = msgspec.json.Encoder()  # {site: count} as interval_details stores it
 
@@ -119,13 +117,6 @@ def _as_stored_time(database: str) -> Callable[[datetime], Any]:
 Batch = tuple[str, Parsed]  # (run_id, its validated records)
 
 
-def ingest_parsed(engine: Engine, run_id: str, parsed: Parsed) -> IngestResult | None:
-    """Store a batch that rows.parse validated, in one transaction of its own on `engine` (the
-    app's write engine); None when the run is not stored. No ORM objects: the run is one Core
-    row, the batch a handful of bulk statements."""
-    return ingest_together(engine, [(run_id, parsed)])[0]
-
-
 def ingest_together(engine: Engine, batches: Sequence[Batch]) -> list[IngestResult | None]:
     """Store several parsed batches (of one run or several) in one transaction, each answered as if
     the batches had been stored one after another in this order: a record whose key an earlier
@@ -153,20 +144,20 @@ def ingest_together(engine: Engine, batches: Sequence[Batch]) -> list[IngestResu
             for at in stored:
                 accepted[owners[at]] += 1
             for i in members:
-                results[i] = IngestResult(accepted=accepted[i], duplicates=len(batches[i][1]) - accepted[i])
+                batch = batches[i][1]
+                results[i] = IngestResult(
+                    accepted=accepted[i], duplicates=len(batch) - accepted[i], ignored=batch.ignored
+                )
     return results
 
 
-def ingest_batch(session: Session, run: Run, records: Iterable[IntervalRecord | Record]) -> IngestResult:
-    """Store records built in Python (IntervalRecord models or parse_batch's dicts) for `run`, with
-    the same checks as the HTTP route, and commit the session."""
+def ingest_batch(session: Session, run: Run, records: Iterable[Mapping[str, Any]]) -> IngestResult:
+    """Store records built in Python (dicts, as the wire carries them) for `run`, with the same
+    checks as the HTTP route (record.RecordError), and commit the session."""
     listed = list(records)
     if not listed:
         return IngestResult(accepted=0, duplicates=0)
-    dicts = RECORDS.validate_python({"intervals": [r.model_dump() if isinstance(r, BaseModel) else r for r in listed]})[
-        "intervals"
-    ]  # every key present, as parse_batch gives them
-    result = store_records(session.connection(), run.id, coefficients(run), parsed_records(dicts))
+    result = store_records(session.connection(), run.id, coefficients(run), parsed_records(listed))
     session.commit()
     return result
 
@@ -179,7 +170,7 @@ def store_records(connection: Connection, run_pk: int, c: Coefficients, parsed: 
     left untouched, so a spool replay after a lost response never changes or doubles data.
     """
     accepted = len(_store(connection, run_pk, c, parsed))
-    return IngestResult(accepted=accepted, duplicates=len(parsed) - accepted)
+    return IngestResult(accepted=accepted, duplicates=len(parsed) - accepted, ignored=parsed.ignored)
 
 
 def _store(connection: Connection, run_pk: int, c: Coefficients, parsed: Parsed) -> list[int]:
@@ -207,7 +198,7 @@ def _store(connection: Connection, run_pk: int, c: Coefficients, parsed: Parsed)
     run_sites: dict[str, int] = {}
     for k in new:
         for site, n in sites[at[k]].items():
-            run_sites[site] = run_sites.get(site, 0) + n
+            run_sites[site] = min(run_sites.get(site, 0) + n, INT64_MAX)  # as the stored sum saturates
     channels = [parsed.channels[at[k]] for k in new]
     store_aggregates(connection, run_pk, c, [rows[k] for k in new], run_sites, channels)
     return [at[k] for k in new]

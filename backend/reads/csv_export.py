@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import codecs
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -98,12 +98,29 @@ class _Sql:
         return self._op("/", o, True)
 
 
+class _Column(_Sql):
+    """A stored column as a formula reads it (`text`, which may screen its value), keeping the
+    column's name for the tests on the stored value itself (NULL, rank 0)."""
+
+    def __init__(self, text: str, column: str) -> None:
+        super().__init__(text)
+        self.column = column
+
+
 class _SqlOps:
     """A division by 0 is NULL, and NULL stays NULL (an empty cell), as NaN does in numpy."""
 
     @staticmethod
     def ratio(num: Any, den: Any) -> _Sql:
         return _Sql(f"({_Sql.of(num).text} / NULLIF({_Sql.of(den).text}, 0))")
+
+    @staticmethod
+    def unless_missing(reading: _Column, value: Callable[[], Any]) -> _Sql:
+        return _Sql(f"(CASE WHEN {reading.column} IS NULL THEN 0::float8 ELSE {_Sql.of(value()).text} END)")
+
+    @staticmethod
+    def if_leader(rank: _Column, value: Any) -> _Sql:
+        return _Sql(f"(CASE WHEN {rank.column} = 0 THEN {_Sql.of(value).text} ELSE 0::float8 END)")
 
 
 # Every intermediate value of the derived columns must stay inside these magnitudes for
@@ -172,6 +189,14 @@ class _BoundOps:
     def ratio(num: Any, den: Any) -> _Bound:
         return _Bound.of(num) / _Bound.of(den)
 
+    @staticmethod
+    def unless_missing(reading: Any, value: Callable[[], Any]) -> Any:
+        return value()  # or 0, which is always safe
+
+    @staticmethod
+    def if_leader(rank: Any, value: Any) -> Any:
+        return value
+
 
 class _Uses(dict[str, Any]):
     """The sums a formula reads, recorded as it reads them."""
@@ -192,13 +217,10 @@ def _float_range(c: Coefficients, sums: list[Sum]) -> tuple[float, float] | None
     """The widest of _FLOAT_RANGES over which PostgreSQL computes every derived column of a row
     without leaving [_SAFE_LOW, _SAFE_HIGH], or None when even the narrowest is not safe."""
     for low, high in _FLOAT_RANGES:
-        bounds = {}
-        for s in sums:
-            value = _Bound(1.0, 1.0)
-            for name in s.of:
-                f = FIELD[name]
-                value = value * (_Bound(low, min(high, f.upper)) if f.kind == "float" else _Bound(1.0, f.upper))
-            bounds[s.name] = value
+        fields = {
+            f.name: _Bound(low, min(high, f.upper)) if f.kind == "float" else _Bound(1.0, f.upper) for f in FIELDS
+        }
+        bounds = {s.name: _Bound.of(s.value(fields, _BoundOps())) for s in sums}
         if not any(_Bound.of(v).bad for v in evaluate(bounds, c, _BoundOps(), CSV_DERIVED_COLUMNS).values()):
             return low, high
     return None
@@ -221,22 +243,17 @@ def _copy_sql(run_pk: int, c: Coefficients) -> str:
         return f"SELECT {', '.join(raw + derived)} {order}"
     in_range = f"BETWEEN {safe[0]!r} AND {safe[1]!r}"
     floats = sorted({name for s in sums for name in s.of if name in _FLOAT_FIELDS}, key=CSV_RAW_COLUMNS.index)
-    refs = {}
-    for s in sums:
-        value = None
-        for name in s.of:
-            if name in _FLOAT_FIELDS:
-                field = _Sql(
-                    f"(CASE WHEN abs({name}) {in_range} OR {name} = 0 THEN {name}::float8 ELSE 'NaN'::float8 END)"
-                )
-            else:
-                field = _Sql(f"{name}::float8")
-            value = field if value is None else value * field
-        assert value is not None
-        text = value.text
-        if s.present is not None:
-            text = f"(CASE WHEN {s.present} IS NULL THEN 0::float8 ELSE {text} END)"
-        refs[s.name] = _Sql(text)
+    # A stored float outside the safe range reads as NaN, so nothing in the formulas can raise.
+    fields = {
+        name: _Column(
+            f"(CASE WHEN abs({name}) {in_range} OR {name} = 0 THEN {name}::float8 ELSE 'NaN'::float8 END)"
+            if name in _FLOAT_FIELDS
+            else f"{name}::float8",
+            name,
+        )
+        for name in {name for s in sums for name in s.reads}
+    }
+    refs = {s.name: _Sql.of(s.value(fields, _SqlOps())) for s in sums}
     derived = [_Sql.of(v).text for v in evaluate(refs, c, _SqlOps(), CSV_DERIVED_COLUMNS).values()]
     if floats:
         ok = " AND ".join(f"(abs({name}) {in_range} OR {name} = 0 OR {name} IS NULL)" for name in floats)
@@ -266,8 +283,8 @@ def _csv_by_copy(session: Session, run: Run) -> Iterator[str]:
 def _copy_rows(copy: psycopg.Copy) -> Iterator[bytes]:
     """A COPY … TO STDOUT's rows (one per message), each copied out at once (cheaper than holding
     the message's buffer). psycopg's public read() only: taking rows from libpq directly saved
-    0.3 µs a row of client CPU, not worth leaning on psycopg's internals (the COPY's own 3.5 µs a
-    row on the server is what bounds the export)."""
+    little client CPU next to the COPY's own cost on the server, which bounds the export
+    (docs/BENCHMARKS.md, the CSV passes)."""
     while data := copy.read():
         yield bytes(data)
 

@@ -21,7 +21,17 @@ from packscope.backend.store.models import (
     run_sync_sites,
     run_totals,
 )
-from packscope.core.catalogue import FIELDS, METRIC, METRICS, SUM_FIELDS, SUM_NAMES, Coefficients, derive, sums_of_rows
+from packscope.core.catalogue import (
+    FIELDS,
+    FLOAT_OPS,
+    METRIC,
+    METRICS,
+    SUM_FIELDS,
+    SUM_NAMES,
+    Coefficients,
+    derive,
+    sums_of_rows,
+)
 from packscope.core.histograms import EDGES, KINDS, NUM_BUCKETS
 
 # The CSV: every stored column of the catalogue, then every derived metric of the interval.
@@ -425,7 +435,7 @@ def recent_step_times(session: Session, run: Run, window: int) -> list[float]:
     there is a second, as in RunSummary.steady."""
     first = session.scalar(select(func.min(intervals.c.interval)).where(intervals.c.run_pk == run.id))
     rows = session.execute(
-        select(intervals.c.interval, func.sum(intervals.c.gpu_time_s) / func.sum(intervals.c.steps))
+        select(intervals.c.interval, func.sum(intervals.c.gpu_time_s), func.sum(intervals.c.steps))
         .where(intervals.c.run_pk == run.id)
         .group_by(intervals.c.interval)
         .order_by(intervals.c.interval.desc())
@@ -433,7 +443,11 @@ def recent_step_times(session: Session, run: Run, window: int) -> list[float]:
     ).all()
     if len(rows) > 1 and rows[-1][0] == first:  # the window reaches back to the warm-up
         rows = rows[:-1]
-    return [float(seconds) for _, seconds in rows]
+    step_time = METRIC["step_time_s"].formula
+    return [
+        float(step_time({"gpu_time_s": float(seconds), "rank_steps": float(steps)}, coefficients(run), FLOAT_OPS))
+        for _, seconds, steps in rows
+    ]
 
 
 def step_time_tests(session: Session, runs: Sequence[Run], window: int) -> list[dict[str, Any]]:
@@ -536,25 +550,32 @@ def histogram_columns(session: Session, run: Run, columns: int) -> dict[str, Any
 def sync_sites(session: Session, run: Run, limit: int, window: str = "run") -> dict[str, Any]:
     """Sync sites, most frequent first, over `window`: "run" (every interval) or "steady" (without
     the first interval, as the run's steady rates: warm-up syncs would not stand for the run), which
-    is the whole run while it has a single interval. The answer says which steps it covers."""
+    is the whole run while it has a single interval. Per iteration as the catalogue's syncs_per_iter
+    is (one rank's syncs per step). The answer says which steps it covers."""
     totals = session.execute(
-        select(run_totals.c.rows, run_totals.c.steps, run_totals.c.syncs_total, run_totals.c.last_step).where(
+        select(run_totals.c.rows, run_totals.c.rank_steps, run_totals.c.syncs_total, run_totals.c.last_step).where(
             run_totals.c.run_pk == run.id
         )
     ).first()
     if totals is None:
         return {"syncs_per_iter": None, "sites": [], "window": window, "first_step": None, "last_step": None}
     first = first_interval_sums(session, [run.id]).get(run.id)
-    steps, syncs = float(totals.steps), float(totals.syncs_total)
+    rank_steps, syncs = float(totals.rank_steps), float(totals.syncs_total)
     left_out: dict[str, int] = {}
     first_step = first.first_step if first is not None else None
     if window == "steady" and first is not None and int(totals.rows) > first.rows:
-        steps -= first.sums["steps"]
+        rank_steps -= first.sums["rank_steps"]
         syncs -= first.sums["syncs_total"]
         left_out = first.sync_sites
         first_step = first.last_step + 1
     else:
         window = "run"
+    c = coefficients(run)
+
+    def per_iter(count: float) -> float | None:
+        value = METRIC["syncs_per_iter"].formula({"syncs_total": count, "rank_steps": rank_steps}, c, FLOAT_OPS)
+        return value if math.isfinite(value) else None
+
     counts = {
         site: int(count) - left_out.get(site, 0)
         for site, count in session.execute(
@@ -562,10 +583,9 @@ def sync_sites(session: Session, run: Run, limit: int, window: str = "run") -> d
         )
     }
     ranked = sorted(((site, n) for site, n in counts.items() if n > 0), key=lambda item: (-item[1], item[0]))
-    sites = [{"site": site, "count": n, "per_iter": n / steps if steps else None} for site, n in ranked[:limit]]
     return {
-        "syncs_per_iter": syncs / steps if steps else None,
-        "sites": sites,
+        "syncs_per_iter": per_iter(syncs),
+        "sites": [{"site": site, "count": n, "per_iter": per_iter(float(n))} for site, n in ranked[:limit]],
         "window": window,
         "first_step": first_step,
         "last_step": int(totals.last_step),

@@ -132,8 +132,8 @@ def _tile_rows(session: Session, run: Run, table: str, columns: str, tiling: Til
     joined by UNION ALL, so each is a range or IN lookup on the primary key (an OR across levels
     lets SQLite scan every block of the run instead). Read from the driver's own cursor as plain
     tuples: SQLAlchemy's Row objects cost as much as the fetch, and a few thousand of them alive
-    at once were promoted to the collector's oldest generation, whose full collections (100+ ms
-    in a server process) came every few series. PostgreSQL's rows come in binary (psycopg's
+    at once were promoted to the collector's oldest generation, whose full collections (docs/BENCHMARKS.md, "The
+    series' tail") came every few series. PostgreSQL's rows come in binary (psycopg's
     binary cursor: a float is its 8 bytes, the same value as its text, a third of the time)."""
     selects, params = _tile_selects(run, table, f"level, block, {columns}", tiling, top)
     sql = " UNION ALL ".join(selects)

@@ -7,12 +7,11 @@ from typing import Any
 from fastapi import APIRouter, Depends, HTTPException, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
-from pydantic import TypeAdapter, ValidationError
 
 from packscope.backend import contact
 from packscope.backend.deps import SessionDep, check_ingest_token, require_ingest_token, run_not_found, run_or_404
 from packscope.backend.ingest.batches import ModelConflict, create_or_resume_run, patch_run
-from packscope.backend.ingest.record import IntervalBatch
+from packscope.backend.ingest.record import RecordError, batch_json_schema
 from packscope.backend.ingest.rows import parse
 from packscope.backend.reads.queries import run_summary
 from packscope.backend.schemas import IngestResult, RunCreate, RunPatch, RunSummary
@@ -119,10 +118,6 @@ def create_run(body: RunCreate, session: SessionDep, response: Response) -> dict
     return run_summary(session, run)
 
 
-# Kept for scripts and benchmarks that build IntervalRecord models from JSON (the route does not).
-_BATCH = TypeAdapter(IntervalBatch)
-
-
 def _inlined(schema: Any, defs: dict[str, Any]) -> Any:
     """A JSON schema with its local references ("#/$defs/...") replaced by what they name (the
     record has no recursion), so it stands alone inside the operation."""
@@ -137,9 +132,9 @@ def _inlined(schema: Any, defs: dict[str, Any]) -> Any:
 
 
 def _batch_body() -> dict[str, Any]:
-    """The OpenAPI request body of a batch: IntervalBatch's JSON schema, which the route does not
-    declare as a parameter (it reads the raw body, rows.parse validates it)."""
-    schema = IntervalBatch.model_json_schema()
+    """The OpenAPI request body of a batch: the record's JSON schema (ingest/record.py), which the
+    route does not declare as a parameter (it reads the raw body, rows.parse checks it)."""
+    schema = batch_json_schema()
     return {
         "requestBody": {
             "required": True,
@@ -160,21 +155,23 @@ async def _post_intervals(request: Request) -> Response:
 async def post_intervals(run_id: str, request: Request) -> Response:
     # The hot path, kept lean: served by _post_intervals (LimitedRoute), which calls this after the
     # token check with no dependency resolution; the raw body is validated once and laid out as
-    # rows (rows.parse: msgspec structs, or pydantic's dicts for a batch it refuses, whose errors
-    # it names) before it queues for the database; batches queued together are stored together in
+    # rows (rows.parse: the record's msgspec structs, checked; a RecordError names every problem)
+    # before it queues for the database; batches queued together are stored together in
     # one worker-thread call on a Core connection (ingest.ingest_together, no session, no ORM
     # objects), and the answer is written without a response model pass.
     try:
         parsed = parse(await request.body())
-    except ValidationError as exc:
-        # The same 422 body FastAPI gives (the app's handler trims echoed input), rooted at "body".
+    except RecordError as exc:
+        # The same 422 body FastAPI gives for a bad body, every problem rooted at "body".
         raise RequestValidationError(
-            [{**e, "loc": ("body", *e["loc"])} for e in exc.errors(include_url=False)]
+            [{"type": kind, "loc": ("body", *loc), "msg": message} for loc, message, kind in exc.problems]
         ) from None
     result = await request.app.state.batches.submit((run_id, parsed))
     if result is None:
         raise run_not_found(run_id)
-    return Response(result.model_dump_json(), media_type="application/json")
+    return Response(
+        result.model_dump_json(exclude_defaults=True), media_type="application/json"
+    )  # `ignored` only when any
 
 
 post_intervals.lean_handler = _post_intervals  # type: ignore[attr-defined]

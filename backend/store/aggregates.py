@@ -23,7 +23,14 @@ from sqlalchemy import column as sa_column
 from sqlalchemy import table as sa_table
 from sqlalchemy.dialects import sqlite
 
-from packscope.backend.store.columns import BAND_COLUMNS, BLOCK_FLOAT_COLUMNS, BLOCK_INT_COLUMNS, derive_columns
+from packscope.backend.store.columns import (
+    BLOCK_FLOAT_COLUMNS,
+    BLOCK_INT_COLUMNS,
+    WALL_EXTENTS,
+    derive_columns,
+    merged_by,
+    sums_per_row,
+)
 from packscope.backend.store.models import (
     CHANNEL_LEVELS,
     COLUMN_AT,
@@ -34,26 +41,30 @@ from packscope.backend.store.models import (
     run_totals,
 )
 from packscope.backend.store.writes import DRIVER_DIALECTS, add_together, adding, write
-from packscope.core.catalogue import BAND_METRICS, SUM_FIELDS, SUM_NAMES, SUMS, Coefficients
+from packscope.core.catalogue import BAND_METRICS, SUM_FIELDS, SUM_NAMES, Coefficients
 
 # What a row contributes, read in one C-level call per row: the key and step columns, the wall
 # clock and every field a SUM reads (None -> NaN in the float matrix).
 READ_COLUMNS = ("interval", "first_step", "last_step", "wall_start", "wall_end", *SUM_FIELDS)
 _GET = operator.itemgetter(*(COLUMN_AT[name] for name in READ_COLUMNS))
 
-# A block's columns in three contiguous groups, so one reduceat per group merges blocks:
-# added (rows and the SUMS), least (first step, band minima, wall start), greatest (last step,
-# band maxima, wall end).
-_ADDED = ("rows", *SUM_NAMES)
-_LEAST = ("first_step", *(f"{m}_min" for m in BAND_METRICS), "wall_start_min")
-_GREATEST = ("last_step", *(f"{m}_max" for m in BAND_METRICS), "wall_end_max")
+# A block's columns in three contiguous groups, so one reduceat per group merges blocks: those
+# that add, those that keep the least, those that keep the greatest (columns.merged_by).
+_BLOCK_COLUMNS = (*BLOCK_INT_COLUMNS, *BLOCK_FLOAT_COLUMNS)
+_ADDED, _LEAST, _GREATEST = (tuple(c for c in _BLOCK_COLUMNS if merged_by(c) == how) for how in ("sum", "min", "max"))
 _GROUPED = (*_ADDED, *_LEAST, *_GREATEST)
+_AT_GROUPED = {name: i for i, name in enumerate(_GROUPED)}
 _LEAST_AT = len(_ADDED)
 _GREATEST_AT = _LEAST_AT + len(_LEAST)
 # From the grouped layout to the rollups table's (BLOCK_INT_COLUMNS, then BLOCK_FLOAT_COLUMNS).
-_TABLE_ORDER = np.array([_GROUPED.index(name) for name in (*BLOCK_INT_COLUMNS, *BLOCK_FLOAT_COLUMNS)])
+_TABLE_ORDER = np.array([_AT_GROUPED[name] for name in _BLOCK_COLUMNS])
 _INTS = len(BLOCK_INT_COLUMNS)
-assert set(BAND_COLUMNS) <= set(_GROUPED)
+_SUMS_AT = [_AT_GROUPED[name] for name in SUM_NAMES]
+_BAND_AT = [(_AT_GROUPED[f"{name}_min"], _AT_GROUPED[f"{name}_max"]) for name in BAND_METRICS]
+# The block's extents that a single row gives as they are: (block column, READ_COLUMNS field).
+_EXTENTS = (("first_step", "first_step"), ("last_step", "last_step"), *WALL_EXTENTS)
+_READ_AT = {name: i for i, name in enumerate(READ_COLUMNS)}
+_EXTENT_AT = ([_AT_GROUPED[block] for block, _ in _EXTENTS], [_READ_AT[field] for _, field in _EXTENTS])
 
 
 def _field_matrix(rows: Sequence[Sequence[Any]]) -> np.ndarray:
@@ -63,37 +74,20 @@ def _field_matrix(rows: Sequence[Sequence[Any]]) -> np.ndarray:
     return flat.reshape(len(rows), len(READ_COLUMNS))
 
 
-# Each SUM as column arithmetic on the READ_COLUMNS matrix (the catalogue's definitions, at most
-# two factors each): the first factor, the second where there is one, zero where `present` is
-# missing. Four numpy calls for all sums, not three per sum.
-assert all(len(s.of) <= 2 for s in SUMS)
-_AT = {name: i for i, name in enumerate(READ_COLUMNS)}
-_FIRST = np.array([_AT[s.of[0]] for s in SUMS])
-_TWO = np.array([i for i, s in enumerate(SUMS) if len(s.of) == 2])
-_SECOND = np.array([_AT[s.of[1]] for s in SUMS if len(s.of) == 2])
-_PRESENT = np.array([i for i, s in enumerate(SUMS) if s.present is not None])
-_PRESENT_FIELD = np.array([_AT[s.present] for s in SUMS if s.present is not None])
-_BAND_LEAST = np.arange(len(BAND_METRICS)) + _LEAST_AT + 1
-_BAND_GREATEST = np.arange(len(BAND_METRICS)) + _GREATEST_AT + 1
-
-
 def _per_row(values: np.ndarray, c: Coefficients) -> tuple[np.ndarray, np.ndarray]:
-    """(interval of each row, each row as its own block in the grouped layout): its sums, its band
-    metrics as both the least and the greatest, its steps and wall-clock start and end; from the
-    rows' READ_COLUMNS as a float matrix."""
+    """(interval of each row, each row as its own block in the grouped layout): its sums (the
+    catalogue's, columns.sums_per_row), its band metrics as both the least and the greatest, its
+    steps and wall-clock start and end; from the rows' READ_COLUMNS as a float matrix."""
     out = np.empty((len(values), len(_GROUPED)))
-    out[:, 0] = 1.0
-    sums = out[:, 1:_LEAST_AT]
-    sums[:] = values[:, _FIRST]
-    with np.errstate(over="ignore"):  # a product past 1.8e308 is inf, as in Python
-        sums[:, _TWO] *= values[:, _SECOND]
-    sums[:, _PRESENT] = np.where(np.isnan(values[:, _PRESENT_FIELD]), 0.0, sums[:, _PRESENT])
-    rates = derive_columns({name: sums[:, i] for i, name in enumerate(SUM_NAMES)}, c, BAND_METRICS)
-    for least, greatest, name in zip(_BAND_LEAST.tolist(), _BAND_GREATEST.tolist(), BAND_METRICS, strict=True):
+    out[:, _AT_GROUPED["rows"]] = 1.0
+    sums = sums_per_row({name: values[:, i] for name, i in _READ_AT.items()})
+    for at, name in zip(_SUMS_AT, SUM_NAMES, strict=True):
+        out[:, at] = sums[name]
+    rates = derive_columns(sums, c, BAND_METRICS)
+    for (least, greatest), name in zip(_BAND_AT, BAND_METRICS, strict=True):
         out[:, least] = out[:, greatest] = rates[name]
-    # first and last step, wall-clock start and end
-    out[:, [_LEAST_AT, _GREATEST_AT, _GREATEST_AT - 1, -1]] = values[:, 1:5]
-    return values[:, 0].astype(np.int64), out
+    out[:, _EXTENT_AT[0]] = values[:, _EXTENT_AT[1]]
+    return values[:, _READ_AT["interval"]].astype(np.int64), out
 
 
 def _merge_levels(
@@ -156,7 +150,8 @@ def _table_rows(
 
 # -- the driver's own statements -------------------------------------------------------------------
 # Rows reach the driver as lists, not through SQLAlchemy's per-row parameter handling; on SQLite
-# straight to sqlite3's executemany (SQLAlchemy's execution layer cost about 40 µs a call), on
+# straight to sqlite3's executemany (SQLAlchemy's execution layer cost more a call than the
+# statement: docs/BENCHMARKS.md, "Ingest"), on
 # PostgreSQL through writes.write. The columns each SQLite statement lists, in its rows' order.
 _TABLES = {t.name: t for t in (rollups, channel_rollups, run_totals, run_sync_sites)}
 _COLUMNS = {name: tuple(t.columns.keys()) for name, t in _TABLES.items()}
@@ -283,33 +278,6 @@ def level_0_blocks(rows: Sequence[Sequence[Any]], c: Coefficients) -> tuple[np.n
     intervals, per_row = _per_row(np.array(rows, dtype=float).reshape(len(rows), len(READ_COLUMNS)), c)
     _, blocks, merged = _merge_levels(intervals, per_row, _LEVEL_0)
     return blocks, merged[:, _TABLE_ORDER]
-
-
-def store_level_0(connection: Connection, run_pk: int, c: Coefficients, rows: Sequence[Sequence[Any]]) -> None:
-    """Add level-0 rollup rows for interval rows given as READ_COLUMNS tuples sorted by interval
-    (migration 0007's downgrade: revisions before it read a stored level 0)."""
-    if rows:
-        intervals, per_row = _per_row(np.array(rows, dtype=float).reshape(len(rows), len(READ_COLUMNS)), c)
-        _add(
-            connection,
-            "rollups",
-            _table_rows(connection.dialect.name, run_pk, *_merge_levels(intervals, per_row, _LEVEL_0)),
-        )
-
-
-def store_level_0_channels(connection: Connection, run_pk: int, triples: Sequence[tuple[int, Any, Any]]) -> None:
-    """Add level-0 channel rollup rows for (interval, channel_loss, channel_tokens) triples sorted
-    by interval (migration 0007's downgrade)."""
-    intervals, names, loss_sums, tokens = channel_parts(triples)
-    if not names:
-        return
-    sums: dict[tuple[int, str], list[float]] = {}
-    for key in zip(intervals.tolist(), names, strict=True):
-        sums.setdefault(key, [0.0, 0.0])
-    for key, s, n in zip(zip(intervals.tolist(), names, strict=True), loss_sums.tolist(), tokens.tolist(), strict=True):
-        sums[key][0] += s
-        sums[key][1] += n
-    _add(connection, "channel_rollups", [(run_pk, 0, i, ch, s, n) for (i, ch), (s, n) in sorted(sums.items())])
 
 
 # -- entry points ----------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ Missing optional readings are NaN in the field columns; undefined metrics (0/0, 
 an overflow) are NaN in the metric columns and None once listed.
 """
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -16,28 +16,29 @@ Columns = Mapping[str, np.ndarray]
 
 
 class NumpyOps:
-    """Formulas on float arrays: a division by 0 is NaN."""
+    """Formulas on float arrays: a division by 0 is NaN; a missing reading is NaN."""
 
     @staticmethod
     def ratio(num: Any, den: Any) -> np.ndarray:
         # Called inside derive_columns' np.errstate (x/0 warns nowhere); where() picks NaN there.
         return np.where(np.not_equal(den, 0), np.true_divide(num, den), np.nan)
 
+    @staticmethod
+    def unless_missing(reading: np.ndarray, value: Callable[[], np.ndarray]) -> np.ndarray:
+        return np.where(np.isnan(reading), 0.0, value())
+
+    @staticmethod
+    def if_leader(rank: np.ndarray, value: np.ndarray) -> np.ndarray:
+        return np.where(rank == 0, value, 0.0)
+
 
 NUMPY_OPS = NumpyOps()
 
 
 def sums_per_row(fields: Columns) -> dict[str, np.ndarray]:
-    """Each row's contribution to every SUM: the product of its fields, 0 where `present` is missing."""
-    out = {}
-    for s in SUMS:
-        value = fields[s.of[0]]
-        for name in s.of[1:]:
-            value = value * fields[name]
-        if s.present is not None:
-            value = np.where(np.isnan(fields[s.present]), 0.0, value)
-        out[s.name] = value
-    return out
+    """Each row's contribution to every SUM (catalogue.Sum.value on columns)."""
+    with np.errstate(over="ignore"):  # a product past 1.8e308 is inf, as in Python
+        return {s.name: np.asarray(s.value(fields, NUMPY_OPS), dtype=float) for s in SUMS}
 
 
 def derive_columns(sums: Columns, c: Coefficients, names: Iterable[str] | None = None) -> dict[str, np.ndarray]:
@@ -66,7 +67,9 @@ def listed(column: np.ndarray) -> list[float | None]:
 # rollups table's order. Merging blocks adds counts and sums and widens steps, bands and the
 # wall-clock extent (every `*_min` / `*_max` column).
 BAND_COLUMNS = tuple(f"{name}_{end}" for name in BAND_METRICS for end in ("min", "max"))
-WALL_COLUMNS = ("wall_start_min", "wall_end_max")
+# The wall-clock extent of a block: (its column, the interval field it is the least / greatest of).
+WALL_EXTENTS = (("wall_start_min", "wall_start"), ("wall_end_max", "wall_end"))
+WALL_COLUMNS = tuple(column for column, _ in WALL_EXTENTS)
 BLOCK_INT_COLUMNS = ("rows", "first_step", "last_step")
 BLOCK_FLOAT_COLUMNS = (*SUM_NAMES, *BAND_COLUMNS, *WALL_COLUMNS)
 
@@ -108,10 +111,3 @@ def merge_blocks(keys: np.ndarray, ints: np.ndarray, floats: np.ndarray) -> Bloc
     merged[:, _MIN_AT] = np.fmin.reduceat(floats[:, _MIN_AT], starts)  # fmin/fmax skip NaN (undefined, unknown)
     merged[:, _MAX_AT] = np.fmax.reduceat(floats[:, _MAX_AT], starts)
     return keys[starts], merged_ints, merged
-
-
-def rows_with_nulls(floats: np.ndarray) -> list[list[float | None]]:
-    """A float matrix as lists of rows, None where it is NaN."""
-    values = floats.astype(object)
-    values[np.isnan(floats)] = None
-    return values.tolist()

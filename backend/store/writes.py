@@ -9,7 +9,19 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from pydantic_core import to_json
-from sqlalchemy import ColumnElement, Connection, Dialect, Table, bindparam, cast, func, literal_column, select
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    Dialect,
+    Integer,
+    Table,
+    bindparam,
+    case,
+    cast,
+    func,
+    literal_column,
+    select,
+)
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
@@ -25,6 +37,7 @@ from packscope.backend.store.models import (
     run_sync_sites,
     run_totals,
 )
+from packscope.core.catalogue import INT64_MAX
 
 # Rows reach the driver as tuples, never through SQLAlchemy's per-row parameter handling:
 # * SQLite: executemany of a one-row statement (sqlite3 loops in C), and for the interval rows a
@@ -52,7 +65,8 @@ def _insert(dialect: Dialect, table: Table) -> postgresql.Insert | sqlite.Insert
 
 def adding(stmt: Any, target: Any, key: Sequence[str], database: str) -> dict[str, Any]:
     """The DO UPDATE changes of an aggregate table (`target`: a Table, or the column subset a
-    statement lists): counts and sums add, steps and bands widen. Every aggregate upsert uses it."""
+    statement lists): counts and sums add (an integer one stops at INT64_MAX, where SQLite would
+    raise and PostgreSQL refuse), steps and bands widen. Every aggregate upsert uses it."""
     least, greatest = (func.least, func.greatest) if database == "postgresql" else (func.min, func.max)
 
     def widen(pick: Any, stored: ColumnElement[Any], new: ColumnElement[Any]) -> ColumnElement[Any]:
@@ -68,6 +82,9 @@ def adding(stmt: Any, target: Any, key: Sequence[str], database: str) -> dict[st
             changes[column.name] = widen(least, stored, new)
         elif how == "max":
             changes[column.name] = widen(greatest, stored, new)
+        elif isinstance(column.type, Integer):  # an integer sum saturates instead of overflowing
+            most: ColumnElement[int] = literal_column(str(INT64_MAX))
+            changes[column.name] = case((new > most - stored, most), else_=stored + new)
         else:
             changes[column.name] = stored + new
     return changes

@@ -125,6 +125,7 @@ function smoothed(traces, weight) {
   const isLine = (t) => t.meta?.kind === "line";
   const grouped = traces.map((t, i) => (isLine(t) ? { ...t, legendgroup: t.legendgroup ?? `line-${i}` } : t));
   // hovertemplate outranks hoverinfo, so the faded copy drops it or the hover box lists it too.
+  // eslint-disable-next-line no-unused-vars -- destructured only to leave hovertemplate out of the copy
   const fade = ({ hovertemplate, ...t }) => ({ ...t, opacity: 0.3, showlegend: false, hoverinfo: "skip" });
   const faded = grouped.map((t) => (isLine(t) ? fade(t) : t));
   const smooth = grouped.filter(isLine).map((t) => ({ ...t, y: ema(t.y, weight), meta: { ...t.meta, kind: "smoothed" } }));

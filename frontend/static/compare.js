@@ -256,10 +256,6 @@ function noteGroups() {
   note.textContent = `${shown.runs.length} runs in ${groups.length} group${groups.length === 1 ? "" : "s"} by ${keyLabel(grouping.key)}: each line is the mean of the group's runs at each step, the band their min–max.${stepOnly}`;
 }
 
-function named(trace, name, csv) {
-  return { ...trace, meta: { ...trace.meta, csv }, name };
-}
-
 // A catalogue metric, or a channel's loss under the catalogue's loss format.
 const metricFor = (m, name) => (isChannel(name) ? channelMetric(m("loss"), name) : m(name));
 
@@ -413,7 +409,7 @@ async function load(catalogue, runIds) {
 // Keeps refreshing while any compared run is still running. A 404 means some id is unknown:
 // those are named and the rest compared, instead of retrying the whole set forever.
 async function loop(catalogue, runIds) {
-  let running = false;
+  let running;
   try {
     running = await load(catalogue, runIds);
     showError(null);

@@ -21,14 +21,22 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
-from packscope.core.flops import ModelSpec, flops_triad
+from packscope.core.attention import ATTENTION_KINDS, ATTENTION_SUMS, CHUNKED, FULL, SLIDING, VIEWS
+from packscope.core.flops import ModelSpec, flops_triad_by_kind
 
 INT64_MAX = 2**63 - 1
 INT32_MAX = 2**31 - 1
-# Floats must be finite and small enough that a sum of a million of them stays finite and that
-# PostgreSQL's double precision (which has no subnormals on some builds) can store them.
+# Floats must be finite and small enough that a sum of a million of them stays finite, and 0 or
+# large enough that PostgreSQL's float8 arithmetic on them (which raises where a result underflows
+# to 0) does not fail: a stored value is 0 or of a magnitude in [FLOAT_MIN, FLOAT_MAX].
 FLOAT_MAX = 1e300
-FLOAT_MIN_NORMAL = 2.2250738585072014e-308
+FLOAT_MIN = 1e-300
+# The shape of a batch and its non-scalar parts (docs/wire.md): what a sender may send at once,
+# and what the server stores of the sync sites and channels.
+MAX_BATCH = 1000  # interval records per request
+MAX_SYNC_SITES = 100  # sync sites per record
+MAX_SITE_LENGTH = 500  # characters of a sync site
+MAX_CHANNEL_NAME = 100  # characters of a channel name
 
 Kind = Literal["int", "float"]
 
@@ -46,6 +54,9 @@ class Field:
     minimum: float | None = 0
     maximum: float | None = None
     small: bool = False  # fits int32 (indexes, ranks)
+    # What a record without the field holds (a field added after agents that do not send it), or
+    # None: the field is then required (or, not required, missing: NULL).
+    default: int | float | None = None
 
     @property
     def wire_path(self) -> tuple[str, ...]:
@@ -89,6 +100,16 @@ FIELDS: tuple[Field, ...] = (
     _int("documents", "documents", "real documents"),
     _int("seqlen_sq_sum_bshd", "tokens²", "S2 of the baseline: every pack one dense sequence"),
     _int("seqlen_sq_sum_thd", "tokens²", "S2 over the real documents"),
+    # The other layer kinds' attention sums (packscope.core.attention), 0 for a model without them.
+    _int(
+        "window_sq_sum_bshd",
+        "tokens²",
+        "sliding-window attention sum of the baseline (s² to W, then 2sW − W²)",
+        default=0,
+    ),
+    _int("window_sq_sum_thd", "tokens²", "sliding-window attention sum over the real documents", default=0),
+    _int("chunk_sq_sum_bshd", "tokens²", "chunked attention sum of the baseline (Σ over chunks of c²)", default=0),
+    _int("chunk_sq_sum_thd", "tokens²", "chunked attention sum over the real documents", default=0),
     _float("flops_bshd", "FLOP", "the agent's baseline FLOPs (kept for audit; rates are re-derived)"),
     _float("flops_thd", "FLOP", "the agent's THD-corrected FLOPs (kept for audit)"),
     _float("flops_useful", "FLOP", "the agent's useful FLOPs (kept for audit)"),
@@ -105,34 +126,76 @@ FIELDS: tuple[Field, ...] = (
 FIELD = {f.name: f for f in FIELDS}
 
 
+class Ops(Protocol):
+    """What a formula may do beyond +, - and *, for one kind of value (Python floats, numpy
+    columns, SQL expressions), so that one definition evaluates on all of them:
+
+    * ``ratio``: divide by something that may be 0; the result of a division by 0 is undefined
+      (NaN, NULL) and stays undefined through the rest of the formula;
+    * ``unless_missing``: ``value()`` where the optional reading ``reading`` is present, else 0
+      (a callable, so that Python need not multiply a missing reading);
+    * ``if_leader``: ``value`` where ``rank`` is 0, else 0.
+    """
+
+    def ratio(self, num: Any, den: Any) -> Any: ...
+
+    def unless_missing(self, reading: Any, value: Callable[[], Any]) -> Any: ...
+
+    def if_leader(self, rank: Any, value: Any) -> Any: ...
+
+
 @dataclass(frozen=True)
 class Sum:
-    """Σ over intervals of the product of ``of`` (fields), over intervals where ``present`` is set."""
+    """Σ over intervals of the product of ``of`` (fields), over the intervals where ``present`` is
+    set and, for a ``leader`` sum, only over rank 0's rows: every rank runs the same optimizer
+    steps, so a count of steps is taken once (from rank 0), where work (tokens, GPU time) adds
+    over ranks."""
 
     name: str
     of: tuple[str, ...]
     present: str | None = None
+    leader: bool = False
 
-    def of_row(self, row: Mapping[str, Any]) -> float | int:
-        if self.present is not None and row[self.present] is None:
-            return 0
-        value = row[self.of[0]]
-        for f in self.of[1:]:
-            value *= row[f]
+    @property
+    def reads(self) -> tuple[str, ...]:
+        """The fields a row's contribution reads."""
+        return (*self.of, *((self.present,) if self.present else ()), *(("rank",) if self.leader else ()))
+
+    def value(self, fields: Mapping[str, Any], ops: Ops) -> Any:
+        """A row's contribution (or each row's, for columns): the one definition every evaluator
+        uses (Python, numpy at ingest and in the CSV, float8 SQL in PostgreSQL's CSV)."""
+
+        def product() -> Any:
+            value = fields[self.of[0]]
+            for name in self.of[1:]:
+                value = value * fields[name]
+            return value
+
+        value = product() if self.present is None else ops.unless_missing(fields[self.present], product)
+        if self.leader:
+            value = ops.if_leader(fields["rank"], value)
         return value
 
 
 SUMS: tuple[Sum, ...] = (
-    Sum("steps", ("steps",)),
+    Sum("steps", ("steps",), leader=True),  # optimizer steps, each once
+    Sum("rank_steps", ("steps",)),  # steps times the ranks that ran them: per-rank means divide by this
     Sum("gpu_time_s", ("gpu_time_s",)),
     Sum("gpu_seconds", ("gpu_time_s", "gpus")),  # the GPU time the FLOPs were spread over
     Sum("tokens", ("tokens",)),
     Sum("real_tokens", ("real_tokens",)),
     Sum("seqlen_sq_sum_bshd", ("seqlen_sq_sum_bshd",)),
     Sum("seqlen_sq_sum_thd", ("seqlen_sq_sum_thd",)),
+    Sum("window_sq_sum_bshd", ("window_sq_sum_bshd",)),
+    Sum("window_sq_sum_thd", ("window_sq_sum_thd",)),
+    Sum("chunk_sq_sum_bshd", ("chunk_sq_sum_bshd",)),
+    Sum("chunk_sq_sum_thd", ("chunk_sq_sum_thd",)),
     Sum("documents", ("documents",)),
     Sum("packs", ("packs",)),
     Sum("syncs_total", ("syncs_total",)),
+    # Each interval's step-time quantiles, weighted by its steps: the mean of the interval medians.
+    Sum("step_p50_x_steps", ("step_time_p50_s", "steps")),
+    Sum("step_p90_x_steps", ("step_time_p90_s", "steps")),
     # Loss is averaged over real tokens, as the trainer computes it (padding carries no loss).
     Sum("loss_x_tokens", ("loss", "real_tokens"), present="loss"),
     Sum("loss_tokens", ("real_tokens",), present="loss"),
@@ -141,12 +204,16 @@ SUMS: tuple[Sum, ...] = (
     Sum("gpu_util_s", ("host_time_s",), present="gpu_util_pct"),
     Sum("gpu_power_x_s", ("gpu_power_w", "host_time_s"), present="gpu_power_w"),
     Sum("gpu_power_s", ("host_time_s",), present="gpu_power_w"),
+    Sum("gpu_clock_x_s", ("gpu_sm_clock_mhz", "host_time_s"), present="gpu_sm_clock_mhz"),
+    Sum("gpu_clock_s", ("host_time_s",), present="gpu_sm_clock_mhz"),
+    Sum("gpu_mem_x_s", ("gpu_mem_used_bytes", "host_time_s"), present="gpu_mem_used_bytes"),
+    Sum("gpu_mem_s", ("host_time_s",), present="gpu_mem_used_bytes"),
     Sum("gpu_energy_j", ("gpu_energy_j",), present="gpu_energy_j"),
     Sum("energy_tokens", ("real_tokens",), present="gpu_energy_j"),
 )
 SUM_NAMES = tuple(s.name for s in SUMS)
 # The fields any sum reads, in catalogue order: what a row needs to carry for `sums_of_rows`.
-SUM_FIELDS = tuple(f.name for f in FIELDS if any(f.name in (*s.of, s.present) for s in SUMS))
+SUM_FIELDS = tuple(f.name for f in FIELDS if any(f.name in s.reads for s in SUMS))
 
 
 def sums_of_rows(rows: Iterable[Mapping[str, Any]]) -> dict[str, float]:
@@ -154,40 +221,55 @@ def sums_of_rows(rows: Iterable[Mapping[str, Any]]) -> dict[str, float]:
     out: dict[str, float] = dict.fromkeys(SUM_NAMES, 0)
     for row in rows:
         for s in SUMS:
-            out[s.name] += s.of_row(row)
+            out[s.name] += s.value(row, FLOAT_OPS)
     return out
 
 
 @dataclass(frozen=True)
 class Coefficients:
-    """What turns a run's raw sums into FLOPs and MFU."""
+    """What turns a run's raw sums into FLOPs and MFU (packscope.core.flops)."""
 
     c_lin: int  # FLOPs per token of the linear layers
-    c_core: int  # FLOPs per unit of S2 (sum of squared sequence lengths)
+    c_core: int  # FLOPs per unit of the full-causal attention sum S2 (the full-attention layers)
     peak_tflops: float | None  # per GPU; None when the GPU is unknown
+    c_window: int = 0  # per unit of the sliding-window sum (the windowed layers)
+    c_chunk: int = 0  # per unit of the chunked sum (the chunked layers)
 
     @classmethod
     def for_run(cls, model: Mapping[str, Any], hardware: Mapping[str, Any]) -> Coefficients:
         spec = ModelSpec.from_dict(dict(model))
-        return cls(c_lin=spec.c_lin, c_core=spec.c_core, peak_tflops=hardware.get("peak_tflops"))
+        by_kind = spec.c_core_by_kind
+        return cls(
+            c_lin=spec.c_lin,
+            c_core=by_kind.get(FULL, 0),
+            peak_tflops=hardware.get("peak_tflops"),
+            c_window=by_kind.get(SLIDING, 0),
+            c_chunk=by_kind.get(CHUNKED, 0),
+        )
 
+    def by_kind(self) -> dict[str, float]:
+        """FLOPs per unit of each layer kind's attention sum, as floats (every evaluator rounds alike)."""
+        return {FULL: float(self.c_core), SLIDING: float(self.c_window), CHUNKED: float(self.c_chunk)}
 
-class Ops(Protocol):
-    """What a formula may do beyond +, - and *: divide by something that may be 0.
-
-    The result of a division by 0 is undefined (NaN, NULL) and stays undefined through the rest of
-    the formula, so one definition evaluates on floats, on numpy arrays and as SQL expressions.
-    """
-
-    def ratio(self, num: Any, den: Any) -> Any: ...
+    def by_sum(self) -> dict[str, float]:
+        """The same per sum name (both views), as flops_triad_by_kind reads them."""
+        return {names.name(view): self.by_kind()[kind] for kind, names in ATTENTION_SUMS.items() for view in VIEWS}
 
 
 class FloatOps:
-    """Formulas on Python floats: a division by 0 is NaN."""
+    """Formulas on Python floats: a division by 0 is NaN; a missing reading is None (or NaN)."""
 
     @staticmethod
     def ratio(num: float, den: float) -> float:
         return num / den if den else math.nan
+
+    @staticmethod
+    def unless_missing(reading: Any, value: Callable[[], Any]) -> Any:
+        return 0 if reading is None or reading != reading else value()  # NaN != NaN
+
+    @staticmethod
+    def if_leader(rank: Any, value: Any) -> Any:
+        return value if rank == 0 else 0
 
 
 FLOAT_OPS = FloatOps()
@@ -215,9 +297,17 @@ class Metric:
 
 
 def _flops(kind: str, s: Mapping[str, Any], c: Coefficients) -> Any:
-    return flops_triad(
-        s["tokens"], s["real_tokens"], s["seqlen_sq_sum_bshd"], s["seqlen_sq_sum_thd"], float(c.c_lin), float(c.c_core)
-    )[kind]
+    return flops_triad_by_kind(s["tokens"], s["real_tokens"], s, float(c.c_lin), c.by_sum())[kind]
+
+
+def _attention(s: Mapping[str, Any], c: Coefficients, kinds: Iterable[str]) -> Any:
+    """The THD-corrected count's attention term (QKᵀ and P·V over the real documents) of `kinds`."""
+    total: Any = 0.0
+    for kind in kinds:
+        coefficient = c.by_kind()[kind]
+        if coefficient:  # a kind the model lacks adds nothing, and its sum is not read
+            total = total + s[ATTENTION_SUMS[kind].thd] * coefficient
+    return total
 
 
 def _flops_of(kind: str) -> Formula:
@@ -235,6 +325,10 @@ def _mfu(kind: str) -> Formula:
 
 def _overcount(s: Mapping[str, Any], c: Coefficients, ops: Ops) -> Any:
     return 100.0 * (ops.ratio(_flops("bshd", s, c), _flops("thd", s, c)) - 1.0)
+
+
+def _attention_share(kinds: tuple[str, ...]) -> Formula:
+    return lambda s, c, ops: 100.0 * ops.ratio(_attention(s, c, kinds), _flops("thd", s, c))
 
 
 def _padding(s: Mapping[str, Any], c: Coefficients, ops: Ops) -> Any:
@@ -276,7 +370,15 @@ def _flops_metrics() -> list[Metric]:
 
 
 METRICS: tuple[Metric, ...] = (
-    Metric("steps", "steps", "steps", ",d", "optimizer steps", _sum("steps"), amount=True),
+    Metric(
+        "steps",
+        "steps",
+        "steps",
+        ",d",
+        "optimizer steps (each counted once, not once per rank)",
+        _sum("steps"),
+        amount=True,
+    ),
     Metric("gpu_time_s", "GPU time", "s", ".4s", "Σ event-timed step durations", _sum("gpu_time_s"), amount=True),
     Metric("tokens", "token slots", "tokens", ".4s", "token slots, padding included", _sum("tokens"), amount=True),
     Metric("real_tokens", "real tokens", "tokens", ".4s", "tokens of real documents", _sum("real_tokens"), amount=True),
@@ -296,9 +398,25 @@ METRICS: tuple[Metric, ...] = (
         "step time",
         "s",
         ".4g",
-        "Σ GPU time ÷ Σ steps (event-timed)",
-        _per("gpu_time_s", "steps"),
+        "a rank's step time: Σ GPU time ÷ Σ steps, both over every rank's rows (event-timed)",
+        _per("gpu_time_s", "rank_steps"),
         band=True,
+    ),
+    Metric(
+        "step_time_p50_s",
+        "step time p50",
+        "s",
+        ".4g",
+        "the intervals' median step times, averaged weighting each by its steps",
+        _per("step_p50_x_steps", "rank_steps"),
+    ),
+    Metric(
+        "step_time_p90_s",
+        "step time p90",
+        "s",
+        ".4g",
+        "the intervals' 90th-percentile step times, averaged weighting each by its steps",
+        _per("step_p90_x_steps", "rank_steps"),
     ),
     Metric(
         "tokens_per_gpu_s",
@@ -316,14 +434,33 @@ METRICS: tuple[Metric, ...] = (
         "real (non-padding) tokens per GPU-second: Σ real tokens ÷ Σ(gpu_time_s·gpus)",
         _per("real_tokens", "gpu_seconds"),
     ),
+    Metric(
+        "attention_share_pct",
+        "attention share",
+        "%",
+        ".1f",
+        "share of the THD-corrected FLOPs spent in attention (QKᵀ and P·V over the real documents), all layer kinds",
+        _attention_share(ATTENTION_KINDS),
+    ),
+    *(
+        Metric(
+            f"attention_{kind}_pct",
+            f"{label} attention",
+            "%",
+            ".1f",
+            f"share of the THD-corrected FLOPs spent in the {label} attention layers (0 for a model without them)",
+            _attention_share((kind,)),
+        )
+        for kind, label in ((FULL, "full"), (SLIDING, "sliding-window"), (CHUNKED, "chunked"))
+    ),
     Metric("padding_pct", "padding", "%", ".1f", "share of token slots that hold no real token", _padding),
     Metric(
         "syncs_per_iter",
         "syncs/iteration",
         "syncs",
         ".3g",
-        "host synchronizations per optimizer step",
-        _per("syncs_total", "steps"),
+        "host synchronizations per optimizer step of one rank: Σ syncs ÷ Σ steps over every rank's rows",
+        _per("syncs_total", "rank_steps"),
     ),
     Metric("loss", "loss", "", ".4g", "training loss, averaged over real tokens", _per("loss_x_tokens", "loss_tokens")),
     Metric(
@@ -335,6 +472,22 @@ METRICS: tuple[Metric, ...] = (
         _per("gpu_util_x_s", "gpu_util_s"),
     ),
     Metric("gpu_power_w", "GPU power", "W", ".4g", "NVML power, time-weighted", _per("gpu_power_x_s", "gpu_power_s")),
+    Metric(
+        "gpu_sm_clock_mhz",
+        "SM clock",
+        "MHz",
+        ".4g",
+        "NVML SM clock, time-weighted",
+        _per("gpu_clock_x_s", "gpu_clock_s"),
+    ),
+    Metric(
+        "gpu_mem_used_bytes",
+        "GPU memory used",
+        "B",
+        ".4s",
+        "NVML memory in use, time-weighted",
+        _per("gpu_mem_x_s", "gpu_mem_s"),
+    ),
     Metric(
         "energy_per_token_j",
         "energy/token",

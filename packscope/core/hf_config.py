@@ -1,33 +1,50 @@
 """Read a Hugging Face ``config.json``, or a loaded config object, into a :class:`ModelSpec`
-(docs/flops.md, last table).
+(docs/flops.md, "Hugging Face config.json").
 
-A config that names an architecture we do not know, or lacks a field we need, is an error that
-names it: a silent default would put a wrong number on the dashboard.
+The count is that of the model transformers builds from the file: absent fields take the
+installed transformers' defaults (``hf_defaults``), present ones are type-checked strictly, and
+a field that would change the count but that we do not understand is an error naming it, as is
+an architecture we do not know. A multimodal config is read through its decoder (``text_config``,
+or the flat fields where the checkpoint keeps them flat); the vision tower is not counted, and
+``ModelSpec.not_counted`` and a logged warning say so.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from packscope.core.flops import ModelSpec
+from packscope.core.hf_arch import READERS
+from packscope.core.hf_defaults import DEFAULTS
+from packscope.core.hf_fields import ConfigFields, HFConfigError
 
-DENSE_GATED = {"llama", "mistral", "qwen2", "qwen3"}
-MIXTRAL = {"mixtral"}
-QWEN_MOE = {"qwen2_moe", "qwen3_moe"}
-GPT2 = {"gpt2"}
-KNOWN = sorted(DENSE_GATED | MIXTRAL | QWEN_MOE | GPT2)
+log = logging.getLogger(__name__)
 
-
-class HFConfigError(ValueError):
-    """The config cannot be turned into a FLOPs model; the message says why."""
-
-
-def _need(cfg: dict[str, Any], key: str, arch: str) -> Any:
-    if cfg.get(key) is None:
-        raise HFConfigError(f"{arch} config.json lacks the field {key!r}, which the FLOPs count needs")
-    return cfg[key]
+# Multimodal wrappers: the decoder's model_type when text_config does not name one, the text
+# model types transformers accepts there, and what the count leaves out.
+WRAPPERS: dict[str, tuple[str, tuple[str, ...] | None, str]] = {
+    "gemma3": ("gemma3_text", ("gemma3_text",), "the SigLIP vision tower and multi-modal projector (vision_config)"),
+    "llama4": ("llama4_text", ("llama4_text",), "the Llama 4 vision model and multi-modal projector (vision_config)"),
+    "qwen2_5_vl": (
+        "qwen2_5_vl_text",
+        ("qwen2_5_vl_text",),
+        "the Qwen2.5-VL vision transformer and patch merger (vision_config)",
+    ),
+    "mistral3": ("mistral", None, "the Pixtral vision tower and multi-modal projector (vision_config)"),
+    "llava": ("llama", None, "the vision tower and multi-modal projector (vision_config)"),
+}
+KNOWN = sorted(set(READERS) | set(WRAPPERS))
+_REFUSED = {
+    "nemotron_h": "its Mamba-2 layers and its attention-only and MLP-only blocks (hybrid_override_pattern) "
+    "are not counted yet",
+    "mamba": "state-space (Mamba) layers are not counted yet",
+    "mamba2": "state-space (Mamba-2) layers are not counted yet",
+    "deepseek_v2": "DeepSeek-V2's MoE layer rule is not read yet (DeepSeek-V3's is: model_type deepseek_v3)",
+}
 
 
 def _largest_pow2_divisor(v: int, cap: int = 128) -> int:
@@ -37,81 +54,69 @@ def _largest_pow2_divisor(v: int, cap: int = 128) -> int:
     return div
 
 
-def model_type(cfg: dict[str, Any]) -> str:
+def model_type(cfg: Mapping[str, Any]) -> str:
     mt = cfg.get("model_type")
     if mt is None:
         archs = cfg.get("architectures") or []
         raise HFConfigError(
             "config.json has no 'model_type'"
-            + (f" (architectures: {', '.join(archs)})" if archs else "")
+            + (f" (architectures: {', '.join(map(str, archs))})" if isinstance(archs, list) and archs else "")
             + f"; known model types: {', '.join(KNOWN)}"
         )
+    if not isinstance(mt, str):
+        raise HFConfigError(f"config.json: 'model_type' must be a string, got {mt!r}")
+    if mt in _REFUSED:
+        raise HFConfigError(f"model_type {mt!r} is not supported: {_REFUSED[mt]}")
     if mt not in KNOWN:
         raise HFConfigError(f"unknown model_type {mt!r}; known model types: {', '.join(KNOWN)}")
     return mt
 
 
-def spec_from_hf_dict(cfg: dict[str, Any], tp: int = 1) -> ModelSpec:
-    mt = model_type(cfg)
-    if mt in GPT2:
-        layers, hidden, heads = (_need(cfg, k, mt) for k in ("n_layer", "n_embd", "n_head"))
-        vocab = _need(cfg, "vocab_size", mt)
-        return ModelSpec(
-            layers=layers,
-            hidden=hidden,
-            heads=heads,
-            kv_heads=heads,
-            head_dim=hidden // heads,
-            ffn=cfg.get("n_inner") or 4 * hidden,
-            gated=False,
-            vocab=vocab,
-            vocab_divisor=_largest_pow2_divisor(vocab),
-            tp=tp,
-            name=mt,
+def _decoder(cfg: Mapping[str, Any], mt: str) -> tuple[Mapping[str, Any], str, str, list[str]]:
+    """The decoder's fields, model_type, path prefix and what the count leaves out."""
+    if mt not in WRAPPERS:
+        return cfg, mt, "", []
+    default_type, allowed, tower = WRAPPERS[mt]
+    if "text_config" not in cfg and mt == "qwen2_5_vl":  # Qwen2.5-VL checkpoints keep the decoder flat
+        return cfg, default_type, "", [tower]
+    text = cfg.get("text_config") or {}
+    if not isinstance(text, Mapping):
+        raise HFConfigError(f"{mt} config.json: 'text_config' must be an object, got {text!r}")
+    text_type = text.get("model_type", default_type)
+    if not isinstance(text_type, str) or text_type in WRAPPERS or text_type not in READERS:
+        raise HFConfigError(f"{mt} config.json: 'text_config.model_type' {text_type!r} is not a decoder we read")
+    if allowed is not None and text_type not in allowed:
+        raise HFConfigError(
+            f"{mt} config.json: 'text_config.model_type' must be {' or '.join(allowed)}, got {text_type!r}"
         )
+    return text, text_type, "text_config.", [tower]
 
-    layers = _need(cfg, "num_hidden_layers", mt)
-    hidden = _need(cfg, "hidden_size", mt)
-    heads = _need(cfg, "num_attention_heads", mt)
-    vocab = _need(cfg, "vocab_size", mt)
-    common = dict(
-        layers=layers,
-        hidden=hidden,
-        heads=heads,
-        kv_heads=cfg.get("num_key_value_heads") or heads,
-        head_dim=cfg.get("head_dim") or hidden // heads,
-        gated=True,
-        vocab=vocab,
-        vocab_divisor=_largest_pow2_divisor(vocab),
-        tp=tp,
-        name=mt,
-    )
-    if mt in DENSE_GATED:
-        return ModelSpec(ffn=_need(cfg, "intermediate_size", mt), **common)
-    if mt in MIXTRAL:
-        ffn = _need(cfg, "intermediate_size", mt)
-        return ModelSpec(
-            ffn=ffn,
-            moe_layers=(1,) * layers,
-            moe_ffn=ffn,
-            moe_topk=_need(cfg, "num_experts_per_tok", mt),
-            **common,
+
+def spec_from_hf_dict(cfg: Mapping[str, Any], tp: int = 1) -> ModelSpec:
+    """A :class:`ModelSpec` from a config.json dict (a wrapper's ``text_config`` unwrapped)."""
+    if not isinstance(cfg, Mapping):
+        raise HFConfigError(f"a config is a JSON object, got {type(cfg).__name__}")
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+        raise HFConfigError(f"tp must be an integer >= 1, got {tp!r}")
+    mt = model_type(cfg)
+    text, text_type, where, not_counted = _decoder(cfg, mt)
+    fields = ConfigFields(text, text_type, DEFAULTS[text_type], where)
+    args = READERS[text_type](fields)
+    fields.refuse_unread()
+    not_counted = not_counted + args.pop("not_counted")
+    try:
+        spec = ModelSpec(
+            **args,
+            vocab_divisor=_largest_pow2_divisor(args["vocab"]),
+            tp=tp,
+            name=text_type if mt == text_type else f"{mt}/{text_type}",
+            not_counted=tuple(not_counted),
         )
-    # Qwen2-MoE / Qwen3-MoE: MoE unless listed in mlp_only_layers, every decoder_sparse_step-th.
-    step = cfg.get("decoder_sparse_step") or 1
-    dense_only = set(cfg.get("mlp_only_layers") or [])
-    pattern = tuple(int(i not in dense_only and (i + 1) % step == 0) for i in range(layers))
-    ffn = cfg.get("intermediate_size")
-    if ffn is None and not all(pattern):
-        _need(cfg, "intermediate_size", mt)
-    return ModelSpec(
-        ffn=ffn or 1,
-        moe_layers=pattern,
-        moe_ffn=_need(cfg, "moe_intermediate_size", mt),
-        moe_topk=_need(cfg, "num_experts_per_tok", mt),
-        moe_shared_ffn=cfg.get("shared_expert_intermediate_size") or 0,
-        **common,
-    )
+    except ValueError as exc:
+        raise HFConfigError(f"{text_type} config.json: {exc}") from None
+    for part in not_counted:
+        log.warning("packscope FLOPs of %s: not counted: %s", spec.name, part)
+    return spec
 
 
 def read_hf_config(path: str | Path, tp: int = 1) -> ModelSpec:
@@ -123,7 +128,7 @@ def read_hf_config(path: str | Path, tp: int = 1) -> ModelSpec:
         cfg = json.loads(p.read_text())
     except FileNotFoundError:
         raise HFConfigError(f"no config file at {p}") from None
-    except (OSError, json.JSONDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise HFConfigError(f"cannot read {p} as JSON: {exc}") from None
     if not isinstance(cfg, dict):
         raise HFConfigError(f"{p} does not hold a JSON object")
@@ -133,13 +138,14 @@ def read_hf_config(path: str | Path, tp: int = 1) -> ModelSpec:
 def spec_from_hf_config(config: Any, tp: int = 1) -> ModelSpec:
     """A :class:`ModelSpec` from a loaded ``transformers`` config (``model.config``) or a dict.
 
-    Multimodal configs are read through their decoder (``get_text_config()``), whose FLOPs are
-    the ones counted here; no import of ``transformers`` is needed.
+    A config object is read through ``to_dict()``, wrapper and all, exactly as its config.json would
+    be (``packscope flops --hf-config`` reads the same); no import of ``transformers`` is needed.
     """
-    if isinstance(config, dict):
+    if isinstance(config, Mapping):
         return spec_from_hf_dict(config, tp=tp)
-    if hasattr(config, "get_text_config"):
-        config = config.get_text_config()
     if not hasattr(config, "to_dict"):
         raise HFConfigError(f"expected a transformers config or a dict, got {type(config).__name__}")
     return spec_from_hf_dict(config.to_dict(), tp=tp)
+
+
+__all__ = ["KNOWN", "HFConfigError", "model_type", "read_hf_config", "spec_from_hf_config", "spec_from_hf_dict"]

@@ -14,6 +14,21 @@ from packscope.agent.batch_forms import (
 )
 from packscope.agent.histograms import NUM_BUCKETS, bucket_of
 
+# A sliding window and an attention chunk shorter than the packs, so documents and packs fall on
+# both sides of each (the forms below all count them too).
+WINDOW, CHUNK = 24, 16
+
+
+def _window(s: int) -> int:
+    """Causal (query, key) pairs within a window of W, in the s²/2 convention: s² up to W."""
+    return s * s if s <= WINDOW else 2 * s * WINDOW - WINDOW * WINDOW
+
+
+def _chunk(s: int) -> int:
+    """Chunks of C from the document's start, each c² (docs/flops.md)."""
+    whole, rest = divmod(s, CHUNK)
+    return whole * CHUNK * CHUNK + rest * rest
+
 
 def brute(packs: list[list[int]], pack_len: int) -> dict:
     """Reference: packs given as real document lengths (zeros allowed and ignored)."""
@@ -34,12 +49,16 @@ def brute(packs: list[list[int]], pack_len: int) -> dict:
         "documents": len(docs),
         "seqlen_sq_sum_bshd": len(packs) * pack_len**2,
         "seqlen_sq_sum_thd": sum(d * d for d in docs),
+        "window_sq_sum_bshd": len(packs) * _window(pack_len),
+        "window_sq_sum_thd": sum(_window(d) for d in docs),
+        "chunk_sq_sum_bshd": len(packs) * _chunk(pack_len),
+        "chunk_sq_sum_thd": sum(_chunk(d) for d in docs),
         "histograms": {"documents": {"count": dh[0], "tokens": dh[1]}, "packs": {"count": ph[0], "tokens": ph[1]}},
     }
 
 
 def reduce(*batches) -> dict:
-    acc = IntervalAccumulator()
+    acc = IntervalAccumulator(window=WINDOW, chunk=CHUNK)
     for b in batches:
         acc.add(b)
     return decode(acc.reduce(torch.device("cpu")).tolist(), acc.host.as_list())

@@ -157,7 +157,17 @@ def test_hf_configs_of_every_supported_family(fixture):
     m = read_hf_config(FIXTURES / fixture)
     assert m.padded_vocab == V
     assert m.c_lin == hand_c_lin(L, h, q, k, F, f, V, n_moe=n_moe, Fe=Fe, topk=topk, Fs=Fs)
-    assert m.c_core == 6 * L * q
+    # Every layer has one attention kind; only Mistral's (sliding_window 4096) are not full.
+    assert sum(m.c_core_by_kind.values()) == 6 * L * q
+    assert m.c_core == (0 if fixture == "mistral_7b.json" else 6 * L * q)
+
+
+def test_hf_mistral_windows_every_layer():
+    m = read_hf_config(FIXTURES / "mistral_7b.json")
+    assert (m.window, m.kinds) == (4096, ("sliding",) * 32)
+    assert m.c_core_by_kind == {"sliding": 6 * 32 * 4096}
+    with pytest.raises(ValueError, match="sliding layers"):
+        m.triad(8192, 8192, 8192**2, 8192**2)  # the two-sum form would drop the window
 
 
 def test_hf_qwen_moe_layer_pattern():
@@ -187,19 +197,16 @@ def test_hf_divisor_is_largest_power_of_two_dividing_vocab():
     assert spec_from_hf_dict({**cfg, "vocab_size": 151655}, tp=2).padded_vocab == 151656
 
 
-def test_hf_unknown_architecture_and_missing_field_are_named():
-    with pytest.raises(HFConfigError, match="unknown model_type 'mamba'"):
+def test_hf_unknown_architecture_is_named_and_an_absent_field_takes_transformers_default():
+    with pytest.raises(HFConfigError, match="unknown model_type 'bert_xyz'"):
+        spec_from_hf_dict({"model_type": "bert_xyz"})
+    with pytest.raises(HFConfigError, match="model_type 'mamba' is not supported"):
         spec_from_hf_dict({"model_type": "mamba"})
-    with pytest.raises(HFConfigError, match="'intermediate_size'"):
-        spec_from_hf_dict(
-            {
-                "model_type": "llama",
-                "hidden_size": 64,
-                "num_attention_heads": 4,
-                "num_hidden_layers": 2,
-                "vocab_size": 100,
-            }
-        )
+    # No intermediate_size: transformers' LlamaConfig builds the model with 11008, and so do we.
+    m = spec_from_hf_dict(
+        {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 100}
+    )
+    assert m.ffn == 11008
 
 
 def run_cli(*args):

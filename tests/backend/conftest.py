@@ -89,7 +89,6 @@ def make_record(interval: int, rng: random.Random, *, steps: int = 10, gpus: int
         "flops_useful": 1.0,  # the server must not use these
         "syncs": {
             "total": syncs,
-            "per_iteration": syncs / steps,
             "sites": [
                 {"site": "train.py:88", "count": syncs // 2},
                 {"site": "model.py:12", "count": syncs - syncs // 2},
@@ -206,7 +205,8 @@ def _oracle(recs: list[dict[str, Any]], spec: ModelSpec, peak: float | None = 98
         return fl(tokens, s2) / r["gpu_time_s"] / g / 1e12
 
     time = sum(r["gpu_time_s"] for r in recs)
-    steps = sum(r["steps"] for r in recs)
+    rank_steps = sum(r["steps"] for r in recs)  # every rank's steps: what per-rank means divide by
+    steps = sum(r["steps"] for r in recs if r["rank"] == 0)  # each optimizer step once
     tokens = sum(r["tokens"] for r in recs)
     real = sum(r["real_tokens"] for r in recs)
     flops = {
@@ -222,12 +222,15 @@ def _oracle(recs: list[dict[str, Any]], spec: ModelSpec, peak: float | None = 98
         "documents": sum(r["documents"] for r in recs),
         "packs": sum(r["packs"] for r in recs),
         "overcount_pct": 100 * (flops["bshd"] / flops["thd"] - 1),
-        "step_time_s": time / steps,
+        "step_time_s": time / rank_steps,
+        "step_time_p50_s": sum(r["step_time_p50_s"] * r["steps"] for r in recs) / rank_steps,
+        "step_time_p90_s": sum(r["step_time_p90_s"] * r["steps"] for r in recs) / rank_steps,
+        "attention_share_pct": 100 * sum(r["seqlen_sq_sum_thd"] for r in recs) * spec.c_core / flops["thd"],
         "step_time_s_min": min(r["gpu_time_s"] / r["steps"] for r in recs),
         "step_time_s_max": max(r["gpu_time_s"] / r["steps"] for r in recs),
         "tokens_per_gpu_s": tokens / time / g,
         "padding_pct": 100 * (1 - real / tokens),
-        "syncs_per_iter": sum(r["syncs"]["total"] for r in recs) / steps,
+        "syncs_per_iter": sum(r["syncs"]["total"] for r in recs) / rank_steps,
         "loss": sum(r["loss"] * r["real_tokens"] for r in recs) / real,
     }
     for kind, f in flops.items():

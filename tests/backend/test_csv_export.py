@@ -240,7 +240,7 @@ def _wire(record: dict[str, Any], field: Any) -> Any:
     value: Any = record
     for key in field.wire_path:
         value = None if value is None else value.get(key)
-    return value
+    return field.default if value is None and field.default is not None else value  # absent: its default
 
 
 def _expected_rows(records: list[dict[str, Any]], c: Coefficients) -> list[list[str]]:
@@ -260,7 +260,7 @@ def _expected_cells(fields: dict[str, Any], channels: list[str], c: Coefficients
     # The catalogue's sums of this one row, as floats (the formulas' own rule), then its formulas
     # in Python floats (IEEE doubles: an overflow is inf, an empty cell; an underflow 0).
     as_floats = {name: None if v is None else float(v) for name, v in fields.items()}
-    sums = {s.name: float(s.of_row(as_floats)) for s in SUMS}
+    sums = {s.name: float(s.value(as_floats, FLOAT_OPS)) for s in SUMS}
     derived = evaluate(sums, c, FLOAT_OPS, CSV_DERIVED_COLUMNS)
     return raw + channels + [shortest(v) if math.isfinite(v) else "" for v in derived.values()]
 
@@ -319,19 +319,20 @@ def test_an_empty_run_is_its_header(client, new_run):
 
 
 def _extreme_records(make: Any) -> list[dict[str, Any]]:
-    """Records with stored values at the edges of what the schema accepts, where a derived rate
-    overflows (to inf: an empty cell) or underflows (to 0 or a subnormal) in IEEE doubles, and a
-    plain record between them; PostgreSQL's float8 arithmetic raises on both."""
+    """Records with stored values at the edges of what the record accepts (magnitudes 0 or from
+    1e-300 to 1e300), where a derived rate overflows (to inf: an empty cell) or underflows (to 0
+    or a subnormal) in IEEE doubles, and a plain record between them; PostgreSQL's float8
+    arithmetic raises on both. (Stored values below 1e-300, which only a direct insert makes, are
+    test_corner_values_inside_and_outside_the_safe_range's.)"""
     edits: list[dict[str, Any]] = [
         {"gpu_time_s": 1e-300},  # tokens / GPU-seconds overflows
         {"gpu_time_s": 1e300, "gpus": 2**31 - 1},  # GPU-seconds overflows: rates are 0
-        {"gpu_time_s": 5e-324},  # the smallest subnormal: step time underflows to 0
-        {"gpu_time_s": 2.2250738585072014e-308},  # the smallest normal: rates overflow
-        {"gpu": {"energy_j": 5e-324, "power_w": 1e300, "util_pct": 100.0}},  # energy per token underflows
+        {"gpu_time_s": 1e-300, "steps": 7},  # the smallest magnitude stored: step time near the subnormals
+        {"gpu": {"energy_j": 1e-300, "power_w": 1e300, "util_pct": 100.0}},  # energy per token near them
         {"gpu": {"energy_j": 1e300, "power_w": 1e-300}, "loss": -1e300, "lr": -1e300, "grad_norm": 1e300},
         {"gpu_time_s": 0.0, "gpu": {"energy_j": 0.0}},  # 0/0: empty cells
         {"host_time_s": 1e300, "step_time_max_s": 1e300, "wall_end": 1e300, "gpu": {"mem_used_bytes": 1e300}},
-        {"wall_start": -1e300, "loss": 5e-324, "gpu_time_s": 1e-100},  # just inside PostgreSQL's range
+        {"wall_start": -1e300, "loss": 1e-300, "gpu_time_s": 1e-100},  # just inside PostgreSQL's range
         {"gpu_time_s": 9.99e-101},  # just outside it
         {},
     ]

@@ -21,7 +21,7 @@ def test_upgrade_head_equals_the_models(database_url):
         assert version == ScriptDirectory.from_config(alembic_config()).get_current_head()
         tables = set(inspect(engine).get_table_names())
         assert {"runs", "intervals", "interval_details", "rollups", "run_totals", "run_sync_sites"} <= tables
-        assert not {"interval_histograms", "interval_sync_sites"} & tables  # replaced in 0003
+        assert not {"interval_histograms", "interval_sync_sites"} & tables  # tables of revisions before 0003
         uniques = inspect(engine).get_unique_constraints("intervals")
         assert [sorted(u["column_names"]) for u in uniques] == [["interval", "rank", "run_pk"]]
     finally:

@@ -166,67 +166,58 @@ def test_no_internal_note_on_a_run_without_channel_loss(server, page):
     assert "2026" not in page.inner_text("body") and "channel_tokens" not in page.inner_text("body")
 
 
-def metric(name, label, unit, fmt, doc):
-    return {"name": name, "label": label, "unit": unit, "format": fmt, "doc": doc, "band": False, "amount": False}
+OPTIONAL_METRICS = ("gpu_mem_used_bytes", "gpu_sm_clock_mhz", "step_time_p50_s", "step_time_p90_s")
 
 
-EXTRA_METRICS = [
-    metric("gpu_mem_used_bytes", "GPU memory used", "B", ".4s", "NVML memory, time-weighted"),
-    metric("gpu_sm_clock_mhz", "SM clock", "MHz", ".4g", "NVML SM clock, time-weighted"),
-    metric("step_time_p50_s", "step time p50", "s", ".4g", "median step, step-weighted"),
-    metric("step_time_p90_s", "step time p90", "s", ".4g", "p90 step, step-weighted"),
-]
-
-
-def with_extra_metrics(page, server):
-    """The catalogue and series as a server with the lead's four new metrics answers them."""
+def without_optional_metrics(page, server):
+    """The catalogue as a server without the four metrics (before migration 0008) answers it."""
     catalogue = httpx.get(f"{server}/api/v1/catalogue").json()
-    catalogue["metrics"] += EXTRA_METRICS
-
-    def series(route):
-        body = httpx.get(route.request.url).json()
-        n = body["points"]
-        body["columns"].update(
-            gpu_mem_used_bytes=[8e10 + 1e9 * i for i in range(n)],
-            gpu_sm_clock_mhz=[1980.0] * n,
-            step_time_p50_s=[0.048] * n,
-            step_time_p90_s=[0.052] * n,
-        )
-        route.fulfill(status=200, content_type="application/json", body=json.dumps(body))
-
+    catalogue["metrics"] = [m for m in catalogue["metrics"] if m["name"] not in OPTIONAL_METRICS]
+    body = json.dumps(catalogue)
     page.route(
-        "**/api/v1/catalogue",
-        lambda route: route.fulfill(status=200, content_type="application/json", body=json.dumps(catalogue)),
+        "**/api/v1/catalogue", lambda route: route.fulfill(status=200, content_type="application/json", body=body)
     )
-    page.route("**/api/v1/runs/*/series*", series)
 
 
-def test_memory_clock_and_step_quantile_charts_appear_once_the_catalogue_has_them(server, browser):
+def test_memory_clock_and_step_quantile_charts_come_from_the_catalogue(server, browser):
+    names = {m["name"] for m in httpx.get(f"{server}/api/v1/catalogue").json()["metrics"]}
+    assert set(OPTIONAL_METRICS) <= names
+    post(server, "/api/v1/runs", run_body("nvml-run", "with telemetry"))
+    records = [
+        packed_interval(k, gpu_time_s=0.5 + 0.1 * k, gpu={"mem_used_bytes": 8e10 + 1e9 * k, "sm_clock_mhz": 1980.0 - k})
+        for k in range(4)
+    ]
+    post(server, "/api/v1/runs/nvml-run/intervals", {"intervals": records})
+
+    # A server whose catalogue lacks them: no cards, no quantile lines.
     plain = browser.new_page(viewport={"width": 1300, "height": 900})
-    plain.goto(f"{server}/runs/sync-run")
+    without_optional_metrics(plain, server)
+    plain.goto(f"{server}/runs/nvml-run")
     until(plain, "document.querySelector('#chart-step_time .plot')?.data?.length > 0")
+    until(plain, "!document.getElementById('system').hidden")
     assert plain.eval_on_selector("#chart-gpu_mem", "e => e.hidden") and plain.eval_on_selector(
         "#chart-gpu_clock", "e => e.hidden"
     )
-    names = plain.eval_on_selector("#chart-step_time .plot", "p => p.data.map(t => t.name)")
-    assert not [n for n in names if "p50" in n or "p90" in n]
+    lines = plain.eval_on_selector("#chart-step_time .plot", "p => p.data.map(t => t.name)")
+    assert not [n for n in lines if "p50" in n or "p90" in n]
     plain.close()
 
+    # This server's catalogue has them: drawn from the series, one point per interval here.
     page = browser.new_page(viewport={"width": 1300, "height": 900})
-    with_extra_metrics(page, server)
-    page.goto(f"{server}/runs/sync-run")
+    page.goto(f"{server}/runs/nvml-run")
     until(page, "document.querySelector('#chart-step_time .plot')?.data?.some(t => t.name === 'p90 step')")
     quantiles = page.eval_on_selector(
-        "#chart-step_time .plot", "p => p.data.filter(t => /p50|p90/.test(t.name)).map(t => [t.name, t.y[0]])"
+        "#chart-step_time .plot", "p => p.data.filter(t => /p50|p90/.test(t.name)).map(t => [t.name, t.y])"
     )
-    assert quantiles == [["median step (p50)", 0.048], ["p90 step", 0.052]]
-    until(page, "!document.getElementById('system').hidden")
-    until(page, "document.querySelector('#chart-gpu_mem .plot')?.data?.[0]?.y?.length > 0")
-    assert page.eval_on_selector("#chart-gpu_mem .plot", "p => p.data[0].y[1]") == 8.1e10
-    assert page.eval_on_selector("#chart-gpu_clock .plot", "p => p.data[0].y[0]") == 1980.0
-    assert "GPU memory used" in page.inner_text("#chart-gpu_mem") and not page.eval_on_selector(
-        "#chart-gpu_mem", "e => e.hidden"
-    )
+    steps = [r["step_time_p50_s"] for r in records]  # packed_interval: every step of an interval alike
+    assert quantiles == [["median step (p50)", pytest.approx(steps)], ["p90 step", pytest.approx(steps)]]
+    until(page, "document.querySelector('#chart-gpu_mem .plot')?.data?.[0]?.y?.length === 4")
+    # Time-weighted means (Σ reading·s ÷ Σ s) of one interval each: the readings, to rounding.
+    memory = page.eval_on_selector("#chart-gpu_mem .plot", "p => p.data[0].y")
+    assert memory == pytest.approx([8e10 + 1e9 * k for k in range(4)], rel=1e-12)
+    clock = page.eval_on_selector("#chart-gpu_clock .plot", "p => p.data[0].y")
+    assert clock == pytest.approx([1980.0 - k for k in range(4)], rel=1e-12)
+    assert not page.eval_on_selector("#chart-gpu_mem", "e => e.hidden")
     page.close()
 
 

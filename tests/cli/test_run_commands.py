@@ -6,10 +6,11 @@ when it is stopped."""
 from __future__ import annotations
 
 import json
-import select
+import queue
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -89,21 +90,32 @@ def test_export_refuses_a_url_without_a_scheme_before_asking(tmp_path, capsys):
     assert "must be a URL like http://127.0.0.1:8000" in err and "did you mean http://127.0.0.1:9?" in err
 
 
-def read_until(process: subprocess.Popen, marker: str, timeout_s: float) -> list[str]:
-    """Lines of the process's stdout up to (and with) the first one holding `marker`."""
-    lines: list[str] = []
-    deadline = time.monotonic() + timeout_s
-    assert process.stdout is not None
-    while time.monotonic() < deadline:
-        ready, _, _ = select.select([process.stdout], [], [], 0.5)
-        if not ready:
-            assert process.poll() is None, "the demo ended early:\n" + "".join(lines)
-            continue
-        line = process.stdout.readline()
-        lines.append(line)
-        if marker in line:
-            return lines
-    raise AssertionError(f"{marker!r} never came:\n" + "".join(lines))
+class Lines:
+    """A process's stdout, line by line, read by a thread of its own (a select on the pipe would
+    miss lines that Python's buffer already holds)."""
+
+    def __init__(self, process: subprocess.Popen) -> None:
+        self.lines: queue.Queue[str] = queue.Queue()
+        self.seen: list[str] = []
+        threading.Thread(target=self._read, args=(process,), daemon=True).start()
+
+    def _read(self, process: subprocess.Popen) -> None:
+        assert process.stdout is not None
+        for line in process.stdout:
+            self.lines.put(line)
+
+    def until(self, marker: str, timeout_s: float) -> list[str]:
+        """The lines up to (and with) the first one holding `marker`."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                line = self.lines.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            self.seen.append(line)
+            if marker in line:
+                return self.seen
+        raise AssertionError(f"{marker!r} never came:\n" + "".join(self.seen))
 
 
 @pytest.mark.slow  # a server and a training process: about 20 s here
@@ -121,7 +133,7 @@ def test_the_demo_links_its_live_runs_first_and_takes_its_server_with_it(tmp_pat
     demo = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
     base = f"http://127.0.0.1:{port}"
     try:
-        lines = read_until(demo, "Live:", 120)
+        lines = Lines(demo).until("Live:", 120)
         out = "".join(lines)
         assert "loss" not in out  # printed before the first run has trained
         links = [line.split()[-1] for line in lines if line.strip().startswith(("bshd:", "thd:"))]

@@ -1,6 +1,7 @@
 """The catalogue is the one definition of fields and metrics: check it against hand-computed values
 and check that the server's schema, table and CSV are exactly what it says."""
 
+import msgspec
 import pytest
 
 from packscope.core.catalogue import FIELDS, METRIC, SUM_NAMES, Coefficients, derive, sums_of_rows
@@ -9,6 +10,7 @@ from packscope.core.flops import ModelSpec
 # Two intervals of one run on 8 GPUs; every number below is worked out by hand from them.
 ROWS = [
     {
+        "rank": 0,
         "steps": 10,
         "gpus": 8,
         "gpu_time_s": 2.0,
@@ -17,15 +19,21 @@ ROWS = [
         "real_tokens": 900,
         "seqlen_sq_sum_bshd": 100_000,
         "seqlen_sq_sum_thd": 40_000,
+        **dict.fromkeys(("window_sq_sum_bshd", "window_sq_sum_thd", "chunk_sq_sum_bshd", "chunk_sq_sum_thd"), 0),
         "documents": 30,
         "packs": 10,
         "syncs_total": 20,
+        "step_time_p50_s": 0.19,
+        "step_time_p90_s": 0.25,
         "loss": 2.0,
         "gpu_util_pct": 90.0,
         "gpu_power_w": 600.0,
+        "gpu_sm_clock_mhz": 1980.0,
+        "gpu_mem_used_bytes": 8e10,
         "gpu_energy_j": 900.0,
     },
     {
+        "rank": 0,
         "steps": 10,
         "gpus": 8,
         "gpu_time_s": 3.0,
@@ -34,12 +42,17 @@ ROWS = [
         "real_tokens": 600,
         "seqlen_sq_sum_bshd": 100_000,
         "seqlen_sq_sum_thd": 20_000,
+        **dict.fromkeys(("window_sq_sum_bshd", "window_sq_sum_thd", "chunk_sq_sum_bshd", "chunk_sq_sum_thd"), 0),
         "documents": 20,
         "packs": 10,
         "syncs_total": 0,
+        "step_time_p50_s": 0.29,
+        "step_time_p90_s": 0.35,
         "loss": None,
         "gpu_util_pct": 60.0,
         "gpu_power_w": None,
+        "gpu_sm_clock_mhz": 1500.0,
+        "gpu_mem_used_bytes": None,
         "gpu_energy_j": None,
     },
 ]
@@ -66,6 +79,23 @@ def test_metrics_of_two_intervals_match_hand_computed_values():
     assert got["gpu_util_pct"] == pytest.approx((90 * 2 + 60 * 3) / 5)
     assert got["gpu_power_w"] == pytest.approx(600.0)
     assert got["energy_per_token_j"] == pytest.approx(900 / 900)
+    assert got["step_time_p50_s"] == pytest.approx((0.19 * 10 + 0.29 * 10) / 20)
+    assert got["step_time_p90_s"] == pytest.approx((0.25 * 10 + 0.35 * 10) / 20)
+    assert got["gpu_sm_clock_mhz"] == pytest.approx((1980 * 2 + 1500 * 3) / 5)
+    assert got["gpu_mem_used_bytes"] == pytest.approx(8e10)  # the interval without a reading carries no weight
+    assert got["attention_share_pct"] == pytest.approx(100 * 60_000 * 100 / thd)
+    assert got["steps"] == 20
+
+
+def test_steps_count_once_per_step_and_per_rank_means_divide_by_every_ranks_steps():
+    """Two ranks ran the same 10 steps: 10 optimizer steps, not 20; step time and syncs per
+    iteration are one rank's (Σ over ranks ÷ Σ steps over ranks), work adds over ranks."""
+    rank_1 = [dict(ROWS[0], rank=1, gpu_time_s=4.0, syncs_total=40)]
+    got = derive(sums_of_rows([ROWS[0], *rank_1]), C)
+    assert got["steps"] == 10
+    assert got["step_time_s"] == pytest.approx((2.0 + 4.0) / 20)
+    assert got["syncs_per_iter"] == pytest.approx((20 + 40) / 20)
+    assert got["tokens"] == 2000 and got["gpu_time_s"] == 6.0
 
 
 def test_undefined_metrics_are_none_not_errors():
@@ -91,7 +121,7 @@ def test_every_metric_has_a_label_unit_format_and_definition():
 
 
 def test_the_server_schema_table_and_csv_are_the_catalogue():
-    from packscope.backend.ingest.record import IntervalRecord
+    from packscope.backend.ingest.record import Record
     from packscope.backend.reads import queries
     from packscope.backend.store.models import intervals
 
@@ -99,5 +129,38 @@ def test_the_server_schema_table_and_csv_are_the_catalogue():
     assert [c.name for c in intervals.columns if c.name in names] == names
     assert set(intervals.columns.keys()) == {"id", "run_pk", "channel_loss", "channel_tokens", *names}
     top_level = {f.wire_path[0] for f in FIELDS}
-    assert top_level | {"histograms", "channel_loss", "channel_tokens"} == set(IntervalRecord.model_fields)
+    record_fields = {f.name for f in msgspec.structs.fields(Record)}
+    assert top_level | {"histograms", "channel_loss", "channel_tokens"} == record_fields
     assert list(queries.CSV_COLUMNS[: len(names)]) == names
+
+
+def _fields_table() -> str:
+    """docs/wire.md's table of the record's scalar fields, from the catalogue."""
+    from packscope.core.catalogue import Field
+
+    def number(x: float) -> str:
+        return f"{int(x):,}" if float(x).is_integer() and abs(x) < 1e19 else f"{x:g}"
+
+    def bounds(f: Field) -> str:
+        lower = f"−{number(f.upper)}" if f.minimum is None else number(f.minimum)
+        return f"{lower} … {number(f.upper)}"
+
+    def presence(f: Field) -> str:
+        if f.default is not None:
+            return f"optional (absent: {f.default})"
+        return "required" if f.required else "optional"
+
+    lines = ["| wire path | type | unit | bounds | presence | meaning |", "|---|---|---|---|---|---|"]
+    lines += [
+        f"| `{'.'.join(f.wire_path)}` | {f.kind} | {f.unit} | {bounds(f)} | {presence(f)} | {f.doc} |" for f in FIELDS
+    ]
+    return "\n".join(lines)
+
+
+def test_the_wire_docs_list_the_catalogue_fields():
+    from pathlib import Path
+
+    text = (Path(__file__).parents[2] / "docs" / "wire.md").read_text()
+    start, end = "<!-- catalogue:fields -->\n", "<!-- /catalogue:fields -->"
+    shown = text[text.index(start) + len(start) : text.index(end)].strip()
+    assert shown == _fields_table(), "docs/wire.md's field table is stale; put this there:\n" + _fields_table()

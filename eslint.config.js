@@ -1,0 +1,17 @@
+// ESLint for the dashboard's ES modules (frontend/static), run by `make lint`.
+// The recommended rules; the browser's globals, and plotly.js's `Plotly`, which the pages load
+// as a classic script (/vendor/plotly.min.js) before the modules that draw with it.
+import js from "@eslint/js";
+import globals from "globals";
+
+export default [
+  js.configs.recommended,
+  {
+    files: ["frontend/static/**/*.js"],
+    languageOptions: {
+      ecmaVersion: "latest",
+      sourceType: "module",
+      globals: { ...globals.browser, Plotly: "readonly" },
+    },
+  },
+];
