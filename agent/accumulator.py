@@ -13,20 +13,24 @@ packs, the baseline S2 of a fixed shape) never touch the device.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
 from packscope.agent.batch_forms import PROBLEMS, CuBatch, DocBatch, baseline_packs, canonicalize_cu
 from packscope.agent.histograms import NUM_BUCKETS, SLOTS, bucket_of, edges_on, slot_of
+from packscope.agent.vision import BATCH_KEYS, batch_vision_sums
 from packscope.core.attention import chunk_sq, window_sq
+from packscope.core.vision import FIXED, VISION_SUMS, VISION_TOWERS, VisionSpec
 
 # Layout of the reduced int64 vector: the histograms, then the THD attention sums.
 DOC_COUNT = slice(0, SLOTS)
 DOC_TOKENS = slice(SLOTS, 2 * SLOTS)
 PACK_COUNT = slice(2 * SLOTS, 3 * SLOTS)
 PACK_TOKENS = slice(3 * SLOTS, 4 * SLOTS)
-DEVICE_SUMS = ("seqlen_sq_sum_thd", "window_sq_sum_thd", "chunk_sq_sum_thd")
+DEVICE_SUMS = ("seqlen_sq_sum_thd", "window_sq_sum_thd", "chunk_sq_sum_thd", *VISION_SUMS)
 SUM_AT = {name: 4 * SLOTS + i for i, name in enumerate(DEVICE_SUMS)}
 # Entries of the interval's cu_seqlens tensors with each of batch_forms.PROBLEMS.
 PROBLEM_COUNTS = slice(4 * SLOTS + len(DEVICE_SUMS), 4 * SLOTS + len(DEVICE_SUMS) + len(PROBLEMS))
@@ -41,6 +45,7 @@ HOST_FIELDS = (
     "window_sq_sum_thd",
     "chunk_sq_sum_bshd",
     "chunk_sq_sum_thd",
+    *VISION_SUMS,
 )
 
 
@@ -57,6 +62,11 @@ class HostCounts:
     window_sq_sum_thd: int = 0
     chunk_sq_sum_bshd: int = 0
     chunk_sq_sum_thd: int = 0
+    # A vision tower's images known on the host (a fixed-size tower's count, grids on the CPU).
+    vision_images: int = 0
+    vision_patches: int = 0
+    vision_sq_sum: int = 0
+    vision_window_sq_sum: int = 0
     doc_hist: list[list[int]] = field(default_factory=lambda: [[0] * NUM_BUCKETS, [0] * NUM_BUCKETS])
     pack_hist: list[list[int]] = field(default_factory=lambda: [[0] * NUM_BUCKETS, [0] * NUM_BUCKETS])
 
@@ -72,8 +82,9 @@ class IntervalAccumulator:
     """`window` / `chunk`: the model's sliding window and attention chunk (ModelSpec.window,
     .chunk), None when it has no such layers (their sums then stay 0, at no cost)."""
 
-    def __init__(self, window: int | None = None, chunk: int | None = None) -> None:
-        self.window, self.chunk = window, chunk
+    def __init__(self, window: int | None = None, chunk: int | None = None, vision: VisionSpec | None = None) -> None:
+        self.window, self.chunk, self.vision = window, chunk, vision
+        self._vision_tables: dict[str, list[torch.Tensor]] = {}  # device grids / sizes, by batch key
         self._lens: list[torch.Tensor] = []
         self._rows: list[torch.Tensor] = []
         self._cu: list[CuBatch] = []  # counted and canonicalised all together at the log boundary
@@ -107,10 +118,32 @@ class IntervalAccumulator:
             self._rows.append(rows + self._row_offset if self._row_offset else rows)
         self._row_offset += batch.rows
 
+    def add_vision(self, images: Mapping[str, Any]) -> None:
+        """A micro-batch's images, under its tower processor's keys (agent/vision.BATCH_KEYS): device
+        tables are kept by reference and counted at the boundary; a fixed-size tower's images and
+        tables on the CPU are counted now, on the host (neither reads the device)."""
+        assert self.vision is not None
+        for key in BATCH_KEYS[VISION_TOWERS[self.vision.tower]]:
+            value = images.get(key)
+            if value is None:
+                continue
+            if isinstance(value, torch.Tensor) and VISION_TOWERS[self.vision.tower] != FIXED:
+                if value.device.type != "cpu":
+                    self._vision_tables.setdefault(key, []).append(value)
+                    continue
+                value = value.tolist()  # on the CPU: no device to wait for
+            for name, n in batch_vision_sums(self.vision, {key: value}).items():
+                setattr(self.host, name, getattr(self.host, name) + int(n))
+
     def reduce(self, device: torch.device) -> torch.Tensor:
         """The interval's device statistics as one int64 vector (DEVICE_LEN long); completes
         ``host`` with the cu_seqlens batches' shapes."""
         out = torch.zeros(DEVICE_LEN, dtype=torch.int64, device=device)
+        if self._vision_tables:
+            assert self.vision is not None
+            tables = {key: torch.cat(parts) for key, parts in self._vision_tables.items()}
+            for name, value in batch_vision_sums(self.vision, tables).items():
+                out[SUM_AT[name]] += value
         if self._cu:
             # Their packs are numbered after those of the other forms.
             offsets: list[int] = []
@@ -164,6 +197,7 @@ class IntervalAccumulator:
             setattr(h, f"chunk_sq_sum_{view}", getattr(h, f"chunk_sq_sum_{view}") + rows * chunk_sq(length, self.chunk))
 
     def reset(self) -> None:
+        self._vision_tables = {}
         self._lens.clear()
         self._rows.clear()
         self._cu.clear()

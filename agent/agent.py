@@ -41,8 +41,10 @@ from packscope.agent.hardware import describe
 from packscope.agent.sender import Sender
 from packscope.agent.syncs import SyncCounter
 from packscope.agent.timing import StepTime, StepTimer
+from packscope.agent.vision import BATCH_KEYS
 from packscope.core.attention import SUM_NAMES as ATTENTION_SUM_NAMES
 from packscope.core.flops import ModelSpec
+from packscope.core.vision import VISION_SUMS, VISION_TOWERS
 
 log = logging.getLogger("packscope.agent")
 TOP_SYNC_SITES = 20
@@ -113,7 +115,7 @@ class Agent:
 
         self.step = config.start_step
         self.records: deque[dict] = deque(maxlen=1000)  # recent records, also without a server
-        self._acc = IntervalAccumulator(window=model.window, chunk=model.chunk)
+        self._acc = IntervalAccumulator(window=model.window, chunk=model.chunk, vision=model.vision)
         self._timer = StepTimer(self.device)
         self._times: deque[StepTime] = deque()
         self._inflight: deque[_PendingInterval] = deque()
@@ -211,6 +213,7 @@ class Agent:
         position_ids: torch.Tensor | Sequence[Any] | None = None,
         attention_mask: torch.Tensor | Sequence[Any] | None = None,
         packed_seq_params: object | None = None,
+        **images: object,
     ) -> None:
         """Count one micro-batch. Give exactly one form:
 
@@ -227,7 +230,13 @@ class Agent:
         sequence, value raises here, naming the argument. The values of a device tensor are
         checked when the interval's counts reach the host (a decreasing or out-of-range
         ``cu_seqlens``): such an interval is not sent, and a warning names it and its steps.
+
+        A vision-language model's images go beside the text form, under its processor's keys:
+        ``image_grid_thw`` / ``video_grid_thw`` (Qwen2.5-VL), ``image_sizes`` (Pixtral: Mistral 3,
+        Llava), ``pixel_values`` (a fixed-size tower: Gemma 3, Llava's CLIP, Llama 4).
         """
+        if images:
+            self._observe_images(images)
         if packed_seq_params is not None:
             if cu_seqlens is not None or cu_seqlens_padded is not None:
                 raise ValueError("observe_batch: give packed_seq_params or cu_seqlens, not both")
@@ -257,6 +266,23 @@ class Agent:
         else:
             raise ValueError("observe_batch needs cu_seqlens, position_ids, attention_mask or shape")
         self._acc.add(batch)
+
+    def _observe_images(self, images: dict[str, object]) -> None:
+        vision = self.model.vision
+        if vision is None:
+            raise ValueError(
+                f"observe_batch got {', '.join(sorted(images))} but the model has no vision tower; "
+                "read the model from the vision-language config (read_hf_config) to count it"
+            )
+        known = set(BATCH_KEYS[VISION_TOWERS[vision.tower]])
+        unknown = sorted(set(images) - known)
+        if unknown:
+            raise ValueError(
+                f"observe_batch: unknown argument(s) {', '.join(unknown)}; "
+                f"a {vision.tower} tower's images come as {', '.join(sorted(known))}"
+            )
+        if self.counts_batches:
+            self._acc.add_vision(images)
 
     def step_end(
         self,
@@ -461,6 +487,9 @@ class Agent:
         top = sorted(p.sync_sites.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_SYNC_SITES]
         sums = {name: stats[name] for name in ATTENTION_SUM_NAMES}
         flops = self.model.triad_by_kind(stats["tokens"], stats["real_tokens"], sums)
+        vision = {name: stats[name] for name in VISION_SUMS}
+        if self.model.vision is not None:  # the tower's work, the same in every view
+            flops = {view: value + self.model.vision.flops(vision) for view, value in flops.items()}
         return {
             "interval": p.index, "rank": self.rank,
             "first_step": p.first_step, "last_step": p.last_step, "steps": n, "gpus": 1,
@@ -472,7 +501,7 @@ class Agent:
             "step_time_max_s": durations[-1],
             "timing_lag_steps": max(s.lag_steps for s in steps),
             **{key: stats[key] for key in ("tokens", "real_tokens", "packs", "documents")},
-            **sums,
+            **sums, **vision,
             **{f"flops_{kind}": float(value) for kind, value in flops.items()},
             "syncs": {"total": p.syncs, "sites": [{"site": s, "count": c} for s, c in top]},
             "histograms": stats["histograms"],

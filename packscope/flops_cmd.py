@@ -1,4 +1,5 @@
-"""`packscope flops`: the agent's FLOPs formula as a calculator for packs of documents."""
+"""`packscope flops`: the agent's FLOPs formula as a calculator for packs of documents (and, for a
+vision-language model, the images its tower sees)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 from packscope.core.attention import LAYER_KINDS
 from packscope.core.flops import KindBreakdown, ModelSpec, packs_breakdown_by_kind
 from packscope.core.hf_config import HFConfigError, read_hf_config
+from packscope.core.vision import VISION_SUMS, VisionSpec, batch_sums, decoder_tokens, fixed_image_sums, pixels_to_grid
 
 
 def _pack(text: str) -> list[int]:
@@ -20,6 +22,24 @@ def _pack(text: str) -> list[int]:
     if not lengths:
         raise argparse.ArgumentTypeError("a pack needs at least one document length")
     return lengths
+
+
+def _integers(text: str, count: int, what: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{what} is {count} comma-separated integers, got {text!r}") from None
+    if len(values) != count or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{what} is {count} comma-separated integers >= 1, got {text!r}")
+    return values
+
+
+def _image(text: str) -> tuple[int, ...]:
+    return _integers(text, 3, "an image grid T,H,W")
+
+
+def _pixels(text: str) -> tuple[int, ...]:
+    return _integers(text, 2, "an image size H,W")
 
 
 def add_flops_arguments(p: argparse.ArgumentParser) -> None:
@@ -35,6 +55,32 @@ def add_flops_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--pack-length", type=int, default=None, help="token slots of every pack (default: the largest pack's total)"
+    )
+    images = p.add_argument_group(
+        "images (a vision-language model's tower; the packs hold the decoder's tokens, the images' included)"
+    )
+    images.add_argument(
+        "--image",
+        type=_image,
+        action="append",
+        default=[],
+        metavar="T,H,W",
+        help="one image (or video) of T frames of H x W patches, as image_grid_thw gives it; repeat for more",
+    )
+    images.add_argument(
+        "--image-pixels",
+        type=_pixels,
+        action="append",
+        default=[],
+        metavar="H,W",
+        help="one image of H x W pixels, cut into the tower's patches; repeat for more",
+    )
+    images.add_argument(
+        "--images",
+        type=int,
+        default=0,
+        metavar="N",
+        help="N images of a fixed-size tower (Gemma 3, Llava, Llama 4 tiles)",
     )
 
 
@@ -66,17 +112,65 @@ def report(model: ModelSpec, result: KindBreakdown) -> dict[str, Any]:
     }
 
 
+def vision_sums_from_args(vision: VisionSpec | None, args: argparse.Namespace) -> dict[str, int] | None:
+    """The images' sums, or None when none is given."""
+    if not (args.image or args.image_pixels or args.images):
+        return None
+    if vision is None:
+        raise ValueError("images were given, but the model has no vision tower (no vision_config)")
+    if args.images < 0:
+        raise ValueError(f"--images must be >= 0, got {args.images}")
+    grids = [*args.image, *(pixels_to_grid(vision, h, w) for h, w in args.image_pixels)]
+    sums = batch_sums(vision, grids)
+    if args.images:
+        fixed = fixed_image_sums(vision, args.images)
+        sums = {name: sums[name] + fixed[name] for name in VISION_SUMS}
+    return sums
+
+
+def vision_report(vision: VisionSpec, sums: dict[str, int]) -> dict[str, Any]:
+    """The tower's term: the sums, the coefficients, and the FLOPs by term and by component. It is
+    the same in all three views: a tower attends within each image, packed or not."""
+    return {
+        "tower": vision.tower,
+        "sums": sums,
+        "decoder_tokens": decoder_tokens(vision, sums),
+        "c_lin": vision.c_lin,
+        "c_lin_by_component": vision.c_lin_by_component,
+        "c_image": vision.c_image,
+        "c_core_by_kind": vision.c_core_by_kind,
+        "flops": vision.flops(sums),
+        "flops_split": vision.flops_split(sums),
+        "flops_by_component": vision.flops_by_component(sums),
+    }
+
+
+def with_vision(out: dict[str, Any], vision: VisionSpec, sums: dict[str, int]) -> dict[str, Any]:
+    """The decoder's report with the tower's term added to each view's total and split."""
+    part = vision_report(vision, sums)
+    for view in ("bshd", "thd", "useful"):
+        out[f"flops_{view}"] += part["flops"]
+        out["flops_split"][view]["vision"] = part["flops"]
+    out["overcount_pct"] = 100.0 * (out["flops_bshd"] / out["flops_thd"] - 1.0)
+    out["vision"] = part
+    return out
+
+
 def flops_from_args(args: argparse.Namespace) -> int:
     try:
         if args.tp < 1:
             raise ValueError(f"--tp must be >= 1, got {args.tp}")
         model = read_hf_config(args.hf_config, tp=args.tp)
         result = packs_breakdown_by_kind(model, args.pack, args.pack_length)
+        sums = vision_sums_from_args(model.vision, args)
     except (HFConfigError, ValueError) as exc:
         print(f"packscope flops: error: {exc}", file=sys.stderr)
         return 2
-    print(json.dumps(report(model, result), indent=2))
+    out = report(model, result)
+    if sums is not None and model.vision is not None:
+        out = with_vision(out, model.vision, sums)
+    print(json.dumps(out, indent=2))
     return 0
 
 
-__all__ = ["add_flops_arguments", "flops_from_args", "report"]
+__all__ = ["add_flops_arguments", "flops_from_args", "report", "vision_report", "with_vision"]

@@ -23,6 +23,7 @@ from typing import Any, Literal, Protocol
 
 from packscope.core.attention import ATTENTION_KINDS, ATTENTION_SUMS, CHUNKED, FULL, SLIDING, VIEWS
 from packscope.core.flops import ModelSpec, flops_triad_by_kind
+from packscope.core.vision import VISION_SUMS, vision_flops
 
 INT64_MAX = 2**63 - 1
 INT32_MAX = 2**31 - 1
@@ -110,6 +111,12 @@ FIELDS: tuple[Field, ...] = (
     _int("window_sq_sum_thd", "tokens²", "sliding-window attention sum over the real documents", default=0),
     _int("chunk_sq_sum_bshd", "tokens²", "chunked attention sum of the baseline (Σ over chunks of c²)", default=0),
     _int("chunk_sq_sum_thd", "tokens²", "chunked attention sum over the real documents", default=0),
+    # A vision-language model's tower (packscope.core.vision), over the micro-batches' images: the
+    # same whether the decoder's rows are packed or not (the tower attends within each image).
+    _int("vision_images", "images", "images (frames, tiles) the vision tower encoded", default=0),
+    _int("vision_patches", "patches", "vision patches encoded (Σ p_i)", default=0),
+    _int("vision_sq_sum", "patches²", "Σ p_i² over the images: the tower's full-attention blocks", default=0),
+    _int("vision_window_sq_sum", "patches²", "Σ over windows of w²: the tower's windowed blocks", default=0),
     _float("flops_bshd", "FLOP", "the agent's baseline FLOPs (kept for audit; rates are re-derived)"),
     _float("flops_thd", "FLOP", "the agent's THD-corrected FLOPs (kept for audit)"),
     _float("flops_useful", "FLOP", "the agent's useful FLOPs (kept for audit)"),
@@ -190,6 +197,7 @@ SUMS: tuple[Sum, ...] = (
     Sum("window_sq_sum_thd", ("window_sq_sum_thd",)),
     Sum("chunk_sq_sum_bshd", ("chunk_sq_sum_bshd",)),
     Sum("chunk_sq_sum_thd", ("chunk_sq_sum_thd",)),
+    *(Sum(name, (name,)) for name in VISION_SUMS),
     Sum("documents", ("documents",)),
     Sum("packs", ("packs",)),
     Sum("syncs_total", ("syncs_total",)),
@@ -234,6 +242,8 @@ class Coefficients:
     peak_tflops: float | None  # per GPU; None when the GPU is unknown
     c_window: int = 0  # per unit of the sliding-window sum (the windowed layers)
     c_chunk: int = 0  # per unit of the chunked sum (the chunked layers)
+    # FLOPs per unit of each vision sum (VisionSpec.c_by_sum); empty for a text-only model.
+    c_vision: tuple[tuple[str, int], ...] = ()
 
     @classmethod
     def for_run(cls, model: Mapping[str, Any], hardware: Mapping[str, Any]) -> Coefficients:
@@ -245,6 +255,7 @@ class Coefficients:
             peak_tflops=hardware.get("peak_tflops"),
             c_window=by_kind.get(SLIDING, 0),
             c_chunk=by_kind.get(CHUNKED, 0),
+            c_vision=() if spec.vision is None else tuple(sorted(spec.vision.c_by_sum.items())),
         )
 
     def by_kind(self) -> dict[str, float]:
@@ -296,8 +307,15 @@ class Metric:
     amount: bool = False
 
 
+def _vision(s: Mapping[str, Any], c: Coefficients) -> Any:
+    """The vision tower's FLOPs: the same in every view (no patch is padding, and the tower attends
+    within each image whether the decoder's rows are packed or not)."""
+    return vision_flops(s, {name: float(value) for name, value in c.c_vision})
+
+
 def _flops(kind: str, s: Mapping[str, Any], c: Coefficients) -> Any:
-    return flops_triad_by_kind(s["tokens"], s["real_tokens"], s, float(c.c_lin), c.by_sum())[kind]
+    decoder = flops_triad_by_kind(s["tokens"], s["real_tokens"], s, float(c.c_lin), c.by_sum())[kind]
+    return decoder + _vision(s, c) if c.c_vision else decoder
 
 
 def _attention(s: Mapping[str, Any], c: Coefficients, kinds: Iterable[str]) -> Any:
@@ -452,6 +470,14 @@ METRICS: tuple[Metric, ...] = (
             _attention_share((kind,)),
         )
         for kind, label in ((FULL, "full"), (SLIDING, "sliding-window"), (CHUNKED, "chunked"))
+    ),
+    Metric(
+        "vision_share_pct",
+        "vision tower",
+        "%",
+        ".1f",
+        "share of the THD-corrected FLOPs spent in the vision tower (its GEMMs and attention; 0 for a text model)",
+        lambda s, c, ops: 100.0 * ops.ratio(_vision(s, c), _flops("thd", s, c)),
     ),
     Metric("padding_pct", "padding", "%", ".1f", "share of token slots that hold no real token", _padding),
     Metric(

@@ -41,6 +41,7 @@ from packscope.core.model_fields import (
     nested_from_dict,
     refuse_unknown,
 )
+from packscope.core.vision import VisionSpec
 
 # C_lin's parts (c_lin_by_component); each also names what the independent check reads.
 COMPONENTS = (
@@ -232,6 +233,7 @@ class ModelSpec:
     chunk: int | None = None  # C of the "chunked" layers
     mla: MLA | None = None  # multi-head latent attention instead of q/k/v projections
     linear_attention: LinearAttention | None = None  # shapes of the "linear" layers
+    vision: VisionSpec | None = None  # a vision-language model's tower (packscope.core.vision)
     name: str = field(default="", compare=False)
     # What the count leaves out (a vision tower, a recurrent state update), for the user to see.
     not_counted: tuple[str, ...] = field(default=(), compare=False)
@@ -262,6 +264,8 @@ class ModelSpec:
             kinds = check_kinds("layer_kinds", self.layer_kinds, self.layers, LAYER_KINDS)
             object.__setattr__(self, "layer_kinds", None if set(kinds) == {FULL} else kinds)
         self._check_kind_sizes()
+        if self.vision is not None and not isinstance(self.vision, VisionSpec):
+            raise ValueError(f"model field 'vision' must be a VisionSpec, got {type(self.vision).__name__}")
         if isinstance(self.not_counted, str) or not all(isinstance(x, str) for x in self.not_counted):
             raise ValueError("'not_counted' must be a sequence of strings")
         object.__setattr__(self, "not_counted", tuple(self.not_counted))
@@ -434,6 +438,8 @@ class ModelSpec:
         if self.linear_attention is not None:
             la = self.linear_attention
             out["linear_attention"] = {k: getattr(la, k) for k in LinearAttention.__dataclass_fields__}
+        if self.vision is not None:
+            out["vision"] = self.vision.to_dict()
         return out
 
     @classmethod
@@ -460,6 +466,8 @@ class ModelSpec:
         values["linear_attention"] = nested_from_dict(
             LinearAttention, "linear_attention", values.get("linear_attention")
         )
+        if values.get("vision") is not None:
+            values["vision"] = VisionSpec.from_dict(values["vision"])
         if "name" in values and not isinstance(values["name"], str):
             raise ValueError(f"model field 'name' must be a string, got {values['name']!r}")
         return cls(**values)

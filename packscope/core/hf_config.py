@@ -5,8 +5,9 @@ The count is that of the model transformers builds from the file: absent fields 
 installed transformers' defaults (``hf_defaults``), present ones are type-checked strictly, and
 a field that would change the count but that we do not understand is an error naming it, as is
 an architecture we do not know. A multimodal config is read through its decoder (``text_config``,
-or the flat fields where the checkpoint keeps them flat); the vision tower is not counted, and
-``ModelSpec.not_counted`` and a logged warning say so.
+or the flat fields where the checkpoint keeps them flat) and its vision tower (``vision_config``,
+``hf_vision``) into ``ModelSpec.vision``; what a tower runs but the count leaves out is named in
+``ModelSpec.not_counted`` and a logged warning.
 """
 
 from __future__ import annotations
@@ -21,29 +22,43 @@ from packscope.core.flops import ModelSpec
 from packscope.core.hf_arch import READERS
 from packscope.core.hf_defaults import DEFAULTS
 from packscope.core.hf_fields import ConfigFields, HFConfigError
+from packscope.core.hf_vision import read_vision
 
 log = logging.getLogger(__name__)
 
-# Multimodal wrappers: the decoder's model_type when text_config does not name one, the text
-# model types transformers accepts there, and what the count leaves out.
-WRAPPERS: dict[str, tuple[str, tuple[str, ...] | None, str]] = {
-    "gemma3": ("gemma3_text", ("gemma3_text",), "the SigLIP vision tower and multi-modal projector (vision_config)"),
-    "llama4": ("llama4_text", ("llama4_text",), "the Llama 4 vision model and multi-modal projector (vision_config)"),
-    "qwen2_5_vl": (
-        "qwen2_5_vl_text",
-        ("qwen2_5_vl_text",),
-        "the Qwen2.5-VL vision transformer and patch merger (vision_config)",
-    ),
-    "mistral3": ("mistral", None, "the Pixtral vision tower and multi-modal projector (vision_config)"),
-    "llava": ("llama", None, "the vision tower and multi-modal projector (vision_config)"),
+# Multimodal wrappers: the decoder's model_type when text_config does not name one, and the text
+# model types transformers accepts there. Their vision towers are read by packscope.core.hf_vision.
+WRAPPERS: dict[str, tuple[str, tuple[str, ...] | None]] = {
+    "gemma3": ("gemma3_text", ("gemma3_text",)),
+    "llama4": ("llama4_text", ("llama4_text",)),
+    "qwen2_5_vl": ("qwen2_5_vl_text", ("qwen2_5_vl_text",)),
+    "mistral3": ("mistral", None),
+    "llava": ("llama", None),
 }
 KNOWN = sorted(set(READERS) | set(WRAPPERS))
+_VLMS = ", ".join(sorted(WRAPPERS))
 _REFUSED = {
     "nemotron_h": "its Mamba-2 layers and its attention-only and MLP-only blocks (hybrid_override_pattern) "
     "are not counted yet",
     "mamba": "state-space (Mamba) layers are not counted yet",
     "mamba2": "state-space (Mamba-2) layers are not counted yet",
     "deepseek_v2": "DeepSeek-V2's MoE layer rule is not read yet (DeepSeek-V3's is: model_type deepseek_v3)",
+    **dict.fromkeys(
+        (
+            "qwen2_vl",
+            "qwen3_vl",
+            "qwen3_vl_moe",
+            "llava_next",
+            "llava_onevision",
+            "paligemma",
+            "mllama",
+            "idefics3",
+            "smolvlm",
+            "internvl",
+            "gemma3n",
+        ),
+        f"its vision tower (vision_config) is not counted yet; vision-language models counted: {_VLMS}",
+    ),
 }
 
 
@@ -72,13 +87,13 @@ def model_type(cfg: Mapping[str, Any]) -> str:
     return mt
 
 
-def _decoder(cfg: Mapping[str, Any], mt: str) -> tuple[Mapping[str, Any], str, str, list[str]]:
-    """The decoder's fields, model_type, path prefix and what the count leaves out."""
+def _decoder(cfg: Mapping[str, Any], mt: str) -> tuple[Mapping[str, Any], str, str]:
+    """The decoder's fields, model_type and path prefix."""
     if mt not in WRAPPERS:
-        return cfg, mt, "", []
-    default_type, allowed, tower = WRAPPERS[mt]
+        return cfg, mt, ""
+    default_type, allowed = WRAPPERS[mt]
     if "text_config" not in cfg and mt == "qwen2_5_vl":  # Qwen2.5-VL checkpoints keep the decoder flat
-        return cfg, default_type, "", [tower]
+        return cfg, default_type, ""
     text = cfg.get("text_config") or {}
     if not isinstance(text, Mapping):
         raise HFConfigError(f"{mt} config.json: 'text_config' must be an object, got {text!r}")
@@ -89,7 +104,7 @@ def _decoder(cfg: Mapping[str, Any], mt: str) -> tuple[Mapping[str, Any], str, s
         raise HFConfigError(
             f"{mt} config.json: 'text_config.model_type' must be {' or '.join(allowed)}, got {text_type!r}"
         )
-    return text, text_type, "text_config.", [tower]
+    return text, text_type, "text_config."
 
 
 def spec_from_hf_dict(cfg: Mapping[str, Any], tp: int = 1) -> ModelSpec:
@@ -99,11 +114,14 @@ def spec_from_hf_dict(cfg: Mapping[str, Any], tp: int = 1) -> ModelSpec:
     if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
         raise HFConfigError(f"tp must be an integer >= 1, got {tp!r}")
     mt = model_type(cfg)
-    text, text_type, where, not_counted = _decoder(cfg, mt)
+    text, text_type, where = _decoder(cfg, mt)
     fields = ConfigFields(text, text_type, DEFAULTS[text_type], where)
     args = READERS[text_type](fields)
     fields.refuse_unread()
-    not_counted = not_counted + args.pop("not_counted")
+    not_counted = args.pop("not_counted")
+    if mt in WRAPPERS:
+        args["vision"], tower_notes = read_vision(cfg, mt, args["hidden"])
+        not_counted += tower_notes
     try:
         spec = ModelSpec(
             **args,

@@ -226,3 +226,67 @@ DEFAULTS: dict[str, dict[str, Any]] = {
 }
 # Kimi-K2 ships model_type "kimi_k2" with DeepSeek-V3's architecture (DeepseekV3ForCausalLM).
 DEFAULTS["kimi_k2"] = DEFAULTS["deepseek_v3"]
+
+# Vision towers (``vision_config``), keyed by their model_type, and the wrappers' own fields that
+# the vision readers use (packscope.core.hf_vision), from the same config classes. Compared with
+# transformers by tests/core/test_hf_vision_defaults.py.
+VISION_DEFAULTS: dict[str, dict[str, Any]] = {
+    "qwen2_5_vl_vision": {
+        "depth": 32,
+        "hidden_size": 3584,
+        "intermediate_size": 3420,
+        "num_heads": 16,
+        "in_channels": 3,
+        "patch_size": 14,
+        "spatial_merge_size": 2,
+        "temporal_patch_size": 2,
+        "window_size": 112,
+        "out_hidden_size": 3584,
+        "fullatt_block_indexes": [7, 15, 23, 31],  # a tuple in the config class
+    },
+    "siglip_vision_model": {
+        "hidden_size": 768,
+        "intermediate_size": 3072,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 12,
+        "num_channels": 3,
+        "image_size": 224,
+        "patch_size": 16,
+        "vision_use_head": True,
+    },
+    "clip_vision_model": {
+        "hidden_size": 768,
+        "intermediate_size": 3072,
+        "num_hidden_layers": 12,
+        "num_attention_heads": 12,
+        "num_channels": 3,
+        "image_size": 224,
+        "patch_size": 32,
+    },
+    "pixtral": {
+        "hidden_size": 1024,
+        "intermediate_size": 4096,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 16,
+        "num_channels": 3,
+        "patch_size": 16,
+    },
+    "llama4_vision_model": {
+        "hidden_size": 768,
+        "intermediate_size": 5632,
+        "num_hidden_layers": 34,
+        "num_attention_heads": 16,
+        "num_channels": 3,
+        "image_size": 448,
+        "patch_size": 14,
+        "pixel_shuffle_ratio": 0.5,
+        "projector_input_dim": 4096,
+        "projector_output_dim": 4096,
+        "vision_output_dim": 7680,
+    },
+}
+WRAPPER_DEFAULTS: dict[str, dict[str, Any]] = {
+    "gemma3": {"mm_tokens_per_image": 256},
+    "llava": {"vision_feature_layer": -2, "vision_feature_select_strategy": "default"},
+    "mistral3": {"vision_feature_layer": -1, "spatial_merge_size": 2},
+}

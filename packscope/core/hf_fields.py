@@ -166,9 +166,9 @@ class ConfigFields:
         return list(value)
 
     # -- the final check -------------------------------------------------------------------------
-    def refuse_unread(self) -> None:
-        """Refuse any field that would change the count but that this reader did not read."""
-        for key in sorted(COUNT_FIELDS - self.read):
+    def refuse_unread(self, count_fields: frozenset[str] = COUNT_FIELDS) -> None:
+        """Refuse any of ``count_fields`` (fields that would change the count) that this reader did not read."""
+        for key in sorted(count_fields - self.read):
             if key in self.cfg and not _is_off(key, self.cfg[key]):
                 raise self.error(
                     key,

@@ -4,6 +4,7 @@ form, with and without the optional readings and for a model with windowed and c
 
 import json
 
+import pytest
 import torch
 
 from packscope.agent import Agent, AgentConfig, ModelSpec
@@ -58,3 +59,42 @@ def test_a_model_with_layer_kinds_sends_their_sums():
     assert first["chunk_sq_sum_thd"] == sum((s // 32) * 32 * 32 + (s % 32) ** 2 for s in docs)
     assert first["window_sq_sum_bshd"] == (2 * 512 * 40 - 40 * 40) + 10 * 10  # a 512-slot pack, a 10-token row
     assert all(r["window_sq_sum_thd"] == r["chunk_sq_sum_thd"] == 0 for r in _records(FULL))
+
+
+def test_a_vision_language_model_sends_its_towers_sums_beside_the_text():
+    """Qwen2.5-VL-7B's published config: images given as image_grid_thw beside the text form; the
+    record's vision sums are the reference's for those grids and its FLOPs add the tower's work
+    (the same in every view); a text model refuses images with a message."""
+    from pathlib import Path
+
+    from packscope.core.hf_config import read_hf_config
+    from packscope.core.vision import batch_sums
+
+    model = read_hf_config(Path(__file__).parents[1] / "fixtures" / "hf" / "published" / "qwen2_5_vl_7b.json")
+    assert model.vision is not None
+    grids = [[(1, 36, 52), (2, 28, 28)], [(1, 112, 84)]]
+    agent = Agent(AgentConfig(log_every=2, count_syncs=False), model=model)
+    for step_grids in grids:
+        agent.step_begin()
+        agent.observe_batch(
+            cu_seqlens=torch.tensor([0, 700, 2048], dtype=torch.int32),
+            shape=(1, 2048),
+            image_grid_thw=torch.tensor(step_grids),
+        )
+        agent.step_end(loss=torch.tensor(1.0))
+    agent.close()
+    (record,) = agent.records
+    want = batch_sums(model.vision, [g for step in grids for g in step])
+    assert {name: record[name] for name in want} == want and want["vision_window_sq_sum"] > 0
+    text = model.triad_by_kind(
+        record["tokens"], record["real_tokens"], {k: record[k] for k in record if "_sq_sum_" in k}
+    )
+    tower = model.vision.flops(want)
+    assert record["flops_thd"] == float(text["thd"] + tower) and record["flops_bshd"] == float(text["bshd"] + tower)
+    decoded, ignored = decode(json.dumps({"intervals": [record]}).encode())
+    assert ignored == [] and len(decoded) == 1
+
+    text_only = Agent(AgentConfig(log_every=2, count_syncs=False), model=FULL)
+    text_only.step_begin()
+    with pytest.raises(ValueError, match="no vision tower"):
+        text_only.observe_batch(shape=(1, 8), image_grid_thw=torch.tensor([(1, 4, 4)]))

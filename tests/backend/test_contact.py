@@ -188,8 +188,8 @@ def test_the_runs_list_returns_the_config_values_asked_for(client, new_run):
     assert all(r["config_values"] is None for r in client.get("/api/v1/runs").json()["runs"])
 
 
-def test_migration_0010_keeps_every_row_both_ways(make_client, database_url, new_run, records):
-    """0010 adds nullable columns in place and a table: a populated database keeps its runs and
+def test_migration_0011_keeps_every_row_both_ways(make_client, database_url, new_run, records):
+    """0011 adds nullable columns in place and a table: a populated database keeps its runs and
     intervals on the way up and on the way down (under the foreign keys that cascade)."""
     import sqlalchemy as sa
     from alembic import command
@@ -214,7 +214,7 @@ def test_migration_0010_keeps_every_row_both_ways(make_client, database_url, new
         config = alembic_config()
         with engine.begin() as connection:  # foreign keys on, as a server's connections have them
             config.attributes["connection"] = connection
-            command.downgrade(config, "0009")
+            command.downgrade(config, "0010")
         assert counted() == (1, 5, 1)
         with engine.connect() as connection:
             columns = {c["name"] for c in sa.inspect(connection).get_columns("runs")}

@@ -307,6 +307,7 @@ def _csv_expected(rec, spec, peak):
         "attention_full_pct": 100 * rec["seqlen_sq_sum_thd"] * spec.c_core / flops["thd"],
         "attention_sliding_pct": 0.0,  # the test model has full-attention layers only
         "attention_chunked_pct": 0.0,
+        "vision_share_pct": 0.0,  # and no vision tower
     }
     for kind, f in flops.items():
         out[f"tflops_{kind}"] = ratio(f / 1e12, gpu_seconds)

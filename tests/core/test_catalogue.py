@@ -19,7 +19,7 @@ ROWS = [
         "real_tokens": 900,
         "seqlen_sq_sum_bshd": 100_000,
         "seqlen_sq_sum_thd": 40_000,
-        **dict.fromkeys(("window_sq_sum_bshd", "window_sq_sum_thd", "chunk_sq_sum_bshd", "chunk_sq_sum_thd"), 0),
+        **{f.name: f.default for f in FIELDS if f.default is not None},  # fields added later: absent
         "documents": 30,
         "packs": 10,
         "syncs_total": 20,
@@ -42,7 +42,7 @@ ROWS = [
         "real_tokens": 600,
         "seqlen_sq_sum_bshd": 100_000,
         "seqlen_sq_sum_thd": 20_000,
-        **dict.fromkeys(("window_sq_sum_bshd", "window_sq_sum_thd", "chunk_sq_sum_bshd", "chunk_sq_sum_thd"), 0),
+        **{f.name: f.default for f in FIELDS if f.default is not None},  # fields added later: absent
         "documents": 20,
         "packs": 10,
         "syncs_total": 0,

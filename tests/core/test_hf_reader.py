@@ -5,6 +5,7 @@ multimodal wrappers, and ``packscope flops`` exiting 2 with a one-line message f
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import logging
 from pathlib import Path
@@ -195,23 +196,35 @@ def test_mixtral_with_a_window_and_llama4_defaults():
 
 
 def test_text_model_types_are_accepted_alone():
+    # The wrapper's decoder is the text model; the wrapper adds its tower (ModelSpec.vision).
     text = published("gemma3_12b.json")["text_config"]
-    assert spec_from_hf_dict(text) == spec_from_hf_dict(published("gemma3_12b.json"))
+    wrapped = spec_from_hf_dict(published("gemma3_12b.json"))
+    assert spec_from_hf_dict(text) == dataclasses.replace(wrapped, vision=None) and wrapped.vision is not None
     llama4_text = published("llama4_scout_17b_16e.json")["text_config"]
     assert spec_from_hf_dict(llama4_text).c_lin == spec_from_hf_dict(published("llama4_scout_17b_16e.json")).c_lin
     vl = published("qwen2_5_vl_7b.json")
     flat_text = {k: v for k, v in vl.items() if k not in ("vision_config", "model_type")}
-    assert spec_from_hf_dict({**flat_text, "model_type": "qwen2_5_vl_text"}) == spec_from_hf_dict(vl)
-    nested = {"model_type": "qwen2_5_vl", "text_config": {**flat_text, "model_type": "qwen2_5_vl_text"}}
-    assert spec_from_hf_dict(nested) == spec_from_hf_dict(vl)
+    from_vl = spec_from_hf_dict(vl)
+    assert spec_from_hf_dict({**flat_text, "model_type": "qwen2_5_vl_text"}) == dataclasses.replace(
+        from_vl, vision=None
+    )
+    nested = {
+        "model_type": "qwen2_5_vl",
+        "text_config": {**flat_text, "model_type": "qwen2_5_vl_text"},
+        "vision_config": vl["vision_config"],
+    }
+    assert spec_from_hf_dict(nested) == from_vl
 
 
-def test_a_multimodal_config_names_the_tower_it_does_not_count(caplog):
-    with caplog.at_level(logging.WARNING, logger="packscope.core.hf_config"):
-        m = spec_from_hf_dict(published("gemma3_12b.json"))
-    assert m.not_counted == ("the SigLIP vision tower and multi-modal projector (vision_config)",)
-    assert "not counted: the SigLIP vision tower" in caplog.text
+def test_a_multimodal_config_counts_its_tower_and_names_what_runs_unused(caplog):
+    m = spec_from_hf_dict(published("gemma3_12b.json"))
+    assert m.vision is not None and m.vision.tower == "siglip" and m.not_counted == ()
     assert spec_from_hf_dict(published("gemma3_12b_text.json")).not_counted == ()
+    with_head = changed("gemma3_12b.json", "vision_config.vision_use_head", True)
+    with caplog.at_level(logging.WARNING, logger="packscope.core.hf_config"):
+        m = spec_from_hf_dict(with_head)
+    assert m.not_counted == ("the SigLIP attention-pooling head (vision_use_head): run forward, its output unused",)
+    assert "not counted: the SigLIP attention-pooling head" in caplog.text
 
 
 def test_spec_from_hf_config_reads_an_object_through_to_dict():

@@ -1,0 +1,135 @@
+"""A micro-batch's vision sums (packscope.core.vision), on the device and without a host sync.
+
+The sums of a batch's images are elementwise in each image's grid, so a tower that describes its
+images by a tensor (Qwen2.5-VL's ``image_grid_thw`` / ``video_grid_thw``, Pixtral's
+``image_sizes``) gets them from a handful of kernels whose results stay on the device: 0-d int64
+tensors, to be reduced with the interval's other device sums. No ``.item()``, ``.tolist()``,
+boolean indexing or data-dependent shape is used; a grid's values are not validated here (that
+would read them back), the reference ``packscope.core.vision.grid_sums`` states the rules.
+
+A fixed-size tower (Gemma 3's SigLIP, Llava's CLIP, Llama 4's tiles) needs no device work: its
+sums follow from the number of images, a static shape (``pixel_values.shape[0]``), and are
+returned as host ints, like the accumulator's other shape-known counts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+
+from packscope.core.vision import (
+    FIXED,
+    GRID_THW,
+    IMAGE_SIZES,
+    VISION_IMAGES,
+    VISION_PATCHES,
+    VISION_SQ_SUM,
+    VISION_SUMS,
+    VISION_TOWERS,
+    VISION_WINDOW_SQ_SUM,
+    VisionSpec,
+    batch_sums,
+    fixed_image_sums,
+    pixels_to_grid,
+)
+
+# The batch keys each kind of tower reads (HF processors' names).
+BATCH_KEYS: dict[str, tuple[str, ...]] = {
+    GRID_THW: ("image_grid_thw", "video_grid_thw"),
+    IMAGE_SIZES: ("image_sizes",),
+    FIXED: ("pixel_values",),
+}
+
+
+def _check_table(name: str, table: torch.Tensor, columns: int) -> torch.Tensor:
+    """Shape and dtype only: both are known on the host."""
+    if table.dim() != 2 or table.shape[1] != columns:
+        raise ValueError(f"{name} must be [images, {columns}], got shape {tuple(table.shape)}")
+    if table.dtype.is_floating_point or table.dtype.is_complex or table.dtype == torch.bool:
+        raise ValueError(f"{name} must hold integers, got {table.dtype}")
+    return table.to(torch.int64)
+
+
+def _frames_sums(vision: VisionSpec, t: torch.Tensor, h: torch.Tensor, w: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The four sums of images of t frames of h x w patches (int64 columns), elementwise."""
+    frame = h * w
+    out = {
+        VISION_IMAGES: t.sum(),
+        VISION_PATCHES: (t * frame).sum(),
+        VISION_SQ_SUM: (t * (frame + vision.class_tokens) ** 2).sum(),
+    }
+    if vision.window is None:
+        out[VISION_WINDOW_SQ_SUM] = torch.zeros((), dtype=torch.int64, device=t.device)
+        return out
+    # Windows of W x W merged tokens over each frame's (h/m) x (w/m) merged grid, partial at the
+    # edges: Σ over windows of (r·c·m²)² = m⁴ · Σ_rows r² · Σ_cols c² (vision.frame_window_sq).
+    m, win = vision.spatial_merge, vision.window
+    rows, cols = h // m, w // m
+    row_sq = (rows // win) * win * win + (rows % win) ** 2
+    col_sq = (cols // win) * win * win + (cols % win) ** 2
+    out[VISION_WINDOW_SQ_SUM] = (t * row_sq * col_sq).sum() * m**4
+    return out
+
+
+def grid_thw_sums(vision: VisionSpec, grid_thw: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The four sums of images (or videos) given as Qwen2.5-VL's ``image_grid_thw``: an int tensor
+    [images, 3] of (t, h, w) in patches, on any device. Returns 0-d int64 tensors on that device."""
+    grid = _check_table("image_grid_thw", grid_thw, 3)
+    t, h, w = grid.unbind(dim=1)
+    return _frames_sums(vision, t, h, w)
+
+
+def image_sizes_sums(vision: VisionSpec, image_sizes: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The four sums of images given as Pixtral's ``image_sizes``: an int tensor [images, 2] of
+    (height, width) in pixels. Each image is (height // p) x (width // p) patches, as Pixtral's
+    convolution cuts it; the processor resizes images to multiples of p · spatial_merge_size."""
+    sizes = _check_table("image_sizes", image_sizes, 2)
+    height, width = sizes.unbind(dim=1)
+    p = vision.patch_size
+    return _frames_sums(vision, torch.ones_like(height), height // p, width // p)
+
+
+def fixed_sums(vision: VisionSpec, pixel_values: torch.Tensor) -> dict[str, int]:
+    """The four sums of a fixed-size tower's ``pixel_values`` [images, channels, H, W] (Llama 4:
+    one row per tile), from its static shape: host ints, nothing is read from the device."""
+    if vision.image_grid is None:
+        raise ValueError(f"a {vision.tower} tower takes images of different sizes: give their grids")
+    side = (vision.image_grid[0] * vision.patch_size, vision.image_grid[1] * vision.patch_size)
+    if pixel_values.dim() != 4 or tuple(pixel_values.shape[-2:]) != side:
+        raise ValueError(
+            f"a {vision.tower} tower takes pixel_values [images, channels, {side[0]}, {side[1]}], "
+            f"got shape {tuple(pixel_values.shape)}"
+        )
+    return fixed_image_sums(vision, int(pixel_values.shape[0]))
+
+
+def _add(total: dict[str, Any], part: Mapping[str, Any]) -> dict[str, Any]:
+    return {name: total[name] + part[name] for name in VISION_SUMS}
+
+
+def batch_vision_sums(vision: VisionSpec, batch: Mapping[str, Any]) -> dict[str, Any]:
+    """The four sums of one micro-batch, read from the keys its tower's processor writes
+    (``BATCH_KEYS``): 0-d int64 device tensors for a tensor of grids or sizes, host ints for a
+    fixed-size tower or for sizes given as a list. A batch without images gives zeros."""
+    kind = VISION_TOWERS[vision.tower]
+    total: dict[str, Any] = dict.fromkeys(VISION_SUMS, 0)
+    for key in BATCH_KEYS[kind]:
+        value = batch.get(key)
+        if value is None:
+            continue
+        if kind == FIXED:
+            total = _add(total, fixed_sums(vision, value))
+        elif not isinstance(value, torch.Tensor):  # a host list of sizes or grids: count on the host
+            rows = [tuple(int(x) for x in row) for row in value]
+            grids = [pixels_to_grid(vision, h, w) for h, w in rows] if kind == IMAGE_SIZES else rows
+            total = _add(total, batch_sums(vision, grids))  # type: ignore[arg-type]
+        elif kind == GRID_THW:
+            total = _add(total, grid_thw_sums(vision, value))
+        else:
+            total = _add(total, image_sizes_sums(vision, value))
+    return total
+
+
+__all__ = ["BATCH_KEYS", "batch_vision_sums", "fixed_sums", "grid_thw_sums", "image_sizes_sums"]

@@ -1,0 +1,392 @@
+"""The vision tower of a vision-language model: its FLOPs per patch and per image, and the sums
+of a batch's images that they multiply (docs/flops.md, "Vision towers").
+
+GEMM work only, forward plus backward, 6 FLOPs per multiply-add, as for the decoder:
+
+    FLOPs_vision = vision_images · c_image + vision_patches · c_lin
+                   + vision_sq_sum · c_core_full + vision_window_sq_sum · c_core_window
+
+* ``c_lin`` (per patch): the patch embedding as a GEMM (channels · temporal · p² → hidden), every
+  counted encoder block's q/k/v/o and MLP, and the projector (patch merger / multi-modal
+  projector) that runs once per token handed to the decoder, i.e. once per ``spatial_merge²``
+  patches;
+* ``c_image`` (per attention sequence): the class tokens a tower adds to each image (CLIP's,
+  Llama 4's) through the encoder blocks, and through the projector where it keeps them;
+* ``c_core_full`` / ``c_core_window``: QKᵀ and P·V of the full-attention and the windowed blocks.
+  A tower's attention is bidirectional, so every one of the p² (query, key) pairs of a sequence of
+  p tokens is computed: 12 · hidden FLOPs per pair and block, not halved as the decoder's causal
+  term is.
+
+Not counted: norms, activations, biases, position embeddings (learned, interpolated or rotary),
+the class-token concatenation, Gemma 3's average pooling and Llama 4's pixel shuffle (no GEMM),
+softmax. A tower that runs layers whose output the model does not use (Llava's
+``vision_feature_layer`` -2) counts the layers that feed the features only; the reader names the
+rest in ``ModelSpec.not_counted``.
+
+The sums (ints; they travel like the decoder's attention sums) are, over the images of a batch,
+each image a grid of t x h x w patches (t frames of h x w; an image is one frame):
+
+* ``vision_images``: Σ t, the tower's attention sequences (one per frame or tile);
+* ``vision_patches``: Σ t·h·w;
+* ``vision_sq_sum``: Σ t·(h·w + class tokens)², the full-attention blocks (every frame attends
+  within itself: transformers' ``get_vision_cu_seqlens`` with ``merge_temporal=False``);
+* ``vision_window_sq_sum``: Σ over windows of w², the windowed blocks (Qwen2.5-VL), windows as
+  transformers' ``get_vision_window_index`` cuts them: squares of ``window`` x ``window`` merged
+  tokens on each frame's merged grid (h/m x w/m), partial windows at the bottom and right edges,
+  each window of r x c merged tokens holding r·c·m² patches. Per frame that is
+  m⁴ · chunk_sq(h/m, window) · chunk_sq(w/m, window), elementwise in (t, h, w).
+
+Pure Python, like the rest of ``packscope.core``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from packscope.core.attention import chunk_sq
+from packscope.core.model_fields import check_bool, check_flags, check_int, check_optional_int, refuse_unknown
+
+# Do not rename: the agent, the wire record and the database carry these names.
+VISION_IMAGES = "vision_images"
+VISION_PATCHES = "vision_patches"
+VISION_SQ_SUM = "vision_sq_sum"
+VISION_WINDOW_SQ_SUM = "vision_window_sq_sum"
+VISION_SUMS = (VISION_IMAGES, VISION_PATCHES, VISION_SQ_SUM, VISION_WINDOW_SQ_SUM)
+
+# How each tower's batch describes its images (what the agent reads):
+#   grid_thw:     an int tensor [images, 3] of (t, h, w) in patches (``image_grid_thw``, ``video_grid_thw``);
+#   image_sizes:  an int tensor [images, 2] of (height, width) in pixels (``image_sizes``);
+#   fixed:        every image (or tile, or crop) is ``image_grid``: the count is pixel_values.shape[0].
+GRID_THW, IMAGE_SIZES, FIXED = "grid_thw", "image_sizes", "fixed"
+VISION_TOWERS: dict[str, str] = {
+    "qwen2_5_vl": GRID_THW,  # Qwen2.5-VL's ViT with windowed blocks and a 2x2 patch merger
+    "pixtral": IMAGE_SIZES,  # Mistral 3's Pixtral: variable-size images, block-diagonal attention
+    "siglip": FIXED,  # Gemma 3's SigLIP (896² → 64 x 64 patches, pooled 4 x 4)
+    "clip": FIXED,  # Llava's CLIP, with a class token
+    "llama4": FIXED,  # Llama 4's tiles (336² → 24 x 24 patches + a class token, pixel-shuffled 2 x 2)
+}
+VISION_COMPONENTS = ("patch_embedding", "attention", "mlp", "projector")
+
+
+@dataclass(frozen=True)
+class VisionSpec:
+    """What the FLOPs formula needs to know about a vision tower and its projector.
+
+    ``layers`` are the encoder blocks whose output the model uses (the counted ones);
+    ``windowed_layers`` flags which of them attend in windows (None: all full). ``projector``
+    lists the (in, out) widths of every GEMM that runs once per token handed to the decoder;
+    ``spatial_merge`` is the side of the square of patches that becomes one such token (a 2 x 2
+    merger, Gemma 3's 4 x 4 pooling, Llama 4's 2 x 2 pixel shuffle; 1: none).
+    """
+
+    tower: str
+    layers: int
+    hidden: int
+    heads: int
+    ffn: int
+    gated: bool  # three MLP matrices (Qwen2.5-VL, Pixtral) or two (SigLIP, CLIP, Llama 4)
+    patch_size: int  # pixels per patch side
+    patch_inputs: int  # values one patch embedding reads: channels · temporal patch · patch_size²
+    spatial_merge: int = 1
+    projector: tuple[tuple[int, int], ...] = ()
+    class_tokens: int = 0  # tokens the encoder adds to every image (CLIP's, Llama 4's class token)
+    projected_class_tokens: int = 0  # of those, the ones the projector also runs on (Llava's "full")
+    image_grid: tuple[int, int] | None = None  # (h, w) in patches of every image of a fixed-size tower
+    window: int | None = None  # windowed blocks' window side, in merged tokens (Qwen2.5-VL)
+    windowed_layers: tuple[int, ...] | None = None  # one 0/1 flag per counted block; None: all full
+
+    def __post_init__(self) -> None:
+        if self.tower not in VISION_TOWERS:
+            raise ValueError(f"vision field 'tower' must be one of {', '.join(VISION_TOWERS)}, got {self.tower!r}")
+        for key in ("layers", "hidden", "heads", "ffn", "patch_size", "patch_inputs", "spatial_merge"):
+            check_int(f"vision.{key}", getattr(self, key), minimum=1)
+        check_bool("vision.gated", self.gated)
+        check_int("vision.class_tokens", self.class_tokens, minimum=0)
+        check_int("vision.projected_class_tokens", self.projected_class_tokens, minimum=0)
+        check_optional_int("vision.window", self.window, minimum=1)
+        if self.projected_class_tokens > self.class_tokens:
+            raise ValueError("vision.projected_class_tokens cannot exceed vision.class_tokens")
+        if self.hidden % self.heads:
+            raise ValueError(f"vision.hidden ({self.hidden}) is not divisible by vision.heads ({self.heads})")
+        object.__setattr__(self, "projector", _check_projector(self.projector))
+        self._check_grid()
+        self._check_windows()
+        if (6 * self.projector_macs) % (self.spatial_merge**2):
+            raise ValueError(
+                f"the projector's {self.projector_macs} multiply-adds per token are not a whole number of FLOPs "
+                f"per patch over {self.spatial_merge**2} patches; packscope counts whole FLOPs per patch"
+            )
+
+    def _check_grid(self) -> None:
+        fixed = VISION_TOWERS[self.tower] == FIXED
+        if fixed != (self.image_grid is not None):
+            need = "needs" if fixed else "takes no"
+            raise ValueError(f"a {self.tower} tower {need} vision.image_grid (fixed patches per image)")
+        if self.image_grid is None:
+            return
+        grid = tuple(self.image_grid) if isinstance(self.image_grid, (list, tuple)) else ()
+        if len(grid) != 2:
+            raise ValueError(f"vision.image_grid must be [h, w] in patches, got {self.image_grid!r}")
+        for side in grid:
+            check_int("vision.image_grid", side, minimum=1)
+            if side % self.spatial_merge:
+                raise ValueError(f"vision.image_grid {grid} is not a multiple of spatial_merge {self.spatial_merge}")
+        object.__setattr__(self, "image_grid", grid)
+
+    def _check_windows(self) -> None:
+        if self.windowed_layers is not None:
+            flags = check_flags("vision.windowed_layers", self.windowed_layers, self.layers)
+            object.__setattr__(self, "windowed_layers", flags if any(flags) else None)
+        if (self.window is None) != (self.windowed_layers is None):
+            raise ValueError("vision.window and vision.windowed_layers go together: windowed blocks need a window")
+
+    # -- derived sizes -------------------------------------------------------------------------
+    @property
+    def fixed_size(self) -> bool:
+        return self.image_grid is not None
+
+    @property
+    def window_layer_count(self) -> int:
+        return sum(self.windowed_layers) if self.windowed_layers is not None else 0
+
+    @property
+    def full_layer_count(self) -> int:
+        return self.layers - self.window_layer_count
+
+    @property
+    def projector_macs(self) -> int:
+        """Multiply-adds of the projector per token handed to the decoder."""
+        return sum(i * o for i, o in self.projector)
+
+    @property
+    def block_macs(self) -> int:
+        """Multiply-adds per token of one encoder block: q, k, v, o (each hidden x hidden) and the MLP."""
+        h = self.hidden
+        return 4 * h * h + (3 if self.gated else 2) * h * self.ffn
+
+    # -- the formula ---------------------------------------------------------------------------
+    @property
+    def c_lin_by_component(self) -> dict[str, int]:
+        """FLOPs per patch (forward + backward), by VISION_COMPONENTS; the projector's share is its
+        per-token work over the spatial_merge² patches of one token."""
+        h, f = self.hidden, 3 if self.gated else 2
+        return {
+            "patch_embedding": 6 * self.patch_inputs * h,
+            "attention": 6 * self.layers * 4 * h * h,
+            "mlp": 6 * self.layers * f * h * self.ffn,
+            "projector": 6 * self.projector_macs // self.spatial_merge**2,
+        }
+
+    @property
+    def c_lin(self) -> int:
+        return sum(self.c_lin_by_component.values())
+
+    @property
+    def c_image_by_component(self) -> dict[str, int]:
+        """FLOPs per attention sequence (image, tile or frame), by component: its class tokens
+        through the encoder blocks, and through the projector where the model keeps them."""
+        h, f, e = self.hidden, 3 if self.gated else 2, self.class_tokens
+        return {
+            "patch_embedding": 0,
+            "attention": 6 * e * self.layers * 4 * h * h,
+            "mlp": 6 * e * self.layers * f * h * self.ffn,
+            "projector": 6 * self.projected_class_tokens * self.projector_macs,
+        }
+
+    @property
+    def c_image(self) -> int:
+        return sum(self.c_image_by_component.values())
+
+    @property
+    def c_core_by_kind(self) -> dict[str, int]:
+        """FLOPs per unit of each attention sum: 12 · hidden per (query, key) pair and block
+        (QKᵀ and P·V over all heads, forward + backward, every pair: bidirectional)."""
+        out = {"full": 12 * self.hidden * self.full_layer_count, "window": 12 * self.hidden * self.window_layer_count}
+        return {kind: value for kind, value in out.items() if value}
+
+    @property
+    def c_by_sum(self) -> dict[str, int]:
+        """The coefficient of each sum (VISION_SUMS); a sum whose coefficient is 0 is left out."""
+        core = self.c_core_by_kind
+        out = {
+            VISION_IMAGES: self.c_image,
+            VISION_PATCHES: self.c_lin,
+            VISION_SQ_SUM: core.get("full", 0),
+            VISION_WINDOW_SQ_SUM: core.get("window", 0),
+        }
+        return {name: value for name, value in out.items() if value}
+
+    def flops(self, sums: Mapping[str, Any]) -> Any:
+        return vision_flops(sums, self.c_by_sum)
+
+    def flops_split(self, sums: Mapping[str, Any]) -> dict[str, Any]:
+        """FLOPs of ``sums`` by term: ``linear`` (patches · c_lin), ``class_tokens`` (images · c_image),
+        ``full`` and ``window`` (the attention sums); terms without a coefficient are left out."""
+        c = self.c_by_sum
+        terms = {"linear": VISION_PATCHES, "class_tokens": VISION_IMAGES, "full": VISION_SQ_SUM}
+        terms["window"] = VISION_WINDOW_SQ_SUM
+        return {term: sums[name] * c[name] for term, name in terms.items() if name in c}
+
+    def flops_by_component(self, sums: Mapping[str, int]) -> dict[str, int]:
+        """FLOPs of ``sums`` by what does the work: the GEMMs of VISION_COMPONENTS (patches and class
+        tokens together) and QKᵀ + P·V of the full (``core_full``) and windowed (``core_window``) blocks."""
+        per_patch, per_image = self.c_lin_by_component, self.c_image_by_component
+        out = {
+            key: sums[VISION_PATCHES] * per_patch[key] + sums[VISION_IMAGES] * per_image[key]
+            for key in VISION_COMPONENTS
+        }
+        core = self.c_core_by_kind
+        out["core_full"] = sums[VISION_SQ_SUM] * core.get("full", 0)
+        out["core_window"] = sums[VISION_WINDOW_SQ_SUM] * core.get("window", 0)
+        return out
+
+    # -- (de)serialisation for the wire ----------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        out["projector"] = [list(pair) for pair in self.projector]
+        out["image_grid"] = list(self.image_grid) if self.image_grid is not None else None
+        out["windowed_layers"] = list(self.windowed_layers) if self.windowed_layers is not None else None
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any) -> VisionSpec:
+        """A tower from its JSON object, strictly: unknown and missing fields are named, integers
+        are integers (not bools, not strings), lists are checked entry by entry."""
+        if not isinstance(data, Mapping):
+            raise ValueError(f"model field 'vision' must be null or an object, got {data!r}")
+        refuse_unknown("model vision", data, cls.__dataclass_fields__)
+        required = [f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING]
+        missing = [name for name in required if name not in data]
+        if missing:
+            raise ValueError(f"the model's vision tower lacks the field(s) {', '.join(missing)}")
+        values = dict(data)
+        for key in ("image_grid", "windowed_layers"):
+            value = values.get(key)
+            if value is not None and not isinstance(value, (list, tuple)):
+                raise ValueError(f"vision field {key!r} must be null or a list, got {value!r}")
+            if value is not None:
+                values[key] = tuple(value)
+        return cls(**values)
+
+
+def _check_projector(value: Any) -> tuple[tuple[int, int], ...]:
+    if not isinstance(value, (list, tuple)):
+        raise ValueError(f"vision field 'projector' must be a list of [in, out] pairs, got {value!r}")
+    pairs = []
+    for i, pair in enumerate(value):
+        if not isinstance(pair, (list, tuple)) or len(pair) != 2:
+            raise ValueError(f"vision.projector[{i}] must be an [in, out] pair, got {pair!r}")
+        pairs.append((check_int(f"vision.projector[{i}]", pair[0], 1), check_int(f"vision.projector[{i}]", pair[1], 1)))
+    return tuple(pairs)
+
+
+def vision_flops(sums: Mapping[str, Any], c_by_sum: Mapping[str, Any]) -> Any:
+    """Σ sum · coefficient over the sums with a coefficient (``VisionSpec.c_by_sum``). Only + and *:
+    ints, floats, numpy arrays and SQL expressions alike; a sum without a coefficient is not read."""
+    total: Any = 0
+    for name in VISION_SUMS:
+        coefficient = c_by_sum.get(name)
+        if coefficient:
+            total = total + sums[name] * coefficient
+    return total
+
+
+# -- the reference sums ----------------------------------------------------------------------------
+
+
+def _positive(value: Any, what: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{what} is an integer >= 1, got {value!r}")
+    return value
+
+
+def frame_window_sq(vision: VisionSpec, h: int, w: int) -> int:
+    """Σ over the windows of one h x w frame (in patches) of their squared patch counts."""
+    if vision.window is None:
+        return 0
+    m = vision.spatial_merge
+    return m**4 * chunk_sq(h // m, vision.window) * chunk_sq(w // m, vision.window)
+
+
+def grid_sums(vision: VisionSpec, grid: tuple[int, int, int]) -> dict[str, int]:
+    """The four sums of one image (or video) of t x h x w patches."""
+    if not isinstance(grid, (list, tuple)) or len(grid) != 3:
+        raise ValueError(f"an image grid is (t, h, w) in patches, got {grid!r}")
+    t, h, w = (_positive(x, f"an image grid's {axis}") for x, axis in zip(grid, "thw", strict=True))
+    m = vision.spatial_merge
+    if h % m or w % m:
+        raise ValueError(
+            f"an image of {h} x {w} patches does not divide into the tower's {m} x {m} merge blocks "
+            "(its processor resizes images to multiples of patch_size · spatial_merge_size)"
+        )
+    fixed = vision.image_grid
+    if fixed is not None and ((h, w) != fixed or t != 1):
+        raise ValueError(f"every image of a {vision.tower} tower is 1 x {fixed[0]} x {fixed[1]} patches")
+    if VISION_TOWERS[vision.tower] != GRID_THW and t != 1:
+        raise ValueError(f"a {vision.tower} tower takes images, one frame each; got t = {t}")
+    return {
+        VISION_IMAGES: t,
+        VISION_PATCHES: t * h * w,
+        VISION_SQ_SUM: t * (h * w + vision.class_tokens) ** 2,
+        VISION_WINDOW_SQ_SUM: t * frame_window_sq(vision, h, w),
+    }
+
+
+def batch_sums(vision: VisionSpec, grids: Iterable[tuple[int, int, int]]) -> dict[str, int]:
+    """The four sums of a batch's images, each a (t, h, w) grid in patches."""
+    out = dict.fromkeys(VISION_SUMS, 0)
+    for grid in grids:
+        for name, value in grid_sums(vision, grid).items():
+            out[name] += value
+    return out
+
+
+def fixed_image_sums(vision: VisionSpec, images: int) -> dict[str, int]:
+    """The four sums of ``images`` images (tiles, crops) of a fixed-size tower: host ints, since the
+    count is a static shape (``pixel_values.shape[0]``)."""
+    if vision.image_grid is None:
+        raise ValueError(f"a {vision.tower} tower's images differ in size: give their grids")
+    if isinstance(images, bool) or not isinstance(images, int) or images < 0:
+        raise ValueError(f"an image count is an integer >= 0, got {images!r}")
+    if images == 0:
+        return dict.fromkeys(VISION_SUMS, 0)
+    one = grid_sums(vision, (1, *vision.image_grid))
+    return {name: images * value for name, value in one.items()}
+
+
+def decoder_tokens(vision: VisionSpec, sums: Mapping[str, int]) -> int:
+    """The tokens the tower hands the decoder for images of these sums: one per spatial_merge²
+    patches, plus the class tokens the projector keeps (they are the images' share of the packs)."""
+    return sums[VISION_PATCHES] // vision.spatial_merge**2 + sums[VISION_IMAGES] * vision.projected_class_tokens
+
+
+def pixels_to_grid(vision: VisionSpec, height: int, width: int) -> tuple[int, int, int]:
+    """An image of height x width pixels as the tower patches it: (1, height // p, width // p)
+    (Pixtral's convolution drops a partial patch; Qwen2.5-VL's processor resizes to multiples)."""
+    p = vision.patch_size
+    return 1, _positive(height, "an image height") // p, _positive(width, "an image width") // p
+
+
+__all__ = [
+    "FIXED",
+    "GRID_THW",
+    "IMAGE_SIZES",
+    "VISION_COMPONENTS",
+    "VISION_IMAGES",
+    "VISION_PATCHES",
+    "VISION_SQ_SUM",
+    "VISION_SUMS",
+    "VISION_TOWERS",
+    "VISION_WINDOW_SQ_SUM",
+    "VisionSpec",
+    "batch_sums",
+    "decoder_tokens",
+    "fixed_image_sums",
+    "frame_window_sq",
+    "grid_sums",
+    "pixels_to_grid",
+    "vision_flops",
+]
