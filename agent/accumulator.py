@@ -19,7 +19,7 @@ from typing import Any
 
 import torch
 
-from packscope.agent.batch_forms import CuBatch, DocBatch, canonicalize_cu
+from packscope.agent.batch_forms import PROBLEMS, CuBatch, DocBatch, baseline_packs, canonicalize_cu
 from packscope.agent.histograms import NUM_BUCKETS, SLOTS, bucket_of, edges_on, slot_of
 from packscope.agent.vision import BATCH_KEYS, batch_vision_sums
 from packscope.core.attention import chunk_sq, window_sq
@@ -32,7 +32,9 @@ PACK_COUNT = slice(2 * SLOTS, 3 * SLOTS)
 PACK_TOKENS = slice(3 * SLOTS, 4 * SLOTS)
 DEVICE_SUMS = ("seqlen_sq_sum_thd", "window_sq_sum_thd", "chunk_sq_sum_thd", *VISION_SUMS)
 SUM_AT = {name: 4 * SLOTS + i for i, name in enumerate(DEVICE_SUMS)}
-DEVICE_LEN = 4 * SLOTS + len(DEVICE_SUMS)
+# Entries of the interval's cu_seqlens tensors with each of batch_forms.PROBLEMS.
+PROBLEM_COUNTS = slice(4 * SLOTS + len(DEVICE_SUMS), 4 * SLOTS + len(DEVICE_SUMS) + len(PROBLEMS))
+DEVICE_LEN = PROBLEM_COUNTS.stop
 # Host statics (then the four host histograms), in the order HostCounts.as_list lays them out.
 HOST_FIELDS = (
     "tokens",
@@ -88,18 +90,21 @@ class IntervalAccumulator:
         self._cu: list[CuBatch] = []  # counted and canonicalised all together at the log boundary
         self._row_offset = 0  # rows (packs) of the other forms so far
         self.host = HostCounts()
+        self.kinds: set[str] = set()  # the layouts of the interval's batches (batch_forms' `kind`)
         self._edges: torch.Tensor | None = None
 
     def add_cu(self, batch: CuBatch) -> None:
         """The hot path of the commonest form: nothing but an append."""
         self._cu.append(batch)
+        self.kinds.add(batch.kind)
 
     def add(self, batch: DocBatch | CuBatch) -> None:
         if isinstance(batch, CuBatch):
             self.add_cu(batch)
             return
+        self.kinds.add(batch.kind)
         h = self.host
-        self._add_packs(batch.rows, batch.row_len)
+        self._add_packs(batch.rows, batch.row_len, batch.baseline_pack_length)
         if batch.doc_lens is None:
             b = bucket_of(batch.row_len)
             self._add_sums(h, "thd", batch.rows, batch.row_len)
@@ -145,8 +150,9 @@ class IntervalAccumulator:
             for b in self._cu:
                 offsets.append(self._row_offset)
                 self._row_offset += b.rows
-                self._add_packs(b.rows, b.row_len)
-            lens, rows = canonicalize_cu(self._cu, offsets, out.device)
+                self._add_packs(b.rows, b.row_len, b.baseline_pack_length)
+            lens, rows, problems = canonicalize_cu(self._cu, offsets, out.device)
+            out[PROBLEM_COUNTS] = problems
             self._lens.append(lens)
             self._rows.append(rows)
         if not self._lens:
@@ -172,11 +178,13 @@ class IntervalAccumulator:
         out[PACK_TOKENS].index_add_(0, pack_slots, pack_real)
         return out
 
-    def _add_packs(self, rows: int, row_len: int) -> None:
-        """`rows` packs (or padded rows) of `row_len` slots: their tokens and baseline sums."""
+    def _add_packs(self, rows: int, row_len: int, pack_length: int | None = None) -> None:
+        """`rows` packs (or padded rows) of `row_len` slots: their tokens and baseline sums, the
+        baseline counting packs of `pack_length` where a packer's is known (batch_forms.baseline_packs)."""
         self.host.tokens += rows * row_len
         self.host.packs += rows
-        self._add_sums(self.host, "bshd", rows, row_len)
+        per_row, length = baseline_packs(row_len, pack_length)
+        self._add_sums(self.host, "bshd", rows * per_row, length)
 
     def _add_sums(self, h: HostCounts, view: str, rows: int, length: int) -> None:
         """The attention sums of `rows` sequences of `length` tokens, known on the host."""
@@ -195,6 +203,12 @@ class IntervalAccumulator:
         self._cu.clear()
         self._row_offset = 0
         self.host = HostCounts()
+        self.kinds = set()
+
+
+def problems(vec: list[int]) -> dict[str, int]:
+    """The reduced vector's problem counts (batch_forms.PROBLEMS) that are not zero."""
+    return {name: n for name, n in zip(PROBLEMS, vec[PROBLEM_COUNTS], strict=True) if n}
 
 
 def decode(vec: list[int], host: list[int]) -> dict:

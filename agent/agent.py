@@ -22,18 +22,20 @@ import logging
 import os
 import secrets
 import statistics
+import sys
 import time
+import urllib.parse
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TextIO
 
 import torch
 import torch.distributed as dist
 
-from packscope.agent import batch_forms, payload
-from packscope.agent.accumulator import IntervalAccumulator, decode
+from packscope.agent import batch_forms, lifecycle, payload
+from packscope.agent.accumulator import IntervalAccumulator, decode, problems
 from packscope.agent.config import DEFAULT_SPOOL_DIR, AgentConfig
 from packscope.agent.hardware import describe
 from packscope.agent.sender import Sender
@@ -46,6 +48,12 @@ from packscope.core.vision import VISION_SUMS, VISION_TOWERS
 
 log = logging.getLogger("packscope.agent")
 TOP_SYNC_SITES = 20
+LAYOUT_TEXT = {
+    "bshd": "padded rows (bshd)",
+    "thd": "packed documents (thd)",
+    "thd-static": "packed documents with static shapes (thd-static)",
+    "mixed": "more than one layout (mixed)",
+}
 
 
 def _utc_now() -> str:
@@ -122,6 +130,9 @@ class Agent:
         self._wall_start: float | None = None
         self._sync_base: tuple[int, dict[str, int]] = (0, {})
         self._closed = False
+        self._layouts: set[str] = set()  # the batch layouts seen so far (batch_forms' `kind`)
+        self.refused = 0  # intervals not sent: their batch input was inconsistent
+        self._terminated = False  # a SIGTERM marked the run failed; the process may still go on
 
         self.syncs = SyncCounter()
         if config.count_syncs:
@@ -140,14 +151,31 @@ class Agent:
         self.sender: Sender | None = None
         if config.server:
             self.sender = Sender(self._rank_config(config), self.run_id, self.run_body())
+            if config.mark_failed_on_exit:
+                lifecycle.watch(self)
+
+    @property
+    def run_url(self) -> str | None:
+        """The run's dashboard page, when there is a server."""
+        if not self.config.server:
+            return None
+        return f"{self.config.server}/runs/{urllib.parse.quote(self.run_id, safe='')}"
+
+    def announce(self, file: TextIO | None = None) -> None:
+        """Print where the run's dashboard is (rank 0, with a server): what `packscope train` and
+        the integrations show as the run starts."""
+        if self.run_url is not None and self.rank == 0:
+            print(f"packscope: run {self.run_id}: {self.run_url}", file=file or sys.stderr, flush=True)
 
     def _rank_config(self, config: AgentConfig) -> AgentConfig:
         """Rank r > 0 spools under <spool_dir>/rank<r>/, so the ranks of one host never share a
-        spool file; rank 0 keeps <spool_dir>/<run_id>.sqlite, the single-process path."""
+        spool file; rank 0 keeps <spool_dir>/<run_id>.sqlite, the single-process path. Only rank
+        0 sends heartbeats: every rank's records are contact too, and a job's ranks live and die
+        together."""
         if self.rank == 0:
             return config
         return dataclasses.replace(
-            config, spool_dir=os.path.join(config.spool_dir or DEFAULT_SPOOL_DIR, f"rank{self.rank}")
+            config, spool_dir=os.path.join(config.spool_dir or DEFAULT_SPOOL_DIR, f"rank{self.rank}"), heartbeat_s=0.0
         )
 
     def run_body(self) -> dict:
@@ -162,12 +190,14 @@ class Agent:
             "model": self.model.to_dict(),
             "hardware": self.hardware,
             "parallel": parallel,
-            "layout": cfg.layout,
+            "layout": cfg.layout or "thd",  # what it declares; the batches' own follows (_note_layouts)
             "started_at": _utc_now(),
         }
 
     # -- the hot path ------------------------------------------------------------------------
     def step_begin(self) -> None:
+        if self._terminated:
+            self._survived_sigterm()
         self.step += 1
         if self._wall_start is None:
             self._wall_start = time.time()
@@ -176,12 +206,12 @@ class Agent:
     def observe_batch(
         self,
         *,
-        cu_seqlens: torch.Tensor | None = None,
+        cu_seqlens: torch.Tensor | Sequence[int] | None = None,
         shape: tuple[int, int] | None = None,
-        cu_seqlens_padded: torch.Tensor | None = None,
+        cu_seqlens_padded: torch.Tensor | Sequence[int] | None = None,
         token_mask: torch.Tensor | None = None,
-        position_ids: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
+        position_ids: torch.Tensor | Sequence[Any] | None = None,
+        attention_mask: torch.Tensor | Sequence[Any] | None = None,
         packed_seq_params: object | None = None,
         **images: object,
     ) -> None:
@@ -194,6 +224,12 @@ class Agent:
         * ``position_ids`` (restarting at 0 per document) [+ ``attention_mask`` for padding]
         * ``attention_mask`` alone: BSHD padded rows, one document per row
         * ``shape=(rows, length)`` alone: plain fixed-length BSHD
+
+        Tensors stay where they are; a Python sequence (list, tuple, numpy array) is checked at
+        once and copied to the device without blocking. A wrong type, dimension, size or, for a
+        sequence, value raises here, naming the argument. The values of a device tensor are
+        checked when the interval's counts reach the host (a decreasing or out-of-range
+        ``cu_seqlens``): such an interval is not sent, and a warning names it and its steps.
 
         A vision-language model's images go beside the text form, under its processor's keys:
         ``image_grid_thw`` / ``video_grid_thw`` (Qwen2.5-VL), ``image_sizes`` (Pixtral: Mistral 3,
@@ -209,15 +245,22 @@ class Agent:
                 raise ValueError("observe_batch(packed_seq_params=...) needs shape=(packs, pack_length)")
         if not self.counts_batches:  # a peer of a rank that counts these documents
             return
+        pack_length = self.config.pack_length
         if cu_seqlens is not None:
             if shape is None:
                 raise ValueError("observe_batch(cu_seqlens=...) needs shape=(packs, pack_length)")
-            self._acc.add_cu(batch_forms.from_cu_seqlens(cu_seqlens, shape, cu_seqlens_padded, token_mask))
+            self._acc.add_cu(
+                batch_forms.from_cu_seqlens(
+                    cu_seqlens, shape, cu_seqlens_padded, token_mask, device=self.device, pack_length=pack_length
+                )
+            )
             return
         if position_ids is not None:
-            batch = batch_forms.from_position_ids(position_ids, attention_mask)
+            batch = batch_forms.from_position_ids(
+                position_ids, attention_mask, device=self.device, pack_length=pack_length
+            )
         elif attention_mask is not None:
-            batch = batch_forms.from_attention_mask(attention_mask)
+            batch = batch_forms.from_attention_mask(attention_mask, device=self.device)
         elif shape is not None:
             batch = batch_forms.from_shape(shape)
         else:
@@ -289,6 +332,7 @@ class Agent:
     def _close_interval(self) -> None:
         """Start the interval's trip to the host without waiting for it, then open the next one."""
         counts, host_counts = self._acc.reduce(self.device), self._acc.host.as_list()
+        self._note_layouts(self._acc.kinds)
         packed, layout = payload.pack(counts, self._interval_floats(), self.device)
         buffer, ready = self._copy_to_host(packed)
         syncs, sites = self._sync_delta()
@@ -359,9 +403,82 @@ class Agent:
         steps = [self._times.popleft() for _ in range(p.last_step - p.first_step + 1)]
         counts, floats = payload.unpack(p.buffer, p.layout)  # host memory, already complete
         record = self._record(p, steps, decode(counts, p.host_counts), floats)
+        found = problems(counts)
+        if found:
+            self._refuse(record, found)
+            return
         self.records.append(record)
         if self.sender is not None:
             self.sender.submit(record)
+
+    def _refuse(self, record: dict, found: dict[str, int]) -> None:
+        """An interval whose batch input was inconsistent: its counts are wrong, so it is not sent.
+        The server is told it was refused and why (the run page says so instead of staying empty);
+        the first one is logged as a warning, later ones now and then with a running count."""
+        reason = "; ".join(f"{batch_forms.PROBLEM_TEXT[name]} at {n} entries" for name, n in found.items())
+        self.refused += 1
+        record["refused"] = reason
+        self.records.append(record)
+        steps = f"steps {record['first_step']}-{record['last_step']}"
+        if self.refused == 1 or self.refused % 100 == 0:
+            log.warning(
+                "packscope: interval %d (%s) not sent: %s. Its counts would be wrong; check the cu_seqlens "
+                "passed to observe_batch (%d intervals refused so far)",
+                record["interval"],
+                steps,
+                reason,
+                self.refused,
+            )
+        if self.sender is not None:
+            keys = {k: record[k] for k in ("interval", "rank", "first_step", "last_step")}
+            self.sender.contact.refuse({**keys, "by": "agent", "reason": reason})
+
+    def _note_layouts(self, kinds: set[str]) -> None:
+        """The run's layout, from its batches: told to the server when first known and whenever it
+        changes, with a warning when it differs from the declared one."""
+        if not kinds or kinds <= self._layouts:
+            return
+        before = self.layout_seen
+        self._layouts |= kinds
+        seen = self.layout_seen
+        if seen is None or seen == before:
+            return
+        declared = self.config.layout
+        if declared is not None and seen.split("-")[0] != declared and (before or declared).split("-")[0] == declared:
+            log.warning(
+                "packscope: run %s was declared layout %r, but its batches are %s; it is shown as %r",
+                self.run_id,
+                declared,
+                LAYOUT_TEXT[seen],
+                seen,
+            )
+        if self.sender is not None and self.rank == 0:
+            fields: dict[str, Any] = {"layout": seen}
+            if self.config.pack_length is not None and before is None:
+                fields["pack_length"] = self.config.pack_length
+                fields["pack_length_from"] = self.config.pack_length_from or "AgentConfig.pack_length"
+            self.sender.contact.update(**fields)
+
+    @property
+    def layout_seen(self) -> str | None:
+        """The layout of the batches so far: bshd, thd, thd-static, mixed; None before any."""
+        if not self._layouts:
+            return None
+        return next(iter(self._layouts)) if len(self._layouts) == 1 else "mixed"
+
+    # -- process end -------------------------------------------------------------------------
+    def terminated(self) -> None:
+        """SIGTERM (agent/lifecycle.py): mark the run failed now, with one short request."""
+        if self._closed or self.sender is None or self.config.server is None:
+            return
+        self._terminated = True
+        lifecycle.send_status(self.config.server, self.run_id, "failed", self.config.token)
+
+    def _survived_sigterm(self) -> None:
+        """The trainer's own SIGTERM handler let the process go on: the run is running after all."""
+        self._terminated = False
+        if self.sender is not None:
+            self.sender.contact.update(status="running")
 
     def _record(self, p: _PendingInterval, steps: list[StepTime], stats: dict, floats: dict[str, Any]) -> dict:
         """The wire record (docs/wire.md; its fields are packscope.core.catalogue.FIELDS)."""
@@ -416,6 +533,7 @@ class Agent:
         if self._closed:
             return True
         self._closed = True
+        lifecycle.forget(self)
         self.syncs.uninstall()  # the waits below are ours, not the trainer's
         if self.nvml is not None:
             self.nvml.close()
@@ -426,6 +544,8 @@ class Agent:
             if p.ready is not None:
                 p.ready.synchronize()
         self._poll()
+        if self.refused:
+            log.warning("packscope: %d intervals of run %s not sent (bad batch input)", self.refused, self.run_id)
         if self.sender is None:
             return True
         # Rank 0 sets the run's final status; another rank only reports its own failure.

@@ -10,13 +10,48 @@ document, a BSHD ``attention_mask`` or a plain fixed-length batch), we reduce it
 
 plus the static shape (rows x row_len), which is known on the host. Only device ops that never
 read back are used: no ``.item()``, boolean indexing, ``nonzero`` or ``bincount``.
+
+Bad input stops at the call that made it where that costs nothing: wrong types, dimensions,
+dtypes and sizes (host metadata), and every value of a Python sequence (it is on the host
+already). The values of a device tensor cannot be read without a sync, so a decreasing,
+out-of-range or inconsistent ``cu_seqlens`` tensor is counted on the device at the log boundary
+(``canonicalize_cu``'s problem counts) and reported when the interval's counts reach the host.
+
+Each batch also says which layout it is (``kind``): padded rows (bshd), packed documents (thd),
+or packed with static shapes (thd-static: a token mask marks static padding or a dummy tail).
 """
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
+
+# Problems a cu_seqlens tensor can have, counted per entry on the device (canonicalize_cu).
+PROBLEMS = ("decreasing", "out_of_range", "inconsistent")
+PROBLEM_TEXT = {
+    "decreasing": "cu_seqlens decreases (a boundary is smaller than the one before it)",
+    "out_of_range": "cu_seqlens (or cu_seqlens_padded) has a boundary below 0 or past the batch's token slots",
+    "inconsistent": "cu_seqlens_padded holds a sequence shorter than cu_seqlens says it is",
+}
+
+
+def baseline_packs(row_len: int, pack_length: int | None) -> tuple[int, int]:
+    """(packs, length): what the baseline counts as dense sequences for one row of `row_len` slots:
+    the row itself, or, with a packer's pack length known, ceil(row_len / pack_length) packs of
+    pack_length (a row that flattens several packs, as TRL's packing hands them to the model)."""
+    if pack_length is None or row_len <= pack_length:
+        return 1, row_len
+    return -(-row_len // pack_length), pack_length
+
+
+def baseline_sq_sum(rows: int, row_len: int, pack_length: int | None) -> int:
+    """S2 of the baseline for `rows` rows of `row_len` slots (baseline_packs)."""
+    packs, length = baseline_packs(row_len, pack_length)
+    return rows * packs * length * length
 
 
 @dataclass
@@ -25,16 +60,78 @@ class DocBatch:
     row_len: int  # token slots per row
     doc_lens: torch.Tensor | None = None  # None: every row is one full-length document
     doc_rows: torch.Tensor | None = None
+    kind: str = "bshd"  # the layout: bshd (padded rows) or thd (packed documents)
+    pack_length: int | None = None  # the packer's pack length, for the baseline (packed forms only)
 
     @property
     def slots(self) -> int:
         return self.rows * self.row_len
 
+    @property
+    def baseline_pack_length(self) -> int | None:
+        """The pack length the baseline counts: a packer's, for packed rows only."""
+        return self.pack_length if self.kind != "bshd" else None
+
+    @property
+    def baseline_sq_sum(self) -> int:
+        return baseline_sq_sum(self.rows, self.row_len, self.baseline_pack_length)
+
 
 def _check_shape(shape: tuple[int, int]) -> tuple[int, int]:
-    if len(shape) != 2 or int(shape[0]) < 1 or int(shape[1]) < 1:
+    try:
+        rows, row_len = shape
+        rows, row_len = int(rows), int(row_len)
+    except (TypeError, ValueError):
+        raise ValueError(f"shape must be (rows, row_len), two integers, got {shape!r}") from None
+    if rows < 1 or row_len < 1:
         raise ValueError(f"shape must be (rows, row_len) with both >= 1, got {shape!r}")
-    return int(shape[0]), int(shape[1])
+    return rows, row_len
+
+
+def as_tensor(
+    name: str, value: Any, device: torch.device | None, dims: tuple[int, ...], *, integers: bool = True
+) -> torch.Tensor:
+    """`value` as a tensor of one of `dims` dimensions, or an error naming the argument; with
+    `integers`, of an integer (or bool) dtype: boundaries and positions, not masks.
+
+    A Python sequence (list, tuple, range, numpy array) is accepted: it becomes a CPU tensor that
+    is copied to `device` from pinned memory, without blocking (a pageable copy would sync).
+    """
+    if isinstance(value, torch.Tensor):
+        tensor = value
+    elif isinstance(value, (str, bytes, dict)) or not (isinstance(value, Sequence) or hasattr(value, "__array__")):
+        raise TypeError(f"{name} must be a tensor or a sequence of integers, got {type(value).__name__}")
+    else:
+        try:
+            tensor = torch.as_tensor(value)
+        except (TypeError, ValueError, RuntimeError) as exc:
+            raise TypeError(f"{name} must be a tensor or a sequence of integers: {exc}") from None
+        fractional = tensor.dtype.is_floating_point and not bool((tensor == tensor.round()).all())
+        if integers and tensor.numel() and fractional:
+            raise TypeError(f"{name} must hold whole numbers, got {str(value)[:80]}")
+        tensor = tensor.to(torch.int64)
+        if device is not None and device.type != "cpu":
+            tensor = tensor.pin_memory().to(device, non_blocking=True)
+    if tensor.dim() not in dims:
+        wanted = " or ".join(f"{d}-D" for d in dims)
+        raise ValueError(f"{name} must be {wanted}, got shape {tuple(tensor.shape)}")
+    if integers and (tensor.dtype.is_floating_point or tensor.dtype.is_complex):
+        raise TypeError(f"{name} must hold integers, got a {tensor.dtype} tensor")
+    return tensor
+
+
+def _is_host(value: Any) -> bool:
+    return not isinstance(value, torch.Tensor)
+
+
+def _check_host_boundaries(name: str, values: list[int], slots: int) -> None:
+    """Every value of a Python sequence of boundaries, checked where it is: on the host."""
+    for i, (a, b) in enumerate(itertools.pairwise(values)):
+        if b < a:
+            raise ValueError(f"{name} must not decrease, but entry {i + 1} ({b}) is smaller than entry {i} ({a})")
+    low, high = min(values), max(values)
+    if low < 0 or high > slots:
+        raise ValueError(f"{name} must stay within 0..{slots} (the batch's token slots, from shape), got {low}..{high}")
 
 
 @dataclass
@@ -52,17 +149,33 @@ class CuBatch:
     cu: torch.Tensor
     physical: torch.Tensor  # where sequences sit (the padded boundaries, else cu itself)
     token_mask: torch.Tensor | None
+    pack_length: int | None = None  # the packer's pack length, for the baseline
 
     @property
     def slots(self) -> int:
         return self.rows * self.row_len
 
+    @property
+    def kind(self) -> str:
+        return "thd" if self.token_mask is None else "thd-static"
+
+    @property
+    def baseline_pack_length(self) -> int | None:
+        return self.pack_length
+
+    @property
+    def baseline_sq_sum(self) -> int:
+        return baseline_sq_sum(self.rows, self.row_len, self.pack_length)
+
 
 def from_cu_seqlens(
-    cu_seqlens: torch.Tensor,
+    cu_seqlens: torch.Tensor | Sequence[int],
     shape: tuple[int, int],
-    cu_seqlens_padded: torch.Tensor | None = None,
-    token_mask: torch.Tensor | None = None,
+    cu_seqlens_padded: torch.Tensor | Sequence[int] | None = None,
+    token_mask: torch.Tensor | Sequence[bool] | None = None,
+    *,
+    device: torch.device | None = None,
+    pack_length: int | None = None,
 ) -> CuBatch:
     """Documents from cumulative boundaries (validated here, counted at the log boundary).
 
@@ -74,19 +187,42 @@ def from_cu_seqlens(
     Zero-length entries (repeated boundaries) count as nothing too.
     """
     rows, row_len = _check_shape(shape)
-    if cu_seqlens.dim() != 1 or cu_seqlens.numel() < 1:
-        raise ValueError(f"cu_seqlens must be 1-D with at least one entry, got shape {tuple(cu_seqlens.shape)}")
-    physical = cu_seqlens
+    slots = rows * row_len
+    host_cu = list(cu_seqlens) if _is_host(cu_seqlens) else None
+    cu = as_tensor("cu_seqlens", cu_seqlens, device, (1,))
+    if cu.numel() < 1:
+        raise ValueError("cu_seqlens must have at least one entry (the 0 boundary)")
+    if host_cu is not None:
+        _check_host_boundaries("cu_seqlens", [int(v) for v in host_cu], slots)
+    physical = cu
     if cu_seqlens_padded is not None:
-        if cu_seqlens_padded.shape != cu_seqlens.shape:
+        host_padded = list(cu_seqlens_padded) if _is_host(cu_seqlens_padded) else None
+        physical = as_tensor("cu_seqlens_padded", cu_seqlens_padded, device, (1,))
+        if physical.shape != cu.shape:
             raise ValueError(
                 "cu_seqlens_padded and cu_seqlens must have the same number of entries, got "
-                f"{tuple(cu_seqlens_padded.shape)} and {tuple(cu_seqlens.shape)}"
+                f"{tuple(physical.shape)} and {tuple(cu.shape)}"
             )
-        physical = cu_seqlens_padded
-    if token_mask is not None and token_mask.numel() != rows * row_len:
-        raise ValueError(f"token_mask has {token_mask.numel()} entries for {rows} x {row_len} token slots")
-    return CuBatch(rows, row_len, cu_seqlens, physical, token_mask)
+        if host_padded is not None:
+            padded = [int(v) for v in host_padded]
+            _check_host_boundaries("cu_seqlens_padded", padded, slots)
+            if host_cu is not None:
+                _check_padded_pair([int(v) for v in host_cu], padded)
+    mask = None if token_mask is None else as_tensor("token_mask", token_mask, device, (1, 2), integers=False)
+    if mask is not None and mask.numel() != slots:
+        raise ValueError(f"token_mask has {mask.numel()} entries for {rows} x {row_len} token slots (shape)")
+    if pack_length is not None and pack_length < 1:
+        raise ValueError(f"pack_length must be a positive number of tokens, got {pack_length}")
+    return CuBatch(rows, row_len, cu, physical, mask, pack_length)
+
+
+def _check_padded_pair(cu: list[int], padded: list[int]) -> None:
+    for i in range(len(cu) - 1):
+        if padded[i + 1] - padded[i] < cu[i + 1] - cu[i]:
+            raise ValueError(
+                f"cu_seqlens_padded must hold every sequence of cu_seqlens, but sequence {i} is "
+                f"{padded[i + 1] - padded[i]} slots there and {cu[i + 1] - cu[i]} tokens in cu_seqlens"
+            )
 
 
 def cu_seqlens_of_packed_seq_params(params: object) -> tuple[torch.Tensor, torch.Tensor | None]:
@@ -112,9 +248,10 @@ def cu_seqlens_of_packed_seq_params(params: object) -> tuple[torch.Tensor, torch
 
 def canonicalize_cu(
     batches: list[CuBatch], row_offsets: list[int], device: torch.device
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Document lengths and global pack rows of many cu_seqlens batches, in about 20 ops
-    whatever the number of batches (no per-batch slicing: on a slow host every op counts).
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Document lengths and global pack rows of many cu_seqlens batches, and the number of entries
+    with each of PROBLEMS, in about 30 ops whatever the number of batches (no per-batch slicing:
+    on a slow host every op counts).
 
     Per-batch facts known on the host (entries, row length, first and last row, where its
     tokens start in the concatenated masks, its ordinal) travel in one pinned, non-blocking
@@ -139,10 +276,20 @@ def canonicalize_cu(
     bounds = torch.cat([b.cu for b in batches]).to(torch.int64)
     lens = bounds[after] - bounds[first]
     physical = bounds
+    decreasing = lens < 0
+    outside = _outside(bounds, first, after, tok_len)
+    inconsistent = torch.zeros_like(decreasing)
     if any(b.physical is not b.cu for b in batches):
         physical = torch.cat([b.physical for b in batches]).to(torch.int64)
+        padded_lens = physical[after] - physical[first]
+        decreasing = decreasing | (padded_lens < 0)
+        outside = outside | _outside(physical, first, after, tok_len)
+        inconsistent = padded_lens < lens
+    problems = torch.stack([decreasing.sum(), outside.sum(), inconsistent.sum()])
+    # Counted, then kept harmless: a negative length would make S2 and the histograms nonsense.
+    lens = lens.clamp(min=0)
     starts = physical[first]
-    rows = torch.minimum(starts // row_len, last_row) + row_off
+    rows = torch.minimum(starts // row_len, last_row).clamp(min=0) + row_off
     if any(b.token_mask is not None for b in batches):
         # A batch without a mask counts every token as real.
         masks = [
@@ -153,44 +300,61 @@ def canonicalize_cu(
         # Real tokens per sequence as a difference of prefix sums at its boundaries.
         prefix = torch.cat([mask.new_zeros(1), mask.cumsum(0)])
         ends = physical[after]
-        real = prefix[torch.minimum(ends, tok_len) + tok_off] - prefix[torch.minimum(starts, tok_len) + tok_off]
-        lens = torch.minimum(lens, real)
-    return lens, rows
+        at_end = ends.clamp(min=0).minimum(tok_len) + tok_off
+        at_start = starts.clamp(min=0).minimum(tok_len) + tok_off
+        lens = torch.minimum(lens, (prefix[at_end] - prefix[at_start]).clamp(min=0))
+    return lens, rows, problems
 
 
-def from_position_ids(position_ids: torch.Tensor, attention_mask: torch.Tensor | None = None) -> DocBatch:
+def _outside(bounds: torch.Tensor, first: torch.Tensor, after: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """Per entry: a boundary of it below 0 or past its batch's token slots."""
+    return (bounds[first] < 0) | (bounds[after] > slots) | (bounds[after] < 0)
+
+
+def from_position_ids(
+    position_ids: torch.Tensor | Sequence[Any],
+    attention_mask: torch.Tensor | Sequence[Any] | None = None,
+    *,
+    device: torch.device | None = None,
+    pack_length: int | None = None,
+) -> DocBatch:
     """Documents from HF-style position ids that restart at 0 for every document.
 
     A document ends where the next token's position is 0, the next token is padding, or the row
     ends; its length is the last position + 1. Every row is a pack.
     """
-    pos = position_ids if position_ids.dim() == 2 else position_ids.unsqueeze(0)
-    if pos.dim() != 2:
-        raise ValueError(f"position_ids must be [rows, len] or [len], got shape {tuple(position_ids.shape)}")
+    given = as_tensor("position_ids", position_ids, device, (1, 2))
+    pos = given if given.dim() == 2 else given.unsqueeze(0)
     rows, row_len = pos.shape
+    if rows * row_len == 0:
+        raise ValueError(f"position_ids is empty (shape {tuple(given.shape)})")
     pos = pos.to(torch.int64)
     ends = torch.ones_like(pos, dtype=torch.bool)
     ends[:, :-1] = pos[:, 1:] == 0
     if attention_mask is not None:
-        mask = (attention_mask if attention_mask.dim() == 2 else attention_mask.unsqueeze(0)).to(torch.bool)
+        given_mask = as_tensor("attention_mask", attention_mask, device, (1, 2), integers=False)
+        mask = (given_mask if given_mask.dim() == 2 else given_mask.unsqueeze(0)).to(torch.bool)
         if mask.shape != pos.shape:
             raise ValueError(
                 f"attention_mask shape {tuple(mask.shape)} differs from position_ids shape {tuple(pos.shape)}"
             )
         ends[:, :-1] |= ~mask[:, 1:]
         ends &= mask
-    lens = torch.where(ends, pos + 1, torch.zeros_like(pos)).reshape(-1)
+    lens = torch.where(ends, pos + 1, torch.zeros_like(pos)).clamp(min=0).reshape(-1)
     doc_rows = torch.arange(rows, device=pos.device).unsqueeze(1).expand(rows, row_len).reshape(-1)
-    return DocBatch(rows, row_len, lens, doc_rows)
+    return DocBatch(rows, row_len, lens, doc_rows, kind="thd", pack_length=pack_length)
 
 
-def from_attention_mask(attention_mask: torch.Tensor) -> DocBatch:
+def from_attention_mask(
+    attention_mask: torch.Tensor | Sequence[Any], *, device: torch.device | None = None
+) -> DocBatch:
     """BSHD padded rows: each row holds one document of ``mask.sum()`` tokens."""
-    if attention_mask.dim() != 2:
-        raise ValueError(f"attention_mask must be [rows, len], got shape {tuple(attention_mask.shape)}")
-    rows, row_len = attention_mask.shape
-    lens = attention_mask.to(torch.int64).sum(dim=1)
-    return DocBatch(rows, row_len, lens, torch.arange(rows, device=attention_mask.device))
+    mask = as_tensor("attention_mask", attention_mask, device, (2,), integers=False)
+    rows, row_len = mask.shape
+    if rows * row_len == 0:
+        raise ValueError(f"attention_mask is empty (shape {tuple(mask.shape)})")
+    lens = mask.to(torch.int64).sum(dim=1)
+    return DocBatch(rows, row_len, lens, torch.arange(rows, device=mask.device))
 
 
 def from_shape(shape: tuple[int, int]) -> DocBatch:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from typing import Any
+
+from packscope.core.urls import checked_server_url
 
 DEFAULT_SPOOL_DIR = "~/.cache/packscope/spool"
 
@@ -13,7 +16,10 @@ class AgentConfig:
     server: str | None = None  # e.g. "http://127.0.0.1:8000"; None: count but send nothing
     run_name: str = "run"
     project: str = "default"
-    layout: str = "thd"  # "thd" (packed, per-document attention) or "bshd" (padded rows)
+    # The layout the run declares: "thd" (packed, per-document attention) or "bshd" (padded rows).
+    # None: registered as "thd" until the batches say otherwise. Either way the agent reports the
+    # layout its batches had (bshd, thd, thd-static, mixed), and warns when it differs from this.
+    layout: str | None = None
     log_every: int = 10  # steps per interval record
     run_id: str | None = None  # give one to resume a run; None: made from the name and time
     # Resuming from a checkpoint: the last step the checkpoint holds. Steps then continue from
@@ -40,10 +46,29 @@ class AgentConfig:
     # 5xx answers to the same request before it is split in halves to find the record(s) the
     # server keeps failing on; such a record is set aside once the one after it goes through.
     max_attempts: int = 3
+    # Liveness: rank 0 tells the server it is alive every heartbeat_s seconds (0: never), from the
+    # sender thread; the server shows a run stale after 3 missed beats and crashed after 10. The
+    # default is PACKSCOPE_HEARTBEAT_S when set (a trainer that builds its own config), else 30.
+    heartbeat_s: float = field(default_factory=lambda: _env_seconds("PACKSCOPE_HEARTBEAT_S", 30.0))
+    # On SIGTERM and on an unhandled exception, mark the run "failed" (the trainer's own SIGTERM
+    # handler and excepthook still run after ours).
+    mark_failed_on_exit: bool = True
+    # The pack length of a packer whose packs the model receives flattened into one row (TRL's
+    # packing with max_length, a padding-free collator of packs): the baseline then counts each row
+    # of L tokens as ceil(L / pack_length) packs of pack_length, as a user of that packer counts
+    # them. None: each row the model runs is one pack. `pack_length_from` says where it came from.
+    pack_length: int | None = None
+    pack_length_from: str | None = None
 
     def __post_init__(self) -> None:
-        if self.layout not in ("thd", "bshd"):
-            raise ValueError(f"layout must be 'thd' or 'bshd', got {self.layout!r}")
+        if self.layout not in (None, "thd", "bshd"):
+            raise ValueError(f"layout must be 'thd', 'bshd' or None (found in the batches), got {self.layout!r}")
+        if self.server is not None:
+            self.server = checked_server_url(self.server)
+        if self.pack_length is not None and (not isinstance(self.pack_length, int) or self.pack_length < 1):
+            raise ValueError(f"pack_length must be a positive number of tokens, got {self.pack_length!r}")
+        if not self.heartbeat_s >= 0:
+            raise ValueError(f"heartbeat_s must be >= 0 (0: no heartbeat), got {self.heartbeat_s}")
         if self.start_step < 0:
             raise ValueError(f"start_step must be >= 0, got {self.start_step}")
         if self.log_every < 1:
@@ -56,3 +81,13 @@ class AgentConfig:
         for name in ("request_timeout_s", "retry_s", "retry_max_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+
+
+def _env_seconds(name: str, default: float) -> float:
+    text = os.environ.get(name)
+    if text is None:
+        return default
+    try:
+        return float(text)
+    except ValueError:
+        raise ValueError(f"{name} must be a number of seconds, got {text!r}") from None

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from packscope.agent.config import DEFAULT_SPOOL_DIR
+from packscope.agent.contact import RunContact
 from packscope.agent.spool import Entry, Spool, SpoolError, encode
 from packscope.core.retry_after import retry_after_s
 
@@ -169,6 +170,8 @@ class Sender:
         self._failures = 0  # failed requests in a row, for the backoff
         self._iso = _Isolation()
         self._last_logged: dict[str, float] = {}
+        # Heartbeats, the run's findings and refusals, beside the records (agent/contact.py).
+        self.contact = RunContact(config.heartbeat_s)
         self._thread = threading.Thread(target=self._run, name="packscope-sender", daemon=True)
         self._thread.start()
 
@@ -232,6 +235,7 @@ class Sender:
             try:
                 self._wait_for_records()
                 self._deliver()
+                self.contact.tick(self._side_request)
             except Exception:  # noqa: BLE001 - the sender must never die; records stay spooled
                 self._unexpected()
         self._finish()
@@ -424,6 +428,9 @@ class Sender:
 
     def _set_aside(self, entries: list[Entry], kind: str, exc: ServerError) -> None:
         self.spool.set_aside(entries, kind, str(exc))
+        if kind == "rejected":  # the run page says how many intervals the server refused, and why
+            for entry in entries:
+                _report_refused(self.contact, entry, str(exc))
         if kind == "rejected":
             self.rejected += len(entries)
         else:
@@ -514,6 +521,21 @@ class Sender:
             answer = self._request("POST", path, data)
         return _ingest_counts(answer)
 
+    def _side_request(self, method: str, path: str, body: dict) -> object:
+        """A small request about the run (agent/contact.py: heartbeat, PATCH, refusals), after
+        registering it; a server that lost the run gets it registered again."""
+        if not self._run_registered:
+            self._register()
+        url = f"/api/v1/runs/{urllib.parse.quote(self.run_id, safe='')}{path}"
+        data = json.dumps(body, default=str).encode()
+        try:
+            return self._request(method, url, data)
+        except ServerError as exc:
+            if exc.status != 404:
+                raise
+            self._register()
+            return self._request(method, url, data)
+
     def _register(self) -> None:
         try:
             self._request("POST", "/api/v1/runs", json.dumps(self.run_body, default=str).encode())
@@ -551,6 +573,8 @@ class Sender:
     def _finish(self) -> None:
         try:
             self._deliver_until_deadline()
+            if time.monotonic() < self._deadline:
+                self.contact.flush(self._side_request)
             self._send_final_status()
         except Exception:
             log.exception("packscope sender: unexpected error while closing")
@@ -601,6 +625,15 @@ class Sender:
             if s["spooled"]
             else "",
         )
+
+
+def _report_refused(contact: RunContact, entry: Entry, reason: str) -> None:
+    try:
+        record = entry.record
+        keys = {k: int(record[k]) for k in ("interval", "rank", "first_step", "last_step")}
+    except (ValueError, AttributeError, KeyError, TypeError):
+        return  # not a record the server could name either
+    contact.refuse({**keys, "by": "server", "reason": reason})
 
 
 def _interval_of(entry: Entry) -> object:

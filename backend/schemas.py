@@ -30,7 +30,14 @@ RunId = Annotated[str, StringConstraints(pattern=RUN_ID_PATTERN)]
 Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
 SmallCount = Annotated[int, Field(ge=0, le=INT32_MAX)]
 Positive = Annotated[int, Field(ge=1, le=INT32_MAX)]
-RunStatus = Literal["running", "finished", "failed"]
+RunStatus = Literal["running", "finished", "failed"]  # what the agent sets (PATCH)
+# What the reads show: a running run whose agent stopped calling is stale, then crashed
+# (backend/reads/queries.py, shown_status); a later heartbeat or record makes it running again.
+ShownStatus = Literal["running", "stale", "crashed", "finished", "failed"]
+DeclaredLayout = Literal["thd", "bshd"]  # what a run registers with
+# What the agent found in the batches: padded rows, packed documents, packed with static shapes
+# (a token mask, a dummy tail), or more than one of these.
+SeenLayout = Literal["bshd", "thd", "thd-static", "mixed"]
 
 
 def _a_number(value: Any) -> Any:
@@ -94,7 +101,7 @@ class RunCreate(BaseModel):
     parallel: dict[Annotated[SafeStr, Field(max_length=20)], StrictPositive] = Field(
         default_factory=lambda: dict(PARALLEL_DEFAULTS), max_length=20
     )
-    layout: Literal["thd", "bshd"]
+    layout: DeclaredLayout
     started_at: datetime | None = None
 
     @field_validator("parallel")
@@ -117,13 +124,18 @@ class RunPatch(BaseModel):
     notes: SafeStr | None = Field(default=None, max_length=MAX_NOTES)  # null clears it
     tags: Tags | None = None  # null clears them
     archived: StrictBool | None = None
+    # The agent's findings about the batches: the layout they had and the pack length its baseline
+    # counted (null: the rows as the model ran them), with where that length came from.
+    layout: SeenLayout | None = None
+    pack_length: Annotated[int, Field(strict=True, ge=1, le=INT32_MAX)] | None = None
+    pack_length_from: SafeStr | None = Field(default=None, max_length=200)
 
     @model_validator(mode="after")
     def _something_to_change(self) -> "RunPatch":
         given = self.model_fields_set
         if not given:
-            raise ValueError("nothing to change: send at least one of status, name, notes, tags, archived")
-        for key in ("status", "archived"):
+            raise ValueError("nothing to change: send at least one of status, name, notes, tags, archived, layout")
+        for key in ("status", "archived", "layout"):
             if key in given and getattr(self, key) is None:
                 raise ValueError(f"{key} cannot be null")
         if "ended_at" in given and self.status is None:
@@ -149,8 +161,8 @@ class RunListItem(BaseModel):
     name: str | None
     project: str | None
     tags: list[str]
-    layout: str
-    status: RunStatus
+    layout: str  # the layout seen in the batches, else the declared one
+    status: ShownStatus
     started_at: datetime
     ended_at: datetime | None
     updated_at: datetime

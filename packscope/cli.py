@@ -34,8 +34,8 @@ COMMANDS = {
         "send run files (train --records-dir, the gallery) to a server",
     ),
     "export": (
-        "packscope.backend.cli:add_export_arguments",
-        "packscope.backend.cli:export_from_args",
+        "packscope.export_cmd:add_export_arguments",
+        "packscope.export_cmd:export_from_args",
         "download a run's intervals as CSV",
     ),
     "flops": (

@@ -11,8 +11,10 @@ what packing does to step time.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -121,11 +123,46 @@ def gallery_links(url: str, runs: list[dict[str, Any]]) -> list[str]:
 
 
 def live_configs(args: argparse.Namespace, url: str) -> list[Any]:
-    """The two live runs: the same tiny model and documents, padded (BSHD), then packed (THD)."""
+    """The two live runs: the same tiny model and documents, padded (BSHD), then packed (THD).
+    Their ids are made here, so that their pages can be linked before they start."""
+    from packscope.agent.agent import make_run_id
     from packscope.trainer.config import TrainConfig
 
     common = dict(steps=args.steps, packs_per_step=args.packs_per_step, log_every=args.log_every, server=url)
-    return [TrainConfig(layout=layout, name=f"demo-{layout}", project="demo", **common) for layout in ("bshd", "thd")]
+    return [
+        TrainConfig(
+            layout=layout, name=f"demo-{layout}", project="demo", run_id=make_run_id(f"demo-{layout}"), **common
+        )
+        for layout in ("bshd", "thd")
+    ]
+
+
+def live_links(url: str, configs: list[Any]) -> list[str]:
+    """Where to watch the live runs: each run's page, and both compared."""
+    lines = [f"  {cfg.layout}: {url}/runs/{urllib.parse.quote(cfg.run_id, safe='')}" for cfg in configs]
+    compare = urllib.parse.urlencode([("run_id", cfg.run_id) for cfg in configs])
+    return [*lines, f"Live:      {url}/compare?{compare}"]
+
+
+def _end_with_the_demo() -> None:
+    """In the server's process, before it runs: on Linux, be sent SIGTERM when the demo dies, even
+    by kill -9, so that no server is left serving after it."""
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM ends the demo as Ctrl-C does: through the `finally` that stops the server (the default
+    action would end this process alone and leave the server serving)."""
+
+    def stop(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, stop)
 
 
 def demo_from_args(args: argparse.Namespace) -> int:
@@ -146,31 +183,30 @@ def demo_from_args(args: argparse.Namespace) -> int:
     cmd = [sys.executable, "-m", "packscope", "serve", "--host", args.host, "--port", str(args.port), "--no-access-log"]
     if args.database_url:
         cmd += ["--database-url", args.database_url]
-    server = subprocess.Popen(cmd)
+    _stop_on_sigterm()
+    server = subprocess.Popen(cmd, preexec_fn=_end_with_the_demo)
     try:
         _wait_for_server(url, server)
         print(f"packscope server up at {url}")
         gallery = import_gallery(url, args.gallery)
         if gallery:
             print("\n".join(gallery))
-        print("Training two live reference runs on the CPU, on the same documents (BSHD, then THD)")
+        links = live_links(url, configs)
+        print("Training two live reference runs on the CPU, on the same documents (BSHD, then THD); watch them:")
+        print("\n".join(links), flush=True)
 
         import torch
 
         from packscope.trainer.train import run_training
 
         torch.set_num_threads(args.threads)
-        run_ids = []
         live_start = time.monotonic()
         for cfg in configs:
-            layout = cfg.layout
             summary = run_training(cfg)
-            run_ids.append(summary["run_id"])
             loss = f"loss {summary['first_loss']:.3f} -> {summary['final_loss']:.3f}"
-            print(f"  {layout}: {loss} in {summary['seconds']:.0f} s  {url}/runs/{summary['run_id']}")
-        compare = "&".join(f"run_id={r}" for r in run_ids)
+            print(f"  {cfg.layout}: {loss} in {summary['seconds']:.0f} s  {url}/runs/{summary['run_id']}")
         print(f"Live runs took {time.monotonic() - live_start:.0f} s")
-        print("\n".join([f"\nDashboard: {url}/", *gallery, f"Live:      {url}/compare?{compare}"]))
+        print("\n".join([f"\nDashboard: {url}/", *gallery, links[-1]]))
         if args.exit_when_done:
             return 0
         print("The server stays up; press Ctrl-C to stop it.")

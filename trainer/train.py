@@ -22,6 +22,7 @@ from tqdm import tqdm
 
 from packscope.agent import Agent, AgentConfig
 from packscope.core.run_file import write_run_file
+from packscope.core.urls import checked_server_url
 from packscope.trainer import distributed
 from packscope.trainer.attention import attention_for
 from packscope.trainer.channel_loss import (
@@ -262,9 +263,13 @@ def run_training(cfg: TrainConfig) -> dict:
             tags=["reference-trainer", cfg.preset, cfg.layout],
             config=dataclasses.asdict(cfg),
             sync_backend=cfg.sync_backend,
+            # Its THD packer makes packs of --pack-length: the baseline says so on the run page.
+            pack_length=cfg.pack_length if cfg.layout == "thd" else None,
+            pack_length_from="--pack-length" if cfg.layout == "thd" else None,
         ),
         model=cfg.flops_model,
     )
+    agent.announce()
     readout = LossReadout(trainer.device)
     # The bar shows the run id: what --run-id needs to continue this run if it is killed.
     bar = tqdm(
@@ -333,13 +338,16 @@ def write_records(directory: str, agent: Agent) -> None:
     run = agent.run_body()
     if agent.records:  # when the run started, not when it was written down
         run["started_at"] = datetime.fromtimestamp(agent.records[0]["wall_start"], UTC).isoformat()
-    write_run_file(Path(directory) / f"rank{agent.rank}.jsonl", run, agent.records)
+    sent = [r for r in agent.records if "refused" not in r]  # refused: its counts are wrong
+    write_run_file(Path(directory) / f"rank{agent.rank}.jsonl", run, sent)
 
 
 def train_from_args(args: argparse.Namespace) -> int:
     try:
         cfg = config_from_args(args)
         resolve_device(cfg)
+        if cfg.server is not None:  # refused now, not retried for ever as unreachable
+            checked_server_url(cfg.server)
     except ValueError as err:
         print(f"packscope train: error: {err}", file=sys.stderr)
         return 2

@@ -78,7 +78,11 @@ class PackscopeCallback(TrainerCallback):
         settings.setdefault("log_every", max(1, int(state.logging_steps or 10)))
         settings.setdefault("start_step", state.global_step)
         settings.setdefault("config", args.to_sanitized_dict())
+        if getattr(args, "packing", False) and getattr(args, "max_length", None) and "pack_length" not in settings:
+            # TRL hands its packs to the model flattened into one row: count them as its packs.
+            settings.update(pack_length=int(args.max_length), pack_length_from="TRL max_length (packing=True)")
         self.agent = Agent(AgentConfig(**settings), model=spec, device=args.device)
+        self.agent.announce()
         self._hooks = [
             model.register_forward_pre_hook(self._observe, with_kwargs=True),
             model.register_forward_hook(self._keep_loss, with_kwargs=True),

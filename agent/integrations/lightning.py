@@ -97,6 +97,7 @@ class PackscopeCallback(Callback):
         self.agent = Agent(
             AgentConfig(**settings), model=_find_spec(pl_module, self.model, self.tp), device=pl_module.device
         )
+        self.agent.announce()
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if not self._in_step:

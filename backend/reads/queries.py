@@ -4,9 +4,9 @@ number comes from the catalogue's formulas (catalogue.derive on floats)."""
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple, cast
 
 import numpy as np
 from sqlalchemy import Select, distinct, exists, func, literal, or_, select, true
@@ -17,6 +17,7 @@ from packscope.backend.store.models import (
     Run,
     interval_details,
     intervals,
+    refused_intervals,
     run_sync_sites,
     run_totals,
 )
@@ -55,9 +56,19 @@ def get_run(session: Session, run_id: str) -> Run | None:
     return session.scalars(select(Run).where(Run.run_id == run_id)).one_or_none()
 
 
-def first_interval_sums(session: Session, run_pks: Sequence[int]) -> dict[int, tuple[int, dict[str, float]]]:
-    """Per run: the rows of its first interval (every rank's) and their SUMS, from the unique
-    (run_pk, interval, rank) index: a few rows per run whatever its length."""
+class FirstInterval(NamedTuple):
+    """A run's first interval (every rank's rows): warm-up, which the steady rates leave out."""
+
+    rows: int
+    sums: dict[str, float]
+    first_step: int
+    last_step: int
+    sync_sites: dict[str, int]  # summed over its rows
+
+
+def first_interval_sums(session: Session, run_pks: Sequence[int]) -> dict[int, FirstInterval]:
+    """Per run: the rows of its first interval (every rank's), their SUMS, steps and sync sites,
+    from the unique (run_pk, interval, rank) index: a few rows per run whatever its length."""
     if not run_pks:
         return {}
     # One min() per run, each a seek on the index (a GROUP BY would walk every row of the runs).
@@ -68,42 +79,131 @@ def first_interval_sums(session: Session, run_pks: Sequence[int]) -> dict[int, t
         return {}
     # Two IN lists seek the index (a row-value IN list made SQLite scan the table); the rows of
     # another run's first interval that they also match are dropped here.
-    query = select(intervals.c.run_pk, intervals.c.interval, *(intervals.c[name] for name in SUM_FIELDS)).where(
-        intervals.c.run_pk.in_(list(first_of)), intervals.c.interval.in_(set(first_of.values()))
+    steps = (intervals.c.first_step, intervals.c.last_step)
+    query = (
+        select(intervals.c.run_pk, intervals.c.interval, *steps, *(intervals.c[name] for name in SUM_FIELDS))
+        .add_columns(interval_details.c.sync_sites)
+        .join(interval_details, interval_details.c.interval_id == intervals.c.id)
+        .where(intervals.c.run_pk.in_(list(first_of)), intervals.c.interval.in_(set(first_of.values())))
     )
     rows: dict[int, list[Mapping[str, Any]]] = {}
     for row in session.execute(query):
         if row.interval == first_of[row.run_pk]:
             rows.setdefault(row.run_pk, []).append(dict(row._mapping))
-    return {pk: (len(found), sums_of_rows(found)) for pk, found in rows.items()}
+    out = {}
+    for pk, found in rows.items():
+        sites: dict[str, int] = {}
+        for one in found:
+            for site, n in (one["sync_sites"] or {}).items():
+                sites[site] = sites.get(site, 0) + int(n)
+        first_step = int(min(r["first_step"] for r in found))
+        last_step = int(max(r["last_step"] for r in found))
+        out[pk] = FirstInterval(len(found), sums_of_rows(found), first_step, last_step, sites)
+    return out
 
 
-def steady_sums(totals: Mapping[str, Any], first: tuple[int, dict[str, float]] | None) -> dict[str, float] | None:
+def steady_sums(totals: Mapping[str, Any], first: FirstInterval | None) -> dict[str, float] | None:
     """The run's SUMS without its first interval: what its rates are once warm-up (allocation,
     compilation, graph capture, the first data) is over. None while it has only one interval."""
-    if first is None or int(totals["rows"]) <= first[0]:
+    if first is None or int(totals["rows"]) <= first.rows:
         return None
     out = {}
     for name in SUM_NAMES:
-        whole, head = float(totals[name]), float(first[1][name])
+        whole, head = float(totals[name]), float(first.sums[name])
         rest = whole - head
         # The stored total was summed in another order: a remainder within its rounding is 0.
         out[name] = 0.0 if abs(rest) <= 8 * math.ulp(max(abs(whole), abs(head))) else rest
     return out
 
 
+# -- liveness ---------------------------------------------------------------------------------------
+DEFAULT_HEARTBEAT_S = 30.0  # what the agent promises by default; runs of older agents are judged by it
+STALE_BEATS = 3  # a running run is stale once this many heartbeats are missing...
+CRASHED_BEATS = 10  # ...and crashed once this many are
+
+
+def last_contact(run: Run) -> datetime:
+    """When the run's agent last reached the server: a heartbeat, a refusal report, or (updated_at)
+    its registration, a new record or a status."""
+    return _latest(run.updated_at, run.last_contact_at)
+
+
+def _latest(updated_at: datetime, last_contact_at: datetime | None) -> datetime:
+    moments = [m for m in (_utc(updated_at), _utc(last_contact_at)) if m is not None]
+    return max(moments)
+
+
+def shown_status(run: Run, now: datetime) -> str:
+    """The status the pages show: a running run whose agent stopped calling is "stale" after
+    STALE_BEATS missed heartbeats and "crashed" after CRASHED_BEATS; contact makes it running again."""
+    return _liveness(run.status, run.updated_at, run.last_contact_at, run.heartbeat_s, now)
+
+
+def _liveness(
+    status: str, updated_at: datetime, last_contact_at: datetime | None, heartbeat_s: float | None, now: datetime
+) -> str:
+    if status != "running":
+        return status
+    silent = (now - _latest(updated_at, last_contact_at)).total_seconds()
+    beat = heartbeat_s or DEFAULT_HEARTBEAT_S
+    if silent >= CRASHED_BEATS * beat:
+        return "crashed"
+    if silent >= STALE_BEATS * beat:
+        return "stale"
+    return "running"
+
+
+def refusals(session: Session, run_pks: Sequence[int]) -> dict[int, dict[str, Any]]:
+    """Per run with refused intervals: how many, their step span, and the most frequent reason."""
+    if not run_pks:
+        return {}
+    rows = session.execute(
+        select(
+            refused_intervals.c.run_pk,
+            refused_intervals.c.refused_by,
+            refused_intervals.c.reason,
+            func.count(),
+            func.min(refused_intervals.c.first_step),
+            func.max(refused_intervals.c.last_step),
+        )
+        .where(refused_intervals.c.run_pk.in_(list(run_pks)))
+        .group_by(refused_intervals.c.run_pk, refused_intervals.c.refused_by, refused_intervals.c.reason)
+    ).all()
+    out: dict[int, dict[str, Any]] = {}
+    for pk, by, reason, n, first_step, last_step in rows:
+        found = out.setdefault(pk, {"intervals": 0, "first_step": first_step, "last_step": last_step, "reasons": []})
+        found["intervals"] += int(n)
+        found["first_step"] = min(found["first_step"], first_step)
+        found["last_step"] = max(found["last_step"], last_step)
+        found["reasons"].append({"by": by, "reason": reason, "intervals": int(n)})
+    for found in out.values():
+        found["reasons"].sort(key=lambda r: (-r["intervals"], r["reason"]))
+    return out
+
+
 def _summary(
-    run: Run, sums: Mapping[str, Any] | None, steady: Mapping[str, float] | None, with_config: bool = True
+    run: Run,
+    sums: Mapping[str, Any] | None,
+    first: FirstInterval | None,
+    refused: dict[str, Any] | None,
+    now: datetime,
+    with_config: bool = True,
 ) -> dict[str, Any]:
     c = coefficients(run)
     totals = None if sums is None else derive(sums, c)
+    steady = None if sums is None else steady_sums(sums, first)
     summary = {
         "run_id": run.run_id,
         "name": run.name,
         "project": run.project,
         "tags": run.tags,
-        "layout": run.layout,
-        "status": run.status,
+        "layout": run.layout_seen or run.layout,
+        "layout_declared": run.layout,
+        "pack_length": run.pack_length,
+        "pack_length_from": run.pack_length_from,
+        "status": shown_status(run, now),
+        "last_contact_at": last_contact(run),
+        "heartbeat_s": run.heartbeat_s,
         "started_at": _utc(run.started_at),
         "ended_at": _utc(run.ended_at),
         "updated_at": _utc(run.updated_at),
@@ -113,9 +213,13 @@ def _summary(
         "c_lin": c.c_lin,
         "c_core": c.c_core,
         "records": 0 if sums is None else int(sums["rows"]),
+        "first_step": None if first is None else first.first_step,
         "last_step": None if sums is None else int(sums["last_step"]),
         "totals": totals,
+        # The steady window starts after the first interval: the pages say so beside its numbers.
         "steady": None if steady is None else derive(steady, c),
+        "steady_first_step": None if steady is None or first is None else first.last_step + 1,
+        "refused": refused,
         "notes": run.notes,
         "archived": run.archived,
     }
@@ -132,10 +236,10 @@ def run_summaries(session: Session, runs: Sequence[Run], *, with_config: bool = 
     query = select(run_totals).where(run_totals.c.run_pk.in_([r.id for r in runs]))
     by_run: dict[int, Mapping[str, Any]] = {row.run_pk: dict(row._mapping) for row in session.execute(query)}
     firsts = first_interval_sums(session, list(by_run))
+    refused = refusals(session, [r.id for r in runs])
+    now = datetime.now(UTC)
     return [
-        _summary(run, sums, None if sums is None else steady_sums(sums, firsts.get(run.id)), with_config)
-        for run in runs
-        for sums in [by_run.get(run.id)]
+        _summary(run, by_run.get(run.id), firsts.get(run.id), refused.get(run.id), now, with_config) for run in runs
     ]
 
 
@@ -156,6 +260,10 @@ DERIVED_SORT_KEYS = tuple(name for name in METRIC if name not in TOTALS_SORT_COL
 SORT_KEYS = (*RUN_SORT_COLUMNS, *TOTALS_SORT_COLUMNS, *DERIVED_SORT_KEYS)
 SORT_PATTERN = "^-?(" + "|".join(SORT_KEYS) + ")$"
 DEFAULT_SORT = "-started_at"
+# Statuses derived from a stored "running" and the time of the last contact (shown_status).
+LIVE_STATUSES = ("running", "stale", "crashed")
+# The layout shown and filtered: what the agent found in the batches, else what the run declared.
+SHOWN_LAYOUT = func.coalesce(Run.layout_seen, Run.layout)
 
 
 @dataclass(frozen=True)
@@ -166,6 +274,7 @@ class RunFilters:
     status: str | None = None
     q: str | None = None  # free text: a substring of the name, run_id or a tag, any case
     archived: bool = False  # include archived runs
+    ids: tuple[int, ...] | None = None  # only these runs (list_runs' answer to a derived status)
 
 
 def _tag_elements(dialect: str) -> Any:
@@ -178,9 +287,11 @@ def _tag_elements(dialect: str) -> Any:
 def _where(query: Select[Any], f: RunFilters, dialect: str) -> Select[Any]:
     if not f.archived:
         query = query.where(Run.archived.is_(False))
-    for column, value in ((Run.project, f.project), (Run.layout, f.layout), (Run.status, f.status)):
+    for column, value in ((Run.project, f.project), (SHOWN_LAYOUT, f.layout), (Run.status, f.status)):
         if value is not None:
             query = query.where(column == value)
+    if f.ids is not None:
+        query = query.where(Run.id.in_(f.ids))
     if f.tag is not None:
         tags = _tag_elements(dialect)
         query = query.where(exists(select(literal(1)).select_from(tags).where(tags.c.value == f.tag)))
@@ -225,6 +336,8 @@ def list_runs(
     cost grows with the filtered set, not with its runs' lengths.
     """
     dialect = session.get_bind().dialect.name
+    if filters.status in LIVE_STATUSES:
+        filters = _with_live_status(session, filters, dialect)
     descending, key = sort.startswith("-"), sort.lstrip("-")
     total = session.scalar(_where(select(func.count()).select_from(Run), filters, dialect)) or 0
     newest = (Run.started_at.desc(), Run.id.desc())
@@ -238,12 +351,27 @@ def list_runs(
         query = query.outerjoin(run_totals, run_totals.c.run_pk == Run.id)
         column: Any = run_totals.c[TOTALS_SORT_COLUMNS[key]]
     else:
-        column = getattr(Run, key)
+        column = SHOWN_LAYOUT if key == "layout" else getattr(Run, key)
     order = (column.desc() if descending else column.asc()).nulls_last()
     query = query.order_by(order, *newest).offset(offset)
     if limit is not None:
         query = query.limit(limit)
     return list(session.scalars(query)), total
+
+
+def _with_live_status(session: Session, filters: RunFilters, dialect: str) -> RunFilters:
+    """`filters` with a derived status (running, stale, crashed) turned into the ids of the stored
+    running runs that show it now: the time arithmetic is done here, the same on every database."""
+    stored = replace(filters, status="running")
+    columns = cast(Select[Any], select(Run.id, Run.updated_at, Run.last_contact_at, Run.heartbeat_s))
+    query = _where(columns, stored, dialect)
+    now = datetime.now(UTC)
+    ids = tuple(
+        pk
+        for pk, updated_at, contact_at, beat in session.execute(query)
+        if _liveness("running", updated_at, contact_at, beat, now) == filters.status
+    )
+    return replace(stored, ids=ids)
 
 
 def _sorted_by_metric(
@@ -424,30 +552,49 @@ def histogram_columns(session: Session, run: Run, columns: int) -> dict[str, Any
     }
 
 
-def sync_sites(session: Session, run: Run, limit: int) -> dict[str, Any]:
-    """Sync sites summed over the whole run, most frequent first; per iteration as the catalogue's
-    syncs_per_iter is (one rank's syncs per step)."""
+def sync_sites(session: Session, run: Run, limit: int, window: str = "run") -> dict[str, Any]:
+    """Sync sites, most frequent first, over `window`: "run" (every interval) or "steady" (without
+    the first interval, as the run's steady rates: warm-up syncs would not stand for the run), which
+    is the whole run while it has a single interval. Per iteration as the catalogue's syncs_per_iter
+    is (one rank's syncs per step). The answer says which steps it covers."""
     totals = session.execute(
-        select(run_totals.c.rank_steps, run_totals.c.syncs_total).where(run_totals.c.run_pk == run.id)
+        select(run_totals.c.rows, run_totals.c.rank_steps, run_totals.c.syncs_total, run_totals.c.last_step).where(
+            run_totals.c.run_pk == run.id
+        )
     ).first()
-    rank_steps = float(totals.rank_steps) if totals else 0.0
+    if totals is None:
+        return {"syncs_per_iter": None, "sites": [], "window": window, "first_step": None, "last_step": None}
+    first = first_interval_sums(session, [run.id]).get(run.id)
+    rank_steps, syncs = float(totals.rank_steps), float(totals.syncs_total)
+    left_out: dict[str, int] = {}
+    first_step = first.first_step if first is not None else None
+    if window == "steady" and first is not None and int(totals.rows) > first.rows:
+        rank_steps -= first.sums["rank_steps"]
+        syncs -= first.sums["syncs_total"]
+        left_out = first.sync_sites
+        first_step = first.last_step + 1
+    else:
+        window = "run"
     c = coefficients(run)
 
-    def per_iter(syncs: float) -> float | None:
-        value = METRIC["syncs_per_iter"].formula({"syncs_total": syncs, "rank_steps": rank_steps}, c, FLOAT_OPS)
+    def per_iter(count: float) -> float | None:
+        value = METRIC["syncs_per_iter"].formula({"syncs_total": count, "rank_steps": rank_steps}, c, FLOAT_OPS)
         return value if math.isfinite(value) else None
 
-    query = (
-        select(run_sync_sites.c.site, run_sync_sites.c.count)
-        .where(run_sync_sites.c.run_pk == run.id)
-        .order_by(run_sync_sites.c.count.desc(), run_sync_sites.c.site)
-        .limit(limit)
-    )
-    sites = [
-        {"site": site, "count": int(count), "per_iter": per_iter(float(count))}
-        for site, count in session.execute(query)
-    ]
-    return {"syncs_per_iter": None if totals is None else per_iter(float(totals.syncs_total)), "sites": sites}
+    counts = {
+        site: int(count) - left_out.get(site, 0)
+        for site, count in session.execute(
+            select(run_sync_sites.c.site, run_sync_sites.c.count).where(run_sync_sites.c.run_pk == run.id)
+        )
+    }
+    ranked = sorted(((site, n) for site, n in counts.items() if n > 0), key=lambda item: (-item[1], item[0]))
+    return {
+        "syncs_per_iter": per_iter(syncs),
+        "sites": [{"site": site, "count": n, "per_iter": per_iter(float(n))} for site, n in ranked[:limit]],
+        "window": window,
+        "first_step": first_step,
+        "last_step": int(totals.last_step),
+    }
 
 
 # -- live stream and CSV --------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from sqlalchemy import Engine, delete, insert, select, update
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
+from packscope.backend import contact
 from packscope.backend.deps import (
     RunIdPath,
     SessionDep,
@@ -272,6 +273,7 @@ def update_run(run_id: RunIdPath, body: RunPatch, session: SessionDep) -> dict[s
         run.tags = list(body.tags or [])
     if body.archived is not None:
         run.archived = body.archived
+    contact.apply_layout(run, body)
     if body.status is not None:
         run = patch_run(session, run, body)  # also stamps ended_at and updated_at; commits
     else:
@@ -288,4 +290,19 @@ def delete_run(run_id: RunIdPath, session: SessionDep, request: Request) -> Resp
     session.execute(insert(deleted_runs).values(run_id=run_id, deleted_at=datetime.now(UTC)))
     session.commit()
     request.app.state.live.publish(run_id)  # its open streams end
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+# -- what the agent says beside its records (backend/contact.py) -----------------------------------
+@router.post("/runs/{run_id}/heartbeat", status_code=status.HTTP_204_NO_CONTENT)
+def heartbeat(run_id: RunIdPath, body: contact.Heartbeat, session: SessionDep) -> Response:
+    """The agent is alive: a run that stops sending these (and records) is shown stale, then crashed."""
+    contact.record_heartbeat(session, run_to_write(session, run_id), body)
+    return Response(status_code=status.HTTP_204_NO_CONTENT)
+
+
+@router.post("/runs/{run_id}/refusals", status_code=status.HTTP_204_NO_CONTENT)
+def refusals(run_id: RunIdPath, body: contact.Refusals, session: SessionDep) -> Response:
+    """Intervals the agent or the server refused; the run page says how many and why."""
+    contact.record_refusals(session, run_to_write(session, run_id), body)
     return Response(status_code=status.HTTP_204_NO_CONTENT)

@@ -5,6 +5,7 @@ import contextlib
 import json
 import time
 from collections.abc import AsyncIterator, Callable
+from datetime import datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
@@ -27,11 +28,13 @@ from packscope.backend.reads import queries, series
 from packscope.backend.schemas import (
     Comparison,
     IntervalHistograms,
+    RunListed,
     RunPage,
-    RunStatus,
     RunSummary,
+    SeenLayout,
     Series,
     SeriesColumns,
+    ShownStatus,
     SyncSites,
 )
 from packscope.backend.security import client_of
@@ -63,6 +66,54 @@ class SeriesRead(Series):
     wall_origin: float | None  # unix time of the run's first interval start
     channel_loss: dict[str, list[float | None]]  # Σ mean·tokens / Σ tokens per point
     channel_tokens: dict[str, list[float]]  # Σ tokens per point
+
+
+# What the dashboard adds to schemas.RunSummary: liveness, the layout's provenance, the windows
+# its numbers cover, refused intervals and picked config values (queries._summary fills them).
+class RefusalReason(BaseModel):
+    by: Literal["agent", "server"]
+    reason: str
+    intervals: int
+
+
+class RefusedIntervals(BaseModel):
+    intervals: int  # intervals (per rank) that will never be stored
+    first_step: int
+    last_step: int
+    reasons: list[RefusalReason]  # most frequent first
+
+
+class RunFacts(BaseModel):
+    last_contact_at: datetime  # the agent's last heartbeat, record or status; stale/crashed count from it
+    heartbeat_s: float | None  # the heartbeat period the agent promised (None: an older agent)
+    layout_declared: str  # what the run registered with; `layout` is what its batches were
+    pack_length: int | None  # the pack length the baseline counted; None: the rows as the model ran them
+    pack_length_from: str | None
+    first_step: int | None  # the first stored step: `totals` cover first_step..last_step
+    steady_first_step: int | None  # `steady` covers steady_first_step..last_step
+    refused: RefusedIntervals | None
+
+
+class RunRead(RunSummary, RunFacts):
+    """A run with its config (GET /api/v1/runs/{id}, compare)."""
+
+
+class RunListedRead(RunListed, RunFacts):
+    """A run of the runs list: no config, the config_keys' values asked for."""
+
+
+class RunPageRead(RunPage):
+    runs: list[RunListedRead]  # type: ignore[assignment]
+
+
+class ComparisonRead(Comparison):
+    runs: list[RunRead]  # type: ignore[assignment]
+
+
+class SyncSitesRead(SyncSites):
+    window: Literal["steady", "run"]  # steady: the first interval (warm-up) left out
+    first_step: int | None  # the steps the counts cover
+    last_step: int | None
 
 
 class Facet(BaseModel):
@@ -97,7 +148,7 @@ def get_catalogue() -> dict[str, Any]:
     return catalogue.as_json()
 
 
-@router.get("/runs", response_model=RunPage)
+@router.get("/runs", response_model=RunPageRead)
 def list_runs(
     session: SessionDep,
     sort: Annotated[
@@ -110,8 +161,8 @@ def list_runs(
     ] = queries.DEFAULT_SORT,
     project: Annotated[str | None, Query(max_length=200)] = None,
     tag: Annotated[str | None, Query(max_length=100)] = None,
-    layout: Literal["thd", "bshd"] | None = None,
-    status: RunStatus | None = None,
+    layout: SeenLayout | None = None,
+    status: ShownStatus | None = None,
     q: Annotated[str | None, Query(max_length=200, description="text in the name, run_id or a tag")] = None,
     archived: Annotated[bool, Query(description="include archived runs")] = False,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
@@ -145,7 +196,7 @@ def get_facets(
     return queries.facets(session, archived)
 
 
-@router.get("/runs/{run_id}", response_model=RunSummary)
+@router.get("/runs/{run_id}", response_model=RunRead)
 def get_run(run_id: RunIdPath, session: SessionDep) -> dict[str, Any]:
     return queries.run_summary(session, run_or_404(session, run_id))
 
@@ -185,14 +236,19 @@ def get_histogram_columns(
     return found
 
 
-@router.get("/runs/{run_id}/sync-sites", response_model=SyncSites)
+@router.get("/runs/{run_id}/sync-sites", response_model=SyncSitesRead)
 def get_sync_sites(
-    run_id: RunIdPath, session: SessionDep, limit: Annotated[int, Query(ge=1, le=1000)] = 10
+    run_id: RunIdPath,
+    session: SessionDep,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 10,
+    window: Annotated[
+        Literal["steady", "run"], Query(description="steady: without the first interval (as the run's rates)")
+    ] = "run",
 ) -> dict[str, Any]:
-    return queries.sync_sites(session, run_or_404(session, run_id), limit)
+    return queries.sync_sites(session, run_or_404(session, run_id), limit, window)
 
 
-@router.get("/compare", response_model=Comparison)
+@router.get("/compare", response_model=ComparisonRead)
 def compare(
     session: SessionDep,
     run_id: Annotated[list[str], Query(min_length=1, max_length=MAX_COMPARE)],

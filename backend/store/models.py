@@ -72,6 +72,15 @@ class Run(Base):
     # Edited on the runs page (PATCH /api/v1/runs/{id}); an archived run leaves the default list.
     notes: Mapped[str] = mapped_column(Text, default="", server_default="")
     archived: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
+    # Liveness (migration 0008): the agent's last heartbeat and the period it promised; the status
+    # shown (stale, crashed) is derived from these and updated_at at read time (backend/liveness.py).
+    last_contact_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    heartbeat_s: Mapped[float | None] = mapped_column(Float)
+    # What the agent found in the batches (bshd, thd, thd-static, mixed); `layout` is the declared one.
+    layout_seen: Mapped[str | None] = mapped_column(String(16))
+    # The pack length the baseline counted (e.g. TRL's max_length), and where it came from.
+    pack_length: Mapped[int | None] = mapped_column(Integer)
+    pack_length_from: Mapped[str | None] = mapped_column(String(200))
 
 
 def _catalogue_column(f: Field) -> Column[Any]:
@@ -173,6 +182,21 @@ run_totals = Table(
     Column("last_interval", Integer, nullable=False),
     Column("last_step", BigInteger, nullable=False),
     *_sum_columns(),
+)
+
+# Intervals that never became rows: refused by the agent (its batch input was inconsistent) or by
+# the server (a 4xx); one row per (run, rank, interval), so the run page can say why it is empty.
+refused_intervals = Table(
+    "refused_intervals",
+    Base.metadata,
+    Column("run_pk", ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("rank", Integer, primary_key=True, autoincrement=False),
+    Column("interval", Integer, primary_key=True, autoincrement=False),
+    Column("first_step", BigInteger, nullable=False),
+    Column("last_step", BigInteger, nullable=False),
+    Column("refused_by", String(16), nullable=False),  # "agent" or "server"
+    Column("reason", Text, nullable=False),
+    Column("refused_at", DateTime(timezone=True), nullable=False),
 )
 
 run_sync_sites = Table(

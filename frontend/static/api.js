@@ -78,7 +78,8 @@ export const getSeries = (runId, params = {}) => getJSON(paths.series(runId, par
 export const getHistograms = (runId, interval = null) => getJSON(runPath(runId) + "/histograms" + query({ interval }));
 export const getHistogramColumns = (runId, columns) => getJSON(paths.histogramColumns(runId, columns));
 export const getFacets = (archived = false) => getJSON("/facets" + query({ archived: archived ? "true" : null }));
-export const getSyncSites = (runId, limit = 10) => getJSON(runPath(runId) + "/sync-sites" + query({ limit }));
+// window "steady": over the steps of the run's rates (its first interval left out), as the tiles.
+export const getSyncSites = (runId, limit = 10, window = null) => getJSON(runPath(runId) + "/sync-sites" + query({ limit, window }));
 export const compareRuns = (runIds) => getJSON("/compare" + query({ run_id: runIds }));
 
 export const streamUrl = (runId) => BASE + runPath(runId) + "/stream";

@@ -1,20 +1,28 @@
-// Compare page: side-by-side table, overlays of any catalogue metric the user picks (kept in the
-// URL as metric=…) and of useful TFLOP/s and step time, for the chosen runs; every chart follows
-// the controls bar (controls.js). Ids the server does not know are named, and the rest are compared.
+// Compare page: side-by-side table (a column per run up to 4 runs, a row per run beyond, so a dozen
+// fit the window), how the runs' settings differ, overlays of any catalogue metric the user picks
+// (kept in the URL as metric=…) and of useful TFLOP/s and step time, for the chosen runs; every
+// chart follows the controls bar (controls.js). Runs can be grouped (group=, a config key, tag,
+// project or layout): the charts then draw each group's mean with its min–max band. Ids the
+// server does not know are named, and the rest are compared.
 
 import * as api from "./api.js";
 import { loadCatalogue, metricOf } from "./catalogue.js";
 import { runColor } from "./colors.js";
 import { display, signed } from "./format.js";
-import { ChartPanel, fill, layout, line } from "./charts.js";
+import { ChartPanel, band, fill, layout, line } from "./charts.js";
 import { channelColumns, channelMetric, isChannel } from "./channels.js";
 import { X_AXES, readSettings, renderControls, updateQuery, xColumns } from "./controls.js";
 import { metricLabel, renderDefinitions } from "./definitions.js";
-import { el, showError, statusBadge } from "./dom.js";
+import { el, showError } from "./dom.js";
+import { flatKeys, groupSeries, groupsOf, keyLabel } from "./groups.js";
+import { statusCell, windows } from "./run_facts.js";
 
 const requestedIds = JSON.parse(document.getElementById("compare").dataset.runIds);
 const MAX_POINTS = 500;
 const REFRESH_MS = 5000;
+const COLUMNS_UP_TO = 4; // runs shown as table columns; more runs are table rows
+const MAX_DIFF_ROWS = 200;
+const GROUP_KEYS = ["tag", "project", "layout"];
 
 // Rows of the table, useful work first. delta: how a run differs from the first one —
 // "rel" in percent, "pp" in percentage points (for shares and fractions).
@@ -84,37 +92,168 @@ function verdict(test) {
   ]);
 }
 
+// A run's head: its swatch, link, layout, status and the steps its rates cover.
+function runHead(run, name, i) {
+  const covered = windows(run);
+  return [
+    el("span", { class: "run-swatch", style: `background:${runColor(i)}` }),
+    el("a", { href: api.runPageUrl(run.run_id), text: name, title: run.run_id }),
+    el("div", { class: "muted small" }, [`${run.layout} · `, ...statusCell(run)]),
+    covered ? el("div", { class: "muted small window", text: `rates: ${covered.rates}` }) : null,
+  ];
+}
+
+function valueCell(catalogue, row, run, i, reference) {
+  const metric = metricOf(catalogue, row.name);
+  const value = api.shownTotals(run, catalogue)[row.name] ?? null;
+  return el("td", { class: "num" }, [
+    el("div", { class: "value", text: display(metric, value) }),
+    i > 0 ? delta(row, metric, value, reference[row.name]) : null,
+  ]);
+}
+
+const verdictCell = (run, i, byRun) =>
+  el("td", { class: "num" }, i > 0 ? [verdict(byRun.get(run.run_id))] : [el("span", { class: "muted small", text: "reference" })]);
+
+const TEST_TITLE = "Mann-Whitney U on per-interval step times; p < 0.01 counts as different";
+
 function renderTable(catalogue, runs, names, tests) {
-  const head = el("thead", {}, el("tr", {}, [
-    el("th", { text: "" }),
-    ...runs.map((run, i) =>
-      el("th", { class: "num" }, [
-        el("span", { class: "run-swatch", style: `background:${runColor(i)}` }),
-        el("a", { href: api.runPageUrl(run.run_id), text: names[i] }),
-        el("div", { class: "muted small" }, [`${run.layout} · `, statusBadge(run.status)]),
-      ]),
-    ),
-  ]));
   const reference = api.shownTotals(runs[0], catalogue);
-  const rows = ROWS.map((row) => {
-    const metric = metricOf(catalogue, row.name);
-    return el("tr", { class: row.headline ? "headline" : null, "data-metric": row.name }, [
-      el("th", { scope: "row" }, metricLabel(metric)),
-      ...runs.map((run, i) => {
-        const value = api.shownTotals(run, catalogue)[row.name] ?? null;
-        return el("td", { class: "num" }, [
-          el("div", { class: "value", text: display(metric, value) }),
-          i > 0 ? delta(row, metric, value, reference[row.name]) : null,
-        ]);
-      }),
-    ]);
-  });
   const byRun = new Map(tests.map((t) => [t.run_id, t]));
-  rows.push(el("tr", {}, [
-    el("th", { scope: "row", title: "Mann-Whitney U on per-interval step times; p < 0.01 counts as different" }, "Step time vs first run"),
-    ...runs.map((run, i) => el("td", { class: "num" }, i > 0 ? [verdict(byRun.get(run.run_id))] : [el("span", { class: "muted small", text: "reference" })])),
-  ]));
-  document.getElementById("compare-table").replaceChildren(head, el("tbody", {}, rows));
+  const table = document.getElementById("compare-table");
+  table.classList.toggle("by-run", runs.length > COLUMNS_UP_TO);
+  if (runs.length > COLUMNS_UP_TO) {
+    // A row per run: the metrics are the columns, so a dozen runs fit without scrolling sideways.
+    const head = el("thead", {}, el("tr", {}, [
+      el("th", { text: "Run" }),
+      ...ROWS.map((row) => el("th", { class: row.headline ? "num headline" : "num", "data-metric": row.name }, metricLabel(metricOf(catalogue, row.name)))),
+      el("th", { class: "num", title: TEST_TITLE, text: "Step time vs first run" }),
+    ]));
+    const rows = runs.map((run, i) =>
+      el("tr", { "data-run-id": run.run_id }, [
+        el("th", { scope: "row", class: "run-head" }, runHead(run, names[i], i)),
+        ...ROWS.map((row) => valueCell(catalogue, row, run, i, reference)),
+        verdictCell(run, i, byRun),
+      ]),
+    );
+    return table.replaceChildren(head, el("tbody", {}, rows));
+  }
+  const head = el("thead", {}, el("tr", {}, [el("th", { text: "" }), ...runs.map((run, i) => el("th", { class: "num run-head", "data-run-id": run.run_id }, runHead(run, names[i], i)))]));
+  const rows = ROWS.map((row) =>
+    el("tr", { class: row.headline ? "headline" : null, "data-metric": row.name }, [
+      el("th", { scope: "row" }, metricLabel(metricOf(catalogue, row.name))),
+      ...runs.map((run, i) => valueCell(catalogue, row, run, i, reference)),
+    ]),
+  );
+  rows.push(el("tr", {}, [el("th", { scope: "row", title: TEST_TITLE }, "Step time vs first run"), ...runs.map((run, i) => verdictCell(run, i, byRun))]));
+  table.replaceChildren(head, el("tbody", {}, rows));
+}
+
+// -- how the runs differ ------------------------------------------------------------------------------
+// Each run's settings as dotted keys: its config, then the FLOPs model, parallelism and hardware.
+function settingsOf(run) {
+  const out = new Map();
+  const add = (prefix, value) => {
+    for (const key of flatKeys(value)) {
+      let v = value;
+      for (const part of key.split(".")) v = v?.[part];
+      out.set(prefix + key, JSON.stringify(v));
+    }
+  };
+  add("", run.config);
+  for (const group of ["model", "parallel", "hardware"]) add(`${group}.`, run[group]);
+  return out;
+}
+
+// The keys whose values are not the same in every run (a key a run lacks counts as different).
+function differingKeys(runs) {
+  const settings = runs.map(settingsOf);
+  const keys = [...new Set(settings.flatMap((s) => [...s.keys()]))].sort();
+  const differ = keys.filter((key) => new Set(settings.map((s) => s.get(key) ?? "")).size > 1);
+  return { settings, differ, same: keys.length - differ.length };
+}
+
+function renderDiff(runs, names) {
+  const card = document.getElementById("config-diff");
+  card.hidden = runs.length < 2;
+  if (card.hidden) return;
+  const { settings, differ, same } = differingKeys(runs);
+  document.getElementById("config-diff-note").textContent = differ.length
+    ? `${differ.length} setting${differ.length === 1 ? "" : "s"} differ; ${same} are the same in every run`
+    : `all ${same} settings are the same in every run`;
+  const shown = differ.slice(0, MAX_DIFF_ROWS);
+  const head = el("thead", {}, el("tr", {}, [el("th", { text: "setting" }), ...names.map((name, i) => el("th", {}, [el("span", { class: "run-swatch", style: `background:${runColor(i)}` }), name]))]));
+  const rows = shown.map((key) =>
+    el("tr", { "data-key": key }, [
+      el("th", { scope: "row" }, el("code", { text: key })),
+      ...settings.map((s) => el("td", {}, s.has(key) ? el("code", { text: s.get(key) }) : el("span", { class: "muted", text: "not set" }))),
+    ]),
+  );
+  if (differ.length > shown.length) rows.push(el("tr", {}, el("td", { colspan: runs.length + 1, class: "muted", text: `… and ${differ.length - shown.length} more` })));
+  document.getElementById("config-diff-table").replaceChildren(head, el("tbody", {}, rows));
+  fillGroupChoices(differ.filter((key) => !/^(model|parallel|hardware)\./.test(key)));
+}
+
+// -- groups -------------------------------------------------------------------------------------------
+const grouping = { key: new URLSearchParams(location.search).get("group") || "", select: null };
+
+// The group menu: none, the built-in keys, and the config keys in which the runs differ.
+function fillGroupChoices(configKeys) {
+  const choices = ["", ...GROUP_KEYS, ...configKeys.map((key) => `config:${key}`)];
+  if (grouping.key && !choices.includes(grouping.key)) choices.push(grouping.key);
+  const select = grouping.select;
+  if ([...select.options].map((o) => o.value).join("\n") === choices.join("\n")) return;
+  select.replaceChildren(...choices.map((value) => el("option", { value, selected: value === grouping.key, text: value ? keyLabel(value) : "none (a line per run)" })));
+}
+
+function setupGrouping(onChange) {
+  const select = el("select", { id: "group-by", "aria-label": "group runs by" }, []);
+  grouping.select = select;
+  select.addEventListener("change", () => {
+    grouping.key = select.value;
+    updateQuery({ group: grouping.key || null });
+    onChange();
+  });
+  document.getElementById("chart-controls").append(el("label", {}, ["Group runs by ", select]));
+  fillGroupChoices([]);
+}
+
+// Per group, the mean of `metric` over its runs at each step with the min–max band around it.
+function groupTraces(m, metricName, { suffix, dash = "solid", withBand = true } = {}) {
+  const metric = metricFor(m, metricName);
+  return groupsOf(shown.runs, grouping.key).flatMap((group, g) => {
+    const list = group.indexes.map((i) => shown.seriesList[i]).filter((series) => series.points && metricName in series.columns);
+    if (!list.length) return [];
+    const merged = groupSeries(list, metricName);
+    const name = `${keyLabel(grouping.key)} = ${group.label} (${list.length} run${list.length === 1 ? "" : "s"})${suffix ? ` · ${suffix}` : ""}`;
+    const mean = line(metricName, metric, runColor(g), { name, dash });
+    const traces = [{ ...mean, x: merged.step, y: merged.mean, meta: { ...mean.meta, column: `group${g}:${metricName}`, csv: `${name}:mean` } }];
+    if (withBand && list.length > 1) {
+      const [max, min] = band(`group${g}:${metricName}`, name, runColor(g));
+      traces.unshift({ ...max, x: merged.step, y: merged.max, meta: { ...max.meta, csv: `${name}:max` } }, { ...min, x: merged.step, y: merged.min, meta: { ...min.meta, csv: `${name}:min` } });
+    }
+    return traces;
+  });
+}
+
+const grouped = () => Boolean(grouping.key);
+const GROUP_NOTE = "one line per group: the mean of its runs at each step; shaded: their min–max";
+
+// A chart card's note says what its lines are: runs, or groups of runs.
+function drawn(panel, traces, plotLayout) {
+  panel.draw(traces, plotLayout, chartSettings());
+  if (grouped() && panel.note) panel.note.textContent = GROUP_NOTE;
+}
+// Groups align runs by step: their charts are drawn against step whatever the x axis chosen.
+const chartSettings = () => (grouped() ? { ...settings, x: "step" } : settings);
+
+function noteGroups() {
+  const note = document.getElementById("group-note");
+  note.hidden = !grouped();
+  if (!grouped()) return;
+  const groups = groupsOf(shown.runs, grouping.key);
+  const stepOnly = settings.x !== "step" ? " Groups are drawn against step: runs are matched step by step." : "";
+  note.textContent = `${shown.runs.length} runs in ${groups.length} group${groups.length === 1 ? "" : "s"} by ${keyLabel(grouping.key)}: each line is the mean of the group's runs at each step, the band their min–max.${stepOnly}`;
 }
 
 // A catalogue metric, or a channel's loss under the catalogue's loss format.
@@ -195,17 +334,18 @@ function perRun(m, metric, { suffix, ...style } = {}) {
 
 function drawOverlay(m, overlay) {
   if (!shown) return;
-  const traces = perRun(m, overlay.metric);
+  const traces = grouped() ? groupTraces(m, overlay.metric) : perRun(m, overlay.metric);
   const metric = metricFor(m, overlay.metric);
   if (!traces.some((t) => t.y.some((v) => v !== null))) {
     return overlay.panel.showEmpty(shown.seriesList.some((s) => s.points) ? `No run reported ${metric.label}.` : WAITING);
   }
   const loss = overlay.metric === "loss" || isChannel(overlay.metric);
-  overlay.panel.draw(traces, layout({ yTitle: metric.label, metric, fromZero: !loss }), settings);
+  drawn(overlay.panel, traces, layout({ yTitle: metric.label, metric, fromZero: !loss }));
 }
 
 // Per run: useful TFLOP/s solid (plotted first, the honest number across layouts), THD-corrected dashed.
 function renderCharts(m) {
+  noteGroups();
   for (const overlay of overlays) {
     fillChoices(m, overlay);
     drawOverlay(m, overlay);
@@ -215,10 +355,18 @@ function renderCharts(m) {
     panels.step_time.showEmpty(WAITING);
     return;
   }
+  const tflopsLayout = layout({ yTitle: "TFLOP/s per GPU", metric: m("tflops_useful") });
+  const stepLayout = layout({ yTitle: "seconds per step", metric: m("step_time_s") });
+  if (grouped()) {
+    const thd = groupTraces(m, "tflops_thd", { suffix: "THD-corrected", dash: "dash", withBand: false });
+    drawn(panels.tflops, [...groupTraces(m, "tflops_useful", { suffix: "useful" }), ...thd], tflopsLayout);
+    drawn(panels.step_time, groupTraces(m, "step_time_s"), stepLayout);
+    return;
+  }
   const thd = perRun(m, "tflops_thd", { suffix: "THD-corrected", dash: "dash", width: 1.5 });
   const tflops = perRun(m, "tflops_useful", { suffix: "useful" }).flatMap((useful, i) => [useful, thd[i]]);
-  panels.tflops.draw(tflops, layout({ yTitle: "TFLOP/s per GPU", metric: m("tflops_useful") }), settings);
-  panels.step_time.draw(perRun(m, "step_time_s"), layout({ yTitle: "seconds per step", metric: m("step_time_s") }), settings);
+  panels.tflops.draw(tflops, tflopsLayout, settings);
+  panels.step_time.draw(perRun(m, "step_time_s"), stepLayout, settings);
 }
 
 // The compare API answers 404 for the whole set when any id is unknown; ask per id which.
@@ -241,7 +389,7 @@ function reportUnknown(unknown, known) {
 }
 
 function hideResults() {
-  for (const id of ["compare-table-card", "chart-controls", "overlays", "add-overlay"]) document.getElementById(id).hidden = true;
+  for (const id of ["compare-table-card", "config-diff", "chart-controls", "overlays", "add-overlay"]) document.getElementById(id).hidden = true;
   for (const panel of Object.values(panels)) panel.element.hidden = true;
 }
 
@@ -253,6 +401,7 @@ async function load(catalogue, runIds) {
   for (const series of seriesList) Object.assign(series.columns, xColumns(series), channelColumns(series));
   shown = { runs, names, seriesList };
   renderTable(catalogue, runs, names, tests);
+  renderDiff(runs, names);
   renderCharts(m);
   return runs.some((run) => run.status === "running");
 }
@@ -289,6 +438,7 @@ async function start() {
     const catalogue = await loadCatalogue();
     const m = (name) => metricOf(catalogue, name);
     renderControls(document.getElementById("chart-controls"), settings, () => shown && renderCharts(m));
+    setupGrouping(() => shown && renderCharts(m));
     const asked = new URLSearchParams(location.search).getAll("metric").filter((name) => OVERLAY_METRICS.includes(name) || isChannel(name));
     for (const metric of asked.length ? asked : OVERLAY_METRICS.slice(0, 1)) addOverlay(m, metric);
     document.getElementById("add-overlay").addEventListener("click", () => {

@@ -8,10 +8,10 @@ import { SHARE_SCALE } from "./colors.js";
 import { csvLink, tracesToCSV } from "./csv.js";
 import { showError } from "./dom.js";
 import { bucketLabels, histogramTraces } from "./histogram.js";
+import { emptyText } from "./run_facts.js";
 import { HEATMAP_COLUMNS } from "./run_sizes.js";
 
 const PICK_DEBOUNCE_MS = 150;
-const WAITING = "Waiting for the first interval…";
 const KIND_NOUN = { documents: "documents", packs: "packs" };
 
 // Each column's share of its own total per bucket (null where the column is empty).
@@ -59,8 +59,8 @@ export class LengthsPanel {
   async load(run) {
     if (!run.records) {
       this.clickable = false;
-      this.heat.showEmpty(WAITING);
-      this.bars.showEmpty(WAITING);
+      this.heat.showEmpty(emptyText(run));
+      this.bars.showEmpty(emptyText(run));
       return;
     }
     this.columns = await api.getHistogramColumns(this.runId, HEATMAP_COLUMNS);
@@ -114,7 +114,9 @@ export class LengthsPanel {
       z,
       customdata: z.map(() => data.intervals),
       colorscale: SHARE_SCALE,
+      // Shares run from none to all: a fixed scale, so all-100% cells read dark, not mid-scale.
       zmin: 0,
+      zmax: 1,
       colorbar: { title: { text: "share" }, tickformat: ".0%", thickness: 12 },
       hovertemplate: `interval %{customdata}, last step %{x}<br>length %{y}: %{z:.1%} of ${noun}<extra></extra>`,
       meta: { kind: "heatmap" },

@@ -46,8 +46,10 @@ export class RanksPanel {
     this.section.hidden = ranks.ranks.length < 2;
     if (this.section.hidden) return; // a hidden plot has no size to draw into
     this.drawHeatmap(ranks);
+    // No fixed tick format: spreads of 1.000–1.012 need three decimals, which plotly picks from
+    // the tick step (".2f" labelled five ticks "1.01 1.01 1.01 1.00 1.00").
     this.spread.draw(fill([line("spread", SPREAD, COLORS.overcount)], ranks), {
-      ...layout({ yTitle: SPREAD.label, yFormat: ".2f", fromZero: false }),
+      ...layout({ yTitle: SPREAD.label, yFormat: "", fromZero: false }),
       showlegend: false,
     });
     this.describeLatest(ranks);
@@ -60,7 +62,9 @@ export class RanksPanel {
       x: ranks.step,
       y: ranks.ranks.map((r) => `rank ${r}`),
       z: ranks.step_time_s,
+      // Plotly's YlOrRd runs dark red at the low end: reversed, the slowest ranks are the dark ones.
       colorscale: "YlOrRd",
+      reversescale: true,
       colorbar: { title: { text: "s/step" }, thickness: 12 },
       hovertemplate: `%{y}, step %{x}: %{z:${m.format}}${unitSuffix(m)}<extra></extra>`,
       meta: { kind: "heatmap" },

@@ -15,6 +15,7 @@ import { el, showError } from "./dom.js";
 import { LengthsPanel } from "./lengths.js";
 import { RanksPanel } from "./ranks.js";
 import { painted, plotlyLoaded } from "./run_early.js";
+import { baselineText, contactText, emptyText, LIVE, refusalText, windows, windowsNote } from "./run_facts.js";
 import { HEADLINE, headlineChart, threeCounts } from "./run_headline.js";
 import { SERIES_POINTS as MAX_POINTS } from "./run_sizes.js";
 
@@ -23,15 +24,35 @@ const runId = document.getElementById("run").dataset.runId;
 const REDRAW_POINTS = 3 * MAX_POINTS;
 // A run's end arrives by PATCH, which the stream does not announce; ask now and then while live.
 const STATUS_POLL_MS = 10_000;
-const WAITING = "Waiting for the first interval…";
-const SYSTEM_METRICS = ["gpu_util_pct", "gpu_power_w", "energy_per_token_j"];
+const SYSTEM_METRICS = ["gpu_util_pct", "gpu_power_w", "energy_per_token_j", "gpu_mem_used_bytes", "gpu_sm_clock_mhz"];
+// Charts of catalogue metrics that a server may not have yet: drawn once the catalogue lists them.
+const OPTIONAL_CHARTS = { gpu_mem: "gpu_mem_used_bytes", gpu_clock: "gpu_sm_clock_mhz" };
+const STEP_QUANTILES = [
+  ["step_time_p50_s", "median step (p50)", "dot"],
+  ["step_time_p90_s", "p90 step", "dash"],
+];
 
 const single = (m, name, color, options) => [line(name, m(name), color, options)];
 const withBand = (m, name, color) => [...band(name, m(name).label, color), line(name, m(name), color)];
 const alone = (plotLayout) => ({ ...plotLayout, showlegend: false });
 
-// m: metric name -> catalogue entry.
-function seriesCharts(m) {
+// The step-time chart: Σ GPU time ÷ Σ steps with its band, and the step-weighted quantiles once
+// the catalogue has them.
+function stepTimeTraces(m, has) {
+  const quantiles = STEP_QUANTILES.filter(([name]) => has(name)).map(([name, label, dash]) =>
+    line(name, m(name), COLORS.neutral, { name: label, dash, width: 1.5 }),
+  );
+  return [...withBand(m, "step_time_s", COLORS.neutral), ...quantiles];
+}
+
+// m: metric name -> catalogue entry; has: whether the catalogue lists a metric.
+function seriesCharts(m, has) {
+  const optional = Object.fromEntries(
+    Object.entries(OPTIONAL_CHARTS)
+      .filter(([, name]) => has(name))
+      .map(([id, name]) => [id, { system: true, traces: single(m, name, COLORS.system), layout: alone(layout({ yTitle: m(name).label, metric: m(name) })) }]),
+  );
+  const stepTime = stepTimeTraces(m, has);
   return {
     [HEADLINE]: headlineChart(m),
     overcount: {
@@ -43,7 +64,10 @@ function seriesCharts(m) {
       traces: threeCounts(m, "mfu"),
       layout: layout({ yTitle: "MFU", metric: m("mfu_useful") }),
     },
-    step_time: { traces: withBand(m, "step_time_s", COLORS.neutral), layout: alone(layout({ yTitle: "seconds per step", metric: m("step_time_s") })) },
+    step_time: {
+      traces: stepTime,
+      layout: stepTime.length > 3 ? layout({ yTitle: "seconds per step", metric: m("step_time_s") }) : alone(layout({ yTitle: "seconds per step", metric: m("step_time_s") })),
+    },
     tokens: {
       traces: [
         line("tokens_per_gpu_s", m("tokens_per_gpu_s"), COLORS.neutral, { dash: "dash", rank: 2 }),
@@ -60,15 +84,14 @@ function seriesCharts(m) {
     },
     // One line per channel, set from the series (channelTraces): the channels are the run's own.
     channels: {
-      emptyMessage:
-        "No per-channel loss with token counts: the agent sends channel_tokens beside channel_loss since 2026-11-30, " +
-        "and means sent without their tokens cannot be weighted, so they are left out.",
+      emptyMessage: "This run reported no per-channel loss (step_end's channel_loss, docs/agent.md).",
       traces: [],
       layout: layout({ yTitle: "loss", metric: m("loss"), fromZero: false }),
     },
     gpu_util: { system: true, traces: single(m, "gpu_util_pct", COLORS.system), layout: alone(layout({ yTitle: "utilisation", metric: m("gpu_util_pct") })) },
     gpu_power: { system: true, traces: single(m, "gpu_power_w", COLORS.system), layout: alone(layout({ yTitle: "power", metric: m("gpu_power_w") })) },
     energy: { system: true, traces: single(m, "energy_per_token_j", COLORS.system), layout: alone(layout({ yTitle: "J per real token", metric: m("energy_per_token_j") })) },
+    ...optional,
   };
 }
 
@@ -89,7 +112,7 @@ function systemShown() {
 
 function emptyReason(spec) {
   if (spec.unavailable?.(state.run)) return spec.unavailable(state.run);
-  if (!hasData(spec.traces)) return state.points ? spec.emptyMessage ?? WAITING : WAITING;
+  if (!hasData(spec.traces)) return state.points ? spec.emptyMessage ?? emptyText(state.run) : emptyText(state.run);
   return null;
 }
 
@@ -151,23 +174,49 @@ function labelStats(catalogue) {
   }
 }
 
+// Each tile says which steps it covers: a rate leaves the warm-up interval out, an amount does not.
 function renderTotals(catalogue, run) {
   state.run = run;
   const shown = api.shownTotals(run, catalogue);
+  const covered = windows(run);
   for (const node of document.querySelectorAll("[data-stat]")) {
     const metric = metricOf(catalogue, node.dataset.stat);
     node.querySelector(".value").textContent = display(metric, shown[metric.name]);
+    let window = node.querySelector(".window");
+    if (!window) node.append((window = el("span", { class: "window muted small" })));
+    window.textContent = covered ? (metric.amount ? covered.amounts : covered.rates) : "";
   }
   const badge = document.getElementById("run-status");
   badge.textContent = run.status;
   badge.className = `badge status-${run.status}`;
+  renderFacts(run);
 }
 
+// The lines around the tiles: their windows, the baseline's pack, the layout, refused intervals.
+function renderFacts(run) {
+  const note = windowsNote(run);
+  if (note) document.getElementById("warmup-note").textContent = `${note} The charts show every interval.`;
+  document.getElementById("baseline-note").textContent = baselineText(run);
+  const declared = run.layout !== run.layout_declared ? ` (as its batches were; declared ${run.layout_declared})` : "";
+  document.getElementById("run-layout").textContent = `layout ${run.layout}${declared}`;
+  const refused = document.getElementById("refused");
+  refused.hidden = !run.refused;
+  refused.textContent = run.refused ? `${refusalText(run)}.${run.records ? "" : " Nothing else was stored."}` : "";
+}
+
+// Over the steps of the syncs/iteration tile (window=steady), so table and tile agree.
 async function loadSyncSites(catalogue, run) {
   const body = document.getElementById("sync-sites-body");
-  if (!run.records) return;
+  if (!run.records) {
+    const text = emptyText(run);
+    body.replaceChildren(el("tr", { class: "placeholder" }, el("td", { colspan: 3, text })));
+    return;
+  }
   const perIter = metricOf(catalogue, "syncs_per_iter");
-  const { sites } = await api.getSyncSites(runId);
+  const { sites, window, first_step: first, last_step: last } = await api.getSyncSites(runId, 10, "steady");
+  const steps = first === last ? `step ${count(first)}` : `steps ${count(first)}–${count(last)}`;
+  const why = window === "steady" ? ", as the tiles: the first interval (warm-up) left out" : ", the whole run";
+  document.getElementById("sync-sites-note").textContent = `${steps}${why}`;
   const rows = sites.map((site) =>
     el("tr", {}, [
       el("td", {}, el("code", { text: site.site })),
@@ -178,31 +227,41 @@ async function loadSyncSites(catalogue, run) {
   body.replaceChildren(...(rows.length ? rows : [el("tr", { class: "placeholder" }, el("td", { colspan: 3, text: "No host syncs recorded." }))]));
 }
 
-// "● live" only while the run is running and the stream is open; a finished or failed run
-// closes its stream, so the badge cannot outlive the run.
+// "● live" only while the run is running and the stream is open. A stale run (its agent missed
+// heartbeats) keeps its stream but says since when it is silent; a crashed one is only polled, so
+// that a resumed run comes back; a finished or failed run closes both, so the badge cannot outlive it.
 const live = {
   source: null,
   poll: null,
+  status: null,
   badge: document.getElementById("live"),
   show(mode, text) {
     Object.assign(this.badge, { textContent: text, className: `muted live ${mode}` });
   },
-  follow(status) {
-    if (status === "running" && !this.source) this.open();
-    else if (status !== "running" && this.source) this.close();
+  follow(run) {
+    this.status = run.status;
+    const streamed = run.status === "running" || run.status === "stale";
+    if (streamed && !this.source) this.open();
+    else if (!streamed && this.source) this.closeStream();
+    if (LIVE.has(run.status) && !this.poll) {
+      this.poll = setInterval(() => document.hidden || scheduleRefresh(), STATUS_POLL_MS);
+    } else if (!LIVE.has(run.status) && this.poll) {
+      clearInterval(this.poll);
+      this.poll = null;
+    }
+    if (run.status === "running") this.show("on", this.source?.readyState === EventSource.OPEN ? "● live" : "connecting…");
+    else if (LIVE.has(run.status)) this.show("silent", `no contact since ${contactText(run.last_contact_at)}`);
+    else this.show("off", "");
   },
   open() {
     this.source = new EventSource(api.streamUrl(runId));
-    this.source.addEventListener("open", () => this.show("on", "● live"));
-    this.source.addEventListener("error", () => this.show("off", "reconnecting…"));
+    this.source.addEventListener("open", () => this.status === "running" && this.show("on", "● live"));
+    this.source.addEventListener("error", () => this.status === "running" && this.show("off", "reconnecting…"));
     this.source.addEventListener("interval", scheduleRefresh);
-    this.poll = setInterval(() => document.hidden || scheduleRefresh(), STATUS_POLL_MS);
   },
-  close() {
+  closeStream() {
     this.source.close();
-    clearInterval(this.poll);
     this.source = null;
-    this.show("off", "");
   },
 };
 
@@ -213,7 +272,7 @@ let lengthsPanel = null;
 async function refreshSummary() {
   const run = await api.getRun(runId);
   renderTotals(catalogue, run);
-  live.follow(run.status);
+  live.follow(run);
   await Promise.all([lengthsPanel.load(run), loadSyncSites(catalogue, run), ranksPanel.load()]);
 }
 
@@ -264,8 +323,9 @@ async function start() {
     const [loaded, run] = await Promise.all([loadCatalogue(), api.getRun(runId)]);
     catalogue = loaded;
     const m = (name) => metricOf(catalogue, name);
-    state.charts = seriesCharts(m);
+    state.charts = seriesCharts(m, (name) => catalogue.has(name));
     state.loss = m("loss");
+    for (const [id, name] of Object.entries(OPTIONAL_CHARTS)) document.getElementById(`chart-${id}`).hidden = !catalogue.has(name);
     for (const id of Object.keys(state.charts)) {
       panels[id] = new ChartPanel(document.getElementById(`chart-${id}`), { filename: `${runId}-${id}.csv` });
     }
@@ -287,7 +347,7 @@ async function start() {
   }
   api.forgetEarly();
   // Listening starts after the first load: the stream's first event would only repeat it.
-  if (state.run) live.follow(state.run.status);
+  if (state.run) live.follow(state.run);
 }
 
 start();

@@ -1,15 +1,20 @@
 // Runs page: the runs table (docs/api.md, GET /api/v1/runs), sorted, filtered, searched and paged
-// by the server; refreshed every 5 s so live status shows; pick runs to compare; rename, tag,
-// annotate, archive and delete runs. Metric columns are declared in the template (th[data-metric]);
-// labels and formats come from the catalogue. The view (sort, filters, page) lives in the URL. The
-// project and tag menus list what the runs carry (GET /api/v1/facets), refreshed with the table.
+// by the server; refreshed every 5 s so live status shows (stale and crashed: runs whose agent
+// stopped calling); pick runs to compare; rename, tag, annotate, archive and delete runs. The
+// default metric columns are declared in the template (th[data-metric]); the column chooser picks
+// any catalogue metric instead, and runs can be grouped by a config key or tag (each group's mean
+// and min–max per column). Labels and formats come from the catalogue. The view (sort, filters,
+// page, columns, grouping) lives in the URL. The project and tag menus list what the runs carry
+// (GET /api/v1/facets), refreshed with the table.
 
 import * as api from "./api.js";
 import { loadCatalogue, metricOf } from "./catalogue.js";
 import { metricLabel, renderDefinitions } from "./definitions.js";
 import { ask, setDialogError } from "./dialog.js";
-import { el, showError, statusBadge } from "./dom.js";
+import { el, showError } from "./dom.js";
 import { count, display } from "./format.js";
+import { BUILT_IN_KEYS, configKeyOf, flatKeys, groupsOf, isConfigKey, keyLabel, spread } from "./groups.js";
+import { statusCell } from "./run_facts.js";
 import { listRuns, write } from "./runs_api.js";
 
 const REFRESH_MS = 5000;
@@ -21,8 +26,12 @@ const FILTERS = ["q", "project", "tag", "layout", "status"];
 const selected = new Set();
 const body = document.getElementById("runs-body");
 const compareButton = document.getElementById("compare");
-const metricHeads = [...document.querySelectorAll("#runs-table th[data-metric]")];
-const columnCount = document.querySelectorAll("#runs-table thead th").length;
+const headRow = document.querySelector("#runs-table thead tr");
+// The template's metric columns are the default ones; the chooser replaces them (cols= in the URL).
+const DEFAULT_COLUMNS = [...headRow.querySelectorAll("th[data-metric]")].map((th) => th.dataset.metric);
+const HEADLINE = DEFAULT_COLUMNS[0];
+let metricHeads = [];
+const columnCount = () => headRow.querySelectorAll("th").length;
 const dialogs = {
   edit: document.getElementById("edit-dialog"),
   remove: document.getElementById("delete-dialog"),
@@ -30,6 +39,8 @@ const dialogs = {
 };
 let metrics = [];
 let catalogue = null; // loaded once at start
+let lastPage = null; // the last answer, so a change of columns or grouping redraws without a fetch
+const configKeys = new Set(); // config keys seen in the runs' configs: the group-by suggestions
 let editing = 0; // inline renames and dialogs open: refreshes wait, so nothing is redrawn under the user
 let generation = 0; // answers of superseded requests are dropped
 
@@ -40,6 +51,8 @@ function readView() {
   const out = { sort: params.get("sort") || DEFAULT_SORT, offset: Math.max(0, Number(params.get("offset")) || 0) };
   for (const key of FILTERS) out[key] = params.get(key) || "";
   out.archived = params.get("archived") === "true";
+  out.cols = params.get("cols") ? params.get("cols").split(",").filter(Boolean) : null; // null: the defaults
+  out.group = params.get("group") || "";
   return out;
 }
 
@@ -49,6 +62,8 @@ function writeView() {
   for (const key of FILTERS) if (view[key]) params.set(key, view[key]);
   if (view.archived) params.set("archived", "true");
   if (view.offset) params.set("offset", view.offset);
+  if (view.cols) params.set("cols", view.cols.join(","));
+  if (view.group) params.set("group", view.group);
   const text = params.toString();
   history.replaceState(null, "", text ? `?${text}` : window.location.pathname);
 }
@@ -194,10 +209,10 @@ function row(run) {
   const cell = (text, cls = "num") => el("td", { class: cls, text });
   const nameCell = el("td", { class: "name-cell" }, [
     el("div", { class: "run-title" }, [
-      el("a", { href: api.runPageUrl(run.run_id), text: displayName(run) }),
+      el("a", { href: api.runPageUrl(run.run_id), text: displayName(run), title: displayName(run) }),
       actionButton("✎", `rename ${run.run_id}`, () => startRename(run, nameCell)),
     ]),
-    el("div", { class: "muted small", text: run.run_id }),
+    el("div", { class: "muted small run-id", text: run.run_id, title: run.run_id }),
     run.tags.length ? el("div", { class: "tags" }, run.tags.map((t) => el("span", { class: "badge tag", text: t }))) : null,
     run.notes ? el("div", { class: "notes muted small", title: run.notes, text: run.notes }) : null,
   ]);
@@ -206,7 +221,7 @@ function row(run) {
     nameCell,
     cell(run.project || "—", ""),
     cell(run.layout, ""),
-    el("td", {}, [statusBadge(run.status), run.archived ? el("span", { class: "badge", text: "archived" }) : null]),
+    el("td", { class: "status-cell" }, [...statusCell(run), run.archived ? el("span", { class: "badge", text: "archived" }) : null]),
     cell(count(run.last_step)),
     ...metrics.map((metric, i) => cell(display(metric, totals[metric.name]), metricHeads[i].className)),
     el("td", { class: "row-actions" }, [
@@ -231,14 +246,37 @@ function render({ runs, total }) {
   document.getElementById("prev").disabled = view.offset === 0;
   document.getElementById("next").disabled = view.offset + PAGE_SIZE >= total;
   renderSortHeads();
+  for (const run of runs) for (const key of flatKeys(run.config)) configKeys.add(key);
+  fillGroupKeys();
   if (!runs.length) {
     const hint = filtered()
       ? "No runs match these filters."
       : "No runs yet. Runs appear here as soon as a trainer with the packscope agent starts.";
-    body.replaceChildren(el("tr", { class: "placeholder" }, el("td", { colspan: columnCount, text: hint })));
+    body.replaceChildren(el("tr", { class: "placeholder" }, el("td", { colspan: columnCount(), text: hint })));
     return;
   }
-  body.replaceChildren(...runs.map(row));
+  if (!view.group) return body.replaceChildren(...runs.map(row));
+  body.replaceChildren(...groupsOf(runs, view.group).flatMap((group) => [groupRow(group, runs.length), ...group.runs.map(row)]));
+}
+
+// A group's header row: what its runs share, how many they are, and per metric column the mean of
+// their values with the min–max under it.
+function groupRow(group, shownRuns) {
+  const leading = columnCount() - metrics.length - 1; // the columns before the metrics
+  const label = el("td", { colspan: leading, class: "group-label" }, [
+    el("strong", { text: `${keyLabel(view.group)} = ${group.label}` }),
+    el("span", { class: "muted small", text: ` · ${count(group.runs.length)} of the ${count(shownRuns)} runs shown` }),
+  ]);
+  const cells = metrics.map((metric, i) => {
+    const values = group.runs.map((run) => api.shownTotals(run, catalogue)[metric.name]);
+    const s = spread(values);
+    const range = s && s.n > 1 ? el("div", { class: "muted small group-range", text: `${display(metric, s.min)} – ${display(metric, s.max)}` }) : null;
+    return el("td", { class: metricHeads[i].className, title: s ? `mean of ${s.n} runs` : null }, [
+      el("div", { class: "group-mean", text: s ? display(metric, s.mean) : "—" }),
+      range,
+    ]);
+  });
+  return el("tr", { class: "group-row", "data-group": group.label }, [label, ...cells, el("td")]);
 }
 
 // Rebuilt only when the list changes, so an open menu is not closed by a refresh. A value from
@@ -267,6 +305,7 @@ async function refresh() {
   try {
     const params = { sort: view.sort, limit: PAGE_SIZE, offset: view.offset, archived: view.archived ? "true" : null };
     for (const key of FILTERS) params[key] = view[key];
+    if (isConfigKey(view.group)) params.config_keys = configKeyOf(view.group);
     const [page] = await Promise.all([listRuns(params), refreshMenus()]);
     if (mine !== generation || editing) return;
     if (!page.runs.length && view.offset && page.total) {
@@ -275,6 +314,7 @@ async function refresh() {
       writeView();
       return refresh();
     }
+    lastPage = page;
     render(page);
     report("load", null);
     document.getElementById("refreshed").textContent = `updated ${new Date().toLocaleTimeString()}`;
@@ -289,7 +329,7 @@ function reload() {
 }
 
 // -- sorting, filters, pages ----------------------------------------------------------------------
-const sortHeads = [...document.querySelectorAll("#runs-table th[data-sort], #runs-table th[data-metric]")];
+let sortHeads = [];
 const sortKey = (th) => th.dataset.sort || th.dataset.metric;
 
 function renderSortHeads() {
@@ -303,7 +343,9 @@ function renderSortHeads() {
 }
 
 function setupSorting() {
+  sortHeads = [...document.querySelectorAll("#runs-table th[data-sort], #runs-table th[data-metric]")];
   for (const th of sortHeads) {
+    if (th.classList.contains("sortable")) continue; // set up already
     const button = el("button", { type: "button", class: "sort link-button", "aria-label": `sort by ${sortKey(th)}` });
     th.append(" ", button);
     th.classList.add("sortable");
@@ -364,16 +406,82 @@ function setupFilters() {
   });
 }
 
+// -- columns and groups ---------------------------------------------------------------------------
+const shownColumns = () => (view.cols ?? DEFAULT_COLUMNS).filter((name) => catalogue.has(name));
+
+// The metric heads of the chosen columns, in place of the template's (before the actions column).
+function buildHeads() {
+  for (const th of headRow.querySelectorAll("th[data-metric]")) th.remove();
+  metrics = shownColumns().map((name) => metricOf(catalogue, name));
+  const actions = headRow.lastElementChild;
+  metricHeads = metrics.map((metric) => {
+    const th = el("th", { class: metric.name === HEADLINE ? "num headline" : "num", "data-metric": metric.name }, metricLabel(metric));
+    headRow.insertBefore(th, actions);
+    return th;
+  });
+  renderDefinitions(catalogue, metrics.map((metric) => metric.name));
+  setupSorting();
+}
+
+// Every catalogue metric, the shown ones checked; a change redraws the table from the last answer.
+function setupColumnChooser() {
+  const box = document.getElementById("column-options");
+  const chosen = new Set(shownColumns());
+  const options = [...catalogue.values()].map((metric) =>
+    el("label", { class: "inline" }, [
+      el("input", { type: "checkbox", value: metric.name, checked: chosen.has(metric.name), "aria-label": `column ${metric.label}` }),
+      ` ${metric.label}`,
+    ]),
+  );
+  box.replaceChildren(...options);
+  box.addEventListener("change", () => {
+    const picked = new Set([...box.querySelectorAll("input:checked")].map((input) => input.value));
+    // The order: the current columns that stay, then the new ones in catalogue order.
+    const order = [...shownColumns().filter((name) => picked.has(name)), ...[...catalogue.keys()].filter((name) => picked.has(name) && !shownColumns().includes(name))];
+    view.cols = order.join() === DEFAULT_COLUMNS.join() ? null : order;
+    applyColumns();
+  });
+  document.getElementById("columns-default").addEventListener("click", () => {
+    view.cols = null;
+    for (const input of box.querySelectorAll("input")) input.checked = DEFAULT_COLUMNS.includes(input.value);
+    applyColumns();
+  });
+}
+
+function applyColumns() {
+  writeView();
+  buildHeads();
+  if (lastPage) render(lastPage);
+}
+
+function fillGroupKeys() {
+  const options = [...BUILT_IN_KEYS, ...[...configKeys].sort()];
+  const list = document.getElementById("group-keys");
+  if (list.children.length === options.length) return;
+  list.replaceChildren(...options.map((value) => el("option", { value })));
+}
+
+// "project", "layout", "status", "tag", or a config key (typed as "optimizer.lr" or "config:optimizer.lr").
+function setupGrouping() {
+  const input = document.getElementById("group-by");
+  input.value = keyLabel(view.group);
+  input.addEventListener("change", () => {
+    const text = input.value.trim();
+    view.group = !text ? "" : BUILT_IN_KEYS.includes(text) || isConfigKey(text) ? text : `config:${text}`;
+    writeView();
+    refresh();
+  });
+}
+
 async function start() {
   try {
     catalogue = await loadCatalogue();
-    metrics = metricHeads.map((th) => metricOf(catalogue, th.dataset.metric));
-    metricHeads.forEach((th, i) => th.replaceChildren(metricLabel(metrics[i])));
-    renderDefinitions(catalogue, metrics.map((metric) => metric.name));
+    buildHeads();
   } catch (error) {
     return report("load", error);
   }
-  setupSorting();
+  setupColumnChooser();
+  setupGrouping();
   fillMenu(document.getElementById("filter-project"), [], view.project); // the URL's choice, before the menus load
   fillMenu(document.getElementById("filter-tag"), [], view.tag);
   setupFilters();

@@ -1,10 +1,15 @@
 """The agent on CPU: records, timing bookkeeping, and the sender's spool against a real HTTP peer."""
 
+import dataclasses
 import gzip
 import json
+import signal
+import subprocess
+import sys
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 import torch
@@ -96,6 +101,8 @@ class Peer:
         self.intervals: list[dict] = []
         self.keys: set = set()
         self.patches: list[dict] = []
+        self.heartbeats: list[dict] = []
+        self.refusals: list[dict] = []
         self.runs: set[str] = set()
         self.fail = False
         self.reject_intervals: set[int] = set()  # answer 422 to batches holding these
@@ -125,6 +132,12 @@ class Peer:
                 time.sleep(peer.delay_s)
                 if peer.fail:
                     return self._answer(503, {"detail": "down"})
+                for kind, kept in (("/heartbeat", peer.heartbeats), ("/refusals", peer.refusals)):
+                    if self.path.endswith(kind):
+                        if self.path.split("/")[-2] not in peer.runs:
+                            return self._answer(404, {"detail": "unknown run"})
+                        kept.extend(body["refusals"] if kind == "/refusals" else [body])
+                        return self._answer(200, {})
                 if self.path.endswith("/intervals"):
                     if self.path.split("/")[-2] not in peer.runs:
                         return self._answer(404, {"detail": "unknown run"})
@@ -209,3 +222,327 @@ def test_a_resumed_run_continues_steps_and_intervals():
     assert agent.run_id == "resumed-1"
     assert [(r["interval"], r["first_step"], r["last_step"]) for r in agent.records] == [(4, 21, 25), (5, 26, 27)]
     assert all(r["timing_lag_steps"] >= 0 for r in agent.records)
+
+
+# -- liveness, the layout the batches had, the baseline's pack length ---------------------------------
+def wait_until(condition, timeout_s=10.0, what="the condition"):
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_rank_0_beats_from_the_sender_thread_from_its_start(peer, tmp_path):
+    cfg = AgentConfig(server=peer.url, log_every=100, count_syncs=False, spool_dir=str(tmp_path), heartbeat_s=0.2)
+    agent = Agent(cfg, model=MODEL)
+    # Registered and beating before any interval: a long first interval (compiling) is not silence.
+    wait_until(lambda: len(peer.heartbeats) >= 3, what="three heartbeats")
+    assert agent.run_id in peer.runs and peer.intervals == []
+    assert all(beat == {"every_s": 0.2} for beat in peer.heartbeats)
+    run_steps(agent, 3)
+    assert agent.close(timeout_s=10)
+    beats = len(peer.heartbeats)
+    time.sleep(0.5)
+    assert len(peer.heartbeats) == beats  # a closed run is silent, and its status says why
+
+
+def test_no_heartbeat_when_asked_for_none(peer, tmp_path):
+    cfg = AgentConfig(server=peer.url, log_every=1, count_syncs=False, spool_dir=str(tmp_path), heartbeat_s=0)
+    agent = Agent(cfg, model=MODEL)
+    run_steps(agent, 3)
+    assert agent.close(timeout_s=10)
+    assert peer.heartbeats == [] and len(peer.intervals) == 3
+
+
+def test_a_server_url_without_a_scheme_is_refused_at_once():
+    for bad in ("localhost:8000", "127.0.0.1:8000", "http://", "ftp://host", "http://host:port"):
+        with pytest.raises(ValueError, match="must be a URL like http://"):
+            AgentConfig(server=bad)
+    assert AgentConfig(server="http://127.0.0.1:8000/").server == "http://127.0.0.1:8000"
+
+
+def test_the_run_url_is_announced_on_rank_0(peer, tmp_path, capsys):
+    agent = Agent(AgentConfig(server=peer.url, run_id="seen-1", spool_dir=str(tmp_path)), model=MODEL)
+    agent.announce()
+    assert capsys.readouterr().err == f"packscope: run seen-1: {peer.url}/runs/seen-1\n"
+    agent.close(timeout_s=5)
+    assert Agent(AgentConfig(count_syncs=False), model=MODEL).run_url is None
+
+
+def observe_padded(agent, steps):
+    for _ in range(steps):
+        agent.step_begin()
+        agent.observe_batch(attention_mask=torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]]))
+        agent.step_end(loss=1.0)
+
+
+def test_the_layout_is_what_the_batches_were_not_what_was_declared(peer, tmp_path, caplog):
+    cfg = AgentConfig(server=peer.url, log_every=2, count_syncs=False, spool_dir=str(tmp_path), layout="thd")
+    agent = Agent(cfg, model=MODEL)
+    with caplog.at_level("WARNING", logger="packscope.agent"):
+        observe_padded(agent, 4)
+    assert agent.layout_seen == "bshd"
+    assert "declared layout 'thd', but its batches are padded rows (bshd)" in caplog.text
+    wait_until(lambda: {"layout": "bshd"} in peer.patches, what="the layout PATCH")
+    run_steps(agent, 2)  # cu_seqlens with a token mask: static THD
+    assert agent.layout_seen == "mixed"
+    assert agent.close(timeout_s=10)
+    layouts = [p["layout"] for p in peer.patches if "layout" in p]
+    assert layouts == ["bshd", "mixed"]  # once when known, once when it changed
+    assert peer.patches[-1]["status"] == "finished"
+
+
+@pytest.mark.parametrize(
+    ("observe", "kind"),
+    [
+        (lambda a: a.observe_batch(cu_seqlens=torch.tensor([0, 3, 8]), shape=(1, 8)), "thd"),
+        (lambda a: a.observe_batch(cu_seqlens=[0, 3, 8], shape=(1, 8), token_mask=torch.ones(8)), "thd-static"),
+        (lambda a: a.observe_batch(position_ids=torch.tensor([0, 1, 2, 0, 1])), "thd"),
+        (lambda a: a.observe_batch(attention_mask=torch.ones(2, 4)), "bshd"),
+        (lambda a: a.observe_batch(shape=(2, 4)), "bshd"),
+    ],
+)
+def test_each_batch_form_has_its_layout(observe, kind):
+    agent = Agent(AgentConfig(log_every=1, count_syncs=False), model=MODEL)
+    agent.step_begin()
+    observe(agent)
+    agent.step_end()
+    assert agent.layout_seen == kind
+    agent.close()
+
+
+def trl_packed_batch(agent, packs, pack_length):
+    """What TRL's packing hands the model: the packs' documents flattened into one row."""
+    positions = [i for pack in packs for doc in pack for i in range(doc)]
+    assert all(sum(pack) <= pack_length for pack in packs)
+    agent.observe_batch(position_ids=torch.tensor([positions]))
+
+
+def test_a_known_pack_length_makes_the_baseline_count_its_packs(peer, tmp_path):
+    packs = [[600, 424], [1000], [512, 500], [1021]]  # 4 packs of at most 1024: 4081 tokens in one row
+    docs = [d for pack in packs for d in pack]
+    row = sum(docs)
+    records = {}
+    for pack_length in (None, 1024):
+        cfg = AgentConfig(server=peer.url, log_every=1, count_syncs=False, spool_dir=str(tmp_path))
+        agent = Agent(dataclasses.replace(cfg, pack_length=pack_length), model=MODEL)
+        agent.step_begin()
+        trl_packed_batch(agent, packs, 1024)
+        agent.step_end()
+        assert agent.close(timeout_s=10)
+        (records[pack_length],) = agent.records
+    flat, packed = records[None], records[1024]
+    assert flat["seqlen_sq_sum_bshd"] == row * row  # the row as one sequence: the 192% over-count
+    assert packed["seqlen_sq_sum_bshd"] == 4 * 1024 * 1024  # four packs of 1024, as TRL counts them
+    for r in (flat, packed):
+        assert r["seqlen_sq_sum_thd"] == sum(d * d for d in docs) and r["tokens"] == row and r["packs"] == 1
+    assert packed["flops_bshd"] == MODEL.flops(row, 4 * 1024 * 1024)
+    assert {"layout": "thd", "pack_length": 1024, "pack_length_from": "AgentConfig.pack_length"} in peer.patches
+
+
+def test_a_pack_length_leaves_padded_rows_alone():
+    agent = Agent(AgentConfig(log_every=1, count_syncs=False, pack_length=2), model=MODEL)
+    observe_padded(agent, 1)
+    agent.close()
+    (r,) = agent.records
+    assert r["seqlen_sq_sum_bshd"] == 2 * 4 * 4  # padded rows are dense sequences as they are
+
+
+# -- bad input stops where it was made ------------------------------------------------------------
+def test_python_sequences_are_counted_like_tensors():
+    got = []
+    forms = (torch.tensor([0, 3, 8, 8, 10], dtype=torch.int32), [0, 3, 8, 8, 10], (0, 3, 8, 8, 10), range(0, 12, 4))
+    for form in forms:
+        agent = Agent(AgentConfig(log_every=1, count_syncs=False), model=MODEL)
+        agent.step_begin()
+        agent.observe_batch(cu_seqlens=form, shape=(2, 6))
+        agent.observe_batch(position_ids=[[0, 1, 2, 0, 1]], attention_mask=[[1, 1, 1, 1, 0]])
+        agent.step_end()
+        agent.close()
+        (r,) = agent.records
+        got.append({k: r[k] for k in ("tokens", "real_tokens", "documents", "packs", "seqlen_sq_sum_thd")})
+    assert (
+        got[0]
+        == got[1]
+        == got[2]
+        == {
+            "tokens": 17,
+            "real_tokens": 14,
+            "documents": 5,
+            "packs": 3,
+            "seqlen_sq_sum_thd": 9 + 25 + 4 + 9 + 1,
+        }
+    )
+    assert (got[3]["documents"], got[3]["real_tokens"]) == (4, 12)  # range(0, 12, 4): two of 4, and the row
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "message"),
+    [
+        ({"cu_seqlens": [0, 5, 3, 8], "shape": (1, 8)}, ValueError, r"cu_seqlens must not decrease, but entry 2 \(3\)"),
+        ({"cu_seqlens": [0, 5, 9], "shape": (1, 8)}, ValueError, r"cu_seqlens must stay within 0\.\.8"),
+        ({"cu_seqlens": [-1, 5], "shape": (1, 8)}, ValueError, r"cu_seqlens must stay within 0\.\.8"),
+        ({"cu_seqlens": [[0, 5]], "shape": (1, 8)}, ValueError, r"cu_seqlens must be 1-D"),
+        ({"cu_seqlens": [0, 2.5], "shape": (1, 8)}, TypeError, "cu_seqlens must hold whole numbers"),
+        ({"cu_seqlens": "0,5", "shape": (1, 8)}, TypeError, "cu_seqlens must be a tensor or a sequence"),
+        ({"cu_seqlens": torch.tensor([0.0, 5.0]), "shape": (1, 8)}, TypeError, "cu_seqlens must hold integers"),
+        ({"cu_seqlens": [], "shape": (1, 8)}, ValueError, "cu_seqlens must have at least one entry"),
+        (
+            {"cu_seqlens": [0, 4, 8], "cu_seqlens_padded": [0, 3, 8], "shape": (1, 8)},
+            ValueError,
+            r"cu_seqlens_padded must hold every sequence of cu_seqlens, but sequence 0 is 3 slots",
+        ),
+        ({"cu_seqlens": [0, 4], "shape": (1,)}, ValueError, r"shape must be \(rows, row_len\)"),
+        ({"position_ids": [[[0, 1]]]}, ValueError, r"position_ids must be 1-D or 2-D"),
+        ({"position_ids": [0, 1], "attention_mask": {"a": 1}}, TypeError, "attention_mask must be a tensor"),
+        ({"attention_mask": [1, 1, 0]}, ValueError, r"attention_mask must be 2-D"),
+    ],
+)
+def test_bad_input_is_refused_at_the_call_naming_the_argument(kwargs, error, message):
+    agent = Agent(AgentConfig(count_syncs=False), model=MODEL)
+    agent.step_begin()
+    with pytest.raises(error, match=message):
+        agent.observe_batch(**kwargs)
+    agent.close()
+
+
+@pytest.mark.parametrize(
+    ("cu", "padded", "problem"),
+    [
+        ([0, 700, 500, 1024], None, "cu_seqlens decreases"),  # what gave "real_tokens (1424) exceeds tokens (1024)"
+        ([0, 600, 1200], None, "past the batch's token slots"),
+        ([0, 600, 1024], [0, 500, 1024], "cu_seqlens_padded holds a sequence shorter"),
+    ],
+)
+def test_a_bad_cu_seqlens_tensor_refuses_its_interval_at_the_host(peer, tmp_path, caplog, cu, padded, problem):
+    cfg = AgentConfig(server=peer.url, log_every=2, count_syncs=False, spool_dir=str(tmp_path))
+    agent = Agent(cfg, model=MODEL)
+    with caplog.at_level("WARNING", logger="packscope.agent"):
+        run_steps(agent, 2)  # a good interval
+        for _ in range(4):  # two bad ones: accepted at the call (reading the values would sync)
+            agent.step_begin()
+            agent.observe_batch(
+                cu_seqlens=torch.tensor(cu),
+                cu_seqlens_padded=None if padded is None else torch.tensor(padded),
+                shape=(1, 1024),
+            )
+            agent.step_end(loss=1.0)
+        run_steps(agent, 2)  # and a good one again
+        assert agent.close(timeout_s=10)
+    assert [r["interval"] for r in peer.intervals] == [0, 3]  # the bad ones are not sent...
+    assert [(r["interval"], r["first_step"], r["last_step"], r["by"]) for r in peer.refusals] == [
+        (1, 3, 4, "agent"),
+        (2, 5, 6, "agent"),
+    ]  # ...the server is told why
+    assert all(problem in r["reason"] for r in peer.refusals)
+    marked = [r for r in agent.records if "refused" in r]
+    assert [r["interval"] for r in marked] == [1, 2] and agent.refused == 2
+    warnings = [m for m in caplog.messages if "not sent" in m and "interval" in m]
+    assert len([m for m in warnings if "interval 1 (steps 3-4)" in m]) == 1  # named once, with its steps
+    assert not any("interval 2 (" in m for m in warnings)
+
+
+def test_ordinary_steps_read_nothing_back_whatever_the_form(monkeypatch):
+    """No .item()/.tolist()/bool()/float() on a tensor from agent code except at a log boundary, for
+    tensors and Python sequences alike (a sequence is checked in Python, not on the device)."""
+    agent_dir = str(Path(__file__).resolve().parents[2] / "agent")
+    reads: list[int] = []
+    agent = Agent(AgentConfig(log_every=3, count_syncs=False), model=MODEL)
+    for name in ("item", "tolist", "__bool__", "__int__", "__float__", "cpu", "numpy"):
+        original = getattr(torch.Tensor, name)
+
+        def read(self, *args, _original=original, **kwargs):
+            if sys._getframe(1).f_code.co_filename.startswith(agent_dir):
+                reads.append(agent.step)
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, read)
+    for _ in range(7):
+        agent.step_begin()
+        agent.observe_batch(cu_seqlens=torch.tensor([0, 3, 8]), shape=(1, 8))
+        agent.observe_batch(cu_seqlens=[0, 2, 6], cu_seqlens_padded=[0, 4, 8], shape=(1, 8))
+        agent.observe_batch(position_ids=[[0, 1, 2, 0, 1]], attention_mask=torch.ones(1, 5))
+        agent.observe_batch(attention_mask=[[1, 1, 0]])
+        agent.step_end(loss=torch.tensor(1.0))
+    agent.close()
+    monkeypatch.undo()
+    assert reads, "the spy saw no read at all: it would not see one on an ordinary step either"
+    assert set(reads) <= {3, 6, 7}, reads  # the boundaries (3, 6) and close (7) only
+    assert [r["documents"] for r in agent.records] == [3 * 7, 3 * 7, 7]
+
+
+# -- the process ends: SIGTERM and unhandled exceptions mark the run failed -----------------------------
+ENDING = """
+import os, signal, sys, time
+import torch
+from packscope.agent import Agent, AgentConfig, ModelSpec
+
+url, spool, mode = sys.argv[1:4]
+if mode == "own-handler":  # a trainer that checkpoints on SIGTERM and carries on
+    signal.signal(signal.SIGTERM, lambda signum, frame: print("the trainer's handler ran", flush=True))
+elif mode == "ignored":
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+cfg = AgentConfig(server=url, run_id="ending-" + mode, log_every=2, count_syncs=False, spool_dir=spool, heartbeat_s=0.2)
+agent = Agent(cfg, model=ModelSpec(layers=2, hidden=64, heads=4, ffn=128, vocab=256))
+
+def steps(n):
+    for _ in range(n):
+        agent.step_begin()
+        agent.observe_batch(shape=(2, 8))
+        agent.step_end(loss=1.0)
+
+steps(4)
+time.sleep(0.5)  # the records reach the server
+if mode == "exception":
+    raise RuntimeError("boom in the training loop")
+os.kill(os.getpid(), signal.SIGTERM)
+time.sleep(0.3)
+steps(2)
+print("carried on", flush=True)
+agent.close()
+"""
+
+
+def end_a_process(peer, tmp_path, mode):
+    script = tmp_path / "ending.py"
+    script.write_text(ENDING)
+    done = subprocess.run(
+        [sys.executable, str(script), peer.url, str(tmp_path / "spool"), mode],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    return done, [p["status"] for p in peer.patches if "status" in p]
+
+
+@pytest.mark.slow  # a fresh interpreter imports torch per case
+def test_sigterm_marks_the_run_failed_and_the_process_still_ends(peer, tmp_path):
+    done, statuses = end_a_process(peer, tmp_path, "default")
+    assert done.returncode == -signal.SIGTERM, done.stderr  # ended by the signal, as without the agent
+    assert "carried on" not in done.stdout
+    assert statuses == ["failed"]
+    assert [r["interval"] for r in peer.intervals] == [0, 1]
+
+
+@pytest.mark.slow
+def test_sigterm_chains_to_the_trainers_handler_and_a_survivor_runs_again(peer, tmp_path):
+    done, statuses = end_a_process(peer, tmp_path, "own-handler")
+    assert done.returncode == 0, done.stderr
+    assert "the trainer's handler ran" in done.stdout and "carried on" in done.stdout
+    assert statuses == ["failed", "running", "finished"]
+
+
+@pytest.mark.slow
+def test_an_ignored_sigterm_marks_nothing(peer, tmp_path):
+    done, statuses = end_a_process(peer, tmp_path, "ignored")
+    assert done.returncode == 0, done.stderr
+    assert statuses == ["finished"]
+
+
+@pytest.mark.slow
+def test_an_unhandled_exception_prints_its_traceback_then_marks_the_run_failed(peer, tmp_path):
+    done, statuses = end_a_process(peer, tmp_path, "exception")
+    assert done.returncode == 1
+    assert "RuntimeError: boom in the training loop" in done.stderr
+    assert statuses == ["failed"]
+    assert [r["interval"] for r in peer.intervals] == [0, 1]

@@ -4,8 +4,14 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from packscope.agent.accumulator import IntervalAccumulator, decode
-from packscope.agent.batch_forms import from_attention_mask, from_cu_seqlens, from_position_ids, from_shape
+from packscope.agent.accumulator import IntervalAccumulator, decode, problems
+from packscope.agent.batch_forms import (
+    baseline_sq_sum,
+    from_attention_mask,
+    from_cu_seqlens,
+    from_position_ids,
+    from_shape,
+)
 from packscope.agent.histograms import NUM_BUCKETS, bucket_of
 
 # A sliding window and an attention chunk shorter than the packs, so documents and packs fall on
@@ -212,3 +218,54 @@ def test_lengths_past_the_last_edge_land_in_the_open_bucket():
     got = reduce(from_cu_seqlens(torch.tensor([0, n]), (1, n)))
     assert got["histograms"]["documents"]["count"][-1] == 1
     assert got["histograms"]["documents"]["tokens"][-1] == n
+
+
+# -- what a batch says about itself: problems found on the device, the baseline's packs ----------------
+def problem_counts(*batches) -> dict:
+    acc = IntervalAccumulator()
+    for b in batches:
+        acc.add(b)
+    return problems(acc.reduce(torch.device("cpu")).tolist())
+
+
+@settings(max_examples=60, deadline=None)
+@given(packs_strategy(PACK_LEN), st.integers(0, 4))
+def test_well_formed_cu_seqlens_have_no_problems(packs, repeats):
+    assert problem_counts(padded_pair_batch(packs)[0], static_tail_batch(packs, repeats)[0]) == {}
+
+
+def test_problems_of_cu_seqlens_tensors_are_counted_per_entry():
+    def cu(values, shape=(1, 16), padded=None):
+        tensor = torch.tensor(values)
+        return from_cu_seqlens(tensor, shape, None if padded is None else torch.tensor(padded))
+
+    assert problem_counts(cu([0, 10, 4, 2, 16])) == {"decreasing": 2}
+    assert problem_counts(cu([0, 10, 20])) == {"out_of_range": 1}
+    assert problem_counts(cu([-3, 10])) == {"out_of_range": 1}
+    assert problem_counts(cu([0, 6, 12], padded=[0, 4, 16])) == {"inconsistent": 1}
+    # Counted over every batch of the interval, whatever the others hold.
+    assert problem_counts(cu([0, 10, 4, 16]), cu([0, 8, 16]), cu([0, 20])) == {"decreasing": 1, "out_of_range": 1}
+    # The counts that still go out stay harmless: no negative length reaches S2 or the histograms.
+    acc = IntervalAccumulator()
+    acc.add(cu([0, 10, 4, 16]))
+    got = decode(acc.reduce(torch.device("cpu")).tolist(), acc.host.as_list())
+    assert got["seqlen_sq_sum_thd"] == 100 + 144 and got["documents"] == 2
+
+
+@given(st.integers(1, 5), st.integers(1, 5000), st.one_of(st.none(), st.integers(1, 2048)))
+def test_the_baseline_counts_ceil_row_over_pack_length_packs(rows, row_len, pack_length):
+    if pack_length is None or row_len <= pack_length:
+        want = rows * row_len**2
+    else:
+        packs = 0
+        while packs * pack_length < row_len:
+            packs += 1
+        want = rows * packs * pack_length**2
+    assert baseline_sq_sum(rows, row_len, pack_length) == want
+    # Only packed forms take a pack length: padded rows are dense sequences as they are.
+    mask = torch.ones(rows, row_len)
+    assert from_attention_mask(mask).baseline_sq_sum == rows * row_len**2
+    cu = torch.tensor([0, row_len])
+    assert from_cu_seqlens(cu, (1, row_len), pack_length=pack_length).baseline_sq_sum == baseline_sq_sum(
+        1, row_len, pack_length
+    )

@@ -278,7 +278,11 @@ def test_sft_trainer_with_packing_reaches_a_live_backend(tmp_path):
     backend = Backend(f"sqlite:///{tmp_path / 'hf.db'}", free_port()).start()
     try:
         cb = PackscopeCallback(
-            server=backend.url, run_name="sft-packed", project="hf", spool_dir=str(tmp_path / "spool")
+            server=backend.url,
+            run_name="sft-packed",
+            project="hf",
+            spool_dir=str(tmp_path / "spool"),
+            pack_length=None,  # a pack per flattened row, as brute() counts (max_length: test_integration_layouts)
         )
         trainer, recorded = sft(tiny_model("llama"), packing=True, padding_free=False, callback=cb)
         records = list(cb.agent.records)

@@ -143,7 +143,17 @@ def test_useful_tflops_is_the_runs_lists_headline_column(client):
     page = client.get("/")
     metrics = re.findall(r'<th class="([^"]*)" data-metric="(\w+)"', page.text)
     assert metrics[0] == ("num headline", "tflops_useful")
-    assert [name for _, name in metrics[:3]] == ["tflops_useful", "real_tokens_per_gpu_s", "padding_pct"]
+    # The default columns: useful work, the two counts it is read against, how far apart they are,
+    # MFU, step time and syncs (what a 1600 px window shows; the chooser offers the rest).
+    assert [name for _, name in metrics[:7]] == [
+        "tflops_useful",
+        "tflops_thd",
+        "tflops_bshd",
+        "overcount_pct",
+        "mfu_useful",
+        "step_time_s",
+        "syncs_per_iter",
+    ]
 
 
 def test_every_metric_a_page_names_is_in_the_catalogue(client):
@@ -236,3 +246,24 @@ def test_sign_in_sets_a_cookie_that_opens_pages_api_and_stream(closed):
 def test_sign_in_never_redirects_off_site(closed):
     answer = closed.post("/sign-in", data={"token": "r3ad", "next": "//evil.example/"}, follow_redirects=False)
     assert answer.headers["location"] == "/"
+
+
+def test_the_run_page_is_rendered_with_the_layout_its_batches_had(client):
+    assert client.patch("/api/v1/runs/run-a", json={"layout": "bshd"}).status_code == 200
+    text = re.sub(r"\s+", " ", client.get("/runs/run-a").text)
+    assert '<span id="run-layout">layout bshd (as its batches were; declared thd)</span>' in text
+    text = re.sub(r"\s+", " ", client.get("/runs/run-b").text)
+    assert '<span id="run-layout">layout thd</span>' in text  # as declared: nothing said twice
+
+
+def test_the_runs_filters_offer_every_status_and_layout_the_server_shows(client):
+    page = client.get("/").text
+    status = re.search(r'<select id="filter-status".*?</select>', page, re.S).group(0)
+    layout = re.search(r'<select id="filter-layout".*?</select>', page, re.S).group(0)
+    assert re.findall(r"<option>(\w[\w-]*)</option>", status) == ["running", "stale", "crashed", "finished", "failed"]
+    assert re.findall(r"<option>(\w[\w-]*)</option>", layout) == ["thd", "thd-static", "bshd", "mixed"]
+    # Each is a value the API filters by.
+    for value in ("stale", "crashed"):
+        assert client.get("/api/v1/runs", params={"status": value}).status_code == 200
+    for value in ("thd-static", "mixed"):
+        assert client.get("/api/v1/runs", params={"layout": value}).status_code == 200

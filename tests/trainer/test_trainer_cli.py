@@ -36,6 +36,8 @@ EVERY_FIELD_CHANGED = TrainConfig(
     compile=True,
     chunked_ce=True,
     fused_projections=True,
+    window=128,
+    count_window_as_full=True,
     cuda_graphs=True,
     legacy_logging=True,
     channel_loss=True,
@@ -145,6 +147,12 @@ def test_help_shows_the_fields_help_and_defaults():
         ),
         (["--data-short-share", "1.5"], "packscope train: error: data.short_share must be between 0 and 1, got 1.5"),
         (["--steps", "0"], "packscope train: error: steps must be >= 1, got 0"),
+        (
+            ["--server", "localhost:8000"],
+            "packscope train: error: the packscope server must be a URL like http://127.0.0.1:8000 (http or https), "
+            "got 'localhost:8000'; did you mean http://localhost:8000?",
+        ),
+        (["--server", "http://"], "got 'http://': it names no host"),
     ],
 )
 def test_a_bad_value_is_explained_with_exit_code_2(argv, message, capsys):

@@ -1,0 +1,94 @@
+// What a run summary says beside its numbers, said the same way on every page: whether its agent
+// is still heard from (stale, crashed: the server's status from the missing heartbeats), the
+// steps each number covers, which pack size the baseline counted, and intervals that were refused.
+
+import { el } from "./dom.js";
+import { count, formatNumber } from "./format.js";
+
+// The statuses in which a run may still send: its page keeps listening.
+export const LIVE = new Set(["running", "stale", "crashed"]);
+
+const clock = (iso) => new Date(iso).toLocaleTimeString();
+const day = (iso) => new Date(iso).toLocaleDateString();
+
+// "12:03:04 (4 min ago)", with the date when it is not today.
+export function contactText(iso, now = Date.now()) {
+  if (!iso) return "";
+  const today = new Date(now).toDateString() === new Date(iso).toDateString();
+  return `${today ? "" : `${day(iso)} `}${clock(iso)} (${ago(iso, now)})`;
+}
+
+const STATUS_TITLE = {
+  running: "its agent is sending",
+  stale: "its agent has missed 3 heartbeats: it may be stuck or gone",
+  crashed: "its agent has been silent for 10 heartbeats: the process is most likely gone",
+  finished: "its agent closed it",
+  failed: "its agent marked it failed (an exception or SIGTERM)",
+};
+
+// "4 min ago"
+function ago(iso, now = Date.now()) {
+  const seconds = Math.max(0, (now - Date.parse(iso)) / 1000);
+  if (seconds < 90) return `${Math.round(seconds)} s ago`;
+  if (seconds < 5400) return `${Math.round(seconds / 60)} min ago`;
+  return `${formatNumber(".2g", seconds / 3600)} h ago`;
+}
+
+// The status badge, and for a silent run when it was last heard of (the full time on hover).
+export function statusCell(run) {
+  const badge = el("span", { class: `badge status-${run.status}`, text: run.status, title: STATUS_TITLE[run.status] });
+  const silent = run.status === "stale" || run.status === "crashed";
+  const heard = silent
+    ? el("div", { class: "muted small contact", title: `last contact ${contactText(run.last_contact_at)}`, text: `heard ${ago(run.last_contact_at)}` })
+    : null;
+  const refused = run.refused ? el("span", { class: "badge status-refused", title: refusalText(run), text: `${count(run.refused.intervals)} refused` }) : null;
+  return [badge, refused, heard];
+}
+
+const span = (first, last) => (first === last ? `step ${count(first)}` : `steps ${count(first)}–${count(last)}`);
+
+// The steps a run's shown numbers cover: rates leave the first interval out once there is a second
+// (api.shownTotals), amounts count them all.
+export function windows(run) {
+  if (run.first_step == null || run.last_step == null) return null;
+  const all = span(run.first_step, run.last_step);
+  if (run.steady_first_step == null) return { rates: all, amounts: all, warmup: null };
+  return { rates: span(run.steady_first_step, run.last_step), amounts: all, warmup: span(run.first_step, run.steady_first_step - 1) };
+}
+
+// One line: the steps the rates and the amounts cover.
+export function windowsNote(run, where = "here") {
+  const w = windows(run);
+  if (!w) return "";
+  if (!w.warmup) return `Every number ${where} covers ${w.amounts} (the run has one interval so far).`;
+  return `Rates ${where} cover ${w.rates}: the first interval (${w.warmup}: allocation, compilation, graph capture) is left out. Amounts (steps, tokens, FLOPs) cover ${w.amounts}.`;
+}
+
+// Which pack the baseline counted as one dense sequence.
+export function baselineText(run) {
+  if (run.pack_length) {
+    const from = run.pack_length_from ? ` (${run.pack_length_from})` : "";
+    return `Baseline: each pack counted as one dense sequence of ${count(run.pack_length)} tokens${from}; a longer row the model ran counts as that many packs of it.`;
+  }
+  const totals = run.totals;
+  if (!totals?.packs) return "Baseline: each row the model runs counted as one dense sequence.";
+  const mean = totals.tokens / totals.packs;
+  return `Baseline: each row the model ran counted as one dense sequence (on average ${count(mean)} token slots a row).`;
+}
+
+// "12 intervals refused (steps 1–120): why" — the most frequent reasons first.
+export function refusalText(run) {
+  const r = run.refused;
+  if (!r) return "";
+  const who = { agent: "the agent", server: "the server" };
+  const reasons = r.reasons.map((x) => `${x.reason} (${count(x.intervals)} by ${who[x.by]})`).join("; ");
+  return `${count(r.intervals)} interval${r.intervals === 1 ? "" : "s"} refused (${span(r.first_step, r.last_step)}): ${reasons}`;
+}
+
+// What an empty chart says: still waiting, or why nothing will come.
+export function emptyText(run) {
+  if (run?.refused && !run.records) return `No interval stored: ${refusalText(run)}.`;
+  if (run && !run.records && !LIVE.has(run.status)) return `This run ${run.status === "failed" ? "failed" : "ended"} without storing an interval.`;
+  if (run && !run.records && run.status !== "running") return "No interval stored, and its agent has gone silent.";
+  return "Waiting for the first interval…";
+}
