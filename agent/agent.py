@@ -135,7 +135,7 @@ class Agent:
             self.nvml = NvmlSampler.try_start(self.device.index or 0)
         self.hardware = describe(self.device, self.world_size, config.peak_tflops)
         self.sender: Sender | None = None
-        if config.server:
+        if config.server or config.spool_dir:  # without a server: offline, into the spool (`packscope sync`)
             self.sender = Sender(self._rank_config(config), self.run_id, self.run_body())
 
     def _rank_config(self, config: AgentConfig) -> AgentConfig:
