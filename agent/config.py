@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from packscope.core.http_client import Backoff
-from packscope.core.spool import SET_ASIDE_MAX_AGE_S, SET_ASIDE_MAX_ATTEMPTS, SET_ASIDE_RETRY_S
+from packscope.core.spool import DEFAULT_SPOOL_DIR, SET_ASIDE_MAX_AGE_S, SET_ASIDE_MAX_ATTEMPTS, SET_ASIDE_RETRY_S
 
-DEFAULT_SPOOL_DIR = "~/.cache/packscope/spool"
+__all__ = ["DEFAULT_SPOOL_DIR", "AgentConfig"]  # the spool directory's default, read by agent.py and sender.py
 _BACKOFF = Backoff()  # the one backoff policy of the sender, `packscope import` and `packscope sync`
 
 

@@ -33,6 +33,11 @@ COMMANDS = {
         "packscope.importer:import_from_args",
         "send run files (train --records-dir, the gallery) to a server",
     ),
+    "sync": (
+        "packscope.sync:add_sync_arguments",
+        "packscope.sync:sync_from_args",
+        "send what runs left on disk (spools, offline runs, run files) to a server, exactly once",
+    ),
     "export": (
         "packscope.backend.cli:add_export_arguments",
         "packscope.backend.cli:export_from_args",

@@ -238,7 +238,7 @@ def import_runs(
             for loaded, file_result in zip(run_files, result.files, strict=True):
                 _send_file(client, loaded, file_result, batch, progress)
                 say(_file_line(file_result))
-            result.status = _finish_run(client, run_files)
+            result.status = finish_run(client, run_files)
         except ImportFailed as err:
             result.error = err
             if err.fatal:
@@ -246,15 +246,20 @@ def import_runs(
     return results
 
 
-def _send_file(
-    client: Client, loaded: LoadedFile, result: FileResult, batch: int, progress: Callable[[str], None]
-) -> None:
+def register(client: Client, loaded: LoadedFile) -> bool:
+    """POST the file's run line (without the final status); True when the run existed already."""
     run = {k: v for k, v in loaded.run_file.run.items() if k not in ("status", "ended_at")}
     try:
         status, _ = client.request("POST", "/api/v1/runs", run)
     except HttpError as answer:
         raise _failure(answer, loaded, loaded.run_line, what="registering the run") from None
-    result.resumed = status == 200
+    return status == 200
+
+
+def _send_file(
+    client: Client, loaded: LoadedFile, result: FileResult, batch: int, progress: Callable[[str], None]
+) -> None:
+    result.resumed = register(client, loaded)
     records = loaded.run_file.records
     path = f"/api/v1/runs/{urllib.parse.quote(loaded.run_id, safe='')}/intervals"
     start = 0
@@ -267,7 +272,7 @@ def _send_file(
             if err.status == 413 and size > 1:  # over the server's body limit: smaller batches
                 size = max(1, size // 2)
                 continue
-            line = _refused_line(err, loaded, start)
+            line = refused_line(err, loaded, start)
             raise _failure(err, loaded, line, what=f"sending records {start + 1}-{start + len(chunk)}") from None
         try:
             result.accepted += int(counts["accepted"])
@@ -279,7 +284,7 @@ def _send_file(
             progress(f"  {loaded.path}: {start}/{len(records)} records sent")
 
 
-def _finish_run(client: Client, run_files: Sequence[LoadedFile]) -> str:
+def finish_run(client: Client, run_files: Sequence[LoadedFile]) -> str:
     first = run_files[0]
     run = first.run_file.run
     status = run.get("status", "finished")
@@ -302,7 +307,7 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _refused_line(err: HttpError, loaded: LoadedFile, start: int) -> int | None:
+def refused_line(err: HttpError, loaded: LoadedFile, start: int) -> int | None:
     """The file line of the record a 422 names (loc: body, intervals, <index in the batch>, ...)."""
     if err.status != 422 or not isinstance(err.detail, list):
         return None
@@ -317,6 +322,12 @@ def _refused_line(err: HttpError, loaded: LoadedFile, start: int) -> int | None:
 
 def _failure(err: HttpError, loaded: LoadedFile, line: int | None, what: str) -> ImportFailed:
     where = f"{loaded.path}:{line}" if line else str(loaded.path)
+    return failure(err, where, loaded.run_id, what, _kind(line, loaded))
+
+
+def failure(err: HttpError, where: str, run_id: str, what: str, refused: str = "batch") -> ImportFailed:
+    """What a failed request means for sending a run (`where`: the file, and line if known;
+    `refused`: what a 422 refuses, e.g. "record")."""
     if err.status is None:
         return ImportFailed(
             f"cannot reach the packscope server at {err.server} ({err.detail}); is `packscope serve` running "
@@ -331,13 +342,11 @@ def _failure(err: HttpError, loaded: LoadedFile, line: int | None, what: str) ->
         )
     if err.status == 409:
         return ImportFailed(
-            f"{where}: run {loaded.run_id!r} exists on the server with a different model, so these records "
+            f"{where}: run {run_id!r} exists on the server with a different model, so these records "
             f"cannot join it ({short(err.detail)}); give the file another run_id to import it as a new run"
         )
     if err.status == 422:
-        return ImportFailed(
-            f"{where}: the server refuses this {_kind(line, loaded)}: {_errors(err.detail)}", bad_input=True
-        )
+        return ImportFailed(f"{where}: the server refuses this {refused}: {_errors(err.detail)}", bad_input=True)
     if err.status in (429, 503):
         return ImportFailed(f"{where}: the server stayed busy while {what}: {short(err.detail)}", fatal=True)
     return ImportFailed(f"{where}: {what} failed: {err}")
@@ -376,7 +385,7 @@ def exit_code(results: Sequence[RunResult]) -> int:
 
 
 # -- the command ---------------------------------------------------------------------------------
-def _batch_size(text: str) -> int:
+def batch_size(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -400,7 +409,7 @@ def add_import_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--batch",
-        type=_batch_size,
+        type=batch_size,
         default=DEFAULT_BATCH,
         metavar="N",
         help=f"records per request, 1-{MAX_BATCH} (default: %(default)s)",

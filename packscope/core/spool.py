@@ -42,6 +42,7 @@ from typing import Any, NamedTuple
 
 log = logging.getLogger("packscope.agent")
 
+DEFAULT_SPOOL_DIR = "~/.cache/packscope/spool"  # the agent's, and what `packscope sync` sends by default
 # PRAGMA user_version of a spool file this module writes; 2 added set_aside's retry columns.
 FORMAT_VERSION = 2
 # Set-aside records are tried again: first SET_ASIDE_RETRY_S after being set aside, then at twice
