@@ -32,6 +32,7 @@ import json
 import os
 import sqlite3
 import sys
+import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -40,7 +41,16 @@ from pathlib import Path
 from typing import Any
 
 from packscope.core.http_client import HttpError
-from packscope.core.spool import DEFAULT_SPOOL_DIR, FINAL_KEY, FORMAT_VERSION, RUN_KEY, Entry, Spool
+from packscope.core.spool import (
+    DEFAULT_SPOOL_DIR,
+    FINAL_KEY,
+    FORMAT_VERSION,
+    RUN_KEY,
+    SET_ASIDE_MAX_AGE_S,
+    SET_ASIDE_MAX_ATTEMPTS,
+    Entry,
+    Spool,
+)
 from packscope.importer import (
     DEFAULT_BATCH,
     DEFAULT_SERVER,
@@ -72,6 +82,7 @@ class SpoolInput:
     run: dict[str, Any]  # the run's registration body, kept by the agent's sender
     records: int  # waiting in the spool
     set_aside: int  # set aside, still within their retry caps
+    given_up: int  # set aside past their caps: they stay in the file, with the reason
 
 
 @dataclass
@@ -181,7 +192,10 @@ def read_spool(path: Path) -> tuple[SpoolInput | None, str | None]:
             return None, f"{path}: written by a newer packscope (spool format {version}); upgrade packscope to send it"
         row = db.execute("SELECT value FROM meta WHERE key = ?", (RUN_KEY,)).fetchone()
         records = db.execute("SELECT records FROM totals").fetchone()[0]
-        aside = db.execute("SELECT count(*) FROM set_aside").fetchone()[0]
+        aside, retryable = db.execute(
+            "SELECT count(*), coalesce(sum(attempts < ? AND since > ?), 0) FROM set_aside",
+            (SET_ASIDE_MAX_ATTEMPTS, time.time() - SET_ASIDE_MAX_AGE_S),
+        ).fetchone()
     except sqlite3.Error as err:
         return None, f"{path}: cannot read the spool: {err}"
     finally:
@@ -191,7 +205,7 @@ def read_spool(path: Path) -> tuple[SpoolInput | None, str | None]:
             f"{path}: the spool does not hold its run's registration (an older packscope wrote it); an agent "
             "started with the same run_id sends its records"
         )
-    return SpoolInput(path, json.loads(row[0]), int(records), int(aside)), None
+    return SpoolInput(path, json.loads(row[0]), int(records), int(retryable), int(aside - retryable)), None
 
 
 # -- progress ------------------------------------------------------------------------------------
@@ -230,8 +244,9 @@ class Outcome:
     sent: int = 0
     accepted: int = 0
     duplicates: int = 0
-    set_aside: int = 0  # refused by the server now, kept in the spool
+    set_aside_ids: list[int] = field(default_factory=list)  # refused by the server now, kept in the spool
     recovered: int = 0  # set aside before, taken now
+    refused_again: int = 0  # set aside before, refused once more
     status: str | None = None  # the final status set
     error: ImportFailed | None = None
     notes: list[str] = field(default_factory=list)
@@ -240,8 +255,10 @@ class Outcome:
         parts = [f"{self.sent} records sent ({self.accepted} accepted, {self.duplicates} duplicates)"]
         if self.recovered:
             parts.append(f"{self.recovered} set aside before now taken")
-        if self.set_aside:
-            parts.append(f"{self.set_aside} refused and set aside in the spool")
+        if self.set_aside_ids:
+            parts.append(f"{len(self.set_aside_ids)} refused and set aside in the spool")
+        if self.refused_again:
+            parts.append(f"{self.refused_again} set aside before refused again")
         if self.status:
             parts.append(f"status {self.status}")
         return f"{self.path}: run {self.run_id}: " + ", ".join(parts)
@@ -294,7 +311,7 @@ def sync_spool(client: Client, spool_input: SpoolInput, batch: int, progress: Pr
                     size = (len(entries) + 1) // 2
                     continue
                 spool.set_aside(entries, "rejected", str(err))
-                outcome.set_aside += 1
+                outcome.set_aside_ids.append(entries[0].id)
                 outcome.notes.append(f"{where}: interval {_interval(entries[0])} refused and set aside: {err}")
                 size = batch
                 continue
@@ -322,8 +339,9 @@ def _post(client: Client, run_id: str, entries: list[Entry], where: str) -> tupl
 def _retry_set_aside(
     client: Client, spool: Spool, run_id: str, outcome: Outcome, where: str, progress: Progress
 ) -> None:
-    """One more try, alone, for each set-aside record within its caps (attempts, age)."""
-    tried: set[int] = set()
+    """One more try, alone, for each set-aside record within its caps (attempts, age), but not
+    for those this sync has just set aside."""
+    tried: set[int] = set(outcome.set_aside_ids)
     while due := [e for e in spool.due_set_aside(len(tried) + 1, retry_s=0) if e.id not in tried]:
         entry = due[0]
         tried.add(entry.id)
@@ -333,6 +351,8 @@ def _retry_set_aside(
             if not (_refuses(err) or (err.status is not None and err.status >= 500)):
                 raise failure(err, where, run_id, "sending a set-aside record") from None
             spool.failed_again([entry], str(err))
+            outcome.refused_again += 1
+            outcome.notes.append(f"{where}: interval {_interval(entry)}, set aside before, refused again: {err}")
             continue
         spool.delivered_set_aside([entry])
         outcome.recovered += 1
@@ -453,6 +473,12 @@ def sync_from_args(args: argparse.Namespace) -> int:
             _error(message)
         print("packscope sync: nothing was sent", file=sys.stderr)
         return EXIT_BAD_INPUT
+    notes += [
+        f"{s.path}: {s.given_up} records set aside past their retry caps stay in it (table set_aside, with the "
+        "server's reason)"
+        for s in spools
+        if s.given_up
+    ]
     for note in notes:
         print(f"packscope sync: {note}", file=sys.stderr)
     client = Client(args.server, args.token, name="sync")
@@ -498,7 +524,7 @@ def _send_all(
             progress.write(outcome.line())
             for note in outcome.notes:
                 progress.write(f"packscope sync: {note}")
-            refused = refused or outcome.set_aside > 0
+            refused = refused or bool(outcome.set_aside_ids) or outcome.refused_again > 0
         if run_id not in sent_runs:
             sent_runs.append(run_id)
     for run_id in sent_runs:

@@ -213,3 +213,28 @@ def test_sync_needs_neither_torch_nor_the_agent_nor_the_server():
     modules = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert not [m for m in modules if m.split(".")[0] in ("torch", "numpy", "httpx", "fastapi", "sqlalchemy")]
     assert not [m for m in modules if m.startswith(("packscope.agent", "packscope.backend", "packscope.trainer"))]
+
+
+def test_a_record_the_server_refuses_is_set_aside_and_tried_again_within_its_caps(server, tmp_path, capsys):
+    spool_dir = tmp_path / "spool"
+    records = agent_run(spool_dir, "sync-refused", None, steps=6)
+    spool = spool_dir / "sync-refused.sqlite"
+    db = sqlite3.connect(spool)
+    with db:  # interval 3 as a server refuses it: negative tokens
+        ((row_id, body),) = db.execute("SELECT id, body FROM records WHERE body LIKE '%\"interval\":3,%'")
+        db.execute("UPDATE records SET body = ? WHERE id = ?", (json.dumps({**json.loads(body), "tokens": -1}), row_id))
+    db.close()
+    code, out, err = run_sync(capsys, spool, "--server", server, "--batch", "4")
+    assert code == 2, err
+    assert "interval 3 refused and set aside" in out and "stay set aside in their spool" in err
+    assert_stored(server, "sync-refused", [r for r in records if r["interval"] != 3])
+    # Each later sync tries it once more, until it has failed SET_ASIDE_MAX_ATTEMPTS (5) times.
+    for _ in range(4):
+        code, out, err = run_sync(capsys, spool, "--server", server)
+        assert code == 2 and "1 set aside before refused again" in out, err
+    code, out, err = run_sync(capsys, spool, "--server", server)
+    assert code == 0 and "nothing to send" in out
+    assert f"{spool}: 1 records set aside past their retry caps stay in it" in err
+    db = sqlite3.connect(spool)
+    assert db.execute("SELECT attempts, kind FROM set_aside").fetchall() == [(5, "rejected")]  # kept, with its reason
+    db.close()
