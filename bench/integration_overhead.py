@@ -202,11 +202,11 @@ def summary(probe: Probe, boundary: Callable[[int], bool], warmup: int) -> dict[
     def us(values: list[float]) -> dict[str, float]:
         if not values:
             return {}
-        q = statistics.quantiles(values, n=10) if len(values) > 1 else [values[0]] * 9
+        low, high = (statistics.quantiles(values, n=10)[::8]) if len(values) >= 10 else (min(values), max(values))
         return {
             "median": 1e6 * statistics.median(values),
-            "p10": 1e6 * q[0],
-            "p90": 1e6 * q[8],
+            "p10": 1e6 * low,  # the extremes for fewer than 10 values
+            "p90": 1e6 * high,
             "mean": 1e6 * statistics.fmean(values),
         }
 
@@ -396,7 +396,24 @@ def host_cost(
 
 
 # -- the on/off ratio (CUDA) ---------------------------------------------------------------------
-def step_time_ratio(integration: str, pairs: int, warmup_pairs: int) -> dict[str, Any]:
+class HostEvent:
+    """torch.cuda.Event's timing interface on the host clock: the ratio's code path on CPU (a
+    smoke run: the stand-in model's step is host work, so its ratio says little)."""
+
+    def record(self) -> None:
+        self.t = time.perf_counter()
+
+    def elapsed_time(self, end: HostEvent) -> float:
+        return (end.t - self.t) * 1e3
+
+
+def timing_event(device: str) -> Any:
+    import torch
+
+    return torch.cuda.Event(enable_timing=True) if device == "cuda" else HostEvent()
+
+
+def step_time_ratio(integration: str, pairs: int, warmup_pairs: int, model_kind: str, device: str) -> dict[str, Any]:
     import torch
 
     sys.path.insert(0, str(Path(__file__).parent))
@@ -407,7 +424,7 @@ def step_time_ratio(integration: str, pairs: int, warmup_pairs: int) -> dict[str
     for _ in range(warmup_pairs + pairs):
         first = rng.random() < 0.5
         schedule += [first, not first]
-    model = make_model("qwen2-303m", "cuda")
+    model = make_model(model_kind, device)
     events: list[tuple[bool, Any, Any]] = []
     host_in_callback: list[float] = []
     settings = dict(run_name=f"ratio-{integration}", model=flops_spec(), log_every=LOG_EVERY)
@@ -415,17 +432,18 @@ def step_time_ratio(integration: str, pairs: int, warmup_pairs: int) -> dict[str
         from packscope.agent.integrations.hf import PackscopeCallback
 
         inner = PackscopeCallback(**settings)
-        switch = switched_hf(inner, model, schedule, events, host_in_callback)
-        trainer = hf_trainer(model, len(schedule), [switch], "cuda")
+        switch = switched_hf(inner, model, schedule, events, host_in_callback, device)
+        trainer = hf_trainer(model, len(schedule), [switch], device)
         trainer.train()
     else:
         from packscope.agent.integrations.lightning import PackscopeCallback as LightningCallback
 
         inner = LightningCallback(**settings)
-        switch = switched_lightning(inner, schedule, events, host_in_callback)
-        trainer, module, loader = lightning_run(model, len(schedule), [switch], "cuda")
+        switch = switched_lightning(inner, schedule, events, host_in_callback, device)
+        trainer, module, loader = lightning_run(model, len(schedule), [switch], device)
         trainer.fit(module, loader)
-    torch.cuda.synchronize()
+    if device == "cuda":
+        torch.cuda.synchronize()
     timed = events[2 * warmup_pairs :]
     on = [s.elapsed_time(e) / 1e3 for flag, s, e in timed if flag]
     off = [s.elapsed_time(e) / 1e3 for flag, s, e in timed if not flag]
@@ -433,7 +451,7 @@ def step_time_ratio(integration: str, pairs: int, warmup_pairs: int) -> dict[str
     records = list(inner.agent.records) if inner.agent is not None else []
     return {
         "integration": integration,
-        "model": "qwen2-303m",
+        "model": model_kind,
         "parameters": sum(p.numel() for p in model.parameters()),
         "pairs": len(on),
         "median_step_s": {"on": statistics.median(on), "off": statistics.median(off)},
@@ -448,9 +466,8 @@ def step_time_ratio(integration: str, pairs: int, warmup_pairs: int) -> dict[str
     }
 
 
-def switched_hf(inner, model, schedule: list[bool], events: list, host: list[float]):
+def switched_hf(inner, model, schedule: list[bool], events: list, host: list[float], device: str):
     """A TrainerCallback that runs `inner` (hooks included) only on the steps `schedule` says."""
-    import torch
     from transformers import TrainerCallback
 
     class Switch(TrainerCallback):
@@ -470,7 +487,7 @@ def switched_hf(inner, model, schedule: list[bool], events: list, host: list[flo
             self.hooks = inner.detach() if hasattr(inner, "detach") else _take_hooks(inner)
 
         def on_step_begin(self, args, state, control, **kwargs):
-            self.begin = torch.cuda.Event(enable_timing=True)
+            self.begin = timing_event(device)
             self.begin.record()
             self.spent = 0.0
             if schedule[self.step]:
@@ -491,7 +508,7 @@ def switched_hf(inner, model, schedule: list[bool], events: list, host: list[flo
                 inner.detach() if hasattr(inner, "detach") else _take_hooks(inner)
                 self.spent += time.perf_counter() - t0
                 host.append(self.spent)
-            end = torch.cuda.Event(enable_timing=True)
+            end = timing_event(device)
             end.record()
             events.append((on, self.begin, end))
             self.step += 1
@@ -517,10 +534,9 @@ def _put_hooks(inner, model, _unused) -> None:
     ]
 
 
-def switched_lightning(inner, schedule: list[bool], events: list, host: list[float]):
+def switched_lightning(inner, schedule: list[bool], events: list, host: list[float], device: str):
     """A Lightning Callback that runs `inner` only on the optimizer steps `schedule` says."""
     import lightning.pytorch as L
-    import torch
 
     class Switch(L.Callback):
         def __init__(self) -> None:
@@ -539,7 +555,7 @@ def switched_lightning(inner, schedule: list[bool], events: list, host: list[flo
 
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             if self.micro == 0:
-                self.begin = torch.cuda.Event(enable_timing=True)
+                self.begin = timing_event(device)
                 self.begin.record()
                 self.spent = 0.0
             if schedule[self.step]:
@@ -555,7 +571,7 @@ def switched_lightning(inner, schedule: list[bool], events: list, host: list[flo
                 self._call("on_train_batch_end", trainer, pl_module, outputs, batch, batch_idx)
             self.micro += 1
             if self.micro == ACCUMULATION:
-                end = torch.cuda.Event(enable_timing=True)
+                end = timing_event(device)
                 end.record()
                 events.append((on, self.begin, end))
                 if on:
@@ -570,9 +586,32 @@ def switched_lightning(inner, schedule: list[bool], events: list, host: list[flo
 
 
 # -- the command ---------------------------------------------------------------------------------
+def print_table(path: Path) -> None:
+    """One line per integration of a result file."""
+    result = json.loads(path.read_text())
+    for name, r in result.items():
+        if isinstance(r, dict) and "host_us_per_ordinary_step" in r:
+            print(
+                f"{path.stem} {name}: {r['host_us_per_ordinary_step'].get('median', 0):.0f} us/step "
+                f"({r['host_us_per_ordinary_step_in_on_methods'].get('median', 0):.0f} in on_* methods, "
+                f"{r['host_us_per_micro_batch_in_hooks'].get('median', 0):.0f} per micro-batch in hooks), "
+                f"{r.get('aten_ops_per_ordinary_step')} ATen ops/step, "
+                f"{r['host_us_per_log_boundary_step'].get('median', 0):.0f} us at a boundary"
+            )
+        elif isinstance(r, dict) and "ratios" in r:
+            paired = r["ratios"]["paired"]
+            low, high = paired["ci95"]
+            print(
+                f"{path.stem} {name}: on/off step time {paired['ratio']:.4f} [{low:.4f}, {high:.4f}] over "
+                f"{r['pairs']} pairs, median step {r['median_step_s']['off'] * 1e3:.1f} ms, "
+                f"{r['host_us_in_callback_per_on_step']['median']:.0f} us in the callback per step"
+            )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", choices=["host", "ratio"])
+    ap.add_argument("mode", choices=["host", "ratio", "table"])
+    ap.add_argument("files", nargs="*", help="table: result files to summarise")
     ap.add_argument("--integrations", default=None, help="comma-separated: hf, trl, lightning")
     ap.add_argument("--steps", type=int, default=60, help="host: optimizer steps per run")
     ap.add_argument("--op-steps", type=int, default=24, help="host: steps of the op-counting run")
@@ -584,6 +623,10 @@ def main() -> int:
     ap.add_argument("--profile", action="store_true", help="host: add a cProfile of the callback's calls")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    if args.mode == "table":
+        for path in args.files:
+            print_table(Path(path))
+        return 0
     if args.code_root:
         use_code_root(args.code_root)
     import torch
@@ -617,11 +660,10 @@ def main() -> int:
                 profiled = host_cost(name, model, args.op_steps, device, count_ops=False, profile=cProfile.Profile())
                 result[name]["profile_top_own_time"] = profiled["profile_top_own_time"]
     else:
-        if device != "cuda":
-            ap.error("ratio needs a CUDA GPU")
+        model = args.model or ("qwen2-303m" if device == "cuda" else "stand-in")
         for name in (args.integrations or "hf,lightning").split(","):
             print(f"step-time ratio: {name} ...", file=sys.stderr)
-            result[f"ratio_{name}"] = step_time_ratio(name, args.pairs, args.warmup_pairs)
+            result[f"ratio_{name}"] = step_time_ratio(name, args.pairs, args.warmup_pairs, model, device)
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:
