@@ -113,9 +113,9 @@ class IntervalAccumulator:
             token_lens, token_rows = canonicalize_tokens(self._tokens, 0, device)
             lens.append(token_lens)
             rows.append(token_rows)
-            for b in self._tokens:
-                self.host.add_shape(b)
-                packs += b.rows
+            for token_batch in self._tokens:
+                self.host.add_shape(token_batch)
+                packs += token_batch.rows
         if self._cu:
             # Their packs are numbered after those of the per-token forms.
             offsets = []

@@ -208,6 +208,7 @@ class Agent:
                 raise ValueError("observe_batch(cu_seqlens=...) needs shape=(packs, pack_length)")
             self._acc.add_cu(batch_forms.from_cu_seqlens(cu_seqlens, shape, cu_seqlens_padded, token_mask))
             return
+        batch: batch_forms.TokenBatch | batch_forms.ShapeBatch
         if position_ids is not None:
             batch = batch_forms.from_position_ids(position_ids, attention_mask)
         elif attention_mask is not None:

@@ -48,7 +48,7 @@ DOC_LENGTHS = [random.Random(0).randint(32, 2048) for _ in range(8)]  # the same
 ACCUMULATION = 2
 LOG_EVERY = 10
 # A Qwen2 of about 303M parameters (untied embeddings, 32k vocabulary), the model size.
-QWEN2_303M = dict(
+QWEN2_303M: dict[str, Any] = dict(
     vocab_size=32000,
     hidden_size=1024,
     intermediate_size=2816,
@@ -86,8 +86,10 @@ def make_model(kind: str, device: str):
 
     torch.manual_seed(0)
     if kind == "qwen2-303m":
-        config = transformers.Qwen2Config(**QWEN2_303M, attn_implementation="sdpa")
-        return transformers.Qwen2ForCausalLM(config).to(device)
+        # SDPA: the GPU machine has no flash-attn, so torch's own attention kernels.
+        config = transformers.Qwen2Config(**QWEN2_303M, attn_implementation="sdpa")  # type: ignore[call-arg]
+        model: Any = transformers.Qwen2ForCausalLM(config)
+        return model.to(device)
     return stand_in_model().to(device)
 
 
@@ -239,7 +241,7 @@ def hf_trainer(model, steps: int, callbacks: list, device: str, trl: bool = Fals
     import transformers
 
     data = examples(8 * ACCUMULATION * (steps + 2))
-    common = dict(
+    common: dict[str, Any] = dict(
         output_dir=str(Path(os.environ.get("TMPDIR", "/tmp")) / "packscope-bench-hf"),
         per_device_train_batch_size=8,
         gradient_accumulation_steps=ACCUMULATION,
@@ -270,7 +272,8 @@ def hf_trainer(model, steps: int, callbacks: list, device: str, trl: bool = Fals
 
     class InOrder(transformers.Trainer):
         def _get_train_sampler(self, *args: Any, **kwargs: Any) -> Any:
-            return torch.utils.data.SequentialSampler(self.train_dataset)  # every batch the same 8 lengths
+            dataset: Any = self.train_dataset
+            return torch.utils.data.SequentialSampler(dataset)  # every batch the same 8 lengths
 
     return quiet(
         InOrder(
@@ -318,9 +321,8 @@ def lightning_run(model, steps: int, callbacks: list, device: str):
         def configure_optimizers(self):
             return torch.optim.AdamW(self.parameters(), lr=1e-5)
 
-    loader = torch.utils.data.DataLoader(
-        examples(8 * ACCUMULATION * (steps + 2)), batch_size=8, collate_fn=transformers.DataCollatorWithFlattening()
-    )
+    data: Any = examples(8 * ACCUMULATION * (steps + 2))  # a list serves as a map-style dataset
+    loader: Any = torch.utils.data.DataLoader(data, batch_size=8, collate_fn=transformers.DataCollatorWithFlattening())
     trainer = L.Trainer(
         max_steps=steps,
         accumulate_grad_batches=ACCUMULATION,
@@ -382,10 +384,10 @@ def host_cost(
     else:
         from packscope.agent.integrations.hf import PackscopeCallback
 
-        callback = PackscopeCallback(**agent_settings)
-        probe.wrap_callback(callback, step_end="on_step_end")
+        hf_callback = PackscopeCallback(**agent_settings)
+        probe.wrap_callback(hf_callback, step_end="on_step_end")
         probe.wrap_hooks(model)
-        trainer = hf_trainer(model, steps, [callback], device, trl=integration == "trl")
+        trainer = hf_trainer(model, steps, [hf_callback], device, trl=integration == "trl")
         trainer.train()
     if device == "cuda":
         torch.cuda.synchronize()
@@ -431,7 +433,7 @@ def step_time_ratio(integration: str, pairs: int, warmup_pairs: int, model_kind:
     if integration == "hf":
         from packscope.agent.integrations.hf import PackscopeCallback
 
-        inner = PackscopeCallback(**settings)
+        inner: Any = PackscopeCallback(**settings)
         switch = switched_hf(inner, model, schedule, events, host_in_callback, device)
         trainer = hf_trainer(model, len(schedule), [switch], device)
         trainer.train()

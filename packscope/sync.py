@@ -28,6 +28,7 @@ server refuses as invalid (named by file and line; a spool's is set aside in it)
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sqlite3
@@ -493,6 +494,10 @@ def sync_from_args(args: argparse.Namespace) -> int:
     return code
 
 
+def _spool_job(client: Client, spool_input: SpoolInput, batch: int, progress: Progress) -> list[Outcome]:
+    return [sync_spool(client, spool_input, batch, progress)]
+
+
 def _send_all(
     client: Client, spools: list[SpoolInput], run_files: list[RunFileInput], batch: int, progress: Progress
 ) -> int:
@@ -502,13 +507,13 @@ def _send_all(
     for spool_input in spools:
         if spool_input.records or spool_input.set_aside:
             run_id = str(spool_input.run.get("run_id"))
-            jobs.append((run_id, lambda s=spool_input: [sync_spool(client, s, batch, progress)]))
+            jobs.append((run_id, functools.partial(_spool_job, client, spool_input, batch, progress)))
     by_run: dict[str, list[RunFileInput]] = {}
     for item in run_files:
         by_run.setdefault(item.loaded.run_id, []).append(item)
     for run_id, items in by_run.items():
         if not all(item.state.status_set for item in items):
-            jobs.append((run_id, lambda items=items: sync_run_files(client, items, batch, progress)))
+            jobs.append((run_id, functools.partial(sync_run_files, client, items, batch, progress)))
     errors: list[ImportFailed] = []
     refused = False
     sent_runs: list[str] = []
@@ -529,8 +534,8 @@ def _send_all(
             sent_runs.append(run_id)
     for run_id in sent_runs:
         progress.write(f"run {run_id}: {client.server}/runs/{urllib.parse.quote(run_id)}")
-    for err in errors:
-        _error(str(err))
+    for failed in errors:
+        _error(str(failed))
     if errors:
         print(
             f"packscope sync: {len(errors)} of {len(jobs)} runs not sent in full; run sync again to resume",

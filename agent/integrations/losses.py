@@ -127,7 +127,7 @@ class TokenWeightedLoss(_StepLosses):
         labels = [p.labels for p in pieces if p.labels is not None]
         flat = torch.cat([t.reshape(-1) for t in labels]).to(device) if len(labels) > 1 else labels[0].reshape(-1)
         valid = flat.ne(self.ignore_index)
-        bounds, firsts, start = [0], [], 0
+        bounds, firsts, start = [0], list[int](), 0
         for p in pieces:
             assert p.labels is not None  # TokenWeightedLoss.add always has labels
             if not p.shifted:  # the first label of each row is never a target

@@ -133,7 +133,7 @@ class PackscopeTrainer(Trainer):
     # -- the steps ---------------------------------------------------------------------------
     def _agent(self) -> Agent:
         if self.packscope_agent is None:
-            settings: PackscopeSettings = self.config.packscope  # type: ignore[attr-defined]
+            settings: PackscopeSettings = self.config.packscope
             agent_config = settings.agent_config(start_step=self.step - 1, config=_plain(self.config))
             dims = self.parallel_dims
             dp_group = dims.get_mesh("batch").get_group() if dims.dp_enabled else None
