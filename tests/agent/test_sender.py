@@ -644,7 +644,7 @@ def test_retry_after_zero_never_brings_the_retries_under_the_backoff(server, tmp
     times = [t for t, _, _ in server.answered(429)]
     gaps = [b - a for a, b in itertools.pairwise(times)]
     assert 2 <= len(times) <= 4, times  # 0, 0.4, 1.2, 2.8 s: the backoff's doubling waits
-    assert all(gap >= 0.38 for gap in gaps) and gaps == sorted(gaps), gaps
+    assert all(gap >= 0.4 * 2**i - 0.02 for i, gap in enumerate(gaps)), gaps  # never sooner
     server.script = None
     assert sender.close(None, timeout_s=5) is True  # close makes its last try at once
     assert server.order == [0]
