@@ -17,10 +17,12 @@
   label smoothing computes the loss outside the model, there is none.
 * The learning rate is read from the optimizer before the scheduler steps, as the Trainer logs it.
 
-What a step costs: the hooks keep references (the batch's tensors, the loss, its labels) and run
-no kernel; the interval's document lengths and loss are computed at the log boundary, all of its
-micro-batches together (``integrations/losses.py``). So, as for cu_seqlens batches, the Trainer's
-tensors must not be modified in place before the interval ends (its fresh batches never are).
+What a step costs: the hooks only keep a reference to each training forward's arguments and
+loss; at the step's end one loop reads them (their batch form, labels, num_items_in_batch); the
+interval's document lengths and loss are computed at the log boundary, all of its micro-batches
+together (``integrations/losses.py``). No kernel runs on an ordinary step. So, as for cu_seqlens
+batches, the Trainer's tensors must not be modified in place before the interval ends (its fresh
+batches never are).
 
 The host syncs that the agent reports are the Trainer's own (e.g. its NaN/Inf check of every
 micro-batch's loss with ``logging_nan_inf_filter``): a finding, not the agent's doing.
@@ -65,6 +67,8 @@ class PackscopeCallback(TrainerCallback):
         self.agent: Agent | None = None
         self._hooks: list[torch.utils.hooks.RemovableHandle] = []
         self._losses = TokenWeightedLoss()  # the micro-batches' losses, by reference until the boundary
+        self._step_inputs: list[tuple[tuple, dict]] = []  # this step's forwards: (args, kwargs)
+        self._step_outputs: list[tuple[Any, dict]] = []  # this step's forwards: (outputs.loss, kwargs)
         self._lr: float | None = None
         self._warned_unknown = False
 
@@ -106,6 +110,7 @@ class PackscopeCallback(TrainerCallback):
 
     # -- one optimizer step ---------------------------------------------------------------
     def on_step_begin(self, args, state, control, **kwargs):
+        self._step_inputs, self._step_outputs = [], []
         self._running().step_begin()
 
     def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
@@ -114,17 +119,28 @@ class PackscopeCallback(TrainerCallback):
         self._lr = float(lr) if isinstance(lr, (int, float)) else None
 
     def on_step_end(self, args, state, control, **kwargs):
+        agent = self._running()
+        for forward_args, forward_kwargs in self._step_inputs:
+            self._observe_batch(agent, forward_args, forward_kwargs)
+        for loss, forward_kwargs in self._step_outputs:
+            self._keep_loss_of(loss, forward_kwargs)
+        self._step_inputs, self._step_outputs = [], []
         self._losses.end_step()
-        self._running().step_end(lr=self._lr)
+        agent.step_end(lr=self._lr)
 
-    # -- every micro-batch ----------------------------------------------------------------
-    @staticmethod
-    def _trains(module: torch.nn.Module) -> bool:
-        return module.training and torch.is_grad_enabled()
-
+    # -- every micro-batch: a reference kept, read when the step ends ----------------------
+    # The Trainer holds the step's micro-batches until the step ends anyway (it fetches them
+    # before the first forward), so keeping the forward's arguments costs no memory, and the
+    # Python work of reading them runs once per step, in one loop, instead of between forwards.
     def _observe(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
-        if not self._trains(module):
-            return
+        if module.training and torch.is_grad_enabled():  # not evaluation, nor a metrics-only forward
+            self._step_inputs.append((args, kwargs))
+
+    def _keep_loss(self, module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        if module.training and torch.is_grad_enabled():
+            self._step_outputs.append((getattr(output, "loss", None), kwargs))  # not the output: its logits
+
+    def _observe_batch(self, agent: Agent, args: tuple, kwargs: dict) -> None:
         batch = kwargs if args == () else {"input_ids": args[0], **kwargs}
         form = observe_kwargs(batch)
         if form is None:
@@ -132,12 +148,9 @@ class PackscopeCallback(TrainerCallback):
                 log.warning("packscope: a training forward had no input_ids/inputs_embeds; not counted")
                 self._warned_unknown = True
             return
-        self._running().observe_batch(**form)
+        agent.observe_batch(**form)
 
-    def _keep_loss(self, module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
-        if not self._trains(module):
-            return
-        loss = getattr(output, "loss", None)
+    def _keep_loss_of(self, loss: Any, kwargs: dict) -> None:
         labels = kwargs.get("shift_labels")
         shifted = labels is not None
         if not shifted:
