@@ -487,6 +487,20 @@ def switched_hf(inner, model, schedule: list[bool], events: list, host: list[flo
         def on_train_begin(self, args, state, control, **kwargs):
             inner.on_train_begin(args, state, control, **kwargs)
             self.hooks = inner.detach() if hasattr(inner, "detach") else _take_hooks(inner)
+            for register in ("register_forward_pre_hook", "register_forward_hook"):  # time the hooks too
+                setattr(model, register, self._timing(getattr(model, register)))
+
+        def _timing(self, register: Any) -> Any:
+            def registered(hook: Any, *args: Any, **kwargs: Any) -> Any:
+                def timed(*hook_args: Any, **hook_kwargs: Any) -> Any:
+                    t0 = time.perf_counter()
+                    out = hook(*hook_args, **hook_kwargs)
+                    self.spent += time.perf_counter() - t0
+                    return out
+
+                return register(timed, *args, **kwargs)
+
+            return registered
 
         def on_step_begin(self, args, state, control, **kwargs):
             self.begin = timing_event(device)
