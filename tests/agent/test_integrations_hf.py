@@ -5,6 +5,7 @@ grouped into optimizer steps as the Trainer does."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -351,3 +352,18 @@ def test_an_ordinary_step_runs_no_op_in_the_callback(collator, flattens):
     train(tiny_model("qwen2"), recorded, steps=5, callback=cb, train_dataset=dataset())
     assert {step for step, n in ops.items() if n} == {3}, ops  # the boundary's one chain, nothing else
     check_intervals(list(cb.agent.records), recorded, cb.agent.model, accumulation=2, log_every=3, steps=5)
+
+
+def test_without_a_server_the_run_is_kept_for_packscope_sync(tmp_path):
+    import sqlite3
+
+    cb = PackscopeCallback(server=None, spool_dir=str(tmp_path / "runs"), run_name="hf-offline")
+    train(tiny_model("llama"), transformers.DataCollatorWithFlattening(), steps=4, callback=cb, train_dataset=dataset())
+    db = sqlite3.connect(tmp_path / "runs" / f"{cb.agent.run_id}.sqlite")
+    try:
+        spooled = [json.loads(body) for (body,) in db.execute("SELECT body FROM records ORDER BY id")]
+        meta = dict(db.execute("SELECT key, value FROM meta"))
+    finally:
+        db.close()
+    assert spooled == list(cb.agent.records) and len(spooled) == 2  # every record, as the agent made it
+    assert json.loads(meta["run"])["name"] == "hf-offline" and json.loads(meta["final"])["status"] == "finished"

@@ -4,7 +4,9 @@ grouped into optimizer steps (gradient accumulation included)."""
 
 from __future__ import annotations
 
+import json
 import random
+import sqlite3
 import statistics
 
 import lightning.pytorch as L
@@ -236,3 +238,14 @@ def test_an_ordinary_step_runs_no_op_in_the_callback(form):
     collate, _ = fit(form, cb, steps=5, accumulation=2)
     assert {step for step, n in ops.items() if n} == {3}, ops  # the boundary's one chain, nothing else
     assert sum(r["documents"] for r in cb.agent.records) == brute(collate.batches[:10])["documents"]
+
+
+def test_without_a_server_the_run_is_kept_for_packscope_sync(tmp_path):
+    cb = PackscopeCallback(server=None, spool_dir=str(tmp_path / "runs"), run_name="lightning-offline", model=SPEC)
+    fit("cu_seqlens", cb, steps=4, accumulation=1, log_every_n_steps=2)
+    db = sqlite3.connect(tmp_path / "runs" / f"{cb.agent.run_id}.sqlite")
+    try:
+        spooled = [json.loads(body) for (body,) in db.execute("SELECT body FROM records ORDER BY id")]
+    finally:
+        db.close()
+    assert spooled == list(cb.agent.records) and len(spooled) == 2
