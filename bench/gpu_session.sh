@@ -128,10 +128,10 @@ case "${1:-}" in
     for entry in "${roots[@]}"; do
       side=${entry%%:*} root=${entry#*:}
       args=(); [ -n "$root" ] && args=(--code-root "$root")
-      timeout 200 python3 bench/integration_overhead.py host --integrations hf,lightning --steps 60 "${args[@]}" \
+      timeout 140 python3 bench/integration_overhead.py host --integrations hf,lightning --steps 60 "${args[@]}" \
         --out "$OUT/integration_host_$side.json" > /dev/null 2> "$OUT/integration_host_$side.err"
       echo "host ($side) exit $?"
-      timeout 240 python3 bench/integration_overhead.py ratio --integrations hf,lightning --pairs 80 "${args[@]}" \
+      timeout 140 python3 bench/integration_overhead.py ratio --integrations hf,lightning --pairs 80 "${args[@]}" \
         --out "$OUT/integration_ratio_$side.json" > /dev/null 2> "$OUT/integration_ratio_$side.err"
       echo "ratio ($side) exit $?"
     done

@@ -18,11 +18,13 @@ on CUDA the 303M model itself (`--model qwen2-303m`). Ordinary steps and log-bou
 reported apart.
 
 `ratio` runs one Trainer; before each pair of steps a seeded coin picks which of the two runs
-with the callback (its hooks are put on the model for that step and taken off after it, so the
-"on" step also pays for that), each step timed by CUDA events recorded before the callback's
-first call and after its last. The on/off ratio comes with a bootstrap 95% interval over pairs
-(bench/agent_overhead.py's ratio_estimates). `--code-root DIR` imports packscope from another
-tree (e.g. `git archive <commit> | tar -x -C DIR`), for before/after runs from one checkout.
+with the callback (its hooks and the agent's sync counter are put in place for that step and
+taken away after it, so the "on" step also pays for that), each step timed by CUDA events
+recorded before the callback's first call and after its last. The on/off ratio comes with a
+bootstrap 95% interval over pairs (bench/agent_overhead.py's ratio_estimates; target <= 1.001).
+On CPU it runs on the host clock with the stand-in: a smoke run of the code path, not a result.
+`--code-root DIR` imports packscope from another tree (e.g. `git archive <commit> agent packscope
+trainer | tar -x -C DIR`), for before/after runs from one checkout.
 
 Prints one JSON object (and writes it to --out).
 """
@@ -486,6 +488,7 @@ def switched_hf(inner, model, schedule: list[bool], events: list, host: list[flo
 
         def on_train_begin(self, args, state, control, **kwargs):
             inner.on_train_begin(args, state, control, **kwargs)
+            inner.agent.syncs.uninstall()  # installed on the callback's steps only
             self.hooks = inner.detach() if hasattr(inner, "detach") else _take_hooks(inner)
             for register in ("register_forward_pre_hook", "register_forward_hook"):  # time the hooks too
                 setattr(model, register, self._timing(getattr(model, register)))
@@ -508,6 +511,7 @@ def switched_hf(inner, model, schedule: list[bool], events: list, host: list[flo
             self.spent = 0.0
             if schedule[self.step]:
                 t0 = time.perf_counter()
+                inner.agent.syncs.install()
                 inner.attach(model) if hasattr(inner, "attach") else _put_hooks(inner, model, self.hooks)
                 self.spent += time.perf_counter() - t0
                 self._call("on_step_begin", args, state, control, **kwargs)
@@ -522,6 +526,7 @@ def switched_hf(inner, model, schedule: list[bool], events: list, host: list[flo
                 self._call("on_step_end", args, state, control, **kwargs)
                 t0 = time.perf_counter()
                 inner.detach() if hasattr(inner, "detach") else _take_hooks(inner)
+                inner.agent.syncs.uninstall()
                 self.spent += time.perf_counter() - t0
                 host.append(self.spent)
             end = timing_event(device)
@@ -568,6 +573,7 @@ def switched_lightning(inner, schedule: list[bool], events: list, host: list[flo
 
         def on_train_start(self, trainer, pl_module):
             inner.on_train_start(trainer, pl_module)
+            inner.agent.syncs.uninstall()  # installed on the callback's steps only
 
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             if self.micro == 0:
@@ -575,6 +581,8 @@ def switched_lightning(inner, schedule: list[bool], events: list, host: list[flo
                 self.begin.record()
                 self.spent = 0.0
             if schedule[self.step]:
+                if self.micro == 0:
+                    inner.agent.syncs.install()
                 self._call("on_train_batch_start", trainer, pl_module, batch, batch_idx)
 
         def on_before_optimizer_step(self, trainer, pl_module, optimizer):
@@ -591,6 +599,7 @@ def switched_lightning(inner, schedule: list[bool], events: list, host: list[flo
                 end.record()
                 events.append((on, self.begin, end))
                 if on:
+                    inner.agent.syncs.uninstall()
                     host.append(self.spent)
                 self.micro = 0
                 self.step += 1
