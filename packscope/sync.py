@@ -84,6 +84,11 @@ class SpoolInput:
     records: int  # waiting in the spool
     set_aside: int  # set aside, still within their retry caps
     given_up: int  # set aside past their caps: they stay in the file, with the reason
+    final: bool  # a final status is still to be set
+
+    @property
+    def pending(self) -> bool:
+        return bool(self.records or self.set_aside or self.final)
 
 
 @dataclass
@@ -192,6 +197,7 @@ def read_spool(path: Path) -> tuple[SpoolInput | None, str | None]:
         if version > FORMAT_VERSION:
             return None, f"{path}: written by a newer packscope (spool format {version}); upgrade packscope to send it"
         row = db.execute("SELECT value FROM meta WHERE key = ?", (RUN_KEY,)).fetchone()
+        final = db.execute("SELECT 1 FROM meta WHERE key = ?", (FINAL_KEY,)).fetchone() is not None
         records = db.execute("SELECT records FROM totals").fetchone()[0]
         aside, retryable = db.execute(
             "SELECT count(*), coalesce(sum(attempts < ? AND since > ?), 0) FROM set_aside",
@@ -206,7 +212,7 @@ def read_spool(path: Path) -> tuple[SpoolInput | None, str | None]:
             f"{path}: the spool does not hold its run's registration (an older packscope wrote it); an agent "
             "started with the same run_id sends its records"
         )
-    return SpoolInput(path, json.loads(row[0]), int(records), int(retryable), int(aside - retryable)), None
+    return SpoolInput(path, json.loads(row[0]), int(records), int(retryable), int(aside - retryable), final), None
 
 
 # -- progress ------------------------------------------------------------------------------------
@@ -484,7 +490,7 @@ def sync_from_args(args: argparse.Namespace) -> int:
         print(f"packscope sync: {note}", file=sys.stderr)
     client = Client(args.server, args.token, name="sync")
     run_files = [RunFileInput(f, RunFileState.read(f.path, client.server)) for f in loaded]
-    pending = [s for s in spools if s.records or s.set_aside] + [f for f in run_files if not f.state.status_set]
+    pending = [s for s in spools if s.pending] + [f for f in run_files if not f.state.status_set]
     if not pending:
         print("packscope sync: nothing to send: every run here has been sent")
         return EXIT_OK
@@ -505,7 +511,7 @@ def _send_all(
     others unless none can succeed (no server, a wrong token)."""
     jobs: list[tuple[str, Callable[[], list[Outcome]]]] = []
     for spool_input in spools:
-        if spool_input.records or spool_input.set_aside:
+        if spool_input.pending:
             run_id = str(spool_input.run.get("run_id"))
             jobs.append((run_id, functools.partial(_spool_job, client, spool_input, batch, progress)))
     by_run: dict[str, list[RunFileInput]] = {}

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -238,3 +239,23 @@ def test_a_record_the_server_refuses_is_set_aside_and_tried_again_within_its_cap
     db = sqlite3.connect(spool)
     assert db.execute("SELECT attempts, kind FROM set_aside").fetchall() == [(5, "rejected")]  # kept, with its reason
     db.close()
+
+
+def test_a_final_status_left_alone_in_a_spool_is_set(server, tmp_path, capsys):
+    """Every record delivered, but not the final status: the spool keeps just that, and sync sets it."""
+    records = agent_run(tmp_path / "offline", "sync-status-only", None, steps=3)
+    spool = tmp_path / "offline" / "sync-status-only.sqlite"
+    first = tmp_path / "first" / spool.name
+    first.parent.mkdir()
+    shutil.copy(spool, first)
+    with sqlite3.connect(first) as db:  # the records alone reach the server...
+        db.execute("DELETE FROM meta WHERE key = 'final'")
+    assert run_sync(capsys, first, "--server", server)[0] == 0
+    assert get(server, "/api/v1/runs/sync-status-only")["status"] == "running"
+    with sqlite3.connect(spool) as db:  # ...and the spool is left with the status only
+        db.execute("DELETE FROM records")
+        db.execute("UPDATE totals SET records = 0, bytes = 0")
+    code, out, err = run_sync(capsys, spool, "--server", server)
+    assert code == 0 and "status finished" in out, err
+    assert_stored(server, "sync-status-only", records, status="finished")
+    assert not spool.exists()
