@@ -138,7 +138,9 @@ class PackscopeCallback(TrainerCallback):
 
     def _keep_loss(self, module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
         if module.training and torch.is_grad_enabled():
-            self._step_outputs.append((getattr(output, "loss", None), kwargs))  # not the output: its logits
+            loss = getattr(output, "loss", None)  # not the output: its logits
+            # Detached now: kept past the backward, the loss would hold its graph's nodes.
+            self._step_outputs.append((loss.detach() if isinstance(loss, torch.Tensor) else None, kwargs))
 
     def _observe_batch(self, agent: Agent, args: tuple, kwargs: dict) -> None:
         batch = kwargs if args == () else {"input_ids": args[0], **kwargs}
@@ -160,4 +162,4 @@ class PackscopeCallback(TrainerCallback):
         # HF's causal-LM loss predicts labels[..., 1:] (unless given shift_labels) and ignores -100.
         # It is a mean over its own targets or, given num_items_in_batch, the micro-batch's summed
         # loss divided by that step-wide count; kept by reference, weighed at the boundary.
-        self._losses.add(loss.detach(), labels, shifted=shifted, divisor=kwargs.get("num_items_in_batch"))
+        self._losses.add(loss, labels, shifted=shifted, divisor=kwargs.get("num_items_in_batch"))
