@@ -4,11 +4,13 @@ Besides the full-causal attention sum (Σ s²) the interval keeps one sum per ot
 model has (packscope.core.attention: a sliding window W, chunks of C), over the real documents on
 the device and over the packs (each one sequence of its slot length) on the host.
 
-On a training step the agent keeps the batch (cu_seqlens batches as given, with one list
-append; other forms after a few device ops, see ``batch_forms``). At the log boundary
-everything the interval saw is reduced with a few dozen ops into one int64 vector, which then
-travels to the host in a single non-blocking copy. Values known on the host (token slots,
-packs, the baseline S2 of a fixed shape) never touch the device.
+On a training step the agent keeps the batch as given, with one list append (``batch_forms``:
+no device op for any form). At the log boundary everything the interval saw is reduced with a
+few dozen ops into one int64 vector, which then travels to the host in a single non-blocking
+copy. Values known on the host (token slots, packs, the baseline sums of a fixed shape) never
+touch the device. So that an interval of many large per-token batches does not hold all their
+tensors, what is held is folded into partial device sums (the same ops, no read) once it passes
+FOLD_SLOTS token slots.
 """
 
 from __future__ import annotations
@@ -19,7 +21,15 @@ from typing import Any
 
 import torch
 
-from packscope.agent.batch_forms import PROBLEMS, CuBatch, DocBatch, baseline_packs, canonicalize_cu
+from packscope.agent.batch_forms import (
+    PROBLEMS,
+    CuBatch,
+    ShapeBatch,
+    TokenBatch,
+    baseline_packs,
+    canonicalize_cu,
+    canonicalize_tokens,
+)
 from packscope.agent.histograms import NUM_BUCKETS, SLOTS, bucket_of, edges_on, slot_of
 from packscope.agent.vision import BATCH_KEYS, batch_vision_sums
 from packscope.core.attention import chunk_sq, window_sq
@@ -35,6 +45,10 @@ SUM_AT = {name: 4 * SLOTS + i for i, name in enumerate(DEVICE_SUMS)}
 # Entries of the interval's cu_seqlens tensors with each of batch_forms.PROBLEMS.
 PROBLEM_COUNTS = slice(4 * SLOTS + len(DEVICE_SUMS), 4 * SLOTS + len(DEVICE_SUMS) + len(PROBLEMS))
 DEVICE_LEN = PROBLEM_COUNTS.stop
+# Token slots of per-token batches (and token masks) held before they are folded into partial
+# sums: 4M slots keep about 32 MiB of int64 position ids alive; at 10k tokens a micro-batch that
+# is one fold every 400 micro-batches.
+FOLD_SLOTS = 1 << 22
 # Host statics (then the four host histograms), in the order HostCounts.as_list lays them out.
 HOST_FIELDS = (
     "tokens",
@@ -85,10 +99,10 @@ class IntervalAccumulator:
     def __init__(self, window: int | None = None, chunk: int | None = None, vision: VisionSpec | None = None) -> None:
         self.window, self.chunk, self.vision = window, chunk, vision
         self._vision_tables: dict[str, list[torch.Tensor]] = {}  # device grids / sizes, by batch key
-        self._lens: list[torch.Tensor] = []
-        self._rows: list[torch.Tensor] = []
         self._cu: list[CuBatch] = []  # counted and canonicalised all together at the log boundary
-        self._row_offset = 0  # rows (packs) of the other forms so far
+        self._tokens: list[TokenBatch] = []  # the same for the per-token forms
+        self._held_slots = 0  # token slots of the tensors held in _tokens and in cu token masks
+        self._partial: torch.Tensor | None = None  # device sums of batches folded before the boundary
         self.host = HostCounts()
         self.kinds: set[str] = set()  # the layouts of the interval's batches (batch_forms' `kind`)
         self._edges: torch.Tensor | None = None
@@ -97,26 +111,31 @@ class IntervalAccumulator:
         """The hot path of the commonest form: nothing but an append."""
         self._cu.append(batch)
         self.kinds.add(batch.kind)
+        if batch.token_mask is not None:
+            self._hold(batch.slots)
 
-    def add(self, batch: DocBatch | CuBatch) -> None:
+    def add(self, batch: ShapeBatch | CuBatch | TokenBatch) -> None:
         if isinstance(batch, CuBatch):
             self.add_cu(batch)
             return
         self.kinds.add(batch.kind)
+        if isinstance(batch, TokenBatch):
+            self._tokens.append(batch)
+            self._hold(batch.slots)
+            return
+        # Every row one full-length document: the host knows it all.
         h = self.host
-        self._add_packs(batch.rows, batch.row_len, batch.baseline_pack_length)
-        if batch.doc_lens is None:
-            b = bucket_of(batch.row_len)
-            self._add_sums(h, "thd", batch.rows, batch.row_len)
-            for hist in (h.doc_hist, h.pack_hist):
-                hist[0][b] += batch.rows
-                hist[1][b] += batch.slots
-        else:
-            assert batch.doc_rows is not None  # batch_forms sets both or neither
-            self._lens.append(batch.doc_lens)
-            rows = batch.doc_rows
-            self._rows.append(rows + self._row_offset if self._row_offset else rows)
-        self._row_offset += batch.rows
+        self._add_packs(batch.rows, batch.row_len, None)
+        self._add_sums(h, "thd", batch.rows, batch.row_len)
+        b = bucket_of(batch.row_len)
+        for hist in (h.doc_hist, h.pack_hist):
+            hist[0][b] += batch.rows
+            hist[1][b] += batch.slots
+
+    def _hold(self, slots: int) -> None:
+        self._held_slots += slots
+        if self._held_slots >= FOLD_SLOTS:
+            self._fold(None)
 
     def add_vision(self, images: Mapping[str, Any]) -> None:
         """A micro-batch's images, under its tower processor's keys (agent/vision.BATCH_KEYS): device
@@ -137,46 +156,71 @@ class IntervalAccumulator:
 
     def reduce(self, device: torch.device) -> torch.Tensor:
         """The interval's device statistics as one int64 vector (DEVICE_LEN long); completes
-        ``host`` with the cu_seqlens batches' shapes."""
-        out = torch.zeros(DEVICE_LEN, dtype=torch.int64, device=device)
+        ``host`` with the held batches' shapes."""
+        self._fold(device)
+        out = torch.zeros(DEVICE_LEN, dtype=torch.int64, device=device) if self._partial is None else self._partial
+        out = out.to(device)
         if self._vision_tables:
             assert self.vision is not None
             tables = {key: torch.cat(parts) for key, parts in self._vision_tables.items()}
             for name, value in batch_vision_sums(self.vision, tables).items():
                 out[SUM_AT[name]] += value
+        return out
+
+    def _fold(self, device: torch.device | None) -> None:
+        """Count the held batches into the partial sums and let go of their tensors; before the
+        boundary (device None) on the device the tensors are on."""
+        if not (self._cu or self._tokens):
+            return
+        if device is None:
+            device = _device_of(self._tokens[0]) if self._tokens else self._cu[0].cu.device
+        out = torch.zeros(DEVICE_LEN, dtype=torch.int64, device=device) if self._partial is None else self._partial
+        out = out.to(device)
+        lens, rows, packs = [], [], 0
+        if self._tokens:
+            token_lens, token_rows = canonicalize_tokens(self._tokens, 0, device)
+            lens.append(token_lens)
+            rows.append(token_rows)
+            for token_batch in self._tokens:
+                self._add_packs(token_batch.rows, token_batch.row_len, token_batch.baseline_pack_length)
+                packs += token_batch.rows
         if self._cu:
-            # Their packs are numbered after those of the other forms.
-            offsets: list[int] = []
+            # Their packs are numbered after those of the per-token forms.
+            offsets = []
             for b in self._cu:
-                offsets.append(self._row_offset)
-                self._row_offset += b.rows
+                offsets.append(packs)
+                packs += b.rows
                 self._add_packs(b.rows, b.row_len, b.baseline_pack_length)
-            lens, rows, problems = canonicalize_cu(self._cu, offsets, out.device)
-            out[PROBLEM_COUNTS] = problems
-            self._lens.append(lens)
-            self._rows.append(rows)
-        if not self._lens:
-            return out
+            cu_lens, cu_rows, problems = canonicalize_cu(self._cu, offsets, device)
+            out[PROBLEM_COUNTS] += problems
+            lens.append(cu_lens)
+            rows.append(cu_rows)
+        self._count(out, _cat(lens), _cat(rows), packs)
+        self._cu.clear()
+        self._tokens.clear()
+        self._held_slots = 0
+
+    def _count(self, out: torch.Tensor, lens: torch.Tensor, rows: torch.Tensor, packs: int) -> None:
+        """Add the histograms and attention sums of documents `lens` in packs `rows` (0..packs-1) to
+        `out`, which becomes the partial sums."""
         if self._edges is None or self._edges.device != out.device:
             self._edges = edges_on(out.device)
-        lens = torch.cat(self._lens) if len(self._lens) > 1 else self._lens[0]
-        rows = torch.cat(self._rows) if len(self._rows) > 1 else self._rows[0]
         slots = slot_of(lens, self._edges)
         out[DOC_COUNT].index_add_(0, slots, torch.ones_like(lens))
         out[DOC_TOKENS].index_add_(0, slots, lens)
-        out[SUM_AT["seqlen_sq_sum_thd"]] = (lens * lens).sum()
+        out[SUM_AT["seqlen_sq_sum_thd"]] += (lens * lens).sum()
         if self.window is not None:  # s² up to the window, then 2·s·W - W² (attention.window_sq)
             shorter = torch.clamp(lens, max=self.window)
-            out[SUM_AT["window_sq_sum_thd"]] = (2 * lens * shorter - shorter * shorter).sum()
+            out[SUM_AT["window_sq_sum_thd"]] += (2 * lens * shorter - shorter * shorter).sum()
         if self.chunk is not None:  # whole chunks from each document's start, then the rest (attention.chunk_sq)
             rest = torch.remainder(lens, self.chunk)
-            out[SUM_AT["chunk_sq_sum_thd"]] = ((lens - rest) * self.chunk + rest * rest).sum()
-        pack_real = torch.zeros(self._row_offset, dtype=torch.int64, device=out.device)
+            out[SUM_AT["chunk_sq_sum_thd"]] += ((lens - rest) * self.chunk + rest * rest).sum()
+        pack_real = torch.zeros(packs, dtype=torch.int64, device=out.device)
         pack_real.index_add_(0, rows, lens)
         pack_slots = slot_of(pack_real, self._edges)
         out[PACK_COUNT].index_add_(0, pack_slots, torch.ones_like(pack_real))
         out[PACK_TOKENS].index_add_(0, pack_slots, pack_real)
-        return out
+        self._partial = out
 
     def _add_packs(self, rows: int, row_len: int, pack_length: int | None = None) -> None:
         """`rows` packs (or padded rows) of `row_len` slots: their tokens and baseline sums, the
@@ -198,12 +242,22 @@ class IntervalAccumulator:
 
     def reset(self) -> None:
         self._vision_tables = {}
-        self._lens.clear()
-        self._rows.clear()
         self._cu.clear()
-        self._row_offset = 0
+        self._tokens.clear()
+        self._held_slots = 0
+        self._partial = None
         self.host = HostCounts()
         self.kinds = set()
+
+
+def _cat(tensors: list[torch.Tensor]) -> torch.Tensor:
+    return torch.cat(tensors) if len(tensors) > 1 else tensors[0]
+
+
+def _device_of(batch: TokenBatch) -> torch.device:
+    tensor = batch.position_ids if batch.position_ids is not None else batch.attention_mask
+    assert tensor is not None  # batch_forms gives a TokenBatch one or both
+    return tensor.device
 
 
 def problems(vec: list[int]) -> dict[str, int]:

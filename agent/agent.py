@@ -26,7 +26,7 @@ import sys
 import time
 import urllib.parse
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TextIO
@@ -123,6 +123,10 @@ class Agent:
         self._first_step = config.start_step + 1
         self._last_step = config.start_step + config.log_every  # the interval's boundary step
         self._losses: list[torch.Tensor] = []
+        # An integration that keeps its micro-batches' losses by reference, so that a step runs
+        # no kernel for them (integrations/losses.py), sets this: the boundary calls it for the
+        # interval's mean loss (a device scalar, or None) instead of averaging step_end's losses.
+        self.interval_loss: Callable[[], torch.Tensor | None] | None = None
         self._grad_norm: torch.Tensor | None = None
         self._channel_sums: list[torch.Tensor] = []  # per step: (channels, 2) loss sums and token counts
         self._channel_names: tuple[str, ...] = ()
@@ -149,7 +153,7 @@ class Agent:
             self.nvml = NvmlSampler.try_start(self.device.index or 0)
         self.hardware = describe(self.device, self.world_size, config.peak_tflops)
         self.sender: Sender | None = None
-        if config.server:
+        if config.server or config.spool_dir:  # without a server: offline, into the spool (`packscope sync`)
             self.sender = Sender(self._rank_config(config), self.run_id, self.run_body())
             if config.mark_failed_on_exit:
                 lifecycle.watch(self)
@@ -255,6 +259,7 @@ class Agent:
                 )
             )
             return
+        batch: batch_forms.TokenBatch | batch_forms.ShapeBatch
         if position_ids is not None:
             batch = batch_forms.from_position_ids(
                 position_ids, attention_mask, device=self.device, pack_length=pack_length
@@ -346,7 +351,10 @@ class Agent:
 
     def _interval_floats(self) -> dict[str, torch.Tensor]:
         floats = {}
-        if self._losses:
+        loss = self.interval_loss() if self.interval_loss is not None else None
+        if loss is not None:
+            floats["loss"] = loss
+        elif self._losses:
             floats["loss"] = self._mean_loss()
         if self._grad_norm is not None:
             floats["grad_norm"] = self._grad_norm

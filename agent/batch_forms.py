@@ -11,6 +11,11 @@ document, a BSHD ``attention_mask`` or a plain fixed-length batch), we reduce it
 plus the static shape (rows x row_len), which is known on the host. Only device ops that never
 read back are used: no ``.item()``, boolean indexing, ``nonzero`` or ``bincount``.
 
+Every form that has tensors is kept as given and canonicalised at the log boundary, all of an
+interval's batches of a kind together, with a fixed number of ops whatever their number: a
+training step runs no kernel for them (``canonicalize_cu``, ``canonicalize_tokens``). Only a
+plain shape is counted at once, on the host.
+
 Bad input stops at the call that made it where that costs nothing: wrong types, dimensions,
 dtypes and sizes (host metadata), and every value of a Python sequence (it is on the host
 already). The values of a device tensor cannot be read without a sync, so a decreasing,
@@ -55,26 +60,18 @@ def baseline_sq_sum(rows: int, row_len: int, pack_length: int | None) -> int:
 
 
 @dataclass
-class DocBatch:
-    rows: int  # packs (THD) or padded rows (BSHD) in this micro-batch
+class ShapeBatch:
+    """Plain fixed-length rows: every row is one document of row_len tokens (host facts only)."""
+
+    rows: int  # padded rows (BSHD) in this micro-batch
     row_len: int  # token slots per row
-    doc_lens: torch.Tensor | None = None  # None: every row is one full-length document
-    doc_rows: torch.Tensor | None = None
-    kind: str = "bshd"  # the layout: bshd (padded rows) or thd (packed documents)
-    pack_length: int | None = None  # the packer's pack length, for the baseline (packed forms only)
+    kind = "bshd"
 
     @property
     def slots(self) -> int:
         return self.rows * self.row_len
 
-    @property
-    def baseline_pack_length(self) -> int | None:
-        """The pack length the baseline counts: a packer's, for packed rows only."""
-        return self.pack_length if self.kind != "bshd" else None
-
-    @property
-    def baseline_sq_sum(self) -> int:
-        return baseline_sq_sum(self.rows, self.row_len, self.baseline_pack_length)
+    baseline_pack_length = None  # padded rows: each one sequence for the baseline
 
 
 def _check_shape(shape: tuple[int, int]) -> tuple[int, int]:
@@ -163,9 +160,6 @@ class CuBatch:
     def baseline_pack_length(self) -> int | None:
         return self.pack_length
 
-    @property
-    def baseline_sq_sum(self) -> int:
-        return baseline_sq_sum(self.rows, self.row_len, self.pack_length)
 
 
 def from_cu_seqlens(
@@ -246,6 +240,15 @@ def cu_seqlens_of_packed_seq_params(params: object) -> tuple[torch.Tensor, torch
     return cu, padded if isinstance(padded, torch.Tensor) else None
 
 
+def host_table(rows: list[list[int]] | list[list[float]], device: torch.device, dtype=torch.int64) -> torch.Tensor:
+    """A small table from the host on `device`, by one pinned non-blocking copy (a pageable copy
+    would wait for the device)."""
+    table = torch.tensor(rows, dtype=dtype)
+    if device.type == "cuda":
+        table = table.pin_memory()
+    return table.to(device, non_blocking=True)
+
+
 def canonicalize_cu(
     batches: list[CuBatch], row_offsets: list[int], device: torch.device
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -262,10 +265,7 @@ def canonicalize_cu(
     for i, (b, off) in enumerate(zip(batches, row_offsets, strict=True)):
         table.append([b.cu.numel() - 1, b.row_len, off, b.rows - 1, token_offset, b.slots, i])
         token_offset += b.slots
-    table_t = torch.tensor(table, dtype=torch.int64)
-    if device.type == "cuda":
-        table_t = table_t.pin_memory()
-    table_t = table_t.to(device, non_blocking=True)
+    table_t = host_table(table, device)
     entries = sum(row[0] for row in table)
     meta = torch.repeat_interleave(table_t[:, 1:], table_t[:, 0], dim=0, output_size=entries).T
     row_len, row_off, last_row, tok_off, tok_len, ordinal = meta
@@ -311,53 +311,148 @@ def _outside(bounds: torch.Tensor, first: torch.Tensor, after: torch.Tensor, slo
     return (bounds[first] < 0) | (bounds[after] > slots) | (bounds[after] < 0)
 
 
+@dataclass
+class TokenBatch:
+    """A per-token micro-batch (``position_ids`` and/or ``attention_mask``), kept as given until
+    the log boundary, where :func:`canonicalize_tokens` counts all of an interval's together.
+    The tensors must not be modified in place before the interval ends."""
+
+    rows: int
+    row_len: int
+    position_ids: torch.Tensor | None  # [rows, row_len]; None: one document per row (BSHD padding)
+    attention_mask: torch.Tensor | None  # [rows, row_len], nonzero for real tokens; None: all real
+    pack_length: int | None = None  # the packer's pack length, for the baseline (position ids only)
+
+    @property
+    def slots(self) -> int:
+        return self.rows * self.row_len
+
+    @property
+    def kind(self) -> str:
+        """The layout: packed documents (position ids restart per document) or padded rows."""
+        return "thd" if self.position_ids is not None else "bshd"
+
+    @property
+    def baseline_pack_length(self) -> int | None:
+        """The pack length the baseline counts: a packer's, for packed rows only."""
+        return self.pack_length if self.kind != "bshd" else None
+
+
 def from_position_ids(
     position_ids: torch.Tensor | Sequence[Any],
     attention_mask: torch.Tensor | Sequence[Any] | None = None,
     *,
     device: torch.device | None = None,
     pack_length: int | None = None,
-) -> DocBatch:
-    """Documents from HF-style position ids that restart at 0 for every document.
+) -> TokenBatch:
+    """Documents from HF-style position ids that restart at 0 for every document (checked here,
+    counted at the log boundary).
 
     A document ends where the next token's position is 0, the next token is padding, or the row
     ends; its length is the last position + 1. Every row is a pack.
     """
     given = as_tensor("position_ids", position_ids, device, (1, 2))
     pos = given if given.dim() == 2 else given.unsqueeze(0)
-    rows, row_len = pos.shape
-    if rows * row_len == 0:
+    if pos.numel() == 0:
         raise ValueError(f"position_ids is empty (shape {tuple(given.shape)})")
-    pos = pos.to(torch.int64)
-    ends = torch.ones_like(pos, dtype=torch.bool)
-    ends[:, :-1] = pos[:, 1:] == 0
+    mask = None
     if attention_mask is not None:
         given_mask = as_tensor("attention_mask", attention_mask, device, (1, 2), integers=False)
-        mask = (given_mask if given_mask.dim() == 2 else given_mask.unsqueeze(0)).to(torch.bool)
+        mask = given_mask if given_mask.dim() == 2 else given_mask.unsqueeze(0)
         if mask.shape != pos.shape:
             raise ValueError(
                 f"attention_mask shape {tuple(mask.shape)} differs from position_ids shape {tuple(pos.shape)}"
             )
-        ends[:, :-1] |= ~mask[:, 1:]
-        ends &= mask
-    lens = torch.where(ends, pos + 1, torch.zeros_like(pos)).clamp(min=0).reshape(-1)
-    doc_rows = torch.arange(rows, device=pos.device).unsqueeze(1).expand(rows, row_len).reshape(-1)
-    return DocBatch(rows, row_len, lens, doc_rows, kind="thd", pack_length=pack_length)
+    if pack_length is not None and pack_length < 1:
+        raise ValueError(f"pack_length must be a positive number of tokens, got {pack_length}")
+    return TokenBatch(pos.shape[0], pos.shape[1], pos, mask, pack_length)
 
 
 def from_attention_mask(
     attention_mask: torch.Tensor | Sequence[Any], *, device: torch.device | None = None
-) -> DocBatch:
+) -> TokenBatch:
     """BSHD padded rows: each row holds one document of ``mask.sum()`` tokens."""
     mask = as_tensor("attention_mask", attention_mask, device, (2,), integers=False)
-    rows, row_len = mask.shape
-    if rows * row_len == 0:
+    if mask.numel() == 0:
         raise ValueError(f"attention_mask is empty (shape {tuple(mask.shape)})")
-    lens = mask.to(torch.int64).sum(dim=1)
-    return DocBatch(rows, row_len, lens, torch.arange(rows, device=mask.device))
+    return TokenBatch(mask.shape[0], mask.shape[1], None, mask)
 
 
-def from_shape(shape: tuple[int, int]) -> DocBatch:
+def from_shape(shape: tuple[int, int]) -> ShapeBatch:
     """Plain fixed-length BSHD: every row is one full document; nothing to read on the device."""
     rows, row_len = _check_shape(shape)
-    return DocBatch(rows, row_len)
+    return ShapeBatch(rows, row_len)
+
+
+def canonicalize_tokens(
+    batches: list[TokenBatch], row_offset: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Document lengths and global pack rows (numbered from ``row_offset``) of many per-token
+    batches, in about 25 ops whatever their number: the batches are flattened into one token
+    axis (views, then one ``cat``), and where the rows end travels from the host in one table.
+
+    position_ids batches give one entry per token (the length at a document's last token, 0
+    elsewhere); attention-mask-only batches one entry per row (its count of real tokens).
+    """
+    lens, rows = [], []
+    with_pos = [b for b in batches if b.position_ids is not None]
+    masks_only = [b for b in batches if b.position_ids is None]
+    if with_pos:
+        lens_p, rows_p = _position_lengths(with_pos, row_offset, device)
+        lens.append(lens_p)
+        rows.append(rows_p)
+        row_offset += sum(b.rows for b in with_pos)
+    if masks_only:
+        lens_m, rows_m = _mask_lengths(masks_only, row_offset, device)
+        lens.append(lens_m)
+        rows.append(rows_m)
+    return (torch.cat(lens), torch.cat(rows)) if len(lens) > 1 else (lens[0], rows[0])
+
+
+def _flat(tensors: list[torch.Tensor], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    flat = torch.cat([t.reshape(-1) for t in tensors]) if len(tensors) > 1 else tensors[0].reshape(-1)
+    return flat.to(device, dtype)
+
+
+def _row_table(batches: list[TokenBatch], row_offset: int, device: torch.device) -> torch.Tensor:
+    """Per row: (index of its last token on the flat axis, its length, its global row number)."""
+    table, start, row = [], 0, row_offset
+    for b in batches:
+        for _ in range(b.rows):
+            start += b.row_len
+            table.append([start - 1, b.row_len, row])
+            row += 1
+    return host_table(table, device).T
+
+
+def _position_lengths(
+    batches: list[TokenBatch], row_offset: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    pos = _flat([b.position_ids for b in batches if b.position_ids is not None], torch.int64, device)
+    last, row_len, row = _row_table(batches, row_offset, device)
+    ends = torch.empty_like(pos, dtype=torch.bool)
+    ends[:-1] = pos[1:] == 0  # the next token starts a document...
+    ends[-1] = True
+    ends.index_fill_(0, last, True)  # ...or the row ends
+    if any(b.attention_mask is not None for b in batches):
+        # A batch without a mask counts every token as real.
+        masks = [
+            b.attention_mask if b.attention_mask is not None else torch.ones(b.slots, dtype=torch.bool, device=device)
+            for b in batches
+        ]
+        mask = _flat(masks, torch.bool, device)
+        ends[:-1] |= ~mask[1:]  # ...or the next token is padding; padding itself ends nothing
+        ends &= mask
+    lens = torch.where(ends, pos + 1, torch.zeros_like(pos)).clamp(min=0)  # a negative position counts nothing
+    rows = torch.repeat_interleave(row, row_len, output_size=pos.numel())
+    return lens, rows
+
+
+def _mask_lengths(
+    batches: list[TokenBatch], row_offset: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One document per row, of the row's count of real tokens (prefix sums at the row ends)."""
+    mask = _flat([b.attention_mask for b in batches if b.attention_mask is not None], torch.int64, device)
+    last, row_len, row = _row_table(batches, row_offset, device)
+    prefix = torch.cat([mask.new_zeros(1), mask.ne(0).to(torch.int64).cumsum(0)])
+    return prefix[last + 1] - prefix[last + 1 - row_len], row

@@ -6,14 +6,19 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from packscope.core.http_client import Backoff
+from packscope.core.spool import DEFAULT_SPOOL_DIR, SET_ASIDE_MAX_AGE_S, SET_ASIDE_MAX_ATTEMPTS, SET_ASIDE_RETRY_S
 from packscope.core.urls import checked_server_url
 
-DEFAULT_SPOOL_DIR = "~/.cache/packscope/spool"
+__all__ = ["DEFAULT_SPOOL_DIR", "AgentConfig"]  # the spool directory's default, read by agent.py and sender.py
+_BACKOFF = Backoff()  # the one backoff policy of the sender, `packscope import` and `packscope sync`
 
 
 @dataclass
 class AgentConfig:
-    server: str | None = None  # e.g. "http://127.0.0.1:8000"; None: count but send nothing
+    # e.g. "http://127.0.0.1:8000". None: send nothing; with a spool_dir, the run is kept there
+    # (offline: records, registration, final status) for `packscope sync DIR --server URL`.
+    server: str | None = None
     run_name: str = "run"
     project: str = "default"
     # The layout the run declares: "thd" (packed, per-document attention) or "bshd" (padded rows).
@@ -41,8 +46,8 @@ class AgentConfig:
     queue_size: int = 4096  # records waiting for the sender thread; more are dropped (and counted)
     batch_size: int = 64  # records per HTTP request
     request_timeout_s: float = 5.0
-    retry_s: float = 2.0  # wait after a failed request; doubles with each failure in a row...
-    retry_max_s: float = 60.0  # ...up to this. A server's Retry-After (429, 503) replaces both.
+    retry_s: float = _BACKOFF.base_s  # wait after a failed request; doubles with each failure in a row...
+    retry_max_s: float = _BACKOFF.max_s  # ...up to this. A longer Retry-After (429, 503) waits longer.
     # 5xx answers to the same request before it is split in halves to find the record(s) the
     # server keeps failing on; such a record is set aside once the one after it goes through.
     max_attempts: int = 3
@@ -59,6 +64,10 @@ class AgentConfig:
     # them. None: each row the model runs is one pack. `pack_length_from` says where it came from.
     pack_length: int | None = None
     pack_length_from: str | None = None
+    # Set-aside records are tried again, alone: first this long after, then at twice the wait...
+    set_aside_retry_s: float = SET_ASIDE_RETRY_S
+    set_aside_max_attempts: int = SET_ASIDE_MAX_ATTEMPTS  # ...for this many failed tries in all...
+    set_aside_max_age_s: float = SET_ASIDE_MAX_AGE_S  # ...within this long of being set aside.
 
     def __post_init__(self) -> None:
         if self.layout not in (None, "thd", "bshd"):
@@ -75,10 +84,10 @@ class AgentConfig:
             raise ValueError(f"log_every must be >= 1, got {self.log_every}")
         if self.sync_backend not in ("debug-mode", "cupti"):
             raise ValueError(f"sync_backend must be 'debug-mode' or 'cupti', got {self.sync_backend!r}")
-        for name in ("spool_max_bytes", "queue_size", "batch_size", "max_attempts"):
+        for name in ("spool_max_bytes", "queue_size", "batch_size", "max_attempts", "set_aside_max_attempts"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        for name in ("request_timeout_s", "retry_s", "retry_max_s"):
+        for name in ("request_timeout_s", "retry_s", "retry_max_s", "set_aside_retry_s", "set_aside_max_age_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
 

@@ -1,19 +1,25 @@
 """The sender thread: takes interval records off the trainer's hands and gets them to the server.
 
 The trainer only calls `submit` (a non-blocking queue put) and, at the end, `close`. The thread
-commits every record to the run's spool (agent/spool.py) before sending it, sends the spool's
-oldest records in gzip-compressed batches, and deletes them once the server has them, so a
-kill -9 loses nothing committed. What a failed request leads to:
+commits every record to the run's spool (packscope/core/spool.py) before sending it, sends the
+spool's oldest records in gzip-compressed batches, and deletes them once the server has them, so
+a kill -9 loses nothing committed. What a failed request leads to:
 
     no answer, 404, 408, 502, 504   the server is down: keep, retry with backoff
     401, 403                        wrong token: keep (an agent with the right token and the same
                                     run_id replays them), log an error
-    429, 503                        keep, wait for the server's Retry-After
+    429, 503                        keep, wait for the server's Retry-After, never less than the backoff
     any other 4xx                   halve the batch until the refused records are alone; set those
                                     aside with the server's message
     500 and any other 5xx           retry max_attempts times, then halve the same way; a record
                                     that still fails alone while the one after it goes through is
                                     set aside as poisoned
+
+Set-aside records are tried again, alone, once the spool has caught up: at set_aside_retry_s, then
+at twice the wait each time, for set_aside_max_attempts tries within set_aside_max_age_s.
+
+Without a server (offline: `server=None` with a `spool_dir`) the thread only commits: the spool
+keeps the records, the run's registration and its final status for `packscope sync`.
 
 The server treats (run, rank, interval) as an idempotency key, so a record sent twice (after a
 crash between the answer and the delete) is stored once. Nothing here raises into, or blocks,
@@ -23,9 +29,7 @@ became of every record is counted in `stats()`.
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import http.client
 import json
 import logging
 import math
@@ -33,16 +37,14 @@ import queue
 import re
 import threading
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from packscope.agent.config import DEFAULT_SPOOL_DIR
 from packscope.agent.contact import RunContact
-from packscope.agent.spool import Entry, Spool, SpoolError, encode
-from packscope.core.retry_after import retry_after_s
+from packscope.core.http_client import RETRY_AFTER_CAP_S, Backoff, HttpClient, HttpError
+from packscope.core.spool import FINAL_KEY, RUN_KEY, Entry, Spool, SpoolError, encode
 
 if TYPE_CHECKING:
     from packscope.agent.config import AgentConfig
@@ -50,9 +52,8 @@ if TYPE_CHECKING:
 log = logging.getLogger("packscope.agent")
 _STOP = object()
 IDLE_WAIT_S = 1.0  # the longest the thread sleeps with nothing to do (close() wakes it at once)
-RETRY_AFTER_CAP_S = 3600.0  # a Retry-After longer than this is taken as this
 LOG_REPEAT_S = 300.0  # an unchanged problem is logged again after this long
-GZIP_LEVEL = 1  # on 64 interval records: 3.5x smaller at level 1, 4.1x at 6 for 1.8x the time
+SET_ASIDE_CHECK_S = 60.0  # how often the thread looks for set-aside records due for a retry
 
 
 # -- where the spool lives ---------------------------------------------------------------------------
@@ -144,7 +145,9 @@ class _Isolation:
 class Sender:
     def __init__(self, config: AgentConfig, run_id: str, run_body: dict) -> None:
         self.config = config
+        self.offline = not config.server  # spool only, for `packscope sync`
         self.base = (config.server or "").rstrip("/")
+        self._client = HttpClient(self.base, config.token, config.request_timeout_s)
         self.run_id = run_id
         self.run_body = run_body
         self.retry_s = config.retry_s  # read at each failure, so a test may shorten it on a live sender
@@ -156,6 +159,7 @@ class Sender:
         self.duplicates = 0
         self.rejected = 0
         self.poisoned = 0
+        self.recovered = 0  # set-aside records delivered on a later try
         self.lost = 0
         self.dropped = 0
         self.last_error: str | None = None
@@ -169,6 +173,8 @@ class Sender:
         self._server_wait_until = 0.0  # end of the last Retry-After; close() honours it too
         self._failures = 0  # failed requests in a row, for the backoff
         self._iso = _Isolation()
+        self._own_set_aside: set[int] = set()  # ids this process set aside and has not delivered since
+        self._set_aside_check_at = 0.0  # monotonic time of the next look for due set-aside records
         self._last_logged: dict[str, float] = {}
         # Heartbeats, the run's findings and refusals, beside the records (agent/contact.py).
         self.contact = RunContact(config.heartbeat_s)
@@ -214,6 +220,7 @@ class Sender:
             "evicted": self.spool.evicted,  # dropped, oldest first, to keep the spool under its limit
             "rejected": self.rejected,  # refused by the server (4xx), set aside
             "poisoned": self.poisoned,  # failed alone (5xx) while the next one went through, set aside
+            "recovered": self.recovered,  # set-aside records (this process's or earlier) delivered later
             "lost": self.lost + self.spool.unreadable,  # could not be kept: disk full, not JSON, torn
             "dropped": self.dropped,  # the queue was full, or the sender was closing
             "kept": self.kept,  # committed to the spool: from then on a crash cannot lose them
@@ -221,14 +228,18 @@ class Sender:
         }
 
     def _all_delivered(self) -> bool:
+        """Everything reached the server; offline: everything reached the spool."""
         s = self.stats()
-        undelivered = sum(s[k] for k in ("spooled", "evicted", "rejected", "poisoned", "lost", "dropped"))
+        missing = ("evicted", "lost", "dropped") if self.offline else ("spooled", "evicted", "lost", "dropped")
+        undelivered = sum(s[k] for k in missing) + len(self._own_set_aside)
         return undelivered == 0 and self.spool.quarantined is None and self._status_delivered is not False
 
     # -- the thread ------------------------------------------------------------------------------
     def _run(self) -> None:
         try:
             self.spool.open()
+            # What `packscope sync` needs to register the run, should this process not deliver it.
+            self.spool.set_meta(RUN_KEY, self.run_body)
         except SpoolError as exc:
             log.error("packscope: %s; records are sent without a spool, and lost when the server cannot take them", exc)
         while not self._stopping:
@@ -326,10 +337,42 @@ class Sender:
 
     # -- delivery --------------------------------------------------------------------------------
     def _deliver(self) -> None:
-        """Send the spool's oldest records for as long as the server takes them."""
+        """Send the spool's oldest records for as long as the server takes them; once it has
+        caught up, the set-aside records that are due for another try."""
+        if self.offline:
+            return
         while len(self.spool) and time.monotonic() >= self._not_before and not self._stopping:
             self._send_next()
             self._spool_queued()  # while a backlog replays, new records wait on disk, not in the queue
+        now = time.monotonic()
+        if not len(self.spool) and now >= max(self._not_before, self._set_aside_check_at) and not self._stopping:
+            self._set_aside_check_at = now + min(SET_ASIDE_CHECK_S, self.config.set_aside_retry_s)
+            self._retry_set_aside()
+
+    def _retry_set_aside(self, retry_s: float | None = None) -> None:
+        """Try due set-aside records again, one request each, while the server answers."""
+        retry_s = self.config.set_aside_retry_s if retry_s is None else retry_s
+        cfg = self.config
+        while time.monotonic() >= self._not_before:
+            try:
+                due = self.spool.due_set_aside(1, retry_s, cfg.set_aside_max_attempts, cfg.set_aside_max_age_s)
+            except SpoolError:
+                return
+            if not due:
+                return
+            try:
+                counts = self._post_intervals([due[0].body])
+            except ServerError as exc:
+                if exc.registering or exc.kind in ("down", "auth", "throttled"):
+                    self._back_off(exc)
+                    return
+                self.spool.failed_again(due, str(exc))
+                continue
+            self.spool.delivered_set_aside(due)
+            self._own_set_aside.discard(due[0].id)
+            self.recovered += 1
+            self._count_delivery(counts)
+            log.info("packscope: interval %s, set aside before, reached the server", _interval_of(due[0]))
 
     def _send_next(self) -> None:
         entries = self._next_request()
@@ -431,6 +474,7 @@ class Sender:
         if kind == "rejected":  # the run page says how many intervals the server refused, and why
             for entry in entries:
                 _report_refused(self.contact, entry, str(exc))
+        self._own_set_aside.update(e.id for e in entries)
         if kind == "rejected":
             self.rejected += len(entries)
         else:
@@ -438,8 +482,8 @@ class Sender:
         intervals = ", ".join(str(_interval_of(e)) for e in entries)
         what = "refused" if kind == "rejected" else "keeps failing on"
         log.error(
-            "packscope: the server %s interval %s (%s); set aside in %s (table set_aside), "
-            "%d rejected and %d poisoned so far",
+            "packscope: the server %s interval %s (%s); set aside in %s (table set_aside) and tried "
+            "again later, %d rejected and %d poisoned so far",
             what,
             intervals,
             exc,
@@ -449,13 +493,13 @@ class Sender:
         )
 
     def _back_off(self, exc: ServerError) -> None:
+        """Wait our backoff, or the server's Retry-After when it asks for longer: never less, so
+        a server that answers `Retry-After: 0` to every request is not flooded."""
         self._failures += 1
         now = time.monotonic()
+        delay = Backoff(self.retry_s, max(self.retry_s, self.config.retry_max_s)).delay(self._failures, exc.retry_after)
         if exc.retry_after is not None:
-            delay = min(exc.retry_after, RETRY_AFTER_CAP_S)
-            self._server_wait_until = now + delay
-        else:
-            delay = min(self.config.retry_max_s, self.retry_s * 2 ** min(self._failures - 1, 30))
+            self._server_wait_until = now + min(exc.retry_after, RETRY_AFTER_CAP_S)
         self._not_before = now + delay
         self._report(exc, delay)
 
@@ -545,42 +589,39 @@ class Sender:
         self._run_registered = True
 
     def _request(self, method: str, path: str, data: bytes) -> object:
-        headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
-        if self.config.token:
-            headers["Authorization"] = f"Bearer {self.config.token}"
-        req = urllib.request.Request(
-            self.base + path, data=gzip.compress(data, GZIP_LEVEL), headers=headers, method=method
-        )
         timeout = min(self.config.request_timeout_s, max(0.05, self._deadline - time.monotonic()))
         try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                raw = resp.read()
-        except urllib.error.HTTPError as exc:
-            try:
-                detail = exc.read()[:500].decode(errors="replace")
-            except Exception:  # noqa: BLE001 - the connection broke while reading the error
-                detail = exc.reason
-            message = f"{method} {path}: HTTP {exc.code}: {detail}"
-            raise ServerError(message, exc.code, retry_after_s(exc.headers)) from None
-        except (OSError, http.client.HTTPException, ValueError) as exc:  # URLError is an OSError
-            raise ServerError(f"{method} {path}: {exc!r}") from None
-        try:
-            return json.loads(raw or b"{}")
-        except ValueError:
-            raise ServerError(f"{method} {path}: the answer is not JSON: {raw[:200]!r}", kind="down") from None
+            return self._client.request(method, path, data, timeout_s=timeout)[1]
+        except HttpError as err:
+            kind = "down" if err.invalid_answer else None  # a 2xx that is not JSON: maybe stored, keep
+            raise ServerError(str(err), err.status, err.retry_after, kind) from None
 
     # -- closing ---------------------------------------------------------------------------------
     def _finish(self) -> None:
         try:
-            self._deliver_until_deadline()
-            if time.monotonic() < self._deadline:
-                self.contact.flush(self._side_request)
-            self._send_final_status()
+            if self.offline:
+                self._spool_queued()
+                self._keep_final_status()
+            else:
+                self._deliver_until_deadline()
+                if time.monotonic() < self._deadline:
+                    self.contact.flush(self._side_request)
+                self._send_final_status()
         except Exception:
             log.exception("packscope sender: unexpected error while closing")
         finally:
-            self.spool.close(remove_if_empty=True)
+            self.spool.close(remove_if_empty=not self.offline)
             self._summarize()
+
+    def _keep_final_status(self) -> None:
+        """The final status, for `packscope sync` to set once it has delivered the records."""
+        if self._final_patch is None:
+            return
+        try:
+            self.spool.set_meta(FINAL_KEY, self._final_patch)
+        except SpoolError as exc:
+            self._status_delivered = False
+            log.error("packscope: could not keep the run's final status in the spool: %s", exc)
 
     def _deliver_until_deadline(self) -> None:
         # A last try now, whatever our own backoff says; a server's Retry-After is still honoured.
@@ -608,20 +649,36 @@ class Sender:
                 self._register()
             path = f"/api/v1/runs/{urllib.parse.quote(self.run_id, safe='')}"
             self._request("PATCH", path, json.dumps(self._final_patch, default=str).encode())
-            self._status_delivered = True
         except ServerError as exc:
             self._status_delivered = False
-            log.warning("packscope: could not set the run's final status: %s", exc)
+            log.warning("packscope: could not set the run's final status: %s; `packscope sync` sets it later", exc)
+            self._keep_final_status()
+            return
+        self._status_delivered = True
+        try:
+            if self.spool.meta(FINAL_KEY) is not None:  # an earlier process's, now superseded
+                self.spool.set_meta(FINAL_KEY, None)
+        except SpoolError:
+            pass  # at worst a later `packscope sync` sets the status again
 
     def _summarize(self) -> None:
+        if self.offline and self._all_delivered():
+            log.info(
+                "packscope: offline run %s: %d records kept in %s; send them with `packscope sync %s --server URL`",
+                self.run_id,
+                len(self.spool),
+                self.spool.path,
+                self.spool.path.parent,
+            )
+            return
         if self._all_delivered():
             return
         s = self.stats()
         log.warning(
             "packscope: not everything reached the server: %s%s",
             ", ".join(f"{k} {v}" for k, v in s.items()),
-            f"; {s['spooled']} records stay in {self.spool.path} and are replayed by an agent started "
-            "with the same run_id"
+            f"; {s['spooled']} records stay in {self.spool.path}: `packscope sync {self.spool.path} --server URL` "
+            "sends them (as does an agent started with the same run_id)"
             if s["spooled"]
             else "",
         )

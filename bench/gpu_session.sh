@@ -16,9 +16,14 @@
 #   bash bench/gpu_session.sh window  # the gpu-marked tests (the sliding-window varlen oracle among them), then
 #                                     # a sliding-window 1b counted per window and as full attention (gallery pair;
 #                                     # the agent's syncs per step on the windowed runs)
+#   bash bench/gpu_session.sh integrations  # bench/integration_overhead.py: the HF Trainer and Lightning
+#                                     # callbacks' host time and ops per step on Qwen2 303M, and their
+#                                     # on/off step-time ratio; BEFORE_ROOT=DIR adds the same for the
+#                                     # packscope tree in DIR (git archive <commit> agent packscope | tar -x -C DIR)
 #
 # The device machine has torch but no registry: cupti-python travels as wheels in
-# .whl-cupti130/ and .whl-cupti134/ (13.4 brings its libcupti and pyelftools along).
+# .whl-cupti130/ and .whl-cupti134/ (13.4 brings its libcupti and pyelftools along); transformers,
+# accelerate and lightning in .whl-integrations/ (bench/integration_wheels.txt says how to fetch them).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 OUT="${OUT:-/tmp/packscope-gpu}"
 mkdir -p "$OUT"
@@ -128,8 +133,31 @@ case "${1:-}" in
     echo "window exit $?"; tail -4 "$OUT/window_1b.err"
     python3 bench/fixes_runs.py table "$OUT/window_1b.json"
     ;;
+  integrations)
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpus.txt"
+    if ! python3 -c "import transformers, accelerate, lightning" 2>/dev/null; then
+      ls .whl-integrations/*.whl >/dev/null 2>&1 || { echo "no .whl-integrations/: see bench/integration_wheels.txt" >&2; exit 1; }
+      python3 -m pip install -q --no-index --find-links .whl-integrations transformers==5.24.0 accelerate==1.15.0 \
+        lightning==2.6.6 2>&1 | tail -3 | tee "$OUT/integrations_install.txt"
+    fi
+    python3 -c "import torch, transformers, lightning; print('torch', torch.__version__, 'transformers', \
+      transformers.__version__, 'lightning', lightning.__version__)" | tee -a "$OUT/gpus.txt"
+    roots=("after:")
+    [ -n "${BEFORE_ROOT:-}" ] && [ -d "$BEFORE_ROOT" ] && roots+=("before:$BEFORE_ROOT")
+    for entry in "${roots[@]}"; do
+      side=${entry%%:*} root=${entry#*:}
+      args=(); [ -n "$root" ] && args=(--code-root "$root")
+      timeout 140 python3 bench/integration_overhead.py host --integrations hf,lightning --steps 60 "${args[@]}" \
+        --out "$OUT/integration_host_$side.json" > /dev/null 2> "$OUT/integration_host_$side.err"
+      echo "host ($side) exit $?"
+      timeout 140 python3 bench/integration_overhead.py ratio --integrations hf,lightning --pairs 80 "${args[@]}" \
+        --out "$OUT/integration_ratio_$side.json" > /dev/null 2> "$OUT/integration_ratio_$side.err"
+      echo "ratio ($side) exit $?"
+    done
+    python3 bench/integration_overhead.py table "$OUT"/integration_*.json
+    ;;
   *)
-    echo "usage: bash bench/gpu_session.sh tests|fixes|graphs|graphs-compiled|mfu|multi|mixed|window" >&2
+    echo "usage: bash bench/gpu_session.sh tests|fixes|graphs|graphs-compiled|mfu|multi|mixed|window|integrations" >&2
     exit 2
     ;;
 esac

@@ -33,6 +33,11 @@ COMMANDS = {
         "packscope.importer:import_from_args",
         "send run files (train --records-dir, the gallery) to a server",
     ),
+    "sync": (
+        "packscope.sync:add_sync_arguments",
+        "packscope.sync:sync_from_args",
+        "send what runs left on disk (spools, offline runs, run files) to a server, exactly once",
+    ),
     "export": (
         "packscope.export_cmd:add_export_arguments",
         "packscope.export_cmd:export_from_args",

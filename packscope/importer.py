@@ -11,8 +11,9 @@ rank, share its run_id):
 The server keys records by (run, rank, interval), so importing a file again stores nothing twice:
 the summary counts those records as duplicates. The final status is the run line's optional
 `status` (running, finished or failed; default finished) with its optional `ended_at` (default:
-the last record's wall_end). 429 and 503 are retried after the server's Retry-After, a dropped
-connection or a 5xx after a short backoff, a bounded number of times each.
+the last record's wall_end). 429 and 503, a dropped connection and a 5xx are retried a bounded
+number of times, after the backoff the agent's sender uses (packscope/core/http_client.py), or
+the server's Retry-After when it asks for longer.
 
 Exit codes: 0 every run imported; 2 bad input (a file that does not read, or a run or record the
 server refuses as invalid, named by file and line); 1 anything else (no server, a wrong token, a
@@ -23,22 +24,17 @@ extra, the agent's, or the bare package.
 from __future__ import annotations
 
 import argparse
-import gzip
-import http.client
-import json
 import os
 import sys
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from packscope.core.retry_after import retry_after_s
+from packscope.core.http_client import Backoff, HttpClient, HttpError, short
 from packscope.core.run_file import RunFile, RunFileError, read_run_file
 
 DEFAULT_SERVER = "http://127.0.0.1:8000"  # `packscope serve`'s default address
@@ -46,8 +42,8 @@ TOKEN_ENV = "PACKSCOPE_INGEST_TOKEN"  # the server's ingest token variable (back
 DEFAULT_BATCH = 256
 MAX_BATCH = 1000  # the server's limit per request (docs/wire.md)
 STATUSES = ("running", "finished", "failed")  # what PATCH /api/v1/runs/{id} accepts
-GZIP_LEVEL = 1
-RETRY_AFTER_CAP_S = 60.0  # a longer Retry-After is taken as this
+BACKOFF = Backoff()  # the sender's defaults: 2 s, doubling up to 60 s
+SQLITE_MAGIC = b"SQLite format 3\x00"  # the first bytes of a spool file
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
 
 
@@ -58,23 +54,6 @@ class ImportFailed(Exception):
         super().__init__(message)
         self.bad_input = bad_input
         self.fatal = fatal  # no later run can fare better (no server, a wrong token)
-
-
-class ServerAnswer(Exception):
-    """An HTTP answer other than 2xx (status None: no answer at all)."""
-
-    def __init__(
-        self,
-        method: str,
-        path: str,
-        status: int | None,
-        detail: Any,
-        retry_after: float | None = None,
-        server: str = "",
-    ):
-        self.method, self.path, self.status, self.detail, self.retry_after = method, path, status, detail, retry_after
-        self.server = server
-        super().__init__(f"{method} {path}: " + (f"HTTP {status}: {_short(detail)}" if status else str(detail)))
 
 
 # -- reading -------------------------------------------------------------------------------------
@@ -106,7 +85,10 @@ def load_run_files(paths: Sequence[str | Path]) -> tuple[list[LoadedFile], list[
             errors.append(str(err))
             continue
         except UnicodeDecodeError as err:
-            errors.append(f"{path}: not UTF-8 text (byte {err.start}); a run file is JSON lines")
+            if is_spool(path):
+                errors.append(f"{path}: a packscope spool (SQLite), not a run file: `packscope sync {path}` sends it")
+            else:
+                errors.append(f"{path}: not UTF-8 text (byte {err.start}); a run file is JSON lines")
             continue
         except OSError as err:
             errors.append(f"{path}: cannot read: {err.strerror or err}")
@@ -124,6 +106,15 @@ def load_run_files(paths: Sequence[str | Path]) -> tuple[list[LoadedFile], list[
         else:
             loaded.append(LoadedFile(run_file, run_line, lines[1:]))
     return loaded, errors
+
+
+def is_spool(path: Path) -> bool:
+    """Whether the file starts as an SQLite database does (what the agent spools into)."""
+    try:
+        with path.open("rb") as f:
+            return f.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+    except OSError:
+        return False
 
 
 def _content_lines(path: Path) -> list[int]:
@@ -154,7 +145,8 @@ def _record_problem(record: dict[str, Any]) -> str | None:
 # -- HTTP ----------------------------------------------------------------------------------------
 @dataclass
 class Client:
-    """JSON requests to one server, gzip-compressed, with bounded retries of what may pass."""
+    """The shared HTTP client (packscope/core/http_client.py) with bounded retries of what may
+    pass: 429 and 503, 5xx, and a dropped connection; a refused one (nothing listens) fails now."""
 
     server: str
     token: str | None = None
@@ -162,69 +154,31 @@ class Client:
     timeout_s: float = 60.0
     sleep: Callable[[float], None] = time.sleep
     say: Callable[[str], None] = field(default=lambda message: print(message, file=sys.stderr, flush=True))
+    backoff: Backoff | None = None  # None: the module's BACKOFF
+    name: str = "import"  # the command, in the lines it says
 
     def __post_init__(self) -> None:
-        self.server = self.server.rstrip("/")
+        self.http = HttpClient(self.server, self.token, self.timeout_s)
+        self.server = self.http.server
 
     def request(self, method: str, path: str, body: Any) -> tuple[int, Any]:
-        """(status, parsed JSON answer) of a 2xx; ServerAnswer otherwise, after the retries."""
-        data = gzip.compress(json.dumps(body, default=str).encode(), GZIP_LEVEL)
-        for attempt in range(self.retries + 1):
+        """(status, parsed JSON answer) of a 2xx; HttpError otherwise, after the retries."""
+        for attempt in range(1, self.retries + 2):
             try:
-                return self._once(method, path, data)
-            except ServerAnswer as answer:
+                return self.http.request(method, path, body)
+            except HttpError as answer:
                 wait = self._retry_wait(answer, attempt)
-                if wait is None or attempt == self.retries:
+                if wait is None or attempt > self.retries:
                     raise
-                self.say(f"packscope import: {answer}; trying again in {wait:.3g} s")
+                self.say(f"packscope {self.name}: {answer}; trying again in {wait:.3g} s")
                 self.sleep(wait)
         raise AssertionError("unreachable")  # the loop returns or raises
 
-    def _retry_wait(self, answer: ServerAnswer, attempt: int) -> float | None:
-        if answer.status in (429, 503):
-            return min(answer.retry_after if answer.retry_after is not None else 1.0, RETRY_AFTER_CAP_S)
-        if answer.status is None and not isinstance(answer.detail, ConnectionRefusedError):
-            return min(0.5 * 2**attempt, 10.0)  # a dropped connection or a timeout; nothing listens: fail now
-        if answer.status is not None and answer.status >= 500:
-            return min(0.5 * 2**attempt, 10.0)
-        return None
-
-    def _once(self, method: str, path: str, data: bytes) -> tuple[int, Any]:
-        headers = {"Content-Type": "application/json", "Content-Encoding": "gzip", "Accept": "application/json"}
-        if self.token:
-            headers["Authorization"] = f"Bearer {self.token}"
-        req = urllib.request.Request(self.server + path, data=data, headers=headers, method=method)
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                status, raw = resp.status, resp.read()
-        except urllib.error.HTTPError as err:
-            try:
-                raw_error = err.read()
-            except (OSError, http.client.HTTPException):
-                raw_error = b""
-            detail = _detail(raw_error, err.reason)
-            raise ServerAnswer(method, path, err.code, detail, retry_after_s(err.headers), self.server) from None
-        except urllib.error.URLError as err:  # an OSError too, but its reason says more
-            raise ServerAnswer(method, path, None, err.reason, server=self.server) from None
-        except (OSError, http.client.HTTPException) as err:
-            raise ServerAnswer(method, path, None, err, server=self.server) from None
-        try:
-            return status, json.loads(raw or b"null")
-        except ValueError:
-            raise ServerAnswer(method, path, status, f"not JSON: {raw[:200]!r}", server=self.server) from None
-
-
-def _detail(raw: bytes, reason: object) -> Any:
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        return raw[:500].decode(errors="replace") or str(reason)
-    return body.get("detail", body) if isinstance(body, dict) else body
-
-
-def _short(detail: Any) -> str:
-    text = detail if isinstance(detail, str) else json.dumps(detail, default=str)
-    return text if len(text) <= 500 else text[:500] + "..."
+    def _retry_wait(self, answer: HttpError, failures: int) -> float | None:
+        backoff = self.backoff or BACKOFF
+        passing = answer.status in (429, 503) or (answer.status is not None and answer.status >= 500)
+        dropped = answer.status is None and not answer.nothing_listens  # a dropped connection or a timeout
+        return backoff.delay(failures, answer.retry_after) if passing or dropped else None
 
 
 # -- sending -------------------------------------------------------------------------------------
@@ -284,7 +238,7 @@ def import_runs(
             for loaded, file_result in zip(run_files, result.files, strict=True):
                 _send_file(client, loaded, file_result, batch, progress)
                 say(_file_line(file_result))
-            result.status = _finish_run(client, run_files)
+            result.status = finish_run(client, run_files)
         except ImportFailed as err:
             result.error = err
             if err.fatal:
@@ -292,15 +246,20 @@ def import_runs(
     return results
 
 
-def _send_file(
-    client: Client, loaded: LoadedFile, result: FileResult, batch: int, progress: Callable[[str], None]
-) -> None:
+def register(client: Client, loaded: LoadedFile) -> bool:
+    """POST the file's run line (without the final status); True when the run existed already."""
     run = {k: v for k, v in loaded.run_file.run.items() if k not in ("status", "ended_at")}
     try:
         status, _ = client.request("POST", "/api/v1/runs", run)
-    except ServerAnswer as answer:
+    except HttpError as answer:
         raise _failure(answer, loaded, loaded.run_line, what="registering the run") from None
-    result.resumed = status == 200
+    return status == 200
+
+
+def _send_file(
+    client: Client, loaded: LoadedFile, result: FileResult, batch: int, progress: Callable[[str], None]
+) -> None:
+    result.resumed = register(client, loaded)
     records = loaded.run_file.records
     path = f"/api/v1/runs/{urllib.parse.quote(loaded.run_id, safe='')}/intervals"
     start = 0
@@ -309,23 +268,23 @@ def _send_file(
         chunk = records[start : start + size]
         try:
             _, counts = client.request("POST", path, {"intervals": chunk})
-        except ServerAnswer as err:
+        except HttpError as err:
             if err.status == 413 and size > 1:  # over the server's body limit: smaller batches
                 size = max(1, size // 2)
                 continue
-            line = _refused_line(err, loaded, start)
+            line = refused_line(err, loaded, start)
             raise _failure(err, loaded, line, what=f"sending records {start + 1}-{start + len(chunk)}") from None
         try:
             result.accepted += int(counts["accepted"])
             result.duplicates += int(counts["duplicates"])
         except (TypeError, KeyError, ValueError):
-            raise ImportFailed(f"{loaded.path}: the server answered {_short(counts)}, not an ingest result") from None
+            raise ImportFailed(f"{loaded.path}: the server answered {short(counts)}, not an ingest result") from None
         start += len(chunk)
         if len(records) > batch:
             progress(f"  {loaded.path}: {start}/{len(records)} records sent")
 
 
-def _finish_run(client: Client, run_files: Sequence[LoadedFile]) -> str:
+def finish_run(client: Client, run_files: Sequence[LoadedFile]) -> str:
     first = run_files[0]
     run = first.run_file.run
     status = run.get("status", "finished")
@@ -339,7 +298,7 @@ def _finish_run(client: Client, run_files: Sequence[LoadedFile]) -> str:
     path = f"/api/v1/runs/{urllib.parse.quote(first.run_id, safe='')}"
     try:
         client.request("PATCH", path, patch)
-    except ServerAnswer as answer:
+    except HttpError as answer:
         raise _failure(answer, first, first.run_line, what=f"setting the status {status}") from None
     return str(status)
 
@@ -348,7 +307,7 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _refused_line(err: ServerAnswer, loaded: LoadedFile, start: int) -> int | None:
+def refused_line(err: HttpError, loaded: LoadedFile, start: int) -> int | None:
     """The file line of the record a 422 names (loc: body, intervals, <index in the batch>, ...)."""
     if err.status != 422 or not isinstance(err.detail, list):
         return None
@@ -361,8 +320,14 @@ def _refused_line(err: ServerAnswer, loaded: LoadedFile, start: int) -> int | No
     return None
 
 
-def _failure(err: ServerAnswer, loaded: LoadedFile, line: int | None, what: str) -> ImportFailed:
+def _failure(err: HttpError, loaded: LoadedFile, line: int | None, what: str) -> ImportFailed:
     where = f"{loaded.path}:{line}" if line else str(loaded.path)
+    return failure(err, where, loaded.run_id, what, _kind(line, loaded))
+
+
+def failure(err: HttpError, where: str, run_id: str, what: str, refused: str = "batch") -> ImportFailed:
+    """What a failed request means for sending a run (`where`: the file, and line if known;
+    `refused`: what a 422 refuses, e.g. "record")."""
     if err.status is None:
         return ImportFailed(
             f"cannot reach the packscope server at {err.server} ({err.detail}); is `packscope serve` running "
@@ -377,15 +342,13 @@ def _failure(err: ServerAnswer, loaded: LoadedFile, line: int | None, what: str)
         )
     if err.status == 409:
         return ImportFailed(
-            f"{where}: run {loaded.run_id!r} exists on the server with a different model, so these records "
-            f"cannot join it ({_short(err.detail)}); give the file another run_id to import it as a new run"
+            f"{where}: run {run_id!r} exists on the server with a different model, so these records "
+            f"cannot join it ({short(err.detail)}); give the file another run_id to import it as a new run"
         )
     if err.status == 422:
-        return ImportFailed(
-            f"{where}: the server refuses this {_kind(line, loaded)}: {_errors(err.detail)}", bad_input=True
-        )
+        return ImportFailed(f"{where}: the server refuses this {refused}: {_errors(err.detail)}", bad_input=True)
     if err.status in (429, 503):
-        return ImportFailed(f"{where}: the server stayed busy while {what}: {_short(err.detail)}", fatal=True)
+        return ImportFailed(f"{where}: the server stayed busy while {what}: {short(err.detail)}", fatal=True)
     return ImportFailed(f"{where}: {what} failed: {err}")
 
 
@@ -396,7 +359,7 @@ def _kind(line: int | None, loaded: LoadedFile) -> str:
 def _errors(detail: Any) -> str:
     """pydantic's list of errors as `field: message; ...`."""
     if not isinstance(detail, list):
-        return _short(detail)
+        return short(detail)
     parts = []
     for entry in detail[:5]:
         if isinstance(entry, dict):
@@ -422,7 +385,7 @@ def exit_code(results: Sequence[RunResult]) -> int:
 
 
 # -- the command ---------------------------------------------------------------------------------
-def _batch_size(text: str) -> int:
+def batch_size(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
@@ -446,7 +409,7 @@ def add_import_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--batch",
-        type=_batch_size,
+        type=batch_size,
         default=DEFAULT_BATCH,
         metavar="N",
         help=f"records per request, 1-{MAX_BATCH} (default: %(default)s)",

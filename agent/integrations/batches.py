@@ -35,25 +35,30 @@ def _tensor(batch: Mapping[str, Any], key: str) -> torch.Tensor | None:
 def rows_and_length(batch: Mapping[str, Any]) -> tuple[int, int] | None:
     """(rows, row_len) of the tokens the model runs, from the tensor's shape (host metadata)."""
     for key in TOKEN_KEYS:
-        tokens = _tensor(batch, key)
-        if tokens is not None:
+        tokens = batch.get(key)
+        if isinstance(tokens, torch.Tensor):
             batched = tokens.dim() >= (3 if key == "inputs_embeds" else 2)
             return (tokens.shape[0], tokens.shape[1]) if batched else (1, tokens.shape[0])
     return None
 
 
+def _flat(t: torch.Tensor) -> torch.Tensor:
+    return t if t.dim() == 1 else t.reshape(-1)
+
+
 def observe_kwargs(batch: Mapping[str, Any]) -> dict[str, Any] | None:
-    """``observe_batch`` keyword arguments for ``batch``; None when it names no tokens."""
+    """``observe_batch`` keyword arguments for ``batch``; None when it names no tokens. Called
+    for every micro-batch: dictionary look-ups and shapes only (no tensor op, no view)."""
     shape = rows_and_length(batch)
     if shape is None:
         return None
     for key in CU_KEYS:
-        cu = _tensor(batch, key)
-        if cu is not None:
-            form: dict[str, Any] = {"cu_seqlens": cu.reshape(-1), "shape": shape}
+        cu = batch.get(key)
+        if isinstance(cu, torch.Tensor):
+            form: dict[str, Any] = {"cu_seqlens": _flat(cu), "shape": shape}
             padded = _tensor(batch, "cu_seqlens_padded")
             if padded is not None:
-                form["cu_seqlens_padded"] = padded.reshape(-1)
+                form["cu_seqlens_padded"] = _flat(padded)
             token_mask = _tensor(batch, "token_mask")
             if token_mask is not None:
                 form["token_mask"] = token_mask

@@ -11,12 +11,18 @@
   (``DataCollatorWithFlattening``), ``attention_mask`` (padded rows) or the tokens' shape.
   Forwards in eval mode or without autograd (evaluation, TRL's metrics-only second forward)
   are not counted.
-* The loss is the step's token-weighted mean on this rank, assembled on the device from the
-  model's ``outputs.loss`` and the micro-batch's target count (a forward hook; never read back
-  here): what the Trainer and TRL log whenever they normalise by ``num_items_in_batch``. When
-  a custom ``compute_loss_func`` or label smoothing computes the loss outside the model, there
-  is none.
+* The loss is the step's token-weighted mean on this rank, from the model's ``outputs.loss``, the
+  micro-batch's labels and its ``num_items_in_batch`` (a forward hook): what the Trainer and TRL
+  log whenever they normalise by ``num_items_in_batch``. When a custom ``compute_loss_func`` or
+  label smoothing computes the loss outside the model, there is none.
 * The learning rate is read from the optimizer before the scheduler steps, as the Trainer logs it.
+
+What a step costs: the hooks only keep a reference to each training forward's arguments and
+loss; at the step's end one loop reads them (their batch form, labels, num_items_in_batch); the
+interval's document lengths and loss are computed at the log boundary, all of its micro-batches
+together (``integrations/losses.py``). No kernel runs on an ordinary step. So, as for cu_seqlens
+batches, the Trainer's tensors must not be modified in place before the interval ends (its fresh
+batches never are).
 
 The host syncs that the agent reports are the Trainer's own (e.g. its NaN/Inf check of every
 micro-batch's loss with ``logging_nan_inf_filter``): a finding, not the agent's doing.
@@ -33,6 +39,7 @@ from transformers import TrainerCallback
 from packscope.agent.agent import Agent
 from packscope.agent.config import AgentConfig
 from packscope.agent.integrations.batches import observe_kwargs
+from packscope.agent.integrations.losses import TokenWeightedLoss
 from packscope.core.flops import ModelSpec
 from packscope.core.hf_config import spec_from_hf_config
 
@@ -59,8 +66,9 @@ class PackscopeCallback(TrainerCallback):
         self.tp = tp
         self.agent: Agent | None = None
         self._hooks: list[torch.utils.hooks.RemovableHandle] = []
-        self._loss_sums: list[torch.Tensor] = []  # per micro-batch: summed loss over its targets
-        self._targets: list[torch.Tensor] = []  # per micro-batch: tokens with a label
+        self._losses = TokenWeightedLoss()  # the micro-batches' losses, by reference until the boundary
+        self._step_inputs: list[tuple[tuple, dict]] = []  # this step's forwards: (args, kwargs)
+        self._step_outputs: list[tuple[Any, dict]] = []  # this step's forwards: (outputs.loss, kwargs)
         self._lr: float | None = None
         self._warned_unknown = False
 
@@ -83,21 +91,30 @@ class PackscopeCallback(TrainerCallback):
             settings.update(pack_length=int(args.max_length), pack_length_from="TRL max_length (packing=True)")
         self.agent = Agent(AgentConfig(**settings), model=spec, device=args.device)
         self.agent.announce()
+        self.agent.interval_loss = self._losses.interval_mean
+        self.attach(model)
+
+    def attach(self, model: torch.nn.Module) -> None:
+        """Put the two hooks that see every micro-batch on `model` (on_train_begin does)."""
+        self.detach()
         self._hooks = [
             model.register_forward_pre_hook(self._observe, with_kwargs=True),
             model.register_forward_hook(self._keep_loss, with_kwargs=True),
         ]
 
-    def on_train_end(self, args, state, control, **kwargs):
+    def detach(self) -> None:
         for hook in self._hooks:
             hook.remove()
         self._hooks = []
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.detach()
         if self.agent is not None:
             self.agent.close()
 
     # -- one optimizer step ---------------------------------------------------------------
     def on_step_begin(self, args, state, control, **kwargs):
-        self._loss_sums, self._targets = [], []
+        self._step_inputs, self._step_outputs = [], []
         self._running().step_begin()
 
     def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
@@ -106,16 +123,30 @@ class PackscopeCallback(TrainerCallback):
         self._lr = float(lr) if isinstance(lr, (int, float)) else None
 
     def on_step_end(self, args, state, control, **kwargs):
-        self._running().step_end(loss=self._step_loss(), lr=self._lr)
+        agent = self._running()
+        for forward_args, forward_kwargs in self._step_inputs:
+            self._observe_batch(agent, forward_args, forward_kwargs)
+        for loss, forward_kwargs in self._step_outputs:
+            self._keep_loss_of(loss, forward_kwargs)
+        self._step_inputs, self._step_outputs = [], []
+        self._losses.end_step()
+        agent.step_end(lr=self._lr)
 
-    # -- every micro-batch ----------------------------------------------------------------
-    @staticmethod
-    def _trains(module: torch.nn.Module) -> bool:
-        return module.training and torch.is_grad_enabled()
-
+    # -- every micro-batch: a reference kept, read when the step ends ----------------------
+    # The Trainer holds the step's micro-batches until the step ends anyway (it fetches them
+    # before the first forward), so keeping the forward's arguments costs no memory, and the
+    # Python work of reading them runs once per step, in one loop, instead of between forwards.
     def _observe(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
-        if not self._trains(module):
-            return
+        if module.training and torch.is_grad_enabled():  # not evaluation, nor a metrics-only forward
+            self._step_inputs.append((args, kwargs))
+
+    def _keep_loss(self, module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
+        if module.training and torch.is_grad_enabled():
+            loss = getattr(output, "loss", None)  # not the output: its logits
+            # Detached now: kept past the backward, the loss would hold its graph's nodes.
+            self._step_outputs.append((loss.detach() if isinstance(loss, torch.Tensor) else None, kwargs))
+
+    def _observe_batch(self, agent: Agent, args: tuple, kwargs: dict) -> None:
         batch = kwargs if args == () else {"input_ids": args[0], **kwargs}
         form = observe_kwargs(batch)
         if form is None:
@@ -123,26 +154,16 @@ class PackscopeCallback(TrainerCallback):
                 log.warning("packscope: a training forward had no input_ids/inputs_embeds; not counted")
                 self._warned_unknown = True
             return
-        self._running().observe_batch(**form)
+        agent.observe_batch(**form)
 
-    def _keep_loss(self, module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
-        loss = getattr(output, "loss", None)
+    def _keep_loss_of(self, loss: Any, kwargs: dict) -> None:
         labels = kwargs.get("shift_labels")
         shifted = labels is not None
         if not shifted:
             labels = kwargs.get("labels")
-        if not (self._trains(module) and isinstance(loss, torch.Tensor) and isinstance(labels, torch.Tensor)):
+        if not (isinstance(loss, torch.Tensor) and isinstance(labels, torch.Tensor)):
             return
         # HF's causal-LM loss predicts labels[..., 1:] (unless given shift_labels) and ignores -100.
-        targets = (labels if shifted else labels[..., 1:]).ne(-100).sum()
-        # The model's loss is a mean over its own targets or, given num_items_in_batch, the
-        # micro-batch's summed loss divided by that step-wide count.
-        divisor = kwargs.get("num_items_in_batch")
-        self._loss_sums.append(loss.detach().reshape(()).to(torch.float64) * (targets if divisor is None else divisor))
-        self._targets.append(targets)
-
-    def _step_loss(self) -> torch.Tensor | None:
-        """The step's token-weighted mean loss on this rank, on the device."""
-        if not self._loss_sums:
-            return None
-        return torch.stack(self._loss_sums).sum() / torch.stack(self._targets).sum().clamp(min=1)
+        # It is a mean over its own targets or, given num_items_in_batch, the micro-batch's summed
+        # loss divided by that step-wide count; kept by reference, weighed at the boundary.
+        self._losses.add(loss, labels, shifted=shifted, divisor=kwargs.get("num_items_in_batch"))

@@ -12,7 +12,9 @@
   own for any other batch; returning None skips the batch.
 * The FLOPs model is ``model=`` (a ``ModelSpec``, a ``transformers`` config or a dict), else the
   Hugging Face config found at ``pl_module.config`` or ``pl_module.model.config``.
-* The loss is the mean of the step's ``training_step`` losses, kept on the device; the learning
+* Intervals default to the Trainer's ``log_every_n_steps`` (``log_every=`` overrides it).
+* The loss is the mean of the step's ``training_step`` losses, kept by reference and averaged at
+  the log boundary (``integrations/losses.py``: no kernel on an ordinary step); the learning
   rate is the first parameter group's, read before the optimizer steps.
 """
 
@@ -31,6 +33,7 @@ except ImportError:  # the older package name
 from packscope.agent.agent import Agent
 from packscope.agent.config import AgentConfig
 from packscope.agent.integrations.batches import observe_kwargs
+from packscope.agent.integrations.losses import MeanLoss
 from packscope.core.flops import ModelSpec
 from packscope.core.hf_config import spec_from_hf_config
 
@@ -63,8 +66,9 @@ def _find_spec(pl_module: Any, model: ModelSpec | Any | None, tp: int) -> ModelS
 
 
 class PackscopeCallback(Callback):
-    """Other keyword arguments go to :class:`AgentConfig`; ``tp`` pads the vocabulary as a
-    tensor-parallel trainer would (docs/flops.md)."""
+    """Other keyword arguments go to :class:`AgentConfig` (``log_every`` defaults to the
+    Trainer's ``log_every_n_steps``); ``tp`` pads the vocabulary as a tensor-parallel trainer
+    would (docs/flops.md)."""
 
     def __init__(
         self,
@@ -83,7 +87,7 @@ class PackscopeCallback(Callback):
         self.agent: Agent | None = None
         self._in_step = False
         self._optimizer_stepped = False
-        self._losses: list[torch.Tensor] = []
+        self._losses = MeanLoss()  # the micro-batches' losses, by reference until the boundary
         self._lr: float | None = None
 
     def _running(self) -> Agent:
@@ -94,16 +98,17 @@ class PackscopeCallback(Callback):
     def on_train_start(self, trainer, pl_module) -> None:
         settings = dict(self.agent_config)
         settings.setdefault("start_step", trainer.global_step)
+        settings.setdefault("log_every", max(1, int(trainer.log_every_n_steps or 1)))
         self.agent = Agent(
             AgentConfig(**settings), model=_find_spec(pl_module, self.model, self.tp), device=pl_module.device
         )
         self.agent.announce()
+        self.agent.interval_loss = self._losses.interval_mean
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if not self._in_step:
             self._running().step_begin()
             self._in_step = True
-            self._losses = []
         form = self.batch_to_form(batch)
         if form is not None:
             self._running().observe_batch(**form)
@@ -116,14 +121,13 @@ class PackscopeCallback(Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if isinstance(loss, torch.Tensor):
-            if pl_module.automatic_optimization:
-                # Lightning hands back the loss divided by accumulate_grad_batches, as it backpropagates it.
-                loss = loss * trainer.accumulate_grad_batches
-            self._losses.append(loss.detach().reshape(()))
+            # Lightning hands back the loss divided by accumulate_grad_batches, as it backpropagates it.
+            scale = trainer.accumulate_grad_batches if pl_module.automatic_optimization else 1
+            self._losses.add(loss.detach(), scale)
         if not self._optimizer_stepped:
             return
-        mean_loss = torch.stack(self._losses).to(torch.float64).mean() if self._losses else None
-        self._running().step_end(loss=mean_loss, lr=self._lr)
+        self._losses.end_step()
+        self._running().step_end(lr=self._lr)
         self._in_step = self._optimizer_stepped = False
 
     def on_train_end(self, trainer, pl_module) -> None:
@@ -139,6 +143,6 @@ class PackscopeCallback(Callback):
     def _close_open_step(self) -> None:
         # Micro-batches after the last optimizer step (an epoch that ends mid-accumulation
         # still steps in Lightning; an interrupted run may not) still get counted.
-        if self._in_step:
+        if self._in_step:  # a step without its optimizer step has no loss, as before
             self._running().step_end()
             self._in_step = False

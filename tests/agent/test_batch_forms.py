@@ -264,8 +264,8 @@ def test_the_baseline_counts_ceil_row_over_pack_length_packs(rows, row_len, pack
     assert baseline_sq_sum(rows, row_len, pack_length) == want
     # Only packed forms take a pack length: padded rows are dense sequences as they are.
     mask = torch.ones(rows, row_len)
-    assert from_attention_mask(mask).baseline_sq_sum == rows * row_len**2
+    assert from_attention_mask(mask).baseline_pack_length is None
     cu = torch.tensor([0, row_len])
-    assert from_cu_seqlens(cu, (1, row_len), pack_length=pack_length).baseline_sq_sum == baseline_sq_sum(
-        1, row_len, pack_length
-    )
+    assert from_cu_seqlens(cu, (1, row_len), pack_length=pack_length).baseline_pack_length == pack_length
+    pos = torch.arange(row_len).repeat(rows, 1)
+    assert from_position_ids(pos, pack_length=pack_length).baseline_pack_length == pack_length

@@ -5,6 +5,7 @@ grouped into optimizer steps as the Trainer does."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -20,6 +21,7 @@ import operator
 import datasets
 import transformers
 import trl
+from torch.utils._python_dispatch import TorchDispatchMode
 
 # transformers and trl import lazily: pay for it at collection, not inside the first test's time.
 from transformers import LlamaForCausalLM, Qwen2ForCausalLM, Trainer  # noqa: F401
@@ -309,3 +311,63 @@ def test_the_agent_imports_no_training_library():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == ""
+
+
+class CountOps(TorchDispatchMode):
+    """The ATen ops that compute (not views) run while it is active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += not func.is_view
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize(
+    "collator, flattens",
+    [
+        (transformers.DataCollatorWithFlattening(), True),  # position_ids
+        (transformers.DataCollatorWithFlattening(return_flash_attn_kwargs=True), True),  # cu_seq_lens_q
+        (trl.trainer.sft_trainer.DataCollatorForLanguageModeling(pad_token_id=0), False),  # attention_mask
+    ],
+    ids=["position_ids", "cu_seqlens", "attention_mask"],
+)
+def test_an_ordinary_step_runs_no_op_in_the_callback(collator, flattens):
+    """Nothing the callback does between log boundaries launches a kernel: every hook and
+    callback method runs under an op counter, for each batch form."""
+    cb = PackscopeCallback(run_name="no-ops", log_every=3)
+    ops: dict[int, int] = {}
+
+    def counted(fn):
+        def call(*args, **kwargs):
+            with CountOps() as counter:
+                out = fn(*args, **kwargs)
+            step = cb.agent.step if cb.agent is not None else 0
+            ops[step] = ops.get(step, 0) + counter.count
+            return out
+
+        return call
+
+    for name in ("on_step_begin", "on_optimizer_step", "on_step_end", "_observe", "_keep_loss"):
+        setattr(cb, name, counted(getattr(cb, name)))
+    recorded = Recorded(collator, flattens=flattens)
+    train(tiny_model("qwen2"), recorded, steps=5, callback=cb, train_dataset=dataset())
+    assert {step for step, n in ops.items() if n} == {3}, ops  # the boundary's one chain, nothing else
+    check_intervals(list(cb.agent.records), recorded, cb.agent.model, accumulation=2, log_every=3, steps=5)
+
+
+def test_without_a_server_the_run_is_kept_for_packscope_sync(tmp_path):
+    import sqlite3
+
+    cb = PackscopeCallback(server=None, spool_dir=str(tmp_path / "runs"), run_name="hf-offline")
+    train(tiny_model("llama"), transformers.DataCollatorWithFlattening(), steps=4, callback=cb, train_dataset=dataset())
+    db = sqlite3.connect(tmp_path / "runs" / f"{cb.agent.run_id}.sqlite")
+    try:
+        spooled = [json.loads(body) for (body,) in db.execute("SELECT body FROM records ORDER BY id")]
+        meta = dict(db.execute("SELECT key, value FROM meta"))
+    finally:
+        db.close()
+    assert spooled == list(cb.agent.records) and len(spooled) == 2  # every record, as the agent made it
+    assert json.loads(meta["run"])["name"] == "hf-offline" and json.loads(meta["final"])["status"] == "finished"

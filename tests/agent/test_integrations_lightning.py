@@ -4,11 +4,15 @@ grouped into optimizer steps (gradient accumulation included)."""
 
 from __future__ import annotations
 
+import json
 import random
+import sqlite3
+import statistics
 
 import lightning.pytorch as L
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from packscope.agent.histograms import NUM_BUCKETS, bucket_of
 from packscope.agent.integrations.lightning import PackscopeCallback
@@ -113,11 +117,12 @@ def counted(r: dict) -> dict:
     return {**{k: r[k] for k in keys}, "doc_hist": r["histograms"]["documents"]["count"]}
 
 
-def fit(form: str, callback: PackscopeCallback, steps: int = 5, accumulation: int = 2):
+def fit(form: str, callback: PackscopeCallback, steps: int = 5, accumulation: int = 2, **trainer_args):
     collate = Collate(form)
     loader = torch.utils.data.DataLoader(random_packs(60), batch_size=3, collate_fn=collate)
     module = Tiny()
     trainer = L.Trainer(
+        **trainer_args,
         max_steps=steps,
         accumulate_grad_batches=accumulation,
         accelerator="cpu",
@@ -192,3 +197,55 @@ def test_a_batch_it_cannot_read_says_what_to_do():
     cb = PackscopeCallback(run_name="lightning-tuple", model=SPEC)
     with pytest.raises(TypeError, match="batch_to_form"):
         fit("tuple", cb, steps=1, accumulation=1)
+
+
+def test_intervals_follow_the_trainers_log_every_n_steps():
+    cb = PackscopeCallback(run_name="lightning-log-every", model=SPEC)  # no log_every: the Trainer's
+    collate, module = fit("cu_seqlens", cb, steps=12, accumulation=1, log_every_n_steps=5)
+    assert [(r["first_step"], r["last_step"]) for r in cb.agent.records] == [(1, 5), (6, 10), (11, 12)]
+    for i, r in enumerate(cb.agent.records):
+        assert counted(r) == brute(collate.batches[i * 5 : min(i * 5 + 5, 12)])
+        assert r["loss"] == pytest.approx(statistics.fmean(module.losses[i * 5 : min(i * 5 + 5, 12)]), rel=1e-5)
+
+
+class CountOps(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += not func.is_view
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("form", ["cu_seqlens", "position_ids", "attention_mask"])
+def test_an_ordinary_step_runs_no_op_in_the_callback(form):
+    cb = PackscopeCallback(run_name="lightning-no-ops", model=SPEC, log_every=3)
+    ops: dict[int, int] = {}
+
+    def counted(fn):
+        def call(*args, **kwargs):
+            with CountOps() as counter:
+                out = fn(*args, **kwargs)
+            step = cb.agent.step if cb.agent is not None else 0
+            ops[step] = ops.get(step, 0) + counter.count
+            return out
+
+        return call
+
+    for name in ("on_train_batch_start", "on_before_optimizer_step", "on_train_batch_end"):
+        setattr(cb, name, counted(getattr(cb, name)))
+    collate, _ = fit(form, cb, steps=5, accumulation=2)
+    assert {step for step, n in ops.items() if n} == {3}, ops  # the boundary's one chain, nothing else
+    assert sum(r["documents"] for r in cb.agent.records) == brute(collate.batches[:10])["documents"]
+
+
+def test_without_a_server_the_run_is_kept_for_packscope_sync(tmp_path):
+    cb = PackscopeCallback(server=None, spool_dir=str(tmp_path / "runs"), run_name="lightning-offline", model=SPEC)
+    fit("cu_seqlens", cb, steps=4, accumulation=1, log_every_n_steps=2)
+    db = sqlite3.connect(tmp_path / "runs" / f"{cb.agent.run_id}.sqlite")
+    try:
+        spooled = [json.loads(body) for (body,) in db.execute("SELECT body FROM records ORDER BY id")]
+    finally:
+        db.close()
+    assert spooled == list(cb.agent.records) and len(spooled) == 2

@@ -5,6 +5,7 @@ errors, a full queue, and kill -9 of the sending process."""
 from __future__ import annotations
 
 import gzip
+import itertools
 import json
 import logging
 import random
@@ -46,6 +47,7 @@ class Server:
         self.token: str | None = None
         self.script: Script | None = None
         self.delay_s = 0.0
+        self.patch_status = 200  # the answer to the final PATCH
         self.lock = threading.Lock()
         self.port = 0
         self._http: ThreadingHTTPServer | None = None
@@ -117,6 +119,8 @@ class Server:
             def do_PATCH(self):
                 body = self._body()
                 if self._authorized():
+                    if server.patch_status != 200:
+                        return self._answer(server.patch_status, {"detail": "cannot set the status now"})
                     server.patches.append(body)
                     self._answer(200, {})
 
@@ -628,3 +632,80 @@ def test_kill_9_at_random_points_every_durable_record_is_stored_exactly_once(ser
     # Re-sends happen only around a kill: at most the batch in flight when each process died.
     assert server.duplicates <= kills * 16, f"seed {seed}"
     assert not (tmp_path / "spool" / f"{RUN_ID}.sqlite").exists()
+
+
+# -- a server that asks for no wait, set-aside records tried again, offline runs -----------------
+def test_retry_after_zero_never_brings_the_retries_under_the_backoff(server, tmp_path):
+    # Before, Retry-After: 0 replaced the backoff: 7,799 requests in 20 s from one sender.
+    server.script = lambda records: (429, {"detail": "busy"}, {"Retry-After": "0"})
+    sender = make_sender(server, tmp_path, retry_s=0.4, retry_max_s=60)
+    sender.submit(rec(0))
+    time.sleep(3.0)
+    times = [t for t, _, _ in server.answered(429)]
+    gaps = [b - a for a, b in itertools.pairwise(times)]
+    assert 2 <= len(times) <= 4, times  # 0, 0.4, 1.2, 2.8 s: the backoff's doubling waits
+    assert all(gap >= 0.4 * 2**i - 0.02 for i, gap in enumerate(gaps)), gaps  # never sooner
+    server.script = None
+    assert sender.close(None, timeout_s=5) is True  # close makes its last try at once
+    assert server.order == [0]
+
+
+def test_a_set_aside_record_is_tried_again_and_delivered_once_the_server_takes_it(server, tmp_path):
+    refusing = threading.Event()
+    refusing.set()
+
+    def refuse_2(records):
+        return (422, {"detail": "tokens too large"}, {}) if refusing.is_set() and rec(2) in records else None
+
+    server.script = refuse_2
+    sender = submit_all_then_start(server, tmp_path, 6, batch_size=8, set_aside_retry_s=0.3)
+    wait_until(lambda: sender.stats()["rejected"] == 1 and len(server.stored) == 5, what="the others delivered")
+    assert sorted(server.order) == [0, 1, 3, 4, 5]
+    refusing.clear()  # e.g. the server was upgraded to take it
+    wait_until(lambda: 2 in server.order, 10, "the set-aside record to be retried")
+    assert sender.stats()["recovered"] == 1 and not sender.spool.set_aside_records()
+    assert sender.close({"status": "finished"}, timeout_s=5) is True  # nothing is missing any more
+    assert sorted(server.order) == list(range(6)) and server.duplicates == 0
+
+
+def test_set_aside_retries_stop_at_the_attempt_cap_and_the_record_stays(server, tmp_path):
+    server.script = lambda records: (422, {"detail": "never"}, {}) if any(r["interval"] == 1 for r in records) else None
+    sender = submit_all_then_start(server, tmp_path, 3, batch_size=8, set_aside_retry_s=0.05, set_aside_max_attempts=3)
+    wait_until(lambda: len([k for _, s, k in server.batches if s == 422 and k == [1]]) >= 3, 10, "three tries")
+    time.sleep(1.0)  # past the cap: 0.05 s, 0.1 s, 0.2 s... waits would have tried again by now
+    alone = [k for _, s, k in server.batches if s == 422 and k == [1]]
+    assert len(alone) == 3  # the try that set it aside, then two retries
+    assert sender.close(None, timeout_s=5) is False
+    ((kind, reason, record),) = sender.spool.set_aside_records()
+    assert kind == "rejected" and "never" in reason and record == rec(1)
+
+
+def test_offline_the_spool_keeps_records_registration_and_status_and_sends_nothing(tmp_path):
+    config = AgentConfig(server=None, spool_dir=str(tmp_path / "runs"))
+    sender = Sender(config, RUN_ID, {"run_id": RUN_ID, "name": "offline"})
+    for i in range(5):
+        sender.submit(rec(i))
+    assert sender.close({"status": "finished"}, timeout_s=5) is True  # everything is where it belongs
+    assert sender.stats()["kept"] == 5 and sender.stats()["sent"] == 0
+    path = tmp_path / "runs" / f"{RUN_ID}.sqlite"
+    assert spooled_intervals(path) == list(range(5))
+    db = sqlite3.connect(path)
+    meta = dict(db.execute("SELECT key, value FROM meta"))
+    db.close()
+    assert json.loads(meta["run"]) == {"run_id": RUN_ID, "name": "offline"}
+    assert json.loads(meta["final"]) == {"status": "finished"}
+
+
+def test_a_final_status_the_server_would_not_take_is_kept_for_later(server, tmp_path):
+    server.patch_status = 503
+    sender = make_sender(server, tmp_path)
+    sender.submit(rec(0))
+    assert sender.close({"status": "finished"}, timeout_s=5) is False
+    assert server.order == [0] and server.patches == []
+    db = sqlite3.connect(sender.spool.path)  # all records delivered, but the file stays for the status
+    assert json.loads(db.execute("SELECT value FROM meta WHERE key = 'final'").fetchone()[0]) == {"status": "finished"}
+    db.close()
+    server.patch_status = 200
+    again = make_sender(server, tmp_path)  # a resumed run sets its own status and clears the old one
+    assert again.close({"status": "failed"}, timeout_s=5) is True
+    assert server.patches == [{"status": "failed"}] and not sender.spool.path.exists()

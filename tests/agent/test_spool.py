@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
-import packscope.agent.spool as spool_module
-from packscope.agent.spool import Spool, SpoolError, encode
+import packscope.core.spool as spool_module
+from packscope.core.spool import Spool, SpoolError, encode
 
-AGENT_DIR = Path(spool_module.__file__).parent
+SPOOL_FILE = Path(spool_module.__file__)
 
 
 def body(i: int, size: int = 150) -> str:
@@ -187,7 +187,7 @@ def test_kill_9_mid_append_loses_nothing_committed_and_stores_nothing_twice(tmp_
     committed_through = 0
     for round_ in range(4):
         child = subprocess.Popen(
-            [sys.executable, "-c", APPENDER, str(AGENT_DIR / "spool.py"), str(path), str(committed_through)],
+            [sys.executable, "-c", APPENDER, str(SPOOL_FILE), str(path), str(committed_through)],
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -244,3 +244,71 @@ def test_append_head_ack_and_evict_cost_the_same_on_a_large_spool(tmp_path):
     assert len(reopened) == 50_000 + 16 - 32 and time.perf_counter() - t0 < 0.5
     for s in (small, large, reopened):
         s.close()
+
+
+# -- what a later process needs: the run's facts, and set-aside records tried again --------------
+def test_the_runs_registration_and_final_status_are_kept_and_keep_the_file(tmp_path):
+    spool = Spool(tmp_path / "run.sqlite", max_bytes=10**6)
+    spool.set_meta("run", {"run_id": "r", "name": "n"})
+    spool.set_meta("final", {"status": "finished"})
+    spool.close()
+    assert (tmp_path / "run.sqlite").exists()  # no record, but a final status still to deliver
+    again = Spool(tmp_path / "run.sqlite", max_bytes=10**6)
+    assert again.meta("run") == {"run_id": "r", "name": "n"} and again.meta("final") == {"status": "finished"}
+    again.set_meta("final", None)
+    assert again.meta("final") is None and again.meta("nothing here") is None
+    again.close()
+    assert not (tmp_path / "run.sqlite").exists()  # now nothing waits in it
+
+
+def test_set_aside_records_come_due_at_doubling_waits_within_the_caps(tmp_path):
+    spool = Spool(tmp_path / "run.sqlite", max_bytes=10**6)
+    spool.append([body(i) for i in range(3)])
+    spool.set_aside(spool.head(3), "rejected", "HTTP 422: no")
+    t0 = time.time()
+    assert spool.due_set_aside(10, retry_s=100, now=t0 + 50) == []  # not yet
+    assert intervals(spool.due_set_aside(10, retry_s=100, now=t0 + 101)) == [0, 1, 2]
+    assert intervals(spool.due_set_aside(2, retry_s=100, now=t0 + 101)) == [0, 1]  # oldest first
+    first = spool.due_set_aside(1, retry_s=100, now=t0 + 101)
+    spool.failed_again(first, "HTTP 422: still no")
+    # Its second retry waits twice as long; the others are due as before.
+    assert intervals(spool.due_set_aside(10, retry_s=100, now=time.time() + 150)) == [1, 2]
+    assert intervals(spool.due_set_aside(10, retry_s=100, now=time.time() + 201)) == [0, 1, 2]
+    spool.delivered_set_aside(spool.due_set_aside(1, retry_s=0, now=t0 + 1)[:1])
+    assert [(k, why) for k, why, _ in spool.set_aside_records()] == [("rejected", "HTTP 422: no")] * 2
+    for _ in range(3):
+        spool.failed_again(spool.due_set_aside(1, retry_s=0), "HTTP 422: no")
+    assert intervals(spool.due_set_aside(10, retry_s=0, max_attempts=4)) == [2]  # 1 has failed 4 times
+    assert intervals(spool.due_set_aside(10, retry_s=0, max_attempts=5)) == [1, 2]
+    assert spool.due_set_aside(10, retry_s=0, max_age_s=60, now=t0 + 61) == []  # too old
+    assert spool.set_aside_count() == 2  # past the caps they stay, never dropped
+    spool.close()
+
+
+def test_a_version_1_file_is_upgraded_in_place_and_its_set_aside_records_dated(tmp_path):
+    path = tmp_path / "run.sqlite"
+    db = sqlite3.connect(path)  # what packscope wrote before the retry columns
+    db.executescript(
+        """
+        CREATE TABLE records (id INTEGER PRIMARY KEY AUTOINCREMENT, body TEXT NOT NULL, size INTEGER NOT NULL);
+        CREATE TABLE totals (one INTEGER PRIMARY KEY CHECK (one = 1), records INTEGER NOT NULL, bytes INTEGER NOT NULL);
+        INSERT INTO totals VALUES (1, 1, 30);
+        INSERT INTO records (body, size) VALUES ('{"rank":0,"interval":7,"x":""}', 30);
+        CREATE TABLE set_aside (id INTEGER PRIMARY KEY, kind TEXT NOT NULL, reason TEXT NOT NULL,
+                                at TEXT NOT NULL, body TEXT NOT NULL);
+        INSERT INTO set_aside VALUES (5, 'poisoned', 'HTTP 500', '2020-01-02T03:04:05Z', '{"rank":0,"interval":5}');
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        PRAGMA user_version=1;
+        """
+    )
+    db.close()
+    spool = Spool(path, max_bytes=10**6)
+    spool.open()
+    assert intervals(spool.head(5)) == [7] and len(spool) == 1
+    assert spool.due_set_aside(5, retry_s=0, max_age_s=10**12)[0].record["interval"] == 5
+    assert spool.due_set_aside(5, retry_s=0) == []  # set aside in 2020: past the week
+    spool.close()
+    db = sqlite3.connect(path)
+    assert db.execute("PRAGMA user_version").fetchone()[0] == spool_module.FORMAT_VERSION == 2
+    assert db.execute("SELECT since, tried_at, attempts FROM set_aside").fetchone() == (1577934245.0, 1577934245.0, 1)
+    db.close()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import http.server
 import json
+import sqlite3
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
@@ -18,6 +19,7 @@ import pytest
 from cli.support import STEPS, derived, free_port, get, get_status, running_server
 from packscope import importer
 from packscope.cli import main
+from packscope.core.http_client import Backoff
 from packscope.core.run_file import read_run_file
 from packscope.importer import MAX_BATCH
 
@@ -144,6 +146,16 @@ def test_missing_and_binary_files_are_bad_input(tmp_path, capsys):
     assert f"{binary}: not UTF-8 text" in err
 
 
+def test_a_spool_given_to_import_is_pointed_to_sync(tmp_path, capsys):
+    spool = tmp_path / "run-1.sqlite"
+    db = sqlite3.connect(spool)
+    db.execute("CREATE TABLE records (id INTEGER PRIMARY KEY)")
+    db.close()
+    code, _, err = run_import(capsys, spool, "--server", "http://127.0.0.1:9")
+    assert code == 2
+    assert f"{spool}: a packscope spool (SQLite), not a run file: `packscope sync {spool}` sends it" in err
+
+
 def test_a_record_the_server_refuses_is_named_by_line(trained, server, tmp_path, capsys):
     def negative_tokens(records):
         return [*records[:5], {**records[5], "tokens": -1}, *records[6:]]
@@ -261,7 +273,9 @@ class Busy(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.fixture
-def busy_server() -> Iterator[str]:
+def busy_server(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    # The sender's backoff (2 s, doubling) at a hundredth of the scale, so that retries stay quick.
+    monkeypatch.setattr(importer, "BACKOFF", Backoff(0.02, 0.6))
     Busy.seen, Busy.batches, Busy.busy, Busy.largest = [], [], 0, MAX_BATCH
     httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Busy)
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
@@ -271,11 +285,11 @@ def busy_server() -> Iterator[str]:
     httpd.server_close()
 
 
-def test_503_is_retried_after_retry_after(trained, busy_server, capsys):
+def test_503_is_retried_after_the_backoff_even_when_retry_after_says_0(trained, busy_server, capsys):
     Busy.busy = 2
     code, _, err = run_import(capsys, trained["thd"], "--server", busy_server)
     assert code == 0, err
-    assert err.count("HTTP 503") == 2 and "trying again in 0 s" in err
+    assert err.count("HTTP 503") == 2 and "trying again in 0.02 s" in err and "trying again in 0.04 s" in err
     assert len([p for p in Busy.seen if p.endswith("/intervals")]) == 3
     assert Busy.seen[-1].startswith("PATCH ")
 

@@ -1,0 +1,700 @@
+"""What the trainer integrations cost: host time inside the HF Trainer, TRL and Lightning callbacks
+per optimizer step and per micro-batch, the ATen ops they run there, and (CUDA) the step-time
+ratio with the callback switched on and off step by step inside one run.
+
+The batches are the issue's: a Qwen2 model, `DataCollatorWithFlattening` (position_ids), 8
+documents of 32-2048 tokens per micro-batch (the same 8 lengths every micro-batch, so every
+step has the same shape), gradient accumulation 2, bf16 on CUDA.
+
+    python bench/integration_overhead.py host  [--integrations hf,trl,lightning] [--steps 60] [--out F]
+    python bench/integration_overhead.py ratio [--integrations hf,lightning] [--pairs 80] [--out F]   # CUDA
+
+`host` times every call the Trainer makes into the callback (its `on_*` methods) and every hook
+the callback puts on the model, with perf_counter, and counts the ATen ops run inside them (a
+dispatch mode entered only there, in a second, shorter run). On CPU the model is a stand-in with
+the same batches: the Qwen2 embedding and head without decoder layers (`--model stand-in`),
+since a 303M forward over 10k tokens takes seconds here and changes nothing the callback does;
+on CUDA the 303M model itself (`--model qwen2-303m`). Ordinary steps and log-boundary steps are
+reported apart.
+
+`ratio` runs one Trainer; before each pair of steps a seeded coin picks which of the two runs
+with the callback (its hooks and the agent's sync counter are put in place for that step and
+taken away after it, so the "on" step also pays for that), each step timed by CUDA events
+recorded before the callback's first call and after its last. The on/off ratio comes with a
+bootstrap 95% interval over pairs (bench/agent_overhead.py's ratio_estimates; target <= 1.001).
+On CPU it runs on the host clock with the stand-in: a smoke run of the code path, not a result.
+`--code-root DIR` imports packscope from another tree (e.g. `git archive <commit> agent packscope
+trainer | tar -x -C DIR`), for before/after runs from one checkout.
+
+Prints one JSON object (and writes it to --out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import importlib.util
+import json
+import os
+import random
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+DOC_LENGTHS = [random.Random(0).randint(32, 2048) for _ in range(8)]  # the same 8 in every micro-batch
+ACCUMULATION = 2
+LOG_EVERY = 10
+# A Qwen2 of about 303M parameters (untied embeddings, 32k vocabulary), the issue's model size.
+QWEN2_303M: dict[str, Any] = dict(
+    vocab_size=32000,
+    hidden_size=1024,
+    intermediate_size=2816,
+    num_hidden_layers=21,
+    num_attention_heads=16,
+    num_key_value_heads=4,
+    max_position_embeddings=4096,
+    tie_word_embeddings=False,
+)
+
+
+def use_code_root(root: str) -> None:
+    """Import packscope (and its agent and trainer) from `root` instead of the installed tree."""
+    folders = {"packscope": "packscope", "packscope.agent": "agent", "packscope.trainer": "trainer"}
+
+    class Finder:
+        def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
+            if name not in folders:
+                return None
+            folder = Path(root, folders[name])
+            return importlib.util.spec_from_file_location(
+                name, folder / "__init__.py", submodule_search_locations=[str(folder)]
+            )
+
+    sys.meta_path.insert(0, Finder())
+
+
+# -- the workload ------------------------------------------------------------------------------
+STAND_IN_VOCAB = 512  # token ids of the examples are below it, so that both models take them
+
+
+def make_model(kind: str, device: str):
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    if kind == "qwen2-303m":
+        # SDPA: the GPU machine has no flash-attn, so torch's own attention kernels.
+        config = transformers.Qwen2Config(**QWEN2_303M, attn_implementation="sdpa")  # type: ignore[call-arg]
+        model: Any = transformers.Qwen2ForCausalLM(config)
+        return model.to(device)
+    return stand_in_model().to(device)
+
+
+def stand_in_model():
+    """Qwen2ForCausalLM's interface (keyword arguments in, outputs.loss over the shifted labels,
+    normalised by num_items_in_batch, out) at a few microseconds of compute: embedding and head
+    only, 64 wide over a 512-token vocabulary. The callback sees what it sees in the real model."""
+    import transformers
+    from transformers.modeling_outputs import CausalLMOutputWithPast
+
+    class StandIn(transformers.Qwen2ForCausalLM):
+        def forward(self, input_ids=None, position_ids=None, attention_mask=None, labels=None, **kwargs):
+            logits = self.lm_head(self.model.embed_tokens(input_ids))
+            loss = None if labels is None else self.loss_function(logits, labels, STAND_IN_VOCAB, **kwargs)
+            return CausalLMOutputWithPast(loss=loss, logits=logits)
+
+    sizes = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=0, num_attention_heads=4)
+    return StandIn(transformers.Qwen2Config(**{**QWEN2_303M, **sizes, "vocab_size": STAND_IN_VOCAB}))
+
+
+def examples(n: int) -> list[dict[str, list[int]]]:
+    rng = random.Random(1)
+    return [{"input_ids": [rng.randrange(3, STAND_IN_VOCAB) for _ in range(DOC_LENGTHS[i % 8])]} for i in range(n)]
+
+
+def flops_spec():
+    import transformers
+
+    from packscope.core.hf_config import spec_from_hf_config
+
+    return spec_from_hf_config(transformers.Qwen2Config(**QWEN2_303M))
+
+
+class Probe:
+    """Times (and, when counting, counts the ATen ops of) every call into a callback: its on_*
+    methods and the hooks it registers on the model. Calls are grouped by optimizer step."""
+
+    def __init__(
+        self, count_ops: bool, profile: Any = None, profiled_step: Callable[[int], bool] | None = None
+    ) -> None:
+        self.count_ops = count_ops
+        self.profile = profile  # a cProfile.Profile that the calls of profiled steps run under, or None
+        self.profiled_step = profiled_step or (lambda n: True)
+        self.profiled_steps = 0
+        self.steps: list[dict[str, float]] = []  # per finished step: host s in events, in hooks; ops
+        self._current = self._fresh()
+        self._mode: Any = None
+        if count_ops:
+            from torch.utils._python_dispatch import TorchDispatchMode
+
+            probe = self
+
+            class Count(TorchDispatchMode):
+                def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                    if not getattr(func, "is_view", False):
+                        probe._current["ops"] += 1
+                        if probe._in_hook:
+                            probe._current["hook_ops"] += 1
+                    return func(*args, **(kwargs or {}))
+
+            self._mode_cls = Count
+        self._in_hook = False
+
+    @staticmethod
+    def _fresh() -> dict[str, float]:
+        return {"event_s": 0.0, "hook_s": 0.0, "hooks": 0, "ops": 0, "hook_ops": 0}
+
+    def timed(self, fn: Callable[..., Any], hook: bool, closes_step: bool = False) -> Callable[..., Any]:
+        def call(*args: Any, **kwargs: Any) -> Any:
+            mode = self._mode_cls() if self.count_ops else None
+            self._in_hook = hook
+            t0 = time.perf_counter()
+            if mode is not None:
+                with mode:
+                    out = fn(*args, **kwargs)
+            elif self.profile is not None and self.profiled_step(len(self.steps) + 1):
+                out = self.profile.runcall(fn, *args, **kwargs)
+                self.profiled_steps += closes_step
+            else:
+                out = fn(*args, **kwargs)
+            elapsed = time.perf_counter() - t0
+            self._current["hook_s" if hook else "event_s"] += elapsed
+            self._current["hooks"] += hook
+            if closes_step:
+                self.steps.append(self._current)
+                self._current = self._fresh()
+            return out
+
+        return call
+
+    def wrap_callback(self, callback: Any, step_end: str) -> None:
+        for name in dir(type(callback)):
+            if name.startswith("on_") and callable(getattr(callback, name)):
+                setattr(callback, name, self.timed(getattr(callback, name), hook=False, closes_step=name == step_end))
+
+    def wrap_hooks(self, module: Any) -> None:
+        """Hooks the callback registers on `module` are timed too, whatever the callback calls them."""
+        for register in ("register_forward_pre_hook", "register_forward_hook"):
+            original = getattr(module, register)
+
+            def wrapped(hook: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+                return _original(self.timed(hook, hook=True), *args, **kwargs)
+
+            setattr(module, register, wrapped)
+
+
+def summary(probe: Probe, boundary: Callable[[int], bool], warmup: int) -> dict[str, Any]:
+    steps = [(i + 1, s) for i, s in enumerate(probe.steps) if i >= warmup]
+    ordinary = [s for n, s in steps if not boundary(n)]
+    logging = [s for n, s in steps if boundary(n)]
+
+    def us(values: list[float]) -> dict[str, float]:
+        if not values:
+            return {}
+        low, high = (statistics.quantiles(values, n=10)[::8]) if len(values) >= 10 else (min(values), max(values))
+        return {
+            "median": 1e6 * statistics.median(values),
+            "p10": 1e6 * low,  # the extremes for fewer than 10 values
+            "p90": 1e6 * high,
+            "mean": 1e6 * statistics.fmean(values),
+        }
+
+    micro = [s["hook_s"] / max(1, s["hooks"] / 2) for s in ordinary]  # two hooks per micro-batch
+    return {
+        "steps_timed": len(steps),
+        "ordinary_steps": len(ordinary),
+        "host_us_per_ordinary_step": us([s["event_s"] + s["hook_s"] for s in ordinary]),
+        "host_us_per_ordinary_step_in_on_methods": us([s["event_s"] for s in ordinary]),
+        "host_us_per_micro_batch_in_hooks": us(micro),
+        "host_us_per_log_boundary_step": us([s["event_s"] + s["hook_s"] for s in logging]),
+        "hooks_per_ordinary_step": statistics.median(s["hooks"] for s in ordinary) if ordinary else None,
+    }
+
+
+def op_counts(probe: Probe, boundary: Callable[[int], bool], warmup: int) -> dict[str, Any]:
+    steps = [(i + 1, s) for i, s in enumerate(probe.steps) if i >= warmup]
+    ordinary = [s for n, s in steps if not boundary(n)]
+    logging = [s for n, s in steps if boundary(n)]
+    return {
+        "aten_ops_per_ordinary_step": statistics.median(s["ops"] for s in ordinary),
+        "aten_ops_per_micro_batch_in_hooks": statistics.median(s["hook_ops"] / ACCUMULATION for s in ordinary),
+        "aten_ops_per_log_boundary_step": statistics.median(s["ops"] for s in logging) if logging else None,
+    }
+
+
+# -- the three integrations ---------------------------------------------------------------------
+def hf_trainer(model, steps: int, callbacks: list, device: str, trl: bool = False):
+    import torch
+    import transformers
+
+    data = examples(8 * ACCUMULATION * (steps + 2))
+    common: dict[str, Any] = dict(
+        output_dir=str(Path(os.environ.get("TMPDIR", "/tmp")) / "packscope-bench-hf"),
+        per_device_train_batch_size=8,
+        gradient_accumulation_steps=ACCUMULATION,
+        max_steps=steps,
+        logging_steps=LOG_EVERY,
+        report_to=[],
+        save_strategy="no",
+        disable_tqdm=True,
+        use_cpu=device == "cpu",
+        bf16=device == "cuda",
+        dataloader_num_workers=0,
+    )
+    if trl:
+        import datasets
+        import trl as trl_lib
+
+        args = trl_lib.SFTConfig(**common, packing=True, max_length=sum(DOC_LENGTHS))
+        args.per_device_train_batch_size = 1
+        return quiet(
+            trl_lib.SFTTrainer(
+                model=model,
+                args=args,
+                train_dataset=datasets.Dataset.from_list(data),
+                processing_class=tokenizer(),
+                callbacks=callbacks,
+            )
+        )
+
+    class InOrder(transformers.Trainer):
+        def _get_train_sampler(self, *args: Any, **kwargs: Any) -> Any:
+            dataset: Any = self.train_dataset
+            return torch.utils.data.SequentialSampler(dataset)  # every batch the same 8 lengths
+
+    return quiet(
+        InOrder(
+            model=model,
+            args=transformers.TrainingArguments(**common),
+            train_dataset=data,
+            data_collator=transformers.DataCollatorWithFlattening(),
+            callbacks=callbacks,
+        )
+    )
+
+
+def quiet(trainer):
+    """Without the Trainer's printed log lines: stdout is this bench's JSON."""
+    import transformers
+
+    trainer.remove_callback(transformers.trainer_callback.PrinterCallback)
+    return trainer
+
+
+def tokenizer():
+    import transformers
+    from tokenizers import Tokenizer
+    from tokenizers.models import WordLevel
+
+    vocab = {"<pad>": 0, **{f"t{i}": i for i in range(1, STAND_IN_VOCAB)}}
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=Tokenizer(WordLevel(vocab, unk_token="t1")), pad_token="<pad>", eos_token="t2"
+    )
+
+
+def lightning_run(model, steps: int, callbacks: list, device: str):
+    import lightning.pytorch as L
+    import torch
+    import transformers
+
+    class Module(L.LightningModule):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = model
+
+        def training_step(self, batch: dict, batch_idx: int):
+            return self.model(**batch).loss
+
+        def configure_optimizers(self):
+            return torch.optim.AdamW(self.parameters(), lr=1e-5)
+
+    data: Any = examples(8 * ACCUMULATION * (steps + 2))  # a list serves as a map-style dataset
+    loader: Any = torch.utils.data.DataLoader(data, batch_size=8, collate_fn=transformers.DataCollatorWithFlattening())
+    trainer = L.Trainer(
+        max_steps=steps,
+        accumulate_grad_batches=ACCUMULATION,
+        log_every_n_steps=LOG_EVERY,
+        accelerator="gpu" if device == "cuda" else "cpu",
+        devices=1,
+        precision="bf16-mixed" if device == "cuda" else "32-true",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=callbacks,
+    )
+    return trainer, Module(), loader
+
+
+def profile_top(profile: Any, steps: int, n: int = 15) -> list[dict[str, Any]]:
+    """The functions that took the most host time inside the callback on ordinary steps (their
+    own time, per step; a tensor operator such as `x[1:] == 0` counts as its caller's own time)."""
+    import pstats
+
+    stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    rows = sorted(stats.items(), key=lambda kv: -kv[1][2])[:n]
+    return [
+        {
+            "function": f"{Path(file).name}:{line}({name})",
+            "calls_per_step": calls / steps,
+            "own_us_per_step": 1e6 * own / steps,
+            "cumulative_us_per_step": 1e6 * cumulative / steps,
+        }
+        for (file, line, name), (_, calls, own, cumulative, _) in rows
+    ]
+
+
+def host_cost(
+    integration: str, model_kind: str, steps: int, device: str, count_ops: bool, profile: Any = None
+) -> dict[str, Any]:
+    import torch
+
+    boundary = lambda n: n % LOG_EVERY == 0  # noqa: E731
+    warmup = 2
+    model = make_model(model_kind, device)
+    probe = Probe(count_ops, profile, profiled_step=lambda n: warmup < n <= steps and not boundary(n))
+    agent_settings = dict(run_name=f"bench-{integration}", model=flops_spec(), log_every=LOG_EVERY, sample_gpu=False)
+    if integration == "lightning":
+        from packscope.agent.integrations.lightning import PackscopeCallback as LightningCallback
+
+        callback = LightningCallback(**agent_settings)
+        probe.wrap_callback(callback, step_end="on_train_batch_end")
+        trainer, module, loader = lightning_run(model, steps, [callback], device)
+        probe.wrap_hooks(module)
+        # Lightning calls on_train_batch_end per micro-batch: group its calls by optimizer step.
+        per_micro = probe.steps
+        trainer.fit(module, loader)
+        probe.steps = [
+            {k: sum(s[k] for s in per_micro[i : i + ACCUMULATION]) for k in per_micro[0]}
+            for i in range(0, len(per_micro) - ACCUMULATION + 1, ACCUMULATION)
+        ]
+    else:
+        from packscope.agent.integrations.hf import PackscopeCallback
+
+        hf_callback = PackscopeCallback(**agent_settings)
+        probe.wrap_callback(hf_callback, step_end="on_step_end")
+        probe.wrap_hooks(model)
+        trainer = hf_trainer(model, steps, [hf_callback], device, trl=integration == "trl")
+        trainer.train()
+    if device == "cuda":
+        torch.cuda.synchronize()
+    result = {**summary(probe, boundary, warmup), **(op_counts(probe, boundary, warmup) if count_ops else {})}
+    if profile is not None:
+        result["profile_top_own_time"] = profile_top(profile, probe.profiled_steps)
+    return result
+
+
+# -- the on/off ratio (CUDA) ---------------------------------------------------------------------
+class HostEvent:
+    """torch.cuda.Event's timing interface on the host clock: the ratio's code path on CPU (a
+    smoke run: the stand-in model's step is host work, so its ratio says little)."""
+
+    def record(self) -> None:
+        self.t = time.perf_counter()
+
+    def elapsed_time(self, end: HostEvent) -> float:
+        return (end.t - self.t) * 1e3
+
+
+def timing_event(device: str) -> Any:
+    import torch
+
+    return torch.cuda.Event(enable_timing=True) if device == "cuda" else HostEvent()
+
+
+def step_time_ratio(integration: str, pairs: int, warmup_pairs: int, model_kind: str, device: str) -> dict[str, Any]:
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from agent_overhead import ratio_estimates
+
+    rng = random.Random(0)
+    schedule: list[bool] = []  # per step: the callback on?
+    for _ in range(warmup_pairs + pairs):
+        first = rng.random() < 0.5
+        schedule += [first, not first]
+    model = make_model(model_kind, device)
+    events: list[tuple[bool, Any, Any]] = []
+    host_in_callback: list[float] = []
+    settings = dict(run_name=f"ratio-{integration}", model=flops_spec(), log_every=LOG_EVERY)
+    if integration == "hf":
+        from packscope.agent.integrations.hf import PackscopeCallback
+
+        inner: Any = PackscopeCallback(**settings)
+        switch = switched_hf(inner, model, schedule, events, host_in_callback, device)
+        trainer = hf_trainer(model, len(schedule), [switch], device)
+        trainer.train()
+    else:
+        from packscope.agent.integrations.lightning import PackscopeCallback as LightningCallback
+
+        inner = LightningCallback(**settings)
+        switch = switched_lightning(inner, schedule, events, host_in_callback, device)
+        trainer, module, loader = lightning_run(model, len(schedule), [switch], device)
+        trainer.fit(module, loader)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    timed = events[2 * warmup_pairs :]
+    on = [s.elapsed_time(e) / 1e3 for flag, s, e in timed if flag]
+    off = [s.elapsed_time(e) / 1e3 for flag, s, e in timed if not flag]
+    host_on = host_in_callback[warmup_pairs:]
+    records = list(inner.agent.records) if inner.agent is not None else []
+    return {
+        "integration": integration,
+        "model": model_kind,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "pairs": len(on),
+        "median_step_s": {"on": statistics.median(on), "off": statistics.median(off)},
+        "ratios": ratio_estimates(on, off),
+        "host_us_in_callback_per_on_step": {
+            "median": 1e6 * statistics.median(host_on),
+            "mean": 1e6 * statistics.fmean(host_on),
+        },
+        "agent_records": len(records),
+        "agent_reported_syncs_per_step": sum(r["syncs"]["total"] for r in records)
+        / max(1, sum(r["steps"] for r in records)),
+    }
+
+
+def switched_hf(inner, model, schedule: list[bool], events: list, host: list[float], device: str):
+    """A TrainerCallback that runs `inner` (hooks included) only on the steps `schedule` says."""
+    from transformers import TrainerCallback
+
+    class Switch(TrainerCallback):
+        def __init__(self) -> None:
+            self.step = 0
+            self.begin: Any = None
+            self.spent = 0.0
+            self.hooks: list = []
+
+        def _call(self, name: str, *args: Any, **kwargs: Any) -> None:
+            t0 = time.perf_counter()
+            getattr(inner, name)(*args, **kwargs)
+            self.spent += time.perf_counter() - t0
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            inner.on_train_begin(args, state, control, **kwargs)
+            inner.agent.syncs.uninstall()  # installed on the callback's steps only
+            self.hooks = inner.detach() if hasattr(inner, "detach") else _take_hooks(inner)
+            for register in ("register_forward_pre_hook", "register_forward_hook"):  # time the hooks too
+                setattr(model, register, self._timing(getattr(model, register)))
+
+        def _timing(self, register: Any) -> Any:
+            def registered(hook: Any, *args: Any, **kwargs: Any) -> Any:
+                def timed(*hook_args: Any, **hook_kwargs: Any) -> Any:
+                    t0 = time.perf_counter()
+                    out = hook(*hook_args, **hook_kwargs)
+                    self.spent += time.perf_counter() - t0
+                    return out
+
+                return register(timed, *args, **kwargs)
+
+            return registered
+
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.begin = timing_event(device)
+            self.begin.record()
+            self.spent = 0.0
+            if schedule[self.step]:
+                t0 = time.perf_counter()
+                inner.agent.syncs.install()
+                inner.attach(model) if hasattr(inner, "attach") else _put_hooks(inner, model, self.hooks)
+                self.spent += time.perf_counter() - t0
+                self._call("on_step_begin", args, state, control, **kwargs)
+
+        def on_optimizer_step(self, args, state, control, **kwargs):
+            if schedule[self.step]:
+                self._call("on_optimizer_step", args, state, control, **kwargs)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            on = schedule[self.step]
+            if on:
+                self._call("on_step_end", args, state, control, **kwargs)
+                t0 = time.perf_counter()
+                inner.detach() if hasattr(inner, "detach") else _take_hooks(inner)
+                inner.agent.syncs.uninstall()
+                self.spent += time.perf_counter() - t0
+                host.append(self.spent)
+            end = timing_event(device)
+            end.record()
+            events.append((on, self.begin, end))
+            self.step += 1
+
+        def on_train_end(self, args, state, control, **kwargs):
+            inner.on_train_end(args, state, control, **kwargs)
+
+    return Switch()
+
+
+def _take_hooks(inner) -> list:
+    """The hooks of a callback without attach/detach (packscope before this bench): remove them."""
+    for handle in inner._hooks:
+        handle.remove()
+    inner._hooks = []
+    return []
+
+
+def _put_hooks(inner, model, _unused) -> None:
+    inner._hooks = [
+        model.register_forward_pre_hook(inner._observe, with_kwargs=True),
+        model.register_forward_hook(inner._keep_loss, with_kwargs=True),
+    ]
+
+
+def switched_lightning(inner, schedule: list[bool], events: list, host: list[float], device: str):
+    """A Lightning Callback that runs `inner` only on the optimizer steps `schedule` says."""
+    import lightning.pytorch as L
+
+    class Switch(L.Callback):
+        def __init__(self) -> None:
+            self.step = 0
+            self.micro = 0
+            self.begin: Any = None
+            self.spent = 0.0
+
+        def _call(self, name: str, *args: Any) -> None:
+            t0 = time.perf_counter()
+            getattr(inner, name)(*args)
+            self.spent += time.perf_counter() - t0
+
+        def on_train_start(self, trainer, pl_module):
+            inner.on_train_start(trainer, pl_module)
+            inner.agent.syncs.uninstall()  # installed on the callback's steps only
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            if self.micro == 0:
+                self.begin = timing_event(device)
+                self.begin.record()
+                self.spent = 0.0
+            if schedule[self.step]:
+                if self.micro == 0:
+                    inner.agent.syncs.install()
+                self._call("on_train_batch_start", trainer, pl_module, batch, batch_idx)
+
+        def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+            if schedule[self.step]:
+                self._call("on_before_optimizer_step", trainer, pl_module, optimizer)
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            on = schedule[self.step]
+            if on:
+                self._call("on_train_batch_end", trainer, pl_module, outputs, batch, batch_idx)
+            self.micro += 1
+            if self.micro == ACCUMULATION:
+                end = timing_event(device)
+                end.record()
+                events.append((on, self.begin, end))
+                if on:
+                    inner.agent.syncs.uninstall()
+                    host.append(self.spent)
+                self.micro = 0
+                self.step += 1
+
+        def on_train_end(self, trainer, pl_module):
+            inner.on_train_end(trainer, pl_module)
+
+    return Switch()
+
+
+# -- the command ---------------------------------------------------------------------------------
+def print_table(path: Path) -> None:
+    """One line per integration of a result file."""
+    result = json.loads(path.read_text())
+    for name, r in result.items():
+        if isinstance(r, dict) and "host_us_per_ordinary_step" in r:
+            print(
+                f"{path.stem} {name}: {r['host_us_per_ordinary_step'].get('median', 0):.0f} us/step "
+                f"({r['host_us_per_ordinary_step_in_on_methods'].get('median', 0):.0f} in on_* methods, "
+                f"{r['host_us_per_micro_batch_in_hooks'].get('median', 0):.0f} per micro-batch in hooks), "
+                f"{r.get('aten_ops_per_ordinary_step')} ATen ops/step, "
+                f"{r['host_us_per_log_boundary_step'].get('median', 0):.0f} us at a boundary"
+            )
+        elif isinstance(r, dict) and "ratios" in r:
+            paired = r["ratios"]["paired"]
+            low, high = paired["ci95"]
+            print(
+                f"{path.stem} {name}: on/off step time {paired['ratio']:.4f} [{low:.4f}, {high:.4f}] over "
+                f"{r['pairs']} pairs, median step {r['median_step_s']['off'] * 1e3:.1f} ms, "
+                f"{r['host_us_in_callback_per_on_step']['median']:.0f} us in the callback per step"
+            )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("mode", choices=["host", "ratio", "table"])
+    ap.add_argument("files", nargs="*", help="table: result files to summarise")
+    ap.add_argument("--integrations", default=None, help="comma-separated: hf, trl, lightning")
+    ap.add_argument("--steps", type=int, default=60, help="host: optimizer steps per run")
+    ap.add_argument("--op-steps", type=int, default=24, help="host: steps of the op-counting run")
+    ap.add_argument("--pairs", type=int, default=80, help="ratio: timed pairs of steps (one on, one off)")
+    ap.add_argument("--warmup-pairs", type=int, default=8)
+    ap.add_argument("--model", choices=["stand-in", "qwen2-303m"], default=None, help="host: default by device")
+    ap.add_argument("--code-root", default=None, help="import packscope from this tree (before/after runs)")
+    ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads on CPU")
+    ap.add_argument("--profile", action="store_true", help="host: add a cProfile of the callback's calls")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    if args.mode == "table":
+        for path in args.files:
+            print_table(Path(path))
+        return 0
+    if args.code_root:
+        use_code_root(args.code_root)
+    import torch
+
+    import packscope.agent
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    if device == "cpu":
+        torch.set_num_threads(args.threads)
+    result: dict[str, Any] = {
+        "bench": "integration_overhead",
+        "mode": args.mode,
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
+        "torch": torch.__version__,
+        "device": torch.cuda.get_device_name() if device == "cuda" else "cpu",
+        "packscope_agent": str(Path(packscope.agent.__file__).parent),
+        "doc_lengths": DOC_LENGTHS,
+        "tokens_per_micro_batch": sum(DOC_LENGTHS),
+        "gradient_accumulation": ACCUMULATION,
+        "log_every": LOG_EVERY,
+    }
+    if args.mode == "host":
+        model = args.model or ("qwen2-303m" if device == "cuda" else "stand-in")
+        result["model"] = model
+        for name in (args.integrations or "hf,trl,lightning").split(","):
+            print(f"host cost: {name} ...", file=sys.stderr)
+            timed = host_cost(name, model, args.steps, device, count_ops=False)
+            counted = host_cost(name, model, args.op_steps, device, count_ops=True)
+            result[name] = {**timed, **{k: v for k, v in counted.items() if k.startswith("aten_ops")}}
+            if args.profile:  # the ordinary steps' calls only, in a run of their own
+                profiled = host_cost(name, model, args.op_steps, device, count_ops=False, profile=cProfile.Profile())
+                result[name]["profile_top_own_time"] = profiled["profile_top_own_time"]
+    else:
+        model = args.model or ("qwen2-303m" if device == "cuda" else "stand-in")
+        for name in (args.integrations or "hf,lightning").split(","):
+            print(f"step-time ratio: {name} ...", file=sys.stderr)
+            result[f"ratio_{name}"] = step_time_ratio(name, args.pairs, args.warmup_pairs, model, device)
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
