@@ -161,7 +161,6 @@ class CuBatch:
         return self.pack_length
 
 
-
 def from_cu_seqlens(
     cu_seqlens: torch.Tensor | Sequence[int],
     shape: tuple[int, int],
