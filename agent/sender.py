@@ -164,6 +164,7 @@ class Sender:
         self.dropped = 0
         self.last_error: str | None = None
         self._run_registered = False
+        self._ignored_fields: set[str] = set()  # named by the server as not stored: warned once
         self._final_patch: dict | None = None
         self._status_delivered: bool | None = None  # the final PATCH; None while not tried
         self._closing = False  # close() was called: later submits are dropped
@@ -563,7 +564,22 @@ class Sender:
             # The server came back without our run (a new database): register again (idempotent).
             self._register()
             answer = self._request("POST", path, data)
+        self._warn_ignored(answer)
         return _ingest_counts(answer)
+
+    def _warn_ignored(self, answer: object) -> None:
+        """Fields the server's record does not know (a misspelt field, a server older than this
+        agent) are named in its answer: said once per run, so the records' gap is not silent."""
+        ignored = answer.get("ignored") if isinstance(answer, dict) else None
+        new = sorted(set(ignored or ()) - self._ignored_fields)
+        if new:
+            self._ignored_fields.update(new)
+            log.warning(
+                "packscope: the server at %s does not know the record field(s) %s and does not store them; "
+                "a misspelt field, or a server older than this agent (upgrade it)",
+                self.base,
+                ", ".join(new),
+            )
 
     def _side_request(self, method: str, path: str, body: dict) -> object:
         """A small request about the run (agent/contact.py: heartbeat, PATCH, refusals), after

@@ -23,6 +23,9 @@ from typing import Any
 
 import torch
 
+from packscope.agent.vision import BATCH_KEYS
+from packscope.core.vision import VISION_TOWERS, VisionSpec
+
 TOKEN_KEYS = ("input_ids", "inputs_embeds", "tokens")
 CU_KEYS = ("cu_seqlens", "cu_seq_lens_q")
 
@@ -72,3 +75,12 @@ def observe_kwargs(batch: Mapping[str, Any]) -> dict[str, Any] | None:
     if mask is not None:
         return {"attention_mask": mask}
     return {"shape": shape}
+
+
+def image_kwargs(batch: Mapping[str, Any], vision: VisionSpec | None) -> dict[str, Any]:
+    """A vision-language batch's images as ``observe_batch`` takes them, under the keys its
+    tower's processor writes (``image_grid_thw``, ``image_sizes``, ``pixel_values``); nothing for
+    a text model. Look-ups only: the tables are counted at the log boundary."""
+    if vision is None:
+        return {}
+    return {key: batch[key] for key in BATCH_KEYS[VISION_TOWERS[vision.tower]] if batch.get(key) is not None}

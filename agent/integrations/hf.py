@@ -38,7 +38,7 @@ from transformers import TrainerCallback
 
 from packscope.agent.agent import Agent
 from packscope.agent.config import AgentConfig
-from packscope.agent.integrations.batches import observe_kwargs
+from packscope.agent.integrations.batches import image_kwargs, observe_kwargs
 from packscope.agent.integrations.losses import TokenWeightedLoss
 from packscope.core.flops import ModelSpec
 from packscope.core.hf_config import spec_from_hf_config
@@ -154,7 +154,7 @@ class PackscopeCallback(TrainerCallback):
                 log.warning("packscope: a training forward had no input_ids/inputs_embeds; not counted")
                 self._warned_unknown = True
             return
-        agent.observe_batch(**form)
+        agent.observe_batch(**form, **image_kwargs(batch, agent.model.vision))
 
     def _keep_loss_of(self, loss: Any, kwargs: dict) -> None:
         labels = kwargs.get("shift_labels")

@@ -32,7 +32,7 @@ except ImportError:  # the older package name
 
 from packscope.agent.agent import Agent
 from packscope.agent.config import AgentConfig
-from packscope.agent.integrations.batches import observe_kwargs
+from packscope.agent.integrations.batches import image_kwargs, observe_kwargs
 from packscope.agent.integrations.losses import MeanLoss
 from packscope.core.flops import ModelSpec
 from packscope.core.hf_config import spec_from_hf_config
@@ -111,7 +111,10 @@ class PackscopeCallback(Callback):
             self._in_step = True
         form = self.batch_to_form(batch)
         if form is not None:
-            self._running().observe_batch(**form)
+            agent = self._running()
+            # A dict batch's images too, unless batch_to_form already says them.
+            images = image_kwargs(batch, agent.model.vision) if isinstance(batch, dict) else {}
+            agent.observe_batch(**{**images, **form})
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
         self._optimizer_stepped = True

@@ -98,3 +98,30 @@ def test_a_vision_language_model_sends_its_towers_sums_beside_the_text():
     text_only.step_begin()
     with pytest.raises(ValueError, match="no vision tower"):
         text_only.observe_batch(shape=(1, 8), image_grid_thw=torch.tensor([(1, 4, 4)]))
+
+
+def test_the_hf_callback_reads_a_vlm_batchs_images():
+    """The callback's forward hook sees the model's kwargs: a Qwen2.5-VL batch's image_grid_thw
+    goes to observe_batch beside the text form, counted like the agent's own call."""
+    from pathlib import Path
+
+    from packscope.agent.integrations.batches import image_kwargs, observe_kwargs
+    from packscope.core.hf_config import read_hf_config
+
+    model = read_hf_config(Path(__file__).parents[1] / "fixtures" / "hf" / "published" / "qwen2_5_vl_7b.json")
+    batch = {
+        "input_ids": torch.zeros(1, 64, dtype=torch.long),
+        "attention_mask": torch.ones(1, 64, dtype=torch.long),
+        "pixel_values": torch.zeros(4 * 16, 1176),
+        "image_grid_thw": torch.tensor([[1, 4, 16]]),
+    }
+    kwargs = {**observe_kwargs(batch), **image_kwargs(batch, model.vision)}
+    assert set(image_kwargs(batch, model.vision)) == {"image_grid_thw"}  # Qwen's tower reads its grids
+    assert image_kwargs(batch, FULL.vision) == {}
+    agent = Agent(AgentConfig(log_every=1, count_syncs=False), model=model)
+    agent.step_begin()
+    agent.observe_batch(**kwargs)
+    agent.step_end()
+    agent.close()
+    (record,) = agent.records
+    assert record["vision_patches"] == 64 and record["vision_images"] == 1

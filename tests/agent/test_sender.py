@@ -203,6 +203,18 @@ def test_records_reach_the_server_in_order_and_the_spool_is_removed(server, tmp_
     assert not list((tmp_path / "spool").iterdir())  # nothing left behind
 
 
+def test_fields_the_server_does_not_know_are_warned_about_once(server, tmp_path, caplog):
+    """The server names the record fields it ignored; the sender says so once per run, per field."""
+    server.script = lambda records: (200, {"accepted": len(records), "duplicates": 0, "ignored": ["gpu.temp_c"]}, {})
+    sender = make_sender(server, tmp_path, batch_size=2)
+    with caplog.at_level(logging.WARNING, logger="packscope.agent"):
+        for i in range(6):
+            sender.submit(rec(i))
+        assert sender.close({"status": "finished"}, timeout_s=10) is True
+    warned = [r.getMessage() for r in caplog.records if "does not know the record field" in r.getMessage()]
+    assert len(server.batches) >= 3 and len(warned) == 1 and "gpu.temp_c" in warned[0]
+
+
 def test_the_spool_lives_under_the_home_cache_by_default_one_file_per_run(tmp_path, monkeypatch):
     monkeypatch.setenv("HOME", str(tmp_path))
     config = AgentConfig(server="http://127.0.0.1:9")
