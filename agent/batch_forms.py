@@ -431,8 +431,9 @@ def _position_lengths(
     last, row_len, row = _row_table(batches, row_offset, device)
     ends = torch.empty_like(pos, dtype=torch.bool)
     ends[:-1] = pos[1:] == 0  # the next token starts a document...
-    ends[-1] = True
-    ends.index_fill_(0, last, True)  # ...or the row ends
+    # ...or the row ends (the last token among them: no `ends[-1] = True`, a scalar write that
+    # synchronizes on CUDA)
+    ends.index_fill_(0, last, True)
     if any(b.attention_mask is not None for b in batches):
         # A batch without a mask counts every token as real.
         masks = [
