@@ -1,8 +1,11 @@
 // CSV built in the browser from exactly what a chart plotted.
 
+// A text cell a spreadsheet would run as a formula (=, +, -, @, a tab or a carriage return
+// first: a run named "=HYPERLINK(...)") is written with a leading ' so that it stays text.
 function cell(value) {
   if (value === null || value === undefined) return "";
-  const text = String(value);
+  let text = String(value);
+  if (typeof value === "string" && /^[=+\-@\t\r]/.test(text)) text = `'${text}`;
   return /[",\n]/.test(text) ? `"${text.replaceAll('"', '""')}"` : text;
 }
 

@@ -355,3 +355,22 @@ def test_run_configuration_opens_under_the_charts(server, page):
     assert row.is_visible()
     assert row.locator("td").inner_text() == str(MODEL["layers"])
     assert page.errors == []
+
+
+def test_a_chart_csv_keeps_run_names_that_look_like_formulas_as_text(server, page):
+    """A compare chart's traces are named after runs; a run named =HYPERLINK(...) must not become
+    a formula in a spreadsheet (issue 22): text cells that start with =, +, -, @ get a leading '."""
+    page.goto(server + "/")
+    csv = page.evaluate(
+        """async () => {
+            const { tracesToCSV } = await import('/static/csv.js');
+            return tracesToCSV([
+                {name: '=HYPERLINK("http://x","y")', x: [1, 2], y: [-1.5, 2]},
+                {name: '+cmd', x: [1], y: [3]},
+                {name: 'plain', x: [2], y: [4]},
+            ], 'step');
+        }"""
+    )
+    header, first, second = csv.splitlines()
+    assert header == "step,\"'=HYPERLINK(\"\"http://x\"\",\"\"y\"\")\",'+cmd,plain"
+    assert first == "1,-1.5,3," and second == "2,2,,4"  # numbers, negative ones too, stay numbers
