@@ -372,5 +372,5 @@ def test_a_chart_csv_keeps_run_names_that_look_like_formulas_as_text(server, pag
         }"""
     )
     header, first, second = csv.splitlines()
-    assert header == "step,\"'=HYPERLINK(\"\"http://x\"\",\"\"y\"\")\",'+cmd,plain"
+    assert header == 'step,"\'=HYPERLINK(""http://x"",""y"")",\'+cmd,plain'
     assert first == "1,-1.5,3," and second == "2,2,,4"  # numbers, negative ones too, stay numbers
