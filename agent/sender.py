@@ -73,11 +73,6 @@ def _file_stem(run_id: str) -> str:
     return safe
 
 
-def _legacy_path(config: AgentConfig, run_id: str) -> Path:
-    """Where packscope before the SQLite spool kept a run's records (JSON lines)."""
-    return _spool_dir(config) / f"{_file_stem(run_id)}.jsonl"
-
-
 # -- HTTP answers ------------------------------------------------------------------------------------
 class ServerError(Exception):
     """A request that did not succeed; `kind` decides what the sender does (module docstring)."""
@@ -151,7 +146,7 @@ class Sender:
         self.run_id = run_id
         self.run_body = run_body
         self.retry_s = config.retry_s  # read at each failure, so a test may shorten it on a live sender
-        self.spool = Spool(spool_path(config, run_id), config.spool_max_bytes, _legacy_path(config, run_id))
+        self.spool = Spool(spool_path(config, run_id), config.spool_max_bytes)
         self.queue: queue.Queue = queue.Queue(maxsize=config.queue_size)
         # What became of the records (see stats()); only `dropped` is written outside the thread.
         self.kept = 0
@@ -222,7 +217,7 @@ class Sender:
             "rejected": self.rejected,  # refused by the server (4xx), set aside
             "poisoned": self.poisoned,  # failed alone (5xx) while the next one went through, set aside
             "recovered": self.recovered,  # set-aside records (this process's or earlier) delivered later
-            "lost": self.lost + self.spool.unreadable,  # could not be kept: disk full, not JSON, torn
+            "lost": self.lost,  # could not be kept: disk full
             "dropped": self.dropped,  # the queue was full, or the sender was closing
             "kept": self.kept,  # committed to the spool: from then on a crash cannot lose them
             "queued": self.queue.qsize(),

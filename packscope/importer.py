@@ -34,13 +34,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from packscope.core.catalogue import MAX_BATCH  # the server's limit per request (docs/wire.md)
 from packscope.core.http_client import Backoff, HttpClient, HttpError, short
 from packscope.core.run_file import RunFile, RunFileError, read_run_file
 
 DEFAULT_SERVER = "http://127.0.0.1:8000"  # `packscope serve`'s default address
 TOKEN_ENV = "PACKSCOPE_INGEST_TOKEN"  # the server's ingest token variable (backend/settings.py)
 DEFAULT_BATCH = 256
-MAX_BATCH = 1000  # the server's limit per request (docs/wire.md)
 STATUSES = ("running", "finished", "failed")  # what PATCH /api/v1/runs/{id} accepts
 BACKOFF = Backoff()  # the sender's defaults: 2 s, doubling up to 60 s
 SQLITE_MAGIC = b"SQLite format 3\x00"  # the first bytes of a spool file

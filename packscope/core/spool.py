@@ -111,12 +111,10 @@ def encode(record: dict[str, Any]) -> str:
 class Spool:
     """Opened lazily, by whichever thread first needs it; every method is thread-safe."""
 
-    def __init__(self, path: Path, max_bytes: int, legacy_path: Path | None = None) -> None:
+    def __init__(self, path: Path, max_bytes: int) -> None:
         self.path = path
         self.max_bytes = max_bytes
-        self.legacy_path = legacy_path  # a JSON-lines spool from an older packscope, imported once
         self.evicted = 0  # records evicted by this process to stay under max_bytes
-        self.unreadable = 0  # lines of a legacy spool that were not JSON (a torn last line): lost
         self.quarantined: Path | None = None  # where a damaged spool file was moved aside
         self._count = 0
         self._bytes = 0
@@ -152,7 +150,6 @@ class Spool:
                 self._quarantine(exc)
                 self._db = self._connect()
             self._read_totals()
-            self._import_legacy()
         except (sqlite3.Error, OSError) as exc:
             self._drop_connection()
             raise SpoolError(f"cannot open the spool {self.path}: {exc}") from None
@@ -197,31 +194,6 @@ class Spool:
     def _read_totals(self) -> None:
         assert self._db is not None
         self._count, self._bytes = self._db.execute("SELECT records, bytes FROM totals").fetchone()
-
-    def _import_legacy(self) -> None:
-        """Move an older packscope's JSON-lines spool in, in one transaction with a marker, so a
-        crash mid-import neither loses it nor imports it twice."""
-        legacy = self.legacy_path
-        if legacy is None or not legacy.exists():
-            return
-        marker = f"imported {legacy.name}"
-        with self._transaction() as db:
-            if db.execute("SELECT 1 FROM meta WHERE key = ?", (marker,)).fetchone() is None:
-                bodies, unreadable = _read_json_lines(legacy)
-                self._insert(db, bodies)
-                db.execute("INSERT INTO meta VALUES (?, ?)", (marker, _utc_now()))
-            else:
-                bodies, unreadable = [], 0  # imported before a crash; only the unlink was missing
-        self._read_totals()
-        legacy.unlink()
-        self.unreadable += unreadable
-        log.warning(
-            "packscope: imported %d records from the older spool %s into %s%s",
-            len(bodies),
-            legacy,
-            self.path,
-            f"; {unreadable} unreadable lines (a torn write) are lost" if unreadable else "",
-        )
 
     # -- writing ---------------------------------------------------------------------------------
     def append(self, bodies: list[str]) -> int:
@@ -464,17 +436,3 @@ def _decoded(body: str) -> dict[str, Any] | str:
 
 def _utc_now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-
-
-def _read_json_lines(path: Path) -> tuple[list[str], int]:
-    """A legacy spool's records re-encoded, and the number of lines that were not JSON."""
-    bodies, unreadable = [], 0
-    with path.open("rb") as f:
-        for line in f:
-            if not line.strip():
-                continue
-            try:
-                bodies.append(encode(json.loads(line)))
-            except ValueError:
-                unreadable += 1
-    return bodies, unreadable

@@ -444,17 +444,6 @@ def test_close_does_not_outwait_its_timeout_for_a_long_retry_after(server, tmp_p
 
 
 # -- the spool's own troubles ---------------------------------------------------------------------
-def test_a_torn_legacy_spool_is_replayed_first_and_its_torn_line_counted_lost(server, tmp_path):
-    legacy = tmp_path / "spool" / f"{RUN_ID}.jsonl"  # what packscope before the SQLite spool left
-    legacy.parent.mkdir()
-    legacy.write_text("".join(json.dumps(rec(i)) + "\n" for i in range(3)) + '{"rank": 0, "interval": 3, "to')
-    sender = make_sender(server, tmp_path)
-    sender.submit(rec(4))
-    assert sender.close(None, timeout_s=10) is False  # the torn record is lost
-    assert server.order == [0, 1, 2, 4]
-    assert sender.stats()["lost"] == 1 and not legacy.exists()
-
-
 def test_a_damaged_spool_file_is_moved_aside_and_the_sender_goes_on(server, tmp_path, caplog):
     path = tmp_path / "spool" / f"{RUN_ID}.sqlite"
     path.parent.mkdir()

@@ -1,5 +1,5 @@
 """The spool on its own: order, durability across processes and kill -9, eviction, set-aside
-records, damaged and legacy files, and costs that do not grow with its size."""
+records, damaged files, and costs that do not grow with its size."""
 
 from __future__ import annotations
 
@@ -145,26 +145,6 @@ def test_an_unusable_directory_raises_spool_error(tmp_path):
     with pytest.raises(SpoolError):
         spool.append([body(0)])
     assert len(spool) == 0
-
-
-def test_a_legacy_json_lines_spool_is_imported_once_and_a_torn_line_counted(tmp_path, caplog):
-    legacy = tmp_path / "run.jsonl"
-    text = "".join(json.dumps({"rank": 0, "interval": i}) + "\n" for i in range(3)) + '{"rank": 0, "inter'
-    legacy.write_text(text)
-    spool = Spool(tmp_path / "run.sqlite", max_bytes=10**6, legacy_path=legacy)
-    spool.open()
-    assert intervals(spool.head(10)) == [0, 1, 2] and spool.unreadable == 1
-    assert not legacy.exists()
-    assert any("1 unreadable lines" in r.getMessage() for r in caplog.records)
-    spool.close()
-
-    # A crash after the import's commit but before the unlink: the same file is found again.
-    legacy.write_text(text)
-    again = Spool(tmp_path / "run.sqlite", max_bytes=10**6, legacy_path=legacy)
-    again.open()
-    assert intervals(again.head(10)) == [0, 1, 2]  # not imported twice
-    assert not legacy.exists()
-    again.close()
 
 
 # A child process that appends in a loop and prints how many records it has committed. It loads
