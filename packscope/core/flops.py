@@ -38,8 +38,8 @@ from packscope.core.model_fields import (
     check_int,
     check_kinds,
     check_optional_int,
+    dict_fields,
     nested_from_dict,
-    refuse_unknown,
 )
 from packscope.core.vision import VisionSpec
 
@@ -454,21 +454,7 @@ class ModelSpec:
         """A model from its JSON dict, strictly: integers are integers (not bools, not strings,
         within 0..2**24; positive where 0 makes no sense), flags are bools, unknown keys are refused
         by name. Every dict ``to_dict()`` ever wrote loads and gives the same coefficients."""
-        if not isinstance(data, Mapping):
-            raise ValueError(f"a model is a JSON object, got {type(data).__name__}")
-        known = set(cls.__dataclass_fields__) - {"not_counted", "name"}  # neither is part of the wire
-        refuse_unknown("model", data, known)
-        required = [f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING and f.init]
-        missing = [name for name in required if name not in data]
-        if missing:
-            raise ValueError(f"the model lacks the field(s) {', '.join(missing)}")
-        values = dict(data)
-        for key in ("moe_layers", "layer_kinds"):
-            value = values.get(key)
-            if value is not None and not isinstance(value, (list, tuple)):
-                raise ValueError(f"model field {key!r} must be null or a list, got {value!r}")
-            if value is not None:
-                values[key] = tuple(value)
+        values = dict_fields("model", cls, data, ("moe_layers", "layer_kinds"), leave_out=("not_counted", "name"))
         values["mla"] = nested_from_dict(MLA, "mla", values.get("mla"))
         values["linear_attention"] = nested_from_dict(
             LinearAttention, "linear_attention", values.get("linear_attention")

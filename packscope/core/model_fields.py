@@ -7,6 +7,7 @@ names the field and says what it must be.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, Protocol, TypeVar
 
@@ -52,6 +53,33 @@ def check_kinds(key: str, value: Any, layers: int, known: Sequence[str]) -> tupl
     if len(kinds) != layers:
         raise ValueError(f"{key} has {len(kinds)} entries for {layers} layers")
     return kinds
+
+
+def dict_fields(
+    what: str, cls: type[Any], data: Any, lists: Iterable[str], leave_out: Iterable[str] = ()
+) -> dict[str, Any]:
+    """The keyword arguments of dataclass `cls` from a JSON object, strictly: an object, no field
+    `cls` lacks (nor one of `leave_out`), every field without a default there, and the `lists`
+    (each null or a JSON list) as tuples. The dataclass checks the values themselves."""
+    if not isinstance(data, Mapping):
+        raise ValueError(f"{what} is a JSON object, got {data!r}")
+    fields = [f for f in dataclasses.fields(cls) if f.name not in set(leave_out)]
+    refuse_unknown(what, data, (f.name for f in fields))
+    missing = [
+        f.name
+        for f in fields
+        if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING and f.name not in data
+    ]
+    if missing:
+        raise ValueError(f"{what} lacks the field(s) {', '.join(missing)}")
+    values = dict(data)
+    for key in lists:
+        value = values.get(key)
+        if value is not None and not isinstance(value, (list, tuple)):
+            raise ValueError(f"{what} field {key!r} must be null or a list, got {value!r}")
+        if value is not None:
+            values[key] = tuple(value)
+    return values
 
 
 def refuse_unknown(what: str, data: Mapping[str, Any], known: Iterable[str]) -> None:

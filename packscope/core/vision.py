@@ -47,7 +47,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from packscope.core.attention import chunk_sq
-from packscope.core.model_fields import check_bool, check_flags, check_int, check_optional_int, refuse_unknown
+from packscope.core.model_fields import check_bool, check_flags, check_int, check_optional_int, dict_fields
 
 # Do not rename: the agent, the wire record and the database carry these names.
 VISION_IMAGES = "vision_images"
@@ -255,21 +255,7 @@ class VisionSpec:
     def from_dict(cls, data: Any) -> VisionSpec:
         """A tower from its JSON object, strictly: unknown and missing fields are named, integers
         are integers (not bools, not strings), lists are checked entry by entry."""
-        if not isinstance(data, Mapping):
-            raise ValueError(f"model field 'vision' must be null or an object, got {data!r}")
-        refuse_unknown("model vision", data, cls.__dataclass_fields__)
-        required = [f.name for f in dataclasses.fields(cls) if f.default is dataclasses.MISSING]
-        missing = [name for name in required if name not in data]
-        if missing:
-            raise ValueError(f"the model's vision tower lacks the field(s) {', '.join(missing)}")
-        values = dict(data)
-        for key in ("image_grid", "windowed_layers"):
-            value = values.get(key)
-            if value is not None and not isinstance(value, (list, tuple)):
-                raise ValueError(f"vision field {key!r} must be null or a list, got {value!r}")
-            if value is not None:
-                values[key] = tuple(value)
-        return cls(**values)
+        return cls(**dict_fields("model vision", cls, data, ("image_grid", "windowed_layers")))
 
 
 def _check_projector(value: Any) -> tuple[tuple[int, int], ...]:

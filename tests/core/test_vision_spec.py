@@ -124,7 +124,7 @@ def test_model_spec_carries_the_tower_only_when_set():
     assert with_tower != text_only and with_tower.c_lin == text_only.c_lin  # the decoder's count is unchanged
     with pytest.raises(ValueError, match="unknown model vision field"):
         ModelSpec.from_dict({**data, "vision": {**data["vision"], "extra": 1}})
-    with pytest.raises(ValueError, match="model field 'vision' must be null or an object"):
+    with pytest.raises(ValueError, match="model vision is a JSON object"):
         ModelSpec.from_dict({**data, "vision": [1]})
     with pytest.raises(ValueError, match="must be a VisionSpec"):
         ModelSpec(**DECODER, vision=data["vision"])  # type: ignore[arg-type]
