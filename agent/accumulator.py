@@ -65,28 +65,20 @@ HOST_FIELDS = (
 
 @dataclass
 class HostCounts:
-    """What the interval's shapes tell us without looking at the device."""
+    """What the interval's shapes tell us without looking at the device: the HOST_FIELDS (token
+    slots, packs, the baseline's sums, the sums of plain rows and of host-side images) and the
+    histograms of plain fixed-length rows (every row one document of row_len tokens)."""
 
-    tokens: int = 0
-    packs: int = 0
-    seqlen_sq_sum_bshd: int = 0
-    # Plain fixed-length batches: every row is one document of row_len tokens.
-    seqlen_sq_sum_thd: int = 0
-    window_sq_sum_bshd: int = 0
-    window_sq_sum_thd: int = 0
-    chunk_sq_sum_bshd: int = 0
-    chunk_sq_sum_thd: int = 0
-    # A vision tower's images known on the host (a fixed-size tower's count, grids on the CPU).
-    vision_images: int = 0
-    vision_patches: int = 0
-    vision_sq_sum: int = 0
-    vision_window_sq_sum: int = 0
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(HOST_FIELDS, 0))
     doc_hist: list[list[int]] = field(default_factory=lambda: [[0] * NUM_BUCKETS, [0] * NUM_BUCKETS])
     pack_hist: list[list[int]] = field(default_factory=lambda: [[0] * NUM_BUCKETS, [0] * NUM_BUCKETS])
 
+    def add(self, name: str, n: int) -> None:
+        self.counts[name] += n
+
     def as_list(self) -> list[int]:
         """Flat form, in the order ``decode`` reads it."""
-        flat = [getattr(self, name) for name in HOST_FIELDS]
+        flat = [self.counts[name] for name in HOST_FIELDS]
         for hist in (self.doc_hist, self.pack_hist):
             flat += hist[0] + hist[1]
         return flat
@@ -152,7 +144,7 @@ class IntervalAccumulator:
                     continue
                 value = value.tolist()  # on the CPU: no device to wait for
             for name, n in batch_vision_sums(self.vision, {key: value}).items():
-                setattr(self.host, name, getattr(self.host, name) + int(n))
+                self.host.add(name, int(n))
 
     def reduce(self, device: torch.device) -> torch.Tensor:
         """The interval's device statistics as one int64 vector (DEVICE_LEN long); completes
@@ -225,20 +217,18 @@ class IntervalAccumulator:
     def _add_packs(self, rows: int, row_len: int, pack_length: int | None = None) -> None:
         """`rows` packs (or padded rows) of `row_len` slots: their tokens and baseline sums, the
         baseline counting packs of `pack_length` where a packer's is known (batch_forms.baseline_packs)."""
-        self.host.tokens += rows * row_len
-        self.host.packs += rows
+        self.host.add("tokens", rows * row_len)
+        self.host.add("packs", rows)
         per_row, length = baseline_packs(row_len, pack_length)
         self._add_sums(self.host, "bshd", rows * per_row, length)
 
     def _add_sums(self, h: HostCounts, view: str, rows: int, length: int) -> None:
         """The attention sums of `rows` sequences of `length` tokens, known on the host."""
-        setattr(h, f"seqlen_sq_sum_{view}", getattr(h, f"seqlen_sq_sum_{view}") + rows * length * length)
+        h.add(f"seqlen_sq_sum_{view}", rows * length * length)
         if self.window is not None:
-            setattr(
-                h, f"window_sq_sum_{view}", getattr(h, f"window_sq_sum_{view}") + rows * window_sq(length, self.window)
-            )
+            h.add(f"window_sq_sum_{view}", rows * window_sq(length, self.window))
         if self.chunk is not None:
-            setattr(h, f"chunk_sq_sum_{view}", getattr(h, f"chunk_sq_sum_{view}") + rows * chunk_sq(length, self.chunk))
+            h.add(f"chunk_sq_sum_{view}", rows * chunk_sq(length, self.chunk))
 
     def reset(self) -> None:
         self._vision_tables = {}
