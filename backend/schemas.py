@@ -127,7 +127,7 @@ class RunPatch(BaseModel):
     # The agent's findings about the batches: the layout they had and the pack length its baseline
     # counted (null: the rows as the model ran them), with where that length came from.
     layout: SeenLayout | None = None
-    pack_length: Annotated[int, Field(strict=True, ge=1, le=INT32_MAX)] | None = None
+    pack_length: StrictPositive | None = None
     pack_length_from: SafeStr | None = Field(default=None, max_length=200)
 
     @model_validator(mode="after")
