@@ -102,5 +102,4 @@ def nested_from_dict(cls: type[T], key: str, value: Any) -> T | None:
         return value
     if not isinstance(value, Mapping):
         raise ValueError(f"model field {key!r} must be null or an object, got {value!r}")
-    refuse_unknown(f"model {key}", value, cls.__dataclass_fields__)
-    return cls(**value)
+    return cls(**dict_fields(f"model {key}", cls, value, ()))

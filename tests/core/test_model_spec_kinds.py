@@ -266,6 +266,9 @@ BAD_DICTS = [
     ({"layer_kinds": ["linear"] * 4}, "no 'linear_attention'"),
     ({"mla": {"kv_lora_rank": 8, "qk_nope_head_dim": 4, "qk_rope_head_dim": 4, "v_head_dim": 4, "extra": 1}}, "extra"),
     ({"mla": [1, 2]}, "null or an object"),
+    # A part's missing fields are named (found by schemathesis: a TypeError, so a 500, before).
+    ({"layer_kinds": ["linear"] * 4, "linear_attention": {"num_key_heads": 2}}, "lacks the field.*num_value_heads"),
+    ({"mla": {"kv_lora_rank": 8}}, "model mla lacks the field"),
     ({"bogus": 1}, "unknown model field"),
     ({"name": "llama"}, r"unknown model field\(s\) name"),  # a display name, not part of the wire
 ]
