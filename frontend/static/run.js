@@ -15,7 +15,7 @@ import { el, showError } from "./dom.js";
 import { LengthsPanel } from "./lengths.js";
 import { RanksPanel } from "./ranks.js";
 import { painted, plotlyLoaded } from "./run_early.js";
-import { baselineText, contactText, emptyText, LIVE, refusalText, windows, windowsNote } from "./run_facts.js";
+import { baselineText, contactText, emptyText, flopsSplitText, LIVE, refusalText, windows, windowsNote } from "./run_facts.js";
 import { HEADLINE, headlineChart, threeCounts } from "./run_headline.js";
 import { SERIES_POINTS as MAX_POINTS } from "./run_sizes.js";
 
@@ -186,6 +186,7 @@ function renderTotals(catalogue, run) {
     if (!window) node.append((window = el("span", { class: "window muted small" })));
     window.textContent = covered ? (metric.amount ? covered.amounts : covered.rates) : "";
   }
+  document.getElementById("flops-split").textContent = flopsSplitText(shown);
   const badge = document.getElementById("run-status");
   badge.textContent = run.status;
   badge.className = `badge status-${run.status}`;

@@ -92,3 +92,22 @@ export function emptyText(run) {
   if (run && !run.records && run.status !== "running") return "No interval stored, and its agent has gone silent.";
   return "Waiting for the first interval…";
 }
+
+const ATTENTION_KINDS = [
+  ["attention_full_pct", "full"],
+  ["attention_sliding_pct", "sliding-window"],
+  ["attention_chunked_pct", "chunked"],
+];
+const percent = (x) => `${formatNumber(".1f", x)}%`;
+
+// Where the THD-corrected FLOPs go: attention's share, split by layer kind where the model has
+// more than full attention, and the vision tower's share where it has one.
+export function flopsSplitText(shown) {
+  const share = shown.attention_share_pct;
+  if (share === null || share === undefined) return "";
+  const kinds = ATTENTION_KINDS.filter(([name]) => shown[name] > 0);
+  const onlyFull = kinds.length === 1 && kinds[0][0] === "attention_full_pct";
+  const split = kinds.length && !onlyFull ? ` (${kinds.map(([name, label]) => `${label} ${percent(shown[name])}`).join(", ")})` : "";
+  const vision = shown.vision_share_pct > 0 ? `; the vision tower ${percent(shown.vision_share_pct)}` : "";
+  return `Of the THD-corrected FLOPs, attention is ${percent(share)}${split}${vision}.`;
+}

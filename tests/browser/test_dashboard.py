@@ -8,6 +8,8 @@ import pytest
 from browser_support import MODEL, run_body, running_server, until
 from wire_records import packed_interval
 
+from packscope.core.attention import window_sq
+
 pytestmark = pytest.mark.browser
 
 STEPS = 10
@@ -48,7 +50,23 @@ def server(tmp_path_factory):
         post_intervals(base, "nvml-run", range(2), gpu=True)
         post_intervals(base, "done-run", range(3))
         assert httpx.patch(f"{base}/api/v1/runs/done-run", json={"status": "finished"}).status_code == 200
+        windowed = {**MODEL, "layer_kinds": ["sliding", "full", "sliding", "full"], "window": WINDOW}
+        assert httpx.post(f"{base}/api/v1/runs", json={**run_body("window-run"), "model": windowed}).status_code == 201
+        records = [windowed_interval(k) for k in range(3)]
+        assert httpx.post(f"{base}/api/v1/runs/window-run/intervals", json={"intervals": records}).status_code == 200
         yield base
+
+
+WINDOW = 256  # under the documents' 512 tokens: the sliding layers do less attention than the full ones
+
+
+def windowed_interval(k):
+    """An interval of the window run: the sums of its sliding layers beside the full ones'."""
+    record = interval(k, 0.5)
+    docs, packs = record["documents"], record["packs"]
+    record["window_sq_sum_thd"] = docs * window_sq(512, WINDOW)
+    record["window_sq_sum_bshd"] = packs * window_sq(PACK, WINDOW)
+    return record
 
 
 @pytest.fixture
@@ -374,3 +392,23 @@ def test_a_chart_csv_keeps_run_names_that_look_like_formulas_as_text(server, pag
     header, first, second = csv.splitlines()
     assert header == 'step,"\'=HYPERLINK(""http://x"",""y"")",\'+cmd,plain'
     assert first == "1,-1.5,3," and second == "2,2,,4"  # numbers, negative ones too, stay numbers
+
+
+def test_the_run_page_says_where_the_flops_go(server, page):
+    """Attention's share of the THD-corrected FLOPs as a tile, and split by layer kind where the
+    model has sliding-window layers: the server's figures, as the page formats them."""
+    page.goto(f"{server}/runs/window-run")
+    until(page, "document.getElementById('flops-split').textContent !== ''")
+    run = httpx.get(f"{server}/api/v1/runs/window-run").json()["steady"]
+    assert 0 < run["attention_sliding_pct"] < run["attention_full_pct"]  # the window is shorter than the documents
+    assert run["attention_share_pct"] == pytest.approx(run["attention_full_pct"] + run["attention_sliding_pct"])
+    assert page.inner_text("[data-stat=attention_share_pct] .value") == f"{run['attention_share_pct']:.1f}%"
+    assert page.inner_text("#flops-split") == (
+        f"Of the THD-corrected FLOPs, attention is {run['attention_share_pct']:.1f}% "
+        f"(full {run['attention_full_pct']:.1f}%, sliding-window {run['attention_sliding_pct']:.1f}%)."
+    )
+    page.goto(f"{server}/runs/live-run")  # full attention only: no split to show
+    until(page, "document.getElementById('flops-split').textContent !== ''")
+    share = shown(server, "live-run", "attention_share_pct")
+    assert page.inner_text("#flops-split") == f"Of the THD-corrected FLOPs, attention is {share:.1f}%."
+    assert page.errors == []
