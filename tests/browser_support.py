@@ -2,7 +2,6 @@
 run bodies, and a wait that the pages' CSP allows."""
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -13,6 +12,8 @@ from typing import Any
 
 import httpx
 from playwright import sync_api
+
+from packscope.core.ports import free_port
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
@@ -33,9 +34,7 @@ def run_body(run_id: str, name: str | None = None, **extra: Any) -> dict[str, An
 @contextmanager
 def running_server(db: Path, **env: str) -> Iterator[str]:
     """`packscope`'s app under uvicorn on a free port over the SQLite file `db`; yields its base URL."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     environment = {k: v for k, v in os.environ.items() if not k.startswith("PACKSCOPE_")}
     environment.update({"PACKSCOPE_DATABASE_URL": f"sqlite:///{db}", **env})
     command = [sys.executable, "-m", "uvicorn", "--factory", "packscope.backend.app:create_app"]

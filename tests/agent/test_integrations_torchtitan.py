@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import socket
 import sys
 from pathlib import Path
 from typing import ClassVar
@@ -25,6 +24,8 @@ from typing import ClassVar
 import pytest
 import torch
 import torch.distributed as dist
+
+from packscope.core.ports import free_port
 
 torchtitan = pytest.importorskip(
     "torchtitan", reason="torchtitan is not installed here: it needs an environment of its own (module docstring)"
@@ -136,9 +137,7 @@ def on_the_cpu(monkeypatch, tmp_path):
     monkeypatch.setattr(FlexAttention, "forward", dense_document_attention)
     for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}.items():
         monkeypatch.setenv(key, value)
-    with socket.socket() as free:
-        free.bind(("127.0.0.1", 0))
-        monkeypatch.setenv("MASTER_PORT", str(free.getsockname()[1]))
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
     dist.init_process_group("gloo")
     yield
     dist.destroy_process_group()

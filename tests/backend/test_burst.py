@@ -3,7 +3,6 @@
 is stored exactly once."""
 
 import random
-import socket
 import threading
 import time
 from collections import Counter
@@ -18,6 +17,7 @@ import uvicorn
 
 from packscope.backend.app import create_app
 from packscope.backend.settings import Settings
+from packscope.core.ports import free_port
 
 ANSWER_WITHIN_S = 10.0  # far below the 30 s pool timeout that the old deadlock ended in
 
@@ -25,9 +25,7 @@ ANSWER_WITHIN_S = 10.0  # far below the 30 s pool timeout that the old deadlock 
 @contextmanager
 def running_server(database_url: str, **settings: Any) -> Iterator[str]:
     """A uvicorn server in a thread on a free loopback port; yields its URL."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     app = create_app(Settings(database_url=database_url, ingest_token=None, read_token=None, **settings))
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", backlog=2048))
     thread = threading.Thread(target=server.run, daemon=True)

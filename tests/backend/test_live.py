@@ -22,6 +22,7 @@ from packscope.backend.cli import add_export_arguments, export_from_args
 from packscope.backend.live import InProcess, LiveHub, UnixDatagrams, transport_for
 from packscope.backend.settings import Settings
 from packscope.backend.store.db import make_engine
+from packscope.core.ports import free_port
 from tests.backend.uvicorn_server import serving
 
 
@@ -90,9 +91,7 @@ def test_export_explains_user_errors(server, tmp_path, capsys):
     target = tmp_path / "out.csv"
     assert export(["--server", server, "--run", "missing", "-o", str(target)]) == 2
     assert "run 'missing' is not stored" in capsys.readouterr().err
-    with socket.socket() as s:  # a port nobody listens on
-        s.bind(("127.0.0.1", 0))
-        closed = f"http://127.0.0.1:{s.getsockname()[1]}"
+    closed = f"http://127.0.0.1:{free_port()}"  # nothing listens on it
     assert export(["--server", closed, "--run", "run-1", "-o", str(target)]) == 2
     assert "cannot reach the packscope server" in capsys.readouterr().err
     assert not target.exists() and not (tmp_path / "out.csv.part").exists()

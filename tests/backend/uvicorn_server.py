@@ -1,7 +1,6 @@
 """A real uvicorn server in a thread of the test process, run with `packscope serve`'s options
 (backend/serving.py): what TestClient cannot show (sockets, timeouts, client addresses, streams)."""
 
-import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -12,12 +11,7 @@ import uvicorn
 from packscope.backend.app import create_app
 from packscope.backend.serving import uvicorn_options
 from packscope.backend.settings import Settings
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from packscope.core.ports import free_port
 
 
 @contextmanager

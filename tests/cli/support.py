@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -16,15 +15,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from packscope.core.ports import free_port
 from packscope.core.run_file import read_run_file, write_run_file
 
 STEPS = 12  # one record per step (--log-every 1): 12 records a file, a few seconds of training
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def clean_env(**extra: str) -> dict[str, str]:

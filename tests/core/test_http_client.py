@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import gzip
 import json
-import socket
 import subprocess
 import sys
 import threading
@@ -15,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from packscope.core.http_client import RETRY_AFTER_CAP_S, Backoff, HttpClient, HttpError
+from packscope.core.ports import free_port
 
 
 def test_the_backoff_doubles_to_its_cap_and_a_retry_after_only_lengthens_it():
@@ -86,9 +86,7 @@ def test_failures_say_status_detail_and_retry_after(server):
 
 
 def test_no_server_is_told_apart_from_a_dropped_connection():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()  # nothing listens on it
     with pytest.raises(HttpError) as refused:
         HttpClient(f"http://127.0.0.1:{port}").request("POST", "/x", {})
     assert refused.value.status is None and refused.value.nothing_listens

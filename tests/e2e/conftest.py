@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import csv
 import io
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -20,12 +19,7 @@ import uvicorn
 
 from packscope.backend.app import create_app
 from packscope.backend.settings import Settings
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from packscope.core.ports import free_port
 
 
 class Backend:
