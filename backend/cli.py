@@ -2,6 +2,7 @@
 
 import argparse
 import os
+import socket
 import sys
 from pathlib import Path
 from urllib.parse import quote
@@ -17,6 +18,19 @@ def _fail(message: str) -> int:
 
 
 # -- serve ----------------------------------------------------------------------------------------
+def cannot_listen(host: str, port: int) -> OSError | None:
+    """Why `host:port` cannot be bound as uvicorn binds it (SO_REUSEADDR), or None: a busy port is
+    said before a database is created or migrated and before a dashboard URL is printed."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            return exc
+    return None
+
+
 def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--host", default="127.0.0.1", help="interface to listen on (default: %(default)s; 0.0.0.0 for all)"
@@ -69,6 +83,11 @@ def serve_from_args(args: argparse.Namespace) -> int:
         settings = Settings()
     except ValidationError as exc:
         return _fail("; ".join(str(error["msg"]).removeprefix("Value error, ") for error in exc.errors()))
+    busy = cannot_listen(args.host, args.port)
+    if busy is not None:
+        return _fail(
+            f"cannot listen on {args.host}:{args.port} ({busy.strerror or busy}); stop what runs there or pass --port"
+        )
     shown = shown_url(settings.database_url)
     try:
         # Migrate here, so that a database that cannot be opened is said once, not once per worker

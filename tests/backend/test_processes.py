@@ -3,6 +3,7 @@ at once, and `packscope serve`'s worker processes stop when it dies (even by SIG
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -99,3 +100,25 @@ def test_killing_serve_stops_its_workers_and_a_restart_binds_the_port(sqlite_url
     finally:
         second.terminate()
         second.wait(20)
+
+
+def test_serve_on_a_busy_port_says_so_before_it_touches_a_database(tmp_path):
+    """Before: "dashboard at http://…" was printed and ./packscope.db created, then uvicorn failed
+    with "Address already in use" (exit 3)."""
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PACKSCOPE_")}
+        done = subprocess.run(
+            [sys.executable, "-m", "packscope", "serve", "--port", str(port)],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert done.returncode == 2, done.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr and "pass --port" in done.stderr
+    assert "dashboard at" not in done.stderr
+    assert list(tmp_path.iterdir()) == []  # no packscope.db, no lock file
