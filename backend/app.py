@@ -20,9 +20,9 @@ from packscope.backend.admission import Admission, Coalescer
 from packscope.backend.allowed_methods import add_allowed_methods_handler
 from packscope.backend.csv_streams import CsvLimits
 from packscope.backend.errors import add_database_error_handlers
+from packscope.backend.ingest.batches import ingest_together
 from packscope.backend.live import LiveHub, transport_for
 from packscope.backend.routes import ingest, pages, reads
-from packscope.backend.routes.ingest import store_batches
 from packscope.backend.routes.ranks import router as ranks_router
 from packscope.backend.security import SecurityHeaders, SignInGuard, TokenGuard, WriteGuard
 from packscope.backend.settings import Settings
@@ -109,7 +109,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     # while others are stored are stored together (routes/ingest.py).
     app.state.batches = Coalescer(
         app.state.admission,
-        functools.partial(store_batches, engine.execution_options(**{WRITES: True}), engine),
+        functools.partial(ingest_together, engine.execution_options(**{WRITES: True})),
         weigh=lambda batch: len(batch[1]),
         max_weight=settings.coalesce_rows,
     )

@@ -2,14 +2,14 @@
 
 import re
 import zlib
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, HTTPException, Query, Request, Response, status
 from fastapi.exceptions import RequestValidationError
 from fastapi.routing import APIRoute
-from sqlalchemy import Engine, delete, insert, select, update
+from sqlalchemy import delete, insert
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
@@ -25,12 +25,12 @@ from packscope.backend.deps import (
     run_or_404,
     run_to_write,
 )
-from packscope.backend.ingest.batches import Batch, ModelConflict, create_or_resume_run, ingest_together, patch_run
+from packscope.backend.ingest.batches import ModelConflict, create_or_resume_run, patch_run
 from packscope.backend.ingest.record import RecordError, batch_json_schema
 from packscope.backend.ingest.rows import parse
 from packscope.backend.reads.queries import run_summary
 from packscope.backend.schemas import RUN_ID_PATTERN, IngestResult, RunCreate, RunPatch, RunSummary
-from packscope.backend.store.models import Run, deleted_runs
+from packscope.backend.store.models import deleted_runs
 
 RUN_ID = re.compile(RUN_ID_PATTERN)
 RUNS_PATH = "/api/v1/runs"  # POST: a run body, capped at PACKSCOPE_MAX_RUN_BODY_BYTES
@@ -237,27 +237,6 @@ post_intervals.lean_handler = _post_intervals  # type: ignore[attr-defined]
 def _missing_run(make_session: sessionmaker[Session], run_id: str) -> HTTPException:
     with make_session() as session:
         return missing_run(session, run_id)
-
-
-def store_batches(writes: Engine, reads: Engine, batches: Sequence[Batch]) -> list[IngestResult | None]:
-    """ingest_together, then: a run that got new records while marked finished or failed is
-    marked running again (its records say the trainer is alive; docs/wire.md). One read per
-    group of batches finds such runs (usually none); only then is a write begun."""
-    results = ingest_together(writes, batches)
-    touched = sorted(
-        {run_id for (run_id, _), result in zip(batches, results, strict=True) if result and result.accepted}
-    )
-    if touched:
-        with reads.connect() as connection:
-            ended = connection.scalars(select(Run.run_id).where(Run.run_id.in_(touched), Run.status != "running")).all()
-        if ended:
-            with writes.begin() as connection:
-                connection.execute(
-                    update(Run)
-                    .where(Run.run_id.in_(ended), Run.status != "running")
-                    .values(status="running", ended_at=None, updated_at=datetime.now(UTC))
-                )
-    return results
 
 
 @router.patch("/runs/{run_id}", response_model=RunSummary)

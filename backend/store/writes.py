@@ -186,9 +186,12 @@ def add_together(connection: Connection, writes: Sequence[tuple[str, Sequence[Se
 
 
 _AT_INTERVAL, _AT_RANK = _WRITTEN["intervals"].index("interval"), _WRITTEN["intervals"].index("rank")
+# A run that gets new records is running, also one marked finished or failed (its records say
+# the trainer is alive; docs/wire.md): set in the statement that touches updated_at anyway.
+_REVIVED = "status = 'running', ended_at = NULL"
 _TOUCH_RUN = {
-    "sqlite": "UPDATE runs SET updated_at = ? WHERE id = ?",
-    "postgresql": "UPDATE runs SET updated_at = %s WHERE id = %s",
+    "sqlite": f"UPDATE runs SET updated_at = ?, {_REVIVED} WHERE id = ?",
+    "postgresql": f"UPDATE runs SET updated_at = %s, {_REVIVED} WHERE id = %s",
 }
 
 
@@ -205,7 +208,7 @@ def _intervals_with_details() -> str:
         "SELECT ins.id, CAST(d.value ->> 2 AS JSON), CAST(d.value ->> 3 AS JSON) "
         "FROM ins JOIN jsonb_array_elements(%s::JSONB) AS d "
         "ON CAST(d.value ->> 0 AS INTEGER) = ins.interval AND CAST(d.value ->> 1 AS INTEGER) = ins.rank), "
-        "touched AS (UPDATE runs SET updated_at = %s WHERE id = %s AND EXISTS (SELECT FROM ins)) "
+        f"touched AS (UPDATE runs SET updated_at = %s, {_REVIVED} WHERE id = %s AND EXISTS (SELECT FROM ins)) "
         "SELECT id, interval, rank FROM ins"
     )
 
@@ -219,7 +222,8 @@ def insert_intervals(
 ) -> list[Any]:
     """Insert the interval rows (distinct keys) whose (run, interval, rank) is not stored yet, with
     their details (histograms' and sync sites' JSON text, one pair per row), and set the run's
-    updated_at (as the driver binds it) when any was new; the (id, interval, rank) inserted."""
+    updated_at (as the driver binds it) and its status running when any was new; the (id,
+    interval, rank) inserted."""
     database = driver_of(connection)
     if database == "postgresql":
         keyed = [(row[_AT_INTERVAL], row[_AT_RANK], *detail) for row, detail in zip(rows, details, strict=True)]
