@@ -6,7 +6,6 @@ feed, each upserted once per touched key so a replay never double-counts.
 """
 
 import functools
-import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, cast
@@ -101,11 +100,6 @@ _RUN_OF_ID = {
 }
 
 
-@functools.lru_cache(maxsize=1024)
-def _coefficients(model: str, hardware: str) -> Coefficients:
-    return Coefficients.for_run(json.loads(model), json.loads(hardware))
-
-
 @functools.cache
 def _as_stored_time(database: str) -> Callable[[datetime], Any]:
     """A datetime as SQLAlchemy's DateTime column binds it for this database (SQLite: its text)."""
@@ -139,7 +133,7 @@ def ingest_together(engine: Engine, batches: Sequence[Batch]) -> list[IngestResu
             parts = [batches[i][1] for i in members]
             together = parts[0] if len(parts) == 1 else Parsed.joined(parts)
             owners = [i for i in members for _ in range(len(batches[i][1]))]
-            stored = _store(connection, run_pk, _coefficients(model, hardware), together)
+            stored = _store(connection, run_pk, Coefficients.of_json(model, hardware), together)
             accepted = dict.fromkeys(members, 0)
             for at in stored:
                 accepted[owners[at]] += 1

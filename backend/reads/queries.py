@@ -1,6 +1,7 @@
 """Read queries (a chart's series: backend/reads/series.py). Summaries read the run totals; every derived
 number comes from the catalogue's formulas (catalogue.derive on floats)."""
 
+import json
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -48,7 +49,7 @@ def _utc(moment: datetime | None) -> datetime | None:
 
 
 def coefficients(run: Run) -> Coefficients:
-    return Coefficients.for_run(run.model, run.hardware)
+    return Coefficients.of_json(json.dumps(run.model, sort_keys=True), json.dumps(run.hardware, sort_keys=True))
 
 
 # -- runs -----------------------------------------------------------------------------------------

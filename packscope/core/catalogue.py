@@ -16,6 +16,8 @@ Nothing here imports torch or the server's libraries; the pages fetch this catal
 
 from __future__ import annotations
 
+import functools
+import json
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -257,6 +259,14 @@ class Coefficients:
             c_chunk=by_kind.get(CHUNKED, 0),
             c_vision=() if spec.vision is None else tuple(sorted(spec.vision.c_by_sum.items())),
         )
+
+    @staticmethod
+    @functools.lru_cache(maxsize=1024)
+    def of_json(model: str, hardware: str) -> Coefficients:
+        """for_run of a model and hardware given as JSON text, cached on that text: ingest asks
+        for the same run's at every batch and the runs list for a hundred runs a request, where
+        reading a model (ModelSpec.from_dict) costs about 80 us."""
+        return Coefficients.for_run(json.loads(model), json.loads(hardware))
 
     def by_kind(self) -> dict[str, float]:
         """FLOPs per unit of each layer kind's attention sum, as floats (every evaluator rounds alike)."""
