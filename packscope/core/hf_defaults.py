@@ -14,6 +14,16 @@ from __future__ import annotations
 from typing import Any
 
 _LLAMA_LIKE: dict[str, Any] = {"num_key_value_heads": None, "head_dim": None}
+_MISTRAL: dict[str, Any] = {
+    "vocab_size": 32000,
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "head_dim": None,
+    "sliding_window": 4096,
+}
 
 DEFAULTS: dict[str, dict[str, Any]] = {
     "llama": {
@@ -24,28 +34,9 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "num_attention_heads": 32,
         **_LLAMA_LIKE,
     },
-    "mistral": {
-        "vocab_size": 32000,
-        "hidden_size": 4096,
-        "intermediate_size": 14336,
-        "num_hidden_layers": 32,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "head_dim": None,
-        "sliding_window": 4096,
-    },
-    "mixtral": {
-        "vocab_size": 32000,
-        "hidden_size": 4096,
-        "intermediate_size": 14336,
-        "num_hidden_layers": 32,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "head_dim": None,
-        "sliding_window": None,
-        "num_experts_per_tok": 2,
-        "num_local_experts": 8,
-    },
+    "mistral": _MISTRAL,
+    # MixtralConfig's defaults are MistralConfig's, with experts and no window.
+    "mixtral": {**_MISTRAL, "sliding_window": None, "num_experts_per_tok": 2, "num_local_experts": 8},
     "qwen2": {
         "vocab_size": 151936,
         "hidden_size": 4096,
