@@ -22,7 +22,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -39,6 +38,7 @@ from packscope.backend.ingest.batches import ingest_batch, ingest_together
 from packscope.backend.ingest.rows import parse
 from packscope.backend.reads.queries import get_run
 from packscope.backend.store.db import WRITES, make_engine, make_sessionmaker, upgrade_schema
+from packscope.core.ports import free_port
 
 BATCH = 64
 
@@ -207,12 +207,6 @@ def wait_until_serving(server: subprocess.Popen[bytes], url: str) -> None:
             if time.monotonic() > deadline or server.poll() is not None:
                 raise SystemExit("the server did not start") from None
             time.sleep(0.2)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def start_server(

@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import random
-import socket
 import statistics
 import subprocess
 import sys
@@ -40,6 +39,7 @@ import httpx
 from playwright import sync_api
 
 from packscope.backend.store.db import make_engine, make_sessionmaker, upgrade_schema
+from packscope.core.ports import free_port
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
@@ -95,9 +95,7 @@ def fill_runs(make_session: Any, http: httpx.Client, args: argparse.Namespace) -
 
 
 def start_server(db: Path) -> tuple[subprocess.Popen[bytes], str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PACKSCOPE_")}
     env["PACKSCOPE_DATABASE_URL"] = f"sqlite:///{db}"
     command = [sys.executable, "-m", "uvicorn", "--factory", "packscope.backend.app:create_app"]

@@ -17,7 +17,6 @@ import json
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -29,17 +28,13 @@ from typing import Any
 import httpx
 import psycopg
 
+from packscope.core.ports import free_port
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "backend"))
 from conftest import make_record, run_body  # type: ignore[import-not-found]  # the tests' record builder
 
 PG_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
 ANSWER_WITHIN_S = 30.0  # an answer later than this is an error (the server stalled), not a wait
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def percentile(values: list[float], q: float) -> float | None:

@@ -57,7 +57,7 @@ from typing import Any
 import httpx
 import msgspec
 import numpy as np
-from backend_scale import BATCH, cpu_seconds, free_port, start_server, store_renumbered, wait_until_serving
+from backend_scale import BATCH, cpu_seconds, start_server, store_renumbered, wait_until_serving
 from bench_data import record, run_body
 
 from packscope.backend.ingest.batches import create_or_resume_run, ingest_together
@@ -66,6 +66,7 @@ from packscope.backend.reads.csv_export import CSV_CHUNK_ROWS, _sqlite_query, cs
 from packscope.backend.reads.queries import get_run
 from packscope.backend.schemas import RunCreate
 from packscope.backend.store.db import SQLITE_PRAGMAS, WRITES, make_engine, make_sessionmaker, upgrade_schema
+from packscope.core.ports import free_port
 
 GOAL_US_PER_ROW = 20.0
 CSV_GOAL_ROWS_PER_S = 200_000

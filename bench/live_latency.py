@@ -33,8 +33,10 @@ from contextlib import suppress
 from typing import Any
 
 import httpx
-from backend_scale import free_port, wait_until_serving
+from backend_scale import wait_until_serving
 from bench_data import record, run_body, scratch_database
+
+from packscope.core.ports import free_port
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]

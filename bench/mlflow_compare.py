@@ -36,7 +36,6 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -49,6 +48,7 @@ from backend_scale import BATCH, fill_run, p, run_senders, start_server
 from bench_data import record, run_body
 
 from packscope.backend.store.db import make_engine, make_sessionmaker, upgrade_schema
+from packscope.core.ports import free_port
 
 SERIES_KEY = "gpu_time_s"  # the metric of MLflow's series run
 MLFLOW_MAX_METRICS = 1000  # log-batch's limit per request
@@ -84,9 +84,7 @@ def log_batch_bodies(records: list[dict[str, Any]], run_id: str) -> list[bytes]:
 
 # -- MLflow's server --------------------------------------------------------------------------------
 def start_mlflow(mlflow: str, folder: str) -> tuple[subprocess.Popen[bytes], str]:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     command = [mlflow, "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1"]
     command += [
         "--backend-store-uri",
