@@ -401,6 +401,11 @@ def add_import_arguments(parser: argparse.ArgumentParser) -> None:
         "server. Importing a file again stores nothing twice."
     )
     parser.add_argument("files", nargs="+", metavar="FILE", help="run files (JSON lines), e.g. records/rank0.jsonl")
+    add_sending_arguments(parser)
+
+
+def add_sending_arguments(parser: argparse.ArgumentParser) -> None:
+    """--server, --token and --batch, as `packscope import` and `packscope sync` take them."""
     parser.add_argument("--server", default=DEFAULT_SERVER, help="packscope server URL (default: %(default)s)")
     parser.add_argument(
         "--token",

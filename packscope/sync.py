@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import functools
 import json
-import os
 import sqlite3
 import sys
 import time
@@ -53,17 +52,14 @@ from packscope.core.spool import (
     Spool,
 )
 from packscope.importer import (
-    DEFAULT_BATCH,
     DEFAULT_SERVER,
     EXIT_BAD_INPUT,
     EXIT_FAILED,
     EXIT_OK,
-    MAX_BATCH,
-    TOKEN_ENV,
     Client,
     ImportFailed,
     LoadedFile,
-    batch_size,
+    add_sending_arguments,
     failure,
     finish_run,
     is_spool,
@@ -442,19 +438,7 @@ def add_sync_arguments(parser: argparse.ArgumentParser) -> None:
         default=[DEFAULT_SPOOL_DIR],
         help=f"spool files (.sqlite), run files (.jsonl) or directories of them (default: {DEFAULT_SPOOL_DIR})",
     )
-    parser.add_argument("--server", default=DEFAULT_SERVER, help="packscope server URL (default: %(default)s)")
-    parser.add_argument(
-        "--token",
-        default=os.environ.get(TOKEN_ENV),
-        help=f"ingest token, if the server requires one (default: {TOKEN_ENV})",
-    )
-    parser.add_argument(
-        "--batch",
-        type=batch_size,
-        default=DEFAULT_BATCH,
-        metavar="N",
-        help=f"records per request, 1-{MAX_BATCH} (default: %(default)s)",
-    )
+    add_sending_arguments(parser)
 
 
 def _error(message: str) -> None:

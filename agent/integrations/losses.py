@@ -20,6 +20,7 @@ FOLD_SLOTS token slots, so a long interval does not hold every batch.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 import torch
@@ -39,7 +40,7 @@ class _Piece:
     scale: float = 1.0
 
 
-class _StepLosses:
+class _StepLosses(ABC):
     """Pieces by step; the completed steps are folded into (Σ of step losses, number of steps)."""
 
     def __init__(self) -> None:
@@ -88,8 +89,10 @@ class _StepLosses:
         self._pieces, self._done, self._steps = rest, 0, 0
         self._held_slots = sum(p.labels.numel() for p in rest if p.labels is not None)
 
+    @abstractmethod
     def _step_losses(self, pieces: list[_Piece], steps: int) -> torch.Tensor:
-        raise NotImplementedError
+        """The losses of the completed steps `pieces` belong to (their sum is what is folded):
+        each subclass's rule for a step's loss."""
 
 
 def _stacked(tensors: list[torch.Tensor], device: torch.device) -> torch.Tensor:

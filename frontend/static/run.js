@@ -186,7 +186,7 @@ function renderTotals(catalogue, run) {
     if (!window) node.append((window = el("span", { class: "window muted small" })));
     window.textContent = covered ? (metric.amount ? covered.amounts : covered.rates) : "";
   }
-  document.getElementById("flops-split").textContent = flopsSplitText(shown);
+  document.getElementById("flops-split").textContent = flopsSplitText(shown, catalogue);
   const badge = document.getElementById("run-status");
   badge.textContent = run.status;
   badge.className = `badge status-${run.status}`;

@@ -2,6 +2,7 @@
 // is still heard from (stale, crashed: the server's status from the missing heartbeats), the
 // steps each number covers, which pack size the baseline counted, and intervals that were refused.
 
+import { metricOf } from "./catalogue.js";
 import { el } from "./dom.js";
 import { count, formatNumber } from "./format.js";
 
@@ -93,21 +94,19 @@ export function emptyText(run) {
   return "Waiting for the first interval…";
 }
 
-const ATTENTION_KINDS = [
-  ["attention_full_pct", "full"],
-  ["attention_sliding_pct", "sliding-window"],
-  ["attention_chunked_pct", "chunked"],
-];
+// The catalogue's per-kind shares of attention (their labels are the catalogue's too).
+const ATTENTION_KINDS = ["attention_full_pct", "attention_sliding_pct", "attention_chunked_pct"];
 const percent = (x) => `${formatNumber(".1f", x)}%`;
 
 // Where the THD-corrected FLOPs go: attention's share, split by layer kind where the model has
 // more than full attention, and the vision tower's share where it has one.
-export function flopsSplitText(shown) {
+export function flopsSplitText(shown, catalogue) {
   const share = shown.attention_share_pct;
   if (share === null || share === undefined) return "";
-  const kinds = ATTENTION_KINDS.filter(([name]) => shown[name] > 0);
-  const onlyFull = kinds.length === 1 && kinds[0][0] === "attention_full_pct";
-  const split = kinds.length && !onlyFull ? ` (${kinds.map(([name, label]) => `${label} ${percent(shown[name])}`).join(", ")})` : "";
-  const vision = shown.vision_share_pct > 0 ? `; the vision tower ${percent(shown.vision_share_pct)}` : "";
+  const kinds = ATTENTION_KINDS.filter((name) => shown[name] > 0);
+  const onlyFull = kinds.length === 1 && kinds[0] === "attention_full_pct";
+  const part = (name) => `${metricOf(catalogue, name).label} ${percent(shown[name])}`;
+  const split = kinds.length && !onlyFull ? ` (${kinds.map(part).join(", ")})` : "";
+  const vision = shown.vision_share_pct > 0 ? `; ${part("vision_share_pct")}` : "";
   return `Of the THD-corrected FLOPs, attention is ${percent(share)}${split}${vision}.`;
 }

@@ -405,7 +405,8 @@ def test_the_run_page_says_where_the_flops_go(server, page):
     assert page.inner_text("[data-stat=attention_share_pct] .value") == f"{run['attention_share_pct']:.1f}%"
     assert page.inner_text("#flops-split") == (
         f"Of the THD-corrected FLOPs, attention is {run['attention_share_pct']:.1f}% "
-        f"(full {run['attention_full_pct']:.1f}%, sliding-window {run['attention_sliding_pct']:.1f}%)."
+        f"(full attention {run['attention_full_pct']:.1f}%, "
+        f"sliding-window attention {run['attention_sliding_pct']:.1f}%)."
     )
     page.goto(f"{server}/runs/live-run")  # full attention only: no split to show
     until(page, "document.getElementById('flops-split').textContent !== ''")
