@@ -127,6 +127,10 @@ class Agent:
         # no kernel for them (integrations/losses.py), sets this: the boundary calls it for the
         # interval's mean loss (a device scalar, or None) instead of averaging step_end's losses.
         self.interval_loss: Callable[[], torch.Tensor | None] | None = None
+        # An integration that keeps its micro-batches by reference and observes them together
+        # (integrations/batches.PendingSteps) sets this: each boundary, and close, calls it
+        # first, so every micro-batch of the interval is observed before its counts are reduced.
+        self.before_boundary: Callable[[], None] | None = None
         self._grad_norm: torch.Tensor | None = None
         self._channel_sums: list[torch.Tensor] = []  # per step: (channels, 2) loss sums and token counts
         self._channel_names: tuple[str, ...] = ()
@@ -336,6 +340,8 @@ class Agent:
     # -- log boundary: each step of an interval's life has its own function ------------------
     def _close_interval(self) -> None:
         """Start the interval's trip to the host without waiting for it, then open the next one."""
+        if self.before_boundary is not None:
+            self.before_boundary()
         counts, host_counts = self._acc.reduce(self.device), self._acc.host.as_list()
         self._note_layouts(self._acc.kinds)
         packed, layout = payload.pack(counts, self._interval_floats(), self.device)

@@ -214,7 +214,7 @@ def summary(probe: Probe, boundary: Callable[[int], bool], warmup: int) -> dict[
             "mean": 1e6 * statistics.fmean(values),
         }
 
-    micro = [s["hook_s"] / max(1, s["hooks"] / 2) for s in ordinary]  # two hooks per micro-batch
+    micro = [s["hook_s"] / ACCUMULATION for s in ordinary]  # whatever number of hooks a micro-batch has
     return {
         "steps_timed": len(steps),
         "ordinary_steps": len(ordinary),
@@ -222,6 +222,8 @@ def summary(probe: Probe, boundary: Callable[[int], bool], warmup: int) -> dict[
         "host_us_per_ordinary_step_in_on_methods": us([s["event_s"] for s in ordinary]),
         "host_us_per_micro_batch_in_hooks": us(micro),
         "host_us_per_log_boundary_step": us([s["event_s"] + s["hook_s"] for s in logging]),
+        # every step, boundaries included: what the callback costs the run on average
+        "host_us_per_step_all": us([s["event_s"] + s["hook_s"] for _, s in steps]),
         "hooks_per_ordinary_step": statistics.median(s["hooks"] for s in ordinary) if ordinary else None,
     }
 
@@ -417,7 +419,9 @@ def timing_event(device: str) -> Any:
     return torch.cuda.Event(enable_timing=True) if device == "cuda" else HostEvent()
 
 
-def step_time_ratio(integration: str, pairs: int, warmup_pairs: int, model_kind: str, device: str) -> dict[str, Any]:
+def step_time_ratio(
+    integration: str, pairs: int, warmup_pairs: int, model_kind: str, device: str, count_syncs: bool = True
+) -> dict[str, Any]:
     import torch
 
     sys.path.insert(0, str(Path(__file__).parent))
@@ -431,7 +435,7 @@ def step_time_ratio(integration: str, pairs: int, warmup_pairs: int, model_kind:
     model = make_model(model_kind, device)
     events: list[tuple[bool, Any, Any]] = []
     host_in_callback: list[float] = []
-    settings = dict(run_name=f"ratio-{integration}", model=flops_spec(), log_every=LOG_EVERY)
+    settings = dict(run_name=f"ratio-{integration}", model=flops_spec(), log_every=LOG_EVERY, count_syncs=count_syncs)
     if integration == "hf":
         from packscope.agent.integrations.hf import PackscopeCallback
 
@@ -455,6 +459,7 @@ def step_time_ratio(integration: str, pairs: int, warmup_pairs: int, model_kind:
     records = list(inner.agent.records) if inner.agent is not None else []
     return {
         "integration": integration,
+        "count_syncs": count_syncs,
         "model": model_kind,
         "parameters": sum(p.numel() for p in model.parameters()),
         "pairs": len(on),
@@ -511,7 +516,8 @@ def switched_hf(inner, model, schedule: list[bool], events: list, host: list[flo
             self.spent = 0.0
             if schedule[self.step]:
                 t0 = time.perf_counter()
-                inner.agent.syncs.install()
+                if inner.agent_config.get("count_syncs", True):
+                    inner.agent.syncs.install()
                 inner.attach(model) if hasattr(inner, "attach") else _put_hooks(inner, model, self.hooks)
                 self.spent += time.perf_counter() - t0
                 self._call("on_step_begin", args, state, control, **kwargs)
@@ -549,6 +555,7 @@ def _take_hooks(inner) -> list:
 
 
 def _put_hooks(inner, model, _unused) -> None:
+    """The two hooks of packscope before attach/detach (a --code-root run of an older tree)."""
     inner._hooks = [
         model.register_forward_pre_hook(inner._observe, with_kwargs=True),
         model.register_forward_hook(inner._keep_loss, with_kwargs=True),
@@ -581,7 +588,7 @@ def switched_lightning(inner, schedule: list[bool], events: list, host: list[flo
                 self.begin.record()
                 self.spent = 0.0
             if schedule[self.step]:
-                if self.micro == 0:
+                if self.micro == 0 and inner.agent_config.get("count_syncs", True):
                     inner.agent.syncs.install()
                 self._call("on_train_batch_start", trainer, pl_module, batch, batch_idx)
 
@@ -642,6 +649,12 @@ def main() -> int:
     ap.add_argument("--op-steps", type=int, default=24, help="host: steps of the op-counting run")
     ap.add_argument("--pairs", type=int, default=80, help="ratio: timed pairs of steps (one on, one off)")
     ap.add_argument("--warmup-pairs", type=int, default=8)
+    ap.add_argument(
+        "--count-syncs",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="ratio: the agent's sync counter on (the default agent) or off, to tell its share",
+    )
     ap.add_argument("--model", choices=["stand-in", "qwen2-303m"], default=None, help="host: default by device")
     ap.add_argument("--code-root", default=None, help="import packscope from this tree (before/after runs)")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads on CPU")
@@ -688,7 +701,9 @@ def main() -> int:
         model = args.model or ("qwen2-303m" if device == "cuda" else "stand-in")
         for name in (args.integrations or "hf,lightning").split(","):
             print(f"step-time ratio: {name} ...", file=sys.stderr)
-            result[f"ratio_{name}"] = step_time_ratio(name, args.pairs, args.warmup_pairs, model, device)
+            result[f"ratio_{name}"] = step_time_ratio(
+                name, args.pairs, args.warmup_pairs, model, device, args.count_syncs
+            )
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:

@@ -18,8 +18,8 @@ a 1-D tensor is one row.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Generic, TypeVar
 
 import torch
 
@@ -27,6 +27,10 @@ from packscope.agent.vision import BATCH_KEYS
 from packscope.core.vision import VISION_TOWERS, VisionSpec
 
 TOKEN_KEYS = ("input_ids", "inputs_embeds", "tokens")
+# Large tensors a kept micro-batch would hold past its step: such a step is observed when it ends.
+HEAVY_KEYS = frozenset(("inputs_embeds", "pixel_values", "pixel_values_videos"))
+PENDING_FORWARDS = 16  # micro-batches kept before they are observed anyway (bounds what is held)
+T = TypeVar("T")
 CU_KEYS = ("cu_seqlens", "cu_seq_lens_q")
 
 
@@ -84,3 +88,33 @@ def image_kwargs(batch: Mapping[str, Any], vision: VisionSpec | None) -> dict[st
     if vision is None:
         return {}
     return {key: batch[key] for key in BATCH_KEYS[VISION_TOWERS[vision.tower]] if batch.get(key) is not None}
+
+
+class PendingSteps(Generic[T]):
+    """The ended steps' micro-batches, kept by reference and observed together, step by step in
+    order: at the interval's boundary (the integration sets ``Agent.before_boundary`` to
+    ``observe``), once PENDING_FORWARDS micro-batches are kept, after the first step (so a batch
+    the integration cannot read fails at once), and at once for a step that holds a large tensor
+    (``heavy``). One warm loop over many micro-batches costs a fraction of a cold call per
+    micro-batch between the trainer's forwards (docs/BENCHMARKS.md, issue 21); the counts are
+    the same, since the agent sums an interval's micro-batches in any order, as long as they are
+    observed before its boundary."""
+
+    def __init__(self, observe_step: Callable[[T], None]) -> None:
+        self._observe_step = observe_step
+        self._steps: list[T] = []
+        self._kept = 0  # micro-batches in _steps
+        self._observed = False  # a step with micro-batches has been observed: they are readable
+        self.heavy = False  # the open step holds a large tensor (HEAVY_KEYS)
+
+    def end_step(self, step: T, micro_batches: int) -> None:
+        self._steps.append(step)
+        self._kept += micro_batches
+        if self.heavy or self._kept >= PENDING_FORWARDS or not self._observed:
+            self._observed = self._observed or self._kept > 0
+            self.observe()
+
+    def observe(self) -> None:
+        steps, self._steps, self._kept, self.heavy = self._steps, [], 0, False
+        for step in steps:
+            self._observe_step(step)

@@ -17,12 +17,13 @@
   label smoothing computes the loss outside the model, there is none.
 * The learning rate is read from the optimizer before the scheduler steps, as the Trainer logs it.
 
-What a step costs: the hooks only keep a reference to each training forward's arguments and
-loss; at the step's end one loop reads them (their batch form, labels, num_items_in_batch); the
-interval's document lengths and loss are computed at the log boundary, all of its micro-batches
-together (``integrations/losses.py``). No kernel runs on an ordinary step. So, as for cu_seqlens
-batches, the Trainer's tensors must not be modified in place before the interval ends (its fresh
-batches never are).
+What a step costs: one forward hook keeps a reference to each training forward's arguments and
+loss; the steps' forwards are read (their batch form, labels, num_items_in_batch) in one loop
+at the log boundary, or once 16 micro-batches are kept (``batches.PendingSteps``; at once for a
+batch with ``inputs_embeds`` or images), and the interval's document lengths and loss are
+computed there too, all of its micro-batches together (``integrations/losses.py``). No kernel
+runs on an ordinary step. So, as for cu_seqlens batches, the Trainer's tensors must not be
+modified in place before the interval ends (its fresh batches never are).
 
 The host syncs that the agent reports are the Trainer's own (e.g. its NaN/Inf check of every
 micro-batch's loss with ``logging_nan_inf_filter``): a finding, not the agent's doing.
@@ -38,12 +39,13 @@ from transformers import TrainerCallback
 
 from packscope.agent.agent import Agent
 from packscope.agent.config import AgentConfig
-from packscope.agent.integrations.batches import image_kwargs, observe_kwargs
+from packscope.agent.integrations.batches import HEAVY_KEYS, PendingSteps, image_kwargs, observe_kwargs
 from packscope.agent.integrations.losses import TokenWeightedLoss
 from packscope.core.flops import ModelSpec
 from packscope.core.hf_config import spec_from_hf_config
 
 log = logging.getLogger("packscope.agent")
+Forward = tuple[tuple, dict, Any]  # one training forward: (args, kwargs, its loss detached or None)
 
 
 class PackscopeCallback(TrainerCallback):
@@ -67,8 +69,8 @@ class PackscopeCallback(TrainerCallback):
         self.agent: Agent | None = None
         self._hooks: list[torch.utils.hooks.RemovableHandle] = []
         self._losses = TokenWeightedLoss()  # the micro-batches' losses, by reference until the boundary
-        self._step_inputs: list[tuple[tuple, dict]] = []  # this step's forwards: (args, kwargs)
-        self._step_outputs: list[tuple[Any, dict]] = []  # this step's forwards: (outputs.loss, kwargs)
+        self._forwards: list[Forward] = []  # this step's training forwards
+        self._pending = PendingSteps[list[Forward]](self._observe_step)  # the ended steps' forwards, until observed
         self._lr: float | None = None
         self._warned_unknown = False
 
@@ -92,15 +94,13 @@ class PackscopeCallback(TrainerCallback):
         self.agent = Agent(AgentConfig(**settings), model=spec, device=args.device)
         self.agent.announce()
         self.agent.interval_loss = self._losses.interval_mean
+        self.agent.before_boundary = self._pending.observe
         self.attach(model)
 
     def attach(self, model: torch.nn.Module) -> None:
-        """Put the two hooks that see every micro-batch on `model` (on_train_begin does)."""
+        """Put the hook that sees every micro-batch on `model` (on_train_begin does)."""
         self.detach()
-        self._hooks = [
-            model.register_forward_pre_hook(self._observe, with_kwargs=True),
-            model.register_forward_hook(self._keep_loss, with_kwargs=True),
-        ]
+        self._hooks = [model.register_forward_hook(self._keep_forward, with_kwargs=True)]
 
     def detach(self) -> None:
         for hook in self._hooks:
@@ -108,13 +108,13 @@ class PackscopeCallback(TrainerCallback):
         self._hooks = []
 
     def on_train_end(self, args, state, control, **kwargs):
-        self.detach()
+        self.detach()  # the agent's close observes the kept steps (before_boundary)
         if self.agent is not None:
             self.agent.close()
 
     # -- one optimizer step ---------------------------------------------------------------
     def on_step_begin(self, args, state, control, **kwargs):
-        self._step_inputs, self._step_outputs = [], []
+        self._forwards = []
         self._running().step_begin()
 
     def on_optimizer_step(self, args, state, control, optimizer=None, **kwargs):
@@ -124,27 +124,28 @@ class PackscopeCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         agent = self._running()
-        for forward_args, forward_kwargs in self._step_inputs:
-            self._observe_batch(agent, forward_args, forward_kwargs)
-        for loss, forward_kwargs in self._step_outputs:
-            self._keep_loss_of(loss, forward_kwargs)
-        self._step_inputs, self._step_outputs = [], []
-        self._losses.end_step()
-        agent.step_end(lr=self._lr)
+        self._pending.end_step(self._forwards, len(self._forwards))
+        self._forwards = []
+        agent.step_end(lr=self._lr)  # a boundary observes the kept steps first (before_boundary)
 
-    # -- every micro-batch: a reference kept, read when the step ends ----------------------
-    # The Trainer holds the step's micro-batches until the step ends anyway (it fetches them
-    # before the first forward), so keeping the forward's arguments costs no memory, and the
-    # Python work of reading them runs once per step, in one loop, instead of between forwards.
-    def _observe(self, module: torch.nn.Module, args: tuple, kwargs: dict) -> None:
+    # -- every micro-batch: a reference kept, read at the boundary ---------------------------
+    # Keeping a forward's arguments holds what the accumulator and the losses keep anyway (the
+    # positions, the labels) and the token ids; the Python work of reading them runs in one warm
+    # loop for many micro-batches (PendingSteps) instead of between the Trainer's forwards.
+    def _keep_forward(self, module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
         if module.training and torch.is_grad_enabled():  # not evaluation, nor a metrics-only forward
-            self._step_inputs.append((args, kwargs))
-
-    def _keep_loss(self, module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
-        if module.training and torch.is_grad_enabled():
             loss = getattr(output, "loss", None)  # not the output: its logits
             # Detached now: kept past the backward, the loss would hold its graph's nodes.
-            self._step_outputs.append((loss.detach() if isinstance(loss, torch.Tensor) else None, kwargs))
+            self._forwards.append((args, kwargs, loss.detach() if isinstance(loss, torch.Tensor) else None))
+            if not self._pending.heavy and not HEAVY_KEYS.isdisjoint(kwargs):
+                self._pending.heavy = True  # not kept past its step
+
+    def _observe_step(self, forwards: list[Forward]) -> None:
+        agent = self._running()
+        for forward_args, forward_kwargs, loss in forwards:
+            self._observe_batch(agent, forward_args, forward_kwargs)
+            self._keep_loss_of(loss, forward_kwargs)
+        self._losses.end_step()
 
     def _observe_batch(self, agent: Agent, args: tuple, kwargs: dict) -> None:
         batch = kwargs if args == () else {"input_ids": args[0], **kwargs}

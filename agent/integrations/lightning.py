@@ -16,6 +16,11 @@
 * The loss is the mean of the step's ``training_step`` losses, kept by reference and averaged at
   the log boundary (``integrations/losses.py``: no kernel on an ordinary step); the learning
   rate is the first parameter group's, read before the optimizer steps.
+* What a step costs: the batches and losses are only kept by reference; they are read
+  (``batch_to_form``, ``observe_batch``) in one loop at the log boundary, or once 16 batches are
+  kept (``batches.PendingSteps``; at once for a batch with images or ``inputs_embeds``; the first
+  step at its end, so a batch that cannot be read fails at once). So the batches must not be
+  modified in place before the interval ends.
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ except ImportError:  # the older package name
 
 from packscope.agent.agent import Agent
 from packscope.agent.config import AgentConfig
-from packscope.agent.integrations.batches import image_kwargs, observe_kwargs
+from packscope.agent.integrations.batches import HEAVY_KEYS, PendingSteps, image_kwargs, observe_kwargs
 from packscope.agent.integrations.losses import MeanLoss
 from packscope.core.flops import ModelSpec
 from packscope.core.hf_config import spec_from_hf_config
@@ -88,6 +93,10 @@ class PackscopeCallback(Callback):
         self._in_step = False
         self._optimizer_stepped = False
         self._losses = MeanLoss()  # the micro-batches' losses, by reference until the boundary
+        self._batches: list[Any] = []  # the open step's batches
+        self._step_losses: list[tuple[torch.Tensor, float]] = []  # the open step's (loss, scale)
+        # The ended steps' (batches, losses), until observed together.
+        self._pending = PendingSteps[tuple[list[Any], list[tuple[torch.Tensor, float]]]](self._observe_step)
         self._lr: float | None = None
 
     def _running(self) -> Agent:
@@ -104,17 +113,35 @@ class PackscopeCallback(Callback):
         )
         self.agent.announce()
         self.agent.interval_loss = self._losses.interval_mean
+        self.agent.before_boundary = self._pending.observe
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if not self._in_step:
             self._running().step_begin()
             self._in_step = True
-        form = self.batch_to_form(batch)
-        if form is not None:
-            agent = self._running()
-            # A dict batch's images too, unless batch_to_form already says them.
-            images = image_kwargs(batch, agent.model.vision) if isinstance(batch, dict) else {}
-            agent.observe_batch(**{**images, **form})
+        self._batches.append(batch)
+        if not self._pending.heavy and isinstance(batch, dict) and not HEAVY_KEYS.isdisjoint(batch):
+            self._pending.heavy = True  # not kept past its step
+
+    def _observe_step(self, step: tuple[list[Any], list[tuple[torch.Tensor, float]]]) -> None:
+        batches, losses = step
+        agent = self._running()
+        for batch in batches:
+            form = self.batch_to_form(batch)
+            if form is not None:
+                # A dict batch's images too, unless batch_to_form already says them.
+                images = image_kwargs(batch, agent.model.vision) if isinstance(batch, dict) else {}
+                agent.observe_batch(**{**images, **form})
+        for loss, scale in losses:
+            self._losses.add(loss, scale)
+        if losses:  # a step closed without its optimizer step has none, and no step loss
+            self._losses.end_step()
+
+    def _end_step(self, losses: list[tuple[torch.Tensor, float]], lr: float | None = None) -> None:
+        self._pending.end_step((self._batches, losses), len(self._batches))
+        self._batches, self._step_losses = [], []
+        self._running().step_end(lr=lr)  # a boundary observes the kept steps first (before_boundary)
+        self._in_step = False
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
         self._optimizer_stepped = True
@@ -126,12 +153,12 @@ class PackscopeCallback(Callback):
         if isinstance(loss, torch.Tensor):
             # Lightning hands back the loss divided by accumulate_grad_batches, as it backpropagates it.
             scale = trainer.accumulate_grad_batches if pl_module.automatic_optimization else 1
-            self._losses.add(loss.detach(), scale)
+            # Automatic optimization hands a detached copy already; a manual one, the loss itself.
+            self._step_losses.append((loss.detach() if loss.requires_grad else loss, scale))
         if not self._optimizer_stepped:
             return
-        self._losses.end_step()
-        self._running().step_end(lr=self._lr)
-        self._in_step = self._optimizer_stepped = False
+        self._optimizer_stepped = False
+        self._end_step(self._step_losses, self._lr)
 
     def on_train_end(self, trainer, pl_module) -> None:
         if self.agent is not None:
@@ -147,5 +174,4 @@ class PackscopeCallback(Callback):
         # Micro-batches after the last optimizer step (an epoch that ends mid-accumulation
         # still steps in Lightning; an interrupted run may not) still get counted.
         if self._in_step:  # a step without its optimizer step has no loss, as before
-            self._running().step_end()
-            self._in_step = False
+            self._end_step([])

@@ -182,6 +182,17 @@ def test_flattening_collator_is_counted_exactly(kind, flash_kwargs):
     )
 
 
+def test_an_interval_longer_than_the_kept_micro_batches_is_counted_exactly():
+    """24 micro-batches an interval: the callback observes its kept forwards once 16 are kept
+    (batches.PENDING_FORWARDS), again at the boundary, and the partial last interval at close."""
+    recorded = Recorded(transformers.DataCollatorWithFlattening(), flattens=True)
+    trainer, cb = train(tiny_model("llama"), recorded, steps=14, logging_steps=12, train_dataset=dataset(96))
+    records = list(cb.agent.records)
+    check_intervals(records, recorded, cb.agent.model, accumulation=2, log_every=12, steps=14)
+    logged = [h["loss"] for h in trainer.state.log_history if "loss" in h]
+    assert records[0]["loss"] == pytest.approx(logged[0], rel=1e-5)
+
+
 def test_padded_rows_are_counted_from_the_attention_mask():
     collator = trl.trainer.sft_trainer.DataCollatorForLanguageModeling(pad_token_id=0)
     recorded = Recorded(collator, flattens=False)
@@ -350,7 +361,7 @@ def test_an_ordinary_step_runs_no_op_in_the_callback(collator, flattens):
 
         return call
 
-    for name in ("on_step_begin", "on_optimizer_step", "on_step_end", "_observe", "_keep_loss"):
+    for name in ("on_step_begin", "on_optimizer_step", "on_step_end", "_keep_forward"):
         setattr(cb, name, counted(getattr(cb, name)))
     recorded = Recorded(collator, flattens=flattens)
     train(tiny_model("qwen2"), recorded, steps=5, callback=cb, train_dataset=dataset())
