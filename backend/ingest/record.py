@@ -16,7 +16,7 @@ import json
 import operator
 import re
 from collections.abc import Callable, Sequence
-from typing import Annotated, Any
+from typing import Annotated, Any, NamedTuple
 
 import msgspec
 
@@ -148,7 +148,16 @@ def _located(error: msgspec.ValidationError) -> tuple[Location, str, str]:
     return tuple(loc), message, "value_error"
 
 
-def decode(body: bytes) -> tuple[list[Any], list[str]]:
+class Checked(NamedTuple):
+    """A checked batch: its records (the structs), the fields it sent that the record does not
+    know, and every record's row values (row_values, as `check` left them)."""
+
+    records: list[Any]
+    ignored: list[str]
+    values: list[tuple[Any, ...]]
+
+
+def decode(body: bytes) -> Checked:
     """A batch's JSON as checked records, and the fields it sent that the record does not know.
 
     JSON as Python's `json` writes it may hold NaN and Infinity (a diverged loss): such a body is
@@ -171,12 +180,12 @@ def decode(body: bytes) -> tuple[list[Any], list[str]]:
             document = json.loads(body)
         except (ValueError, UnicodeDecodeError) as exc:
             raise RecordError([((), f"the body is not JSON: {exc}", "json_invalid")]) from None
-        return convert(document), unknown_fields(document)
-    check(records, strings_safe=b"\\u0000" not in body)  # msgspec refuses lone surrogates itself
-    return records, ignored
+        return convert(document)._replace(ignored=unknown_fields(document))
+    values = check(records, strings_safe=b"\\u0000" not in body)  # msgspec refuses lone surrogates itself
+    return Checked(records, ignored, values)
 
 
-def convert(document: Any) -> list[Any]:
+def convert(document: Any) -> Checked:
     """Records built in Python (a batch `{"intervals": [...]}` of dicts) as checked records."""
     try:
         records: list[Any] = msgspec.convert(document, Batch).intervals
@@ -186,8 +195,7 @@ def convert(document: Any) -> list[Any]:
         loc = _unencodable(document, ())
         message = "the string holds a lone surrogate, which is not valid UTF-8"
         raise RecordError([(loc or (), message, "value_error")]) from None
-    check(records, strings_safe=False)
-    return records
+    return Checked(records, [], check(records, strings_safe=False))
 
 
 def _unencodable(value: Any, loc: Location) -> Location | None:
@@ -236,13 +244,14 @@ def _span_problem(first: int, last: int, steps: int, tokens: int, real: int) -> 
     return None
 
 
-def _record_problems(i: int, r: Any, strings_safe: bool) -> list[tuple[Location, str, str]]:
-    """Every problem of record `i` (after the types and bounds msgspec checked); diverged optional
-    readings become None in place."""
+def _record_problems(i: int, r: Any, strings_safe: bool) -> tuple[list[tuple[Location, str, str]], tuple[Any, ...]]:
+    """Every problem of record `i` (after the types and bounds msgspec checked), and its row
+    values; diverged optional readings become None in place."""
     if r.gpu is None:
         r.gpu = NO_GPU
     problems: list[tuple[Location, str, str]] = []
     values = row_values(r)
+    diverged = False
     problem = _span_problem(*_SPAN(values))
     wall_start, wall_end = _WALL(values)
     if problem is None and wall_end < wall_start:
@@ -255,6 +264,7 @@ def _record_problems(i: int, r: Any, strings_safe: bool) -> list[tuple[Location,
             continue
         if not -FLOAT_MAX <= value <= FLOAT_MAX:  # NaN, inf, beyond any real reading: diverged
             _set(r, path, None)
+            diverged = True
         else:
             bound = f">= {lower}" if value < lower else f"<= {upper}"
             problems.append((("intervals", i, *path), f"Expected `float` {bound}", "value_error"))
@@ -281,16 +291,23 @@ def _record_problems(i: int, r: Any, strings_safe: bool) -> list[tuple[Location,
             for name in getattr(r, part) or ():
                 if problem := text_problem(name):
                     problems.append((("intervals", i, part, name), f"the channel name {problem}", "value_error"))
-    return problems
+    return problems, row_values(r) if diverged else values
 
 
-def check(records: Sequence[Any], *, strings_safe: bool) -> None:
+def check(records: Sequence[Any], *, strings_safe: bool) -> list[tuple[Any, ...]]:
     """Check what spans fields, for every record (raising one RecordError naming every problem);
     diverged optional readings become None in place. `strings_safe`: the caller knows no string
-    holds a NUL byte or a lone surrogate, so the strings are not walked."""
-    problems = [p for i, r in enumerate(records) for p in _record_problems(i, r, strings_safe)]
+    holds a NUL byte or a lone surrogate, so the strings are not walked. Every record's row
+    values, read once here for the checks and the rows alike."""
+    problems: list[tuple[Location, str, str]] = []
+    values: list[tuple[Any, ...]] = []
+    for i, r in enumerate(records):
+        found, row = _record_problems(i, r, strings_safe)
+        problems += found
+        values.append(row)
     if problems:
         raise RecordError(problems)
+    return values
 
 
 # -- fields the record does not know ------------------------------------------------------------------

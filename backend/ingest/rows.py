@@ -10,7 +10,7 @@ from typing import Any
 
 import msgspec
 
-from packscope.backend.ingest.record import convert, decode, row_values
+from packscope.backend.ingest.record import Checked, convert, decode
 from packscope.backend.store.models import COLUMN_AT, ROW_COLUMNS
 from packscope.core.catalogue import FIELDS
 
@@ -57,15 +57,18 @@ class Parsed:
         return list(map(_GET_KEY, self.values))
 
     @classmethod
-    def of(cls, records: Sequence[Any], ignored: Sequence[str] = ()) -> "Parsed":
-        """From checked records (ingest/record.py's structs)."""
-        encode = _HISTOGRAMS.encode
+    def of(cls, checked: Checked) -> "Parsed":
+        """From a checked batch (ingest/record.py)."""
+        records, encode = checked.records, _HISTOGRAMS.encode
         return cls(
-            [(*row_values(r), _json_text(r.channel_loss), _json_text(r.channel_tokens)) for r in records],
+            [
+                (*values, _json_text(r.channel_loss), _json_text(r.channel_tokens))
+                for r, values in zip(records, checked.values, strict=True)
+            ],
             [encode(r.histograms).decode() for r in records],
             [{s.site: s.count for s in r.syncs.sites} for r in records],
             [(r.channel_loss, r.channel_tokens) for r in records],
-            ignored,
+            checked.ignored,
         )
 
     @classmethod
@@ -82,7 +85,7 @@ class Parsed:
 def parse(body: bytes) -> Parsed:
     """A raw JSON batch checked and laid out as rows; raises record.RecordError naming every problem
     (locations rooted at the batch: ("intervals", i, ...))."""
-    return Parsed.of(*decode(body))
+    return Parsed.of(decode(body))
 
 
 def parsed_records(records: Sequence[Mapping[str, Any]]) -> Parsed:

@@ -21,10 +21,11 @@ import json
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Literal, Protocol
 
 from packscope.core.attention import ATTENTION_KINDS, ATTENTION_SUMS, CHUNKED, FULL, SLIDING, VIEWS
-from packscope.core.flops import ModelSpec, flops_triad_by_kind
+from packscope.core.flops import TRIAD, ModelSpec, flops_by_kind
 from packscope.core.vision import VISION_SUMS, vision_flops
 
 INT64_MAX = 2**63 - 1
@@ -268,13 +269,25 @@ class Coefficients:
         reading a model (ModelSpec.from_dict) costs about 80 us."""
         return Coefficients.for_run(json.loads(model), json.loads(hardware))
 
-    def by_kind(self) -> dict[str, float]:
-        """FLOPs per unit of each layer kind's attention sum, as floats (every evaluator rounds alike)."""
-        return {FULL: float(self.c_core), SLIDING: float(self.c_window), CHUNKED: float(self.c_chunk)}
+    # Both built once per instance (a runs list derives thirty metrics a run from one).
+    @functools.cached_property
+    def _by_kind(self) -> Mapping[str, float]:
+        return MappingProxyType({FULL: float(self.c_core), SLIDING: float(self.c_window), CHUNKED: float(self.c_chunk)})
 
-    def by_sum(self) -> dict[str, float]:
-        """The same per sum name (both views), as flops_triad_by_kind reads them."""
-        return {names.name(view): self.by_kind()[kind] for kind, names in ATTENTION_SUMS.items() for view in VIEWS}
+    @functools.cached_property
+    def _by_sum(self) -> Mapping[str, float]:
+        by_kind = self._by_kind
+        return MappingProxyType(
+            {names.name(view): by_kind[kind] for kind, names in ATTENTION_SUMS.items() for view in VIEWS}
+        )
+
+    def by_kind(self) -> Mapping[str, float]:
+        """FLOPs per unit of each layer kind's attention sum, as floats (every evaluator rounds alike)."""
+        return self._by_kind
+
+    def by_sum(self) -> Mapping[str, float]:
+        """The same per sum name (both views), as flops_by_kind reads them."""
+        return self._by_sum
 
 
 class FloatOps:
@@ -323,9 +336,27 @@ def _vision(s: Mapping[str, Any], c: Coefficients) -> Any:
     return vision_flops(s, {name: float(value) for name, value in c.c_vision})
 
 
+class _WindowSums(dict[str, float]):
+    """One window's float sums (derive), keeping each FLOPs count once computed: derive evaluates
+    some thirty metrics, most of them from the same three counts."""
+
+    __slots__ = ("flops",)
+
+    def __init__(self, sums: Mapping[str, float]) -> None:
+        super().__init__(sums)
+        self.flops: dict[str, float] = {}
+
+
 def _flops(kind: str, s: Mapping[str, Any], c: Coefficients) -> Any:
-    decoder = flops_triad_by_kind(s["tokens"], s["real_tokens"], s, float(c.c_lin), c.by_sum())[kind]
-    return decoder + _vision(s, c) if c.c_vision else decoder
+    known = s.flops if isinstance(s, _WindowSums) else None
+    if known is not None and kind in known:
+        return known[kind]
+    tokens, view = TRIAD[kind]  # the one count of flops_triad_by_kind asked for
+    decoder = flops_by_kind(s[tokens], s, float(c.c_lin), c.by_sum(), view)
+    value = decoder + _vision(s, c) if c.c_vision else decoder
+    if known is not None:
+        known[kind] = value
+    return value
 
 
 def _attention(s: Mapping[str, Any], c: Coefficients, kinds: Iterable[str]) -> Any:
@@ -546,7 +577,7 @@ def evaluate(sums: Mapping[str, Any], c: Coefficients, ops: Ops, names: Iterable
 
 def derive(sums: Mapping[str, float], c: Coefficients, names: Iterable[str] | None = None) -> dict[str, float | None]:
     """Every (or the named) derived metric of one window; None where it is undefined (0/0)."""
-    floats = {name: float(sums[name]) for name in SUM_NAMES}
+    floats = _WindowSums({name: float(sums[name]) for name in SUM_NAMES})
     values = evaluate(floats, c, FLOAT_OPS, names)
     return {name: value if math.isfinite(value) else None for name, value in values.items()}
 

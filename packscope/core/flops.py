@@ -17,7 +17,7 @@ import dataclasses
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from packscope.core.attention import (
     ATTENTION_KINDS,
@@ -102,16 +102,21 @@ def flops_by_kind(
     return total
 
 
+# Each of the three counts: which tokens its linear term counts, which view of the attention sums.
+TRIAD: dict[str, tuple[Literal["tokens", "real_tokens"], str]] = {
+    "bshd": ("tokens", "bshd"),
+    "thd": ("tokens", "thd"),
+    "useful": ("real_tokens", "thd"),
+}
+
+
 def flops_triad_by_kind(
     tokens: Any, real_tokens: Any, sums: Mapping[str, Any], c_lin: Any, c_core_by_sum: Mapping[str, Any]
 ) -> dict[str, Any]:
     """The three counts (``bshd``, ``thd``, ``useful``) of ``flops_triad`` for any mix of layer kinds:
     the baseline takes each kind's BSHD sum (every pack one sequence), the other two the THD sums."""
-    return {
-        "bshd": flops_by_kind(tokens, sums, c_lin, c_core_by_sum, "bshd"),
-        "thd": flops_by_kind(tokens, sums, c_lin, c_core_by_sum, "thd"),
-        "useful": flops_by_kind(real_tokens, sums, c_lin, c_core_by_sum, "thd"),
-    }
+    counted = {"tokens": tokens, "real_tokens": real_tokens}
+    return {kind: flops_by_kind(counted[t], sums, c_lin, c_core_by_sum, view) for kind, (t, view) in TRIAD.items()}
 
 
 @dataclass(frozen=True)
@@ -597,6 +602,7 @@ __all__ = [
     "COMPONENTS",
     "MAX_MODEL_SIZE",
     "MLA",
+    "TRIAD",
     "VIEWS",
     "FlopsBreakdown",
     "KindBreakdown",

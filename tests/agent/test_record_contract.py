@@ -40,7 +40,7 @@ def test_every_key_the_agent_sends_is_a_field_of_the_record_and_none_is_missing(
         assert len(records) == 2
         body = json.dumps({"intervals": records}).encode()
         assert unknown_fields(json.loads(body)) == []
-        decoded, ignored = decode(body)  # the server's decoder: a missing or mistyped field raises
+        decoded, ignored, _ = decode(body)  # the server's decoder: a missing or mistyped field raises
         assert ignored == [] and len(decoded) == 2
         for record in records:
             for f in FIELDS:
@@ -91,7 +91,7 @@ def test_a_vision_language_model_sends_its_towers_sums_beside_the_text():
     )
     tower = model.vision.flops(want)
     assert record["flops_thd"] == float(text["thd"] + tower) and record["flops_bshd"] == float(text["bshd"] + tower)
-    decoded, ignored = decode(json.dumps({"intervals": [record]}).encode())
+    decoded, ignored, _ = decode(json.dumps({"intervals": [record]}).encode())
     assert ignored == [] and len(decoded) == 1
 
     text_only = Agent(AgentConfig(log_every=2, count_syncs=False), model=FULL)
