@@ -1,6 +1,7 @@
 # Two commands do all set-up on a fresh machine (Python, git and the package registries):
 #   make demo   - server on the embedded SQLite default + two reference training runs feeding it
-#   make test   - the whole test suite (slow tests included), then its 15 slowest tests
+#   make test   - the whole test suite (slow tests included), then its 15 slowest tests; then
+#                 torchtitan's integration tests in an environment of their own (.venv-torchtitan)
 # and, for developers:
 #   make lint       - ruff check, ruff format --check and mypy (configured in pyproject.toml), then
 #                     eslint over frontend/static (eslint.config.js; `npm ci` installs it from package-lock.json)
@@ -23,6 +24,17 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q -e '.[dev]'
 	touch $(STAMP)
 
+# torchtitan 0.3.0 pins datasets<4.8 and huggingface-hub<2, which [dev]'s transformers cannot share:
+# its integration tests run in an environment of their own, with the same CPU torch.
+TT_VENV  := .venv-torchtitan
+TT_STAMP := $(TT_VENV)/.installed
+$(TT_STAMP): pyproject.toml
+	$(PY) -m venv $(TT_VENV)
+	$(TT_VENV)/bin/python -m pip install -q --upgrade pip
+	$(TT_VENV)/bin/python -m pip install -q torch==2.13.0
+	$(TT_VENV)/bin/python -m pip install -q -e '.[torchtitan]' pytest
+	touch $(TT_STAMP)
+
 demo: $(STAMP)
 	$(BIN)/packscope demo
 
@@ -30,12 +42,14 @@ serve: $(STAMP)
 	$(BIN)/packscope serve
 
 # Browser tests drive Debian's chromium; install it when missing and we may.
-test: $(STAMP)
+test: $(STAMP) $(TT_STAMP)
 	@if [ ! -x /usr/bin/chromium ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		echo "installing Debian's chromium for the browser tests"; \
 		(apt-get install -y -q chromium >/dev/null 2>&1 || (apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null)); \
 	fi
 	$(BIN)/python -m pytest --durations=15 $(PYTEST_ARGS)
+	@echo "torchtitan's integration, in $(TT_VENV):"
+	$(TT_VENV)/bin/python -m pytest -p no:cacheprovider tests/agent/test_integrations_torchtitan.py
 
 # -m replaces pyproject's `-m "not gpu"`, so gpu stays deselected here too.
 test-fast: $(STAMP)
@@ -60,7 +74,7 @@ bench: $(STAMP)
 # The venv and node_modules, build outputs, tool caches, and the demo's database (the server's
 # default, sqlite:///./packscope.db, with its WAL files, its migration lock and its live-push sockets).
 clean:
-	rm -rf $(VENV) *.egg-info build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis node_modules
+	rm -rf $(VENV) $(TT_VENV) *.egg-info build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis node_modules
 	rm -f packscope.db packscope.db-* packscope.db.migrate-lock
 	rm -rf packscope.db.live
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

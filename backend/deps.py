@@ -93,11 +93,8 @@ async def require_read_token(request: Request, settings: SettingsDep, credential
 
 
 def run_not_found(run_id: str) -> HTTPException:
-    return HTTPException(
-        status.HTTP_404_NOT_FOUND,
-        detail=f"run {run_id!r} is not stored; GET /api/v1/runs lists the runs, "
-        "and an agent creates its run with POST /api/v1/runs",
-    )
+    what = "is not stored; GET /api/v1/runs lists the runs, and an agent creates its run with POST /api/v1/runs"
+    return HTTPException(status.HTTP_404_NOT_FOUND, detail=f"run {run_id!r} {what}")
 
 
 def run_or_404(session: Session, run_id: str) -> Run:

@@ -240,7 +240,7 @@ class UnixDatagrams(_Coalesced):
                     break
 
     # The folder is listed again when its mtime changes (a socket made or removed) or a second
-    # has passed (a filesystem whose mtime is coarse): a listing per flush cost 1–2 µs of
+    # has passed (a filesystem whose mtime is coarse): a listing per flush cost 1-2 µs of
     # server CPU per ingested row.
     _RELIST_S = 1.0
 

@@ -23,6 +23,7 @@ or a line break).
 from __future__ import annotations
 
 import codecs
+import functools
 import math
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -73,29 +74,12 @@ class _Sql:
         a, b = (_Sql.of(other), self) if reflected else (self, _Sql.of(other))
         return _Sql(f"({a.text} {op} {b.text})")
 
-    def __add__(self, o: Any) -> _Sql:
-        return self._op("+", o)
-
-    def __radd__(self, o: Any) -> _Sql:
-        return self._op("+", o, True)
-
-    def __sub__(self, o: Any) -> _Sql:
-        return self._op("-", o)
-
-    def __rsub__(self, o: Any) -> _Sql:
-        return self._op("-", o, True)
-
-    def __mul__(self, o: Any) -> _Sql:
-        return self._op("*", o)
-
-    def __rmul__(self, o: Any) -> _Sql:
-        return self._op("*", o, True)
-
-    def __truediv__(self, o: Any) -> _Sql:
-        return self._op("/", o)
-
-    def __rtruediv__(self, o: Any) -> _Sql:
-        return self._op("/", o, True)
+    # Each operator and its reflection, as SQL text in the order the operands came.
+    __add__, __radd__ = functools.partialmethod(_op, "+"), functools.partialmethod(_op, "+", reflected=True)
+    __sub__, __rsub__ = functools.partialmethod(_op, "-"), functools.partialmethod(_op, "-", reflected=True)
+    __mul__, __rmul__ = functools.partialmethod(_op, "*"), functools.partialmethod(_op, "*", reflected=True)
+    __truediv__ = functools.partialmethod(_op, "/")
+    __rtruediv__ = functools.partialmethod(_op, "/", reflected=True)
 
 
 class _Column(_Sql):

@@ -213,15 +213,19 @@ def get_series(
     return series.series(session, run, max_points, step_min, step_max)
 
 
+def _found(found: dict[str, Any] | None, run_id: str, missing: str = "has no intervals yet") -> dict[str, Any]:
+    """What a run's read found, or 404 saying what the run lacks."""
+    if found is None:
+        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"run {run_id!r} {missing}")
+    return found
+
+
 @router.get("/runs/{run_id}/histograms", response_model=IntervalHistograms)
 def get_histograms(
     run_id: RunIdPath, session: SessionDep, interval: Annotated[int | None, Query(ge=0, le=INT32_MAX)] = None
 ) -> dict[str, Any]:
-    found = queries.histograms(session, run_or_404(session, run_id), interval)
-    if found is None:
-        what = "has no intervals yet" if interval is None else f"has no interval {interval}"
-        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"run {run_id!r} {what}")
-    return found
+    missing = "has no intervals yet" if interval is None else f"has no interval {interval}"
+    return _found(queries.histograms(session, run_or_404(session, run_id), interval), run_id, missing)
 
 
 @router.get("/runs/{run_id}/histograms/over-time", response_model=HistogramColumns)
@@ -230,10 +234,7 @@ def get_histogram_columns(
     session: SessionDep,
     columns: Annotated[int, Query(ge=1, le=1000, description="intervals shown, spread evenly")] = HISTOGRAM_COLUMNS,
 ) -> dict[str, Any]:
-    found = queries.histogram_columns(session, run_or_404(session, run_id), columns)
-    if found is None:
-        raise HTTPException(status.HTTP_404_NOT_FOUND, detail=f"run {run_id!r} has no intervals yet")
-    return found
+    return _found(queries.histogram_columns(session, run_or_404(session, run_id), columns), run_id)
 
 
 @router.get("/runs/{run_id}/sync-sites", response_model=SyncSitesRead)

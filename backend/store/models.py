@@ -145,12 +145,19 @@ def _band_columns() -> list[Column[Any]]:
     return [Column(f"{name}_{end}", Float(), nullable=True) for name in BAND_METRICS for end in ("min", "max")]
 
 
+def _block_key() -> list[Column[Any]]:
+    """(run_pk, level, block): a block of 4**level consecutive intervals of a run."""
+    return [
+        Column("run_pk", ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+        Column("level", SmallInteger, primary_key=True, autoincrement=False),
+        Column("block", Integer, primary_key=True, autoincrement=False),
+    ]
+
+
 rollups = Table(
     "rollups",
     Base.metadata,
-    Column("run_pk", ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
-    Column("level", SmallInteger, primary_key=True, autoincrement=False),
-    Column("block", Integer, primary_key=True, autoincrement=False),
+    *_block_key(),
     Column("rows", BigInteger, nullable=False),  # interval rows (ranks count separately)
     Column("first_step", BigInteger, nullable=False),
     Column("last_step", BigInteger, nullable=False),
@@ -166,9 +173,7 @@ rollups = Table(
 channel_rollups = Table(
     "channel_rollups",
     Base.metadata,
-    Column("run_pk", ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
-    Column("level", SmallInteger, primary_key=True, autoincrement=False),
-    Column("block", Integer, primary_key=True, autoincrement=False),
+    *_block_key(),
     Column("channel", String(100), primary_key=True),
     Column("loss_sum", Float(), nullable=False),
     Column("tokens", Float(), nullable=False),

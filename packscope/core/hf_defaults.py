@@ -14,6 +14,34 @@ from __future__ import annotations
 from typing import Any
 
 _LLAMA_LIKE: dict[str, Any] = {"num_key_value_heads": None, "head_dim": None}
+# SigLIP's and CLIP's vision configs default to the same ViT-B shape (their patches differ).
+_VIT_B: dict[str, Any] = {
+    "hidden_size": 768,
+    "intermediate_size": 3072,
+    "num_hidden_layers": 12,
+    "num_attention_heads": 12,
+    "num_channels": 3,
+    "image_size": 224,
+}
+# Qwen2's and Qwen3's configs default to the same 7B shape.
+_QWEN_7B: dict[str, Any] = {
+    "vocab_size": 151936,
+    "hidden_size": 4096,
+    "intermediate_size": 22016,
+    "num_hidden_layers": 32,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 32,
+}
+# Gemma 2's and Gemma 3's configs default to the same 2B shape.
+_GEMMA_2B: dict[str, Any] = {
+    "hidden_size": 2304,
+    "intermediate_size": 9216,
+    "num_hidden_layers": 26,
+    "num_attention_heads": 8,
+    "num_key_value_heads": 4,
+    "head_dim": 256,
+    "sliding_window": 4096,
+}
 _MISTRAL: dict[str, Any] = {
     "vocab_size": 32000,
     "hidden_size": 4096,
@@ -38,12 +66,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     # MixtralConfig's defaults are MistralConfig's, with experts and no window.
     "mixtral": {**_MISTRAL, "sliding_window": None, "num_experts_per_tok": 2, "num_local_experts": 8},
     "qwen2": {
-        "vocab_size": 151936,
-        "hidden_size": 4096,
-        "intermediate_size": 22016,
-        "num_hidden_layers": 32,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 32,
+        **_QWEN_7B,
         "head_dim": None,  # not a Qwen2Config field: the attention takes hidden / heads
         "use_sliding_window": False,
         "sliding_window": 4096,
@@ -51,12 +74,7 @@ DEFAULTS: dict[str, dict[str, Any]] = {
         "layer_types": None,
     },
     "qwen3": {
-        "vocab_size": 151936,
-        "hidden_size": 4096,
-        "intermediate_size": 22016,
-        "num_hidden_layers": 32,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 32,
+        **_QWEN_7B,
         "head_dim": 128,
         "use_sliding_window": False,
         "sliding_window": 4096,
@@ -101,26 +119,14 @@ DEFAULTS: dict[str, dict[str, Any]] = {
     },
     "gemma2": {
         "vocab_size": 256000,
-        "hidden_size": 2304,
-        "intermediate_size": 9216,
-        "num_hidden_layers": 26,
-        "num_attention_heads": 8,
-        "num_key_value_heads": 4,
-        "head_dim": 256,
-        "sliding_window": 4096,
+        **_GEMMA_2B,
         "sliding_window_size": None,  # a legacy name some checkpoints carry next to sliding_window
         "layer_types": None,
         "use_bidirectional_attention": None,
     },
     "gemma3_text": {
         "vocab_size": 262208,
-        "hidden_size": 2304,
-        "intermediate_size": 9216,
-        "num_hidden_layers": 26,
-        "num_attention_heads": 8,
-        "num_key_value_heads": 4,
-        "head_dim": 256,
-        "sliding_window": 4096,
+        **_GEMMA_2B,
         "sliding_window_pattern": 6,  # a kwargs default of Gemma3TextConfig.__post_init__
         "layer_types": None,
         "use_bidirectional_attention": False,
@@ -236,22 +242,12 @@ VISION_DEFAULTS: dict[str, dict[str, Any]] = {
         "fullatt_block_indexes": [7, 15, 23, 31],  # a tuple in the config class
     },
     "siglip_vision_model": {
-        "hidden_size": 768,
-        "intermediate_size": 3072,
-        "num_hidden_layers": 12,
-        "num_attention_heads": 12,
-        "num_channels": 3,
-        "image_size": 224,
+        **_VIT_B,
         "patch_size": 16,
         "vision_use_head": True,
     },
     "clip_vision_model": {
-        "hidden_size": 768,
-        "intermediate_size": 3072,
-        "num_hidden_layers": 12,
-        "num_attention_heads": 12,
-        "num_channels": 3,
-        "image_size": 224,
+        **_VIT_B,
         "patch_size": 32,
     },
     "pixtral": {

@@ -117,6 +117,26 @@ def _siglip_head_note(f: ConfigFields) -> list[str]:
     return []
 
 
+def _tower(
+    f: ConfigFields, tower: str, layers: int, hidden: int, heads: int, *, gated: bool, **rest: Any
+) -> VisionSpec:
+    """A ViT tower: blocks with an ``intermediate_size``-wide MLP, on ``patch_size``² patches of
+    ``num_channels``·p² inputs each unless ``patch_inputs`` says otherwise."""
+    patch = f.integer("patch_size")
+    if "patch_inputs" not in rest:
+        rest["patch_inputs"] = f.integer("num_channels") * patch * patch
+    return VisionSpec(
+        tower=tower,
+        layers=layers,
+        hidden=hidden,
+        heads=heads,
+        ffn=f.integer("intermediate_size"),
+        gated=gated,
+        patch_size=patch,
+        **rest,
+    )
+
+
 # -- the towers ---------------------------------------------------------------------------------
 
 
@@ -142,14 +162,13 @@ def read_qwen2_5_vl(cfg: Mapping[str, Any], text_hidden: int) -> tuple[VisionSpe
     else:
         f.ignore("window_size")
     merged = hidden * merge * merge
-    spec = VisionSpec(
-        tower="qwen2_5_vl",
-        layers=layers,
-        hidden=hidden,
-        heads=heads,
-        ffn=f.integer("intermediate_size"),
+    spec = _tower(
+        f,
+        "qwen2_5_vl",
+        layers,
+        hidden,
+        heads,
         gated=True,
-        patch_size=patch,
         patch_inputs=f.integer("in_channels") * f.integer("temporal_patch_size") * patch * patch,
         spatial_merge=merge,
         projector=((merged, merged), (merged, f.integer("out_hidden_size"))),
@@ -173,15 +192,13 @@ def read_gemma3(cfg: Mapping[str, Any], text_hidden: int) -> tuple[VisionSpec, l
             "mm_tokens_per_image", f"({tokens}) must be a square whose side divides the {side} patches per side"
         )
     hidden = f.integer("hidden_size")
-    spec = VisionSpec(
-        tower="siglip",
-        layers=f.integer("num_hidden_layers"),
-        hidden=hidden,
-        heads=_heads(f),
-        ffn=f.integer("intermediate_size"),
+    spec = _tower(
+        f,
+        "siglip",
+        f.integer("num_hidden_layers"),
+        hidden,
+        _heads(f),
         gated=False,
-        patch_size=f.integer("patch_size"),
-        patch_inputs=f.integer("num_channels") * f.integer("patch_size") ** 2,
         spatial_merge=side // per_side,
         projector=((hidden, text_hidden),),
         image_grid=(side, side),
@@ -259,16 +276,13 @@ def _pixtral(f: ConfigFields, layers: int, merge: int, projector: tuple[tuple[in
             f"({head_dim}) must be hidden_size / num_attention_heads ({hidden // heads}), the width "
             "Pixtral's attention uses (its rotary embedding would take the other and fail)",
         )
-    patch = f.integer("patch_size")
-    return VisionSpec(
-        tower="pixtral",
-        layers=layers,
-        hidden=hidden,
-        heads=heads,
-        ffn=f.integer("intermediate_size"),
+    return _tower(
+        f,
+        "pixtral",
+        layers,
+        hidden,
+        heads,
         gated=True,
-        patch_size=patch,
-        patch_inputs=f.integer("num_channels") * patch * patch,
         spatial_merge=merge,
         projector=projector,
     )
@@ -300,15 +314,13 @@ def read_llava(cfg: Mapping[str, Any], text_hidden: int) -> tuple[VisionSpec, li
         notes = _unused_layers_note("Pixtral tower", used, layers)
     else:
         side = _grid_side(f)
-        spec = VisionSpec(
-            tower="clip" if class_tokens else "siglip",
-            layers=used,
-            hidden=hidden,
-            heads=_heads(f),
-            ffn=f.integer("intermediate_size"),
+        spec = _tower(
+            f,
+            "clip" if class_tokens else "siglip",
+            used,
+            hidden,
+            _heads(f),
             gated=False,
-            patch_size=f.integer("patch_size"),
-            patch_inputs=f.integer("num_channels") * f.integer("patch_size") ** 2,
             projector=projector,
             class_tokens=class_tokens,
             projected_class_tokens=class_tokens if strategy == "full" else 0,
