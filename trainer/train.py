@@ -21,6 +21,7 @@ import torch
 from tqdm import tqdm
 
 from packscope.agent import Agent, AgentConfig
+from packscope.agent.lifecycle import EXCEPTION_CLOSE_S
 from packscope.core.run_file import write_run_file
 from packscope.core.urls import checked_server_url
 from packscope.trainer import distributed
@@ -301,7 +302,9 @@ def run_training(cfg: TrainConfig) -> dict:
             if shown is not None:
                 bar.set_postfix(loss=f"{shown:.4f}", tok_s=f"{rate:,.0f}", refresh=False)
     except BaseException:
-        agent.close(status="failed")
+        # As the agent's own exception hook: a Ctrl-C or a crash does not wait 30 s for the
+        # server; what is not delivered stays in the spool for a resume or `packscope sync`.
+        agent.close(status="failed", timeout_s=EXCEPTION_CLOSE_S)
         raise
     assert loss is not None and first_loss is not None  # start_step < steps: at least one step ran
     final_loss = float(loss)  # the one read that waits, after the last step
