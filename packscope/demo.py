@@ -155,14 +155,17 @@ def _end_with_the_demo() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
 
 
-def _stop_on_sigterm() -> None:
+def _stop_on_signals() -> None:
     """SIGTERM ends the demo as Ctrl-C does: through the `finally` that stops the server (the default
-    action would end this process alone and leave the server serving)."""
+    action would end this process alone and leave the server serving). Ctrl-C itself too, also when
+    the demo was started with SIGINT ignored (a background job of a script), where Python would
+    not raise KeyboardInterrupt."""
 
     def stop(signum: int, frame: object) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def demo_from_args(args: argparse.Namespace) -> int:
@@ -183,7 +186,7 @@ def demo_from_args(args: argparse.Namespace) -> int:
     cmd = [sys.executable, "-m", "packscope", "serve", "--host", args.host, "--port", str(args.port), "--no-access-log"]
     if args.database_url:
         cmd += ["--database-url", args.database_url]
-    _stop_on_sigterm()
+    _stop_on_signals()
     server = subprocess.Popen(cmd, preexec_fn=_end_with_the_demo)
     try:
         _wait_for_server(url, server)
