@@ -18,7 +18,7 @@ PACK = 4096
 
 
 def traces(chart, kind):
-    return f"(document.querySelector('#{chart} .plot').data || []).filter(t => t.meta.kind === '{kind}')"
+    return f"(document.querySelector('#{chart} .plot')?.data || []).filter(t => t.meta.kind === '{kind}')"
 
 
 def interval(k, slowdown):

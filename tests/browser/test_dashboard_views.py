@@ -80,7 +80,8 @@ def plot(chart):
 
 
 def lines(chart):
-    return f"({plot(chart)}.data || []).filter(t => t.meta.kind === 'line')"
+    # No lines (not an error) while a reloaded page has no chart yet.
+    return f"({plot(chart)}?.data || []).filter(t => t.meta.kind === 'line')"
 
 
 def query(page):
