@@ -16,14 +16,15 @@
 #   bash bench/gpu_session.sh window  # the gpu-marked tests (the sliding-window varlen oracle among them), then
 #                                     # a sliding-window 1b counted per window and as full attention (gallery pair;
 #                                     # the agent's syncs per step on the windowed runs)
-#   bash bench/gpu_session.sh integrations  # bench/integration_overhead.py: the HF Trainer and Lightning
-#                                     # callbacks' host time and ops per step on Qwen2 303M, and their
-#                                     # on/off step-time ratio; BEFORE_ROOT=DIR adds the same for the
-#                                     # packscope tree in DIR (git archive <commit> agent packscope | tar -x -C DIR)
+#   bash bench/gpu_session.sh integrations  # bench/integration_overhead.py: the HF Trainer, TRL and Lightning
+#                                     # callbacks' host time and ops per step on Qwen2 303M, and the HF and
+#                                     # Lightning on/off step-time ratio (HOST_INTEGRATIONS, RATIO_INTEGRATIONS,
+#                                     # PAIRS, HOST_STEPS pick less; BEFORE_ROOT=DIR adds the same for the
+#                                     # packscope tree in DIR: git archive <commit> agent packscope | tar -x -C DIR)
 #
 # The device machine has torch but no registry: cupti-python travels as wheels in
 # .whl-cupti130/ and .whl-cupti134/ (13.4 brings its libcupti and pyelftools along); transformers,
-# accelerate and lightning in .whl-integrations/ (bench/integration_wheels.txt says how to fetch them).
+# TRL and datasets in .whl-integrations/ (bench/integration_wheels.txt says how to fetch them).
 set -uo pipefail
 export PYTHONUNBUFFERED=1 OUT="${OUT:-/tmp/packscope-gpu}"
 mkdir -p "$OUT"
@@ -134,25 +135,35 @@ case "${1:-}" in
     python3 bench/fixes_runs.py table "$OUT/window_1b.json"
     ;;
   integrations)
+    # The image has torch, numpy, pyarrow, pandas, accelerate and lightning; transformers, TRL and
+    # datasets travel in .whl-integrations/ (bench/integration_wheels.txt), installed beside it.
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpus.txt"
-    if ! python3 -c "import transformers, accelerate, lightning" 2>/dev/null; then
-      ls .whl-integrations/*.whl >/dev/null 2>&1 || { echo "no .whl-integrations/: see bench/integration_wheels.txt" >&2; exit 1; }
-      python3 -m pip install -q --no-index --find-links .whl-integrations transformers==5.24.0 accelerate==1.15.0 \
-        lightning==2.6.6 2>&1 | tail -3 | tee "$OUT/integrations_install.txt"
+    if ls .whl-integrations/*.whl >/dev/null 2>&1; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+        .whl-integrations/*.whl 2>&1 | tail -3 | tee "$OUT/integrations_install.txt"
+      export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
     fi
-    python3 -c "import torch, transformers, lightning; print('torch', torch.__version__, 'transformers', \
-      transformers.__version__, 'lightning', lightning.__version__)" | tee -a "$OUT/gpus.txt"
+    python3 -c "import torch, transformers, lightning, pyarrow; print('torch', torch.__version__, 'transformers', \
+      transformers.__version__, 'lightning', lightning.__version__, 'pyarrow', pyarrow.__version__)" | tee -a "$OUT/gpus.txt"
+    python3 -c "import trl, datasets; print('trl', trl.__version__, 'datasets', datasets.__version__)" 2>&1 \
+      | tail -1 | tee -a "$OUT/gpus.txt"
     roots=("after:")
     [ -n "${BEFORE_ROOT:-}" ] && [ -d "$BEFORE_ROOT" ] && roots+=("before:$BEFORE_ROOT")
     for entry in "${roots[@]}"; do
       side=${entry%%:*} root=${entry#*:}
       args=(); [ -n "$root" ] && args=(--code-root "$root")
-      timeout 140 python3 bench/integration_overhead.py host --integrations hf,lightning --steps 60 "${args[@]}" \
-        --out "$OUT/integration_host_$side.json" > /dev/null 2> "$OUT/integration_host_$side.err"
-      echo "host ($side) exit $?"
-      timeout 140 python3 bench/integration_overhead.py ratio --integrations hf,lightning --pairs 80 "${args[@]}" \
-        --out "$OUT/integration_ratio_$side.json" > /dev/null 2> "$OUT/integration_ratio_$side.err"
-      echo "ratio ($side) exit $?"
+      if [ -n "${HOST_INTEGRATIONS-hf,trl,lightning}" ]; then
+        timeout "${HOST_TIMEOUT:-200}" python3 bench/integration_overhead.py host \
+          --integrations "${HOST_INTEGRATIONS-hf,trl,lightning}" --steps "${HOST_STEPS:-30}" --op-steps 6 "${args[@]}" \
+          --out "$OUT/integration_host_$side.json" > /dev/null 2> "$OUT/integration_host_$side.err"
+        echo "host ($side) exit $?"
+      fi
+      if [ -n "${RATIO_INTEGRATIONS-hf,lightning}" ]; then
+        timeout "${RATIO_TIMEOUT:-300}" python3 bench/integration_overhead.py ratio \
+          --integrations "${RATIO_INTEGRATIONS-hf,lightning}" --pairs "${PAIRS:-80}" --warmup-pairs 5 "${args[@]}" \
+          --out "$OUT/integration_ratio_$side.json" > /dev/null 2> "$OUT/integration_ratio_$side.err"
+        echo "ratio ($side) exit $?"
+      fi
     done
     python3 bench/integration_overhead.py table "$OUT"/integration_*.json
     ;;

@@ -18,8 +18,9 @@ on CUDA the 303M model itself (`--model qwen2-303m`). Ordinary steps and log-bou
 reported apart.
 
 `ratio` runs one Trainer; before each pair of steps a seeded coin picks which of the two runs
-with the callback (its hooks and the agent's sync counter are put in place for that step and
-taken away after it, so the "on" step also pays for that), each step timed by CUDA events
+with the callback (its hook is put on the model for that step and taken away after it, so the
+"on" step also pays for that; the agent's sync counter stays installed, as in a real run, and
+its sync debug mode is on for the "on" steps only: `counting_syncs`), each step timed by CUDA events
 recorded before the callback's first call and after its last. The on/off ratio comes with a
 bootstrap 95% interval over pairs (bench/agent_overhead.py's ratio_estimates; target <= 1.001).
 On CPU it runs on the host clock with the stand-in: a smoke run of the code path, not a result.
@@ -475,6 +476,19 @@ def step_time_ratio(
     }
 
 
+def counting_syncs(inner, on: bool) -> None:
+    """The agent's sync counter stays installed for the whole run, as in a real one; only the
+    sync debug mode it counts through follows the schedule, so an "off" step runs without it.
+    (Installing the counter per step, as this bench did before, also re-arms every warning that
+    Python shows once per place, since it adds a warnings filter: a cost no real run pays per step.)"""
+    import torch
+
+    agent = inner.agent
+    # CUPTI's counter has no debug mode to switch: it stays on for every step.
+    if agent is not None and agent.syncs.installed and agent.config.sync_backend != "cupti":
+        torch.cuda.set_sync_debug_mode("warn" if on else 0)
+
+
 def switched_hf(inner, model, schedule: list[bool], events: list, host: list[float], device: str):
     """A TrainerCallback that runs `inner` (hooks included) only on the steps `schedule` says."""
     from transformers import TrainerCallback
@@ -493,7 +507,7 @@ def switched_hf(inner, model, schedule: list[bool], events: list, host: list[flo
 
         def on_train_begin(self, args, state, control, **kwargs):
             inner.on_train_begin(args, state, control, **kwargs)
-            inner.agent.syncs.uninstall()  # installed on the callback's steps only
+            counting_syncs(inner, False)
             self.hooks = inner.detach() if hasattr(inner, "detach") else _take_hooks(inner)
             for register in ("register_forward_pre_hook", "register_forward_hook"):  # time the hooks too
                 setattr(model, register, self._timing(getattr(model, register)))
@@ -516,8 +530,7 @@ def switched_hf(inner, model, schedule: list[bool], events: list, host: list[flo
             self.spent = 0.0
             if schedule[self.step]:
                 t0 = time.perf_counter()
-                if inner.agent_config.get("count_syncs", True):
-                    inner.agent.syncs.install()
+                counting_syncs(inner, True)
                 inner.attach(model) if hasattr(inner, "attach") else _put_hooks(inner, model, self.hooks)
                 self.spent += time.perf_counter() - t0
                 self._call("on_step_begin", args, state, control, **kwargs)
@@ -532,7 +545,7 @@ def switched_hf(inner, model, schedule: list[bool], events: list, host: list[flo
                 self._call("on_step_end", args, state, control, **kwargs)
                 t0 = time.perf_counter()
                 inner.detach() if hasattr(inner, "detach") else _take_hooks(inner)
-                inner.agent.syncs.uninstall()
+                counting_syncs(inner, False)
                 self.spent += time.perf_counter() - t0
                 host.append(self.spent)
             end = timing_event(device)
@@ -580,7 +593,7 @@ def switched_lightning(inner, schedule: list[bool], events: list, host: list[flo
 
         def on_train_start(self, trainer, pl_module):
             inner.on_train_start(trainer, pl_module)
-            inner.agent.syncs.uninstall()  # installed on the callback's steps only
+            counting_syncs(inner, False)
 
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             if self.micro == 0:
@@ -588,8 +601,8 @@ def switched_lightning(inner, schedule: list[bool], events: list, host: list[flo
                 self.begin.record()
                 self.spent = 0.0
             if schedule[self.step]:
-                if self.micro == 0 and inner.agent_config.get("count_syncs", True):
-                    inner.agent.syncs.install()
+                if self.micro == 0:
+                    counting_syncs(inner, True)
                 self._call("on_train_batch_start", trainer, pl_module, batch, batch_idx)
 
         def on_before_optimizer_step(self, trainer, pl_module, optimizer):
@@ -606,7 +619,7 @@ def switched_lightning(inner, schedule: list[bool], events: list, host: list[flo
                 end.record()
                 events.append((on, self.begin, end))
                 if on:
-                    inner.agent.syncs.uninstall()
+                    counting_syncs(inner, False)
                     host.append(self.spent)
                 self.micro = 0
                 self.step += 1
