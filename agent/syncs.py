@@ -29,13 +29,25 @@ _AGENT_DIR = os.path.dirname(__file__)
 _SKIP_DIRS = (_TORCH_DIR, _AGENT_DIR, os.path.dirname(warnings.__file__))
 
 
+# Per source file: its base name, or None for a file whose frames are skipped. A trainer that
+# syncs a hundred times a step pays this walk a hundred times: each file is judged once.
+_FILE_SITE: dict[str, str | None] = {}
+
+
+def _file_site(path: str) -> str | None:
+    skipped = path.startswith(_SKIP_DIRS) or path.startswith("<frozen")
+    site = _FILE_SITE[path] = None if skipped else os.path.basename(path)
+    return site
+
+
 def caller_site(frame=None) -> str:
     """``file:line`` of the first frame outside torch, the agent and the warnings module."""
     f = frame or sys._getframe(1)
     while f is not None:
         path = f.f_code.co_filename
-        if not path.startswith(_SKIP_DIRS) and not path.startswith("<frozen"):
-            return f"{os.path.basename(path)}:{f.f_lineno}"
+        site = _FILE_SITE[path] if path in _FILE_SITE else _file_site(path)
+        if site is not None:
+            return f"{site}:{f.f_lineno}"
         f = f.f_back
     return "<unknown>"
 

@@ -1,0 +1,62 @@
+"""The debug-mode sync counter's attribution, on the CPU: PyTorch's sync warning is simulated (the
+real one needs CUDA; tests/gpu/test_gpu_agent.py counts real syncs), the rest is the counter's own
+code path: its warnings filter and handler, and the walk to the first frame outside torch."""
+
+import os
+import sys
+import warnings
+from unittest import mock
+
+import pytest
+
+from packscope.agent import syncs
+from packscope.agent.syncs import SYNC_WARNING, SyncCounter, caller_site
+
+TORCH_MESSAGE = f"{SYNC_WARNING} (Triggered internally at /pytorch/c10/cuda/CUDAFunctions.cpp:147.)"
+
+
+def _from_torch(source: str) -> dict:
+    """Functions compiled as if they were a file inside torch, whose frames the counter skips."""
+    namespace: dict = {"caller_site": caller_site, "warnings": warnings, "MESSAGE": TORCH_MESSAGE}
+    exec(compile(source, os.path.join(syncs._TORCH_DIR, "fake_op.py"), "exec"), namespace)
+    return namespace
+
+
+def _line() -> int:
+    return sys._getframe(1).f_lineno
+
+
+def test_the_site_is_the_first_frame_outside_torch():
+    inside = _from_torch("def op():\n    return caller_site()\n")["op"]
+    line = _line() + 1
+    assert inside() == f"test_syncs.py:{line}"
+    line = _line() + 1
+    assert caller_site() == f"test_syncs.py:{line}"  # called from here: this file is the site
+
+
+@pytest.fixture
+def counter():
+    """A SyncCounter installed as on CUDA, with torch's debug-mode switch stubbed out."""
+    with (
+        mock.patch("torch.cuda.is_available", return_value=True),
+        mock.patch("torch.cuda.get_sync_debug_mode", return_value=0),
+        mock.patch("torch.cuda.set_sync_debug_mode"),
+        warnings.catch_warnings(),
+    ):
+        counter = SyncCounter().install()
+        yield counter
+        counter.uninstall()
+
+
+def test_every_sync_warning_is_counted_at_its_site_and_other_warnings_pass(counter):
+    sync = _from_torch("def item():\n    warnings.warn(MESSAGE, UserWarning)\n")["item"]
+    for _ in range(3):
+        line = _line() + 1
+        sync()  # the same place three times: counted three times, not once as Python would show it
+    other = _from_torch("def other():\n    warnings.warn('something else', UserWarning)\n")["other"]
+    with mock.patch.object(counter, "_saved", {**counter._saved, "showwarning": mock.Mock()}) as saved:
+        other()
+        saved["showwarning"].assert_called_once()
+    total, sites = counter.snapshot()
+    assert total == 3
+    assert sites == {f"test_syncs.py:{line}": 3}
