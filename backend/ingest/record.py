@@ -192,21 +192,45 @@ def convert(document: Any) -> Checked:
     except msgspec.ValidationError as exc:
         raise RecordError([_located(exc)]) from None
     except UnicodeEncodeError:  # msgspec cannot handle a lone surrogate (JSON read by `json` can hold one)
-        loc = _unencodable(document, ())
+        loc = _unencodable_in(document)
         message = "the string holds a lone surrogate, which is not valid UTF-8"
         raise RecordError([(loc or (), message, "value_error")]) from None
     return Checked(records, [], check(records, strings_safe=False))
 
 
-def _unencodable(value: Any, loc: Location) -> Location | None:
-    """Where the first string (value or key) that UTF-8 cannot encode is, if any."""
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+def _encodes(text: str) -> bool:
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _unencodable_in(document: Any) -> Location | None:
+    """Where the first string that UTF-8 cannot encode is, among the fields the record reads: a
+    field it does not know is ignored, whatever it holds."""
+    records = document.get("intervals") if isinstance(document, dict) else None
+    if not isinstance(records, list):
+        return _unencodable(document, (), None)
+    for i, record in enumerate(records):
+        if (found := _unencodable(record, ("intervals", i), _KNOWN)) is not None:
+            return found
+    return None
+
+
+def _unencodable(value: Any, loc: Location, known: dict[str, Any] | None) -> Location | None:
+    """The first string (key or value) in `value` that UTF-8 cannot encode; within a struct
+    (`known`: its keys, as _KNOWN gives them), only in the keys it takes. A string with a NUL
+    byte encodes: `check` names it later, with its own reason."""
+    is_dict = isinstance(value, dict)
+    items = value.items() if is_dict else enumerate(value) if isinstance(value, list) else ()
     for key, item in items:
-        if isinstance(key, str) and text_problem(key):
+        if is_dict and known is not None and key not in known:
+            continue
+        if (isinstance(key, str) and not _encodes(key)) or (isinstance(item, str) and not _encodes(item)):
             return (*loc, key)
-        if isinstance(item, str) and text_problem(item):
-            return (*loc, key)
-        if (found := _unencodable(item, (*loc, key))) is not None:
+        inner = known[key] if is_dict and known is not None else known
+        if (found := _unencodable(item, (*loc, key), inner)) is not None:
             return found
     return None
 

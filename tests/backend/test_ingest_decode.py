@@ -291,3 +291,18 @@ def test_repeated_keys_and_sites_in_a_batch_are_kept_as_sent():
     records[2]["interval"] = records[0]["interval"]  # a repeated key: ingest stores the first
     got = parse(_body(records))
     assert got.keys()[0] == got.keys()[2]
+
+
+@pytest.mark.parametrize("ignored", ["a\x00b", "\ud800"])
+def test_a_lone_surrogate_is_named_where_the_record_reads_it(ignored):
+    """A body with a lone surrogate is read by `json`; when the records then cannot be converted,
+    the 422 names the string UTF-8 cannot encode in a field the record reads, not an earlier one
+    that merely holds a NUL byte or sits in a field it ignores (hypothesis found both naming
+    record 0's unknown field for record 1's interval)."""
+    records = _records(2, seed=1)
+    records[0]["unknown_field"] = ignored
+    records[1]["interval"] = "\ud800"
+    with pytest.raises(RecordError) as raised:
+        parse(_body(records))
+    assert [loc for loc, _, _ in raised.value.problems] == [("intervals", 1, "interval")]
+    _agree(records)
