@@ -190,9 +190,13 @@ def _store(connection: Connection, run_pk: int, c: Coefficients, parsed: Parsed)
         new_ids = {(interval, rank) for _, interval, rank in inserted}
         new = [k for k, key in enumerate(ordered) if key in new_ids]  # still in key order
     run_sites: dict[str, int] = {}
+    counted = run_sites.get
     for k in new:
         for site, n in sites[at[k]].items():
-            run_sites[site] = min(run_sites.get(site, 0) + n, INT64_MAX)  # as the stored sum saturates
+            run_sites[site] = counted(site, 0) + n
+    for site, n in run_sites.items():  # as the stored sum saturates (every count is >= 0)
+        if n > INT64_MAX:
+            run_sites[site] = INT64_MAX
     channels = [parsed.channels[at[k]] for k in new]
     store_aggregates(connection, run_pk, c, [rows[k] for k in new], run_sites, channels)
     return [at[k] for k in new]
