@@ -347,6 +347,12 @@ def list_runs(
         page = ids[offset : None if limit is None else offset + limit]
         found = {r.id: r for r in session.scalars(select(Run).options(_WITHOUT_CONFIG).where(Run.id.in_(page)))}
         return [found[i] for i in page], total
+    if key == "status":  # the status shown: a stored "running" may be stale or crashed by now
+        columns = select(Run.id, Run.status, Run.updated_at, Run.last_contact_at, Run.heartbeat_s)
+        ids = _sorted_by_shown_status(session, _where(columns, filters, dialect).order_by(*newest), descending)
+        page = ids[offset : None if limit is None else offset + limit]
+        found = {r.id: r for r in session.scalars(select(Run).options(_WITHOUT_CONFIG).where(Run.id.in_(page)))}
+        return [found[i] for i in page], total
     query = _where(select(Run).options(_WITHOUT_CONFIG), filters, dialect)
     if key in TOTALS_SORT_COLUMNS:
         query = query.outerjoin(run_totals, run_totals.c.run_pk == Run.id)
@@ -358,6 +364,19 @@ def list_runs(
     if limit is not None:
         query = query.limit(limit)
     return list(session.scalars(query)), total
+
+
+def _sorted_by_shown_status(session: Session, newest_first: Select[Any], descending: bool) -> list[int]:
+    """The runs of `newest_first` (id, status and the liveness columns, newest first) by the
+    status the pages show (shown_status), ties newest first: like a derived metric, in Python, so
+    that the time arithmetic is the same on every database."""
+    now = datetime.now(UTC)
+    shown = [
+        (_liveness(status, updated_at, contact_at, beat, now), pk)
+        for pk, status, updated_at, contact_at, beat in session.execute(newest_first)
+    ]
+    shown.sort(key=lambda row: row[0], reverse=descending)  # stable either way: ties stay newest first
+    return [pk for _, pk in shown]
 
 
 def _with_live_status(session: Session, filters: RunFilters, dialect: str) -> RunFilters:

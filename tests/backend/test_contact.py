@@ -61,6 +61,19 @@ def test_a_run_whose_heartbeats_stop_goes_stale_then_crashed_and_contact_revives
     assert status_of(client) == "running"
 
 
+def test_the_runs_list_sorts_by_the_status_it_shows(client, new_run):
+    """A running run whose agent went silent sorts as crashed, not with the running ones."""
+    make_run(client, new_run, "alive")
+    make_run(client, new_run, "gone")  # newer: with the stored status it would sort first of the two
+    assert client.post("/api/v1/runs/gone/heartbeat", json={"every_s": 0.05}).status_code == 204
+    make_run(client, new_run, "done")
+    assert client.patch("/api/v1/runs/done", json={"status": "finished"}).status_code == 200
+    wait_for(lambda: status_of(client, "gone") == "crashed", 5, "crashed")
+    assert listed(client, sort="status") == ["gone", "done", "alive"]  # crashed, finished, running
+    assert listed(client, sort="-status") == ["alive", "done", "gone"]
+    assert listed(client, sort="status", limit=1, offset=1) == ["done"]
+
+
 def test_finished_and_failed_runs_never_go_stale(client, new_run):
     for run_id, final in (("done", "finished"), ("broke", "failed")):
         make_run(client, new_run, run_id)
