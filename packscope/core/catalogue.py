@@ -336,15 +336,16 @@ def _vision(s: Mapping[str, Any], c: Coefficients) -> Any:
     return vision_flops(s, {name: float(value) for name, value in c.c_vision})
 
 
-class WindowSums(dict[str, float]):
+class WindowSums(dict[str, Any]):
     """One window's float sums (derive), keeping each FLOPs count once computed: derive evaluates
-    some thirty metrics, most of them from the same three counts."""
+    some thirty metrics, most of them from the same three counts. (PostgreSQL's CSV hands its
+    formulas SQL expressions this way, with the counts already computed by name.)"""
 
     __slots__ = ("flops",)
 
-    def __init__(self, sums: Mapping[str, float]) -> None:
+    def __init__(self, sums: Mapping[str, Any]) -> None:
         super().__init__(sums)
-        self.flops: dict[str, float] = {}
+        self.flops: dict[str, Any] = {}
 
 
 def _flops(kind: str, s: Mapping[str, Any], c: Coefficients) -> Any:
