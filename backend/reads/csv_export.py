@@ -38,7 +38,18 @@ from packscope.backend.reads.number_text import float_strings
 from packscope.backend.reads.queries import CSV_COLUMNS, CSV_DERIVED_COLUMNS, CSV_RAW_COLUMNS, coefficients
 from packscope.backend.store.columns import derive_columns, sums_per_row
 from packscope.backend.store.models import Run
-from packscope.core.catalogue import FIELD, FIELDS, SUM_FIELDS, SUMS, Coefficients, Sum, evaluate
+from packscope.core.catalogue import (
+    FIELD,
+    FIELDS,
+    SUM_FIELDS,
+    SUMS,
+    Coefficients,
+    Sum,
+    WindowSums,
+    evaluate,
+    flops_count,
+)
+from packscope.core.flops import TRIAD
 
 CSV_CHUNK_ROWS = 10_000  # rows per piece of the response: bounded memory (a few MB), few round trips
 _COPY_PIECE_ROWS = 2000  # PostgreSQL's pieces: nothing to amortize per piece, smaller buffers are cheaper
@@ -221,7 +232,7 @@ def _copy_sql(run_pk: int, c: Coefficients) -> str:
     sums = [s for s in SUMS if s.name in uses.read]
     safe = _float_range(c, sums)
     order = f"FROM intervals WHERE run_pk = {int(run_pk)} ORDER BY interval, rank"
-    raw = [f"{name}::text" if name in _CHANNELS else name for name in CSV_RAW_COLUMNS]
+    raw = [f"{name}::text AS {name}" if name in _CHANNELS else name for name in CSV_RAW_COLUMNS]
     if safe is None:  # no row is computed here
         derived = ["NULL::float8"] * (len(CSV_DERIVED_COLUMNS) - 1) + ["chr(1)"]
         return f"SELECT {', '.join(raw + derived)} {order}"
@@ -237,12 +248,21 @@ def _copy_sql(run_pk: int, c: Coefficients) -> str:
         )
         for name in {name for s in sums for name in s.reads}
     }
+    # Each sum and each FLOPs count once per row, in a subquery (OFFSET 0 keeps the planner from
+    # folding its columns back into every formula that reads them), which hands the derived
+    # columns its values by name: the same float8 operations in the same order, not repeated.
     refs = {s.name: _Sql.of(s.value(fields, _SqlOps())) for s in sums}
-    derived = [_Sql.of(v).text for v in evaluate(refs, c, _SqlOps(), CSV_DERIVED_COLUMNS).values()]
+    counts = {kind: _Sql.of(flops_count(kind, refs, c)) for kind in TRIAD}
+    inner = [*raw, *(f"{ref.text} AS s_{name}" for name, ref in refs.items())]
+    inner += [f"{count.text} AS f_{kind}" for kind, count in counts.items()]
+    named = WindowSums({name: _Sql(f"s_{name}") for name in refs})
+    named.flops.update({kind: _Sql(f"f_{kind}") for kind in counts})
+    derived = [_Sql.of(v).text for v in evaluate(named, c, _SqlOps(), CSV_DERIVED_COLUMNS).values()]
     if floats:
         ok = " AND ".join(f"(abs({name}) {in_range} OR {name} = 0 OR {name} IS NULL)" for name in floats)
-        derived[-1] = f"CASE WHEN {ok} THEN ({derived[-1]})::text ELSE chr(1) END"
-    return f"SELECT {', '.join(raw + derived)} {order}"
+        inner.append(f"({ok}) AS in_range")
+        derived[-1] = f"CASE WHEN in_range THEN ({derived[-1]})::text ELSE chr(1) END"
+    return f"SELECT {', '.join((*CSV_RAW_COLUMNS, *derived))} FROM (SELECT {', '.join(inner)} {order} OFFSET 0) AS r"
 
 
 def _csv_by_copy(session: Session, run: Run) -> Iterator[str]:
@@ -353,18 +373,26 @@ def _chunk_lines(rows: list[tuple[Any, ...]], c: Coefficients, end: str = "") ->
     """The chunk's CSV lines, each ending with `end`, as one Arrow string array: each column
     becomes a string array of its cells (null: an empty cell) in compiled code, then Arrow joins
     them row-wise. `end` goes onto the last cells first (a short column, where appending it to the
-    joined lines would copy them all again)."""
+    joined lines would copy them all again). A column that holds one value throughout the chunk
+    (a run's GPU count, a model's absent window sums, a reading never sent) is written once and
+    joined as a scalar; a float column equal bit for bit to the float column before it takes its
+    cells (_FloatCells)."""
     fetched = pa.array(rows, _ROW_TYPES[len(rows[0])]).flatten()  # the tuples as columns, in compiled code
     values: dict[str, np.ndarray] = {}
-    cells: list[pa.Array] = []
-    for name, kind, column in zip(_NUMERIC, _KINDS, fetched, strict=False):
+    cells: list[pa.Array | pa.Scalar] = []
+    float_cells = _FloatCells()
+    for at, (name, kind, column) in enumerate(zip(_NUMERIC, _KINDS, fetched, strict=False)):
         if kind == "int":
-            cells.append(pc.cast(column, _STRING))  # digits, a '-' before negative ones
+            ints = column.to_numpy() if column.null_count == 0 else None
+            if at and ints is not None and (ints == ints[0]).all():  # the first column stays an array
+                cells.append(pc.cast(column.slice(0, 1), _STRING)[0])
+            else:
+                cells.append(pc.cast(column, _STRING))  # digits, a '-' before negative ones
             if name in _SUM_AT:
                 values[name] = column.to_numpy().astype(np.float64)
         else:
             floats = column.to_numpy(zero_copy_only=False)  # null (NULL) -> NaN
-            cells.append(float_strings(floats))
+            cells.append(float_cells(floats))
             if name in _SUM_AT:
                 values[name] = floats
     n = len(_NUMERIC)
@@ -374,10 +402,33 @@ def _chunk_lines(rows: list[tuple[Any, ...]], c: Coefficients, end: str = "") ->
         cells += [channel_cells(fetched[n]), channel_cells(fetched[n + 1])]
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):  # inf and NaN are empty cells
         derived = derive_columns(sums_per_row(values), c, CSV_DERIVED_COLUMNS)
-    cells += [float_strings(derived[name]) for name in CSV_DERIVED_COLUMNS]
+    cells += [float_cells(derived[name]) for name in CSV_DERIVED_COLUMNS]
     if end:
         cells[-1] = pc.binary_join_element_wise(cells[-1], end, "", null_handling="replace", null_replacement="")
     return pc.binary_join_element_wise(*cells, ",", null_handling="replace", null_replacement="")
+
+
+class _FloatCells:
+    """float_strings of a chunk's float columns, in order: a column of one value (bit for bit:
+    one NaN, one zero's sign) is written once, as a string scalar ("" for NaN, an empty cell), and
+    a column equal bit for bit to the one before it takes that one's cells. The checks cost a
+    compare per value; a column's text, a shortest-digits conversion per value."""
+
+    def __init__(self) -> None:
+        self.bits: np.ndarray | None = None
+        self.cells: pa.Array | pa.Scalar | None = None
+
+    def __call__(self, floats: np.ndarray) -> pa.Array | pa.Scalar:
+        bits = np.ascontiguousarray(floats, dtype=np.float64).view(np.int64)
+        if self.bits is not None and np.array_equal(bits, self.bits):
+            return self.cells
+        if len(bits) and (bits == bits[0]).all():
+            text = float_strings(floats[:1])[0]
+            cells: pa.Array | pa.Scalar = text if text.is_valid else pa.scalar("", _STRING)
+        else:
+            cells = float_strings(floats)
+        self.bits, self.cells = bits, cells
+        return cells
 
 
 _STRING = pa.string()

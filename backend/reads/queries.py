@@ -1,6 +1,7 @@
 """Read queries (a chart's series: backend/reads/series.py). Summaries read the run totals; every derived
 number comes from the catalogue's formulas (catalogue.derive on floats)."""
 
+import functools
 import json
 import math
 import statistics
@@ -31,6 +32,7 @@ from packscope.core.catalogue import (
     SUM_NAMES,
     Coefficients,
     derive,
+    evaluate,
     sums_of_rows,
 )
 from packscope.core.histograms import EDGES, KINDS, NUM_BUCKETS
@@ -52,6 +54,30 @@ def coefficients(run: Run) -> Coefficients:
     return Coefficients.of_json(json.dumps(run.model, sort_keys=True), json.dumps(run.hardware, sort_keys=True))
 
 
+class _Reads(dict[str, float]):
+    """Sums as a formula reads them (each 1.0), recording their names."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.read: set[str] = set()
+
+    def __missing__(self, key: str) -> float:
+        self.read.add(key)
+        return 1.0
+
+
+@functools.lru_cache(maxsize=1024)
+def sums_read(c: Coefficients) -> frozenset[str]:
+    """The SUMS that some metric's formula reads for a run of these coefficients. Which sums a
+    formula reads depends on the coefficients alone, never on the values: a FLOPs count skips the
+    sums of the layer kinds and vision parts whose coefficient is 0 (flops_by_kind,
+    vision_flops). A read that derives every metric needs only these (a text model's series reads
+    no window, chunk or vision sum)."""
+    reads = _Reads()
+    evaluate(reads, c, FLOAT_OPS)
+    return frozenset(reads.read)
+
+
 # -- runs -----------------------------------------------------------------------------------------
 def get_run(session: Session, run_id: str) -> Run | None:
     return session.scalars(select(Run).where(Run.run_id == run_id)).one_or_none()
@@ -64,12 +90,15 @@ class FirstInterval(NamedTuple):
     sums: dict[str, float]
     first_step: int
     last_step: int
-    sync_sites: dict[str, int]  # summed over its rows
+    sync_sites: dict[str, int]  # summed over its rows (first_interval_sums(with_sites=True), else empty)
 
 
-def first_interval_sums(session: Session, run_pks: Sequence[int]) -> dict[int, FirstInterval]:
-    """Per run: the rows of its first interval (every rank's), their SUMS, steps and sync sites,
-    from the unique (run_pk, interval, rank) index: a few rows per run whatever its length."""
+def first_interval_sums(
+    session: Session, run_pks: Sequence[int], *, with_sites: bool = False
+) -> dict[int, FirstInterval]:
+    """Per run: the rows of its first interval (every rank's), their SUMS, steps and (with
+    `with_sites`, else none) sync sites, from the unique (run_pk, interval, rank) index: a few rows per
+    run whatever its length."""
     if not run_pks:
         return {}
     # One min() per run, each a seek on the index (a GROUP BY would walk every row of the runs).
@@ -81,12 +110,12 @@ def first_interval_sums(session: Session, run_pks: Sequence[int]) -> dict[int, F
     # Two IN lists seek the index (a row-value IN list made SQLite scan the table); the rows of
     # another run's first interval that they also match are dropped here.
     steps = (intervals.c.first_step, intervals.c.last_step)
-    query = (
-        select(intervals.c.run_pk, intervals.c.interval, *steps, *(intervals.c[name] for name in SUM_FIELDS))
-        .add_columns(interval_details.c.sync_sites)
-        .join(interval_details, interval_details.c.interval_id == intervals.c.id)
-        .where(intervals.c.run_pk.in_(list(first_of)), intervals.c.interval.in_(set(first_of.values())))
-    )
+    query = select(intervals.c.run_pk, intervals.c.interval, *steps, *(intervals.c[name] for name in SUM_FIELDS))
+    if with_sites:  # the sites are JSON in another table: read and decoded only when asked for
+        query = query.add_columns(interval_details.c.sync_sites).join(
+            interval_details, interval_details.c.interval_id == intervals.c.id
+        )
+    query = query.where(intervals.c.run_pk.in_(list(first_of)), intervals.c.interval.in_(set(first_of.values())))
     rows: dict[int, list[Mapping[str, Any]]] = {}
     for row in session.execute(query):
         if row.interval == first_of[row.run_pk]:
@@ -94,7 +123,7 @@ def first_interval_sums(session: Session, run_pks: Sequence[int]) -> dict[int, F
     out = {}
     for pk, found in rows.items():
         sites: dict[str, int] = {}
-        for one in found:
+        for one in found if with_sites else ():
             for site, n in (one["sync_sites"] or {}).items():
                 sites[site] = sites.get(site, 0) + int(n)
         first_step = int(min(r["first_step"] for r in found))
@@ -572,22 +601,41 @@ def histogram_columns(session: Session, run: Run, columns: int) -> dict[str, Any
     }
 
 
+def _first_step(run: Run) -> Any:
+    """The run's first stored step, as first_interval_sums gives it (the least first_step of its
+    first interval's rows), as a scalar subquery: one seek on the unique (run_pk, interval, rank)
+    index."""
+    lowest = select(func.min(intervals.c.interval)).where(intervals.c.run_pk == run.id).scalar_subquery()
+    return (
+        select(func.min(intervals.c.first_step))
+        .where(intervals.c.run_pk == run.id, intervals.c.interval == lowest)
+        .scalar_subquery()
+    )
+
+
 def sync_sites(session: Session, run: Run, limit: int, window: str = "run") -> dict[str, Any]:
     """Sync sites, most frequent first, over `window`: "run" (every interval) or "steady" (without
     the first interval, as the run's steady rates: warm-up syncs would not stand for the run), which
     is the whole run while it has a single interval. Per iteration as the catalogue's syncs_per_iter
     is (one rank's syncs per step). The answer says which steps it covers."""
     totals = session.execute(
-        select(run_totals.c.rows, run_totals.c.rank_steps, run_totals.c.syncs_total, run_totals.c.last_step).where(
-            run_totals.c.run_pk == run.id
-        )
+        select(
+            run_totals.c.rows,
+            run_totals.c.rank_steps,
+            run_totals.c.syncs_total,
+            run_totals.c.last_step,
+            _first_step(run).label("first_step"),
+        ).where(run_totals.c.run_pk == run.id)
     ).first()
     if totals is None:
         return {"syncs_per_iter": None, "sites": [], "window": window, "first_step": None, "last_step": None}
-    first = first_interval_sums(session, [run.id]).get(run.id)
+    # The first interval's sums and sites only for the steady window (the whole run's needs only its first step).
+    first = first_interval_sums(session, [run.id], with_sites=True).get(run.id) if window == "steady" else None
     rank_steps, syncs = float(totals.rank_steps), float(totals.syncs_total)
     left_out: dict[str, int] = {}
-    first_step = first.first_step if first is not None else None
+    first_step = None if totals.first_step is None else int(totals.first_step)
+    if first is not None:
+        first_step = first.first_step
     if window == "steady" and first is not None and int(totals.rows) > first.rows:
         rank_steps -= first.sums["rank_steps"]
         syncs -= first.sums["syncs_total"]

@@ -3,6 +3,7 @@ max_points buckets, read from the rollups kept at ingest (about max_points rows 
 length), level 0 grouped from the interval rows; every derived number from the catalogue's formulas
 (backend.columns on numpy columns)."""
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -11,7 +12,7 @@ import psycopg
 from sqlalchemy import func, literal, select
 from sqlalchemy.orm import Session
 
-from packscope.backend.reads.queries import coefficients
+from packscope.backend.reads.queries import coefficients, sums_read
 from packscope.backend.store.aggregates import READ_COLUMNS, channel_parts, level_0_blocks
 from packscope.backend.store.columns import (
     BAND_COLUMNS,
@@ -280,7 +281,15 @@ def _aggregate(name: str) -> str:
     return f'CAST(SUM("{name}") AS BIGINT)' if name in BLOCK_INT_COLUMNS else f'SUM("{name}")'
 
 
-_MERGED_COLUMNS = ", ".join(_aggregate(name) for name in (*BLOCK_INT_COLUMNS, *BLOCK_FLOAT_COLUMNS))
+@functools.lru_cache(maxsize=64)
+def _merged_columns(read: frozenset[str]) -> tuple[np.ndarray, str, str]:
+    """The block columns _grouped_read asks the database to merge when the run's formulas read
+    the sums `read` (queries.sums_read): the int columns, those sums, the bands and the wall-clock
+    extent. (Where each of its float columns sits in BLOCK_FLOAT_COLUMNS, the tiles' select list,
+    the merged select list.) A sum no formula reads is not merged: its column comes back NaN."""
+    at = [i for i, name in enumerate(BLOCK_FLOAT_COLUMNS) if name not in SUM_NAMES or name in read]
+    names = (*BLOCK_INT_COLUMNS, *(BLOCK_FLOAT_COLUMNS[i] for i in at))
+    return np.array(at), ", ".join(f'"{name}"' for name in names), ", ".join(_aggregate(name) for name in names)
 
 
 def _grouped_read(
@@ -298,11 +307,12 @@ def _grouped_read(
         return None
     p0, p_last = first >> 2 * top, last >> 2 * top
     buckets = _Buckets(np.arange(p0, p_last + 1), top, max_points)
+    float_at, block_columns, merged_columns = _merged_columns(sums_read(coefficients(run)))
     part = f"(CAST(block AS BIGINT) << (2 * level)) >> {2 * top} AS part"
-    selects, params = _tile_selects(run, "rollups", f"{part}, {_BLOCK_COLUMNS}", tiling, top)
+    selects, params = _tile_selects(run, "rollups", f"{part}, {block_columns}", tiling, top)
     sql = (
         f"SELECT ((part - {p0} + 1) * {buckets.points} - 1) / {buckets.count} AS bucket, MIN(part), MAX(part), "
-        f"{_MERGED_COLUMNS} FROM ({' UNION ALL '.join(selects)}) AS tiles GROUP BY bucket ORDER BY bucket"
+        f"{merged_columns} FROM ({' UNION ALL '.join(selects)}) AS tiles GROUP BY bucket ORDER BY bucket"
     )
     inner = tiling.get(top)
     driver, postgresql = _driver(session)
@@ -322,7 +332,11 @@ def _grouped_read(
             return None
     elif selects:
         rows = driver.execute(sql, params).fetchall()
-    merged = np.array(rows, dtype=float).reshape(len(rows), 3 + len(BLOCK_INT_COLUMNS) + len(BLOCK_FLOAT_COLUMNS))
+    lead = 3 + len(BLOCK_INT_COLUMNS)  # bucket, part extent, int columns
+    found = np.array(rows, dtype=float).reshape(len(rows), lead + len(float_at))
+    merged = np.full((len(rows), lead + len(BLOCK_FLOAT_COLUMNS)), np.nan)  # the sums not merged: NaN, never read
+    merged[:, :lead] = found[:, :lead]
+    merged[:, lead + float_at] = found[:, lead:]
     level_0, channels_0 = (
         _interval_blocks(session, run, tiling[0], False) if 0 in tiling else (np.empty((0, merged.shape[1] - 1)), None)
     )

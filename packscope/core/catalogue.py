@@ -336,19 +336,20 @@ def _vision(s: Mapping[str, Any], c: Coefficients) -> Any:
     return vision_flops(s, {name: float(value) for name, value in c.c_vision})
 
 
-class _WindowSums(dict[str, float]):
+class WindowSums(dict[str, Any]):
     """One window's float sums (derive), keeping each FLOPs count once computed: derive evaluates
-    some thirty metrics, most of them from the same three counts."""
+    some thirty metrics, most of them from the same three counts. (PostgreSQL's CSV hands its
+    formulas SQL expressions this way, with the counts already computed by name.)"""
 
     __slots__ = ("flops",)
 
-    def __init__(self, sums: Mapping[str, float]) -> None:
+    def __init__(self, sums: Mapping[str, Any]) -> None:
         super().__init__(sums)
-        self.flops: dict[str, float] = {}
+        self.flops: dict[str, Any] = {}
 
 
 def _flops(kind: str, s: Mapping[str, Any], c: Coefficients) -> Any:
-    known = s.flops if isinstance(s, _WindowSums) else None
+    known = s.flops if isinstance(s, WindowSums) else None
     if known is not None and kind in known:
         return known[kind]
     tokens, view = TRIAD[kind]  # the one count of flops_triad_by_kind asked for
@@ -357,6 +358,12 @@ def _flops(kind: str, s: Mapping[str, Any], c: Coefficients) -> Any:
     if known is not None:
         known[kind] = value
     return value
+
+
+def flops_count(kind: str, s: Mapping[str, Any], c: Coefficients) -> Any:
+    """One of TRIAD's FLOPs counts of the sums `s`, as the FLOPs metrics compute it (a
+    WindowSums' `flops` holds those already computed, which the metrics then take as they are)."""
+    return _flops(kind, s, c)
 
 
 def _attention(s: Mapping[str, Any], c: Coefficients, kinds: Iterable[str]) -> Any:
@@ -577,7 +584,7 @@ def evaluate(sums: Mapping[str, Any], c: Coefficients, ops: Ops, names: Iterable
 
 def derive(sums: Mapping[str, float], c: Coefficients, names: Iterable[str] | None = None) -> dict[str, float | None]:
     """Every (or the named) derived metric of one window; None where it is undefined (0/0)."""
-    floats = _WindowSums({name: float(sums[name]) for name in SUM_NAMES})
+    floats = WindowSums({name: float(sums[name]) for name in SUM_NAMES})
     values = evaluate(floats, c, FLOAT_OPS, names)
     return {name: value if math.isfinite(value) else None for name, value in values.items()}
 

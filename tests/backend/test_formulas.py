@@ -44,3 +44,27 @@ def test_numpy_columns_equal_derive_row_by_row():
         for name in METRIC:
             got = derived[name][i]
             assert same(None if math.isnan(got) else float(got), want[name]), (name, i)
+
+
+def test_the_sums_a_run_reads_are_all_its_formulas_read():
+    """queries.sums_read: for a text model without windows none of the window, chunk or vision
+    sums; with them, those too. Every metric is the same, bit for bit, with the sums it does not
+    name made NaN (what a series that does not merge them holds)."""
+    from packscope.backend.reads.queries import sums_read
+    from packscope.core.catalogue import SUM_NAMES
+    from packscope.core.vision import VISION_SUMS
+
+    text = C
+    windowed = Coefficients(c_lin=1_234_567, c_core=89, peak_tflops=989.0, c_window=13, c_chunk=7)
+    vision = Coefficients(
+        c_lin=1_234_567, c_core=89, peak_tflops=None, c_window=13, c_vision=tuple((name, 3) for name in VISION_SUMS)
+    )
+    assert not {n for n in sums_read(text) if n.startswith(("window_", "chunk_", "vision_"))}
+    assert {"window_sq_sum_bshd", "window_sq_sum_thd", "chunk_sq_sum_bshd", "chunk_sq_sum_thd"} <= sums_read(windowed)
+    assert set(VISION_SUMS) <= sums_read(vision)
+    rng = random.Random(3)
+    for c in (text, windowed, vision):
+        sums = {name: rng.uniform(1, 1e6) for name in SUM_NAMES}
+        partial = {name: value if name in sums_read(c) else math.nan for name, value in sums.items()}
+        full, kept = derive(sums, c), derive(partial, c)
+        assert all(same(full[name], kept[name]) for name in METRIC), c
