@@ -222,14 +222,19 @@ def _unencodable(value: Any, loc: Location, known: dict[str, Any] | None) -> Loc
     """The first string (key or value) in `value` that UTF-8 cannot encode; within a struct
     (`known`: its keys, as _KNOWN gives them), only in the keys it takes. A string with a NUL
     byte encodes: `check` names it later, with its own reason."""
-    is_dict = isinstance(value, dict)
-    items = value.items() if is_dict else enumerate(value) if isinstance(value, list) else ()
-    for key, item in items:
-        if is_dict and known is not None and key not in known:
-            continue
+    if isinstance(value, list):
+        children = [(i, item, known) for i, item in enumerate(value)]  # a list's items: the same struct
+    elif isinstance(value, dict):
+        children = [
+            (key, item, None if known is None else known[key])
+            for key, item in value.items()
+            if known is None or key in known
+        ]
+    else:
+        return None
+    for key, item, inner in children:
         if (isinstance(key, str) and not _encodes(key)) or (isinstance(item, str) and not _encodes(item)):
             return (*loc, key)
-        inner = known[key] if is_dict and known is not None else known
         if (found := _unencodable(item, (*loc, key), inner)) is not None:
             return found
     return None

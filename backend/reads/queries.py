@@ -377,7 +377,7 @@ def list_runs(
         found = {r.id: r for r in session.scalars(select(Run).options(_WITHOUT_CONFIG).where(Run.id.in_(page)))}
         return [found[i] for i in page], total
     if key == "status":  # the status shown: a stored "running" may be stale or crashed by now
-        columns = select(Run.id, Run.status, Run.updated_at, Run.last_contact_at, Run.heartbeat_s)
+        columns = cast(Select[Any], select(Run.id, Run.status, Run.updated_at, Run.last_contact_at, Run.heartbeat_s))
         ids = _sorted_by_shown_status(session, _where(columns, filters, dialect).order_by(*newest), descending)
         page = ids[offset : None if limit is None else offset + limit]
         found = {r.id: r for r in session.scalars(select(Run).options(_WITHOUT_CONFIG).where(Run.id.in_(page)))}
