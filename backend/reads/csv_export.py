@@ -35,7 +35,13 @@ import pyarrow.compute as pc  # type: ignore[import-untyped]
 from sqlalchemy.orm import Session
 
 from packscope.backend.reads.number_text import float_strings
-from packscope.backend.reads.queries import CSV_COLUMNS, CSV_DERIVED_COLUMNS, CSV_RAW_COLUMNS, coefficients
+from packscope.backend.reads.queries import (
+    CSV_COLUMNS,
+    CSV_DERIVED_COLUMNS,
+    CSV_RAW_COLUMNS,
+    ReadSums,
+    coefficients,
+)
 from packscope.backend.store.columns import derive_columns, sums_per_row
 from packscope.backend.store.models import Run
 from packscope.core.catalogue import (
@@ -193,18 +199,6 @@ class _BoundOps:
         return value
 
 
-class _Uses(dict[str, Any]):
-    """The sums a formula reads, recorded as it reads them."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.read: set[str] = set()
-
-    def __missing__(self, key: str) -> _Bound:
-        self.read.add(key)
-        return _Bound(1.0, 1.0)
-
-
 _FLOAT_FIELDS = frozenset(f.name for f in FIELDS if f.kind == "float")
 
 
@@ -227,7 +221,7 @@ def _copy_sql(run_pk: int, c: Coefficients) -> str:
     row's last cell is the control character U+0001 (the last column is otherwise a float8
     written as text, or NULL, and the channels' JSON escapes control characters): one memchr per
     piece tells _csv_by_copy whether a row of it must be made again."""
-    uses = _Uses()
+    uses = ReadSums(_Bound(1.0, 1.0))
     evaluate(uses, c, _BoundOps(), CSV_DERIVED_COLUMNS)
     sums = [s for s in SUMS if s.name in uses.read]
     safe = _float_range(c, sums)

@@ -54,16 +54,18 @@ def coefficients(run: Run) -> Coefficients:
     return Coefficients.of_json(json.dumps(run.model, sort_keys=True), json.dumps(run.hardware, sort_keys=True))
 
 
-class _Reads(dict[str, float]):
-    """Sums as a formula reads them (each 1.0), recording their names."""
+class ReadSums(dict[str, Any]):
+    """Sums as a formula reads them, each the same stand-in `value`, their names recorded in
+    `read`: which sums a formula needs, found by evaluating it once."""
 
-    def __init__(self) -> None:
+    def __init__(self, value: Any) -> None:
         super().__init__()
+        self.value = value
         self.read: set[str] = set()
 
-    def __missing__(self, key: str) -> float:
+    def __missing__(self, key: str) -> Any:
         self.read.add(key)
-        return 1.0
+        return self.value
 
 
 @functools.lru_cache(maxsize=1024)
@@ -73,7 +75,7 @@ def sums_read(c: Coefficients) -> frozenset[str]:
     sums of the layer kinds and vision parts whose coefficient is 0 (flops_by_kind,
     vision_flops). A read that derives every metric needs only these (a text model's series reads
     no window, chunk or vision sum)."""
-    reads = _Reads()
+    reads = ReadSums(1.0)
     evaluate(reads, c, FLOAT_OPS)
     return frozenset(reads.read)
 
