@@ -18,8 +18,8 @@
 #                                     # the agent's syncs per step on the windowed runs)
 #   bash bench/gpu_session.sh integrations  # bench/integration_overhead.py: the HF Trainer, TRL and Lightning
 #                                     # callbacks' host time and ops per step on Qwen2 303M, and the HF and
-#                                     # Lightning on/off step-time ratio (HOST_INTEGRATIONS, RATIO_INTEGRATIONS,
-#                                     # PAIRS, HOST_STEPS pick less; BEFORE_ROOT=DIR adds the same for the
+#                                     # Lightning on/off step-time ratio, with and without the sync counter (HOST_INTEGRATIONS,
+#                                     # RATIO_INTEGRATIONS, ROUNDS, HOST_STEPS pick less; BEFORE_ROOT=DIR adds the same for the
 #                                     # packscope tree in DIR: git archive <commit> agent packscope | tar -x -C DIR)
 #
 # The device machine has torch but no registry: cupti-python travels as wheels in
@@ -160,7 +160,7 @@ case "${1:-}" in
       fi
       if [ -n "${RATIO_INTEGRATIONS-hf,lightning}" ]; then
         timeout "${RATIO_TIMEOUT:-300}" python3 bench/integration_overhead.py ratio \
-          --integrations "${RATIO_INTEGRATIONS-hf,lightning}" --pairs "${PAIRS:-80}" --warmup-pairs 5 "${args[@]}" \
+          --integrations "${RATIO_INTEGRATIONS-hf,lightning}" --rounds "${ROUNDS:-70}" --warmup-rounds 5 "${args[@]}" \
           --out "$OUT/integration_ratio_$side.json" > /dev/null 2> "$OUT/integration_ratio_$side.err"
         echo "ratio ($side) exit $?"
       fi

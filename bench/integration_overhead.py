@@ -7,7 +7,7 @@ documents of 32-2048 tokens per micro-batch (the same 8 lengths every micro-batc
 step has the same shape), gradient accumulation 2, bf16 on CUDA.
 
     python bench/integration_overhead.py host  [--integrations hf,trl,lightning] [--steps 60] [--out F]
-    python bench/integration_overhead.py ratio [--integrations hf,lightning] [--pairs 80] [--out F]   # CUDA
+    python bench/integration_overhead.py ratio [--integrations hf,lightning] [--rounds 80] [--variants full,core]
 
 `host` times every call the Trainer makes into the callback (its `on_*` methods) and every hook
 the callback puts on the model, with perf_counter, and counts the ATen ops run inside them (a
@@ -17,12 +17,15 @@ since a 303M forward over 10k tokens takes seconds here and changes nothing the 
 on CUDA the 303M model itself (`--model qwen2-303m`). Ordinary steps and log-boundary steps are
 reported apart.
 
-`ratio` runs one Trainer; before each pair of steps a seeded coin picks which of the two runs
-with the callback (its hook is put on the model for that step and taken away after it, so the
-"on" step also pays for that; the agent's sync counter stays installed, as in a real run, and
-its sync debug mode is on for the "on" steps only: `counting_syncs`), each step timed by CUDA events
-recorded before the callback's first call and after its last. The on/off ratio comes with a
-bootstrap 95% interval over pairs (bench/agent_overhead.py's ratio_estimates; target <= 1.001).
+`ratio` runs one Trainer in rounds of steps, one step a mode, in a seeded fresh order each round:
+"off" (no callback), and each of `--variants`: "full", the callback with the agent's sync counter
+counting (the default agent), and "core", the callback with the counter's debug mode off, so that
+the counter's share is told apart in the same sitting. An "on" step puts the callback's hook on
+the model and takes it away after (so it also pays for that); the sync counter stays installed for
+the run, as in a real one, and only its debug mode follows the schedule (`counting_syncs`). Each
+step is timed by CUDA events recorded before the callback's first call and after its last. Each
+variant's ratio to "off" comes with a bootstrap 95% interval over rounds
+(bench/agent_overhead.py's ratio_estimates; target <= 1.001).
 On CPU it runs on the host clock with the stand-in: a smoke run of the code path, not a result.
 `--code-root DIR` imports packscope from another tree (e.g. `git archive <commit> agent packscope
 trainer | tar -x -C DIR`), for before/after runs from one checkout.
@@ -420,8 +423,14 @@ def timing_event(device: str) -> Any:
     return torch.cuda.Event(enable_timing=True) if device == "cuda" else HostEvent()
 
 
+# What an "on" step runs: the callback with the agent's sync counter counting (the default agent),
+# or the callback alone (the counter installed, its debug mode off): both in one run, so that the
+# counter's share of the callback's cost is told apart in one sitting.
+VARIANTS = ("full", "core")
+
+
 def step_time_ratio(
-    integration: str, pairs: int, warmup_pairs: int, model_kind: str, device: str, count_syncs: bool = True
+    integration: str, rounds: int, warmup_rounds: int, model_kind: str, device: str, variants: tuple[str, ...]
 ) -> dict[str, Any]:
     import torch
 
@@ -429,14 +438,16 @@ def step_time_ratio(
     from agent_overhead import ratio_estimates
 
     rng = random.Random(0)
-    schedule: list[bool] = []  # per step: the callback on?
-    for _ in range(warmup_pairs + pairs):
-        first = rng.random() < 0.5
-        schedule += [first, not first]
+    modes = ("off", *variants)
+    schedule: list[str] = []  # per step: off, or the variant of the callback it runs
+    for _ in range(warmup_rounds + rounds):
+        schedule += rng.sample(modes, len(modes))  # every mode once a round, in a fresh order
     model = make_model(model_kind, device)
-    events: list[tuple[bool, Any, Any]] = []
-    host_in_callback: list[float] = []
-    settings = dict(run_name=f"ratio-{integration}", model=flops_spec(), log_every=LOG_EVERY, count_syncs=count_syncs)
+    events: list[tuple[str, Any, Any]] = []
+    host_in_callback: list[tuple[str, float]] = []
+    settings = dict(
+        run_name=f"ratio-{integration}", model=flops_spec(), log_every=LOG_EVERY, count_syncs="full" in variants
+    )
     if integration == "hf":
         from packscope.agent.integrations.hf import PackscopeCallback
 
@@ -453,27 +464,35 @@ def step_time_ratio(
         trainer.fit(module, loader)
     if device == "cuda":
         torch.cuda.synchronize()
-    timed = events[2 * warmup_pairs :]
-    on = [s.elapsed_time(e) / 1e3 for flag, s, e in timed if flag]
-    off = [s.elapsed_time(e) / 1e3 for flag, s, e in timed if not flag]
-    host_on = host_in_callback[warmup_pairs:]
+    timed = events[len(modes) * warmup_rounds :]
+    by_round = [
+        {mode: s.elapsed_time(e) / 1e3 for mode, s, e in timed[i : i + len(modes)]}
+        for i in range(0, len(timed) - len(modes) + 1, len(modes))
+    ]
+    host = host_in_callback[len(variants) * warmup_rounds :]
     records = list(inner.agent.records) if inner.agent is not None else []
-    return {
+    off = [r["off"] for r in by_round]
+    result: dict[str, Any] = {
         "integration": integration,
-        "count_syncs": count_syncs,
         "model": model_kind,
         "parameters": sum(p.numel() for p in model.parameters()),
-        "pairs": len(on),
-        "median_step_s": {"on": statistics.median(on), "off": statistics.median(off)},
-        "ratios": ratio_estimates(on, off),
-        "host_us_in_callback_per_on_step": {
-            "median": 1e6 * statistics.median(host_on),
-            "mean": 1e6 * statistics.fmean(host_on),
-        },
+        "rounds": len(by_round),
+        "median_step_s": {mode: statistics.median(r[mode] for r in by_round) for mode in modes},
+        "variants": {},
         "agent_records": len(records),
         "agent_reported_syncs_per_step": sum(r["syncs"]["total"] for r in records)
         / max(1, sum(r["steps"] for r in records)),
     }
+    for variant in variants:
+        spent = [t for mode, t in host if mode == variant]
+        result["variants"][variant] = {
+            "ratios": ratio_estimates([r[variant] for r in by_round], off),
+            "host_us_in_callback_per_step": {
+                "median": 1e6 * statistics.median(spent),
+                "mean": 1e6 * statistics.fmean(spent),
+            },
+        }
+    return result
 
 
 def counting_syncs(inner, on: bool) -> None:
@@ -489,8 +508,9 @@ def counting_syncs(inner, on: bool) -> None:
         torch.cuda.set_sync_debug_mode("warn" if on else 0)
 
 
-def switched_hf(inner, model, schedule: list[bool], events: list, host: list[float], device: str):
-    """A TrainerCallback that runs `inner` (hooks included) only on the steps `schedule` says."""
+def switched_hf(inner, model, schedule: list[str], events: list, host: list, device: str):
+    """A TrainerCallback that runs `inner` (hooks included) only on the steps `schedule` says, with
+    the sync counter's debug mode on for its "full" steps."""
     from transformers import TrainerCallback
 
     class Switch(TrainerCallback):
@@ -528,29 +548,29 @@ def switched_hf(inner, model, schedule: list[bool], events: list, host: list[flo
             self.begin = timing_event(device)
             self.begin.record()
             self.spent = 0.0
-            if schedule[self.step]:
+            if schedule[self.step] != "off":
                 t0 = time.perf_counter()
-                counting_syncs(inner, True)
+                counting_syncs(inner, schedule[self.step] == "full")
                 inner.attach(model) if hasattr(inner, "attach") else _put_hooks(inner, model, self.hooks)
                 self.spent += time.perf_counter() - t0
                 self._call("on_step_begin", args, state, control, **kwargs)
 
         def on_optimizer_step(self, args, state, control, **kwargs):
-            if schedule[self.step]:
+            if schedule[self.step] != "off":
                 self._call("on_optimizer_step", args, state, control, **kwargs)
 
         def on_step_end(self, args, state, control, **kwargs):
-            on = schedule[self.step]
-            if on:
+            mode = schedule[self.step]
+            if mode != "off":
                 self._call("on_step_end", args, state, control, **kwargs)
                 t0 = time.perf_counter()
                 inner.detach() if hasattr(inner, "detach") else _take_hooks(inner)
                 counting_syncs(inner, False)
                 self.spent += time.perf_counter() - t0
-                host.append(self.spent)
+                host.append((mode, self.spent))
             end = timing_event(device)
             end.record()
-            events.append((on, self.begin, end))
+            events.append((mode, self.begin, end))
             self.step += 1
 
         def on_train_end(self, args, state, control, **kwargs):
@@ -575,8 +595,9 @@ def _put_hooks(inner, model, _unused) -> None:
     ]
 
 
-def switched_lightning(inner, schedule: list[bool], events: list, host: list[float], device: str):
-    """A Lightning Callback that runs `inner` only on the optimizer steps `schedule` says."""
+def switched_lightning(inner, schedule: list[str], events: list, host: list, device: str):
+    """A Lightning Callback that runs `inner` only on the optimizer steps `schedule` says, with the
+    sync counter's debug mode on for its "full" steps."""
     import lightning.pytorch as L
 
     class Switch(L.Callback):
@@ -600,27 +621,27 @@ def switched_lightning(inner, schedule: list[bool], events: list, host: list[flo
                 self.begin = timing_event(device)
                 self.begin.record()
                 self.spent = 0.0
-            if schedule[self.step]:
+            if schedule[self.step] != "off":
                 if self.micro == 0:
-                    counting_syncs(inner, True)
+                    counting_syncs(inner, schedule[self.step] == "full")
                 self._call("on_train_batch_start", trainer, pl_module, batch, batch_idx)
 
         def on_before_optimizer_step(self, trainer, pl_module, optimizer):
-            if schedule[self.step]:
+            if schedule[self.step] != "off":
                 self._call("on_before_optimizer_step", trainer, pl_module, optimizer)
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-            on = schedule[self.step]
-            if on:
+            mode = schedule[self.step]
+            if mode != "off":
                 self._call("on_train_batch_end", trainer, pl_module, outputs, batch, batch_idx)
             self.micro += 1
             if self.micro == ACCUMULATION:
                 end = timing_event(device)
                 end.record()
-                events.append((on, self.begin, end))
-                if on:
+                events.append((mode, self.begin, end))
+                if mode != "off":
                     counting_syncs(inner, False)
-                    host.append(self.spent)
+                    host.append((mode, self.spent))
                 self.micro = 0
                 self.step += 1
 
@@ -643,14 +664,15 @@ def print_table(path: Path) -> None:
                 f"{r.get('aten_ops_per_ordinary_step')} ATen ops/step, "
                 f"{r['host_us_per_log_boundary_step'].get('median', 0):.0f} us at a boundary"
             )
-        elif isinstance(r, dict) and "ratios" in r:
-            paired = r["ratios"]["paired"]
-            low, high = paired["ci95"]
-            print(
-                f"{path.stem} {name}: on/off step time {paired['ratio']:.4f} [{low:.4f}, {high:.4f}] over "
-                f"{r['pairs']} pairs, median step {r['median_step_s']['off'] * 1e3:.1f} ms, "
-                f"{r['host_us_in_callback_per_on_step']['median']:.0f} us in the callback per step"
-            )
+        elif isinstance(r, dict) and "variants" in r:
+            for variant, v in r["variants"].items():
+                paired = v["ratios"]["paired"]
+                low, high = paired["ci95"]
+                print(
+                    f"{path.stem} {name} {variant}: on/off step time {paired['ratio']:.4f} [{low:.4f}, {high:.4f}] "
+                    f"over {r['rounds']} rounds, median step off {r['median_step_s']['off'] * 1e3:.1f} ms, "
+                    f"{v['host_us_in_callback_per_step']['median']:.0f} us in the callback per step"
+                )
 
 
 def main() -> int:
@@ -660,13 +682,13 @@ def main() -> int:
     ap.add_argument("--integrations", default=None, help="comma-separated: hf, trl, lightning")
     ap.add_argument("--steps", type=int, default=60, help="host: optimizer steps per run")
     ap.add_argument("--op-steps", type=int, default=24, help="host: steps of the op-counting run")
-    ap.add_argument("--pairs", type=int, default=80, help="ratio: timed pairs of steps (one on, one off)")
-    ap.add_argument("--warmup-pairs", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=80, help="ratio: timed rounds (one step off, one per variant)")
+    ap.add_argument("--warmup-rounds", type=int, default=8)
     ap.add_argument(
-        "--count-syncs",
-        action=argparse.BooleanOptionalAction,
-        default=True,
-        help="ratio: the agent's sync counter on (the default agent) or off, to tell its share",
+        "--variants",
+        default=",".join(VARIANTS),
+        help="ratio: comma-separated, of full (the default agent: the sync counter counting) and core "
+        "(the counter's debug mode off), to tell the counter's share",
     )
     ap.add_argument("--model", choices=["stand-in", "qwen2-303m"], default=None, help="host: default by device")
     ap.add_argument("--code-root", default=None, help="import packscope from this tree (before/after runs)")
@@ -714,9 +736,10 @@ def main() -> int:
         model = args.model or ("qwen2-303m" if device == "cuda" else "stand-in")
         for name in (args.integrations or "hf,lightning").split(","):
             print(f"step-time ratio: {name} ...", file=sys.stderr)
-            result[f"ratio_{name}"] = step_time_ratio(
-                name, args.pairs, args.warmup_pairs, model, device, args.count_syncs
-            )
+            variants = tuple(args.variants.split(","))
+            if not variants or set(variants) - set(VARIANTS):
+                ap.error(f"--variants takes a comma-separated list of {', '.join(VARIANTS)}")
+            result[f"ratio_{name}"] = step_time_ratio(name, args.rounds, args.warmup_rounds, model, device, variants)
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:
