@@ -375,15 +375,11 @@ def list_runs(
     newest = (Run.started_at.desc(), Run.id.desc())
     if key in DERIVED_SORT_KEYS:
         ids = _sorted_by_metric(session, _where(select(Run.id), filters, dialect), key, descending, newest)
-        page = ids[offset : None if limit is None else offset + limit]
-        found = {r.id: r for r in session.scalars(select(Run).options(_WITHOUT_CONFIG).where(Run.id.in_(page)))}
-        return [found[i] for i in page], total
+        return _page(session, ids, offset, limit), total
     if key == "status":  # the status shown: a stored "running" may be stale or crashed by now
         columns = cast(Select[Any], select(Run.id, Run.status, Run.updated_at, Run.last_contact_at, Run.heartbeat_s))
         ids = _sorted_by_shown_status(session, _where(columns, filters, dialect).order_by(*newest), descending)
-        page = ids[offset : None if limit is None else offset + limit]
-        found = {r.id: r for r in session.scalars(select(Run).options(_WITHOUT_CONFIG).where(Run.id.in_(page)))}
-        return [found[i] for i in page], total
+        return _page(session, ids, offset, limit), total
     query = _where(select(Run).options(_WITHOUT_CONFIG), filters, dialect)
     if key in TOTALS_SORT_COLUMNS:
         query = query.outerjoin(run_totals, run_totals.c.run_pk == Run.id)
@@ -395,6 +391,13 @@ def list_runs(
     if limit is not None:
         query = query.limit(limit)
     return list(session.scalars(query)), total
+
+
+def _page(session: Session, ids: list[int], offset: int, limit: int | None) -> list[Run]:
+    """The runs of one page of `ids` (sorted in Python), in that order, without their configs."""
+    page = ids[offset : None if limit is None else offset + limit]
+    found = {r.id: r for r in session.scalars(select(Run).options(_WITHOUT_CONFIG).where(Run.id.in_(page)))}
+    return [found[i] for i in page]
 
 
 def _sorted_by_shown_status(session: Session, newest_first: Select[Any], descending: bool) -> list[int]:
@@ -636,8 +639,6 @@ def sync_sites(session: Session, run: Run, limit: int, window: str = "run") -> d
     rank_steps, syncs = float(totals.rank_steps), float(totals.syncs_total)
     left_out: dict[str, int] = {}
     first_step = None if totals.first_step is None else int(totals.first_step)
-    if first is not None:
-        first_step = first.first_step
     if window == "steady" and first is not None and int(totals.rows) > first.rows:
         rank_steps -= first.sums["rank_steps"]
         syncs -= first.sums["syncs_total"]

@@ -348,7 +348,9 @@ class WindowSums(dict[str, Any]):
         self.flops: dict[str, Any] = {}
 
 
-def _flops(kind: str, s: Mapping[str, Any], c: Coefficients) -> Any:
+def flops_count(kind: str, s: Mapping[str, Any], c: Coefficients) -> Any:
+    """One of TRIAD's FLOPs counts of the sums `s`, as every FLOPs metric computes it (a
+    WindowSums' `flops` holds those already computed, which are then taken as they are)."""
     known = s.flops if isinstance(s, WindowSums) else None
     if known is not None and kind in known:
         return known[kind]
@@ -358,12 +360,6 @@ def _flops(kind: str, s: Mapping[str, Any], c: Coefficients) -> Any:
     if known is not None:
         known[kind] = value
     return value
-
-
-def flops_count(kind: str, s: Mapping[str, Any], c: Coefficients) -> Any:
-    """One of TRIAD's FLOPs counts of the sums `s`, as the FLOPs metrics compute it (a
-    WindowSums' `flops` holds those already computed, which the metrics then take as they are)."""
-    return _flops(kind, s, c)
 
 
 def _attention(s: Mapping[str, Any], c: Coefficients, kinds: Iterable[str]) -> Any:
@@ -377,11 +373,11 @@ def _attention(s: Mapping[str, Any], c: Coefficients, kinds: Iterable[str]) -> A
 
 
 def _flops_of(kind: str) -> Formula:
-    return lambda s, c, ops: _flops(kind, s, c)
+    return lambda s, c, ops: flops_count(kind, s, c)
 
 
 def _tflops(kind: str) -> Formula:
-    return lambda s, c, ops: ops.ratio(_flops(kind, s, c) / 1e12, s["gpu_seconds"])
+    return lambda s, c, ops: ops.ratio(flops_count(kind, s, c) / 1e12, s["gpu_seconds"])
 
 
 def _mfu(kind: str) -> Formula:
@@ -390,11 +386,11 @@ def _mfu(kind: str) -> Formula:
 
 
 def _overcount(s: Mapping[str, Any], c: Coefficients, ops: Ops) -> Any:
-    return 100.0 * (ops.ratio(_flops("bshd", s, c), _flops("thd", s, c)) - 1.0)
+    return 100.0 * (ops.ratio(flops_count("bshd", s, c), flops_count("thd", s, c)) - 1.0)
 
 
 def _attention_share(kinds: tuple[str, ...]) -> Formula:
-    return lambda s, c, ops: 100.0 * ops.ratio(_attention(s, c, kinds), _flops("thd", s, c))
+    return lambda s, c, ops: 100.0 * ops.ratio(_attention(s, c, kinds), flops_count("thd", s, c))
 
 
 def _padding(s: Mapping[str, Any], c: Coefficients, ops: Ops) -> Any:
@@ -525,7 +521,7 @@ METRICS: tuple[Metric, ...] = (
         "%",
         ".1f",
         "share of the THD-corrected FLOPs spent in the vision tower (its GEMMs and attention; 0 for a text model)",
-        lambda s, c, ops: 100.0 * ops.ratio(_vision(s, c), _flops("thd", s, c)),
+        lambda s, c, ops: 100.0 * ops.ratio(_vision(s, c), flops_count("thd", s, c)),
     ),
     Metric("padding_pct", "padding", "%", ".1f", "share of token slots that hold no real token", _padding),
     Metric(
