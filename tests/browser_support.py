@@ -63,9 +63,12 @@ def running_server(db: Path, **env: str) -> Iterator[str]:
 
 def until(page: sync_api.Page, expression: str, timeout: float = 15_000) -> None:
     """Waits for a JS expression to be true. Passed as a function: the pages' CSP (script-src 'self')
-    forbids the eval that Playwright uses for a bare expression."""
+    forbids the eval that Playwright uses for a bare expression. An expression that throws (an
+    element the page has not drawn yet: `null.textContent`) counts as not yet true: a throwing
+    predicate would fail wait_for_function at once, a race with the page's first fetch."""
     try:
-        page.wait_for_function(f"() => ({expression})", timeout=timeout)
+        guarded = f"() => {{ try {{ return ({expression}); }} catch {{ return false; }} }}"
+        page.wait_for_function(guarded, timeout=timeout)
     except sync_api.TimeoutError:
         page.screenshot(path="/tmp/browser-test-failure.png", full_page=True)
         raise AssertionError(f"never true: {expression}; page errors: {getattr(page, 'errors', [])}") from None
