@@ -17,8 +17,8 @@
 #                                     # a sliding-window 1b counted per window and as full attention (gallery pair;
 #                                     # the agent's syncs per step on the windowed runs)
 #   bash bench/gpu_session.sh integrations  # bench/integration_overhead.py: the HF Trainer, TRL and Lightning
-#                                     # callbacks' host time and ops per step on Qwen2 303M, and the HF and
-#                                     # Lightning on/off step-time ratio, with and without the sync counter (HOST_INTEGRATIONS,
+#                                     # callbacks' host time and ops per step on Qwen2 303M, and their
+#                                     # on/off step-time ratios, with and without the sync counter (HOST_INTEGRATIONS,
 #                                     # RATIO_INTEGRATIONS, ROUNDS, HOST_STEPS pick less; BEFORE_ROOT=DIR adds the same for the
 #                                     # packscope tree in DIR: git archive <commit> agent packscope | tar -x -C DIR)
 #
@@ -158,9 +158,9 @@ case "${1:-}" in
           --out "$OUT/integration_host_$side.json" > /dev/null 2> "$OUT/integration_host_$side.err"
         echo "host ($side) exit $?"
       fi
-      if [ -n "${RATIO_INTEGRATIONS-hf,lightning}" ]; then
-        timeout "${RATIO_TIMEOUT:-300}" python3 bench/integration_overhead.py ratio \
-          --integrations "${RATIO_INTEGRATIONS-hf,lightning}" --rounds "${ROUNDS:-70}" --warmup-rounds 5 "${args[@]}" \
+      if [ -n "${RATIO_INTEGRATIONS-hf,trl,lightning}" ]; then
+        timeout "${RATIO_TIMEOUT:-900}" python3 bench/integration_overhead.py ratio \
+          --integrations "${RATIO_INTEGRATIONS-hf,trl,lightning}" --rounds "${ROUNDS:-70}" --warmup-rounds 5 "${args[@]}" \
           --out "$OUT/integration_ratio_$side.json" > /dev/null 2> "$OUT/integration_ratio_$side.err"
         echo "ratio ($side) exit $?"
       fi

@@ -7,7 +7,7 @@ documents of 32-2048 tokens per micro-batch (the same 8 lengths every micro-batc
 step has the same shape), gradient accumulation 2, bf16 on CUDA.
 
     python bench/integration_overhead.py host  [--integrations hf,trl,lightning] [--steps 60] [--out F]
-    python bench/integration_overhead.py ratio [--integrations hf,lightning] [--rounds 80] [--variants full,core]
+    python bench/integration_overhead.py ratio [--integrations hf,trl,lightning] [--rounds 80] [--variants full,core]
 
 `host` times every call the Trainer makes into the callback (its `on_*` methods) and every hook
 the callback puts on the model, with perf_counter, and counts the ATen ops run inside them (a
@@ -448,12 +448,12 @@ def step_time_ratio(
     settings = dict(
         run_name=f"ratio-{integration}", model=flops_spec(), log_every=LOG_EVERY, count_syncs="full" in variants
     )
-    if integration == "hf":
+    if integration in ("hf", "trl"):
         from packscope.agent.integrations.hf import PackscopeCallback
 
         inner: Any = PackscopeCallback(**settings)
         switch = switched_hf(inner, model, schedule, events, host_in_callback, device)
-        trainer = hf_trainer(model, len(schedule), [switch], device)
+        trainer = hf_trainer(model, len(schedule), [switch], device, trl=integration == "trl")
         trainer.train()
     else:
         from packscope.agent.integrations.lightning import PackscopeCallback as LightningCallback
@@ -734,7 +734,7 @@ def main() -> int:
                 result[name]["profile_top_own_time"] = profiled["profile_top_own_time"]
     else:
         model = args.model or ("qwen2-303m" if device == "cuda" else "stand-in")
-        for name in (args.integrations or "hf,lightning").split(","):
+        for name in (args.integrations or "hf,trl,lightning").split(","):
             print(f"step-time ratio: {name} ...", file=sys.stderr)
             variants = tuple(args.variants.split(","))
             if not variants or set(variants) - set(VARIANTS):
