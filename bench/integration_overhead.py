@@ -425,8 +425,11 @@ def timing_event(device: str) -> Any:
 
 # What an "on" step runs: the callback with the agent's sync counter counting (the default agent),
 # or the callback alone (the counter installed, its debug mode off): both in one run, so that the
-# counter's share of the callback's cost is told apart in one sitting.
+# counter's share of the callback's cost is told apart in one sitting. Two more take the HF
+# callback apart: "methods", its on_* methods without its hook on the model (the agent's steps,
+# no micro-batch kept), and "hook", its hook alone (every forward kept, dropped at the step's end).
 VARIANTS = ("full", "core")
+DIAGNOSTIC_VARIANTS = ("methods", "hook")
 
 
 def step_time_ratio(
@@ -443,7 +446,7 @@ def step_time_ratio(
     for _ in range(warmup_rounds + rounds):
         schedule += rng.sample(modes, len(modes))  # every mode once a round, in a fresh order
     model = make_model(model_kind, device)
-    events: list[tuple[str, Any, Any]] = []
+    events: list[tuple[str, Any, Any, bool]] = []  # per step: mode, its two events, whether it read batches
     host_in_callback: list[tuple[str, float]] = []
     settings = dict(
         run_name=f"ratio-{integration}", model=flops_spec(), log_every=LOG_EVERY, count_syncs="full" in variants
@@ -466,7 +469,13 @@ def step_time_ratio(
         torch.cuda.synchronize()
     timed = events[len(modes) * warmup_rounds :]
     by_round = [
-        {mode: s.elapsed_time(e) / 1e3 for mode, s, e in timed[i : i + len(modes)]}
+        {mode: s.elapsed_time(e) / 1e3 for mode, s, e, _ in timed[i : i + len(modes)]}
+        for i in range(0, len(timed) - len(modes) + 1, len(modes))
+    ]
+    # The steps whose callback read its kept micro-batches or closed an interval (the agent's
+    # work done once per PENDING_FORWARDS micro-batches or per boundary), per round and mode.
+    reads = [
+        {mode: read for mode, _, _, read in timed[i : i + len(modes)]}
         for i in range(0, len(timed) - len(modes) + 1, len(modes))
     ]
     host = host_in_callback[len(variants) * warmup_rounds :]
@@ -482,11 +491,26 @@ def step_time_ratio(
         "agent_records": len(records),
         "agent_reported_syncs_per_step": sum(r["syncs"]["total"] for r in records)
         / max(1, sum(r["steps"] for r in records)),
+        "steps_ms": [[mode, round(1e3 * r[mode], 4), reads[k][mode]] for k, r in enumerate(by_round) for mode in modes],
     }
     for variant in variants:
         spent = [t for mode, t in host if mode == variant]
+        plain = [k for k, r in enumerate(reads) if not r[variant]]
+        read = [k for k, r in enumerate(reads) if r[variant]]
         result["variants"][variant] = {
             "ratios": ratio_estimates([r[variant] for r in by_round], off),
+            # The same over the rounds where this variant's step only kept references (no reads,
+            # no boundary), and what a step that read or closed an interval cost beside its round's off.
+            "ratios_ordinary_steps": ratio_estimates([by_round[k][variant] for k in plain], [off[k] for k in plain])
+            if len(plain) > 2
+            else None,
+            "steps_that_read": len(read),
+            "read_step_extra_ms": {
+                "median": 1e3 * statistics.median(by_round[k][variant] - off[k] for k in read),
+                "mean": 1e3 * statistics.fmean(by_round[k][variant] - off[k] for k in read),
+            }
+            if read
+            else None,
             "host_us_in_callback_per_step": {
                 "median": 1e6 * statistics.median(spent),
                 "mean": 1e6 * statistics.fmean(spent),
@@ -519,6 +543,8 @@ def switched_hf(inner, model, schedule: list[str], events: list, host: list, dev
             self.begin: Any = None
             self.spent = 0.0
             self.hooks: list = []
+            self.read = False  # this step's callback read kept micro-batches or closed an interval
+            self.interval = 0
 
         def _call(self, name: str, *args: Any, **kwargs: Any) -> None:
             t0 = time.perf_counter()
@@ -529,6 +555,15 @@ def switched_hf(inner, model, schedule: list[str], events: list, host: list, dev
             inner.on_train_begin(args, state, control, **kwargs)
             counting_syncs(inner, False)
             self.hooks = inner.detach() if hasattr(inner, "detach") else _take_hooks(inner)
+            pending = getattr(inner, "_pending", None)
+            if pending is not None:  # mark the steps on which the callback reads its kept micro-batches
+                observe_step = pending._observe_step
+
+                def observed(step: Any) -> None:
+                    self.read = True
+                    observe_step(step)
+
+                pending._observe_step = observed
             for register in ("register_forward_pre_hook", "register_forward_hook"):  # time the hooks too
                 setattr(model, register, self._timing(getattr(model, register)))
 
@@ -548,29 +583,38 @@ def switched_hf(inner, model, schedule: list[str], events: list, host: list, dev
             self.begin = timing_event(device)
             self.begin.record()
             self.spent = 0.0
-            if schedule[self.step] != "off":
+            self.read = False
+            self.interval = getattr(inner.agent, "_interval", 0)
+            mode = schedule[self.step]
+            if mode != "off":
                 t0 = time.perf_counter()
-                counting_syncs(inner, schedule[self.step] == "full")
-                inner.attach(model) if hasattr(inner, "attach") else _put_hooks(inner, model, self.hooks)
+                counting_syncs(inner, mode == "full")
+                if mode != "methods":
+                    inner.attach(model) if hasattr(inner, "attach") else _put_hooks(inner, model, self.hooks)
                 self.spent += time.perf_counter() - t0
-                self._call("on_step_begin", args, state, control, **kwargs)
+                if mode != "hook":
+                    self._call("on_step_begin", args, state, control, **kwargs)
 
         def on_optimizer_step(self, args, state, control, **kwargs):
-            if schedule[self.step] != "off":
+            if schedule[self.step] not in ("off", "hook"):
                 self._call("on_optimizer_step", args, state, control, **kwargs)
 
         def on_step_end(self, args, state, control, **kwargs):
             mode = schedule[self.step]
             if mode != "off":
-                self._call("on_step_end", args, state, control, **kwargs)
+                if mode != "hook":
+                    self._call("on_step_end", args, state, control, **kwargs)
                 t0 = time.perf_counter()
+                if mode == "hook":
+                    inner._forwards = []  # what on_step_end would hand to the agent: dropped
                 inner.detach() if hasattr(inner, "detach") else _take_hooks(inner)
                 counting_syncs(inner, False)
                 self.spent += time.perf_counter() - t0
                 host.append((mode, self.spent))
             end = timing_event(device)
             end.record()
-            events.append((mode, self.begin, end))
+            self.read = self.read or getattr(inner.agent, "_interval", 0) != self.interval
+            events.append((mode, self.begin, end, self.read))
             self.step += 1
 
         def on_train_end(self, args, state, control, **kwargs):
@@ -638,7 +682,7 @@ def switched_lightning(inner, schedule: list[str], events: list, host: list, dev
             if self.micro == ACCUMULATION:
                 end = timing_event(device)
                 end.record()
-                events.append((mode, self.begin, end))
+                events.append((mode, self.begin, end, False))  # (its reads are not marked)
                 if mode != "off":
                     counting_syncs(inner, False)
                     host.append((mode, self.spent))
@@ -688,7 +732,8 @@ def main() -> int:
         "--variants",
         default=",".join(VARIANTS),
         help="ratio: comma-separated, of full (the default agent: the sync counter counting) and core "
-        "(the counter's debug mode off), to tell the counter's share",
+        "(the counter's debug mode off), to tell the counter's share; for hf and trl also methods (the "
+        "callback's on_* methods, no hook) and hook (its hook alone)",
     )
     ap.add_argument("--model", choices=["stand-in", "qwen2-303m"], default=None, help="host: default by device")
     ap.add_argument("--code-root", default=None, help="import packscope from this tree (before/after runs)")
@@ -737,8 +782,9 @@ def main() -> int:
         for name in (args.integrations or "hf,trl,lightning").split(","):
             print(f"step-time ratio: {name} ...", file=sys.stderr)
             variants = tuple(args.variants.split(","))
-            if not variants or set(variants) - set(VARIANTS):
-                ap.error(f"--variants takes a comma-separated list of {', '.join(VARIANTS)}")
+            known = VARIANTS + (DIAGNOSTIC_VARIANTS if name in ("hf", "trl") else ())
+            if not variants or set(variants) - set(known):
+                ap.error(f"--variants for {name} takes a comma-separated list of {', '.join(known)}")
             result[f"ratio_{name}"] = step_time_ratio(name, args.rounds, args.warmup_rounds, model, device, variants)
     text = json.dumps(result, indent=2)
     print(text)
