@@ -19,7 +19,8 @@
 #   bash bench/gpu_session.sh integrations  # bench/integration_overhead.py: the HF Trainer, TRL and Lightning
 #                                     # callbacks' host time and ops per step on Qwen2 303M, and their
 #                                     # on/off step-time ratios, with and without the sync counter (HOST_INTEGRATIONS,
-#                                     # RATIO_INTEGRATIONS, ROUNDS, HOST_STEPS pick less, VARIANTS others; BEFORE_ROOT=DIR adds the same for the
+#                                     # RATIO_INTEGRATIONS, ROUNDS, HOST_STEPS pick less, VARIANTS others, RATIO_SEEDS="0 1 2"
+#                                     # one ratio run per seed; BEFORE_ROOT=DIR adds the same for the
 #                                     # packscope tree in DIR: git archive <commit> agent packscope | tar -x -C DIR)
 #
 # The device machine has torch but no registry: cupti-python travels as wheels in
@@ -158,13 +159,15 @@ case "${1:-}" in
           --out "$OUT/integration_host_$side.json" > /dev/null 2> "$OUT/integration_host_$side.err"
         echo "host ($side) exit $?"
       fi
-      if [ -n "${RATIO_INTEGRATIONS-hf,trl,lightning}" ]; then
+      # One process per seed: runs differ by more than one run's interval says (BENCHMARKS, 2026-12-02).
+      for seed in ${RATIO_SEEDS:-0}; do
+        [ -n "${RATIO_INTEGRATIONS-hf,trl,lightning}" ] || break
         timeout "${RATIO_TIMEOUT:-900}" python3 bench/integration_overhead.py ratio \
           --integrations "${RATIO_INTEGRATIONS-hf,trl,lightning}" --rounds "${ROUNDS:-70}" --warmup-rounds 5 \
-          ${VARIANTS:+--variants "$VARIANTS"} "${args[@]}" \
-          --out "$OUT/integration_ratio_$side.json" > /dev/null 2> "$OUT/integration_ratio_$side.err"
-        echo "ratio ($side) exit $?"
-      fi
+          --seed "$seed" ${VARIANTS:+--variants "$VARIANTS"} "${args[@]}" \
+          --out "$OUT/integration_ratio_${side}_seed$seed.json" > /dev/null 2> "$OUT/integration_ratio_${side}_seed$seed.err"
+        echo "ratio ($side, seed $seed) exit $?"
+      done
     done
     python3 bench/integration_overhead.py table "$OUT"/integration_*.json
     ;;

@@ -25,7 +25,9 @@ the model and takes it away after (so it also pays for that); the sync counter s
 the run, as in a real one, and only its debug mode follows the schedule (`counting_syncs`). Each
 step is timed by CUDA events recorded before the callback's first call and after its last. Each
 variant's ratio to "off" comes with a bootstrap 95% interval over rounds
-(bench/agent_overhead.py's ratio_estimates; target <= 1.001).
+(bench/agent_overhead.py's ratio_estimates; target <= 1.001). That interval holds what varies
+inside one process; runs of one sitting differed by more (H200, 2026-12-02), so a figure is the
+range over several runs, each its own process with its own `--seed`.
 On CPU it runs on the host clock with the stand-in: a smoke run of the code path, not a result.
 `--code-root DIR` imports packscope from another tree (e.g. `git archive <commit> agent packscope
 trainer | tar -x -C DIR`), for before/after runs from one checkout.
@@ -433,14 +435,20 @@ DIAGNOSTIC_VARIANTS = ("methods", "hook")
 
 
 def step_time_ratio(
-    integration: str, rounds: int, warmup_rounds: int, model_kind: str, device: str, variants: tuple[str, ...]
+    integration: str,
+    rounds: int,
+    warmup_rounds: int,
+    model_kind: str,
+    device: str,
+    variants: tuple[str, ...],
+    seed: int = 0,
 ) -> dict[str, Any]:
     import torch
 
     sys.path.insert(0, str(Path(__file__).parent))
     from agent_overhead import ratio_estimates
 
-    rng = random.Random(0)
+    rng = random.Random(seed)
     modes = ("off", *variants)
     schedule: list[str] = []  # per step: off, or the variant of the callback it runs
     for _ in range(warmup_rounds + rounds):
@@ -486,6 +494,7 @@ def step_time_ratio(
         "model": model_kind,
         "parameters": sum(p.numel() for p in model.parameters()),
         "rounds": len(by_round),
+        "seed": seed,
         "median_step_s": {mode: statistics.median(r[mode] for r in by_round) for mode in modes},
         "variants": {},
         "agent_records": len(records),
@@ -729,6 +738,13 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=80, help="ratio: timed rounds (one step off, one per variant)")
     ap.add_argument("--warmup-rounds", type=int, default=8)
     ap.add_argument(
+        "--seed",
+        type=int,
+        default=0,
+        help="ratio: the seed of the rounds' order; one run's interval holds only what varies inside the "
+        "process (docs/BENCHMARKS.md, H200 2026-12-02), so a figure takes several runs with different seeds",
+    )
+    ap.add_argument(
         "--variants",
         default=",".join(VARIANTS),
         help="ratio: comma-separated, of full (the default agent: the sync counter counting) and core "
@@ -785,7 +801,9 @@ def main() -> int:
             known = VARIANTS + (DIAGNOSTIC_VARIANTS if name in ("hf", "trl") else ())
             if not variants or set(variants) - set(known):
                 ap.error(f"--variants for {name} takes a comma-separated list of {', '.join(known)}")
-            result[f"ratio_{name}"] = step_time_ratio(name, args.rounds, args.warmup_rounds, model, device, variants)
+            result[f"ratio_{name}"] = step_time_ratio(
+                name, args.rounds, args.warmup_rounds, model, device, variants, args.seed
+            )
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:
