@@ -449,7 +449,7 @@ def _sorted_by_metric(
             continue
         shown = steady_sums(sums, firsts.get(row.id)) or {name: float(sums[name]) for name in SUM_NAMES}
         c = Coefficients.for_run(row.model, row.hardware)
-        keyed.append((row.id, derive(shown, c, [key])[key]))
+        keyed.append((row.id, derive(shown, c)[key]))  # every metric: remembered for the page's summaries
     with_value = [(i, v) for i, v in keyed if v is not None]
     with_value.sort(key=lambda item: item[1], reverse=descending)  # stable: ties stay newest first
     return [i for i, _ in with_value] + [i for i, v in keyed if v is None]

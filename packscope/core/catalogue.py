@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import struct
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -579,10 +580,31 @@ def evaluate(sums: Mapping[str, Any], c: Coefficients, ops: Ops, names: Iterable
 
 
 def derive(sums: Mapping[str, float], c: Coefficients, names: Iterable[str] | None = None) -> dict[str, float | None]:
-    """Every (or the named) derived metric of one window; None where it is undefined (0/0)."""
-    floats = WindowSums({name: float(sums[name]) for name in SUM_NAMES})
-    values = evaluate(floats, c, FLOAT_OPS, names)
+    """Every (or the named) derived metric of one window; None where it is undefined (0/0).
+
+    Every metric of a window is remembered by its sums' exact bits (and the coefficients): the runs
+    list derives each listed run's totals and steady window on every poll, and a finished run's
+    sums never change, so most of those are found again instead of evaluated (about 90 µs a window
+    in Python)."""
+    floats = [float(sums[name]) for name in SUM_NAMES]
+    if names is None:
+        return dict(_derive_every(struct.pack(_SUMS_LAYOUT, *floats), c))
+    return _derived(floats, c, names)
+
+
+def _derived(floats: list[float], c: Coefficients, names: Iterable[str] | None) -> dict[str, float | None]:
+    values = evaluate(WindowSums(dict(zip(SUM_NAMES, floats, strict=True))), c, FLOAT_OPS, names)
     return {name: value if math.isfinite(value) else None for name, value in values.items()}
+
+
+# The SUM_NAMES as float64s: the key of a window's metrics, exact where floats compare loosely
+# (-0.0 == 0.0, NaN != NaN).
+_SUMS_LAYOUT = f"<{len(SUM_NAMES)}d"
+
+
+@functools.lru_cache(maxsize=4096)
+def _derive_every(packed: bytes, c: Coefficients) -> MappingProxyType[str, float | None]:
+    return MappingProxyType(_derived(list(struct.unpack(_SUMS_LAYOUT, packed)), c, None))
 
 
 def as_json() -> dict[str, Any]:

@@ -1,6 +1,8 @@
 """The catalogue is the one definition of fields and metrics: check it against hand-computed values
 and check that the server's schema, table and CSV are exactly what it says."""
 
+import math
+
 import msgspec
 import pytest
 
@@ -103,6 +105,26 @@ def test_undefined_metrics_are_none_not_errors():
     got = derive(empty, Coefficients(c_lin=1, c_core=1, peak_tflops=None))
     assert got["tflops_thd"] is None and got["mfu_thd"] is None and got["overcount_pct"] is None
     assert got["loss"] is None and got["step_time_s"] is None
+
+
+def test_a_window_derived_again_is_remembered_by_its_exact_sums():
+    """derive remembers every metric of a window (the runs list derives each run's windows on
+    every poll): found again, the values are those of a fresh evaluation, in a dict of its own,
+    and sums that compare equal but differ in their bits (0.0 and -0.0) are not confused."""
+    sums = sums_of_rows(ROWS)
+    fresh = derive(sums, C, list(METRIC))  # the named path evaluates every time
+    first, again = derive(sums, C), derive(sums, C)
+    assert first == fresh and again == fresh and again is not first
+    first["tflops_thd"] = -1.0  # a caller's change stays in its own dict
+    assert derive(sums, C)["tflops_thd"] == fresh["tflops_thd"]
+    signs = []
+    for zero in (0.0, -0.0, 0.0):
+        window = {**sums, "gpu_time_s": zero}
+        expected = derive(window, C, ["step_time_s"])["step_time_s"]
+        got = derive(window, C)["step_time_s"]
+        assert got == expected == 0.0 and math.copysign(1.0, got) == math.copysign(1.0, expected)
+        signs.append(math.copysign(1.0, got))
+    assert signs == [1.0, -1.0, 1.0]
 
 
 def test_mfu_needs_a_known_peak():
