@@ -584,8 +584,8 @@ def derive(sums: Mapping[str, float], c: Coefficients, names: Iterable[str] | No
 
     Every metric of a window is remembered by its sums' exact bits (and the coefficients): the runs
     list derives each listed run's totals and steady window on every poll, and a finished run's
-    sums never change, so most of those are found again instead of evaluated (about 90 µs a window
-    in Python)."""
+    sums never change, so most of those are found again instead of evaluated (docs/BENCHMARKS.md,
+    2026-12-02)."""
     floats = [float(sums[name]) for name in SUM_NAMES]
     if names is None:
         return dict(_derive_every(struct.pack(_SUMS_LAYOUT, *floats), c))
