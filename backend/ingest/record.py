@@ -46,30 +46,36 @@ class RecordError(ValueError):
 
 
 # -- the structs ------------------------------------------------------------------------------------
-def _scalar(f: CatalogueField) -> Any:
-    """A catalogue field's type: bounded; an optional float is bounded by `check` instead, which
-    stores a reading that diverged as missing rather than refusing the batch."""
+def _scalar(f: CatalogueField, bounded: bool) -> Any:
+    """A catalogue field's type, within its bounds. An optional float is bounded only in the
+    `bounded` family: elsewhere `check` bounds it, which stores a reading that diverged as missing
+    rather than refusing the batch."""
     lower = f.minimum if f.minimum is not None else -f.upper
     if f.kind == "int":
         return Annotated[int, msgspec.Meta(ge=lower, le=f.upper, description=f.doc)]
-    if not f.required:
+    if not f.required and not bounded:
         return Annotated[float, msgspec.Meta(description=f.doc)] | None
-    return Annotated[float, msgspec.Meta(ge=lower, le=f.upper, description=f.doc)]
+    number = Annotated[float, msgspec.Meta(ge=lower, le=f.upper, description=f.doc)]
+    return number if f.required else number | None
 
 
-def _fields_under(parent: tuple[str, ...]) -> list[tuple[Any, ...]]:
+def _fields_under(parent: tuple[str, ...], bounded: bool) -> list[tuple[Any, ...]]:
     """The struct fields of the catalogue fields that live in the object at `parent`."""
     return [
-        (f.wire_path[-1], _scalar(f)) if f.required and f.default is None else (f.wire_path[-1], _scalar(f), f.default)
+        (f.wire_path[-1], _scalar(f, bounded))
+        if f.required and f.default is None
+        else (f.wire_path[-1], _scalar(f, bounded), f.default)
         for f in FIELDS
         if f.wire_path[:-1] == parent
     ]
 
 
-def _types(forbid_unknown: bool) -> dict[str, Any]:
-    """The record's structs. Two families of the one definition: the strict one, which refuses a
-    field it does not know, decodes every batch (at C speed, no walk of the keys); the lenient one
-    takes a batch that holds such fields (they are then named in the answer, `ignored`)."""
+def _types(forbid_unknown: bool, bounded: bool = False) -> dict[str, Any]:
+    """The record's structs. Three families of the one definition: the strict one refuses a field
+    it does not know (at C speed, no walk of the keys); the lenient one takes a batch that holds
+    such fields (they are then named in the answer, `ignored`); the bounded one is the strict one
+    with the optional readings (channel losses included) held within their bounds too, so that a
+    batch it decodes has no reading for `check` to judge (see `decode`)."""
 
     def struct(name: str, fields: list[tuple[Any, ...]]) -> Any:
         # gc=False: a decoded record holds no reference cycles, so the collector need not track it.
@@ -82,7 +88,7 @@ def _types(forbid_unknown: bool) -> dict[str, Any]:
     syncs = struct(
         "Syncs",
         [
-            *_fields_under(("syncs",)),
+            *_fields_under(("syncs",), bounded),
             (
                 "sites",
                 Annotated[list[site], msgspec.Meta(max_length=MAX_SYNC_SITES)],  # type: ignore[valid-type]
@@ -90,15 +96,16 @@ def _types(forbid_unknown: bool) -> dict[str, Any]:
             ),
         ],
     )
-    gpu = struct("GpuStats", _fields_under(("gpu",)))
+    gpu = struct("GpuStats", _fields_under(("gpu",), bounded))
+    loss = Annotated[float, msgspec.Meta(ge=-FLOAT_MAX, le=FLOAT_MAX)] if bounded else float
     record = struct(
         "IntervalRecord",
         [
-            *_fields_under(()),
+            *_fields_under((), bounded),
             ("syncs", syncs),
             ("histograms", struct("Histograms", [("documents", histogram), ("packs", histogram)])),
             ("gpu", gpu | None, None),
-            ("channel_loss", dict[ChannelName, float | None] | None, None),
+            ("channel_loss", dict[ChannelName, loss | None] | None, None),  # type: ignore[valid-type]
             # The tokens behind each channel's mean: what makes the means addable (rollups, charts).
             ("channel_tokens", dict[ChannelName, Count] | None, None),
         ],
@@ -111,9 +118,10 @@ def _types(forbid_unknown: bool) -> dict[str, Any]:
 Count = Annotated[int, msgspec.Meta(ge=0, le=INT64_MAX)]
 Counts = Annotated[list[Count], msgspec.Meta(min_length=NUM_BUCKETS, max_length=NUM_BUCKETS)]
 ChannelName = Annotated[str, msgspec.Meta(max_length=MAX_CHANNEL_NAME)]
+_BOUNDED = _types(forbid_unknown=True, bounded=True)
 _STRICT, _LENIENT = _types(forbid_unknown=True), _types(forbid_unknown=False)
 Record, Batch = _LENIENT["record"], _LENIENT["batch"]
-_DECODERS = msgspec.json.Decoder(_STRICT["batch"]), msgspec.json.Decoder(Batch)
+_DECODERS = tuple(msgspec.json.Decoder(family["batch"]) for family in (_BOUNDED, _STRICT, _LENIENT))
 # A missing `gpu` object reads as one whose readings are all missing, so one getter takes every
 # catalogue field of a record in a single call (row_values).
 NO_GPU = _LENIENT["gpu"]()
@@ -157,22 +165,53 @@ class Checked(NamedTuple):
     values: list[tuple[Any, ...]]
 
 
+# A JSON number of magnitude below FLOAT_MIN (1e-300) but not 0 is written either with a negative
+# exponent of three digits or more (e-100 and below) or with 200 zeros in a row (0.000…1e-99).
+_ZEROS = b"0" * 200
+assert FLOAT_MIN <= 1e-300, "the screen below holds for magnitudes below 1e-300 only"
+
+
+def _no_tiny_numbers(body: bytes) -> bool:
+    """True when no number in the JSON text can be nonzero and below FLOAT_MIN in magnitude: the
+    usual batch, whose floats `check` then need not look at one by one. (A '-' is rare in a
+    batch and found at C speed, so the usual batch costs two scans of its bytes.)"""
+    if _ZEROS in body:
+        return False
+    at = body.find(b"-")
+    while at != -1:
+        exponent = body[at + 1 : at + 4]
+        if body[at - 1 : at] in (b"e", b"E") and len(exponent) == 3 and exponent.isdigit():
+            return False
+        at = body.find(b"-", at + 1)
+    return True
+
+
 def decode(body: bytes) -> Checked:
     """A batch's JSON as checked records, and the fields it sent that the record does not know.
+
+    The usual batch is decoded once, by the bounded structs, and its text screened for numbers too
+    small to store (`_no_tiny_numbers`): `check` then judges what spans fields only. Any other is
+    decoded again by the strict (or the lenient) structs and checked in full, which is what words
+    its problems.
 
     JSON as Python's `json` writes it may hold NaN and Infinity (a diverged loss): such a body is
     read by `json` and converted to the same structs, with the same bounds; a diverged optional
     reading is then stored as missing, a diverged required one refused."""
-    strict, lenient = _DECODERS
+    bounded, strict, lenient = _DECODERS
     ignored: list[str] = []
+    readings_checked = True
     try:
         try:
-            records: list[Any] = strict.decode(body).intervals
-        except msgspec.ValidationError as exc:
-            if not str(exc).startswith("Object contains unknown field"):
-                raise
-            records = lenient.decode(body).intervals
-            ignored = unknown_fields(msgspec.json.decode(body))
+            records: list[Any] = bounded.decode(body).intervals
+        except msgspec.ValidationError:
+            readings_checked = False
+            try:
+                records = strict.decode(body).intervals
+            except msgspec.ValidationError as exc:
+                if not str(exc).startswith("Object contains unknown field"):
+                    raise
+                records = lenient.decode(body).intervals
+                ignored = unknown_fields(msgspec.json.decode(body))
     except msgspec.ValidationError as exc:
         raise RecordError([_located(exc)]) from None
     except msgspec.DecodeError:
@@ -181,7 +220,11 @@ def decode(body: bytes) -> Checked:
         except (ValueError, UnicodeDecodeError) as exc:
             raise RecordError([((), f"the body is not JSON: {exc}", "json_invalid")]) from None
         return convert(document)._replace(ignored=unknown_fields(document))
-    values = check(records, strings_safe=b"\\u0000" not in body)  # msgspec refuses lone surrogates itself
+    values = check(
+        records,
+        strings_safe=b"\\u0000" not in body,  # msgspec refuses lone surrogates itself
+        readings_checked=readings_checked and _no_tiny_numbers(body),
+    )
     return Checked(records, ignored, values)
 
 
@@ -273,20 +316,10 @@ def _span_problem(first: int, last: int, steps: int, tokens: int, real: int) -> 
     return None
 
 
-def _record_problems(i: int, r: Any, strings_safe: bool) -> tuple[list[tuple[Location, str, str]], tuple[Any, ...]]:
-    """Every problem of record `i` (after the types and bounds msgspec checked), and its row
-    values; diverged optional readings become None in place."""
-    if r.gpu is None:
-        r.gpu = NO_GPU
-    problems: list[tuple[Location, str, str]] = []
-    values = row_values(r)
+def _reading_problems(i: int, r: Any, values: tuple[Any, ...], problems: list[tuple[Location, str, str]]) -> bool:
+    """The optional readings out of their bounds and the floats too small to store, added to
+    `problems`; True when a reading diverged (it became None in place)."""
     diverged = False
-    problem = _span_problem(*_SPAN(values))
-    wall_start, wall_end = _WALL(values)
-    if problem is None and wall_end < wall_start:
-        problem = f"wall_end ({wall_end}) is before wall_start ({wall_start})"
-    if problem:
-        problems.append((("intervals", i), problem, "value_error"))
     for at, path, lower, upper in _OPTIONAL:
         value = values[at]
         if value is None or lower <= value <= upper:
@@ -302,16 +335,36 @@ def _record_problems(i: int, r: Any, strings_safe: bool) -> tuple[list[tuple[Loc
         if value is not None and value != 0 and abs(value) < FLOAT_MIN:
             message = f"{value!r} is too small to store: send 0, or a magnitude of at least {FLOAT_MIN}"
             problems.append((("intervals", i, *path), message, "value_error"))
+    if r.channel_loss:
+        for channel, value in r.channel_loss.items():
+            if value is not None and not -FLOAT_MAX <= value <= FLOAT_MAX:
+                r.channel_loss[channel] = None  # diverged, as an optional reading
+    return diverged
+
+
+def _record_problems(
+    i: int, r: Any, strings_safe: bool, readings_checked: bool
+) -> tuple[list[tuple[Location, str, str]], tuple[Any, ...]]:
+    """Every problem of record `i` (after the types and bounds msgspec checked), and its row
+    values; diverged optional readings become None in place."""
+    if r.gpu is None:
+        r.gpu = NO_GPU
+    problems: list[tuple[Location, str, str]] = []
+    values = row_values(r)
+    problem = _span_problem(*_SPAN(values))
+    wall_start, wall_end = _WALL(values)
+    if problem is None and wall_end < wall_start:
+        problem = f"wall_end ({wall_end}) is before wall_start ({wall_start})"
+    if problem:
+        problems.append((("intervals", i), problem, "value_error"))
+    if not readings_checked and _reading_problems(i, r, values, problems):
+        values = row_values(r)
     sites = r.syncs.sites
     if len(sites) > 1 and len({s.site for s in sites}) != len(sites):
         names = [s.site for s in sites]
         twice = next(name for at, name in enumerate(names) if name in names[:at])
         message = f"sync site {twice!r} is listed twice; send each site once with its total"
         problems.append((("intervals", i, "syncs", "sites"), message, "value_error"))
-    if r.channel_loss:
-        for channel, value in r.channel_loss.items():
-            if value is not None and not -FLOAT_MAX <= value <= FLOAT_MAX:
-                r.channel_loss[channel] = None  # diverged, as an optional reading
     if not strings_safe:
         for j, s in enumerate(sites):
             if problem := text_problem(s.site):
@@ -320,18 +373,20 @@ def _record_problems(i: int, r: Any, strings_safe: bool) -> tuple[list[tuple[Loc
             for name in getattr(r, part) or ():
                 if problem := text_problem(name):
                     problems.append((("intervals", i, part, name), f"the channel name {problem}", "value_error"))
-    return problems, row_values(r) if diverged else values
+    return problems, values
 
 
-def check(records: Sequence[Any], *, strings_safe: bool) -> list[tuple[Any, ...]]:
+def check(records: Sequence[Any], *, strings_safe: bool, readings_checked: bool = False) -> list[tuple[Any, ...]]:
     """Check what spans fields, for every record (raising one RecordError naming every problem);
     diverged optional readings become None in place. `strings_safe`: the caller knows no string
-    holds a NUL byte or a lone surrogate, so the strings are not walked. Every record's row
-    values, read once here for the checks and the rows alike."""
+    holds a NUL byte or a lone surrogate, so the strings are not walked. `readings_checked`: the
+    caller knows every optional reading (channel losses included) is within its bounds and no
+    float is nonzero below FLOAT_MIN, so the readings are not walked. Every record's row values,
+    read once here for the checks and the rows alike."""
     problems: list[tuple[Location, str, str]] = []
     values: list[tuple[Any, ...]] = []
     for i, r in enumerate(records):
-        found, row = _record_problems(i, r, strings_safe)
+        found, row = _record_problems(i, r, strings_safe, readings_checked)
         problems += found
         values.append(row)
     if problems:

@@ -306,3 +306,38 @@ def test_a_lone_surrogate_is_named_where_the_record_reads_it(ignored):
         parse(_body(records))
     assert [loc for loc, _, _ in raised.value.problems] == [("intervals", 1, "interval")]
     _agree(records)
+
+
+# Every way JSON can write a magnitude below 1e-300 (the usual batch's floats are not looked at one
+# by one: its text is screened for these forms, record.py's _no_tiny_numbers), and numbers that
+# look alike but are fine (they only cost the full check).
+TINY_TEXTS = [
+    "5e-324",
+    "1E-301",
+    "1e-0000000310",
+    "0.0000000001e-295",
+    "0." + "0" * 205 + "1e-99",
+    "0." + "0" * 310 + "1",
+]
+FINE_TEXTS = ["0", "0.0", "1e-300", "2.5e-7", "1e-99", "0.000001", "1e+300", "-123.5", "-1e-300", "0." + "0" * 250]
+_AT_LOSS = [f.name for f in FIELDS].index("loss")
+
+
+def _with_loss_text(text: str) -> bytes:
+    rng = random.Random(2)
+    records = [make_record(i, rng) for i in range(3)]  # nothing else that takes the full check
+    records[1]["loss"] = 12345.678
+    return _body(records).replace(b"12345.678", text.encode(), 1)
+
+
+@pytest.mark.parametrize("text", TINY_TEXTS)
+def test_a_number_too_small_to_store_is_refused_however_it_is_written(text):
+    with pytest.raises(RecordError) as raised:
+        parse(_with_loss_text(text))
+    ((loc, message, _),) = raised.value.problems
+    assert loc == ("intervals", 1, "loss") and "too small to store" in message
+
+
+@pytest.mark.parametrize("text", FINE_TEXTS)
+def test_numbers_that_only_look_small_are_stored(text):
+    assert parse(_with_loss_text(text)).values[1][_AT_LOSS] == float(text)
