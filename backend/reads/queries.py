@@ -2,7 +2,6 @@
 number comes from the catalogue's formulas (catalogue.derive on floats)."""
 
 import functools
-import json
 import math
 import statistics
 from collections.abc import Mapping, Sequence
@@ -10,6 +9,7 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, cast
 
+import msgspec
 import numpy as np
 from sqlalchemy import Select, distinct, exists, func, literal, or_, select, true
 from sqlalchemy.orm import Session, defer
@@ -50,8 +50,13 @@ def _utc(moment: datetime | None) -> datetime | None:
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
+# A run's model and hardware as JSON with sorted keys: the key its coefficients are cached on,
+# written in C (json.dumps was a tenth of a runs list's time: docs/BENCHMARKS.md, 2026-12-03).
+_SORTED_JSON = msgspec.json.Encoder(order="sorted")
+
+
 def coefficients(run: Run) -> Coefficients:
-    return Coefficients.of_json(json.dumps(run.model, sort_keys=True), json.dumps(run.hardware, sort_keys=True))
+    return Coefficients.of_json(_SORTED_JSON.encode(run.model).decode(), _SORTED_JSON.encode(run.hardware).decode())
 
 
 class ReadSums(dict[str, Any]):

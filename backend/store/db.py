@@ -1,10 +1,12 @@
 """Engine, session factories and schema upgrades for SQLite (embedded default) and PostgreSQL."""
 
+import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import Any
 
+import msgspec
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, Engine, create_engine, event
@@ -22,6 +24,16 @@ WRITES = "packscope_writes"
 SQLITE_PRAGMAS = ("PRAGMA journal_mode=WAL", "PRAGMA synchronous=NORMAL", "PRAGMA foreign_keys=ON")
 
 
+def _json_loads(text: str | bytes) -> Any:
+    """A JSON column's value, as json.loads reads it: by msgspec, in C (the runs list reads four
+    JSON columns a run), and by json where msgspec refuses the text (NaN or Infinity, which
+    json.dumps writes and a run's config may hold; a number beyond float range; a lone surrogate)."""
+    try:
+        return msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        return json.loads(text)
+
+
 def make_engine(url: str, *, pool_size: int = 10, pool_timeout_s: float = 2.0, sqlite_busy_s: float = 5.0) -> Engine:
     """An engine for `url`; `postgresql://` URLs are pointed at the psycopg 3 driver.
 
@@ -34,14 +46,19 @@ def make_engine(url: str, *, pool_size: int = 10, pool_timeout_s: float = 2.0, s
         parsed = parsed.set(drivername="postgresql+psycopg")
     pool = {"pool_size": pool_size, "max_overflow": max(pool_size // 2, 2), "pool_timeout": pool_timeout_s}
     if parsed.get_backend_name() != "sqlite":
-        return create_engine(parsed, pool_pre_ping=True, **pool)
+        return create_engine(parsed, pool_pre_ping=True, json_deserializer=_json_loads, **pool)
     if parsed.database in (None, "", ":memory:"):
         raise ValueError("an in-memory SQLite database is private to one connection; give a file path")
 
     # A session is opened in the event loop, used in a worker thread and closed in another.
     # `timeout` is SQLite's busy timeout: a writer that finds the file locked (another worker
     # process writing) waits that long before "database is locked" (answered 503).
-    engine = create_engine(parsed, connect_args={"check_same_thread": False, "timeout": sqlite_busy_s}, **pool)
+    engine = create_engine(
+        parsed,
+        connect_args={"check_same_thread": False, "timeout": sqlite_busy_s},
+        json_deserializer=_json_loads,
+        **pool,
+    )
 
     @event.listens_for(engine, "connect")
     def _sqlite_pragmas(dbapi_connection, _record) -> None:
