@@ -45,6 +45,9 @@ class Transport(Protocol):
     """Carries published run ids to every process's hub (this one's included)."""
 
     pushes: bool  # False: other processes are not told, streams must poll
+    # True: a batch's own transaction tells every process (store/writes.py), so ingest need not
+    # publish it
+    told_by_ingest: bool
 
     async def start(self, hub: "LiveHub") -> None: ...
     def publish(self, run_id: str) -> None: ...
@@ -67,6 +70,10 @@ class LiveHub:
     @property
     def pushes(self) -> bool:
         return self.transport.pushes
+
+    @property
+    def told_by_ingest(self) -> bool:
+        return self.transport.told_by_ingest
 
     async def start(self) -> None:
         """Start the transport (once: the app's lifespan may be entered again, as by schemathesis)."""
@@ -132,6 +139,7 @@ class InProcess:
     """This process's streams only; other processes' streams poll."""
 
     pushes = False
+    told_by_ingest = False
 
     async def start(self, hub: LiveHub) -> None:
         self.hub = hub
@@ -167,6 +175,7 @@ class UnixDatagrams(_Coalesced):
     """One datagram socket per process in `folder`; a published run id goes to each of them."""
 
     pushes = True
+    told_by_ingest = False
 
     def __init__(self, folder: Path) -> None:
         super().__init__()
@@ -263,10 +272,13 @@ class UnixDatagrams(_Coalesced):
 
 
 class PostgresNotify(_Coalesced):
-    """NOTIFY packscope_intervals '<run id>' after a commit; every process LISTENs on its own
-    connection (psycopg's notifies) and reconnects, waking every stream, when it is lost."""
+    """NOTIFY packscope_intervals '<run id>' at a commit; every process LISTENs on its own
+    connection (psycopg's notifies) and reconnects, waking every stream, when it is lost. A batch
+    of intervals NOTIFYs in its own transaction (store/writes.py); `publish` NOTIFYs the rest (a
+    deleted run) on a connection of its own."""
 
     pushes = True
+    told_by_ingest = True
 
     def __init__(self, conninfo: str) -> None:
         super().__init__()

@@ -26,6 +26,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 
+from packscope.backend.live import NOTIFY_CHANNEL
 from packscope.backend.store.columns import merged_by
 from packscope.backend.store.db import run_sql
 from packscope.backend.store.models import (
@@ -199,7 +200,9 @@ _TOUCH_RUN = {
 def _intervals_with_details() -> str:
     """PostgreSQL: the new interval rows, their details and the run's updated_at in one statement
     (one round trip instead of three). Two documents: the interval rows, and per row its key with
-    its histograms' and sync sites' JSON text; the details join the rows inserted on their key."""
+    its histograms' and sync sites' JSON text; the details join the rows inserted on their key.
+    When any row is new, the run's id is NOTIFYed on live push's channel, which PostgreSQL sends
+    at commit to every server process (live.PostgresNotify): no round trip of its own after it."""
     details = ", ".join(c for c in _WRITTEN["interval_details"])
     assert details == "interval_id, histograms, sync_sites", details
     return (
@@ -208,7 +211,9 @@ def _intervals_with_details() -> str:
         "SELECT ins.id, CAST(d.value ->> 2 AS JSON), CAST(d.value ->> 3 AS JSON) "
         "FROM ins JOIN jsonb_array_elements(%s::JSONB) AS d "
         "ON CAST(d.value ->> 0 AS INTEGER) = ins.interval AND CAST(d.value ->> 1 AS INTEGER) = ins.rank), "
-        f"touched AS (UPDATE runs SET updated_at = %s, {_REVIVED} WHERE id = %s AND EXISTS (SELECT FROM ins)) "
+        f"touched AS (UPDATE runs SET updated_at = %s, {_REVIVED} WHERE id = %s AND EXISTS (SELECT FROM ins) "
+        # A data-modifying WITH query runs to completion, its RETURNING included, read or not.
+        f"RETURNING pg_notify('{NOTIFY_CHANNEL}', run_id)) "
         "SELECT id, interval, rank FROM ins"
     )
 
