@@ -1,11 +1,12 @@
 """Live push: a run's new intervals wake its open streams (SSE) at once, in every server process.
 
-The ingest route publishes a run's id once its batch is committed; each process's LiveHub wakes
-the streams of that run, which then read the run's state (one small query) and send an event.
-Between processes the wake-up travels by what the database offers:
+A run's id is published once its batch is committed; each process's LiveHub wakes the streams
+of that run, which then read the run's state (one small query) and send an event. Between
+processes the wake-up travels by what the database offers:
 
 * PostgreSQL: NOTIFY on one channel, LISTENed to by one connection per process (servers on
-  several machines share it; the payload is the run id).
+  several machines share it; the payload is the run id). A batch's own statement NOTIFYs, and
+  PostgreSQL sends it at commit (store/writes.py).
 * SQLite, whose servers share one machine (WAL needs it): unix datagram sockets, one per process,
   in a folder beside the database. A publisher sends the run id to every socket there; a socket
   whose process died refuses it and is removed. Chosen over a watched file (inotify is not in the
