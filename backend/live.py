@@ -52,6 +52,7 @@ class Transport(Protocol):
 
     async def start(self, hub: "LiveHub") -> None: ...
     def publish(self, run_id: str) -> None: ...
+    def streams_open(self, any_open: bool) -> None: ...  # whether this process has a stream to wake
     async def stop(self) -> None: ...
 
 
@@ -101,7 +102,10 @@ class LiveHub:
     def subscribe(self, run_id: str) -> Iterator[asyncio.Event]:
         """An event set whenever `run_id` is published, for as long as the block runs."""
         entry = (asyncio.Event(), asyncio.get_running_loop())
+        first = not self._waiting
         self._waiting.setdefault(run_id, set()).add(entry)
+        if first:
+            self._tell_streams_open(True)
         try:
             yield entry[0]
         finally:
@@ -110,6 +114,19 @@ class LiveHub:
                 waiting.discard(entry)
                 if not waiting:
                     del self._waiting[run_id]
+            if not self._waiting:
+                self._tell_streams_open(False)
+
+    def _tell_streams_open(self, any_open: bool) -> None:
+        if self.loop is None or self.loop.is_closed():
+            return
+        if _running_loop() is self.loop:
+            self.transport.streams_open(any_open)
+        else:
+            self.loop.call_soon_threadsafe(self.transport.streams_open, any_open)
+
+    def has_streams(self) -> bool:
+        return bool(self._waiting)
 
     def wake(self, run_id: str) -> None:
         for entry in list(self._waiting.get(run_id, ())):
@@ -147,6 +164,9 @@ class InProcess:
 
     def publish(self, run_id: str) -> None:
         self.hub.wake(run_id)
+
+    def streams_open(self, any_open: bool) -> None:
+        return None
 
     async def stop(self) -> None:
         return None
@@ -225,6 +245,9 @@ class UnixDatagrams(_Coalesced):
         if self._add(run_id):
             self.loop.call_soon(self._flush)
 
+    def streams_open(self, any_open: bool) -> None:
+        return None  # a datagram comes only when another process publishes: nothing to save
+
     def _flush(self) -> None:
         run_ids = self._take()
         for run_id in run_ids:
@@ -274,41 +297,63 @@ class UnixDatagrams(_Coalesced):
 
 class PostgresNotify(_Coalesced):
     """NOTIFY packscope_intervals '<run id>' at a commit; every process LISTENs on its own
-    connection (psycopg's notifies) and reconnects, waking every stream, when it is lost. A batch
-    of intervals NOTIFYs in its own transaction (store/writes.py); `publish` NOTIFYs the rest (a
-    deleted run) on a connection of its own."""
+    connection (psycopg's notifies) while it has a stream open, and reconnects, waking every
+    stream, when the connection is lost. A batch of intervals NOTIFYs in its own transaction
+    (store/writes.py); `publish` NOTIFYs the rest (a deleted run) on a connection of its own.
+
+    Only while a stream is open: every batch of every server is a notification to every
+    listening process, whose receipt costs it CPU (docs/BENCHMARKS.md, 2026-12-03) whether or
+    not anyone watches. A stream that opens wakes once LISTEN is in place, so a batch committed
+    before then is read, not missed."""
 
     pushes = True
     told_by_ingest = True
+    _RECHECK_S = 1.0  # how often a listening connection looks whether streams are still open
 
     def __init__(self, conninfo: str) -> None:
         super().__init__()
         self.conninfo = conninfo
         self._listener: asyncio.Task[None] | None = None
         self._publisher: object | None = None  # psycopg.AsyncConnection, opened on first use
+        self._wanted: asyncio.Event | None = None  # set while this process has a stream open
 
     async def start(self, hub: LiveHub) -> None:
         self.hub = hub
         self.loop = asyncio.get_running_loop()
+        self._wanted = asyncio.Event()
+        if hub.has_streams():
+            self._wanted.set()
         ready = self.loop.create_future()
         self._listener = self.loop.create_task(self._listen(ready))
-        # Serving starts once LISTEN is in place (or failed once, then retried in the background).
+        # Serving starts once the connection is made (or failed once, then retried in the background).
         await asyncio.wait_for(asyncio.shield(ready), timeout=10)
+
+    def streams_open(self, any_open: bool) -> None:
+        if self._wanted is not None:
+            if any_open:
+                self._wanted.set()
+            else:
+                self._wanted.clear()
 
     async def _listen(self, ready: asyncio.Future[None]) -> None:
         import psycopg
 
+        assert self._wanted is not None
         backoff_s = 0.5
         while True:
             try:
                 async with await psycopg.AsyncConnection.connect(self.conninfo, autocommit=True) as connection:
-                    await connection.execute(f"LISTEN {NOTIFY_CHANNEL}")
                     if not ready.done():
                         ready.set_result(None)
-                    self.hub.wake_all()  # whatever was published while this was not listening
                     backoff_s = 0.5
-                    async for notice in connection.notifies():
-                        self.hub.wake(notice.payload)
+                    while True:
+                        await self._wanted.wait()
+                        await connection.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                        self.hub.wake_all()  # whatever was published while this was not listening
+                        while self._wanted.is_set():
+                            async for notice in connection.notifies(timeout=self._RECHECK_S):
+                                self.hub.wake(notice.payload)
+                        await connection.execute(f"UNLISTEN {NOTIFY_CHANNEL}")
             except asyncio.CancelledError:
                 raise
             except Exception as exc:  # noqa: BLE001 - the database restarts or is away: retry

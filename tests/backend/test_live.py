@@ -228,3 +228,22 @@ def test_a_socket_folder_that_cannot_be_made_means_polling_not_a_failed_start(tm
 
     assert asyncio.run(start_and_stop()) is False
     assert "live pages poll" in caplog.text
+
+
+def test_a_stream_opened_after_others_closed_is_still_pushed_to(database_url, new_run, records):
+    """On PostgreSQL a server LISTENs only while it has a stream open (live.PostgresNotify): the
+    second stream, opened after the first closed, must still be woken by push."""
+    with serving(Settings(database_url=database_url, **NO_POLL)) as url:
+        assert httpx.post(f"{url}/api/v1/runs", json=new_run()).status_code == 201
+        assert httpx.post(f"{url}/api/v1/runs/run-1/intervals", json={"intervals": records(1)}).status_code == 200
+        for start in (1, 3):  # each round one stream, closed before the next opens
+            with httpx.stream("GET", f"{url}/api/v1/runs/run-1/stream", timeout=10) as answer:
+                lines = answer.iter_lines()
+                assert next(line for line in lines if line.startswith("event:")) == "event: interval"  # the state at open
+                next(lines)
+                posted = time.monotonic()
+                batch = {"intervals": records(2, start=start)}
+                assert httpx.post(f"{url}/api/v1/runs/run-1/intervals", json=batch).status_code == 200
+                assert next(line for line in lines if line.startswith("data:"))  # pushed, not polled (60 s)
+                assert time.monotonic() - posted < 5
+            time.sleep(1.5)  # the server notices the stream is gone and stops listening
