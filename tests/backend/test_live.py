@@ -239,7 +239,8 @@ def test_a_stream_opened_after_others_closed_is_still_pushed_to(database_url, ne
         for start in (1, 3):  # each round one stream, closed before the next opens
             with httpx.stream("GET", f"{url}/api/v1/runs/run-1/stream", timeout=10) as answer:
                 lines = answer.iter_lines()
-                assert next(line for line in lines if line.startswith("event:")) == "event: interval"  # the state at open
+                opened = next(line for line in lines if line.startswith("event:"))
+                assert opened == "event: interval"  # the state when the stream opened
                 next(lines)
                 posted = time.monotonic()
                 batch = {"intervals": records(2, start=start)}
