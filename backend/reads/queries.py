@@ -11,7 +11,7 @@ from typing import Any, NamedTuple, cast
 
 import msgspec
 import numpy as np
-from sqlalchemy import Select, distinct, exists, func, literal, or_, select, true
+from sqlalchemy import Select, bindparam, distinct, exists, func, literal, or_, select, true
 from sqlalchemy.orm import Session, defer
 
 from packscope.backend.reads.stats import mann_whitney_u
@@ -86,8 +86,13 @@ def sums_read(c: Coefficients) -> frozenset[str]:
 
 
 # -- runs -----------------------------------------------------------------------------------------
+# Statements every read of one run executes, built once (their construction cost more than their
+# execution on a small run): parameters `run_id`, `run_pk`.
+_RUN_BY_ID = select(Run).where(Run.run_id == bindparam("run_id"))
+
+
 def get_run(session: Session, run_id: str) -> Run | None:
-    return session.scalars(select(Run).where(Run.run_id == run_id)).one_or_none()
+    return session.scalars(_RUN_BY_ID, {"run_id": run_id}).one_or_none()
 
 
 class FirstInterval(NamedTuple):
@@ -100,6 +105,28 @@ class FirstInterval(NamedTuple):
     sync_sites: dict[str, int]  # summed over its rows (first_interval_sums(with_sites=True), else empty)
 
 
+# One min() per run, each a seek on the index (a GROUP BY would walk every row of the runs).
+_FIRST_INTERVALS = select(
+    Run.id, select(func.min(intervals.c.interval)).where(intervals.c.run_pk == Run.id).scalar_subquery()
+).where(Run.id.in_(bindparam("pks", expanding=True)))
+# Two IN lists seek the index (a row-value IN list made SQLite scan the table); the rows of
+# another run's first interval that they also match are dropped after.
+_FIRST_ROWS = select(
+    intervals.c.run_pk,
+    intervals.c.interval,
+    intervals.c.first_step,
+    intervals.c.last_step,
+    *(intervals.c[name] for name in SUM_FIELDS),
+).where(
+    intervals.c.run_pk.in_(bindparam("pks", expanding=True)),
+    intervals.c.interval.in_(bindparam("intervals", expanding=True)),
+)
+# The sites are JSON in another table: read and decoded only when asked for.
+_FIRST_ROWS_WITH_SITES = _FIRST_ROWS.add_columns(interval_details.c.sync_sites).join(
+    interval_details, interval_details.c.interval_id == intervals.c.id
+)
+
+
 def first_interval_sums(
     session: Session, run_pks: Sequence[int], *, with_sites: bool = False
 ) -> dict[int, FirstInterval]:
@@ -108,23 +135,13 @@ def first_interval_sums(
     run whatever its length."""
     if not run_pks:
         return {}
-    # One min() per run, each a seek on the index (a GROUP BY would walk every row of the runs).
-    lowest = select(func.min(intervals.c.interval)).where(intervals.c.run_pk == Run.id).scalar_subquery()
-    firsts = session.execute(select(Run.id, lowest).where(Run.id.in_(run_pks)))
+    firsts = session.execute(_FIRST_INTERVALS, {"pks": list(run_pks)})
     first_of = {pk: interval for pk, interval in firsts if interval is not None}
     if not first_of:
         return {}
-    # Two IN lists seek the index (a row-value IN list made SQLite scan the table); the rows of
-    # another run's first interval that they also match are dropped here.
-    steps = (intervals.c.first_step, intervals.c.last_step)
-    query = select(intervals.c.run_pk, intervals.c.interval, *steps, *(intervals.c[name] for name in SUM_FIELDS))
-    if with_sites:  # the sites are JSON in another table: read and decoded only when asked for
-        query = query.add_columns(interval_details.c.sync_sites).join(
-            interval_details, interval_details.c.interval_id == intervals.c.id
-        )
-    query = query.where(intervals.c.run_pk.in_(list(first_of)), intervals.c.interval.in_(set(first_of.values())))
+    query = _FIRST_ROWS_WITH_SITES if with_sites else _FIRST_ROWS
     rows: dict[int, list[Mapping[str, Any]]] = {}
-    for row in session.execute(query):
+    for row in session.execute(query, {"pks": list(first_of), "intervals": list(set(first_of.values()))}):
         if row.interval == first_of[row.run_pk]:
             rows.setdefault(row.run_pk, []).append(dict(row._mapping))
     out = {}
@@ -190,22 +207,25 @@ def _liveness(
     return "running"
 
 
+_REFUSALS = (
+    select(
+        refused_intervals.c.run_pk,
+        refused_intervals.c.refused_by,
+        refused_intervals.c.reason,
+        func.count(),
+        func.min(refused_intervals.c.first_step),
+        func.max(refused_intervals.c.last_step),
+    )
+    .where(refused_intervals.c.run_pk.in_(bindparam("pks", expanding=True)))
+    .group_by(refused_intervals.c.run_pk, refused_intervals.c.refused_by, refused_intervals.c.reason)
+)
+
+
 def refusals(session: Session, run_pks: Sequence[int]) -> dict[int, dict[str, Any]]:
     """Per run with refused intervals: how many, their step span, and the most frequent reason."""
     if not run_pks:
         return {}
-    rows = session.execute(
-        select(
-            refused_intervals.c.run_pk,
-            refused_intervals.c.refused_by,
-            refused_intervals.c.reason,
-            func.count(),
-            func.min(refused_intervals.c.first_step),
-            func.max(refused_intervals.c.last_step),
-        )
-        .where(refused_intervals.c.run_pk.in_(list(run_pks)))
-        .group_by(refused_intervals.c.run_pk, refused_intervals.c.refused_by, refused_intervals.c.reason)
-    ).all()
+    rows = session.execute(_REFUSALS, {"pks": list(run_pks)}).all()
     out: dict[int, dict[str, Any]] = {}
     for pk, by, reason, n, first_step, last_step in rows:
         found = out.setdefault(pk, {"intervals": 0, "first_step": first_step, "last_step": last_step, "reasons": []})
@@ -265,13 +285,16 @@ def _summary(
     return summary
 
 
+_TOTALS_OF_RUNS = select(run_totals).where(run_totals.c.run_pk.in_(bindparam("pks", expanding=True)))
+
+
 def run_summaries(session: Session, runs: Sequence[Run], *, with_config: bool = True) -> list[dict[str, Any]]:
     """RunSummary dicts (docs/api.md) for `runs`, in the order given; one read of the run totals.
     Without their configs for the runs list (whose runs are loaded without them, list_runs)."""
     if not runs:
         return []
-    query = select(run_totals).where(run_totals.c.run_pk.in_([r.id for r in runs]))
-    by_run: dict[int, Mapping[str, Any]] = {row.run_pk: dict(row._mapping) for row in session.execute(query)}
+    found = session.execute(_TOTALS_OF_RUNS, {"pks": [r.id for r in runs]})
+    by_run: dict[int, Mapping[str, Any]] = {row.run_pk: dict(row._mapping) for row in found}
     firsts = first_interval_sums(session, list(by_run))
     refused = refusals(session, [r.id for r in runs])
     now = datetime.now(UTC)
@@ -611,16 +634,26 @@ def histogram_columns(session: Session, run: Run, columns: int) -> dict[str, Any
     }
 
 
-def _first_step(run: Run) -> Any:
+def _first_step(run_pk: Any) -> Any:
     """The run's first stored step, as first_interval_sums gives it (the least first_step of its
     first interval's rows), as a scalar subquery: one seek on the unique (run_pk, interval, rank)
     index."""
-    lowest = select(func.min(intervals.c.interval)).where(intervals.c.run_pk == run.id).scalar_subquery()
+    lowest = select(func.min(intervals.c.interval)).where(intervals.c.run_pk == run_pk).scalar_subquery()
     return (
         select(func.min(intervals.c.first_step))
-        .where(intervals.c.run_pk == run.id, intervals.c.interval == lowest)
+        .where(intervals.c.run_pk == run_pk, intervals.c.interval == lowest)
         .scalar_subquery()
     )
+
+
+_SITES_TOTALS = select(
+    run_totals.c.rows,
+    run_totals.c.rank_steps,
+    run_totals.c.syncs_total,
+    run_totals.c.last_step,
+    _first_step(bindparam("run_pk")).label("first_step"),
+).where(run_totals.c.run_pk == bindparam("run_pk"))
+_RUN_SITES = select(run_sync_sites.c.site, run_sync_sites.c.count).where(run_sync_sites.c.run_pk == bindparam("run_pk"))
 
 
 def sync_sites(session: Session, run: Run, limit: int, window: str = "run") -> dict[str, Any]:
@@ -628,15 +661,7 @@ def sync_sites(session: Session, run: Run, limit: int, window: str = "run") -> d
     the first interval, as the run's steady rates: warm-up syncs would not stand for the run), which
     is the whole run while it has a single interval. Per iteration as the catalogue's syncs_per_iter
     is (one rank's syncs per step). The answer says which steps it covers."""
-    totals = session.execute(
-        select(
-            run_totals.c.rows,
-            run_totals.c.rank_steps,
-            run_totals.c.syncs_total,
-            run_totals.c.last_step,
-            _first_step(run).label("first_step"),
-        ).where(run_totals.c.run_pk == run.id)
-    ).first()
+    totals = session.execute(_SITES_TOTALS, {"run_pk": run.id}).first()
     if totals is None:
         return {"syncs_per_iter": None, "sites": [], "window": window, "first_step": None, "last_step": None}
     # The first interval's sums and sites only for the steady window (the whole run's needs only its first step).
@@ -658,10 +683,7 @@ def sync_sites(session: Session, run: Run, limit: int, window: str = "run") -> d
         return value if math.isfinite(value) else None
 
     counts = {
-        site: int(count) - left_out.get(site, 0)
-        for site, count in session.execute(
-            select(run_sync_sites.c.site, run_sync_sites.c.count).where(run_sync_sites.c.run_pk == run.id)
-        )
+        site: int(count) - left_out.get(site, 0) for site, count in session.execute(_RUN_SITES, {"run_pk": run.id})
     }
     ranked = sorted(((site, n) for site, n in counts.items() if n > 0), key=lambda item: (-item[1], item[0]))
     return {
