@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 import psycopg
-from sqlalchemy import func, literal, select
+from sqlalchemy import bindparam, func, literal, select
 from sqlalchemy.orm import Session
 
 from packscope.backend.reads.queries import coefficients, sums_read
@@ -27,29 +27,42 @@ from packscope.backend.store.columns import (
 from packscope.backend.store.models import ROLLUP_LEVELS, Run, intervals, rollups, run_totals
 from packscope.core.catalogue import METRIC, SUM_NAMES
 
-
 # -- series ---------------------------------------------------------------------------------------
+# The small statements of every series request, built once (their construction cost more than
+# their execution): parameters `run_pk`, `step`, `first`, `last`, `limit`.
+_LAST_INTERVAL = select(run_totals.c.last_interval).where(run_totals.c.run_pk == bindparam("run_pk"))
+_FIRST_INTERVAL = (
+    select(intervals.c.interval)
+    .where(intervals.c.run_pk == bindparam("run_pk"))
+    .order_by(intervals.c.interval)
+    .limit(1)
+)
+# The first interval that ends at or after a step.
+_ENDING_FROM = (
+    select(intervals.c.interval, intervals.c.first_step)
+    .where(intervals.c.run_pk == bindparam("run_pk"), intervals.c.last_step >= bindparam("step"))
+    .order_by(intervals.c.last_step)
+    .limit(1)
+)
+
+
 def _interval_range(session: Session, run: Run, step_min: int | None, step_max: int | None) -> tuple[int, int] | None:
     """The interval indexes [first, last] whose steps meet [step_min, step_max]; None if none do.
 
     Steps grow with the interval index, so the range is found on the (run_pk, last_step) index:
     the first interval ending at or after step_min, the last one starting at or before step_max.
     """
-    of_run = intervals.c.run_pk == run.id
-    last = session.scalar(select(run_totals.c.last_interval).where(run_totals.c.run_pk == run.id))
-    first = session.scalar(select(intervals.c.interval).where(of_run).order_by(intervals.c.interval).limit(1))
+    last = session.scalar(_LAST_INTERVAL, {"run_pk": run.id})
+    first = session.scalar(_FIRST_INTERVAL, {"run_pk": run.id})
     if last is None or first is None:
         return None
-    by_last_step = (
-        select(intervals.c.interval, intervals.c.first_step).where(of_run).order_by(intervals.c.last_step).limit(1)
-    )
     if step_min is not None:
-        found = session.execute(by_last_step.where(intervals.c.last_step >= step_min)).first()
+        found = session.execute(_ENDING_FROM, {"run_pk": run.id, "step": step_min}).first()
         if found is None:
             return None
         first = max(first, found.interval)
     if step_max is not None:
-        found = session.execute(by_last_step.where(intervals.c.last_step >= step_max)).first()
+        found = session.execute(_ENDING_FROM, {"run_pk": run.id, "step": step_max}).first()
         if found is not None:
             last = min(last, found.interval if found.first_step <= step_max else found.interval - 1)
     return (first, last) if first <= last else None
@@ -73,11 +86,20 @@ def _chart_level(first: int, last: int, max_points: int) -> int:
 LEVEL_0_ROWS_PER_POINT = 8
 
 
+_ROWS_UP_TO = select(func.count()).select_from(
+    select(literal(1))
+    .where(
+        intervals.c.run_pk == bindparam("run_pk"), intervals.c.interval.between(bindparam("first"), bindparam("last"))
+    )
+    .limit(bindparam("limit"))
+    .subquery()
+)
+
+
 def _more_rows_than(session: Session, run: Run, first: int, last: int, limit: int) -> bool:
     """Does the run hold more than `limit` interval rows in [first, last]? (reads at most limit + 1)"""
-    c = intervals.c
-    rows = select(literal(1)).where(c.run_pk == run.id, c.interval.between(first, last)).limit(limit + 1).subquery()
-    return (session.scalar(select(func.count()).select_from(rows)) or 0) > limit
+    found = session.scalar(_ROWS_UP_TO, {"run_pk": run.id, "first": first, "last": last, "limit": limit + 1})
+    return (found or 0) > limit
 
 
 Tiling = dict[int, Sequence[int]]  # level -> its blocks, in the order the tiles meet them
@@ -263,13 +285,15 @@ def _channel_series(
     return losses, {name: tokens[name].tolist() for name in names}
 
 
+_WALL_ORIGIN = select(func.min(rollups.c.wall_start_min)).where(
+    rollups.c.run_pk == bindparam("run_pk"), rollups.c.level == ROLLUP_LEVELS[-1]
+)
+
+
 def wall_origin(session: Session, run: Run) -> float | None:
     """Unix time of the run's first interval start: the earliest start of its top-level blocks
     (one block per 4^10 intervals, so a handful of rows)."""
-    top = ROLLUP_LEVELS[-1]
-    found = session.scalar(
-        select(func.min(rollups.c.wall_start_min)).where(rollups.c.run_pk == run.id, rollups.c.level == top)
-    )
+    found = session.scalar(_WALL_ORIGIN, {"run_pk": run.id})
     return None if found is None else float(found)
 
 
