@@ -28,10 +28,10 @@ import secrets
 import socket
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
-from typing import Protocol
+from typing import Any, Protocol
 
 from sqlalchemy import Engine
 
@@ -73,10 +73,6 @@ class LiveHub:
     def pushes(self) -> bool:
         return self.transport.pushes
 
-    @property
-    def told_by_ingest(self) -> bool:
-        return self.transport.told_by_ingest
-
     async def start(self) -> None:
         """Start the transport (once: the app's lifespan may be entered again, as by schemathesis)."""
         self._starts += 1
@@ -91,12 +87,22 @@ class LiveHub:
 
     def publish(self, run_id: str) -> None:
         """After a commit that changed `run_id`'s intervals (or removed the run); from any thread."""
+        self._in_loop(self.transport.publish, run_id)
+
+    def stored(self, run_id: str) -> None:
+        """After a commit that stored new intervals of `run_id`: published, unless the batch's own
+        transaction told every process already (PostgreSQL)."""
+        if not self.transport.told_by_ingest:
+            self.publish(run_id)
+
+    def _in_loop(self, call: Callable[[Any], None], argument: Any) -> None:
+        """`call(argument)` in the transport's event loop, from any thread."""
         if self.loop is None or self.loop.is_closed():
             return  # not serving (an app used without its lifespan): nobody listens
         if _running_loop() is self.loop:
-            self.transport.publish(run_id)
+            call(argument)
         else:
-            self.loop.call_soon_threadsafe(self.transport.publish, run_id)
+            self.loop.call_soon_threadsafe(call, argument)
 
     @contextmanager
     def subscribe(self, run_id: str) -> Iterator[asyncio.Event]:
@@ -105,7 +111,7 @@ class LiveHub:
         first = not self._waiting
         self._waiting.setdefault(run_id, set()).add(entry)
         if first:
-            self._tell_streams_open(True)
+            self._in_loop(self.transport.streams_open, True)
         try:
             yield entry[0]
         finally:
@@ -115,15 +121,7 @@ class LiveHub:
                 if not waiting:
                     del self._waiting[run_id]
             if not self._waiting:
-                self._tell_streams_open(False)
-
-    def _tell_streams_open(self, any_open: bool) -> None:
-        if self.loop is None or self.loop.is_closed():
-            return
-        if _running_loop() is self.loop:
-            self.transport.streams_open(any_open)
-        else:
-            self.loop.call_soon_threadsafe(self.transport.streams_open, any_open)
+                self._in_loop(self.transport.streams_open, False)
 
     def has_streams(self) -> bool:
         return bool(self._waiting)

@@ -225,9 +225,8 @@ async def post_intervals(run_id: RunIdPath, request: Request) -> Response:
     result = await request.app.state.batches.submit((run_id, parsed))
     if result is None:
         raise await run_in_threadpool(_missing_run, request.app.state.sessionmaker, run_id)
-    live = request.app.state.live
-    if result.accepted and not live.told_by_ingest:
-        live.publish(run_id)  # committed: the run's open pages are told now
+    if result.accepted:
+        request.app.state.live.stored(run_id)  # committed: the run's open pages are told now
     # `ignored` only when the batch held fields the record does not know
     return Response(result.model_dump_json(exclude_defaults=True), media_type="application/json")
 
