@@ -230,15 +230,6 @@ class IntervalAccumulator:
         if self.chunk is not None:
             h.add(f"chunk_sq_sum_{view}", rows * chunk_sq(length, self.chunk))
 
-    def reset(self) -> None:
-        self._vision_tables = {}
-        self._cu.clear()
-        self._tokens.clear()
-        self._held_slots = 0
-        self._partial = None
-        self.host = HostCounts()
-        self.kinds = set()
-
 
 def _cat(tensors: list[torch.Tensor]) -> torch.Tensor:
     return torch.cat(tensors) if len(tensors) > 1 else tensors[0]

@@ -13,6 +13,12 @@ Non-logging steps cost two CUDA event records, a few list appends and no host sy
 are reduced on the device and copied to pinned host memory with one non-blocking copy; the
 record is built once that copy's event and the steps' timing events have completed, as seen by
 polling on the steps after the boundary, so the trainer never waits for the agent.
+
+A trainer that synchronizes every step (the Hugging Face Trainer checks each micro-batch's loss
+for NaN) leaves the GPU idle while its step ends, so work done there lengthens the step. An
+integration for such a trainer sets ``defer_boundary``: ``step_end`` then only takes the
+interval's host facts, and the reduction runs at ``finish_boundary()``, which the integration
+calls when the GPU has work queued (after the next step's first forward).
 """
 
 from __future__ import annotations
@@ -66,6 +72,26 @@ def make_run_id(name: str) -> str:
 
 
 @dataclass
+class _EndedInterval:
+    """An interval whose last step has ended: its host facts, taken at the boundary, and what its
+    device statistics are reduced from (``Agent._reduce_interval``)."""
+
+    index: int
+    first_step: int
+    last_step: int
+    acc: IntervalAccumulator
+    losses: list[torch.Tensor]
+    grad_norm: torch.Tensor | None
+    channel_sums: list[torch.Tensor]
+    lr: float | None
+    syncs: int
+    sync_sites: dict[str, int]
+    gpu: dict[str, float] | None
+    wall_start: float
+    wall_end: float
+
+
+@dataclass
 class _PendingInterval:
     index: int
     first_step: int
@@ -115,7 +141,7 @@ class Agent:
 
         self.step = config.start_step
         self.records: deque[dict] = deque(maxlen=1000)  # recent records, also without a server
-        self._acc = IntervalAccumulator(window=model.window, chunk=model.chunk, vision=model.vision)
+        self._acc = self._new_accumulator()
         self._timer = StepTimer(self.device)
         self._times: deque[StepTime] = deque()
         self._inflight: deque[_PendingInterval] = deque()
@@ -131,6 +157,10 @@ class Agent:
         # (integrations/batches.PendingSteps) sets this: each boundary, and close, calls it
         # first, so every micro-batch of the interval is observed before its counts are reduced.
         self.before_boundary: Callable[[], None] | None = None
+        # An integration whose trainer leaves the GPU idle when its steps end sets this and calls
+        # finish_boundary() once the GPU has work queued (the module docstring says why).
+        self.defer_boundary = False
+        self._ended: _EndedInterval | None = None  # ended by step_end, not yet reduced
         self._grad_norm: torch.Tensor | None = None
         self._channel_sums: list[torch.Tensor] = []  # per step: (channels, 2) loss sums and token counts
         self._channel_names: tuple[str, ...] = ()
@@ -305,6 +335,7 @@ class Agent:
         token count per channel for this step; the record gets each named channel's mean over
         the interval (``channel_names``, given once or every step; default ch0, ch1, ...)."""
         self._timer.end()
+        self.finish_boundary()  # at the latest: its kept micro-batches must not meet this step's
         # Device tensors are kept as they are (reading them would synchronize); Python floats
         # become device scalars with fill_, which, unlike torch.tensor(x, device=...), is no copy.
         if loss is not None:
@@ -339,38 +370,69 @@ class Agent:
 
     # -- log boundary: each step of an interval's life has its own function ------------------
     def _close_interval(self) -> None:
-        """Start the interval's trip to the host without waiting for it, then open the next one."""
-        if self.before_boundary is not None:
-            self.before_boundary()
-        counts, host_counts = self._acc.reduce(self.device), self._acc.host.as_list()
-        self._note_layouts(self._acc.kinds)
-        packed, layout = payload.pack(counts, self._interval_floats(), self.device)
-        buffer, ready = self._copy_to_host(packed)
-        syncs, sites = self._sync_delta()
-        self._inflight.append(_PendingInterval(
-            index=self._interval, first_step=self._first_step, last_step=self.step,
-            host_counts=host_counts, buffer=buffer, layout=layout, ready=ready,
-            lr=self._lr, syncs=syncs, sync_sites=sites, gpu=self.nvml.take() if self.nvml else None,
-            wall_start=self._wall_start or time.time(), wall_end=time.time(),
-        ))  # fmt: skip
-        self._open_next_interval()
+        """End the interval and start its trip to the host without waiting for it; with
+        ``defer_boundary``, the trip starts at finish_boundary()."""
+        ended = self._end_interval()
+        if self.defer_boundary:
+            self._ended = ended
+        else:
+            self._reduce_interval(ended)
 
-    def _interval_floats(self) -> dict[str, torch.Tensor]:
+    def finish_boundary(self) -> None:
+        """Reduce the interval that the last boundary ended, if it is still waiting (only with
+        ``defer_boundary``): the launches of its reduction and copy, no wait. Call it when the
+        GPU has work queued; step_end and close call it too, at the latest."""
+        ended, self._ended = self._ended, None
+        if ended is not None:
+            self._reduce_interval(ended)
+
+    def _end_interval(self) -> _EndedInterval:
+        """The interval's host facts as of its last step (no device op), then the next one opens."""
+        syncs, sites = self._sync_delta()
+        ended = _EndedInterval(
+            index=self._interval, first_step=self._first_step, last_step=self.step, acc=self._acc,
+            losses=self._losses, grad_norm=self._grad_norm, channel_sums=self._channel_sums, lr=self._lr,
+            syncs=syncs, sync_sites=sites, gpu=self.nvml.take() if self.nvml else None,
+            wall_start=self._wall_start or time.time(), wall_end=time.time(),
+        )  # fmt: skip
+        self._open_next_interval()
+        return ended
+
+    def _reduce_interval(self, ended: _EndedInterval) -> None:
+        """Its device statistics reduced, packed and copied to pinned memory without blocking."""
+        if self.before_boundary is not None:
+            # The integration's kept micro-batches are the ended interval's: count them there.
+            current, self._acc = self._acc, ended.acc
+            try:
+                self.before_boundary()
+            finally:
+                self._acc = current
+        counts, host_counts = ended.acc.reduce(self.device), ended.acc.host.as_list()
+        self._note_layouts(ended.acc.kinds)
+        packed, layout = payload.pack(counts, self._interval_floats(ended), self.device)
+        buffer, ready = self._copy_to_host(packed)
+        self._inflight.append(_PendingInterval(
+            index=ended.index, first_step=ended.first_step, last_step=ended.last_step,
+            host_counts=host_counts, buffer=buffer, layout=layout, ready=ready,
+            lr=ended.lr, syncs=ended.syncs, sync_sites=ended.sync_sites, gpu=ended.gpu,
+            wall_start=ended.wall_start, wall_end=ended.wall_end,
+        ))  # fmt: skip
+
+    def _interval_floats(self, ended: _EndedInterval) -> dict[str, torch.Tensor]:
         floats = {}
         loss = self.interval_loss() if self.interval_loss is not None else None
         if loss is not None:
             floats["loss"] = loss
-        elif self._losses:
-            floats["loss"] = self._mean_loss()
-        if self._grad_norm is not None:
-            floats["grad_norm"] = self._grad_norm
-        if self._channel_sums:
-            sums = [s.to(self.device, torch.float64) for s in self._channel_sums]
+        elif ended.losses:
+            floats["loss"] = self._mean_loss(ended.losses)
+        if ended.grad_norm is not None:
+            floats["grad_norm"] = ended.grad_norm
+        if ended.channel_sums:
+            sums = [s.to(self.device, torch.float64) for s in ended.channel_sums]
             floats["channel_loss"] = torch.stack(sums).sum(0)
         return floats
 
-    def _mean_loss(self) -> torch.Tensor:
-        losses = self._losses
+    def _mean_loss(self, losses: list[torch.Tensor]) -> torch.Tensor:
         if all(loss.device == self.device and loss.dim() == 0 for loss in losses):
             return torch.stack(losses).to(torch.float64).mean()  # three kernels, whatever the count
         return torch.stack([loss.reshape(()).to(self.device, torch.float64) for loss in losses]).mean()
@@ -393,11 +455,14 @@ class Agent:
         delta = {site: n - base_sites.get(site, 0) for site, n in sites.items() if n > base_sites.get(site, 0)}
         return total - base_total, delta
 
+    def _new_accumulator(self) -> IntervalAccumulator:
+        return IntervalAccumulator(window=self.model.window, chunk=self.model.chunk, vision=self.model.vision)
+
     def _open_next_interval(self) -> None:
         self._interval += 1
         self._first_step = self.step + 1
         self._last_step = self.step + self.config.log_every
-        self._acc.reset()
+        self._acc = self._new_accumulator()  # the ended interval keeps its own until reduced
         self._losses = []
         self._grad_norm = None
         self._channel_sums = []
@@ -551,8 +616,9 @@ class Agent:
         self.syncs.uninstall()  # the waits below are ours, not the trainer's
         if self.nvml is not None:
             self.nvml.close()
+        self.finish_boundary()
         if self.step >= self._first_step:
-            self._close_interval()
+            self._reduce_interval(self._end_interval())
         self._times.extend(self._timer.drain())
         for p in list(self._inflight):
             if p.ready is not None:

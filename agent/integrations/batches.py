@@ -100,17 +100,24 @@ class PendingSteps(Generic[T]):
     the same, since the agent sums an interval's micro-batches in any order, as long as they are
     observed before its boundary."""
 
-    def __init__(self, observe_step: Callable[[T], None]) -> None:
+    def __init__(self, observe_step: Callable[[T], None], *, observe_full_at_step_end: bool = True) -> None:
         self._observe_step = observe_step
+        # False: the integration observes a full store itself (`full`), at a moment the GPU is busy.
+        self._observe_full_at_step_end = observe_full_at_step_end
         self._steps: list[T] = []
         self._kept = 0  # micro-batches in _steps
         self._observed = False  # a step with micro-batches has been observed: they are readable
         self.heavy = False  # the open step holds a large tensor (HEAVY_KEYS)
 
+    @property
+    def full(self) -> bool:
+        """PENDING_FORWARDS micro-batches are kept: observe them."""
+        return self._kept >= PENDING_FORWARDS
+
     def end_step(self, step: T, micro_batches: int) -> None:
         self._steps.append(step)
         self._kept += micro_batches
-        if self.heavy or self._kept >= PENDING_FORWARDS or not self._observed:
+        if self.heavy or (self.full and self._observe_full_at_step_end) or not self._observed:
             self._observed = self._observed or self._kept > 0
             self.observe()
 

@@ -19,11 +19,17 @@
 
 What a step costs: one forward hook keeps a reference to each training forward's arguments and
 loss; the steps' forwards are read (their batch form, labels, num_items_in_batch) in one loop
-at the log boundary, or once 16 micro-batches are kept (``batches.PendingSteps``; at once for a
-batch with ``inputs_embeds`` or images), and the interval's document lengths and loss are
+once an interval has ended, or once 16 micro-batches are kept (``batches.PendingSteps``; at once
+for a batch with ``inputs_embeds`` or images), and the interval's document lengths and loss are
 computed there too, all of its micro-batches together (``integrations/losses.py``). No kernel
 runs on an ordinary step. So, as for cu_seqlens batches, the Trainer's tensors must not be
 modified in place before the interval ends (its fresh batches never are).
+
+Where that reading runs matters more than what it costs. The Trainer reads every micro-batch's
+loss back (its NaN/Inf check), so when a step ends the GPU is idle and any host work there adds
+to the step: 1.5–3.3 ms on the steps that read (docs/BENCHMARKS.md, issue 21). The reading and
+the interval's reduction (``Agent.defer_boundary``) run instead in the forward hook of the next
+training forward, when the GPU has that forward's kernels queued.
 
 The host syncs that the agent reports are the Trainer's own (e.g. its NaN/Inf check of every
 micro-batch's loss with ``logging_nan_inf_filter``): a finding, not the agent's doing.
@@ -70,7 +76,8 @@ class PackscopeCallback(TrainerCallback):
         self._hooks: list[torch.utils.hooks.RemovableHandle] = []
         self._losses = TokenWeightedLoss()  # the micro-batches' losses, by reference until the boundary
         self._forwards: list[Forward] = []  # this step's training forwards
-        self._pending = PendingSteps[list[Forward]](self._observe_step)  # the ended steps' forwards, until observed
+        # The ended steps' forwards, until observed (in the next forward's hook, once 16 are kept).
+        self._pending = PendingSteps[list[Forward]](self._observe_step, observe_full_at_step_end=False)
         self._lr: float | None = None
         self._warned_unknown = False
 
@@ -95,6 +102,7 @@ class PackscopeCallback(TrainerCallback):
         self.agent.announce()
         self.agent.interval_loss = self._losses.interval_mean
         self.agent.before_boundary = self._pending.observe
+        self.agent.defer_boundary = True  # reduced in the next forward's hook (_keep_forward)
         self.attach(model)
 
     def attach(self, model: torch.nn.Module) -> None:
@@ -124,6 +132,7 @@ class PackscopeCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         agent = self._running()
+        agent.finish_boundary()  # a step without a training forward: the last interval's steps first
         self._pending.end_step(self._forwards, len(self._forwards))
         self._forwards = []
         agent.step_end(lr=self._lr)  # a boundary observes the kept steps first (before_boundary)
@@ -134,6 +143,10 @@ class PackscopeCallback(TrainerCallback):
     # loop for many micro-batches (PendingSteps) instead of between the Trainer's forwards.
     def _keep_forward(self, module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
         if module.training and torch.is_grad_enabled():  # not evaluation, nor a metrics-only forward
+            # The GPU has this forward's kernels queued: the deferred reading costs the step nothing.
+            self._running().finish_boundary()
+            if self._pending.full:
+                self._pending.observe()
             loss = getattr(output, "loss", None)  # not the output: its logits
             # Detached now: kept past the backward, the loss would hold its graph's nodes.
             self._forwards.append((args, kwargs, loss.detach() if isinstance(loss, torch.Tensor) else None))

@@ -73,6 +73,68 @@ def test_steps_between_boundaries_poll_nothing():
     assert [r["first_step"] for r in agent.records] == [1, 6, 11]
 
 
+COUNTED = ("interval", "first_step", "last_step", "steps", "tokens", "real_tokens", "packs", "documents",
+           "seqlen_sq_sum_bshd", "seqlen_sq_sum_thd", "histograms", "loss", "lr", "grad_norm")  # fmt: skip
+
+
+def run_kept_steps(agent, steps, hook_finishes):
+    """An integration's pattern (integrations/hf.py): each step's batch is kept by reference when
+    the step ends and observed at the boundary (before_boundary); with defer_boundary the
+    integration finishes the ended interval in the next step's first forward (`hook_finishes`),
+    or, at the latest, before it keeps the next step's batch."""
+    kept = []
+
+    def observe_kept():
+        for cu in kept:
+            agent.observe_batch(cu_seqlens=cu, shape=(1, 512))
+        kept.clear()
+
+    agent.before_boundary = observe_kept
+    for i in range(steps):
+        agent.step_begin()
+        if hook_finishes:
+            agent.finish_boundary()
+        agent.finish_boundary()  # the step's end: the last interval's batches before this one's
+        kept.append(torch.tensor([0, 10 + 7 * i, 100 + i, 512]))
+        agent.step_end(loss=torch.tensor(3.0 - 0.1 * i), lr=1e-3 * (i + 1), grad_norm=float(i))
+    agent.close()
+    return [{key: r[key] for key in COUNTED} for r in agent.records]
+
+
+@pytest.mark.parametrize("hook_finishes", [True, False], ids=["in-the-next-forward", "at-the-next-step-end"])
+def test_a_deferred_boundary_gives_the_records_of_an_immediate_one(hook_finishes):
+    def agent(defer):
+        a = Agent(AgentConfig(log_every=3, count_syncs=False), model=MODEL)
+        a.defer_boundary = defer
+        return a
+
+    immediate = run_kept_steps(agent(False), 9, hook_finishes)
+    deferred = agent(True)
+    records = run_kept_steps(deferred, 9, hook_finishes)  # the last boundary (9) is finished by close
+    assert [(r["first_step"], r["last_step"]) for r in records] == [(1, 3), (4, 6), (7, 9)]
+    assert records == immediate
+    docs = [(10 + 7 * i, 90 - 6 * i, 412 - i) for i in (3, 4, 5)]  # the second interval's steps
+    assert records[1]["documents"] == 9
+    assert records[1]["seqlen_sq_sum_thd"] == sum(d * d for step in docs for d in step)
+
+
+def test_a_deferred_boundary_waits_for_finish_boundary():
+    agent = Agent(AgentConfig(log_every=2, count_syncs=False), model=MODEL)
+    agent.defer_boundary = True
+    for _ in range(2):
+        agent.step_begin()
+        agent.observe_batch(shape=(2, 64))
+        agent.step_end()
+    assert agent._ended is not None and not agent._inflight  # the boundary took host facts only
+    agent.step_begin()
+    agent.finish_boundary()
+    assert agent._ended is None and len(agent._inflight) == 1
+    agent.observe_batch(shape=(1, 64))
+    agent.step_end()
+    agent.close()
+    assert [(r["first_step"], r["last_step"], r["tokens"]) for r in agent.records] == [(1, 2, 256), (3, 3, 64)]
+
+
 def test_float_loss_and_grad_norm_are_accepted():
     agent = Agent(AgentConfig(log_every=2, count_syncs=False), model=MODEL)
     for i in range(2):

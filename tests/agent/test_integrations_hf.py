@@ -221,7 +221,9 @@ def test_eval_forwards_are_not_counted():
 
 
 def test_ordinary_steps_read_nothing_back(monkeypatch):
-    """No .item()/.tolist()/bool()/float() on a tensor from agent code, except at a log boundary."""
+    """No .item()/.tolist()/bool()/float() on a tensor from agent code, except where an interval's
+    host copy is read: the step after its boundary (the boundary of step 3 is reduced in step 4's
+    first forward, its copy read when step 4 ends) and close."""
     reads: list[tuple[int, str]] = []
     cb = PackscopeCallback(run_name="no-reads", log_every=3)
 
@@ -243,7 +245,7 @@ def test_ordinary_steps_read_nothing_back(monkeypatch):
     monkeypatch.undo()
     assert len(cb.agent.records) == 2
     assert reads, "the spy saw no read at all: it would not see one on an ordinary step either"
-    assert {step for step, _ in reads} <= {3, 5}, reads  # boundaries (3) and close (5) only
+    assert {step for step, _ in reads} <= {4, 5}, reads  # the boundary's copy (4) and close (5) only
 
 
 # -- TRL SFTTrainer ---------------------------------------------------------------------------
@@ -346,26 +348,36 @@ class CountOps(TorchDispatchMode):
     ids=["position_ids", "cu_seqlens", "attention_mask"],
 )
 def test_an_ordinary_step_runs_no_op_in_the_callback(collator, flattens):
-    """Nothing the callback does between log boundaries launches a kernel: every hook and
-    callback method runs under an op counter, for each batch form."""
+    """Nothing the callback does between log boundaries launches a kernel, and the boundary's
+    chain runs in the next step's first forward hook (the GPU busy), not when the boundary step
+    ends (the GPU idle after the Trainer's NaN check): every hook and callback method runs under
+    an op counter, for each batch form."""
     cb = PackscopeCallback(run_name="no-ops", log_every=3)
-    ops: dict[int, int] = {}
+    ops: dict[tuple[int, str], int] = {}
+    forwards: list[int] = []  # the agent's step of each training forward, in order
 
-    def counted(fn):
+    def counted(fn, name):
         def call(*args, **kwargs):
             with CountOps() as counter:
                 out = fn(*args, **kwargs)
             step = cb.agent.step if cb.agent is not None else 0
-            ops[step] = ops.get(step, 0) + counter.count
+            where = name
+            if name == "_keep_forward":  # which of the step's forwards
+                forwards.append(step)
+                where = f"{name} {forwards.count(step)}"
+            if counter.count:
+                ops[step, where] = ops.get((step, where), 0) + counter.count
             return out
 
         return call
 
     for name in ("on_step_begin", "on_optimizer_step", "on_step_end", "_keep_forward"):
-        setattr(cb, name, counted(getattr(cb, name)))
+        setattr(cb, name, counted(getattr(cb, name), name))
     recorded = Recorded(collator, flattens=flattens)
     train(tiny_model("qwen2"), recorded, steps=5, callback=cb, train_dataset=dataset())
-    assert {step for step, n in ops.items() if n} == {3}, ops  # the boundary's one chain, nothing else
+    # The boundary's one chain, in the first of step 4's two forwards, and nothing else.
+    assert list(ops) == [(4, "_keep_forward 1")], ops
+    assert forwards.count(4) == 2
     check_intervals(list(cb.agent.records), recorded, cb.agent.model, accumulation=2, log_every=3, steps=5)
 
 

@@ -53,3 +53,19 @@ def test_steps_without_micro_batches_do_not_count_as_the_first_observed():
     pending.end_step("empty", 0)
     pending.end_step("step 2", 2)
     assert seen == ["empty", "step 2"]  # the first with micro-batches is still observed at once
+
+
+def test_a_full_store_can_be_left_to_the_caller():
+    """The HF callback observes a full store in its next forward hook (the GPU busy), not when
+    the step ends (observe_full_at_step_end=False); the first and heavy steps still go at once."""
+    seen: list[str] = []
+    pending = PendingSteps[str](seen.append, observe_full_at_step_end=False)
+    pending.end_step("first", 1)
+    for n in range(PENDING_FORWARDS):
+        pending.end_step(f"step {n}", 1)
+    assert pending.full and seen == ["first"]
+    pending.observe()
+    assert not pending.full and len(seen) == 1 + PENDING_FORWARDS
+    pending.heavy = True
+    pending.end_step("heavy", 1)
+    assert seen[-1] == "heavy"
