@@ -27,7 +27,7 @@ modified in place before the interval ends (its fresh batches never are).
 
 Where that reading runs matters more than what it costs. The Trainer reads every micro-batch's
 loss back (its NaN/Inf check), so when a step ends the GPU is idle and any host work there adds
-to the step: 1.5–3.3 ms on the steps that read (docs/BENCHMARKS.md, issue 21). The reading and
+to the step: 1.5 to 3.3 ms on the steps that read (docs/BENCHMARKS.md, issue 21). The reading and
 the interval's reduction (``Agent.defer_boundary``) run instead in the forward hook of the next
 training forward, when the GPU has that forward's kernels queued.
 
