@@ -46,6 +46,7 @@ import random
 import statistics
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -500,6 +501,9 @@ def step_time_ratio(
         "agent_records": len(records),
         "agent_reported_syncs_per_step": sum(r["syncs"]["total"] for r in records)
         / max(1, sum(r["steps"] for r in records)),
+        "agent_reported_sync_sites": dict(
+            sum((Counter({s["site"]: s["count"] for s in r["syncs"]["sites"]}) for r in records), Counter())
+        ),
         "steps_ms": [[mode, round(1e3 * r[mode], 4), reads[k][mode]] for k, r in enumerate(by_round) for mode in modes],
     }
     for variant in variants:
