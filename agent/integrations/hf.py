@@ -143,7 +143,8 @@ class PackscopeCallback(TrainerCallback):
     # loop for many micro-batches (PendingSteps) instead of between the Trainer's forwards.
     def _keep_forward(self, module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
         if module.training and torch.is_grad_enabled():  # not evaluation, nor a metrics-only forward
-            # The GPU has this forward's kernels queued: the deferred reading costs the step nothing.
+            # The GPU has this forward's kernels queued: the deferred reading runs beside them, not in
+            # the idle gap after the Trainer's NaN check (module docstring).
             self._running().finish_boundary()
             if self._pending.full:
                 self._pending.observe()
