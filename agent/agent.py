@@ -72,17 +72,12 @@ def make_run_id(name: str) -> str:
 
 
 @dataclass
-class _EndedInterval:
-    """An interval whose last step has ended: its host facts, taken at the boundary, and what its
-    device statistics are reduced from (``Agent._reduce_interval``)."""
+class _IntervalFacts:
+    """What the host knows of an interval when its last step ends (no device value)."""
 
     index: int
     first_step: int
     last_step: int
-    acc: IntervalAccumulator
-    losses: list[torch.Tensor]
-    grad_norm: torch.Tensor | None
-    channel_sums: list[torch.Tensor]
     lr: float | None
     syncs: int
     sync_sites: dict[str, int]
@@ -92,20 +87,25 @@ class _EndedInterval:
 
 
 @dataclass
+class _EndedInterval:
+    """An ended interval and what its device statistics are reduced from (``Agent._reduce_interval``)."""
+
+    facts: _IntervalFacts
+    acc: IntervalAccumulator
+    losses: list[torch.Tensor]
+    grad_norm: torch.Tensor | None
+    channel_sums: list[torch.Tensor]
+
+
+@dataclass
 class _PendingInterval:
-    index: int
-    first_step: int
-    last_step: int
+    """A reduced interval on its way to the host."""
+
+    facts: _IntervalFacts
     host_counts: list[int]
     buffer: torch.Tensor  # pinned host copy of the packed payload (agent/payload.py)
     layout: payload.Layout
     ready: torch.Event | None  # the copy's completion; None on CPU, where it is synchronous
-    lr: float | None
-    syncs: int
-    sync_sites: dict[str, int]
-    gpu: dict[str, float] | None
-    wall_start: float
-    wall_end: float
 
 
 class Agent:
@@ -389,12 +389,12 @@ class Agent:
     def _end_interval(self) -> _EndedInterval:
         """The interval's host facts as of its last step (no device op), then the next one opens."""
         syncs, sites = self._sync_delta()
-        ended = _EndedInterval(
-            index=self._interval, first_step=self._first_step, last_step=self.step, acc=self._acc,
-            losses=self._losses, grad_norm=self._grad_norm, channel_sums=self._channel_sums, lr=self._lr,
+        facts = _IntervalFacts(
+            index=self._interval, first_step=self._first_step, last_step=self.step, lr=self._lr,
             syncs=syncs, sync_sites=sites, gpu=self.nvml.take() if self.nvml else None,
             wall_start=self._wall_start or time.time(), wall_end=time.time(),
         )  # fmt: skip
+        ended = _EndedInterval(facts, self._acc, self._losses, self._grad_norm, self._channel_sums)
         self._open_next_interval()
         return ended
 
@@ -411,12 +411,7 @@ class Agent:
         self._note_layouts(ended.acc.kinds)
         packed, layout = payload.pack(counts, self._interval_floats(ended), self.device)
         buffer, ready = self._copy_to_host(packed)
-        self._inflight.append(_PendingInterval(
-            index=ended.index, first_step=ended.first_step, last_step=ended.last_step,
-            host_counts=host_counts, buffer=buffer, layout=layout, ready=ready,
-            lr=ended.lr, syncs=ended.syncs, sync_sites=ended.sync_sites, gpu=ended.gpu,
-            wall_start=ended.wall_start, wall_end=ended.wall_end,
-        ))  # fmt: skip
+        self._inflight.append(_PendingInterval(ended.facts, host_counts, buffer, layout, ready))
 
     def _interval_floats(self, ended: _EndedInterval) -> dict[str, torch.Tensor]:
         floats = {}
@@ -472,16 +467,16 @@ class Agent:
         self._times.extend(self._timer.poll())
         while self._inflight:
             p = self._inflight[0]
-            timed = self._times and self._times[-1].step >= p.last_step
+            timed = self._times and self._times[-1].step >= p.facts.last_step
             if not timed or (p.ready is not None and not p.ready.query()):
                 return
             self._inflight.popleft()
             self._emit(p)
 
     def _emit(self, p: _PendingInterval) -> None:
-        steps = [self._times.popleft() for _ in range(p.last_step - p.first_step + 1)]
+        steps = [self._times.popleft() for _ in range(p.facts.last_step - p.facts.first_step + 1)]
         counts, floats = payload.unpack(p.buffer, p.layout)  # host memory, already complete
-        record = self._record(p, steps, decode(counts, p.host_counts), floats)
+        record = self._record(p.facts, steps, decode(counts, p.host_counts), floats)
         found = problems(counts)
         if found:
             self._refuse(record, found)
@@ -559,7 +554,7 @@ class Agent:
         if self.sender is not None:
             self.sender.contact.update(status="running")
 
-    def _record(self, p: _PendingInterval, steps: list[StepTime], stats: dict, floats: dict[str, Any]) -> dict:
+    def _record(self, p: _IntervalFacts, steps: list[StepTime], stats: dict, floats: dict[str, Any]) -> dict:
         """The wire record (docs/wire.md; its fields are packscope.core.catalogue.FIELDS)."""
         durations = sorted(s.gpu_s for s in steps)
         n = len(steps)
