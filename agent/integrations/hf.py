@@ -25,11 +25,11 @@ computed there too, all of its micro-batches together (``integrations/losses.py`
 runs on an ordinary step. So, as for cu_seqlens batches, the Trainer's tensors must not be
 modified in place before the interval ends (its fresh batches never are).
 
-Where that reading runs matters more than what it costs. The Trainer reads every micro-batch's
-loss back (its NaN/Inf check), so when a step ends the GPU is idle and any host work there adds
-to the step: 1.5 to 3.3 ms on the steps that read (docs/BENCHMARKS.md, issue 21). The reading and
-the interval's reduction (``Agent.defer_boundary``) run instead in the forward hook of the next
-training forward, when the GPU has that forward's kernels queued.
+Where that reading runs: the Trainer reads every micro-batch's loss back (its NaN/Inf check), so
+when a step ends the GPU is idle and host work there adds to the step. The reading and the
+interval's reduction (``Agent.defer_boundary``) run instead in the forward hook of the next
+training forward, when the GPU has that forward's kernels queued. (On the H200, 2026-12-03, the
+step-time ratio did not move beyond the runs' noise with it: docs/BENCHMARKS.md.)
 
 The host syncs that the agent reports are the Trainer's own (e.g. its NaN/Inf check of every
 micro-batch's loss with ``logging_nan_inf_filter``): a finding, not the agent's doing.
@@ -135,7 +135,7 @@ class PackscopeCallback(TrainerCallback):
         agent.finish_boundary()  # a step without a training forward: the last interval's steps first
         self._pending.end_step(self._forwards, len(self._forwards))
         self._forwards = []
-        agent.step_end(lr=self._lr)  # a boundary observes the kept steps first (before_boundary)
+        agent.step_end(lr=self._lr)  # a boundary takes its host facts; the reading waits for the next forward
 
     # -- every micro-batch: a reference kept, read at the boundary ---------------------------
     # Keeping a forward's arguments holds what the accumulator and the losses keep anyway (the
