@@ -187,12 +187,13 @@ def add_together(connection: Connection, writes: Sequence[tuple[str, Sequence[Se
 
 
 _AT_INTERVAL, _AT_RANK = _WRITTEN["intervals"].index("interval"), _WRITTEN["intervals"].index("rank")
-# A run that gets new records is running, also one marked finished or failed (its records say
-# the trainer is alive; docs/wire.md): set in the statement that touches updated_at anyway.
-_REVIVED = "status = 'running', ended_at = NULL"
+# New records are contact (a running run's liveness reads updated_at), never a status: a run
+# marked finished or failed keeps it. Records that land after the mark were made before it (a
+# batch in flight at SIGTERM, another rank's last interval after rank 0's "finished", a spool
+# synced later: docs/wire.md); a trainer that goes on after all says "running" itself.
 _TOUCH_RUN = {
-    "sqlite": f"UPDATE runs SET updated_at = ?, {_REVIVED} WHERE id = ?",
-    "postgresql": f"UPDATE runs SET updated_at = %s, {_REVIVED} WHERE id = %s",
+    "sqlite": "UPDATE runs SET updated_at = ? WHERE id = ?",
+    "postgresql": "UPDATE runs SET updated_at = %s WHERE id = %s",
 }
 
 
@@ -211,7 +212,7 @@ def _intervals_with_details() -> str:
         "SELECT ins.id, CAST(d.value ->> 2 AS JSON), CAST(d.value ->> 3 AS JSON) "
         "FROM ins JOIN jsonb_array_elements(%s::JSONB) AS d "
         "ON CAST(d.value ->> 0 AS INTEGER) = ins.interval AND CAST(d.value ->> 1 AS INTEGER) = ins.rank), "
-        f"touched AS (UPDATE runs SET updated_at = %s, {_REVIVED} WHERE id = %s AND EXISTS (SELECT FROM ins) "
+        "touched AS (UPDATE runs SET updated_at = %s WHERE id = %s AND EXISTS (SELECT FROM ins) "
         # A data-modifying WITH query runs to completion, its RETURNING included, read or not.
         f"RETURNING pg_notify('{NOTIFY_CHANNEL}', run_id)) "
         "SELECT id, interval, rank FROM ins"
@@ -227,8 +228,7 @@ def insert_intervals(
 ) -> list[Any]:
     """Insert the interval rows (distinct keys) whose (run, interval, rank) is not stored yet, with
     their details (histograms' and sync sites' JSON text, one pair per row), and set the run's
-    updated_at (as the driver binds it) and its status running when any was new; the (id,
-    interval, rank) inserted."""
+    updated_at (as the driver binds it) when any was new; the (id, interval, rank) inserted."""
     database = driver_of(connection)
     if database == "postgresql":
         keyed = [(row[_AT_INTERVAL], row[_AT_RANK], *detail) for row, detail in zip(rows, details, strict=True)]

@@ -1,10 +1,11 @@
-"""Writes that used to be taken silently: to a deleted run (410 Gone until it is created again on
-purpose), to a finished run (stored, and the run is running again), and run bodies too large to
-be a run (413 before they are parsed)."""
+"""Writes that used to be taken silently or wrongly: to a deleted run (410 Gone until it is created
+again on purpose), to a finished or failed run (stored; its status stays), and run bodies too
+large to be a run (413 before they are parsed)."""
 
 from concurrent.futures import ThreadPoolExecutor
 
 import httpx
+import pytest
 
 from packscope.backend.settings import Settings
 from tests.backend.conftest import run_body
@@ -45,18 +46,26 @@ def test_a_deleted_run_id_can_be_created_again_on_purpose(make_client, database_
     assert client.post(RUNS, json=run_body()).status_code == 410  # deleted a second time
 
 
-def test_records_sent_after_a_run_finished_are_stored_and_it_runs_again(make_client, database_url, records):
-    # The issue: records sent after a run was finished were taken silently (it stayed finished).
+@pytest.mark.parametrize("status", ["finished", "failed"])
+def test_records_that_land_after_the_run_ended_are_stored_and_its_status_stays(
+    make_client, database_url, records, status
+):
+    # Records that land after the mark were made before it: rank 1's last interval after rank 0
+    # said "finished", a batch in flight when SIGTERM marked the run failed, a spool synced later.
+    # Stored (nothing lost); the status stays, as would the run's page, instead of running, then
+    # stale and crashed once no heartbeat follows (what reviving the run on records did).
     client = make_client(database_url)
     client.post(RUNS, json=run_body())
-    client.post(BATCH, json={"intervals": records(2)})
-    finished = client.patch(RUN, json={"status": "finished"}).json()
-    assert finished["status"] == "finished" and finished["ended_at"] is not None
-    assert client.post(BATCH, json={"intervals": records(2)}).json()["accepted"] == 0  # a replay: nothing new
-    assert client.get(RUN).json()["status"] == "finished"
-    assert client.post(BATCH, json={"intervals": records(1, start=2)}).json()["accepted"] == 1
+    client.post(BATCH, json={"intervals": records(2, rank=0) + records(1, rank=1)})
+    ended = client.patch(RUN, json={"status": status}).json()
+    assert ended["status"] == status and ended["ended_at"] is not None
+    assert client.post(BATCH, json={"intervals": records(1, start=1, rank=1)}).json()["accepted"] == 1
     run = client.get(RUN).json()
-    assert run["status"] == "running" and run["ended_at"] is None and run["records"] == 3
+    assert run["status"] == status and run["ended_at"] == ended["ended_at"] and run["records"] == 4
+    listed = client.get(RUNS, params={"status": status}).json()
+    assert [r["run_id"] for r in listed["runs"]] == ["run-1"]
+    # A trainer that goes on after all says so itself.
+    assert client.patch(RUN, json={"status": "running"}).json()["status"] == "running"
 
 
 def test_a_run_body_larger_than_any_run_is_refused_before_it_is_parsed(make_client):
