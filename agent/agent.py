@@ -378,6 +378,11 @@ class Agent:
         else:
             self._reduce_interval(ended)
 
+    @property
+    def boundary_waiting(self) -> bool:
+        """An interval has ended and waits for finish_boundary (only with ``defer_boundary``)."""
+        return self._ended is not None
+
     def finish_boundary(self) -> None:
         """Reduce the interval that the last boundary ended, if it is still waiting (only with
         ``defer_boundary``): the launches of its reduction and copy, no wait. Call it when the

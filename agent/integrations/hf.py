@@ -5,7 +5,7 @@
 * The FLOPs model comes from ``model.config`` (``spec_from_hf_config``), unless ``model=`` gives one.
 * One agent step per optimizer step: ``on_step_begin`` / ``on_step_end`` (gradient accumulation
   included). Intervals default to the Trainer's ``logging_steps``.
-* Every training micro-batch is seen by a forward pre-hook on the model, which reads the keyword
+* Every training micro-batch is seen by a forward hook on the model, which keeps the keyword
   arguments the Trainer passes (``batches.observe_kwargs``): ``cu_seq_lens_q`` (TRL padding-free
   and packing, ``DataCollatorWithFlattening(return_flash_attn_kwargs=True)``), ``position_ids``
   (``DataCollatorWithFlattening``), ``attention_mask`` (padded rows) or the tokens' shape.
@@ -80,6 +80,9 @@ class PackscopeCallback(TrainerCallback):
         self._pending = PendingSteps[list[Forward]](self._observe_step, observe_full_at_step_end=False)
         self._lr: float | None = None
         self._warned_unknown = False
+        # Set at a step's end when the next training forward has work to do first (an ended
+        # interval to reduce, a full store to read): the hook reads one flag, not two objects.
+        self._work_waiting = False
 
     # -- training starts and ends --------------------------------------------------------
     def _running(self) -> Agent:
@@ -136,23 +139,30 @@ class PackscopeCallback(TrainerCallback):
         self._pending.end_step(self._forwards, len(self._forwards))
         self._forwards = []
         agent.step_end(lr=self._lr)  # a boundary takes its host facts; the reading waits for the next forward
+        self._work_waiting = agent.boundary_waiting or self._pending.full
 
     # -- every micro-batch: a reference kept, read at the boundary ---------------------------
     # Keeping a forward's arguments holds what the accumulator and the losses keep anyway (the
     # positions, the labels) and the token ids; the Python work of reading them runs in one warm
     # loop for many micro-batches (PendingSteps) instead of between the Trainer's forwards.
     def _keep_forward(self, module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> None:
-        if module.training and torch.is_grad_enabled():  # not evaluation, nor a metrics-only forward
-            # The GPU has this forward's kernels queued: the deferred reading runs beside them, not in
-            # the idle gap after the Trainer's NaN check (module docstring).
-            self._running().finish_boundary()
-            if self._pending.full:
-                self._pending.observe()
-            loss = getattr(output, "loss", None)  # not the output: its logits
-            # Detached now: kept past the backward, the loss would hold its graph's nodes.
-            self._forwards.append((args, kwargs, loss.detach() if isinstance(loss, torch.Tensor) else None))
-            if not self._pending.heavy and not HEAVY_KEYS.isdisjoint(kwargs):
-                self._pending.heavy = True  # not kept past its step
+        if not (module.training and torch.is_grad_enabled()):  # evaluation, a metrics-only forward
+            return
+        if self._work_waiting:
+            self._do_waiting_work()
+        loss = getattr(output, "loss", None)  # not the output: its logits
+        # Detached now: a forward without a backward would hold its graph, activations and all.
+        self._forwards.append((args, kwargs, loss.detach() if isinstance(loss, torch.Tensor) else None))
+        if not self._pending.heavy and not HEAVY_KEYS.isdisjoint(kwargs):
+            self._pending.heavy = True  # not kept past its step
+
+    def _do_waiting_work(self) -> None:
+        # The GPU has this forward's kernels queued: the deferred reading runs beside them, not in
+        # the idle gap after the Trainer's NaN check (module docstring).
+        self._work_waiting = False
+        self._running().finish_boundary()
+        if self._pending.full:
+            self._pending.observe()
 
     def _observe_step(self, forwards: list[Forward]) -> None:
         agent = self._running()
