@@ -22,6 +22,9 @@
 #                                     # RATIO_INTEGRATIONS, ROUNDS, HOST_STEPS pick less, VARIANTS others, RATIO_SEEDS="0 1 2"
 #                                     # one ratio run per seed; BEFORE_ROOT=DIR adds the same for the
 #                                     # packscope tree in DIR: git archive <commit> agent packscope | tar -x -C DIR)
+#   bash bench/gpu_session.sh gaps    # bench/step_gaps.py: the HF callback's switched steps under
+#                                     # torch.profiler, where an on-step's extra GPU time sits, gap by gap (ROUNDS,
+#                                     # default 12, VARIANTS, default full,core,hook,methods; SEED; GAPS_TIMEOUT)
 #
 # The device machine has torch but no registry: cupti-python travels as wheels in
 # .whl-cupti130/ and .whl-cupti134/ (13.4 brings its libcupti and pyelftools along); transformers,
@@ -171,8 +174,24 @@ case "${1:-}" in
     done
     python3 bench/integration_overhead.py table "$OUT"/integration_*.json
     ;;
+  gaps)
+    # As for integrations: transformers travels in .whl-integrations/, installed beside the image's packages.
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpus.txt"
+    if ls .whl-integrations/*.whl >/dev/null 2>&1; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+        .whl-integrations/*.whl 2>&1 | tail -3 | tee "$OUT/integrations_install.txt"
+      export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+    fi
+    python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" \
+      | tee -a "$OUT/gpus.txt"
+    timeout "${GAPS_TIMEOUT:-420}" python3 bench/step_gaps.py --rounds "${ROUNDS:-12}" --warmup-rounds 5 \
+      --seed "${SEED:-0}" ${VARIANTS:+--variants "$VARIANTS"} \
+      --out "$OUT/integration_gaps_seed${SEED:-0}.json" > /dev/null 2> "$OUT/integration_gaps_seed${SEED:-0}.err"
+    echo "gaps exit $?"; tail -3 "$OUT/integration_gaps_seed${SEED:-0}.err"
+    python3 bench/step_gaps.py table "$OUT"/integration_gaps_*.json
+    ;;
   *)
-    echo "usage: bash bench/gpu_session.sh tests|fixes|graphs|graphs-compiled|mfu|multi|mixed|window|integrations" >&2
+    echo "usage: bash bench/gpu_session.sh tests|fixes|graphs|graphs-compiled|mfu|multi|mixed|window|integrations|gaps" >&2
     exit 2
     ;;
 esac

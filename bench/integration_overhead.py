@@ -20,7 +20,8 @@ reported apart.
 `ratio` runs one Trainer in rounds of steps, one step a mode, in a seeded fresh order each round:
 "off" (no callback), and each of `--variants`: "full", the callback with the agent's sync counter
 counting (the default agent), and "core", the callback with the counter's debug mode off, so that
-the counter's share is told apart in the same sitting. An "on" step puts the callback's hook on
+the counter's share is told apart in the same sitting; "null" runs nothing, as "off" does (an A/A control:
+its ratio is what the estimator gives when nothing differs). An "on" step puts the callback's hook on
 the model and takes it away after (so it also pays for that); the sync counter stays installed for
 the run, as in a real one, and only its debug mode follows the schedule (`counting_syncs`). Each
 step is timed by CUDA events recorded before the callback's first call and after its last. Each
@@ -29,6 +30,8 @@ variant's ratio to "off" comes with a bootstrap 95% interval over rounds
 inside one process; runs of one sitting differed by more (H200, 2026-12-02), so a figure is the
 range over several runs, each its own process with its own `--seed`.
 On CPU it runs on the host clock with the stand-in: a smoke run of the code path, not a result.
+`bench/step_gaps.py` runs the same schedule under torch.profiler, to place an "on" step's extra
+time on the GPU's timeline.
 `--code-root DIR` imports packscope from another tree (e.g. `git archive <commit> agent packscope
 trainer | tar -x -C DIR`), for before/after runs from one checkout.
 
@@ -432,7 +435,20 @@ def timing_event(device: str) -> Any:
 # callback apart: "methods", its on_* methods without its hook on the model (the agent's steps,
 # no micro-batch kept), and "hook", its hook alone (every forward kept, dropped at the step's end).
 VARIANTS = ("full", "core")
-DIAGNOSTIC_VARIANTS = ("methods", "hook")
+# methods: the callback's on_* methods alone; hook: its hook alone; null: nothing at all, as "off"
+# does, under another name (an A/A control: its ratio is the estimator's own spread and bias).
+DIAGNOSTIC_VARIANTS = ("methods", "hook", "null")
+IDLE_MODES = ("off", "null")  # the modes whose steps run no callback
+
+
+def round_schedule(modes: tuple[str, ...], rounds: int, seed: int) -> list[str]:
+    """Per step: "off", or the variant of the callback it runs; every mode once a round, in a
+    seeded fresh order each round."""
+    rng = random.Random(seed)
+    schedule: list[str] = []
+    for _ in range(rounds):
+        schedule += rng.sample(modes, len(modes))
+    return schedule
 
 
 def step_time_ratio(
@@ -449,11 +465,8 @@ def step_time_ratio(
     sys.path.insert(0, str(Path(__file__).parent))
     from agent_overhead import ratio_estimates
 
-    rng = random.Random(seed)
     modes = ("off", *variants)
-    schedule: list[str] = []  # per step: off, or the variant of the callback it runs
-    for _ in range(warmup_rounds + rounds):
-        schedule += rng.sample(modes, len(modes))  # every mode once a round, in a fresh order
+    schedule = round_schedule(modes, warmup_rounds + rounds, seed)
     model = make_model(model_kind, device)
     events: list[tuple[str, Any, Any, bool]] = []  # per step: mode, its two events, whether it read batches
     host_in_callback: list[tuple[str, float]] = []
@@ -599,7 +612,7 @@ def switched_hf(inner, model, schedule: list[str], events: list, host: list, dev
             self.read = False
             self.interval = getattr(inner.agent, "_interval", 0)
             mode = schedule[self.step]
-            if mode != "off":
+            if mode not in IDLE_MODES:
                 t0 = time.perf_counter()
                 counting_syncs(inner, mode == "full")
                 if mode != "methods":
@@ -609,12 +622,14 @@ def switched_hf(inner, model, schedule: list[str], events: list, host: list, dev
                     self._call("on_step_begin", args, state, control, **kwargs)
 
         def on_optimizer_step(self, args, state, control, **kwargs):
-            if schedule[self.step] not in ("off", "hook"):
+            if schedule[self.step] not in (*IDLE_MODES, "hook"):
                 self._call("on_optimizer_step", args, state, control, **kwargs)
 
         def on_step_end(self, args, state, control, **kwargs):
             mode = schedule[self.step]
-            if mode != "off":
+            if mode == "null":
+                host.append((mode, 0.0))
+            elif mode != "off":
                 if mode != "hook":
                     self._call("on_step_end", args, state, control, **kwargs)
                 t0 = time.perf_counter()
@@ -753,7 +768,8 @@ def main() -> int:
         default=",".join(VARIANTS),
         help="ratio: comma-separated, of full (the default agent: the sync counter counting) and core "
         "(the counter's debug mode off), to tell the counter's share; for hf and trl also methods (the "
-        "callback's on_* methods, no hook) and hook (its hook alone)",
+        "callback's on_* methods, no hook), hook (its hook alone) and null (an A/A control: no callback, "
+        "as off)",
     )
     ap.add_argument("--model", choices=["stand-in", "qwen2-303m"], default=None, help="host: default by device")
     ap.add_argument("--code-root", default=None, help="import packscope from this tree (before/after runs)")
