@@ -22,6 +22,8 @@
 #                                     # RATIO_INTEGRATIONS, ROUNDS, HOST_STEPS pick less, VARIANTS others, RATIO_SEEDS="0 1 2"
 #                                     # one ratio run per seed; BEFORE_ROOT=DIR adds the same for the
 #                                     # packscope tree in DIR: git archive <commit> agent packscope | tar -x -C DIR)
+#   bash bench/gpu_session.sh sync-cost  # bench/sync_cost.py: one sync inside an HF Trainer run, uncounted
+#                                     # and counted (STEPS, default 48)
 #   bash bench/gpu_session.sh gaps    # bench/step_gaps.py: the HF callback's switched steps under
 #                                     # torch.profiler, where an on-step's extra GPU time sits, gap by gap (ROUNDS,
 #                                     # default 12, VARIANTS, default full,core,hook,methods; SEED; GAPS_TIMEOUT)
@@ -190,8 +192,18 @@ case "${1:-}" in
     echo "gaps exit $?"; tail -3 "$OUT/integration_gaps_seed${SEED:-0}.err"
     python3 bench/step_gaps.py table "$OUT"/integration_gaps_*.json
     ;;
+  sync-cost)
+    if ls .whl-integrations/*.whl >/dev/null 2>&1; then
+      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+        .whl-integrations/*.whl 2>&1 | tail -3 | tee "$OUT/integrations_install.txt"
+      export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+    fi
+    timeout "${SYNC_COST_TIMEOUT:-300}" python3 bench/sync_cost.py --steps "${STEPS:-48}" --out "$OUT/sync_cost.json" \
+      2> "$OUT/sync_cost.err" | tail -40
+    echo "sync-cost exit ${PIPESTATUS[0]}"
+    ;;
   *)
-    echo "usage: bash bench/gpu_session.sh tests|fixes|graphs|graphs-compiled|mfu|multi|mixed|window|integrations|gaps" >&2
+    echo "usage: bash bench/gpu_session.sh tests|fixes|graphs|graphs-compiled|mfu|multi|mixed|window|integrations|gaps|sync-cost" >&2
     exit 2
     ;;
 esac
