@@ -50,6 +50,14 @@ if ls .whl-cupti134/cupti_python-*.whl >/dev/null 2>&1; then  # the binding alon
   fi
 fi
 
+install_integration_wheels() {  # transformers, TRL, datasets: .whl-integrations/, beside the image's packages
+  if ls .whl-integrations/*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+      .whl-integrations/*.whl 2>&1 | tail -3 | tee "$OUT/integrations_install.txt"
+    export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+  fi
+}
+
 cupti_probe() {  # which cupti-python and libcupti a process ends up with, and whether it subscribes
   python3 - <<'EOF'
 import logging
@@ -144,11 +152,7 @@ case "${1:-}" in
     # The image has torch, numpy, pyarrow, pandas, accelerate and lightning; transformers, TRL and
     # datasets travel in .whl-integrations/ (bench/integration_wheels.txt), installed beside it.
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpus.txt"
-    if ls .whl-integrations/*.whl >/dev/null 2>&1; then
-      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-        .whl-integrations/*.whl 2>&1 | tail -3 | tee "$OUT/integrations_install.txt"
-      export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
-    fi
+    install_integration_wheels
     python3 -c "import torch, transformers, lightning, pyarrow; print('torch', torch.__version__, 'transformers', \
       transformers.__version__, 'lightning', lightning.__version__, 'pyarrow', pyarrow.__version__)" | tee -a "$OUT/gpus.txt"
     python3 -c "import trl, datasets; print('trl', trl.__version__, 'datasets', datasets.__version__)" 2>&1 \
@@ -177,27 +181,18 @@ case "${1:-}" in
     python3 bench/integration_overhead.py table "$OUT"/integration_*.json
     ;;
   gaps)
-    # As for integrations: transformers travels in .whl-integrations/, installed beside the image's packages.
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpus.txt"
-    if ls .whl-integrations/*.whl >/dev/null 2>&1; then
-      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-        .whl-integrations/*.whl 2>&1 | tail -3 | tee "$OUT/integrations_install.txt"
-      export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
-    fi
+    install_integration_wheels
     python3 -c "import torch, transformers; print('torch', torch.__version__, 'transformers', transformers.__version__)" \
       | tee -a "$OUT/gpus.txt"
     timeout "${GAPS_TIMEOUT:-420}" python3 bench/step_gaps.py --rounds "${ROUNDS:-12}" --warmup-rounds 5 \
       --seed "${SEED:-0}" ${VARIANTS:+--variants "$VARIANTS"} \
       --out "$OUT/integration_gaps_seed${SEED:-0}.json" > /dev/null 2> "$OUT/integration_gaps_seed${SEED:-0}.err"
     echo "gaps exit $?"; tail -3 "$OUT/integration_gaps_seed${SEED:-0}.err"
-    python3 bench/step_gaps.py table "$OUT"/integration_gaps_*.json
+    python3 bench/integration_overhead.py table "$OUT"/integration_gaps_*.json
     ;;
   sync-cost)
-    if ls .whl-integrations/*.whl >/dev/null 2>&1; then
-      python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-        .whl-integrations/*.whl 2>&1 | tail -3 | tee "$OUT/integrations_install.txt"
-      export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
-    fi
+    install_integration_wheels
     timeout "${SYNC_COST_TIMEOUT:-300}" python3 bench/sync_cost.py --steps "${STEPS:-48}" --out "$OUT/sync_cost.json" \
       2> "$OUT/sync_cost.err" | tail -40
     echo "sync-cost exit ${PIPESTATUS[0]}"

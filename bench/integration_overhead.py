@@ -724,11 +724,24 @@ def switched_lightning(inner, schedule: list[str], events: list, host: list, dev
 
 
 # -- the command ---------------------------------------------------------------------------------
+def emit(result: dict[str, Any], out: str | None) -> None:
+    """Print a result as JSON, and write it to `out` too when given (this file's benches and those
+    that import from it)."""
+    text = json.dumps(result, indent=2)
+    print(text)
+    if out:
+        Path(out).write_text(text + "\n")
+
+
 def print_table(path: Path) -> None:
     """One line per integration of a result file."""
     result = json.loads(path.read_text())
     for name, r in result.items():
-        if isinstance(r, dict) and "host_us_per_ordinary_step" in r:
+        if name.startswith("gaps_"):  # bench/step_gaps.py's
+            from step_gaps import print_table as print_gaps
+
+            print_gaps(path, name, r)
+        elif isinstance(r, dict) and "host_us_per_ordinary_step" in r:
             print(
                 f"{path.stem} {name}: {r['host_us_per_ordinary_step'].get('median', 0):.0f} us/step "
                 f"({r['host_us_per_ordinary_step_in_on_methods'].get('median', 0):.0f} in on_* methods, "
@@ -824,10 +837,7 @@ def main() -> int:
             result[f"ratio_{name}"] = step_time_ratio(
                 name, args.rounds, args.warmup_rounds, model, device, variants, args.seed
             )
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    emit(result, args.out)
     return 0
 
 

@@ -19,7 +19,7 @@ error). The profiler's own host work lengthens the host-bound stretches: compare
 one run, not its step times with `ratio`'s.
 
     python bench/step_gaps.py [--rounds 12] [--warmup-rounds 5] [--variants full,core,hook,methods] [--seed 0] [--out F]
-    python bench/step_gaps.py table F...
+    python bench/integration_overhead.py table F...   # a summary
 
 On CPU there are no device activities: it runs the code path and reports step times only.
 Prints one JSON object (and writes it to --out).
@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import bisect
 import itertools
-import json
 import statistics
 import sys
 import time
@@ -44,6 +43,7 @@ from integration_overhead import (
     DIAGNOSTIC_VARIANTS,
     LOG_EVERY,
     VARIANTS,
+    emit,
     flops_spec,
     hf_trainer,
     make_model,
@@ -438,10 +438,9 @@ def step_gaps(
     return result
 
 
-def print_table(path: Path) -> None:
-    """A few lines per result file: the off step, each variant against it, the pooled pairs."""
-    r = json.loads(path.read_text())["gaps_hf"]
-    name = "gaps_hf"
+def print_table(path: Path, name: str, r: dict[str, Any]) -> None:
+    """A few lines for a result (`integration_overhead.py table` calls it for gaps_* entries): the
+    off step, each variant against it, the pooled pairs."""
     off = r["medians_over_ordinary_steps"]["off"]
     print(
         f"{path.stem} {name} off: step {off['step_us'] / 1e3:.2f} ms, "
@@ -469,8 +468,6 @@ def print_table(path: Path) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("mode", nargs="?", choices=["run", "table"], default="run")
-    ap.add_argument("files", nargs="*", help="table: result files to summarise")
     ap.add_argument("--rounds", type=int, default=12, help="timed rounds (one step off, one per variant)")
     ap.add_argument("--warmup-rounds", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0, help="the seed of the rounds' order")
@@ -479,10 +476,6 @@ def main() -> int:
     ap.add_argument("--model", choices=["stand-in", "qwen2-303m"], default=None, help="default by device")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    if args.mode == "table":
-        for path in args.files:
-            print_table(Path(path))
-        return 0
     variants = tuple(args.variants.split(","))
     if not variants or set(variants) - set(known):
         ap.error(f"--variants takes a comma-separated list of {', '.join(known)}")
@@ -498,10 +491,7 @@ def main() -> int:
     }
     print("step gaps: hf ...", file=sys.stderr)
     result["gaps_hf"] = step_gaps(args.rounds, args.warmup_rounds, model, device, variants, args.seed)
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    emit(result, args.out)
     return 0
 
 

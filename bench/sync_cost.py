@@ -26,17 +26,15 @@ Prints one JSON object (and writes it to --out). Needs CUDA.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import threading
 import time
 import warnings
-from pathlib import Path
 from typing import Any
 
 import torch
-from integration_overhead import flops_spec, hf_trainer, make_model
+from integration_overhead import emit, flops_spec, hf_trainer, make_model
 from transformers import TrainerCallback
 
 from packscope.agent.integrations.hf import PackscopeCallback
@@ -120,10 +118,7 @@ def main() -> int:
         "cold_us": {v: figures(s) for v, s in measure.cold.items()},
         "hot_us": {v: figures(s) for v, s in measure.hot.items()},
     }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.out:
-        Path(args.out).write_text(text + "\n")
+    emit(result, args.out)
     return 0
 
 
