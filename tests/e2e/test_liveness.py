@@ -113,9 +113,10 @@ def test_a_run_stopped_with_sigterm_is_failed_at_once(backend, tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert code == -signal.SIGTERM  # the default action still ends the process
+    said = proc.stderr.read() if proc.stderr else ""  # where a failed status request is logged
+    assert code == -signal.SIGTERM, said[-2000:]  # the default action still ends the process
     run = run_of(backend, run_id)
-    assert run["status"] == "failed" and run["ended_at"] is not None
+    assert run["status"] == "failed" and run["ended_at"] is not None, (run, said[-2000:])
     time.sleep(3 * BEAT_S + 0.5)
     assert run_of(backend, run_id)["status"] == "failed"  # a status it set, not silence
     assert listed(backend, "failed") == [run_id] and listed(backend, "stale") == []
