@@ -433,10 +433,9 @@ def timing_event(device: str) -> Any:
 # or the callback alone (the counter installed, its debug mode off): both in one run, so that the
 # counter's share of the callback's cost is told apart in one sitting. Two more take the HF
 # callback apart: "methods", its on_* methods without its hook on the model (the agent's steps,
-# no micro-batch kept), and "hook", its hook alone (every forward kept, dropped at the step's end).
+# no micro-batch kept), and "hook", its hook alone (every forward kept, dropped at the step's end);
+# "null" runs nothing, as "off" does, under another name (an A/A control: the estimator's own spread).
 VARIANTS = ("full", "core")
-# methods: the callback's on_* methods alone; hook: its hook alone; null: nothing at all, as "off"
-# does, under another name (an A/A control: its ratio is the estimator's own spread and bias).
 DIAGNOSTIC_VARIANTS = ("methods", "hook", "null")
 IDLE_MODES = ("off", "null")  # the modes whose steps run no callback
 

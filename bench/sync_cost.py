@@ -14,9 +14,9 @@ of an idle GPU is timed with perf_counter, the variants in turn:
 * ignored: the debug mode on, an "ignore" filter first (torch's warning and CPython's filter
   match, no Python handler at all).
 
-After the last step, the same 300 times each in a loop (hot). On the H200 (2026-12-03) the cold
-extra of counted, no-op and ignored were alike (about 70-80 µs over 177): the cost lies in torch's
-warning path, not in the handler (docs/BENCHMARKS.md).
+After the last step, the same 300 times each in a loop (hot). If counted, no-op and ignored cost
+alike, the price lies in torch's warning path, not in the counter's handler (what the H200 showed:
+docs/BENCHMARKS.md, "H200, 2026-12-03, evening").
 
     python bench/sync_cost.py [--steps 48] [--out F]
 
