@@ -170,10 +170,12 @@ def use_counting_attention(config: Any) -> None:
 def image_features(model: nn.Module, tower: str, inputs: dict[str, Any]) -> torch.Tensor:
     """The tokens the tower hands to the decoder, through the model's own image path."""
     inner = getattr(model, "model", model)  # Llama 4's wrapper holds its parts itself
-    if tower == "llama4":  # its forward applies the projector after get_image_features
+    if tower == "llama4":
         out = inner.get_image_features(inputs["pixel_values"])
-        feats = out.last_hidden_state
-        return inner.multi_modal_projector(feats.view(-1, feats.size(-1)))
+        if out.pooler_output is None:  # transformers < 5.25: its forward applied the projector after
+            feats = out.last_hidden_state
+            return inner.multi_modal_projector(feats.view(-1, feats.size(-1)))
+        return out.pooler_output.reshape(-1, out.pooler_output.shape[-1])  # projected inside, as the others
     if tower == "pixtral" and inputs["pixel_values"].device.type == "meta":
         return _mistral3_features_on_meta(inner, inputs)
     out = inner.get_image_features(**inputs)
