@@ -81,6 +81,7 @@ class _IntervalFacts:
     lr: float | None
     syncs: int
     sync_sites: dict[str, int]
+    syncs_counted: bool  # False: its syncs were not counted (count_syncs_every, or count_syncs off)
     gpu: dict[str, float] | None
     wall_start: float
     wall_end: float
@@ -146,6 +147,7 @@ class Agent:
         self._times: deque[StepTime] = deque()
         self._inflight: deque[_PendingInterval] = deque()
         self._interval = config.start_step // config.log_every
+        self._first_interval = self._interval  # this process's first: sync counting is sampled from it
         self._first_step = config.start_step + 1
         self._last_step = config.start_step + config.log_every  # the interval's boundary step
         self._losses: list[torch.Tensor] = []
@@ -179,6 +181,7 @@ class Agent:
 
                 self.syncs = CuptiSyncCounter()
             self.syncs.install()
+        self.syncs.set_counting(self._syncs_counted_in(self._interval))
 
         self.nvml = None
         if config.sample_gpu and self.device.type == "cuda":
@@ -396,7 +399,8 @@ class Agent:
         syncs, sites = self._sync_delta()
         facts = _IntervalFacts(
             index=self._interval, first_step=self._first_step, last_step=self.step, lr=self._lr,
-            syncs=syncs, sync_sites=sites, gpu=self.nvml.take() if self.nvml else None,
+            syncs=syncs, sync_sites=sites, syncs_counted=self.syncs.counting,
+            gpu=self.nvml.take() if self.nvml else None,
             wall_start=self._wall_start or time.time(), wall_end=time.time(),
         )  # fmt: skip
         ended = _EndedInterval(facts, self._acc, self._losses, self._grad_norm, self._channel_sums)
@@ -455,11 +459,18 @@ class Agent:
         delta = {site: n - base_sites.get(site, 0) for site, n in sites.items() if n > base_sites.get(site, 0)}
         return total - base_total, delta
 
+    def _syncs_counted_in(self, interval: int) -> bool:
+        """Whether an interval's host syncs are counted: with count_syncs, the process's first two
+        (warm-up, then the first steady one), then one in count_syncs_every, the same on every rank."""
+        n = interval - self._first_interval
+        return self.config.count_syncs and (n < 2 or (n - 1) % self.config.count_syncs_every == 0)
+
     def _new_accumulator(self) -> IntervalAccumulator:
         return IntervalAccumulator(window=self.model.window, chunk=self.model.chunk, vision=self.model.vision)
 
     def _open_next_interval(self) -> None:
         self._interval += 1
+        self.syncs.set_counting(self._syncs_counted_in(self._interval))  # host flags only: no device op
         self._first_step = self.step + 1
         self._last_step = self.step + self.config.log_every
         self._acc = self._new_accumulator()  # the ended interval keeps its own until reduced
@@ -582,7 +593,10 @@ class Agent:
             **{key: stats[key] for key in ("tokens", "real_tokens", "packs", "documents")},
             **sums, **vision,
             **{f"flops_{kind}": float(value) for kind, value in flops.items()},
-            "syncs": {"total": p.syncs, "sites": [{"site": s, "count": c} for s, c in top]},
+            "syncs": {
+                "total": p.syncs, "uncounted_steps": 0 if p.syncs_counted else n,
+                "sites": [{"site": s, "count": c} for s, c in top],
+            },
             "histograms": stats["histograms"],
             "loss": floats.get("loss"), "lr": p.lr, "grad_norm": floats.get("grad_norm"), "gpu": p.gpu,
             **self._channel_loss_field(floats),

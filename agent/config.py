@@ -37,6 +37,10 @@ class AgentConfig:
     peak_tflops: float | None = None  # None: looked up from the GPU name (dense bf16)
     parallel: dict[str, int] = field(default_factory=dict)  # dp/tp/pp/cp/ep sizes, for display
     count_syncs: bool = True
+    # Host syncs are counted over one interval in this many (1: every interval), besides the
+    # process's first two: a sync counted in debug mode costs the trainer tens of µs in PyTorch's
+    # warning path (docs/agent.md, "Host syncs"). The records say which steps went uncounted.
+    count_syncs_every: int = 8
     sample_gpu: bool = True  # NVML telemetry when nvidia-ml-py is installed and the device is CUDA
     sync_backend: str = "debug-mode"  # "debug-mode" (default) or "cupti" (exact, optional extra)
     # Delivery (docs/agent.md, "Delivery"): every record is committed to a spool file,
@@ -84,7 +88,14 @@ class AgentConfig:
             raise ValueError(f"log_every must be >= 1, got {self.log_every}")
         if self.sync_backend not in ("debug-mode", "cupti"):
             raise ValueError(f"sync_backend must be 'debug-mode' or 'cupti', got {self.sync_backend!r}")
-        for name in ("spool_max_bytes", "queue_size", "batch_size", "max_attempts", "set_aside_max_attempts"):
+        for name in (
+            "count_syncs_every",
+            "spool_max_bytes",
+            "queue_size",
+            "batch_size",
+            "max_attempts",
+            "set_aside_max_attempts",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         for name in ("request_timeout_s", "retry_s", "retry_max_s", "set_aside_retry_s", "set_aside_max_age_s"):

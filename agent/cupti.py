@@ -72,7 +72,7 @@ class CuptiSyncCounter(SyncCounter):
         self._warned = False
 
     def _callback(self, userdata, domain, cbid, cbdata) -> None:
-        if cbdata.callback_site != self._cupti.ApiCallbackSite.API_ENTER:
+        if not self.counting or cbdata.callback_site != self._cupti.ApiCallbackSite.API_ENTER:
             return
         cbid = int(cbid)
         copy_site, self._last.copy_site = getattr(self._last, "copy_site", None), None
@@ -107,6 +107,9 @@ class CuptiSyncCounter(SyncCounter):
                     exc,
                 )
             return False
+
+    def _counting_switched(self, on: bool) -> None:
+        pass  # the callback reads `counting`: CUPTI itself stays subscribed
 
     def install(self) -> CuptiSyncCounter:
         if self.installed:

@@ -11,6 +11,11 @@ outside packscope.agent, as ``file:line``.
 
 The counter never changes what the program does: other warnings pass through untouched, and
 uninstall restores everything.
+
+Counting can be switched off and on (``set_counting``): the agent counts one interval in a few
+(``AgentConfig.count_syncs_every``), because a sync counted in debug mode costs the trainer tens of
+µs in PyTorch's own warning path (docs/agent.md, "Host syncs"). Off, the debug mode is off too, so
+an uncounted sync costs nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from collections import Counter
 import torch
 
 SYNC_WARNING = "called a synchronizing CUDA operation"
+# torch.cuda.set_sync_debug_mode takes a name or a number; get_sync_debug_mode answers the number.
+_MODE_NUMBER = {"default": 0, "warn": 1, "error": 2, 0: 0, 1: 1, 2: 2}
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _AGENT_DIR = os.path.dirname(__file__)
 _SKIP_DIRS = (_TORCH_DIR, _AGENT_DIR, os.path.dirname(warnings.__file__))
@@ -62,8 +69,11 @@ class SyncCounter:
         self._inside_wrapper = threading.local()
         self._saved: dict = {}
         self.installed = False
+        self.counting = True  # False between set_counting(False) and set_counting(True)
 
     def record(self, site: str) -> None:
+        if not self.counting:
+            return
         with self._lock:
             self.total += 1
             self.sites[site] += 1
@@ -72,9 +82,25 @@ class SyncCounter:
         with self._lock:
             return self.total, Counter(self.sites)
 
+    def set_counting(self, on: bool) -> None:
+        """Count the syncs from now on, or leave them uncounted (and, in debug mode, unflagged)."""
+        if on == self.counting:
+            return
+        self.counting = on
+        if self.installed:
+            self._counting_switched(on)
+
+    def _counting_switched(self, on: bool) -> None:
+        # PyTorch's switch: "warn" while counting, else the mode install() found; a mode the
+        # program has set since is the program's, and stays.
+        found = self._saved["debug_mode"]
+        current, wanted = (found, "warn") if on else ("warn", found)
+        if torch.cuda.get_sync_debug_mode() == _MODE_NUMBER[current]:
+            torch.cuda.set_sync_debug_mode(wanted)
+
     # -- debug-mode warnings -----------------------------------------------------------------
     def _showwarning(self, message, category, filename, lineno, file=None, line=None):
-        if SYNC_WARNING in str(message):
+        if SYNC_WARNING in str(message) and self.counting:
             if not getattr(self._inside_wrapper, "active", False):
                 self.record(caller_site())
             return
@@ -85,7 +111,8 @@ class SyncCounter:
         counter = self
 
         def synchronize(*args, **kwargs):
-            counter.record(caller_site())
+            if counter.counting:
+                counter.record(caller_site())
             # The debug mode may also flag this call; it is counted once, here.
             counter._inside_wrapper.active = True
             try:
@@ -105,7 +132,8 @@ class SyncCounter:
         self._saved["filters"] = list(warnings.filters)
         warnings.filterwarnings("always", message=f".*{SYNC_WARNING}.*")
         warnings.showwarning = self._showwarning
-        torch.cuda.set_sync_debug_mode("warn")
+        if self.counting:
+            torch.cuda.set_sync_debug_mode("warn")
         self._wrap(torch.cuda, "synchronize")
         self._wrap(torch.accelerator, "synchronize")
         self._wrap(torch.cuda.Event, "synchronize")

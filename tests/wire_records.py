@@ -16,6 +16,7 @@ def packed_interval(
     doc_len: int = 512,
     gpu_time_s: float = 0.5,
     syncs_per_step: int = 3,
+    syncs_counted: bool = True,
     loss: float | None = None,
     gpu: dict[str, float] | None = None,
 ) -> dict[str, Any]:
@@ -54,7 +55,9 @@ def packed_interval(
         "flops_bshd": 1.0,  # the agent's own numbers; the server derives every rate from the sums
         "flops_thd": 1.0,
         "flops_useful": 1.0,
-        "syncs": {"total": syncs_per_step * steps, "sites": [{"site": "train.py:88", "count": syncs_per_step * steps}]},
+        "syncs": {"total": syncs_per_step * steps, "sites": [{"site": "train.py:88", "count": syncs_per_step * steps}]}
+        if syncs_counted
+        else {"total": 0, "uncounted_steps": steps, "sites": []},  # an interval the agent's sampling skipped
         "histograms": {"documents": documents, "packs": packs},
         "loss": loss,
     }

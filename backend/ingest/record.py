@@ -285,7 +285,9 @@ def _unencodable(value: Any, loc: Location, known: dict[str, Any] | None) -> Loc
 
 # -- the checks across fields -----------------------------------------------------------------------
 _AT_FIELD = {f.name: i for i, f in enumerate(FIELDS)}
-_SPAN = operator.itemgetter(*(_AT_FIELD[n] for n in ("first_step", "last_step", "steps", "tokens", "real_tokens")))
+_SPAN = operator.itemgetter(
+    *(_AT_FIELD[n] for n in ("first_step", "last_step", "steps", "tokens", "real_tokens", "syncs_uncounted_steps"))
+)
 _WALL = operator.itemgetter(_AT_FIELD["wall_start"], _AT_FIELD["wall_end"])
 # (position in row_values, wire path, lower, upper) of the optional readings, and the position of
 # every float (each nonzero one must be at least FLOAT_MIN in magnitude).
@@ -304,11 +306,13 @@ def _set(record: Any, path: tuple[str, ...], value: Any) -> None:
     setattr(holder, path[-1], value)
 
 
-def _span_problem(first: int, last: int, steps: int, tokens: int, real: int) -> str | None:
+def _span_problem(first: int, last: int, steps: int, tokens: int, real: int, uncounted: int) -> str | None:
     if first > last:
         return f"first_step ({first}) is after last_step ({last})"
     if steps > last - first + 1:
         return f"steps ({steps}) is more than the {last - first + 1} steps from first_step to last_step"
+    if uncounted > steps:
+        return f"syncs.uncounted_steps ({uncounted}) is more than the interval's steps ({steps})"
     if real > tokens:
         return (
             f"real_tokens ({real}) exceeds tokens ({tokens}); tokens counts every slot the model ran, padding included"

@@ -114,6 +114,9 @@ class SyncSitesRead(SyncSites):
     window: Literal["steady", "run"]  # steady: the first interval (warm-up) left out
     first_step: int | None  # the steps the counts cover
     last_step: int | None
+    # The share of those steps whose syncs the agent counted (it counts one interval in a few:
+    # AgentConfig.count_syncs_every); per_iter divides by these steps only.
+    counted_share: float | None
 
 
 class Facet(BaseModel):

@@ -45,10 +45,13 @@ export function layout({ yTitle, metric, yFormat, xTitle = "step", barmode, xTyp
 
 // One series column as a line, named and hover-formatted from its catalogue metric.
 // meta.column names the column it plots, so fill() reads it from any series of columns.
-export function line(column, metric, color, { name = metric.label, dash = "solid", width = 2, rank } = {}) {
+// markers: a dot on every point, for a metric defined at isolated intervals between gaps (syncs,
+// which the agent counts one interval in a few), where a line alone would show nothing.
+export function line(column, metric, color, { name = metric.label, dash = "solid", width = 2, rank, markers = false } = {}) {
   return {
     type: "scatter",
-    mode: "lines",
+    mode: markers ? "lines+markers" : "lines",
+    ...(markers ? { marker: { color, size: 4 } } : {}),
     name,
     legendrank: rank,
     line: { color, dash, width },

@@ -75,7 +75,7 @@ function seriesCharts(m, has) {
       ],
       layout: layout({ yTitle: "tokens/s", metric: m("real_tokens_per_gpu_s") }),
     },
-    syncs: { traces: single(m, "syncs_per_iter", COLORS.overcount), layout: alone(layout({ yTitle: "syncs per iteration", metric: m("syncs_per_iter") })) },
+    syncs: { traces: single(m, "syncs_per_iter", COLORS.overcount, { markers: true }), layout: alone(layout({ yTitle: "syncs per iteration", metric: m("syncs_per_iter") })) },
     padding: { traces: single(m, "padding_pct", COLORS.neutral), layout: alone(layout({ yTitle: "padding", metric: m("padding_pct") })) },
     loss: {
       emptyMessage: "This run has not reported a loss.",
@@ -214,10 +214,12 @@ async function loadSyncSites(catalogue, run) {
     return;
   }
   const perIter = metricOf(catalogue, "syncs_per_iter");
-  const { sites, window, first_step: first, last_step: last } = await api.getSyncSites(runId, 10, "steady");
+  const { sites, window, first_step: first, last_step: last, counted_share: share } = await api.getSyncSites(runId, 10, "steady");
   const steps = first === last ? `step ${count(first)}` : `steps ${count(first)}–${count(last)}`;
   const why = window === "steady" ? ", as the tiles: the first interval (warm-up) left out" : ", the whole run";
-  document.getElementById("sync-sites-note").textContent = `${steps}${why}`;
+  // The agent counts syncs over one interval in a few (count_syncs_every): say over how many.
+  const sampled = share !== null && share < 1 ? `; syncs counted on ${formatNumber(".0%", share)} of them (the agent samples intervals)` : "";
+  document.getElementById("sync-sites-note").textContent = `${steps}${why}${sampled}`;
   const rows = sites.map((site) =>
     el("tr", {}, [
       el("td", {}, el("code", { text: site.site })),
@@ -225,7 +227,8 @@ async function loadSyncSites(catalogue, run) {
       el("td", { class: "num", text: formatNumber(perIter.format, site.per_iter) }),
     ]),
   );
-  body.replaceChildren(...(rows.length ? rows : [el("tr", { class: "placeholder" }, el("td", { colspan: 3, text: "No host syncs recorded." }))]));
+  const none = share === 0 ? "No syncs counted: the agent counted none of these steps." : "No host syncs recorded.";
+  body.replaceChildren(...(rows.length ? rows : [el("tr", { class: "placeholder" }, el("td", { colspan: 3, text: none }))]));
 }
 
 // "● live" only while the run is running and the stream is open. A stale run (its agent missed

@@ -85,20 +85,24 @@ def _float(name: str, unit: str, doc: str, **kw: Any) -> Field:
 
 
 FIELDS: tuple[Field, ...] = (
+    # Which interval of the run, and its span of steps.
     _int("interval", "", "interval index; (run, rank, interval) is the idempotency key", small=True),
     _int("rank", "", "the sending rank", small=True),
     _int("first_step", "step", "first optimizer step of the interval"),
     _int("last_step", "step", "last optimizer step of the interval"),
     _int("steps", "steps", "steps measured in the interval", minimum=1, small=True),
     _int("gpus", "GPUs", "GPUs whose work the sums cover", minimum=1, small=True),
+    # Its time: the wall clock, the device's (the steps' CUDA events) and the host's.
     _float("wall_start", "s", "unix time of the first step's begin", minimum=None),
     _float("wall_end", "s", "unix time of the last step's end", minimum=None),
     _float("gpu_time_s", "s", "sum of the steps' event-timed durations"),
     _float("host_time_s", "s", "host clock from the first step's begin to the last step's end"),
+    # How the steps' times spread, and how late their events were read.
     _float("step_time_p50_s", "s", "median step time"),
     _float("step_time_p90_s", "s", "90th percentile step time"),
     _float("step_time_max_s", "s", "slowest step"),
     _int("timing_lag_steps", "steps", "how many steps later the event timing resolved", small=True),
+    # What the steps ran: tokens, documents and the attention sums of both views.
     _int("tokens", "tokens", "token slots the model ran, padding included (T)"),
     _int("real_tokens", "tokens", "tokens of real documents"),
     _int("packs", "packs", "packs (THD) or rows (BSHD)"),
@@ -125,6 +129,16 @@ FIELDS: tuple[Field, ...] = (
     _float("flops_thd", "FLOP", "the agent's THD-corrected FLOPs (kept for audit)"),
     _float("flops_useful", "FLOP", "the agent's useful FLOPs (kept for audit)"),
     _int("syncs_total", "syncs", "host synchronizations counted in the interval", wire="syncs.total"),
+    # The agent counts syncs over one interval in a few (AgentConfig.count_syncs_every): a counted
+    # sync costs the trainer tens of µs in PyTorch's warning path. Σ syncs ÷ (Σ steps - Σ these).
+    _int(
+        "syncs_uncounted_steps",
+        "steps",
+        "steps of the interval whose syncs were not counted (0: all counted)",
+        wire="syncs.uncounted_steps",
+        small=True,
+        default=0,
+    ),
     _float("loss", "", "mean training loss", required=False, minimum=None),
     _float("lr", "", "learning rate", required=False, minimum=None),
     _float("grad_norm", "", "gradient norm", required=False),
@@ -205,6 +219,7 @@ SUMS: tuple[Sum, ...] = (
     Sum("documents", ("documents",)),
     Sum("packs", ("packs",)),
     Sum("syncs_total", ("syncs_total",)),
+    Sum("syncs_uncounted_steps", ("syncs_uncounted_steps",)),  # rank steps whose syncs were not counted
     # Each interval's step-time quantiles, weighted by its steps: the mean of the interval medians.
     Sum("step_p50_x_steps", ("step_time_p50_s", "steps")),
     Sum("step_p90_x_steps", ("step_time_p90_s", "steps")),
@@ -398,6 +413,11 @@ def _padding(s: Mapping[str, Any], c: Coefficients, ops: Ops) -> Any:
     return 100.0 * (1.0 - ops.ratio(s["real_tokens"], s["tokens"]))
 
 
+def _syncs_per_iter(s: Mapping[str, Any], c: Coefficients, ops: Ops) -> Any:
+    # Over the steps whose syncs were counted; undefined where none were.
+    return ops.ratio(s["syncs_total"], s["rank_steps"] - s["syncs_uncounted_steps"])
+
+
 def _sum(name: str) -> Formula:
     return lambda s, c, ops: s[name]
 
@@ -530,8 +550,9 @@ METRICS: tuple[Metric, ...] = (
         "syncs/iteration",
         "syncs",
         ".3g",
-        "host synchronizations per optimizer step of one rank: Σ syncs ÷ Σ steps over every rank's rows",
-        _per("syncs_total", "rank_steps"),
+        "host synchronizations per optimizer step of one rank: Σ syncs ÷ Σ steps over every rank's rows, "
+        "the steps whose syncs were counted",
+        _syncs_per_iter,
     ),
     Metric("loss", "loss", "", ".4g", "training loss, averaged over real tokens", _per("loss_x_tokens", "loss_tokens")),
     Metric(

@@ -286,6 +286,52 @@ def test_a_resumed_run_continues_steps_and_intervals():
     assert all(r["timing_lag_steps"] >= 0 for r in agent.records)
 
 
+# -- sampled sync counting -------------------------------------------------------------------------
+def run_syncing_steps(agent, steps, syncs_per_step=3):
+    """Steps that each sync `syncs_per_step` times at one site, as the counter records a sync (on the
+    CPU no sync warning comes from torch: tests/agent/test_syncs.py covers the warning path)."""
+    for _ in range(steps):
+        agent.step_begin()
+        agent.observe_batch(shape=(1, 64))
+        for _ in range(syncs_per_step):
+            agent.syncs.record("train.py:7")
+        agent.step_end()
+
+
+@pytest.mark.parametrize("start_step", [0, 30])
+def test_syncs_are_counted_in_the_first_two_intervals_then_one_in_count_syncs_every(start_step):
+    agent = Agent(AgentConfig(log_every=2, count_syncs_every=3, start_step=start_step), model=MODEL)
+    run_syncing_steps(agent, 2 * 10 + 1)  # ten intervals and a last one of one step
+    agent.close()
+    first = start_step // 2
+    counted = [r["interval"] - first for r in agent.records if r["syncs"]["uncounted_steps"] == 0]
+    assert counted == [0, 1, 4, 7, 10]  # the first two, then every third from the second
+    for r in agent.records:
+        if r["interval"] - first in counted:
+            assert r["syncs"]["total"] == 3 * r["steps"]
+            assert r["syncs"]["sites"] == [{"site": "train.py:7", "count": 3 * r["steps"]}]
+        else:  # no count, and the record says so: 0 syncs over steps that were not counted
+            assert r["syncs"] == {"total": 0, "uncounted_steps": r["steps"], "sites": []}
+
+
+def test_every_interval_is_counted_with_count_syncs_every_1_and_none_without_counting():
+    every = Agent(AgentConfig(log_every=2, count_syncs_every=1), model=MODEL)
+    run_syncing_steps(every, 12)
+    every.close()
+    assert [r["syncs"]["total"] for r in every.records] == [6] * 6
+    assert all(r["syncs"]["uncounted_steps"] == 0 for r in every.records)
+    off = Agent(AgentConfig(log_every=2, count_syncs=False), model=MODEL)
+    run_syncing_steps(off, 4)
+    off.close()
+    # Not "no syncs": none counted.
+    assert [r["syncs"] for r in off.records] == [{"total": 0, "uncounted_steps": 2, "sites": []}] * 2
+
+
+def test_count_syncs_every_must_be_positive():
+    with pytest.raises(ValueError, match="count_syncs_every must be >= 1"):
+        AgentConfig(count_syncs_every=0)
+
+
 # -- liveness, the layout the batches had, the baseline's pack length ---------------------------------
 def wait_until(condition, timeout_s=10.0, what="the condition"):
     deadline = time.monotonic() + timeout_s

@@ -8,6 +8,7 @@ import warnings
 from unittest import mock
 
 import pytest
+import torch
 
 from packscope.agent import syncs
 from packscope.agent.syncs import SYNC_WARNING, SyncCounter, caller_site
@@ -60,3 +61,35 @@ def test_every_sync_warning_is_counted_at_its_site_and_other_warnings_pass(count
     total, sites = counter.snapshot()
     assert total == 3
     assert sites == {f"test_syncs.py:{line}": 3}
+
+
+def test_counting_off_switches_the_debug_mode_off_and_back_and_keeps_a_mode_the_program_set():
+    mode = {"now": 0}  # torch's debug mode, as its getter and setter see it
+    device_wait = mock.Mock()  # torch.cuda.synchronize, which the counter wraps
+    with (
+        mock.patch("torch.cuda.synchronize", device_wait),
+        mock.patch("torch.cuda.is_available", return_value=True),
+        mock.patch("torch.cuda.get_sync_debug_mode", side_effect=lambda: mode["now"]),
+        mock.patch("torch.cuda.set_sync_debug_mode", side_effect=lambda m: mode.update(now=syncs._MODE_NUMBER[m])),
+        warnings.catch_warnings(),
+    ):
+        counter = SyncCounter().install()
+        sync = _from_torch("def item():\n    warnings.warn(MESSAGE, UserWarning)\n")["item"]
+        assert mode["now"] == 1  # warn
+        counter.set_counting(False)
+        assert mode["now"] == 0  # the mode install() found: an uncounted sync is not even flagged
+        with pytest.warns(UserWarning, match=SYNC_WARNING):
+            sync()  # had the program flagged it in a mode of its own, the warning would be its own
+        torch.cuda.synchronize()  # the wrapper: the call goes through, uncounted
+        assert counter.snapshot()[0] == 0 and device_wait.call_count == 1
+        counter.set_counting(True)
+        assert mode["now"] == 1
+        sync()
+        torch.cuda.synchronize()
+        assert counter.snapshot()[0] == 2 and device_wait.call_count == 2
+        counter.set_counting(False)
+        mode["now"] = 2  # the program asks for errors on syncs: its choice stays
+        counter.set_counting(True)
+        assert mode["now"] == 2
+        counter.uninstall()
+        assert mode["now"] == 0

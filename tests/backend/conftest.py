@@ -50,7 +50,8 @@ def run_body(run_id: str = "run-1", **overrides: Any) -> dict[str, Any]:
 
 
 def make_record(interval: int, rng: random.Random, *, steps: int = 10, gpus: int = 8, rank: int = 0) -> dict[str, Any]:
-    """A plausible interval record; numbers vary so that bucket sums differ from bucket means."""
+    """A plausible interval record; numbers vary so that bucket sums differ from bucket means. One
+    interval in three has its syncs uncounted, as an agent that samples sync counting sends it."""
     pack_len = 4096
     packs = steps * gpus * rng.randint(2, 4)
     tokens = packs * pack_len
@@ -93,7 +94,9 @@ def make_record(interval: int, rng: random.Random, *, steps: int = 10, gpus: int
                 {"site": "train.py:88", "count": syncs // 2},
                 {"site": "model.py:12", "count": syncs - syncs // 2},
             ],
-        },
+        }
+        if interval % 3 != 2
+        else {"total": 0, "uncounted_steps": steps, "sites": []},
         "histograms": {
             "documents": {"count": doc_counts, "tokens": doc_tokens},
             "packs": {"count": [0] * 12 + [packs] + [0] * 11, "tokens": [0] * 12 + [real] + [0] * 11},
@@ -190,6 +193,14 @@ def run(client: TestClient) -> dict[str, Any]:
     return response.json()
 
 
+def _ratio(num: float, den: float) -> float | None:
+    return num / den if den else None
+
+
+def _uncounted(recs: list[dict[str, Any]]) -> int:
+    return sum(r["syncs"].get("uncounted_steps", 0) for r in recs)
+
+
 def _oracle(recs: list[dict[str, Any]], spec: ModelSpec, peak: float | None = 989.0) -> dict[str, Any]:
     """The documented formulas, written out again from the raw wire fields with exact integers."""
     gpus = {r["gpus"] for r in recs}
@@ -230,7 +241,8 @@ def _oracle(recs: list[dict[str, Any]], spec: ModelSpec, peak: float | None = 98
         "step_time_s_max": max(r["gpu_time_s"] / r["steps"] for r in recs),
         "tokens_per_gpu_s": tokens / time / g,
         "padding_pct": 100 * (1 - real / tokens),
-        "syncs_per_iter": sum(r["syncs"]["total"] for r in recs) / rank_steps,
+        # Over the steps whose syncs were counted.
+        "syncs_per_iter": _ratio(sum(r["syncs"]["total"] for r in recs), rank_steps - _uncounted(recs)),
         "loss": sum(r["loss"] * r["real_tokens"] for r in recs) / real,
     }
     for kind, f in flops.items():

@@ -343,6 +343,8 @@ def _extreme_records(make: Any) -> list[dict[str, Any]]:
         r.update(edit)
         if gpu is not None:
             r["gpu"] = {**(r.get("gpu") or {}), **gpu}
+        if r["syncs"].get("uncounted_steps"):  # an interval whose syncs went uncounted: all its steps
+            r["syncs"]["uncounted_steps"] = r["steps"]
         out.append(r)
     return out
 

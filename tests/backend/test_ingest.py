@@ -49,7 +49,7 @@ def test_round_trip(database_url, make_client, new_run, records, oracle, close):
     assert (hist["first_step"], hist["last_step"]) == (71, 80)
 
     sites = client.get(f"{RUN}/sync-sites").json()["sites"]
-    want_88 = sum(r["syncs"]["sites"][0]["count"] for r in recs)
+    want_88 = sum(s["count"] for r in recs for s in r["syncs"]["sites"] if s["site"] == "train.py:88")
     assert {s["site"]: s["count"] for s in sites}["train.py:88"] == want_88
 
     rows = list(csv.DictReader(io.StringIO(client.get(f"{RUN}/intervals.csv").text)))

@@ -1,5 +1,6 @@
 """Alembic owns the schema: `upgrade head` on an empty database must equal the models."""
 
+import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
@@ -36,3 +37,34 @@ def test_sqlite_runs_in_wal_mode_with_foreign_keys(sqlite_url):
             assert connection.execute(text("PRAGMA foreign_keys")).scalar_one() == 1
     finally:
         engine.dispose()
+
+
+def test_0013_keeps_every_row_and_rows_stored_before_it_count_every_step(make_client, database_url, new_run, records):
+    """0013 adds syncs_uncounted_steps to the intervals, rollups and totals in place: down, the
+    rows stay; up again, the rows stored without it hold 0, so their syncs per iteration divide by
+    every step, as the agents before it counted them."""
+    from alembic import command
+
+    client = make_client(database_url)
+    assert client.post("/api/v1/runs", json=new_run()).status_code == 201
+    recs = records(6)  # intervals 2 and 5 uncounted
+    assert client.post("/api/v1/runs/run-1/intervals", json={"intervals": recs}).json()["accepted"] == 6
+    counted = sum(r["steps"] - r["syncs"].get("uncounted_steps", 0) for r in recs)
+    syncs = sum(r["syncs"]["total"] for r in recs)
+    assert client.get("/api/v1/runs/run-1").json()["totals"]["syncs_per_iter"] == pytest.approx(syncs / counted)
+    engine = make_engine(database_url)
+    try:
+        config = alembic_config()
+        with engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.downgrade(config, "0012")
+        with engine.connect() as connection:
+            for table in ("intervals", "rollups", "run_totals"):
+                assert "syncs_uncounted_steps" not in {c["name"] for c in inspect(connection).get_columns(table)}
+            assert connection.execute(text("SELECT count(*) FROM intervals")).scalar_one() == 6
+        upgrade_schema(engine)
+    finally:
+        engine.dispose()
+    all_steps = sum(r["steps"] for r in recs)
+    totals = make_client(database_url).get("/api/v1/runs/run-1").json()["totals"]
+    assert totals["syncs_per_iter"] == pytest.approx(syncs / all_steps)

@@ -301,7 +301,7 @@ def _csv_expected(rec, spec, peak):
         "tokens_per_gpu_s": ratio(rec["tokens"], rec["gpu_time_s"] * rec["gpus"]),
         "real_tokens_per_gpu_s": ratio(rec["real_tokens"], rec["gpu_time_s"] * rec["gpus"]),
         "padding_pct": 100 * (1 - rec["real_tokens"] / rec["tokens"]),
-        "syncs_per_iter": rec["syncs"]["total"] / rec["steps"],
+        "syncs_per_iter": ratio(rec["syncs"]["total"], rec["steps"] - rec["syncs"].get("uncounted_steps", 0)),
         "energy_per_token_j": ratio(energy, rec["real_tokens"]),
         "attention_share_pct": 100 * rec["seqlen_sq_sum_thd"] * spec.c_core / flops["thd"],
         "attention_full_pct": 100 * rec["seqlen_sq_sum_thd"] * spec.c_core / flops["thd"],
@@ -392,21 +392,43 @@ def test_histograms_over_time_of_an_empty_run(client, run):
     assert client.get(f"{RUN}/histograms/over-time", params={"columns": 0}).status_code == 422
 
 
-def test_sync_sites_sum_over_the_run(client, run, records):
-    recs = records(5)
+@pytest.mark.parametrize("window", ["run", "steady"])
+def test_sync_sites_sum_over_the_run(client, run, records, window):
+    recs = records(5)  # intervals 2 and (one in three) have their syncs uncounted
+    assert [r["syncs"].get("uncounted_steps", 0) for r in recs] == [0, 0, 10, 0, 0]
     client.post(f"{RUN}/intervals", json={"intervals": recs})
-    body = client.get(f"{RUN}/sync-sites").json()
-    steps = sum(r["steps"] for r in recs)
+    body = client.get(f"{RUN}/sync-sites", params={"window": window}).json()
+    covered = recs[1:] if window == "steady" else recs  # steady leaves the warm-up interval out
+    steps = sum(r["steps"] for r in covered)
+    counted = steps - 10  # syncs per iteration divide by the steps whose syncs were counted
     want = {
-        site: sum(s["count"] for r in recs for s in r["syncs"]["sites"] if s["site"] == site)
+        site: sum(s["count"] for r in covered for s in r["syncs"]["sites"] if s["site"] == site)
         for site in ("train.py:88", "model.py:12")
     }
-    assert body["syncs_per_iter"] == pytest.approx(sum(r["syncs"]["total"] for r in recs) / steps)
+    assert body["window"] == window and body["first_step"] == covered[0]["first_step"]
+    assert body["counted_share"] == pytest.approx(counted / steps)
+    assert body["syncs_per_iter"] == pytest.approx(sum(r["syncs"]["total"] for r in covered) / counted)
     assert [s["count"] for s in body["sites"]] == sorted(want.values(), reverse=True)
     for s in body["sites"]:
         assert s["count"] == want[s["site"]]
-        assert s["per_iter"] == pytest.approx(want[s["site"]] / steps)
+        assert s["per_iter"] == pytest.approx(want[s["site"]] / counted)
     assert len(client.get(f"{RUN}/sync-sites", params={"limit": 1}).json()["sites"]) == 1
+
+
+def test_syncs_per_iteration_is_undefined_where_no_step_was_counted(client, run, records):
+    recs = records(3)[2:]  # interval 2 alone: its syncs were not counted
+    client.post(f"{RUN}/intervals", json={"intervals": recs})
+    body = client.get(f"{RUN}/sync-sites").json()
+    assert body["counted_share"] == 0 and body["syncs_per_iter"] is None and body["sites"] == []
+    assert client.get(RUN).json()["totals"]["syncs_per_iter"] is None
+
+
+def test_more_uncounted_steps_than_steps_is_refused(client, run, records):
+    (rec,) = records(1)
+    rec["syncs"]["uncounted_steps"] = rec["steps"] + 1
+    answer = client.post(f"{RUN}/intervals", json={"intervals": [rec]})
+    assert answer.status_code == 422
+    assert "syncs.uncounted_steps (11) is more than the interval's steps (10)" in answer.text
 
 
 def test_list_and_compare(client, new_run, records):

@@ -35,13 +35,20 @@ AGGREGATES = {"rollups": ("run_pk", "level", "block"), "run_totals": ("run_pk",)
 COPIED = ("runs", "intervals", "interval_details", "channel_rollups", "run_sync_sites")
 
 
+def _counted(recs: list[dict]) -> list[dict]:
+    """The records as agents before revision 0013 sent them: every interval's syncs counted."""
+    for r in recs:
+        r["syncs"].pop("uncounted_steps", None)
+    return recs
+
+
 def _populate(client, new_run, records) -> None:
     """Two runs: three ranks with gaps and NVML readings on some intervals, and one rank."""
     assert client.post("/api/v1/runs", json=new_run("multi")).status_code == 201
     assert client.post("/api/v1/runs", json=new_run("single")).status_code == 201
     recs = []
     for rank in range(3):
-        for r in records(90, seed=rank, rank=rank, gpus=1):
+        for r in _counted(records(90, seed=rank, rank=rank, gpus=1)):
             if r["interval"] % 7 == rank:
                 continue  # a rank's interval missing
             if r["interval"] % 3 == 0:
@@ -49,7 +56,8 @@ def _populate(client, new_run, records) -> None:
             recs.append(r)
     for at in range(0, len(recs), 64):
         assert client.post("/api/v1/runs/multi/intervals", json={"intervals": recs[at : at + 64]}).status_code == 200
-    assert client.post("/api/v1/runs/single/intervals", json={"intervals": records(21, seed=9)}).status_code == 200
+    single = _counted(records(21, seed=9))
+    assert client.post("/api/v1/runs/single/intervals", json={"intervals": single}).status_code == 200
 
 
 def _rows(engine: sa.Engine, table: str, key: tuple[str, ...]) -> dict[tuple, dict]:

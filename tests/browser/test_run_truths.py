@@ -52,6 +52,11 @@ def server(tmp_path_factory):
         post(base, "/api/v1/runs", run_body("sync-run", "syncs"))
         intervals(base, "sync-run", [0], syncs_per_step=40)
         intervals(base, "sync-run", range(1, 12), syncs_per_step=1)
+        # Syncs counted as the agent samples them by default: intervals 0, 1 and 9 of 0-11.
+        post(base, "/api/v1/runs", run_body("sampled-run", "sampled syncs"))
+        intervals(base, "sampled-run", [0], syncs_per_step=40)
+        intervals(base, "sampled-run", [1, 9], syncs_per_step=1)
+        intervals(base, "sampled-run", [2, 3, 4, 5, 6, 7, 8, 10, 11], syncs_counted=False)
         yield base
 
 
@@ -155,6 +160,22 @@ def test_every_tile_and_the_sync_table_say_the_steps_they_cover(server, page):
     assert rows == [["train.py:88", "110", tile]]  # one site: its per-iteration count is the tile's
     run = httpx.get(f"{server}/api/v1/runs/sync-run").json()
     assert run["steady"]["syncs_per_iter"] == pytest.approx(1.0) and run["totals"]["syncs_per_iter"] > 4
+
+
+def test_the_sync_table_says_what_share_of_its_steps_the_agent_counted(server, page):
+    page.goto(f"{server}/runs/sampled-run")
+    until(page, "document.getElementById('sync-sites-note').textContent.startsWith('steps')")
+    assert page.inner_text("#sync-sites-note") == (
+        "steps 11–120, as the tiles: the first interval (warm-up) left out; "
+        "syncs counted on 18% of them (the agent samples intervals)"  # 20 of 110 steps
+    )
+    until(page, "document.querySelector('[data-stat=syncs_per_iter] .value').textContent !== ''")
+    tile = page.inner_text("[data-stat=syncs_per_iter] .value")
+    rows = page.eval_on_selector_all(
+        "#sync-sites-body tr", "rows => rows.map(r => [...r.cells].map(c => c.textContent))"
+    )
+    # 20 syncs over the 20 counted steps: 1 a step, not 20 over 110.
+    assert rows == [["train.py:88", "20", tile]] and tile.startswith("1.00")
 
 
 def test_no_internal_note_on_a_run_without_channel_loss(server, page):

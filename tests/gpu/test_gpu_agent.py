@@ -154,7 +154,7 @@ def test_both_backends_count_injected_syncs(backend):
 def test_debug_mode_counter_sees_nothing_from_the_agent():
     dev = torch.device("cuda")
     cu, shape = thd_batch(dev)
-    agent = Agent(AgentConfig(log_every=5, count_syncs=True), model=MODEL)
+    agent = Agent(AgentConfig(log_every=5, count_syncs=True, count_syncs_every=1), model=MODEL)
     x = torch.randn(512, 512, device=dev)
     for _ in range(23):
         agent.step_begin()
@@ -179,7 +179,7 @@ def test_vision_sums_on_cuda_add_no_sync_and_equal_the_reference():
     grids = [(1, 36, 52), (2, 20, 28)]
     table = torch.tensor(grids, device=dev)
     cu = torch.tensor([0, 300, 1024, 1500, 2048], dtype=torch.int32, device=dev)
-    agent = Agent(AgentConfig(log_every=5, count_syncs=True), model=qwen, device=dev)
+    agent = Agent(AgentConfig(log_every=5, count_syncs=True, count_syncs_every=1), model=qwen, device=dev)
     x = torch.randn(512, 512, device=dev)
     for _ in range(23):
         agent.step_begin()
