@@ -25,13 +25,13 @@ import random
 import statistics
 import sys
 import time
-from collections import Counter
 from datetime import UTC, datetime
 from typing import Any
 
 import torch
 
 from packscope.agent import Agent, AgentConfig
+from packscope.core.sync_records import sync_sites, syncs_per_step
 from packscope.trainer.config import PRESETS, TrainConfig
 from packscope.trainer.train import Trainer, observe
 
@@ -277,19 +277,6 @@ def step_time_ratio(preset: str, steps_per_mode: int, warmup: int, compile: bool
         },
         "agent_reported_thd_tflops": sum(r["flops_thd"] for r in steady) / sum(r["gpu_time_s"] for r in steady) / 1e12,
     }
-
-
-def syncs_per_step(records: list[dict]) -> float | None:
-    steps = sum(r["steps"] for r in records)
-    return sum(r["syncs"]["total"] for r in records) / steps if steps else None
-
-
-def sync_sites(records: list[dict]) -> Counter:
-    sites: Counter = Counter()
-    for r in records:
-        for x in r["syncs"]["sites"]:
-            sites[x["site"]] += x["count"]
-    return sites
 
 
 def main() -> int:

@@ -33,6 +33,7 @@ from pathlib import Path
 import torch
 
 from packscope.agent import Agent, AgentConfig
+from packscope.core.sync_records import counted_steps, sync_sites, syncs_per_step
 from packscope.trainer.config import DataConfig, TrainConfig
 from packscope.trainer.train import Trainer, train_step, write_records
 
@@ -60,7 +61,8 @@ def run(preset: str, steps: int, log_every: int, pair: str = "", role: str = "",
     options = {"device": "cuda", **options}
     cfg = TrainConfig(preset=preset, steps=steps, log_every=log_every, progress=False, **options)
     trainer = Trainer(cfg)
-    agent_cfg = AgentConfig(log_every=log_every, layout=cfg.layout, count_syncs=True)
+    # Every interval's syncs counted: the syncs a fix removes are what this compares.
+    agent_cfg = AgentConfig(log_every=log_every, layout=cfg.layout, count_syncs=True, count_syncs_every=1)
     if GALLERY and pair:
         shape = f" {PAIR_SUFFIX.strip('-')}" if PAIR_SUFFIX else ""  # another step shape's runs say which
         agent_cfg.run_name = f"{preset} {title}{shape} ({role})"
@@ -78,10 +80,7 @@ def run(preset: str, steps: int, log_every: int, pair: str = "", role: str = "",
     n = sum(r["steps"] for r in recs)
     per_interval = [r["gpu_time_s"] / r["steps"] for r in recs]
     t = sum(r["gpu_time_s"] for r in recs)
-    sites: dict[str, int] = {}
-    for r in recs:
-        for s in r["syncs"]["sites"]:
-            sites[s["site"]] = sites.get(s["site"], 0) + s["count"]
+    sites = sync_sites(recs)
     peak = agent.hardware["peak_tflops"]
     out = {
         "preset": preset,
@@ -89,8 +88,8 @@ def run(preset: str, steps: int, log_every: int, pair: str = "", role: str = "",
         "steps_measured": n,
         "step_time_s": statistics.fmean(per_interval),
         "step_time_ci95_s": mean_interval(per_interval),
-        "syncs_per_iter": sum(r["syncs"]["total"] for r in recs) / n,
-        "sync_sites_per_iter": {s: c / n for s, c in sorted(sites.items(), key=lambda kv: -kv[1])[:8]},
+        "syncs_per_iter": syncs_per_step(recs),
+        "sync_sites_per_iter": {s: c / counted_steps(recs) for s, c in sites.most_common(8)},
         "real_tokens_per_s": sum(r["real_tokens"] for r in recs) / t,
         "mfu_thd": sum(r["flops_thd"] for r in recs) / t / 1e12 / peak if peak else None,
         "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30 if cfg.device == "cuda" else 0.0,

@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from packscope.core.run_file import read_run_file
+from packscope.core.sync_records import syncs_per_step
 
 
 def step_times(records: list[dict]) -> list[float]:
@@ -25,9 +26,8 @@ def step_times(records: list[dict]) -> list[float]:
     return [r["gpu_time_s"] / r["steps"] for r in ordered]
 
 
-def syncs_per_iter(records: list[dict]) -> float:
-    ordered = sorted(records, key=lambda r: r["interval"])[1:]
-    return sum(r["syncs"]["total"] for r in ordered) / sum(r["steps"] for r in ordered)
+def syncs_per_iter(records: list[dict]) -> float | None:
+    return syncs_per_step(sorted(records, key=lambda r: r["interval"])[1:])
 
 
 def relative_change(before: list[float], after: list[float], resamples: int = 4000, seed: int = 0) -> dict:

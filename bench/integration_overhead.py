@@ -19,7 +19,8 @@ reported apart.
 
 `ratio` runs one Trainer in rounds of steps, one step a mode, in a seeded fresh order each round:
 "off" (no callback), and each of `--variants`: "full", the callback with the agent's sync counter
-counting (the default agent), and "core", the callback with the counter's debug mode off, so that
+counting as the default agent does (over one interval in `count_syncs_every`), and "core", the
+callback with the counter's debug mode off, so that
 the counter's share is told apart in the same sitting; "null" runs nothing, as "off" does (an A/A control:
 its ratio is what the estimator gives when nothing differs). An "on" step puts the callback's hook on
 the model and takes it away after (so it also pays for that); the sync counter stays installed for
@@ -49,7 +50,6 @@ import random
 import statistics
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -464,6 +464,8 @@ def step_time_ratio(
     sys.path.insert(0, str(Path(__file__).parent))
     from agent_overhead import ratio_estimates
 
+    from packscope.core.sync_records import sync_sites, syncs_per_step
+
     modes = ("off", *variants)
     schedule = round_schedule(modes, warmup_rounds + rounds, seed)
     model = make_model(model_kind, device)
@@ -511,11 +513,8 @@ def step_time_ratio(
         "median_step_s": {mode: statistics.median(r[mode] for r in by_round) for mode in modes},
         "variants": {},
         "agent_records": len(records),
-        "agent_reported_syncs_per_step": sum(r["syncs"]["total"] for r in records)
-        / max(1, sum(r["steps"] for r in records)),
-        "agent_reported_sync_sites": dict(
-            sum((Counter({s["site"]: s["count"] for s in r["syncs"]["sites"]}) for r in records), Counter())
-        ),
+        "agent_reported_syncs_per_step": syncs_per_step(records),  # over the intervals it counted
+        "agent_reported_sync_sites": dict(sync_sites(records)),
         "steps_ms": [[mode, round(1e3 * r[mode], 4), reads[k][mode]] for k, r in enumerate(by_round) for mode in modes],
     }
     for variant in variants:
@@ -546,7 +545,8 @@ def step_time_ratio(
 
 def counting_syncs(inner, on: bool) -> None:
     """The agent's sync counter stays installed for the whole run, as in a real one; only the
-    sync debug mode it counts through follows the schedule, so an "off" step runs without it.
+    sync debug mode it counts through follows the schedule, so an "off" step runs without it, and
+    an "on" step with it where the agent counts (it counts one interval in count_syncs_every).
     (Installing the counter per step, as this bench did before, also re-arms every warning that
     Python shows once per place, since it adds a warnings filter: a cost no real run pays per step.)"""
     import torch
@@ -554,7 +554,8 @@ def counting_syncs(inner, on: bool) -> None:
     agent = inner.agent
     # CUPTI's counter has no debug mode to switch: it stays on for every step.
     if agent is not None and agent.syncs.installed and agent.config.sync_backend != "cupti":
-        torch.cuda.set_sync_debug_mode("warn" if on else 0)
+        counting = getattr(agent.syncs, "counting", True)  # an agent before sampled counting: always
+        torch.cuda.set_sync_debug_mode("warn" if on and counting else 0)
 
 
 def switched_hf(inner, model, schedule: list[str], events: list, host: list, device: str):

@@ -34,6 +34,7 @@ from typing import Any
 import torch
 
 from packscope.agent.histograms import NUM_BUCKETS
+from packscope.core.sync_records import sync_sites, syncs_per_step
 from packscope.trainer import train as train_module
 from packscope.trainer.config import TrainConfig
 from packscope.trainer.data import DocumentStream, step_documents
@@ -134,12 +135,7 @@ def check_layout(kind: str, cfg: TrainConfig, world: int, out: Path) -> tuple[di
             got = {k: rec[k] for k in COUNT_KEYS}
             if got != {k: exp[k] for k in COUNT_KEYS} or rec["histograms"]["documents"]["count"] != exp["doc_hist"]:
                 failures.append(f"{kind} rank {rank} interval {rec['interval']}: {got} != brute force {exp}")
-        steps = sum(r["steps"] for r in records)
-        syncs = sum(r["syncs"]["total"] for r in records)
-        sites: dict[str, int] = {}
-        for r in records:
-            for s in r["syncs"]["sites"]:
-                sites[s["site"]] = sites.get(s["site"], 0) + s["count"]
+        sites = sync_sites(records)
         # The counter sees the whole process and names the first frame outside torch and the agent:
         # a sync the agent caused is named after the trainer's line that called the agent.
         agent_sites = {site: n for site, n in sites.items() if site in AGENT_CALL_SITES}
@@ -149,7 +145,7 @@ def check_layout(kind: str, cfg: TrainConfig, world: int, out: Path) -> tuple[di
         summary["ranks"][rank] = {
             "step_time_s": sum(r["gpu_time_s"] for r in timed) / sum(r["steps"] for r in timed),
             "step_time_p50_s": statistics.median(r["step_time_p50_s"] for r in timed),
-            "syncs_per_iter": syncs / steps,  # the whole process's, trainer and NCCL included
+            "syncs_per_iter": syncs_per_step(records),  # the whole process's, trainer and NCCL included
             "agent_syncs": sum(agent_sites.values()),
             "sync_sites": sites,
             "tokens": sum(r["tokens"] for r in records),

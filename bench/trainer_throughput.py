@@ -19,6 +19,7 @@ from typing import Literal
 import torch
 
 from packscope.agent import Agent, AgentConfig
+from packscope.core.sync_records import syncs_per_step
 from packscope.trainer.config import TrainConfig
 from packscope.trainer.train import Trainer, train_step
 
@@ -66,7 +67,7 @@ def measure(
         "real_tokens_per_s": sum(r["real_tokens"] for r in recs) / t,
         "token_slots_per_s": sum(r["tokens"] for r in recs) / t,
         "padding_pct": 100 * (1 - sum(r["real_tokens"] for r in recs) / sum(r["tokens"] for r in recs)),
-        "syncs_per_iter": sum(r["syncs"]["total"] for r in recs) / sum(r["steps"] for r in recs),
+        "syncs_per_iter": syncs_per_step(recs),
         "peak_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
     }
     for kind in ("bshd", "thd", "useful"):
