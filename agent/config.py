@@ -39,7 +39,8 @@ class AgentConfig:
     count_syncs: bool = True
     # Host syncs are counted over one interval in this many (1: every interval), besides the
     # process's first two: a sync counted in debug mode costs the trainer tens of µs in PyTorch's
-    # warning path (docs/agent.md, "Host syncs"). The records say which steps went uncounted.
+    # warning path (docs/agent.md, "Host synchronizations"). The records say which steps went
+    # uncounted.
     count_syncs_every: int = 8
     sample_gpu: bool = True  # NVML telemetry when nvidia-ml-py is installed and the device is CUDA
     sync_backend: str = "debug-mode"  # "debug-mode" (default) or "cupti" (exact, optional extra)

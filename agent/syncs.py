@@ -13,9 +13,9 @@ The counter never changes what the program does: other warnings pass through unt
 uninstall restores everything.
 
 Counting can be switched off and on (``set_counting``): the agent counts one interval in a few
-(``AgentConfig.count_syncs_every``), because a sync counted in debug mode costs the trainer tens of
-µs in PyTorch's own warning path (docs/agent.md, "Host syncs"). Off, the debug mode is off too, so
-an uncounted sync costs nothing.
+(``AgentConfig.count_syncs_every``), because a sync counted in debug mode costs the trainer tens
+of µs in PyTorch's own warning path (docs/agent.md, "Host synchronizations"). Off, the debug mode
+is off too, so an uncounted sync costs nothing.
 """
 
 from __future__ import annotations

@@ -204,6 +204,9 @@ class TrainConfig:
     sync_backend: SyncBackend = option(
         "debug-mode", "how the agent counts host syncs (cupti: exact, needs cupti-python)"
     )
+    count_syncs_every: int = option(
+        8, "the agent counts host syncs over one interval in this many, after the first two (1: every interval)"
+    )
     records_dir: str | None = option(
         None,
         "also write each rank's run (registration and interval records) to <dir>/rank<r>.jsonl, for packscope import",
@@ -248,6 +251,7 @@ class TrainConfig:
             "max_docs_per_pack",
             "align",
             "log_every",
+            "count_syncs_every",
         ):
             if getattr(self, key) < 1:
                 raise ValueError(f"{key} must be >= 1, got {getattr(self, key)}")

@@ -264,6 +264,7 @@ def run_training(cfg: TrainConfig) -> dict:
             tags=["reference-trainer", cfg.preset, cfg.layout],
             config=dataclasses.asdict(cfg),
             sync_backend=cfg.sync_backend,
+            count_syncs_every=cfg.count_syncs_every,
             # Its THD packer makes packs of --pack-length: the baseline says so on the run page.
             pack_length=cfg.pack_length if cfg.layout == "thd" else None,
             pack_length_from="--pack-length" if cfg.layout == "thd" else None,

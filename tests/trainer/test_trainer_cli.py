@@ -44,6 +44,7 @@ EVERY_FIELD_CHANGED = TrainConfig(
     legacy_channel_loss=True,
     parallel="ddp",
     sync_backend="cupti",
+    count_syncs_every=3,
     records_dir="records",
     log_every=5,
     progress=False,
