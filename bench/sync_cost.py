@@ -106,7 +106,10 @@ def main() -> int:
     if not torch.cuda.is_available():
         ap.error("needs CUDA: the sync debug mode and its warnings exist only there")
     model = make_model("qwen2-303m", "cuda")
-    callback = PackscopeCallback(run_name="sync-cost", model=flops_spec(), log_every=10, count_syncs=True)
+    # Every interval counted: a sync is what this prices, counted or not by the variant's settings.
+    callback = PackscopeCallback(
+        run_name="sync-cost", model=flops_spec(), log_every=10, count_syncs=True, count_syncs_every=1
+    )
     measure = Measure(args.steps)
     hf_trainer(model, args.steps, [callback, measure], "cuda").train()
     result = {
