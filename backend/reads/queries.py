@@ -648,9 +648,7 @@ def _first_step(run_pk: Any) -> Any:
 
 _SITES_TOTALS = select(
     run_totals.c.rows,
-    run_totals.c.rank_steps,
-    run_totals.c.syncs_total,
-    run_totals.c.syncs_uncounted_steps,
+    *(run_totals.c[name] for name in SUM_NAMES),
     run_totals.c.last_step,
     _first_step(bindparam("run_pk")).label("first_step"),
 ).where(run_totals.c.run_pk == bindparam("run_pk"))
@@ -661,8 +659,9 @@ def sync_sites(session: Session, run: Run, limit: int, window: str = "run") -> d
     """Sync sites, most frequent first, over `window`: "run" (every interval) or "steady" (without
     the first interval, as the run's steady rates: warm-up syncs would not stand for the run), which
     is the whole run while it has a single interval. Per iteration as the catalogue's syncs_per_iter
-    is (one rank's syncs per step whose syncs were counted). The answer says which steps it covers
-    and what share of them the agent counted."""
+    is, from the window's sums (one rank's syncs per step whose syncs were counted), a site's count
+    in place of all syncs. The answer says which steps it covers and what share of them the agent
+    counted."""
     totals = session.execute(_SITES_TOTALS, {"run_pk": run.id}).first()
     if totals is None:
         return {
@@ -675,36 +674,34 @@ def sync_sites(session: Session, run: Run, limit: int, window: str = "run") -> d
         }
     # The first interval's sums and sites only for the steady window (the whole run's needs only its first step).
     first = first_interval_sums(session, [run.id], with_sites=True).get(run.id) if window == "steady" else None
-    steps = {"rank_steps": float(totals.rank_steps), "syncs_uncounted_steps": float(totals.syncs_uncounted_steps)}
-    syncs = float(totals.syncs_total)
+    stored = dict(totals._mapping)
+    sums = steady_sums(stored, first) if window == "steady" else None
     left_out: dict[str, int] = {}
     first_step = None if totals.first_step is None else int(totals.first_step)
-    if window == "steady" and first is not None and int(totals.rows) > first.rows:
-        for name in steps:
-            steps[name] -= first.sums[name]
-        syncs -= first.sums["syncs_total"]
+    if sums is not None and first is not None:
         left_out = first.sync_sites
         first_step = first.last_step + 1
     else:
         window = "run"
+        sums = {name: float(stored[name]) for name in SUM_NAMES}
     c = coefficients(run)
 
     def per_iter(count: float) -> float | None:
-        value = METRIC["syncs_per_iter"].formula({"syncs_total": count, **steps}, c, FLOAT_OPS)
+        value = METRIC["syncs_per_iter"].formula({**sums, "syncs_total": count}, c, FLOAT_OPS)
         return value if math.isfinite(value) else None
 
     counts = {
         site: int(count) - left_out.get(site, 0) for site, count in session.execute(_RUN_SITES, {"run_pk": run.id})
     }
     ranked = sorted(((site, n) for site, n in counts.items() if n > 0), key=lambda item: (-item[1], item[0]))
-    counted = steps["rank_steps"] - steps["syncs_uncounted_steps"]
+    steps, uncounted = sums["rank_steps"], sums["syncs_uncounted_steps"]
     return {
-        "syncs_per_iter": per_iter(syncs),
+        "syncs_per_iter": per_iter(sums["syncs_total"]),
         "sites": [{"site": site, "count": n, "per_iter": per_iter(float(n))} for site, n in ranked[:limit]],
         "window": window,
         "first_step": first_step,
         "last_step": int(totals.last_step),
-        "counted_share": counted / steps["rank_steps"] if steps["rank_steps"] else None,
+        "counted_share": (steps - uncounted) / steps if steps else None,
     }
 
 
