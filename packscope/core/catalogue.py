@@ -20,14 +20,21 @@ import functools
 import json
 import math
 import struct
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Literal, Protocol
 
 from packscope.core.attention import ATTENTION_KINDS, ATTENTION_SUMS, CHUNKED, FULL, SLIDING, VIEWS
 from packscope.core.flops import TRIAD, ModelSpec, flops_by_kind
-from packscope.core.vision import VISION_SUMS, vision_flops
+from packscope.core.vision import (
+    VISION_IMAGES,
+    VISION_PATCHES,
+    VISION_SQ_SUM,
+    VISION_SUMS,
+    VISION_WINDOW_SQ_SUM,
+    vision_flops,
+)
 
 INT64_MAX = 2**63 - 1
 INT32_MAX = 2**31 - 1
@@ -84,6 +91,47 @@ def _float(name: str, unit: str, doc: str, **kw: Any) -> Field:
     return Field(name, "float", unit, doc, **kw)
 
 
+# Each layer kind's two attention sums, under the names packscope.core.attention gives them: the
+# baseline's, then the real documents' (Σ s_i²). Full attention's came with the first agent; the
+# other kinds' are 0 in a record without them (a model without such layers).
+_ATTENTION_DOCS = {
+    FULL: ("S2 of the baseline: every pack one dense sequence", "S2 over the real documents"),
+    SLIDING: (
+        "sliding-window attention sum of the baseline (s² to W, then 2sW − W²)",
+        "sliding-window attention sum over the real documents",
+    ),
+    CHUNKED: (
+        "chunked attention sum of the baseline (Σ over chunks of c²)",
+        "chunked attention sum over the real documents",
+    ),
+}
+
+
+def _attention_fields() -> Iterator[Field]:
+    for kind, names in ATTENTION_SUMS.items():
+        baseline, real = _ATTENTION_DOCS[kind]
+        default = None if kind == FULL else 0
+        yield _int(names.bshd, "tokens²", baseline, default=default)
+        yield _int(names.thd, "tokens²", real, default=default)
+
+
+# A vision-language model's tower, over the micro-batches' images, under the names
+# packscope.core.vision gives its sums: the same whether the decoder's rows are packed or not (the
+# tower attends within each image); 0 in a record of a text model.
+_VISION_DOCS = {
+    VISION_IMAGES: ("images", "images (frames, tiles) the vision tower encoded"),
+    VISION_PATCHES: ("patches", "vision patches encoded (Σ p_i)"),
+    VISION_SQ_SUM: ("patches²", "Σ p_i² over the images: the tower's full-attention blocks"),
+    VISION_WINDOW_SQ_SUM: ("patches²", "Σ over windows of w²: the tower's windowed blocks"),
+}
+
+
+def _vision_fields() -> Iterator[Field]:
+    for name in VISION_SUMS:
+        unit, doc = _VISION_DOCS[name]
+        yield _int(name, unit, doc, default=0)
+
+
 FIELDS: tuple[Field, ...] = (
     # Which interval of the run, and its span of steps.
     _int("interval", "", "interval index; (run, rank, interval) is the idempotency key", small=True),
@@ -107,24 +155,8 @@ FIELDS: tuple[Field, ...] = (
     _int("real_tokens", "tokens", "tokens of real documents"),
     _int("packs", "packs", "packs (THD) or rows (BSHD)"),
     _int("documents", "documents", "real documents"),
-    _int("seqlen_sq_sum_bshd", "tokens²", "S2 of the baseline: every pack one dense sequence"),
-    _int("seqlen_sq_sum_thd", "tokens²", "S2 over the real documents"),
-    # The other layer kinds' attention sums (packscope.core.attention), 0 for a model without them.
-    _int(
-        "window_sq_sum_bshd",
-        "tokens²",
-        "sliding-window attention sum of the baseline (s² to W, then 2sW − W²)",
-        default=0,
-    ),
-    _int("window_sq_sum_thd", "tokens²", "sliding-window attention sum over the real documents", default=0),
-    _int("chunk_sq_sum_bshd", "tokens²", "chunked attention sum of the baseline (Σ over chunks of c²)", default=0),
-    _int("chunk_sq_sum_thd", "tokens²", "chunked attention sum over the real documents", default=0),
-    # A vision-language model's tower (packscope.core.vision), over the micro-batches' images: the
-    # same whether the decoder's rows are packed or not (the tower attends within each image).
-    _int("vision_images", "images", "images (frames, tiles) the vision tower encoded", default=0),
-    _int("vision_patches", "patches", "vision patches encoded (Σ p_i)", default=0),
-    _int("vision_sq_sum", "patches²", "Σ p_i² over the images: the tower's full-attention blocks", default=0),
-    _int("vision_window_sq_sum", "patches²", "Σ over windows of w²: the tower's windowed blocks", default=0),
+    *_attention_fields(),
+    *_vision_fields(),
     _float("flops_bshd", "FLOP", "the agent's baseline FLOPs (kept for audit; rates are re-derived)"),
     _float("flops_thd", "FLOP", "the agent's THD-corrected FLOPs (kept for audit)"),
     _float("flops_useful", "FLOP", "the agent's useful FLOPs (kept for audit)"),
