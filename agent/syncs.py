@@ -29,8 +29,7 @@ from collections import Counter
 import torch
 
 SYNC_WARNING = "called a synchronizing CUDA operation"
-# torch.cuda.set_sync_debug_mode takes a name or a number; get_sync_debug_mode answers the number.
-_MODE_NUMBER = {"default": 0, "warn": 1, "error": 2, 0: 0, 1: 1, 2: 2}
+WARN = 1  # the sync debug mode "warn", as torch.cuda.get_sync_debug_mode answers it
 _TORCH_DIR = os.path.dirname(torch.__file__)
 _AGENT_DIR = os.path.dirname(__file__)
 _SKIP_DIRS = (_TORCH_DIR, _AGENT_DIR, os.path.dirname(warnings.__file__))
@@ -94,8 +93,8 @@ class SyncCounter:
         # PyTorch's switch: "warn" while counting, else the mode install() found; a mode the
         # program has set since is the program's, and stays.
         found = self._saved["debug_mode"]
-        current, wanted = (found, "warn") if on else ("warn", found)
-        if torch.cuda.get_sync_debug_mode() == _MODE_NUMBER[current]:
+        current, wanted = (found, WARN) if on else (WARN, found)
+        if torch.cuda.get_sync_debug_mode() == current:
             torch.cuda.set_sync_debug_mode(wanted)
 
     # -- debug-mode warnings -----------------------------------------------------------------
@@ -133,7 +132,7 @@ class SyncCounter:
         warnings.filterwarnings("always", message=f".*{SYNC_WARNING}.*")
         warnings.showwarning = self._showwarning
         if self.counting:
-            torch.cuda.set_sync_debug_mode("warn")
+            torch.cuda.set_sync_debug_mode(WARN)
         self._wrap(torch.cuda, "synchronize")
         self._wrap(torch.accelerator, "synchronize")
         self._wrap(torch.cuda.Event, "synchronize")

@@ -29,9 +29,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import torch
+from sync_records import sync_sites, syncs_per_step
 
 from packscope.agent import Agent, AgentConfig
-from packscope.core.sync_records import sync_sites, syncs_per_step
 from packscope.trainer.config import PRESETS, TrainConfig
 from packscope.trainer.train import Trainer, observe
 

@@ -31,9 +31,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import torch
+from sync_records import counted_steps, sync_sites, syncs_per_step
 
 from packscope.agent import Agent, AgentConfig
-from packscope.core.sync_records import counted_steps, sync_sites, syncs_per_step
 from packscope.trainer.config import DataConfig, TrainConfig
 from packscope.trainer.train import Trainer, train_step, write_records
 

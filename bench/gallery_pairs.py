@@ -17,8 +17,9 @@ import statistics
 import sys
 from pathlib import Path
 
+from sync_records import syncs_per_step
+
 from packscope.core.run_file import read_run_file
-from packscope.core.sync_records import syncs_per_step
 
 
 def step_times(records: list[dict]) -> list[float]:

@@ -463,8 +463,7 @@ def step_time_ratio(
 
     sys.path.insert(0, str(Path(__file__).parent))
     from agent_overhead import ratio_estimates
-
-    from packscope.core.sync_records import sync_sites, syncs_per_step
+    from sync_records import sync_sites, syncs_per_step
 
     modes = ("off", *variants)
     schedule = round_schedule(modes, warmup_rounds + rounds, seed)

@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from sync_records import sync_sites, syncs_per_step
 
 from packscope.agent.histograms import NUM_BUCKETS
-from packscope.core.sync_records import sync_sites, syncs_per_step
 from packscope.trainer import train as train_module
 from packscope.trainer.config import TrainConfig
 from packscope.trainer.data import DocumentStream, step_documents

@@ -17,9 +17,9 @@ from datetime import UTC, datetime
 from typing import Literal
 
 import torch
+from sync_records import syncs_per_step
 
 from packscope.agent import Agent, AgentConfig
-from packscope.core.sync_records import syncs_per_step
 from packscope.trainer.config import TrainConfig
 from packscope.trainer.train import Trainer, train_step
 

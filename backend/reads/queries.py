@@ -34,6 +34,7 @@ from packscope.core.catalogue import (
     derive,
     evaluate,
     sums_of_rows,
+    sync_counted_steps,
 )
 from packscope.core.histograms import EDGES, KINDS, NUM_BUCKETS
 
@@ -694,14 +695,14 @@ def sync_sites(session: Session, run: Run, limit: int, window: str = "run") -> d
         site: int(count) - left_out.get(site, 0) for site, count in session.execute(_RUN_SITES, {"run_pk": run.id})
     }
     ranked = sorted(((site, n) for site, n in counts.items() if n > 0), key=lambda item: (-item[1], item[0]))
-    steps, uncounted = sums["rank_steps"], sums["syncs_uncounted_steps"]
+    steps = sums["rank_steps"]
     return {
         "syncs_per_iter": per_iter(sums["syncs_total"]),
         "sites": [{"site": site, "count": n, "per_iter": per_iter(float(n))} for site, n in ranked[:limit]],
         "window": window,
         "first_step": first_step,
         "last_step": int(totals.last_step),
-        "counted_share": (steps - uncounted) / steps if steps else None,
+        "counted_share": sync_counted_steps(sums) / steps if steps else None,
     }
 
 

@@ -445,9 +445,13 @@ def _padding(s: Mapping[str, Any], c: Coefficients, ops: Ops) -> Any:
     return 100.0 * (1.0 - ops.ratio(s["real_tokens"], s["tokens"]))
 
 
+def sync_counted_steps(s: Mapping[str, Any]) -> Any:
+    """The rank steps of sums `s` whose host syncs the agent counted (it samples intervals)."""
+    return s["rank_steps"] - s["syncs_uncounted_steps"]
+
+
 def _syncs_per_iter(s: Mapping[str, Any], c: Coefficients, ops: Ops) -> Any:
-    # Over the steps whose syncs were counted; undefined where none were.
-    return ops.ratio(s["syncs_total"], s["rank_steps"] - s["syncs_uncounted_steps"])
+    return ops.ratio(s["syncs_total"], sync_counted_steps(s))  # undefined where none were counted
 
 
 def _sum(name: str) -> Formula:

@@ -1,6 +1,7 @@
-"""What interval records (docs/wire.md) say about host syncs, for scripts that read records
-themselves (benchmarks, run files): torch-free. The server derives the same from its stored sums
-(the catalogue's syncs_per_iter)."""
+"""What interval records (docs/wire.md) say about host syncs, for the benchmarks that read records
+themselves: torch-free. The server derives the same from its stored sums (the catalogue's
+syncs_per_iter). Here, not in packscope, so that a `--code-root` run of an older packscope tree
+(integration_overhead.py) still has it."""
 
 from __future__ import annotations
 
