@@ -324,21 +324,6 @@ def _add_all(connection: Connection, writes: Writes) -> None:
         add_together(connection, writes)
 
 
-def store_rollups(connection: Connection, run_pk: int, c: Coefficients, rows: Sequence[Sequence[Any]]) -> None:
-    """Add interval rows (ROW_COLUMNS tuples, sorted by interval then rank) to the run's rollups
-    and channel rollups at every stored level (migration 0006 rebuilds them with this)."""
-    if rows:
-        _add_all(connection, _rollup_writes(connection.dialect.name, run_pk, rows, *_per_row(_field_matrix(rows), c)))
-
-
-def store_totals(
-    connection: Connection, run_pk: int, c: Coefficients, rows: Sequence[Sequence[Any]], sync_sites: Mapping[str, int]
-) -> None:
-    """Add interval rows to the run's totals and sync sites (migration 0003 backfills with this)."""
-    if rows:
-        _add_all(connection, _totals_writes(run_pk, *_per_row(_field_matrix(rows), c), sync_sites))
-
-
 def store_aggregates(
     connection: Connection,
     run_pk: int,
