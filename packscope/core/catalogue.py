@@ -91,6 +91,10 @@ def _float(name: str, unit: str, doc: str, **kw: Any) -> Field:
     return Field(name, "float", unit, doc, **kw)
 
 
+def _seconds(name: str, doc: str, **kw: Any) -> Field:
+    return Field(name, "float", "s", doc, **kw)
+
+
 # Each layer kind's two attention sums, under the names packscope.core.attention gives them: the
 # baseline's, then the real documents' (Σ s_i²). Full attention's came with the first agent; the
 # other kinds' are 0 in a record without them (a model without such layers).
@@ -141,14 +145,14 @@ FIELDS: tuple[Field, ...] = (
     _int("steps", "steps", "steps measured in the interval", minimum=1, small=True),
     _int("gpus", "GPUs", "GPUs whose work the sums cover", minimum=1, small=True),
     # Its time: the wall clock, the device's (the steps' CUDA events) and the host's.
-    _float("wall_start", "s", "unix time of the first step's begin", minimum=None),
-    _float("wall_end", "s", "unix time of the last step's end", minimum=None),
-    _float("gpu_time_s", "s", "sum of the steps' event-timed durations"),
-    _float("host_time_s", "s", "host clock from the first step's begin to the last step's end"),
+    _seconds("wall_start", "unix time of the first step's begin", minimum=None),
+    _seconds("wall_end", "unix time of the last step's end", minimum=None),
+    _seconds("gpu_time_s", "sum of the steps' event-timed durations"),
+    _seconds("host_time_s", "host clock from the first step's begin to the last step's end"),
     # How the steps' times spread, and how late their events were read.
-    _float("step_time_p50_s", "s", "median step time"),
-    _float("step_time_p90_s", "s", "90th percentile step time"),
-    _float("step_time_max_s", "s", "slowest step"),
+    _seconds("step_time_p50_s", "median step time"),
+    _seconds("step_time_p90_s", "90th percentile step time"),
+    _seconds("step_time_max_s", "slowest step"),
     _int("timing_lag_steps", "steps", "how many steps later the event timing resolved", small=True),
     # What the steps ran: tokens, documents and the attention sums of both views.
     _int("tokens", "tokens", "token slots the model ran, padding included (T)"),
