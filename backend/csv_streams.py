@@ -96,10 +96,10 @@ class SpooledCsv:
                 found(run is not None)
                 if run is None:
                     return
-                for text in csv_export.csv_text(session, run):
+                for piece in csv_export.csv_bytes(session, run):
                     if self.abandoned.is_set():
                         return
-                    self.file.write(text.encode())
+                    self.file.write(piece)
                     self.file.flush()
                     self.written = self.file.tell()
                     self.loop.call_soon_threadsafe(self.more.set)

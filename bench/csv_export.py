@@ -4,7 +4,7 @@ Fills one run of --intervals rows in-process through ingest_batch (as bench/back
 fill_run does; records with channel_loss/channel_tokens and some missing optional readings), then
 exports it --repeat times each way:
 
-* in-process: csv_export.csv_text(session, run) drained in this process; rows/s, this process's
+* in-process: csv_export.csv_bytes(session, run) drained in this process; rows/s, this process's
   CPU seconds with those of any child process the export started and ended (also apart, as
   children_cpu_s: an export code that reads with a second process), on PostgreSQL the server
   process's (which computes and formats the rows), and the growth of this process's peak RSS over
@@ -19,7 +19,7 @@ write the same CSV.
 
     python bench/csv_export.py --database sqlite|postgresql [--intervals 1000000] [--repeat 3] [--analyze]
         [--real-magnitudes]
-    git show c6245cb:backend/csv_export.py > /tmp/old.py    # the export before 2026-11-30's second pass
+    git show HEAD:backend/reads/csv_export.py > /tmp/old.py    # the committed export
     python bench/csv_export.py --database sqlite --baseline /tmp/old.py --repeat 3
 
 With --baseline (repeatable: baseline, baseline2, ...), every code exports the same filled run,
@@ -45,10 +45,11 @@ import statistics
 import time
 import tracemalloc
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
+import numpy as np
 from backend_scale import cpu_seconds, start_server, store_renumbered
 from bench_data import record, run_body, scratch_database
 
@@ -111,15 +112,15 @@ def in_process(make_session: Callable[[], Any], export: Any) -> dict[str, Any]:
         rows, size = -1, 0
         db0 = cpu_seconds(backend) if backend else 0.0
         t0, cpu0, children0 = time.perf_counter(), time.process_time(), children_cpu_seconds()
-        for piece in export.csv_text(session, run):
-            rows += piece.count("\n")
+        for piece in export_pieces(export, session, run):
+            rows += newlines(piece)
             size += len(piece)
         seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
         children = children_cpu_seconds() - children0
         growth = peak_kib() - before
         out = {
             "rows": rows,
-            "chars": size,
+            "bytes": size,
             "seconds": seconds,
             "cpu_s": cpu + children,
             "children_cpu_s": children,
@@ -138,8 +139,8 @@ def digest_and_allocations(make_session: Callable[[], Any], export: Any) -> dict
         run = get_run(session, RUN_ID)
         assert run is not None
         tracemalloc.start()
-        for piece in export.csv_text(session, run):
-            sha.update(piece.encode())
+        for piece in export_pieces(export, session, run):
+            sha.update(piece)
             pieces += 1
         _, peak = tracemalloc.get_traced_memory()
         tracemalloc.stop()
@@ -197,18 +198,34 @@ def summary(runs: list[dict[str, Any]], cpu_key: str) -> dict[str, Any]:
 
 
 def baseline_export(path: str) -> tuple[Any, str]:
-    """An older backend/csv_export.py (for before/after numbers in one sitting) as a module of its
-    own, and the code that puts it in place of the installed one in a server process."""
+    """An older backend/reads/csv_export.py (for before/after numbers in one sitting) as a module of
+    its own, and the code that makes the server's CSV route (backend/csv_streams.py, which writes
+    csv_export.csv_bytes's pieces) use it. A module without csv_bytes (before 2026-12-03) yields
+    text, which the server of its time encoded piece by piece: so does its stand-in here."""
     path = os.path.abspath(path)
     module = types.ModuleType("baseline_csv_export")
     module.__file__ = path
     with open(path) as source:
         exec(compile(source.read(), path, "exec"), module.__dict__)
     prelude = (
-        f"exec(compile(open({path!r}).read(), {path!r}, 'exec'), "
-        "__import__('packscope.backend.reads.csv_export', fromlist=['csv_text']).__dict__); "
+        "import types, packscope.backend.reads.csv_export as _current; "
+        f"_old = types.ModuleType('baseline_csv_export'); _old.__file__ = {path!r}; "
+        f"exec(compile(open({path!r}).read(), {path!r}, 'exec'), _old.__dict__); "
+        "_current.csv_bytes = getattr(_old, 'csv_bytes', None) "
+        "or (lambda session, run: (text.encode() for text in _old.csv_text(session, run))); "
     )
     return module, prelude
+
+
+def export_pieces(export: Any, session: Any, run: Any) -> Iterator[Any]:
+    """The export's pieces as the server writes them: csv_bytes's, or (an older module) its text encoded."""
+    if hasattr(export, "csv_bytes"):
+        return export.csv_bytes(session, run)
+    return (text.encode() for text in export.csv_text(session, run))
+
+
+def newlines(piece: Any) -> int:
+    return int(np.count_nonzero(np.frombuffer(piece, np.uint8) == 10))  # bytes or a memoryview
 
 
 def analyze(database_url: str) -> None:
@@ -276,7 +293,7 @@ def main() -> None:
         metavar="FILE",
         action="append",
         help="also export with this csv_export.py, interleaved with the current one on the same data"
-        " (e.g. `git show REV:backend/csv_export.py > old.py`); repeatable",
+        " (e.g. `git show REV:backend/reads/csv_export.py > old.py`); repeatable",
     )
     ap.add_argument("--analyze", action="store_true", help="ANALYZE after the fill (planner statistics of the run)")
     ap.add_argument(

@@ -12,7 +12,9 @@ or a line break).
   float8 arithmetic raises where IEEE doubles overflow or underflow to 0, so it computes only
   rows whose stored floats lie in a range proven safe for the run (_float_range, in practice
   every real row); any other row comes back marked and is made again by the SQLite path's code.
-* SQLite: columns are read in chunks through the raw sqlite3 cursor, the chunk's row tuples
+* SQLite: columns are read in chunks through the raw sqlite3 cursor (a statement a chunk, keyed
+  by (interval, rank); a column that held one value through the previous chunk is checked in
+  SQL instead of read, as sqlite3 hands out each cell as a Python object), the chunk's row tuples
   become Arrow columns (one conversion in compiled code), the derived columns are computed per
   chunk with numpy (backend/store/columns.py, the same IEEE operations in the same order as the SQL),
   and every column becomes a string array in compiled code: Arrow's shortest float digits where
@@ -22,11 +24,11 @@ or a line break).
 
 from __future__ import annotations
 
-import codecs
 import functools
 import math
+import sqlite3
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import psycopg
@@ -57,6 +59,7 @@ from packscope.core.catalogue import (
 )
 from packscope.core.flops import TRIAD
 
+_STRING = pa.string()
 CSV_CHUNK_ROWS = 10_000  # rows per piece of the response: bounded memory (a few MB), few round trips
 _COPY_PIECE_ROWS = 2000  # PostgreSQL's pieces: nothing to amortize per piece, smaller buffers are cheaper
 _CHANNELS = ("channel_loss", "channel_tokens")
@@ -65,10 +68,12 @@ _NUMERIC = tuple(name for name in CSV_RAW_COLUMNS if name not in _CHANNELS)
 assert (*_NUMERIC, *_CHANNELS) == CSV_RAW_COLUMNS, "csv_export assumes the channel columns end the raw ones"
 
 
-def csv_text(session: Session, run: Run) -> Iterator[str]:
-    """The run's CSV (a header, then one row per stored interval), in pieces of about
-    CSV_CHUNK_ROWS rows, read from the database as they are sent."""
-    yield ",".join(CSV_COLUMNS) + "\n"  # plain names: nothing to quote
+def csv_bytes(session: Session, run: Run) -> Iterator[bytes | memoryview]:
+    """The run's CSV (a header, then one row per stored interval) as UTF-8, in pieces of about
+    CSV_CHUNK_ROWS rows, read from the database as they are sent. A piece is bytes or a view of
+    the buffer it was built in (never copied into a str and back: for a few MB a piece, that cost
+    about 1 µs a row)."""
+    yield (",".join(CSV_COLUMNS) + "\n").encode()  # plain names: nothing to quote
     if session.get_bind().dialect.name == "postgresql":
         yield from _csv_by_copy(session, run)
     else:
@@ -259,7 +264,7 @@ def _copy_sql(run_pk: int, c: Coefficients) -> str:
     return f"SELECT {', '.join((*CSV_RAW_COLUMNS, *derived))} FROM (SELECT {', '.join(inner)} {order} OFFSET 0) AS r"
 
 
-def _csv_by_copy(session: Session, run: Run) -> Iterator[str]:
+def _csv_by_copy(session: Session, run: Run) -> Iterator[bytes]:
     c = coefficients(run)
     cursor = session.connection().connection.driver_connection.cursor()  # type: ignore[union-attr]
     cursor.execute("SET LOCAL extra_float_digits = 1")  # shortest exact floats, whatever the server's default
@@ -287,14 +292,14 @@ def _copy_rows(copy: psycopg.Copy) -> Iterator[bytes]:
         yield bytes(data)
 
 
-def _piece(lines: list[bytes], c: Coefficients) -> str:
+def _piece(lines: list[bytes], c: Coefficients) -> bytes:
     text = b"".join(lines)
     if _MARK[:1] in text:  # one memchr per piece; only then a look at each row's end
         redo = [at for at, line in enumerate(lines) if line.endswith(_MARK)]
         for at, line in zip(redo, _recompute([lines[i] for i in redo], c), strict=True):
             lines[at] = line
         text = b"".join(lines)
-    return text.decode()
+    return text
 
 
 _MARK = b"\x01\n"  # the end of a row PostgreSQL left to _recompute
@@ -312,16 +317,28 @@ def _recompute(lines: list[bytes], c: Coefficients) -> list[bytes]:
             for kind, cell in zip(_KINDS, cells, strict=True)
         ]
         rows.append((*values, channels))
-    return [line.encode() + b"\n" for line in _chunk_rows(rows, c)]
+    chunk = _Chunk(_arrow_columns(rows, (*_NUMERIC, "channel_cells")), {})
+    return [line.encode() + b"\n" for line in _chunk_rows(chunk, c)]
 
 
 # -- SQLite ---------------------------------------------------------------------------------------
-def _sqlite_query(run_pk: int) -> str:
-    """The numeric fields as stored, then the two channel columns' JSON text (or NULL)."""
-    return (
-        f"SELECT {', '.join((*_NUMERIC, *_CHANNELS))} FROM intervals WHERE run_pk = {int(run_pk)}"
-        " ORDER BY interval, rank"
-    )
+_STORED = (*_NUMERIC, *_CHANNELS)  # the columns a SQLite chunk reads, in the CSV's order
+_KEY = ("interval", "rank")  # the rows' order, and where the next chunk starts
+_HELD = "(held)"  # the name of _sqlite_query's check cell: no column's
+assert _STORED[: len(_KEY)] == _KEY, "the first column stays an array in the row join (_chunk_lines)"
+
+
+def _sqlite_query(
+    run_pk: int, columns: tuple[str, ...] = _STORED, held: tuple[str, ...] = (), after: bool = False
+) -> str:
+    """The run's rows in order: `columns` as stored, then, when some columns are `held`, a last
+    cell that is 1 where each of them holds the value bound for it (its parameters, in order);
+    `after`: only the rows after a key (interval, rank), bound after those."""
+    select = list(columns)
+    if held:
+        select.append("(" + " AND ".join(f"{name} IS ?" for name in held) + ")")
+    where = f"run_pk = {int(run_pk)}" + (" AND (interval, rank) > (?, ?)" if after else "")
+    return f"SELECT {', '.join(select)} FROM intervals WHERE {where} ORDER BY interval, rank"
 
 
 def _channel_cell(text: str | None) -> str:
@@ -334,72 +351,163 @@ def _channel_cell(text: str | None) -> str:
     return text
 
 
-def _csv_by_chunks(session: Session, run: Run) -> Iterator[str]:
+class _Chunk(NamedTuple):
+    """A chunk's columns: those read, as Arrow arrays, and those that hold one value throughout
+    (not read: the value of every row)."""
+
+    read: dict[str, pa.Array]
+    held: dict[str, Any]
+
+
+def _csv_by_chunks(session: Session, run: Run) -> Iterator[memoryview]:
     c = coefficients(run)
-    connection = session.connection().connection.driver_connection
-    cursor = connection.cursor()  # type: ignore[union-attr]
+    cursor = session.connection().connection.driver_connection.cursor()  # type: ignore[union-attr]
     try:
-        cursor.execute(_sqlite_query(run.id))
-        while rows := cursor.fetchmany(CSV_CHUNK_ROWS):
-            yield _chunk_text(rows, c)
+        for chunk in _sqlite_chunks(cursor, run.id):
+            yield _chunk_text(chunk, c)
     finally:
         cursor.close()
 
 
+def _sqlite_chunks(cursor: sqlite3.Cursor, run_pk: int) -> Iterator[_Chunk]:
+    """The run's rows in chunks of CSV_CHUNK_ROWS, each read by a statement of its own (inside the
+    session's transaction: one snapshot). sqlite3 hands out every cell as a Python object, its
+    costliest step, so a column that held one value throughout the previous chunk is not read
+    again but checked in SQL (`IS ?`, a fraction of a cell's cost). A chunk where a row breaks
+    the check reads those columns after all."""
+    held: dict[str, Any] = {}
+    after: tuple[Any, ...] = ()
+    while True:
+        read = tuple(name for name in _STORED if name not in held)
+        check = tuple(held)
+        query = _sqlite_query(run_pk, read, check, bool(after)) + " LIMIT ?"
+        rows = cursor.execute(query, (*held.values(), *after, CSV_CHUNK_ROWS)).fetchall()
+        columns = _arrow_columns(rows, (*read, _HELD) if check else read)
+        if not columns:
+            return
+        if check and not columns.pop(_HELD).to_numpy().all():  # a value changed: read them for every row
+            query = _sqlite_query(run_pk, check, (), bool(after)) + " LIMIT ?"
+            columns |= _arrow_columns(cursor.execute(query, (*after, CSV_CHUNK_ROWS)).fetchall(), check)
+            held = {}
+        chunk = _Chunk(columns, held)
+        yield chunk
+        held = held | {name: value for name, value in _one_values(columns).items() if name not in _KEY}
+        after = tuple(columns[name][-1].as_py() for name in _KEY)
+
+
+def _one_values(columns: dict[str, pa.Array]) -> dict[str, Any]:
+    """The columns that hold one value (NULL or not) throughout, and that value."""
+    out: dict[str, Any] = {}
+    for name, column in columns.items():
+        if column.null_count == len(column):
+            out[name] = None
+        elif column.null_count == 0:
+            low, high = pc.min_max(column).values()
+            if low == high:
+                out[name] = low.as_py()
+    return out
+
+
+_TYPES = {
+    **{name: pa.int64() if FIELD[name].kind == "int" else pa.float64() for name in _NUMERIC},
+    **dict.fromkeys((*_CHANNELS, "channel_cells"), _STRING),  # channel_cells: both cells as one text
+    _HELD: pa.int64(),
+}
+
+
+@functools.cache
+def _row_type(names: tuple[str, ...]) -> pa.StructType:
+    return pa.struct([(name, _TYPES[name]) for name in names])
+
+
+def _arrow_columns(rows: list[tuple[Any, ...]], names: tuple[str, ...]) -> dict[str, pa.Array]:
+    """Row tuples as Arrow columns by name (one conversion in compiled code); {} for no rows."""
+    if not rows:
+        return {}
+    return dict(zip(names, pa.array(rows, _row_type(names)).flatten(), strict=True))
+
+
 _KINDS = tuple(FIELD[name].kind for name in _NUMERIC)
-_SUM_AT = {name: _NUMERIC.index(name) for name in SUM_FIELDS}
+_SUMMED = frozenset(SUM_FIELDS)  # the fields the sums read
 
 
-def _chunk_text(rows: list[tuple[Any, ...]], c: Coefficients) -> str:
-    """CSV rows for one chunk of (numeric fields..., channel_loss, channel_tokens) tuples, or of
-    (numeric fields..., "channel_loss cell,channel_tokens cell") tuples."""
-    lines = _chunk_lines(rows, c, "\n")  # each line ends with a newline
+def _chunk_text(chunk: _Chunk, c: Coefficients) -> memoryview:
+    """The CSV rows of one chunk, as UTF-8: a view of the Arrow buffer that holds them."""
+    lines = _chunk_lines(chunk, c, "\n")  # each line ends with a newline
     offsets = np.frombuffer(lines.buffers()[1], np.int32, len(lines) + 1, lines.offset * 4)
-    return codecs.utf_8_decode(memoryview(lines.buffers()[2])[offsets[0] : offsets[-1]])[0]  # the lines end to end
+    return memoryview(lines.buffers()[2])[offsets[0] : offsets[-1]]  # the lines end to end
 
 
-def _chunk_rows(rows: list[tuple[Any, ...]], c: Coefficients) -> list[str]:
+def _chunk_rows(chunk: _Chunk, c: Coefficients) -> list[str]:
     """_chunk_text's rows, each without its newline."""
-    return [str(line) for line in _chunk_lines(rows, c).to_pylist()]
+    return [str(line) for line in _chunk_lines(chunk, c).to_pylist()]
 
 
-def _chunk_lines(rows: list[tuple[Any, ...]], c: Coefficients, end: str = "") -> pa.StringArray:
+def _chunk_lines(chunk: _Chunk, c: Coefficients, end: str = "") -> pa.StringArray:
     """The chunk's CSV lines, each ending with `end`, as one Arrow string array: each column
     becomes a string array of its cells (null: an empty cell) in compiled code, then Arrow joins
     them row-wise. `end` goes onto the last cells first (a short column, where appending it to the
     joined lines would copy them all again). A column that holds one value throughout the chunk
     (a run's GPU count, a model's absent window sums, a reading never sent) is written once and
-    joined as a scalar; a float column equal bit for bit to the float column before it takes its
-    cells (_FloatCells)."""
-    fetched = pa.array(rows, _ROW_TYPES[len(rows[0])]).flatten()  # the tuples as columns, in compiled code
-    values: dict[str, np.ndarray] = {}
+    joined as a scalar, next to the scalars beside it; a float column equal bit for bit to the
+    float column before it takes its cells (_FloatCells)."""
+    read, held = chunk
+    n = len(read[_KEY[0]])
+    values: dict[str, np.ndarray] = {}  # the fields the sums read, as doubles (NULL: NaN)
     cells: list[pa.Array | pa.Scalar] = []
     float_cells = _FloatCells()
-    for at, (name, kind, column) in enumerate(zip(_NUMERIC, _KINDS, fetched, strict=False)):
-        if kind == "int":
+    for at, (name, kind) in enumerate(zip(_NUMERIC, _KINDS, strict=True)):
+        if name in held:
+            cell, value = _held_cell(held[name], kind)
+            cells.append(cell)
+            if name in _SUMMED:
+                values[name] = np.full(n, value)
+        elif kind == "int":
+            column = read[name]
             ints = column.to_numpy() if column.null_count == 0 else None
             if at and ints is not None and (ints == ints[0]).all():  # the first column stays an array
                 cells.append(pc.cast(column.slice(0, 1), _STRING)[0])
             else:
                 cells.append(pc.cast(column, _STRING))  # digits, a '-' before negative ones
-            if name in _SUM_AT:
+            if name in _SUMMED:
                 values[name] = column.to_numpy().astype(np.float64)
         else:
-            floats = column.to_numpy(zero_copy_only=False)  # null (NULL) -> NaN
+            floats = read[name].to_numpy(zero_copy_only=False)  # null (NULL) -> NaN
             cells.append(float_cells(floats))
-            if name in _SUM_AT:
+            if name in _SUMMED:
                 values[name] = floats
-    n = len(_NUMERIC)
-    if len(fetched) == n + 1:  # the channel cells already as CSV text (PostgreSQL's rows)
-        cells.append(fetched[n])
-    else:  # the two columns' stored text
-        cells += [channel_cells(fetched[n]), channel_cells(fetched[n + 1])]
+    if "channel_cells" in read:  # both channel cells already as CSV text (PostgreSQL's rows)
+        cells.append(read["channel_cells"])
+    for name in _CHANNELS if "channel_cells" not in read else ():
+        cells.append(pa.scalar(_channel_cell(held[name]), _STRING) if name in held else channel_cells(read[name]))
     with np.errstate(over="ignore", under="ignore", invalid="ignore"):  # inf and NaN are empty cells
         derived = derive_columns(sums_per_row(values), c, CSV_DERIVED_COLUMNS)
     cells += [float_cells(derived[name]) for name in CSV_DERIVED_COLUMNS]
+    cells = _scalars_joined(cells)
     if end:
         cells[-1] = pc.binary_join_element_wise(cells[-1], end, "", null_handling="replace", null_replacement="")
     return pc.binary_join_element_wise(*cells, ",", null_handling="replace", null_replacement="")
+
+
+def _held_cell(value: Any, kind: str) -> tuple[pa.Scalar, float]:
+    """A held column's cell, as _chunk_lines writes the column's cells, and its value as a double."""
+    if kind == "int":
+        return pc.cast(pa.array([value], pa.int64()), _STRING)[0], float(value)
+    floats = np.array([math.nan if value is None else value], np.float64)
+    text = float_strings(floats)[0]
+    return (text if text.is_valid else pa.scalar("", _STRING)), floats[0]
+
+
+def _scalars_joined(cells: list[pa.Array | pa.Scalar]) -> list[pa.Array | pa.Scalar]:
+    """Cells with each run of consecutive scalars joined into one (as the row join joins them):
+    fewer arguments for the row join, which costs per argument and row."""
+    out: list[pa.Array | pa.Scalar] = []
+    for cell in cells:
+        if out and isinstance(cell, pa.Scalar) and isinstance(out[-1], pa.Scalar):
+            out[-1] = pa.scalar(f"{out[-1].as_py()},{cell.as_py()}", _STRING)
+        else:
+            out.append(cell)
+    return out
 
 
 class _FloatCells:
@@ -423,18 +531,6 @@ class _FloatCells:
             cells = float_strings(floats)
         self.bits, self.cells = bits, cells
         return cells
-
-
-_STRING = pa.string()
-_NUMERIC_TYPES = [
-    (name, pa.int64() if kind == "int" else pa.float64()) for name, kind in zip(_NUMERIC, _KINDS, strict=True)
-]
-# A chunk's row tuples as one struct array: the stored text of both channel columns, or
-# (PostgreSQL's rows made again) their CSV cells as one text.
-_ROW_TYPES = {
-    len(_NUMERIC) + 2: pa.struct([*_NUMERIC_TYPES, *((name, _STRING) for name in _CHANNELS)]),
-    len(_NUMERIC) + 1: pa.struct([*_NUMERIC_TYPES, ("channel_cells", _STRING)]),
-}
 
 
 def channel_cells(texts: pa.StringArray) -> pa.StringArray:

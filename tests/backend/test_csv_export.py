@@ -300,6 +300,30 @@ def test_every_cell_equals_an_independent_computation(database_url, make_client,
     assert any(row[at["mfu_thd"]] != "" for row in rows) == (peak is not None)
 
 
+def test_held_columns_are_read_again_where_a_value_changes(sqlite_url, make_client, new_run, records, monkeypatch):
+    """SQLite's chunks check a column that held one value through the previous chunk instead of
+    reading it (csv_export._sqlite_chunks); a chunk where the value changes (a number to another,
+    NULL to a number and back, a channel's text) reads those columns after all. Every cell stays
+    the independently computed one."""
+    monkeypatch.setattr(csv_export, "CSV_CHUNK_ROWS", 6)
+    queries: list[tuple[Any, ...]] = []
+    sqlite_query = csv_export._sqlite_query
+    monkeypatch.setattr(csv_export, "_sqlite_query", lambda *args: queries.append(args) or sqlite_query(*args))
+    rs = records(40, seed=3)
+    for i, r in enumerate(rs):
+        r["lr"] = 3e-4 if i < 9 else 1e-4  # held through the first chunk, changes inside the second
+        r["loss"] = 2.5 if 20 <= i < 31 else None  # NULL, a value, NULL again
+        r["gpu"] = None if i < 14 else {"util_pct": 100.0 - (i >= 33), "power_w": 650.0}
+        r["channel_loss"] = {"code": 1.5} if i < 27 else {"code, web": 2.0}  # quoted from row 27 on
+    client = make_client(sqlite_url)
+    c = _post_run(client, new_run, rs, 989.0)
+    _, *rows = list(csv.reader(io.StringIO(client.get(f"{RUNS}/run-1/intervals.csv").text)))
+    assert rows == _expected_rows(rs, c)
+    held = [args for args in queries if args[2]]  # (run_pk, columns, held, after)
+    assert held and all("lr" not in args[1] for args in held[:1]), "the second chunk checks lr"
+    assert any(args[1] == held[0][2] for args in queries), "a chunk read its held columns after all"
+
+
 @pytest.mark.postgres
 def test_sqlite_and_postgresql_write_the_same_text(sqlite_url, postgres, make_client, new_run, records, monkeypatch):
     monkeypatch.setattr(csv_export, "CSV_CHUNK_ROWS", 5)
