@@ -14,10 +14,14 @@ it runs on, next to the real path:
   per batch (WAL, synchronous=NORMAL, as the server's engine sets them);
 * blob_floor: the batch kept as one row instead, its numbers one float64 array and its details
   one text: the floor of a columnar layout;
+* rows_once_floor: rows_floor with what exactly-once storage cannot skip: a unique index on
+  (run, interval, rank) and INSERT OR IGNORE, so a replayed record is not stored twice;
 * store: the real store of those rows (ingest.ingest_together on a migrated schema: idempotency
   index, details, rollups, totals, sync sites, one transaction per batch);
 * http_floor: server CPU per row of a bare ASGI app under the same uvicorn that reads the body and
   answers (a subprocess; CPU from /proc);
+* fastapi_floor: the same for a FastAPI app with one POST route that reads the body and answers
+  (the framework the project is built on, with nothing of packscope's);
 * server: server CPU per row of packscope's app under uvicorn, the same bodies, a new run per round.
 
 And the SQLite CSV export against its own floor (issue 8 asks for ≥ 200,000 rows/s), on a run of
@@ -31,7 +35,11 @@ And the SQLite CSV export against its own floor (issue 8 asks for ≥ 200,000 ro
 
 The parts run in rounds, in a rotated order each round, so drift on a shared machine spreads
 over all of them. Per part: the median, min and max µs/row over the rounds. Then two floors,
-decode_untyped + http_floor + rows_floor (and + blob_floor), and the server's ratio to each.
+decode_untyped + http_floor + rows_floor (and + blob_floor), and the server's ratio to each; and
+a third, what issue 22's other demands force on any design that keeps a row per interval and
+serves it with FastAPI: the typed parse (a 422 that names the field needs the checks) +
+fastapi_floor + rows_once_floor (nothing stored twice), with the server's ratio to it and what is
+left between them.
 
     python bench/ingest_floor.py [--batches 100] [--rounds 5] [--csv-rows 100000]
 
@@ -71,6 +79,7 @@ from packscope.backend.store.db import SQLITE_PRAGMAS, WRITES, make_engine, make
 from packscope.core.ports import free_port
 
 GOAL_US_PER_ROW = 20.0
+HTTP_PASSES = 10
 CSV_GOAL_ROWS_PER_S = 200_000
 
 # A bare ASGI app: read the whole body, answer what the real route answers for a clean batch.
@@ -88,6 +97,24 @@ _BARE_APP = textwrap.dedent(
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"application/json")]})
         await send({"type": "http.response.body", "body": ANSWER})
+    uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
+    """
+)
+
+# The same under FastAPI: one POST route, the body read, the answer as it is.
+_FASTAPI_APP = textwrap.dedent(
+    """
+    import sys, uvicorn
+    from fastapi import FastAPI, Request, Response
+    app = FastAPI()
+    ANSWER = b'{"accepted":64,"duplicates":0}'
+    @app.post("/api/v1/runs/{run_id}/intervals")
+    async def post(run_id: str, request: Request) -> Response:
+        await request.body()
+        return Response(ANSWER, media_type="application/json")
+    @app.get("/api/v1/catalogue")  # what wait_until_serving asks
+    async def ready() -> dict:
+        return {}
     uvicorn.run(app, host="127.0.0.1", port=int(sys.argv[1]), log_level="warning")
     """
 )
@@ -117,16 +144,33 @@ class RowsFloor:
         columns = ", ".join(f'"{c}"' for c in (*ROW_COLUMNS, "histograms", "sync_sites"))
         self.db.execute(f"CREATE TABLE flat ({columns})")
         self.sql = f"INSERT INTO flat VALUES ({', '.join('?' * (len(ROW_COLUMNS) + 2))})"
+        self.run_pk = 1
 
     def __call__(self, parsed: Parsed) -> None:
         encode = msgspec.json.encode
         rows = [
-            (1, *values, histograms, encode(sites).decode())
+            (self.run_pk, *values, histograms, encode(sites).decode())
             for values, histograms, sites in zip(parsed.values, parsed.histograms, parsed.sites, strict=True)
         ]
         self.db.execute("BEGIN")
         self.db.executemany(self.sql, rows)
         self.db.execute("COMMIT")
+
+
+class RowsOnceFloor(RowsFloor):
+    """RowsFloor whose key (run, interval, rank) is unique, a replayed row skipped: the least
+    exactly-once storage of a row per interval costs (no RETURNING: which rows were new is not
+    asked, where the server must know it to feed only those to the aggregates)."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.db.execute('CREATE UNIQUE INDEX flat_key ON flat ("run_pk", "interval", "rank")')
+        self.sql = self.sql.replace("INSERT INTO", "INSERT OR IGNORE INTO", 1)
+
+    def new_run(self) -> RowsOnceFloor:
+        """The next round's rows under a run of their own: new keys, as the server's rounds."""
+        self.run_pk += 1
+        return self
 
 
 class BlobFloor:
@@ -224,10 +268,15 @@ def measure(batches: int, rounds: int, csv_rows: int, scratch: Path) -> dict[str
     port = free_port()
     bare = subprocess.Popen([sys.executable, "-c", _BARE_APP, str(port)])
     bare_url = f"http://127.0.0.1:{port}"
+    fastapi_port = free_port()
+    fastapi = subprocess.Popen([sys.executable, "-c", _FASTAPI_APP, str(fastapi_port)])
+    fastapi_url = f"http://127.0.0.1:{fastapi_port}"
     try:
         wait_until_serving(bare, bare_url)  # the bare app answers any path
+        wait_until_serving(fastapi, fastapi_url)
         http = httpx.Client(base_url=url, timeout=60)
         rows_floor, blob_floor = RowsFloor(scratch / "rows.db"), BlobFloor(scratch / "blob.db")
+        rows_once_floor = RowsOnceFloor(scratch / "rows_once.db")
         runs = iter(range(10**6))
 
         def store_round() -> float:
@@ -252,8 +301,14 @@ def measure(batches: int, rounds: int, csv_rows: int, scratch: Path) -> dict[str
             "parse": lambda: _in_process(parse, bodies),
             "rows_floor": lambda: _in_process(rows_floor, parsed),
             "blob_floor": lambda: _in_process(blob_floor, parsed),
+            "rows_once_floor": lambda: _in_process(rows_once_floor.new_run(), parsed),
             "store": store_round,
-            "http_floor": lambda: _over_http(bare_url, bare.pid, "/", bodies),
+            # The bare apps store nothing: their bodies go round HTTP_PASSES times, so their few
+            # µs a row span many of /proc's 10 ms CPU ticks.
+            "http_floor": lambda: _over_http(bare_url, bare.pid, "/", bodies * HTTP_PASSES),
+            "fastapi_floor": lambda: _over_http(
+                fastapi_url, fastapi.pid, "/api/v1/runs/r/intervals", bodies * HTTP_PASSES
+            ),
             "server": server_round,
         }
         parts.update(csv_parts)
@@ -268,7 +323,7 @@ def measure(batches: int, rounds: int, csv_rows: int, scratch: Path) -> dict[str
             probe.append(python_probe_s())
             print(f"round {r + 1}/{rounds} done", file=sys.stderr)
     finally:
-        for process in (server, bare):
+        for process in (server, bare, fastapi):
             process.terminate()
             process.wait(10)
         engine.dispose()
@@ -277,6 +332,7 @@ def measure(batches: int, rounds: int, csv_rows: int, scratch: Path) -> dict[str
     median = {name: statistics.median(values) for name, values in samples.items()}
     rows_floor_total = median["decode_untyped"] + median["http_floor"] + median["rows_floor"]
     blob_floor_total = median["decode_untyped"] + median["http_floor"] + median["blob_floor"]
+    required_total = median["parse"] + median["fastapi_floor"] + median["rows_once_floor"]
     return {
         "machine": {
             "cpus": os.cpu_count(),
@@ -296,6 +352,12 @@ def measure(batches: int, rounds: int, csv_rows: int, scratch: Path) -> dict[str
         "goal_us_per_row": GOAL_US_PER_ROW,
         "server_over_floor_rows": round(median["server"] / rows_floor_total, 2),
         "server_over_floor_blob": round(median["server"] / blob_floor_total, 2),
+        "floor_required_us_per_row": round(required_total, 2),
+        "server_over_floor_required": round(median["server"] / required_total, 2),
+        # What the server spends beyond the required floor, and what 1.5x the row floor leaves
+        # for it: the route, the aggregates, the details' table, the commit of it all.
+        "server_beyond_required_us_per_row": round(median["server"] - required_total, 2),
+        "room_at_1_5x_row_floor_us_per_row": round(1.5 * rows_floor_total - required_total, 2),
         "floor_rows_over_goal": round(rows_floor_total / GOAL_US_PER_ROW, 2),
         "floor_blob_over_goal": round(blob_floor_total / GOAL_US_PER_ROW, 2),
         "csv": {
