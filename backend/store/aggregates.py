@@ -29,7 +29,7 @@ from packscope.backend.store.columns import (
     WALL_EXTENTS,
     derive_columns,
     merged_by,
-    sums_per_row,
+    sums_matrix,
 )
 from packscope.backend.store.models import (
     CHANNEL_LEVELS,
@@ -76,14 +76,13 @@ def _field_matrix(rows: Sequence[Sequence[Any]]) -> np.ndarray:
 
 def _per_row(values: np.ndarray, c: Coefficients) -> tuple[np.ndarray, np.ndarray]:
     """(interval of each row, each row as its own block in the grouped layout): its sums (the
-    catalogue's, columns.sums_per_row), its band metrics as both the least and the greatest, its
+    catalogue's, columns.sums_matrix), its band metrics as both the least and the greatest, its
     steps and wall-clock start and end; from the rows' READ_COLUMNS as a float matrix."""
     out = np.empty((len(values), len(_GROUPED)))
     out[:, _AT_GROUPED["rows"]] = 1.0
-    sums = sums_per_row({name: values[:, i] for name, i in _READ_AT.items()})
-    for at, name in zip(_SUMS_AT, SUM_NAMES, strict=True):
-        out[:, at] = sums[name]
-    rates = derive_columns(sums, c, BAND_METRICS)
+    sums = sums_matrix(values, _READ_AT)
+    out[:, _SUMS_AT] = sums
+    rates = derive_columns({name: sums[:, j] for j, name in enumerate(SUM_NAMES)}, c, BAND_METRICS)
     for (least, greatest), name in zip(_BAND_AT, BAND_METRICS, strict=True):
         out[:, least] = out[:, greatest] = rates[name]
     out[:, _EXTENT_AT[0]] = values[:, _EXTENT_AT[1]]
