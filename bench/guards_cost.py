@@ -1,10 +1,11 @@
 """What the security guards (backend/security.py) cost a request, apart from everything else.
 
-The app's ASGI guards wrap a bare ASGI app that answers 202 at once, in three stacks: none, the
-two that 69cdf22 had (security headers, the sign-in throttle), and all four of today (plus the
-write-origin check and the token throttle, issue 22's). Each stack serves the same authorised ingest POST
---requests times in one event loop, in rounds whose order rotates; CPU time (process_time) per
-request, and per interval row at --rows-per-request rows a batch (64, the agent's default).
+The middlewares create_app adds (with its default settings) wrap a bare ASGI app that answers 202
+at once, in three stacks: none, the two that 69cdf22 had (security headers, the sign-in
+throttle), and every one of today's (issue 22 added the write-origin check and the token
+throttle). Each stack serves the same authorised ingest POST --requests times in one event loop,
+in rounds whose order rotates; CPU time (process_time) per request, and per interval row at
+--rows-per-request rows a batch (64, the agent's default).
 
     python bench/guards_cost.py [--requests 20000] [--rounds 5] [--rows-per-request 64]
 
@@ -18,13 +19,16 @@ import argparse
 import asyncio
 import json
 import statistics
+import tempfile
 import time
-from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
+from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from packscope.backend.security import SecurityHeaders, SignInGuard, TokenGuard, WriteGuard
+from packscope.backend.app import create_app
+from packscope.backend.settings import Settings
 
 _SCOPE: Scope = {
     "type": "http",
@@ -53,22 +57,29 @@ async def _send(_message: Message) -> None:
     pass
 
 
-# Innermost first, as create_app adds them.
-_GUARDS: dict[str, Callable[[ASGIApp], ASGIApp]] = {
-    "sign-in": lambda app: SignInGuard(app, per_minute=10),
-    "token": lambda app: TokenGuard(app, per_minute=20),
-    "write": lambda app: WriteGuard(app, allowed_origins=frozenset()),
-    "headers": SecurityHeaders,
+def app_middlewares() -> list[Middleware]:
+    """The middlewares of an app create_app builds with the default settings (and an ingest token), innermost first."""
+    with tempfile.TemporaryDirectory() as folder:
+        app = create_app(Settings(database_url=f"sqlite:///{Path(folder) / 'guards.db'}", ingest_token="bench"))
+        app.state.engine.dispose()
+    return list(reversed(app.user_middleware))
+
+
+# The middlewares of each stack, by class name; None: every one create_app adds.
+STACKS: dict[str, tuple[str, ...] | None] = {
+    "none": (),
+    "69cdf22's two (headers, sign-in)": ("SignInGuard", "SecurityHeaders"),
+    "today's": None,
 }
-STACKS = {"none": (), "69cdf22's two (headers, sign-in)": ("sign-in", "headers"), "all four": tuple(_GUARDS)}
 
 
-def stack(guards: tuple[str, ...]) -> ASGIApp:
-    """The bare app inside `guards`, in create_app's order."""
+def stack(middlewares: list[Middleware], names: tuple[str, ...] | None) -> ASGIApp:
+    """The bare app inside those of `middlewares` (innermost first) that `names` names."""
     app: ASGIApp = _answer
-    for name, wrap in _GUARDS.items():
-        if name in guards:
-            app = wrap(app)
+    for middleware in middlewares:
+        cls, args, kwargs = middleware
+        if names is None or cls.__name__ in names:
+            app = cls(app, *args, **kwargs)
     return app
 
 
@@ -89,7 +100,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--rows-per-request", type=int, default=64)
     args = parser.parse_args()
-    apps = {name: stack(guards) for name, guards in STACKS.items()}
+    middlewares = app_middlewares()
+    apps = {name: stack(middlewares, names) for name, names in STACKS.items()}
     samples: dict[str, list[float]] = {name: [] for name in STACKS}
     names = list(STACKS)
     for round_ in range(args.rounds):
