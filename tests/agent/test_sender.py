@@ -699,6 +699,22 @@ def test_offline_the_spool_keeps_records_registration_and_status_and_sends_nothi
     assert json.loads(meta["final"]) == {"status": "finished"}
 
 
+def test_offline_with_records_kept_the_thread_sleeps_instead_of_spinning(tmp_path, monkeypatch):
+    # Before, offline with a non-empty spool, every pass found a "retry due" and looped at once:
+    # the thread held the GIL between the trainer's ops (HF steps went from 0.03 s to 0.1-6 s).
+    passes = []
+    original = Sender._wait_for_records
+    monkeypatch.setattr(Sender, "_wait_for_records", lambda self: (passes.append(1), original(self))[1])
+    config = AgentConfig(server=None, spool_dir=str(tmp_path / "runs"))
+    sender = Sender(config, RUN_ID, {"run_id": RUN_ID, "name": "offline"})
+    sender.submit(rec(0))
+    wait_until(lambda: len(sender.spool) == 1, what="the record to be kept")
+    before = len(passes)
+    time.sleep(1.5)
+    assert len(passes) - before <= 3, f"{len(passes) - before} passes in 1.5 s"  # one a second when idle
+    assert sender.close({"status": "finished"}, timeout_s=5) is True
+
+
 def test_a_final_status_the_server_would_not_take_is_kept_for_later(server, tmp_path):
     server.patch_status = 503
     sender = make_sender(server, tmp_path)
