@@ -14,7 +14,10 @@ the callback puts on the model, with perf_counter, and counts the ATen ops run i
 dispatch mode entered only there, in a second, shorter run). On CPU the model is a stand-in with
 the same batches: the Qwen2 embedding and head without decoder layers (`--model stand-in`),
 since a 303M forward over 10k tokens takes seconds here and changes nothing the callback does;
-on CUDA the 303M model itself (`--model qwen2-303m`). Ordinary steps and log-boundary steps are
+on CUDA the 303M model itself (`--model qwen2-303m`), or the same model with a 512-token
+sliding window (`--model mistral-303m-window`) or as Qwen2.5-VL's language model with a small
+vision tower and one image per document (`--model qwen25vl-303m`, HF Trainer only): the shapes
+whose steps once took 9-33 s with the callback (issue 34). Ordinary steps and log-boundary steps are
 reported apart.
 
 `ratio` runs one Trainer in rounds of steps, one step a mode, in a seeded fresh order each round:
@@ -92,17 +95,68 @@ def use_code_root(root: str) -> None:
 STAND_IN_VOCAB = 512  # token ids of the examples are below it, so that both models take them
 
 
+# The two shapes whose callback once cost 9-33 s a step on an H100 (issue 34): the same text
+# model with a sliding window narrower than most documents, and as Qwen2.5-VL's language model
+# with a small vision tower, every document opening with one image.
+MISTRAL_WINDOW = 512
+VISION_TOKENS = (31990, 31991, 31992)  # image, vision start, vision end: inside the vocabulary, above the text ids
+IMAGE_GRID = (1, 8, 8)  # one frame of 8x8 patches: 16 tokens after the 2x2 merge
+MODELS = ("stand-in", "qwen2-303m", "mistral-303m-window", "qwen25vl-303m")
+
+
 def make_model(kind: str, device: str):
     import torch
     import transformers
 
     torch.manual_seed(0)
+    # SDPA: the GPU machine has no flash-attn, so torch's own attention kernels.
+    model: Any
     if kind == "qwen2-303m":
-        # SDPA: the GPU machine has no flash-attn, so torch's own attention kernels.
-        config = transformers.Qwen2Config(**QWEN2_303M, attn_implementation="sdpa")  # type: ignore[call-arg]
-        model: Any = transformers.Qwen2ForCausalLM(config)
-        return model.to(device)
-    return stand_in_model().to(device)
+        model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**QWEN2_303M, attn_implementation="sdpa"))
+    elif kind == "mistral-303m-window":
+        config = transformers.MistralConfig(**QWEN2_303M, sliding_window=MISTRAL_WINDOW, attn_implementation="sdpa")
+        model = transformers.MistralForCausalLM(config)
+    elif kind == "qwen25vl-303m":
+        image, start, end = VISION_TOKENS
+        config = transformers.Qwen2_5_VLConfig(
+            text_config={**QWEN2_303M, "rope_scaling": {"type": "mrope", "mrope_section": [8, 12, 12]}},
+            vision_config=dict(
+                depth=4, hidden_size=256, intermediate_size=512, num_heads=4, out_hidden_size=QWEN2_303M["hidden_size"]
+            ),
+            image_token_id=image, vision_start_token_id=start, vision_end_token_id=end, attn_implementation="sdpa",
+        )  # fmt: skip
+        model = transformers.Qwen2_5_VLForConditionalGeneration(config)
+    else:
+        model = stand_in_model()
+    return model.to(device)
+
+
+class VisionFlattening:
+    """DataCollatorWithFlattening for Qwen2.5-VL: the micro-batch's examples back to back in one
+    row, position_ids restarting at each, each example opened by one image (its pixel patches and
+    `image_grid_thw` row). The labels skip the image's tokens."""
+
+    def __call__(self, features: list[dict[str, list[int]]]) -> dict[str, Any]:
+        import torch
+
+        image, start, end = VISION_TOKENS
+        t, h, w = IMAGE_GRID
+        ids: list[int] = []
+        labels: list[int] = []
+        positions: list[int] = []
+        for f in features:
+            doc = [start, *[image] * (t * h * w // 4), end, *f["input_ids"]]
+            ids += doc
+            labels += [-100] * (len(doc) - len(f["input_ids"]) + 1) + f["input_ids"][1:]
+            positions += range(len(doc))
+        n = len(features)
+        return {
+            "input_ids": torch.tensor([ids]),
+            "labels": torch.tensor([labels]),
+            "position_ids": torch.tensor([positions]),
+            "pixel_values": torch.randn(n * t * h * w, 3 * 2 * 14 * 14),
+            "image_grid_thw": torch.tensor([IMAGE_GRID] * n),
+        }
 
 
 def stand_in_model():
@@ -127,12 +181,13 @@ def examples(n: int) -> list[dict[str, list[int]]]:
     return [{"input_ids": [rng.randrange(3, STAND_IN_VOCAB) for _ in range(DOC_LENGTHS[i % 8])]} for i in range(n)]
 
 
-def flops_spec():
+def flops_spec(model: Any = None):
+    """The FLOPs model of `model` (default: the Qwen2 303M), read from its config."""
     import transformers
 
     from packscope.core.hf_config import spec_from_hf_config
 
-    return spec_from_hf_config(transformers.Qwen2Config(**QWEN2_303M))
+    return spec_from_hf_config(model.config if model is not None else transformers.Qwen2Config(**QWEN2_303M))
 
 
 class Probe:
@@ -255,6 +310,9 @@ def hf_trainer(model, steps: int, callbacks: list, device: str, trl: bool = Fals
     import transformers
 
     data = examples(8 * ACCUMULATION * (steps + 2))
+    vision = getattr(model.config, "vision_config", None) is not None
+    if vision and trl:
+        raise SystemExit("the vision model runs in the HF Trainer only (--integrations hf)")
     common: dict[str, Any] = dict(
         output_dir=str(Path(os.environ.get("TMPDIR", "/tmp")) / "packscope-bench-hf"),
         per_device_train_batch_size=8,
@@ -267,6 +325,7 @@ def hf_trainer(model, steps: int, callbacks: list, device: str, trl: bool = Fals
         use_cpu=device == "cpu",
         bf16=device == "cuda",
         dataloader_num_workers=0,
+        remove_unused_columns=not vision,  # the collator makes the images from the examples' text
     )
     if trl:
         import datasets
@@ -294,7 +353,7 @@ def hf_trainer(model, steps: int, callbacks: list, device: str, trl: bool = Fals
             model=model,
             args=transformers.TrainingArguments(**common),
             train_dataset=data,
-            data_collator=transformers.DataCollatorWithFlattening(),
+            data_collator=VisionFlattening() if vision else transformers.DataCollatorWithFlattening(),
             callbacks=callbacks,
         )
     )
@@ -380,7 +439,9 @@ def host_cost(
     warmup = 2
     model = make_model(model_kind, device)
     probe = Probe(count_ops, profile, profiled_step=lambda n: warmup < n <= steps and not boundary(n))
-    agent_settings = dict(run_name=f"bench-{integration}", model=flops_spec(), log_every=LOG_EVERY, sample_gpu=False)
+    agent_settings = dict(
+        run_name=f"bench-{integration}", model=flops_spec(model), log_every=LOG_EVERY, sample_gpu=False
+    )
     if integration == "lightning":
         from packscope.agent.integrations.lightning import PackscopeCallback as LightningCallback
 
@@ -471,7 +532,10 @@ def step_time_ratio(
     events: list[tuple[str, Any, Any, bool]] = []  # per step: mode, its two events, whether it read batches
     host_in_callback: list[tuple[str, float]] = []
     settings = dict(
-        run_name=f"ratio-{integration}", model=flops_spec(), log_every=LOG_EVERY, count_syncs="full" in variants
+        run_name=f"ratio-{integration}",
+        model=flops_spec(model),
+        log_every=LOG_EVERY,
+        count_syncs="full" in variants,
     )
     if integration in ("hf", "trl"):
         from packscope.agent.integrations.hf import PackscopeCallback
@@ -783,7 +847,13 @@ def main() -> int:
         "callback's on_* methods, no hook), hook (its hook alone) and null (an A/A control: no callback, "
         "as off)",
     )
-    ap.add_argument("--model", choices=["stand-in", "qwen2-303m"], default=None, help="host: default by device")
+    ap.add_argument(
+        "--model",
+        choices=MODELS,
+        default=None,
+        help="default: qwen2-303m on CUDA, stand-in on CPU; mistral-303m-window and qwen25vl-303m (HF Trainer "
+        "only) are the windowed and vision shapes",
+    )
     ap.add_argument("--code-root", default=None, help="import packscope from this tree (before/after runs)")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads on CPU")
     ap.add_argument("--profile", action="store_true", help="host: add a cProfile of the callback's calls")
