@@ -25,7 +25,7 @@ async function fetchJSON(path) {
   return response.json();
 }
 
-// Answers asked for before the page's module ran (early.js, while plotly.js compiles), each
+// Answers asked for before the page's module ran (run_early.js, while plotly.js compiles), each
 // handed once to the first call for the same path.
 const early = new Map();
 

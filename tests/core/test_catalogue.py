@@ -6,7 +6,7 @@ import math
 import msgspec
 import pytest
 
-from packscope.core.catalogue import FIELDS, METRIC, SUM_NAMES, Coefficients, derive, sums_of_rows
+from packscope.core.catalogue import FIELD, FIELDS, METRIC, METRICS, SUM_NAMES, Coefficients, derive, sums_of_rows
 from packscope.core.flops import ModelSpec
 
 # Two intervals of one run on 8 GPUs; every number below is worked out by hand from them.
@@ -156,6 +156,11 @@ def test_the_server_schema_table_and_csv_are_the_catalogue():
     assert list(queries.CSV_COLUMNS[: len(names)]) == names
 
 
+# The docs' tables of the catalogue, each between `<!-- catalogue:NAME -->` and
+# `<!-- /catalogue:NAME -->`: a table that differs from what these functions make fails its test,
+# which prints the table to put there.
+
+
 def _fields_table() -> str:
     """docs/wire.md's table of the record's scalar fields, from the catalogue."""
     from packscope.core.catalogue import Field
@@ -179,10 +184,49 @@ def _fields_table() -> str:
     return "\n".join(lines)
 
 
-def test_the_wire_docs_list_the_catalogue_fields():
+def _metrics_table() -> str:
+    """docs/api.md's table of the derived metrics (totals, steady, series, sort keys), from the catalogue."""
+    lines = ["| metric | label | unit | band | meaning |", "|---|---|---|---|---|"]
+    lines += [
+        f"| `{m.name}` | {m.label} | {m.unit} | {'`_min`, `_max`' if m.band else ''} | {m.doc} |" for m in METRICS
+    ]
+    return "\n".join(lines)
+
+
+def _csv_columns_table() -> str:
+    """docs/api.md's table of the CSV's columns, in the header's order (CSV_COLUMNS, which the
+    export writes as its header: tests/backend/test_csv_export.py)."""
+    from packscope.backend.reads.queries import CSV_COLUMNS
+
+    def source(name: str) -> tuple[str, str]:
+        if name in FIELD:
+            return FIELD[name].unit, f"the record's `{'.'.join(FIELD[name].wire_path)}`"
+        if name in METRIC:
+            return METRIC[name].unit, "the metric of that one interval"
+        return "", f"the record's `{name}`, as its stored JSON text"
+
+    lines = ["| column | unit | what |", "|---|---|---|"]
+    lines += [f"| `{name}` | {unit} | {what} |" for name, (unit, what) in ((n, source(n)) for n in CSV_COLUMNS)]
+    return "\n".join(lines)
+
+
+def _shown(doc: str, name: str) -> str:
     from pathlib import Path
 
-    text = (Path(__file__).parents[2] / "docs" / "wire.md").read_text()
-    start, end = "<!-- catalogue:fields -->\n", "<!-- /catalogue:fields -->"
-    shown = text[text.index(start) + len(start) : text.index(end)].strip()
-    assert shown == _fields_table(), "docs/wire.md's field table is stale; put this there:\n" + _fields_table()
+    text = (Path(__file__).parents[2] / "docs" / doc).read_text()
+    start, end = f"<!-- catalogue:{name} -->\n", f"<!-- /catalogue:{name} -->"
+    assert start in text and end in text, f"docs/{doc} has no {name} table between {start.strip()} and {end}"
+    return text[text.index(start) + len(start) : text.index(end)].strip()
+
+
+@pytest.mark.parametrize(
+    ("doc", "name", "table"),
+    [
+        ("wire.md", "fields", _fields_table),
+        ("api.md", "metrics", _metrics_table),
+        ("api.md", "csv-columns", _csv_columns_table),
+    ],
+)
+def test_the_docs_tables_are_the_catalogues(doc, name, table):
+    expected = table()
+    assert _shown(doc, name) == expected, f"docs/{doc}'s {name} table is stale; put this there:\n{expected}"
