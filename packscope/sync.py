@@ -17,10 +17,12 @@ Exactly once, and resumable after a kill at any point:
   duplicate. Set-aside records within their retry caps get one more try each. The run's final
   status, if the run left one, is set last; a spool with nothing left in it is removed.
 * a run file: how far each server has taken it is kept beside it, in `<file>.sync.json`, after
-  every batch; a file changed since starts over (the server stores nothing twice).
+  every batch; a file changed since starts over (the server stores nothing twice). Its damaged
+  lines (core/run_file.py) are skipped, and named by every sync.
 
-So a second sync sends nothing. Exit codes: 0 everything sent; 2 bad input, or a record the
-server refuses as invalid (named by file and line; a spool's is set aside in it); 1 anything else
+So a second sync sends nothing. Exit codes: 0 everything sent; 2 bad input, damaged lines
+skipped, or a record the server refuses as invalid (named by file and line; a spool's is set
+aside in it); 1 anything else
 (no server, a wrong token, a server that stayed busy: run sync again later). Torch-free, like
 `packscope import`.
 """
@@ -171,9 +173,9 @@ def _kind_of(path: Path) -> str | None:
     if is_spool(path):
         return "spool"
     try:
-        with path.open(encoding="utf-8") as f:
-            first = next((line for line in f if line.strip()), "")
-        value = json.loads(first)
+        with path.open("rb") as f:  # only the first line decoded: a damaged later line is the reader's to name
+            first = next((line for line in f if line.strip()), b"")
+        value = json.loads(first.decode("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
         return None
     return "run file" if isinstance(value, dict) and isinstance(value.get("run"), dict) else None
@@ -251,6 +253,7 @@ class Outcome:
     recovered: int = 0  # set aside before, taken now
     refused_again: int = 0  # set aside before, refused once more
     status: str | None = None  # the final status set
+    skipped: int = 0  # damaged lines of a run file, never sent
     error: ImportFailed | None = None
     notes: list[str] = field(default_factory=list)
 
@@ -262,6 +265,8 @@ class Outcome:
             parts.append(f"{len(self.set_aside_ids)} refused and set aside in the spool")
         if self.refused_again:
             parts.append(f"{self.refused_again} set aside before refused again")
+        if self.skipped:
+            parts.append(f"{self.skipped} damaged lines skipped")
         if self.status:
             parts.append(f"status {self.status}")
         return f"{self.path}: run {self.run_id}: " + ", ".join(parts)
@@ -380,7 +385,7 @@ def sync_run_files(client: Client, files: Sequence[RunFileInput], batch: int, pr
     """The files of one run, then its final status once all of them are in."""
     outcomes = []
     for item in files:
-        outcome = Outcome(item.path, item.loaded.run_id)
+        outcome = Outcome(item.path, item.loaded.run_id, skipped=len(item.loaded.bad_lines))
         outcomes.append(outcome)
         if item.pending == 0 and item.state.status_set:
             continue
@@ -457,6 +462,7 @@ def sync_from_args(args: argparse.Namespace) -> int:
             spools.append(spool_input)
     loaded, file_errors = load_run_files(run_paths)
     errors += file_errors
+    skipped = [line for f in loaded for line in f.bad_lines]  # damaged lines: never sent
     if problem:
         errors.insert(0, problem)
     if errors:
@@ -472,15 +478,23 @@ def sync_from_args(args: argparse.Namespace) -> int:
     ]
     for note in notes:
         print(f"packscope sync: {note}", file=sys.stderr)
+    for line in skipped:
+        _error(f"{line}; skipped, the file's other records are sent")
     client = Client(args.server, args.token, name="sync")
     run_files = [RunFileInput(f, RunFileState.read(f.path, client.server)) for f in loaded]
     pending = [s for s in spools if s.pending] + [f for f in run_files if not f.state.status_set]
     if not pending:
+        if skipped:
+            print("packscope sync: nothing else to send: only the damaged lines above were never sent", file=sys.stderr)
+            return EXIT_BAD_INPUT
         print("packscope sync: nothing to send: every run here has been sent")
         return EXIT_OK
     progress = Progress(sum(s.records + s.set_aside for s in spools) + sum(f.pending for f in run_files))
     code = _send_all(client, spools, run_files, args.batch, progress)
     progress.close()
+    if skipped:
+        print(f"packscope sync: {len(skipped)} damaged lines of run files skipped (above), not sent", file=sys.stderr)
+        return code if code == EXIT_FAILED else EXIT_BAD_INPUT
     return code
 
 

@@ -259,3 +259,19 @@ def test_a_final_status_left_alone_in_a_spool_is_set(server, tmp_path, capsys):
     assert code == 0 and "status finished" in out, err
     assert_stored(server, "sync-status-only", records, status="finished")
     assert not spool.exists()
+
+
+def test_a_run_file_with_damaged_lines_sends_the_others_once_and_says_which_lines(trained, server, tmp_path, capsys):
+    path = derived(trained["bshd"], tmp_path / "rank0.jsonl", "sync-damaged-lines")
+    lines = path.read_bytes().split(b"\n")  # line 1: the run line; line k + 2: record k
+    lines[4] = b"\x00\xffgarbage"  # line 5 (interval 3)
+    path.write_bytes(b"\n".join(lines).rstrip(b"\n")[:-25])  # the last line torn, as `truncate -s -25` leaves it
+    good = [r for r in read_run_file(trained["bshd"]).records if r["interval"] not in (3, len(lines) - 3)]
+    code, out, err = run_sync(capsys, path, "--server", server, "--batch", "4")
+    assert code == 2, err
+    assert f"{path}:5: not UTF-8 text" in err and f"{path}:{len(lines) - 1}: not JSON" in err
+    assert f"{len(good)} records sent ({len(good)} accepted, 0 duplicates), 2 damaged lines skipped" in out
+    assert_stored(server, "sync-damaged-lines", good)
+    code, out, err = run_sync(capsys, path, "--server", server)  # a retry: nothing twice, the same lines named
+    assert code == 2 and f"{path}:5: not UTF-8 text" in err and "only the damaged lines above were never sent" in err
+    assert_stored(server, "sync-damaged-lines", good)
