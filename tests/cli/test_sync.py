@@ -6,6 +6,7 @@ stores everything once; a second sync sends nothing; bad input is refused before
 from __future__ import annotations
 
 import json
+import random
 import re
 import shutil
 import signal
@@ -17,12 +18,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from wire_records import packed_interval
 
 from cli.support import clean_env, derived, free_port, get, get_status, running_server
-from packscope import importer
+from packscope import importer, sync
 from packscope.agent import Agent, AgentConfig, ModelSpec
 from packscope.cli import main
 from packscope.core.run_file import read_run_file, write_run_file
+from packscope.core.spool import Spool, encode
 
 MODEL = ModelSpec(layers=2, hidden=64, heads=4, ffn=128, vocab=256)
 SUMS = ("tokens", "real_tokens", "documents", "packs", "steps")
@@ -273,5 +276,41 @@ def test_a_run_file_with_damaged_lines_sends_the_others_once_and_says_which_line
     assert f"{len(good)} records sent ({len(good)} accepted, 0 duplicates), 2 damaged lines skipped" in out
     assert_stored(server, "sync-damaged-lines", good)
     code, out, err = run_sync(capsys, path, "--server", server)  # a retry: nothing twice, the same lines named
-    assert code == 2 and f"{path}:5: not UTF-8 text" in err and "only the damaged lines above were never sent" in err
+    assert code == 2 and f"{path}:5: not UTF-8 text" in err and "only what is named above was never sent" in err
     assert_stored(server, "sync-damaged-lines", good)
+
+
+@pytest.mark.parametrize("found", ["by the check", "mid-way"])
+def test_a_damaged_spool_sends_every_readable_record_once_and_says_what_was_lost(
+    server, tmp_path, capsys, monkeypatch, found
+):
+    """The issue's spool: 2,000 records, 8 KiB overwritten mid-file. Every record that still reads
+    is stored once; the ones that do not are counted, the damaged file is kept and named, the exit
+    status says so, and a later sync names the kept file instead of claiming all was sent."""
+    run_id = f"sync-damaged-{found.split()[-1]}"
+    spool_dir = tmp_path / "spool"
+    agent_run(spool_dir, run_id, None, steps=1)  # the run's registration, as the agent keeps it
+    path = spool_dir / f"{run_id}.sqlite"
+    spool = Spool(path, max_bytes=2**40)
+    spool.open()
+    spool.append([encode(packed_interval(k)) for k in range(1, 2000)])
+    spool.close(remove_if_empty=False)
+    with path.open("r+b") as f:
+        f.seek(600 * 1024)
+        f.write(random.Random(0).randbytes(8192))
+    if found == "mid-way":  # as if SQLite's check had let the damage through: found by a read while sending
+        monkeypatch.setattr(sync, "_sound", lambda db: True, raising=False)
+    code, out, err = run_sync(capsys, spool_dir, "--server", server, "--batch", "256")
+    assert code == 2, err
+    stored = get(server, f"/api/v1/runs/{run_id}")["records"]
+    lost = int(re.search(r"the spool was damaged: (\d+) records could not be read", err).group(1))
+    assert stored + lost == 2000 and 0 < lost <= 40  # 8 KiB spoil about a page, not what follows
+    accepted, duplicates = map(int, re.search(r"\((\d+) accepted, (\d+) duplicates\)", out).groups())
+    assert (accepted, duplicates) == (stored, 0)  # each once
+    (kept,) = spool_dir.glob(f"{run_id}.sqlite.corrupt-*")
+    assert f"the damaged file is kept as {kept}" in err and "were not sent" in err
+    assert not path.exists()  # what was read of it is delivered
+    code, out, err = run_sync(capsys, spool_dir, "--server", server)
+    assert code == 2 and "every run here has been sent" not in out
+    assert f"{kept}: a damaged spool set aside" in err
+    assert get(server, f"/api/v1/runs/{run_id}")["records"] == stored
