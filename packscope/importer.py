@@ -6,7 +6,7 @@ line in a run file (torn, not JSON, not UTF-8, no integer interval or rank) is n
 line and skipped: the file's other records are sent, and the exit code is 2. Then, run by run
 (the files of one run, one per rank, share its run_id):
 
-    POST  /api/v1/runs                    each file's run line (a run that exists is resumed: 200)
+    POST  /api/v1/runs?keep_status=true   each file's run line (a run that exists is resumed: 200, its status kept)
     POST  /api/v1/runs/{id}/intervals     its records, in batches (--batch, default 256)
     PATCH /api/v1/runs/{id}               the final status, once all the run's files are in
 
@@ -47,6 +47,8 @@ STATUSES = ("running", "finished", "failed")  # what PATCH /api/v1/runs/{id} acc
 BACKOFF = Backoff()  # the sender's defaults: 2 s, doubling up to 60 s
 SQLITE_MAGIC = b"SQLite format 3\x00"  # the first bytes of a spool file
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+# How import and sync register a run: not its trainer restarting, so a finished run stays finished.
+REGISTER_PATH = "/api/v1/runs?keep_status=true"
 
 
 class ImportFailed(Exception):
@@ -239,7 +241,7 @@ def register(client: Client, loaded: LoadedFile) -> bool:
     """POST the file's run line (without the final status); True when the run existed already."""
     run = {k: v for k, v in loaded.run_file.run.items() if k not in ("status", "ended_at")}
     try:
-        status, _ = client.request("POST", "/api/v1/runs", run)
+        status, _ = client.request("POST", REGISTER_PATH, run)
     except HttpError as answer:
         raise _failure(answer, loaded, loaded.run_line, what="registering the run") from None
     return status == 200

@@ -24,9 +24,9 @@ Exactly once, and resumable after a kill at any point:
   lines (core/run_file.py) are skipped, and named by every sync.
 
 So a second sync sends nothing. Exit codes: 0 everything sent; 2 bad input, damaged lines or
-spools (records that could not be read), or a record the server refuses as invalid (named by file and line; a spool's is set
-aside in it); 1 anything else
-(no server, a wrong token, a server that stayed busy: run sync again later). Torch-free, like
+spools (records that could not be read), or a record the server refuses as invalid (named by
+file and line; a spool's is set aside in it); 1 anything else (no server, a wrong token, a
+server that stayed busy: run sync again later). Torch-free, like
 `packscope import`.
 """
 
@@ -65,6 +65,7 @@ from packscope.importer import (
     EXIT_BAD_INPUT,
     EXIT_FAILED,
     EXIT_OK,
+    REGISTER_PATH,
     Client,
     ImportFailed,
     LoadedFile,
@@ -360,7 +361,7 @@ def sync_spool(client: Client, spool_input: SpoolInput, batch: int, progress: Pr
     outcome = Outcome(spool_input.path, run_id)
     where = str(spool_input.path)
     try:
-        client.request("POST", "/api/v1/runs", run)
+        client.request("POST", REGISTER_PATH, run)
     except HttpError as err:
         raise failure(err, where, run_id, "registering the run", "run registration") from None
     if spool_input.damaged:

@@ -314,3 +314,20 @@ def test_a_damaged_spool_sends_every_readable_record_once_and_says_what_was_lost
     assert code == 2 and "every run here has been sent" not in out
     assert f"{kept}: a damaged spool set aside" in err
     assert get(server, f"/api/v1/runs/{run_id}")["records"] == stored
+
+
+def test_syncing_set_aside_records_of_a_finished_run_leaves_it_finished(server, tmp_path, capsys):
+    records = agent_run(tmp_path / "spool", "sync-stays-finished", None, steps=4)
+    spool = tmp_path / "spool" / "sync-stays-finished.sqlite"
+    with sqlite3.connect(spool) as db:  # interval 2 as a server refuses it: negative tokens
+        ((row_id, body),) = db.execute("SELECT id, body FROM records WHERE body LIKE '%\"interval\":2,%'")
+        db.execute("UPDATE records SET body = ? WHERE id = ?", (json.dumps({**json.loads(body), "tokens": -1}), row_id))
+    db.close()
+    assert run_sync(capsys, spool, "--server", server)[0] == 2  # interval 2 set aside, the run finished
+    assert get(server, "/api/v1/runs/sync-stays-finished")["status"] == "finished"
+    with sqlite3.connect(spool) as db:  # the server would take it now (as one that was upgraded would)
+        db.execute("UPDATE set_aside SET body = ?", (body,))
+    db.close()
+    code, out, err = run_sync(capsys, spool, "--server", server)
+    assert code == 0 and "1 set aside before now taken" in out, err
+    assert_stored(server, "sync-stays-finished", records, status="finished")
