@@ -79,6 +79,7 @@ from packscope.importer import (
 )
 
 STATE_SUFFIX = ".sync.json"  # beside a run file: how far each server has taken it
+PLAIN_EVERY_S = 10.0  # off a terminal: at most one progress line this often
 NOT_SENT_STATUSES = (401, 403, 404, 408, 409, 429, 502, 503, 504)  # failures that say nothing of the records
 
 
@@ -260,11 +261,16 @@ def _damaged_spool(db: sqlite3.Connection, path: Path) -> tuple[SpoolInput | Non
 
 # -- progress ------------------------------------------------------------------------------------
 class Progress:
-    """A tqdm bar of records sent when tqdm is installed (the [trainer] extra brings it), else a
-    line per input."""
+    """On a terminal, a tqdm bar of records sent when tqdm is installed (the [trainer] extra
+    brings it). Elsewhere (a pipe, a log file), where a bar's carriage returns would garble the
+    log, a plain line of records sent at most every PLAIN_EVERY_S, then a line per run."""
 
     def __init__(self, total: int) -> None:
         self._bar: Any = None
+        self._total, self._sent = total, 0
+        self._next_line = time.monotonic() + PLAIN_EVERY_S
+        if not sys.stderr.isatty():
+            return
         try:
             from tqdm import tqdm
         except ImportError:
@@ -272,8 +278,12 @@ class Progress:
         self._bar = tqdm(total=total, unit="record", desc="packscope sync", file=sys.stderr, dynamic_ncols=True)
 
     def update(self, n: int) -> None:
+        self._sent += n
         if self._bar is not None:
             self._bar.update(n)
+        elif time.monotonic() >= self._next_line:
+            print(f"packscope sync: {self._sent}/{self._total} records sent", file=sys.stderr, flush=True)
+            self._next_line = time.monotonic() + PLAIN_EVERY_S
 
     def write(self, line: str) -> None:
         if self._bar is not None:
@@ -308,6 +318,11 @@ class Outcome:
     salvage: Salvage | None = None  # the spool was damaged: what was read of it
     error: ImportFailed | None = None
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def delivered(self) -> bool:
+        """The server took records (new or duplicates) or the final status: its page shows them."""
+        return self.sent > 0 or self.status is not None
 
     @property
     def lost(self) -> bool:
@@ -613,7 +628,7 @@ def _send_all(
             jobs.append((run_id, functools.partial(sync_run_files, client, items, batch, progress)))
     errors: list[ImportFailed] = []
     refused = lost = False
-    sent_runs: list[str] = []
+    delivered_runs: list[str] = []  # their pages are worth a link: the server holds something new of them
     for run_id, job in jobs:
         try:
             outcomes = job()
@@ -628,9 +643,9 @@ def _send_all(
                 progress.write(f"packscope sync: {note}")
             refused = refused or bool(outcome.set_aside_ids) or outcome.refused_again > 0
             lost = lost or outcome.lost
-        if run_id not in sent_runs:
-            sent_runs.append(run_id)
-    for run_id in sent_runs:
+        if any(outcome.delivered for outcome in outcomes) and run_id not in delivered_runs:
+            delivered_runs.append(run_id)
+    for run_id in delivered_runs:
         progress.write(f"run {run_id}: {client.server}/runs/{urllib.parse.quote(run_id)}")
     for failed in errors:
         _error(str(failed))

@@ -116,7 +116,7 @@ def test_spools_offline_runs_and_run_files_in_one_directory_are_each_stored_once
     assert_stored(server, "sync-offline", offline)
     assert_stored(server, "sync-mixed-wrong", wrong)
     assert_stored(server, "sync-run-file", read_run_file(run_file).records)
-    assert "packscope sync" in err  # the progress bar
+    assert "\r" not in err  # not a terminal: no progress bar
     before = {run: get(server, f"/api/v1/runs/{run}") for run in ("sync-offline", "sync-mixed-wrong", "sync-run-file")}
     code, out, err = run_sync(capsys, root, "--server", server)
     assert code == 0 and "nothing to send" in out, err
@@ -331,3 +331,28 @@ def test_syncing_set_aside_records_of_a_finished_run_leaves_it_finished(server, 
     code, out, err = run_sync(capsys, spool, "--server", server)
     assert code == 0 and "1 set aside before now taken" in out, err
     assert_stored(server, "sync-stays-finished", records, status="finished")
+
+
+def test_off_a_terminal_the_output_is_plain_lines_and_links_only_runs_the_server_took(server, tmp_path):
+    """Piped to a file (the issue's log), sync writes whole lines, no carriage-return bar, and
+    links only the runs the server took something of: not one whose every record it refused."""
+    delivered = agent_run(tmp_path / "spool", "sync-piped", None, steps=40)
+    refused = agent_run(tmp_path / "spool", "sync-all-refused", None, steps=2)
+    spool = tmp_path / "spool" / "sync-all-refused.sqlite"
+    with sqlite3.connect(spool) as db:  # every record of this run as a server refuses it
+        for row_id, body in db.execute("SELECT id, body FROM records").fetchall():
+            db.execute(
+                "UPDATE records SET body = ? WHERE id = ?", (json.dumps({**json.loads(body), "tokens": -1}), row_id)
+            )
+        db.execute("DELETE FROM meta WHERE key = 'final'")
+    db.close()
+    with (tmp_path / "out.log").open("w") as out, (tmp_path / "err.log").open("w") as err:
+        command = [*SYNC[:-2], str(tmp_path / "spool"), "--server", server, "--batch", "5"]
+        code = subprocess.run(command, stdout=out, stderr=err, env=clean_env(), timeout=120).returncode
+    out, err = ((tmp_path / name).read_bytes().decode() for name in ("out.log", "err.log"))  # "\r" kept
+    assert code == 2, err  # the refused records are set aside
+    assert "\r" not in out + err
+    assert f"run sync-piped: {server}/runs/sync-piped" in out
+    assert f"{server}/runs/sync-all-refused" not in out and "run sync-all-refused: 0 records sent" in out
+    assert_stored(server, "sync-piped", delivered)
+    assert get(server, "/api/v1/runs/sync-all-refused")["records"] == 0 and len(refused) == 2
