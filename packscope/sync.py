@@ -430,9 +430,9 @@ def _send_spool(client: Client, path: Path, outcome: Outcome, batch: int, progre
         _retry_set_aside(client, spool, run_id, outcome, where, progress)
         final = spool.meta(FINAL_KEY)
         if final is not None:
-            path = f"/api/v1/runs/{urllib.parse.quote(run_id, safe='')}"
+            run_path = f"/api/v1/runs/{urllib.parse.quote(run_id, safe='')}"
             try:
-                client.request("PATCH", path, final)
+                client.request("PATCH", run_path, final)
             except HttpError as err:
                 raise failure(err, where, run_id, f"setting the status {final.get('status')}") from None
             spool.set_meta(FINAL_KEY, None)
