@@ -91,6 +91,8 @@ def import_gallery(url: str, folder: str | Path | None = None) -> list[str]:
     files, errors = importer.load_run_files(paths)
     for message in errors:
         print(f"packscope demo: gallery file skipped: {message}", file=sys.stderr)
+    for message in (line for f in files for line in f.bad_lines):
+        print(f"packscope demo: gallery line skipped: {message}", file=sys.stderr)
     client = importer.Client(url, os.environ.get(importer.TOKEN_ENV))
     results = importer.import_runs(files, client, say=lambda line: None)
     for failed in (r for r in results if not r.ok):

@@ -1,10 +1,12 @@
 """`packscope import`: run files (packscope/core/run_file.py) to a packscope server.
 
-Every file is read before anything is sent: a file that is not a run file is named by file and
-line and nothing is sent at all (exit code 2). Then, run by run (the files of one run, one per
-rank, share its run_id):
+Every file is read before anything is sent: a file that is not a run file (its first line is not
+a run line) is named by file and line and nothing is sent at all (exit code 2). A damaged record
+line in a run file (torn, not JSON, not UTF-8, no integer interval or rank) is named by file and
+line and skipped: the file's other records are sent, and the exit code is 2. Then, run by run
+(the files of one run, one per rank, share its run_id):
 
-    POST  /api/v1/runs                    each file's run line (a run that exists is resumed: 200)
+    POST  /api/v1/runs?keep_status=true   each file's run line (a run that exists is resumed: 200, its status kept)
     POST  /api/v1/runs/{id}/intervals     its records, in batches (--batch, default 256)
     PATCH /api/v1/runs/{id}               the final status, once all the run's files are in
 
@@ -15,8 +17,8 @@ the last record's wall_end). 429 and 503, a dropped connection and a 5xx are ret
 number of times, after the backoff the agent's sender uses (packscope/core/http_client.py), or
 the server's Retry-After when it asks for longer.
 
-Exit codes: 0 every run imported; 2 bad input (a file that does not read, or a run or record the
-server refuses as invalid, named by file and line); 1 anything else (no server, a wrong token, a
+Exit codes: 0 every run imported; 2 bad input (a file that does not read, a damaged line skipped,
+or a run or record the server refuses as invalid, named by file and line); 1 anything else (no server, a wrong token, a
 model conflict). Torch-free, and only the standard library for HTTP, so it runs with the server's
 extra, the agent's, or the bare package.
 """
@@ -45,6 +47,8 @@ STATUSES = ("running", "finished", "failed")  # what PATCH /api/v1/runs/{id} acc
 BACKOFF = Backoff()  # the sender's defaults: 2 s, doubling up to 60 s
 SQLITE_MAGIC = b"SQLite format 3\x00"  # the first bytes of a spool file
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT = 0, 1, 2
+# How import and sync register a run: not its trainer restarting, so a finished run stays finished.
+REGISTER_PATH = "/api/v1/runs?keep_status=true"
 
 
 class ImportFailed(Exception):
@@ -60,8 +64,6 @@ class ImportFailed(Exception):
 @dataclass
 class LoadedFile:
     run_file: RunFile
-    run_line: int  # the file's line number of the run line...
-    record_lines: list[int]  # ...and of each record
 
     @property
     def path(self) -> Path:
@@ -71,40 +73,43 @@ class LoadedFile:
     def run_id(self) -> str:
         return str(self.run_file.run["run_id"])
 
+    @property
+    def run_line(self) -> int:
+        return self.run_file.run_line
+
+    @property
+    def record_lines(self) -> list[int]:
+        return self.run_file.record_lines
+
+    @property
+    def bad_lines(self) -> list[str]:
+        """`file:line: why` of each record line that could not be read: skipped, never sent."""
+        return self.run_file.bad_lines
+
 
 def load_run_files(paths: Sequence[str | Path]) -> tuple[list[LoadedFile], list[str]]:
-    """Every file that reads as a run file, and a `file:line: what` message for each that does not."""
+    """Every file that reads as a run file (its damaged record lines skipped and named in
+    `bad_lines`), and a `file:line: what` message for each that does not."""
     loaded: list[LoadedFile] = []
     errors: list[str] = []
     for name in paths:
         path = Path(name)
+        if is_spool(path):
+            errors.append(f"{path}: a packscope spool (SQLite), not a run file: `packscope sync {path}` sends it")
+            continue
         try:
             run_file = read_run_file(path)
-            lines = _content_lines(path)
         except RunFileError as err:
             errors.append(str(err))
-            continue
-        except UnicodeDecodeError as err:
-            if is_spool(path):
-                errors.append(f"{path}: a packscope spool (SQLite), not a run file: `packscope sync {path}` sends it")
-            else:
-                errors.append(f"{path}: not UTF-8 text (byte {err.start}); a run file is JSON lines")
             continue
         except OSError as err:
             errors.append(f"{path}: cannot read: {err.strerror or err}")
             continue
-        run_line = lines[0]
         problem = _run_line_problem(run_file.run)
         if problem:
-            errors.append(f"{path}:{run_line}: {problem}")
+            errors.append(f"{path}:{run_file.run_line}: {problem}")
             continue
-        for number, record in zip(lines[1:], run_file.records, strict=True):
-            problem = _record_problem(record)
-            if problem:
-                errors.append(f"{path}:{number}: {problem}")
-                break
-        else:
-            loaded.append(LoadedFile(run_file, run_line, lines[1:]))
+        loaded.append(LoadedFile(run_file))
     return loaded, errors
 
 
@@ -117,12 +122,6 @@ def is_spool(path: Path) -> bool:
         return False
 
 
-def _content_lines(path: Path) -> list[int]:
-    """Numbers of the lines read_run_file reads (it skips blank ones): the run line, then each record's."""
-    with path.open(encoding="utf-8") as f:
-        return [number for number, text in enumerate(f, start=1) if text.strip()]
-
-
 def _run_line_problem(run: dict[str, Any]) -> str | None:
     # Only what the importer itself needs; the server validates the rest and its 422 is named too.
     if not isinstance(run.get("run_id"), str) or not run["run_id"]:
@@ -131,14 +130,6 @@ def _run_line_problem(run: dict[str, Any]) -> str | None:
         return f"the run line's status must be one of {', '.join(STATUSES)}, got {run['status']!r}"
     if "ended_at" in run and not isinstance(run["ended_at"], str):
         return f"the run line's ended_at must be an ISO 8601 time, got {run['ended_at']!r}"
-    return None
-
-
-def _record_problem(record: dict[str, Any]) -> str | None:
-    for key in ("interval", "rank"):
-        value = record.get(key)
-        if not isinstance(value, int) or isinstance(value, bool):
-            return f"a record needs an integer {key!r}, got {value!r}"
     return None
 
 
@@ -187,6 +178,7 @@ class FileResult:
     path: Path
     run_id: str
     records: int
+    skipped: int = 0  # damaged lines of the file, never sent
     accepted: int = 0
     duplicates: int = 0
     resumed: bool = False  # the run was on the server already
@@ -227,9 +219,8 @@ def import_runs(
     results: list[RunResult] = []
     fatal: ImportFailed | None = None
     for run_id, run_files in group_by_run(files).items():
-        result = RunResult(
-            run_id, [FileResult(f.path, run_id, len(f.run_file.records)) for f in run_files], run_files[0].run_file.run
-        )
+        file_results = [FileResult(f.path, run_id, len(f.run_file.records), len(f.bad_lines)) for f in run_files]
+        result = RunResult(run_id, file_results, run_files[0].run_file.run)
         results.append(result)
         if fatal is not None:
             result.error = ImportFailed(f"not sent: {fatal}", fatal=True)
@@ -250,7 +241,7 @@ def register(client: Client, loaded: LoadedFile) -> bool:
     """POST the file's run line (without the final status); True when the run existed already."""
     run = {k: v for k, v in loaded.run_file.run.items() if k not in ("status", "ended_at")}
     try:
-        status, _ = client.request("POST", "/api/v1/runs", run)
+        status, _ = client.request("POST", REGISTER_PATH, run)
     except HttpError as answer:
         raise _failure(answer, loaded, loaded.run_line, what="registering the run") from None
     return status == 200
@@ -371,17 +362,21 @@ def _errors(detail: Any) -> str:
 
 def _file_line(result: FileResult) -> str:
     resumed = ", run already on the server" if result.resumed else ""
+    skipped = f", {result.skipped} damaged lines skipped" if result.skipped else ""
     return (
         f"{result.path}: run {result.run_id}: {result.records} records, {result.accepted} accepted, "
-        f"{result.duplicates} duplicates{resumed}"
+        f"{result.duplicates} duplicates{skipped}{resumed}"
     )
 
 
 def exit_code(results: Sequence[RunResult]) -> int:
+    """1 when a run failed for another reason than its contents; 2 when the server refused a
+    run's contents or a file had damaged lines (the rest was sent); 0 when all of it went."""
     errors = [r.error for r in results if r.error is not None]
     if any(not e.bad_input for e in errors):
         return EXIT_FAILED
-    return EXIT_BAD_INPUT if errors else EXIT_OK
+    skipped = any(f.skipped for r in results for f in r.files)
+    return EXIT_BAD_INPUT if errors or skipped else EXIT_OK
 
 
 # -- the command ---------------------------------------------------------------------------------
@@ -428,6 +423,8 @@ def import_from_args(args: argparse.Namespace) -> int:
             print(f"packscope import: error: {message}", file=sys.stderr)
         print("packscope import: nothing was sent", file=sys.stderr)
         return EXIT_BAD_INPUT
+    for line in (line for f in files for line in f.bad_lines):
+        print(f"packscope import: error: {line}; skipped, the file's other records are sent", file=sys.stderr)
     client = Client(args.server, args.token)
     results = import_runs(files, client, args.batch)
     for result in results:

@@ -15,13 +15,18 @@ Exactly once, and resumable after a kill at any point:
   so a later sync goes on where a killed one stopped; at worst it sends the batch that was in
   flight again, which the server stores once (its key is run, rank, interval) and counts as a
   duplicate. Set-aside records within their retry caps get one more try each. The run's final
-  status, if the run left one, is set last; a spool with nothing left in it is removed.
+  status, if the run left one, is set last; a spool with nothing left in it is removed. A
+  damaged spool is first rebuilt from what still reads of it (core/spool_salvage.py), the
+  damaged file kept beside it as `<name>.corrupt-<time>`: named, with what was lost, by this
+  sync and every later one (the agent's damaged spools too).
 * a run file: how far each server has taken it is kept beside it, in `<file>.sync.json`, after
-  every batch; a file changed since starts over (the server stores nothing twice).
+  every batch; a file changed since starts over (the server stores nothing twice). Its damaged
+  lines (core/run_file.py) are skipped, and named by every sync.
 
-So a second sync sends nothing. Exit codes: 0 everything sent; 2 bad input, or a record the
-server refuses as invalid (named by file and line; a spool's is set aside in it); 1 anything else
-(no server, a wrong token, a server that stayed busy: run sync again later). Torch-free, like
+So a second sync sends nothing. Exit codes: 0 everything sent; 2 bad input, damaged lines or
+spools (records that could not be read), or a record the server refuses as invalid (named by
+file and line; a spool's is set aside in it); 1 anything else (no server, a wrong token, a
+server that stayed busy: run sync again later). Torch-free, like
 `packscope import`.
 """
 
@@ -50,12 +55,17 @@ from packscope.core.spool import (
     SET_ASIDE_MAX_ATTEMPTS,
     Entry,
     Spool,
+    SpoolDamaged,
+    SpoolError,
+    is_damaged_copy,
 )
+from packscope.core.spool_salvage import Salvage, salvage
 from packscope.importer import (
     DEFAULT_SERVER,
     EXIT_BAD_INPUT,
     EXIT_FAILED,
     EXIT_OK,
+    REGISTER_PATH,
     Client,
     ImportFailed,
     LoadedFile,
@@ -69,6 +79,7 @@ from packscope.importer import (
 )
 
 STATE_SUFFIX = ".sync.json"  # beside a run file: how far each server has taken it
+PLAIN_EVERY_S = 10.0  # off a terminal: at most one progress line this often
 NOT_SENT_STATUSES = (401, 403, 404, 408, 409, 429, 502, 503, 504)  # failures that say nothing of the records
 
 
@@ -81,10 +92,11 @@ class SpoolInput:
     set_aside: int  # set aside, still within their retry caps
     given_up: int  # set aside past their caps: they stay in the file, with the reason
     final: bool  # a final status is still to be set
+    damaged: bool = False  # SQLite finds the file damaged: what reads of it is salvaged first
 
     @property
     def pending(self) -> bool:
-        return bool(self.records or self.set_aside or self.final)
+        return bool(self.records or self.set_aside or self.final or self.damaged)
 
 
 @dataclass
@@ -138,17 +150,27 @@ class RunFileState:
         tmp.replace(self.path)  # a kill leaves the old state or the new one, never half of one
 
 
-def find_inputs(names: Sequence[str | Path]) -> tuple[list[Path], list[Path], list[str], list[str]]:
-    """(spool files, run files, errors, notes): named files must be one or the other; in a
-    directory, files of neither kind are skipped (a note says so)."""
-    spools: list[Path] = []
-    run_files: list[Path] = []
-    errors: list[str] = []
-    notes: list[str] = []
+@dataclass
+class Inputs:
+    spools: list[Path] = field(default_factory=list)
+    run_files: list[Path] = field(default_factory=list)
+    damaged: list[Path] = field(default_factory=list)  # damaged spools set aside (by the agent or a sync)
+    errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def find_inputs(names: Sequence[str | Path]) -> Inputs:
+    """Named files must be a spool or a run file (or a damaged spool set aside); in a directory,
+    files of neither kind are skipped (a note says so)."""
+    inputs = Inputs()
+    spools, run_files, errors, notes = inputs.spools, inputs.run_files, inputs.errors, inputs.notes
     for name in names:
         path = Path(name).expanduser()
-        if path.is_dir():
+        if path.is_file() and is_damaged_copy(path):
+            inputs.damaged.append(path)
+        elif path.is_dir():
             found = sorted(p for p in path.rglob("*") if p.suffix in (".sqlite", ".jsonl") and p.is_file())
+            inputs.damaged += sorted(p for p in path.rglob("*") if is_damaged_copy(p) and p.is_file())
             for file in found:
                 kind = _kind_of(file)
                 if kind is None:
@@ -164,16 +186,16 @@ def find_inputs(names: Sequence[str | Path]) -> tuple[list[Path], list[Path], li
             (spools if kind == "spool" else run_files if kind == "run file" else []).append(path)
         else:
             errors.append(f"{path}: no such file or directory")
-    return spools, run_files, errors, notes
+    return inputs
 
 
 def _kind_of(path: Path) -> str | None:
     if is_spool(path):
         return "spool"
     try:
-        with path.open(encoding="utf-8") as f:
-            first = next((line for line in f if line.strip()), "")
-        value = json.loads(first)
+        with path.open("rb") as f:  # only the first line decoded: a damaged later line is the reader's to name
+            first = next((line for line in f if line.strip()), b"")
+        value = json.loads(first.decode("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError):
         return None
     return "run file" if isinstance(value, dict) and isinstance(value.get("run"), dict) else None
@@ -192,6 +214,8 @@ def read_spool(path: Path) -> tuple[SpoolInput | None, str | None]:
         version = db.execute("PRAGMA user_version").fetchone()[0]
         if version > FORMAT_VERSION:
             return None, f"{path}: written by a newer packscope (spool format {version}); upgrade packscope to send it"
+        if not _sound(db):
+            return _damaged_spool(db, path)
         row = db.execute("SELECT value FROM meta WHERE key = ?", (RUN_KEY,)).fetchone()
         final = db.execute("SELECT 1 FROM meta WHERE key = ?", (FINAL_KEY,)).fetchone() is not None
         records = db.execute("SELECT records FROM totals").fetchone()[0]
@@ -211,13 +235,42 @@ def read_spool(path: Path) -> tuple[SpoolInput | None, str | None]:
     return SpoolInput(path, json.loads(row[0]), int(records), int(retryable), int(aside - retryable), final), None
 
 
+def _sound(db: sqlite3.Connection) -> bool:
+    """SQLite's own check of every page of the file (a read of all of it, as sending is)."""
+    try:
+        return [row[0] for row in db.execute("PRAGMA quick_check")] == ["ok"]
+    except sqlite3.DatabaseError:
+        return False
+
+
+def _damaged_spool(db: sqlite3.Connection, path: Path) -> tuple[SpoolInput | None, str | None]:
+    """A damaged spool as far as it reads: its run (needed to send anything) and record count."""
+    try:
+        row = db.execute("SELECT value FROM meta WHERE key = ?", (RUN_KEY,)).fetchone()
+        run = json.loads(row[0]) if row else None
+    except (sqlite3.DatabaseError, ValueError):
+        run = None
+    if not isinstance(run, dict):
+        return None, f"{path}: the spool is damaged and its run's registration cannot be read: none of it can be sent"
+    try:
+        records = int(db.execute("SELECT records FROM totals").fetchone()[0])
+    except (sqlite3.DatabaseError, TypeError):
+        records = 0
+    return SpoolInput(path, run, records, 0, 0, False, damaged=True), None
+
+
 # -- progress ------------------------------------------------------------------------------------
 class Progress:
-    """A tqdm bar of records sent when tqdm is installed (the [trainer] extra brings it), else a
-    line per input."""
+    """On a terminal, a tqdm bar of records sent when tqdm is installed (the [trainer] extra
+    brings it). Elsewhere (a pipe, a log file), where a bar's carriage returns would garble the
+    log, a plain line of records sent at most every PLAIN_EVERY_S, then a line per run."""
 
     def __init__(self, total: int) -> None:
         self._bar: Any = None
+        self._total, self._sent = total, 0
+        self._next_line = time.monotonic() + PLAIN_EVERY_S
+        if not sys.stderr.isatty():
+            return
         try:
             from tqdm import tqdm
         except ImportError:
@@ -225,14 +278,24 @@ class Progress:
         self._bar = tqdm(total=total, unit="record", desc="packscope sync", file=sys.stderr, dynamic_ncols=True)
 
     def update(self, n: int) -> None:
+        self._sent += n
         if self._bar is not None:
             self._bar.update(n)
+        elif time.monotonic() >= self._next_line:
+            print(f"packscope sync: {self._sent}/{self._total} records sent", file=sys.stderr, flush=True)
+            self._next_line = time.monotonic() + PLAIN_EVERY_S
 
     def write(self, line: str) -> None:
         if self._bar is not None:
             self._bar.write(line, file=sys.stdout)
         else:
             print(line, flush=True)
+
+    def warn(self, line: str) -> None:
+        if self._bar is not None:
+            self._bar.write(line, file=sys.stderr)
+        else:
+            print(line, file=sys.stderr, flush=True)
 
     def close(self) -> None:
         if self._bar is not None:
@@ -251,8 +314,20 @@ class Outcome:
     recovered: int = 0  # set aside before, taken now
     refused_again: int = 0  # set aside before, refused once more
     status: str | None = None  # the final status set
+    skipped: int = 0  # damaged lines of a run file, never sent
+    salvage: Salvage | None = None  # the spool was damaged: what was read of it
     error: ImportFailed | None = None
     notes: list[str] = field(default_factory=list)
+
+    @property
+    def delivered(self) -> bool:
+        """The server took records (new or duplicates) or the final status: its page shows them."""
+        return self.sent > 0 or self.status is not None
+
+    @property
+    def lost(self) -> bool:
+        """Records of a damaged spool could not be read."""
+        return self.salvage is not None and not self.salvage.complete
 
     def line(self) -> str:
         parts = [f"{self.sent} records sent ({self.accepted} accepted, {self.duplicates} duplicates)"]
@@ -262,6 +337,8 @@ class Outcome:
             parts.append(f"{len(self.set_aside_ids)} refused and set aside in the spool")
         if self.refused_again:
             parts.append(f"{self.refused_again} set aside before refused again")
+        if self.skipped:
+            parts.append(f"{self.skipped} damaged lines skipped")
         if self.status:
             parts.append(f"status {self.status}")
         return f"{self.path}: run {self.run_id}: " + ", ".join(parts)
@@ -285,7 +362,7 @@ def _refuses(err: HttpError) -> bool:
 
 @contextmanager
 def _opened(path: Path) -> Iterator[Spool]:
-    spool = Spool(path, max_bytes=2**62)  # sync evicts nothing
+    spool = Spool(path, max_bytes=2**62, quarantine=False)  # sync evicts nothing; a damaged file is salvaged
     spool.open()
     try:
         yield spool
@@ -299,10 +376,39 @@ def sync_spool(client: Client, spool_input: SpoolInput, batch: int, progress: Pr
     outcome = Outcome(spool_input.path, run_id)
     where = str(spool_input.path)
     try:
-        client.request("POST", "/api/v1/runs", run)
+        client.request("POST", REGISTER_PATH, run)
     except HttpError as err:
         raise failure(err, where, run_id, "registering the run", "run registration") from None
-    with _opened(spool_input.path) as spool:
+    if spool_input.damaged:
+        _salvage(spool_input.path, outcome, progress)
+    try:
+        try:
+            _send_spool(client, spool_input.path, outcome, batch, progress)
+        except SpoolDamaged:  # found by a read that SQLite's check let through
+            if outcome.salvage is not None:
+                raise
+            _salvage(spool_input.path, outcome, progress)
+            _send_spool(client, spool_input.path, outcome, batch, progress)
+    except SpoolError as err:  # an I/O error, or a file still damaged after its salvage
+        raise ImportFailed(f"{where}: {err}") from None
+    return outcome
+
+
+def _salvage(path: Path, outcome: Outcome, progress: Progress) -> None:
+    """Rebuild the damaged spool from what reads of it; what does not is said at once, never sent."""
+    try:
+        outcome.salvage = salvage(path)
+    except SpoolError as err:
+        raise ImportFailed(str(err), bad_input=True) from None
+    if outcome.lost:
+        progress.warn(f"packscope sync: error: {outcome.salvage.describe()}")
+    else:
+        progress.write(f"packscope sync: {outcome.salvage.describe()}")
+
+
+def _send_spool(client: Client, path: Path, outcome: Outcome, batch: int, progress: Progress) -> None:
+    run_id, where = outcome.run_id, str(path)
+    with _opened(path) as spool:
         size = batch
         while entries := spool.head(size):
             try:
@@ -324,14 +430,13 @@ def sync_spool(client: Client, spool_input: SpoolInput, batch: int, progress: Pr
         _retry_set_aside(client, spool, run_id, outcome, where, progress)
         final = spool.meta(FINAL_KEY)
         if final is not None:
-            path = f"/api/v1/runs/{urllib.parse.quote(run_id, safe='')}"
+            run_path = f"/api/v1/runs/{urllib.parse.quote(run_id, safe='')}"
             try:
-                client.request("PATCH", path, final)
+                client.request("PATCH", run_path, final)
             except HttpError as err:
                 raise failure(err, where, run_id, f"setting the status {final.get('status')}") from None
             spool.set_meta(FINAL_KEY, None)
             outcome.status = str(final.get("status"))
-    return outcome
 
 
 def _post(client: Client, run_id: str, entries: list[Entry], where: str) -> tuple[int, int]:
@@ -380,7 +485,7 @@ def sync_run_files(client: Client, files: Sequence[RunFileInput], batch: int, pr
     """The files of one run, then its final status once all of them are in."""
     outcomes = []
     for item in files:
-        outcome = Outcome(item.path, item.loaded.run_id)
+        outcome = Outcome(item.path, item.loaded.run_id, skipped=len(item.loaded.bad_lines))
         outcomes.append(outcome)
         if item.pending == 0 and item.state.status_set:
             continue
@@ -447,16 +552,25 @@ def _error(message: str) -> None:
 
 def sync_from_args(args: argparse.Namespace) -> int:
     problem = server_url_problem(args.server)
-    spool_paths, run_paths, errors, notes = find_inputs(args.paths)
+    inputs = find_inputs(args.paths)
+    errors, notes = inputs.errors, inputs.notes
     spools = []
-    for path in spool_paths:
+    for path in inputs.spools:
         spool_input, problem_of_spool = read_spool(path)
         if spool_input is None:
             errors.append(str(problem_of_spool))
         else:
             spools.append(spool_input)
-    loaded, file_errors = load_run_files(run_paths)
+    loaded, file_errors = load_run_files(inputs.run_files)
     errors += file_errors
+    # What is here but cannot be sent, named on every sync (exit 2) until someone has looked.
+    unsent = [f"{line}; skipped, the file's other records are sent" for f in loaded for line in f.bad_lines]
+    unsent += [
+        f"{path}: a damaged spool set aside; records in it that could not be read never reached a server (a "
+        "sync sends what it can read of a damaged spool, the agent sets one aside unread); delete it once "
+        "you have looked at it"
+        for path in inputs.damaged
+    ]
     if problem:
         errors.insert(0, problem)
     if errors:
@@ -472,15 +586,23 @@ def sync_from_args(args: argparse.Namespace) -> int:
     ]
     for note in notes:
         print(f"packscope sync: {note}", file=sys.stderr)
+    for message in unsent:
+        _error(message)
     client = Client(args.server, args.token, name="sync")
     run_files = [RunFileInput(f, RunFileState.read(f.path, client.server)) for f in loaded]
     pending = [s for s in spools if s.pending] + [f for f in run_files if not f.state.status_set]
     if not pending:
+        if unsent:
+            print("packscope sync: nothing else to send: only what is named above was never sent", file=sys.stderr)
+            return EXIT_BAD_INPUT
         print("packscope sync: nothing to send: every run here has been sent")
         return EXIT_OK
     progress = Progress(sum(s.records + s.set_aside for s in spools) + sum(f.pending for f in run_files))
     code = _send_all(client, spools, run_files, args.batch, progress)
     progress.close()
+    if unsent:
+        print(f"packscope sync: {len(unsent)} damaged lines or files (above) not sent", file=sys.stderr)
+        return code if code == EXIT_FAILED else EXIT_BAD_INPUT
     return code
 
 
@@ -505,8 +627,8 @@ def _send_all(
         if not all(item.state.status_set for item in items):
             jobs.append((run_id, functools.partial(sync_run_files, client, items, batch, progress)))
     errors: list[ImportFailed] = []
-    refused = False
-    sent_runs: list[str] = []
+    refused = lost = False
+    delivered_runs: list[str] = []  # their pages are worth a link: the server holds something new of them
     for run_id, job in jobs:
         try:
             outcomes = job()
@@ -520,9 +642,10 @@ def _send_all(
             for note in outcome.notes:
                 progress.write(f"packscope sync: {note}")
             refused = refused or bool(outcome.set_aside_ids) or outcome.refused_again > 0
-        if run_id not in sent_runs:
-            sent_runs.append(run_id)
-    for run_id in sent_runs:
+            lost = lost or outcome.lost
+        if any(outcome.delivered for outcome in outcomes) and run_id not in delivered_runs:
+            delivered_runs.append(run_id)
+    for run_id in delivered_runs:
         progress.write(f"run {run_id}: {client.server}/runs/{urllib.parse.quote(run_id)}")
     for failed in errors:
         _error(str(failed))
@@ -535,6 +658,8 @@ def _send_all(
         print(
             "packscope sync: records the server refused stay set aside in their spool, with the reason", file=sys.stderr
         )
+    if lost:
+        print("packscope sync: records of a damaged spool could not be read and were not sent (above)", file=sys.stderr)
     if any(not e.bad_input for e in errors):
         return EXIT_FAILED
-    return EXIT_BAD_INPUT if errors or refused else EXIT_OK
+    return EXIT_BAD_INPUT if errors or refused or lost else EXIT_OK

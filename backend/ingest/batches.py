@@ -37,8 +37,9 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def create_or_resume_run(session: Session, body: RunCreate) -> tuple[Run, bool]:
-    """(run, created). A resume keeps the stored run and marks it running again."""
+def create_or_resume_run(session: Session, body: RunCreate, restart: bool = True) -> tuple[Run, bool]:
+    """(run, created). A resume keeps the stored run and, when the trainer restarted (`restart`),
+    marks it running again; a sender that is not the trainer (sync, import) leaves its status."""
     model = body.model.to_dict()
     run = get_run(session, body.run_id)
     if run is None:
@@ -73,9 +74,9 @@ def create_or_resume_run(session: Session, body: RunCreate) -> tuple[Run, bool]:
             f"run {body.run_id!r} is stored with a different model (fields differ: "
             f"{', '.join(changed)}); the FLOPs of one run must use one model, so start a new run_id"
         )
-    # A second POST means the trainer (re)started with this run_id.
-    run.status, run.ended_at, run.updated_at = "running", None, _now()
-    session.commit()
+    if restart:  # a second POST from the trainer means it (re)started with this run_id
+        run.status, run.ended_at, run.updated_at = "running", None, _now()
+        session.commit()
     return run, False
 
 

@@ -145,6 +145,13 @@ def create_run(
     recreate: Annotated[
         bool, Query(description="create a run whose id was deleted (otherwise 410 Gone): its old data stays gone")
     ] = False,
+    keep_status: Annotated[
+        bool,
+        Query(
+            description="a run that exists keeps its status (the sender is not its trainer restarting: "
+            "packscope sync or import); otherwise a resume marks it running again"
+        ),
+    ] = False,
 ) -> dict[str, Any]:
     when = deleted_at(session, body.run_id)
     if when is not None:
@@ -153,7 +160,7 @@ def create_run(
         session.execute(delete(deleted_runs).where(deleted_runs.c.run_id == body.run_id))
         session.commit()
     try:
-        run, created = create_or_resume_run(session, body)
+        run, created = create_or_resume_run(session, body, restart=not keep_status)
     except ModelConflict as exc:
         raise HTTPException(status.HTTP_409_CONFLICT, detail=str(exc)) from None
     if not created:

@@ -86,10 +86,15 @@ UPDATE set_aside SET tried_at = since;
 RUN_KEY = "run"  # meta: the run's registration body (POST /api/v1/runs), JSON
 FINAL_KEY = "final"  # meta: the run's final status (PATCH /api/v1/runs/{id}) not yet delivered, JSON
 _CORRUPTION = {"SQLITE_CORRUPT", "SQLITE_NOTADB"}  # the file is damaged; anything else is I/O
+DAMAGED_MARK = ".corrupt-"  # a damaged spool set aside: <name>.corrupt-<time>, with its -wal and -shm
 
 
 class SpoolError(Exception):
     """The spool could not be read or written: disk full, I/O error, read-only, damaged file."""
+
+
+class SpoolDamaged(SpoolError):
+    """The file is damaged, and left where it is (a Spool opened with quarantine=False)."""
 
 
 class Entry(NamedTuple):
@@ -111,9 +116,12 @@ def encode(record: dict[str, Any]) -> str:
 class Spool:
     """Opened lazily, by whichever thread first needs it; every method is thread-safe."""
 
-    def __init__(self, path: Path, max_bytes: int) -> None:
+    def __init__(self, path: Path, max_bytes: int, quarantine: bool = True) -> None:
         self.path = path
         self.max_bytes = max_bytes
+        # True: a damaged file is moved aside and a fresh spool started (the agent's way); False:
+        # SpoolDamaged is raised and the file left for `salvage` (packscope sync's way).
+        self.quarantine = quarantine
         self.evicted = 0  # records evicted by this process to stay under max_bytes
         self.quarantined: Path | None = None  # where a damaged spool file was moved aside
         self._count = 0
@@ -147,11 +155,17 @@ class Spool:
             except sqlite3.DatabaseError as exc:
                 if getattr(exc, "sqlite_errorname", "") not in _CORRUPTION:
                     raise
+                if not self.quarantine:
+                    raise SpoolDamaged(f"spool {self.path}: {exc}") from None
                 self._quarantine(exc)
                 self._db = self._connect()
             self._read_totals()
+        except SpoolDamaged:
+            raise
         except (sqlite3.Error, OSError) as exc:
             self._drop_connection()
+            if getattr(exc, "sqlite_errorname", "") in _CORRUPTION and not self.quarantine:
+                raise SpoolDamaged(f"spool {self.path}: {exc}") from None
             raise SpoolError(f"cannot open the spool {self.path}: {exc}") from None
         return self._db
 
@@ -178,7 +192,7 @@ class Spool:
         return db
 
     def _quarantine(self, exc: sqlite3.DatabaseError) -> None:
-        aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
+        aside = self.path.with_name(damaged_copy_name(self.path))
         for suffix in ("", "-wal", "-shm"):
             src = Path(f"{self.path}{suffix}")
             if src.exists():
@@ -418,6 +432,8 @@ class Spool:
             if getattr(exc, "sqlite_errorname", "") in _CORRUPTION:
                 self._drop_connection()
                 self._count = self._bytes = 0
+                if not self.quarantine:
+                    raise SpoolDamaged(f"spool {self.path}: {exc}") from None
                 try:
                     self._quarantine(exc)
                 except OSError as move_exc:
@@ -425,6 +441,16 @@ class Spool:
             raise SpoolError(f"spool {self.path}: {exc}") from None
         except (sqlite3.Error, OSError) as exc:
             raise SpoolError(f"spool {self.path}: {exc}") from None
+
+
+def damaged_copy_name(path: Path) -> str:
+    """The name a damaged spool is set aside under, beside it."""
+    return f"{path.name}{DAMAGED_MARK}{time.strftime('%Y%m%dT%H%M%S')}"
+
+
+def is_damaged_copy(path: Path) -> bool:
+    """Whether the file is a damaged spool set aside (not its -wal or -shm)."""
+    return DAMAGED_MARK in path.name and not path.name.endswith(("-wal", "-shm"))
 
 
 def _decoded(body: str) -> dict[str, Any] | str:

@@ -224,6 +224,21 @@ def test_run_create_resume_and_conflict(client, new_run, records):
     assert client.get(RUN).json()["model"]["layers"] == 4
 
 
+def test_a_resume_that_keeps_status_leaves_a_finished_run_finished(client, new_run):
+    """packscope sync and import register a run with keep_status: sending what a finished run left
+    is not its trainer restarting."""
+    assert client.post(RUNS, json=new_run()).status_code == 201
+    ended = client.patch(RUN, json={"status": "finished", "ended_at": "2026-11-29T09:30:00Z"}).json()["ended_at"]
+    again = client.post(RUNS, params={"keep_status": "true"}, json=new_run())
+    assert again.status_code == 200
+    assert (again.json()["status"], again.json()["ended_at"]) == ("finished", ended)
+    assert (client.get(RUN).json()["status"], client.get(RUN).json()["ended_at"]) == ("finished", ended)
+    other = new_run()
+    other["model"]["layers"] = 5
+    assert client.post(RUNS, params={"keep_status": "true"}, json=other).status_code == 409  # still checked
+    assert client.post(RUNS, json=new_run()).json()["status"] == "running"  # the trainer's resume, as before
+
+
 def test_run_body_validation(client, new_run):
     bad_id = client.post(RUNS, json=new_run(run_id="has space"))
     assert bad_id.status_code == 422 and bad_id.json()["detail"][0]["loc"] == ["body", "run_id"]

@@ -6,6 +6,7 @@ stores everything once; a second sync sends nothing; bad input is refused before
 from __future__ import annotations
 
 import json
+import random
 import re
 import shutil
 import signal
@@ -17,12 +18,14 @@ from pathlib import Path
 
 import pytest
 import torch
+from wire_records import packed_interval
 
 from cli.support import clean_env, derived, free_port, get, get_status, running_server
-from packscope import importer
+from packscope import importer, sync
 from packscope.agent import Agent, AgentConfig, ModelSpec
 from packscope.cli import main
 from packscope.core.run_file import read_run_file, write_run_file
+from packscope.core.spool import Spool, encode
 
 MODEL = ModelSpec(layers=2, hidden=64, heads=4, ffn=128, vocab=256)
 SUMS = ("tokens", "real_tokens", "documents", "packs", "steps")
@@ -113,7 +116,7 @@ def test_spools_offline_runs_and_run_files_in_one_directory_are_each_stored_once
     assert_stored(server, "sync-offline", offline)
     assert_stored(server, "sync-mixed-wrong", wrong)
     assert_stored(server, "sync-run-file", read_run_file(run_file).records)
-    assert "packscope sync" in err  # the progress bar
+    assert "\r" not in err  # not a terminal: no progress bar
     before = {run: get(server, f"/api/v1/runs/{run}") for run in ("sync-offline", "sync-mixed-wrong", "sync-run-file")}
     code, out, err = run_sync(capsys, root, "--server", server)
     assert code == 0 and "nothing to send" in out, err
@@ -259,3 +262,97 @@ def test_a_final_status_left_alone_in_a_spool_is_set(server, tmp_path, capsys):
     assert code == 0 and "status finished" in out, err
     assert_stored(server, "sync-status-only", records, status="finished")
     assert not spool.exists()
+
+
+def test_a_run_file_with_damaged_lines_sends_the_others_once_and_says_which_lines(trained, server, tmp_path, capsys):
+    path = derived(trained["bshd"], tmp_path / "rank0.jsonl", "sync-damaged-lines")
+    lines = path.read_bytes().split(b"\n")  # line 1: the run line; line k + 2: record k
+    lines[4] = b"\x00\xffgarbage"  # line 5 (interval 3)
+    path.write_bytes(b"\n".join(lines).rstrip(b"\n")[:-25])  # the last line torn, as `truncate -s -25` leaves it
+    good = [r for r in read_run_file(trained["bshd"]).records if r["interval"] not in (3, len(lines) - 3)]
+    code, out, err = run_sync(capsys, path, "--server", server, "--batch", "4")
+    assert code == 2, err
+    assert f"{path}:5: not UTF-8 text" in err and f"{path}:{len(lines) - 1}: not JSON" in err
+    assert f"{len(good)} records sent ({len(good)} accepted, 0 duplicates), 2 damaged lines skipped" in out
+    assert_stored(server, "sync-damaged-lines", good)
+    code, out, err = run_sync(capsys, path, "--server", server)  # a retry: nothing twice, the same lines named
+    assert code == 2 and f"{path}:5: not UTF-8 text" in err and "only what is named above was never sent" in err
+    assert_stored(server, "sync-damaged-lines", good)
+
+
+@pytest.mark.parametrize("found", ["by the check", "mid-way"])
+def test_a_damaged_spool_sends_every_readable_record_once_and_says_what_was_lost(
+    server, tmp_path, capsys, monkeypatch, found
+):
+    """The issue's spool: 2,000 records, 8 KiB overwritten mid-file. Every record that still reads
+    is stored once; the ones that do not are counted, the damaged file is kept and named, the exit
+    status says so, and a later sync names the kept file instead of claiming all was sent."""
+    run_id = f"sync-damaged-{found.split()[-1]}"
+    spool_dir = tmp_path / "spool"
+    agent_run(spool_dir, run_id, None, steps=1)  # the run's registration, as the agent keeps it
+    path = spool_dir / f"{run_id}.sqlite"
+    spool = Spool(path, max_bytes=2**40)
+    spool.open()
+    spool.append([encode(packed_interval(k)) for k in range(1, 2000)])
+    spool.close(remove_if_empty=False)
+    with path.open("r+b") as f:
+        f.seek(600 * 1024)
+        f.write(random.Random(0).randbytes(8192))
+    if found == "mid-way":  # as if SQLite's check had let the damage through: found by a read while sending
+        monkeypatch.setattr(sync, "_sound", lambda db: True, raising=False)
+    code, out, err = run_sync(capsys, spool_dir, "--server", server, "--batch", "256")
+    assert code == 2, err
+    stored = get(server, f"/api/v1/runs/{run_id}")["records"]
+    lost = int(re.search(r"the spool was damaged: (\d+) records could not be read", err).group(1))
+    assert stored + lost == 2000 and 0 < lost <= 40  # 8 KiB spoil about a page, not what follows
+    accepted, duplicates = map(int, re.search(r"\((\d+) accepted, (\d+) duplicates\)", out).groups())
+    assert (accepted, duplicates) == (stored, 0)  # each once
+    (kept,) = spool_dir.glob(f"{run_id}.sqlite.corrupt-*")
+    assert f"the damaged file is kept as {kept}" in err and "were not sent" in err
+    assert not path.exists()  # what was read of it is delivered
+    code, out, err = run_sync(capsys, spool_dir, "--server", server)
+    assert code == 2 and "every run here has been sent" not in out
+    assert f"{kept}: a damaged spool set aside" in err
+    assert get(server, f"/api/v1/runs/{run_id}")["records"] == stored
+
+
+def test_syncing_set_aside_records_of_a_finished_run_leaves_it_finished(server, tmp_path, capsys):
+    records = agent_run(tmp_path / "spool", "sync-stays-finished", None, steps=4)
+    spool = tmp_path / "spool" / "sync-stays-finished.sqlite"
+    with sqlite3.connect(spool) as db:  # interval 2 as a server refuses it: negative tokens
+        ((row_id, body),) = db.execute("SELECT id, body FROM records WHERE body LIKE '%\"interval\":2,%'")
+        db.execute("UPDATE records SET body = ? WHERE id = ?", (json.dumps({**json.loads(body), "tokens": -1}), row_id))
+    db.close()
+    assert run_sync(capsys, spool, "--server", server)[0] == 2  # interval 2 set aside, the run finished
+    assert get(server, "/api/v1/runs/sync-stays-finished")["status"] == "finished"
+    with sqlite3.connect(spool) as db:  # the server would take it now (as one that was upgraded would)
+        db.execute("UPDATE set_aside SET body = ?", (body,))
+    db.close()
+    code, out, err = run_sync(capsys, spool, "--server", server)
+    assert code == 0 and "1 set aside before now taken" in out, err
+    assert_stored(server, "sync-stays-finished", records, status="finished")
+
+
+def test_off_a_terminal_the_output_is_plain_lines_and_links_only_runs_the_server_took(server, tmp_path):
+    """Piped to a file (the issue's log), sync writes whole lines, no carriage-return bar, and
+    links only the runs the server took something of: not one whose every record it refused."""
+    delivered = agent_run(tmp_path / "spool", "sync-piped", None, steps=40)
+    refused = agent_run(tmp_path / "spool", "sync-all-refused", None, steps=2)
+    spool = tmp_path / "spool" / "sync-all-refused.sqlite"
+    with sqlite3.connect(spool) as db:  # every record of this run as a server refuses it
+        for row_id, body in db.execute("SELECT id, body FROM records").fetchall():
+            db.execute(
+                "UPDATE records SET body = ? WHERE id = ?", (json.dumps({**json.loads(body), "tokens": -1}), row_id)
+            )
+        db.execute("DELETE FROM meta WHERE key = 'final'")
+    db.close()
+    with (tmp_path / "out.log").open("w") as out, (tmp_path / "err.log").open("w") as err:
+        command = [*SYNC[:-2], str(tmp_path / "spool"), "--server", server, "--batch", "5"]
+        code = subprocess.run(command, stdout=out, stderr=err, env=clean_env(), timeout=120).returncode
+    out, err = ((tmp_path / name).read_bytes().decode() for name in ("out.log", "err.log"))  # "\r" kept
+    assert code == 2, err  # the refused records are set aside
+    assert "\r" not in out + err
+    assert f"run sync-piped: {server}/runs/sync-piped" in out
+    assert f"{server}/runs/sync-all-refused" not in out and "run sync-all-refused: 0 records sent" in out
+    assert_stored(server, "sync-piped", delivered)
+    assert get(server, "/api/v1/runs/sync-all-refused")["records"] == 0 and len(refused) == 2
