@@ -22,6 +22,9 @@
 #                                     # RATIO_INTEGRATIONS, ROUNDS, HOST_STEPS pick less, VARIANTS others, RATIO_SEEDS="0 1 2"
 #                                     # one ratio run per seed; BEFORE_ROOT=DIR adds the same for the
 #                                     # packscope tree in DIR: git archive <commit> agent packscope | tar -x -C DIR)
+#   bash bench/gpu_session.sh shapes  # issue 34: gpu tests with transformers (HF callback, windowed and vision
+#                                     # models; two agents in one process), agent_overhead for two presets in one
+#                                     # process, the HF callback's ratio for the plain, windowed and vision 303M
 #   bash bench/gpu_session.sh sync-cost  # bench/sync_cost.py: one sync inside an HF Trainer run, uncounted
 #                                     # and counted (STEPS, default 48)
 #   bash bench/gpu_session.sh gaps    # bench/step_gaps.py: the HF callback's switched steps under
@@ -147,6 +150,29 @@ case "${1:-}" in
       --window 4096 --out "$OUT/window_1b.json" --gallery "$OUT/gallery" 2> "$OUT/window_1b.err"
     echo "window exit $?"; tail -4 "$OUT/window_1b.err"
     python3 bench/fixes_runs.py table "$OUT/window_1b.json"
+    ;;
+  shapes)
+    # Issue 34 on a GPU: the gpu-marked tests (the HF callback with a windowed and a vision model,
+    # two agents in sequence in one process) with transformers from .whl-integrations/; two presets'
+    # agent_overhead ratios in one process (it crashed at the second Trainer); the HF callback's
+    # on/off ratio for the plain, windowed and vision 303M models (ROUNDS, default 30).
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpus.txt"
+    install_integration_wheels
+    python3 -c "import torch, transformers; print('torch', torch.__version__, torch.version.cuda, \
+      'transformers', transformers.__version__)" | tee -a "$OUT/gpus.txt"
+    timeout 300 python3 -m pytest -m gpu tests/gpu -k "not cupti and not syncs_per_step_agent_on_equals_off" -v -p no:cacheprovider \
+      > "$OUT/gpu_tests.log" 2>&1
+    tail -3 "$OUT/gpu_tests.log"
+    timeout 240 python3 bench/agent_overhead.py --presets 125m,1b --no-compile --steps-per-mode 40 --warmup 4 \
+      --out "$OUT/agent_overhead_two_presets.json" > /dev/null 2> "$OUT/agent_overhead_two_presets.err"
+    echo "agent_overhead 125m then 1b in one process: exit $?"
+    for model in qwen2-303m mistral-303m-window qwen25vl-303m; do
+      timeout 240 python3 bench/integration_overhead.py ratio --integrations hf --model "$model" \
+        --rounds "${ROUNDS:-30}" --warmup-rounds 5 --out "$OUT/integration_ratio_$model.json" \
+        > /dev/null 2> "$OUT/integration_ratio_$model.err"
+      echo "ratio hf $model exit $?"
+    done
+    python3 bench/integration_overhead.py table "$OUT"/integration_ratio_*.json
     ;;
   integrations)
     # The image has torch, numpy, pyarrow, pandas, accelerate and lightning; transformers, TRL and
