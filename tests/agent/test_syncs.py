@@ -36,28 +36,34 @@ def test_the_site_is_the_first_frame_outside_torch():
 
 
 @pytest.fixture
-def counter():
-    """A SyncCounter installed as on CUDA, with torch's debug-mode switch stubbed out."""
+def shown():
+    """The program's own warnings.showwarning, which the counter chains to."""
     with (
         mock.patch("torch.cuda.is_available", return_value=True),
         mock.patch("torch.cuda.get_sync_debug_mode", return_value=0),
         mock.patch("torch.cuda.set_sync_debug_mode"),
         warnings.catch_warnings(),
     ):
-        counter = SyncCounter().install()
-        yield counter
-        counter.uninstall()
+        warnings.showwarning = shown = mock.Mock()
+        yield shown
 
 
-def test_every_sync_warning_is_counted_at_its_site_and_other_warnings_pass(counter):
+@pytest.fixture
+def counter(shown):
+    """A SyncCounter installed as on CUDA, with torch's debug-mode switch stubbed out."""
+    counter = SyncCounter().install()
+    yield counter
+    counter.uninstall()
+
+
+def test_every_sync_warning_is_counted_at_its_site_and_other_warnings_pass(counter, shown):
     sync = _from_torch("def item():\n    warnings.warn(MESSAGE, UserWarning)\n")["item"]
     for _ in range(3):
         line = _line() + 1
         sync()  # the same place three times: counted three times, not once as Python would show it
     other = _from_torch("def other():\n    warnings.warn('something else', UserWarning)\n")["other"]
-    with mock.patch.object(counter, "_saved", {**counter._saved, "showwarning": mock.Mock()}) as saved:
-        other()
-        saved["showwarning"].assert_called_once()
+    other()
+    shown.assert_called_once()
     total, sites = counter.snapshot()
     assert total == 3
     assert sites == {f"test_syncs.py:{line}": 3}
