@@ -17,7 +17,8 @@ import logging
 import threading
 from typing import Any
 
-from packscope.agent.syncs import SyncCounter, caller_site
+from packscope.agent.sync_sites import caller_site
+from packscope.agent.syncs import SyncCounter
 
 # Driver entry points that block the calling host thread until device work completes.
 BLOCKING_DRIVER_CALLS = (

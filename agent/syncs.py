@@ -7,7 +7,7 @@ warning; we intercept exactly those warnings and count them. Explicit ``torch.cu
 ``torch.cuda.Stream.synchronize`` calls are wrapped. The generic ``torch.Event`` and
 ``torch.Stream`` are immutable C types that cannot be wrapped: their ``synchronize()`` is seen
 by the CUPTI backend only. Each sync is attributed to the first stack frame outside torch and
-outside packscope.agent, as ``file:line``.
+outside packscope.agent, as ``path:line in function`` (sync_sites.py).
 
 The counter never changes what the program does: other warnings pass through untouched, and
 the last uninstall restores everything.
@@ -27,8 +27,6 @@ is off too (while no other installed counter counts), so an uncounted sync costs
 
 from __future__ import annotations
 
-import os
-import sys
 import threading
 import warnings
 import weakref
@@ -37,34 +35,10 @@ from collections.abc import Callable
 
 import torch
 
+from packscope.agent.sync_sites import caller_site
+
 SYNC_WARNING = "called a synchronizing CUDA operation"
 WARN = 1  # the sync debug mode "warn", as torch.cuda.get_sync_debug_mode answers it
-_TORCH_DIR = os.path.dirname(torch.__file__)
-_AGENT_DIR = os.path.dirname(__file__)
-_SKIP_DIRS = (_TORCH_DIR, _AGENT_DIR, os.path.dirname(warnings.__file__))
-
-
-# Per source file: its base name, or None for a file whose frames are skipped. A trainer that
-# syncs a hundred times a step pays this walk a hundred times: each file is judged once.
-_FILE_SITE: dict[str, str | None] = {}
-
-
-def _file_site(path: str) -> str | None:
-    skipped = path.startswith(_SKIP_DIRS) or path.startswith("<frozen")
-    site = _FILE_SITE[path] = None if skipped else os.path.basename(path)
-    return site
-
-
-def caller_site(frame=None) -> str:
-    """``file:line`` of the first frame outside torch, the agent and the warnings module."""
-    f = frame or sys._getframe(1)
-    while f is not None:
-        path = f.f_code.co_filename
-        site = _FILE_SITE[path] if path in _FILE_SITE else _file_site(path)
-        if site is not None:
-            return f"{site}:{f.f_lineno}"
-        f = f.f_back
-    return "<unknown>"
 
 
 class SyncCounter:

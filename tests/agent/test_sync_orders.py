@@ -18,7 +18,6 @@ from unittest import mock
 import pytest
 import torch
 
-from packscope.agent import syncs
 from packscope.agent.cupti import CuptiSyncCounter
 from packscope.agent.syncs import SYNC_WARNING, WARN, SyncCounter
 
@@ -57,7 +56,7 @@ def test_the_schedules_are_every_order():
 
 def _from_torch(source: str) -> dict:
     namespace: dict = {"torch": torch, "warnings": warnings, "MESSAGE": SYNC_WARNING}
-    exec(compile(source, os.path.join(syncs._TORCH_DIR, "fake_op.py"), "exec"), namespace)
+    exec(compile(source, os.path.join(os.path.dirname(torch.__file__), "fake_op.py"), "exec"), namespace)
     return namespace
 
 
