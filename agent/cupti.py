@@ -17,7 +17,8 @@ import logging
 import threading
 from typing import Any
 
-from packscope.agent.syncs import SyncCounter, caller_site
+from packscope.agent.sync_sites import caller_site
+from packscope.agent.syncs import SyncCounter
 
 # Driver entry points that block the calling host thread until device work completes.
 BLOCKING_DRIVER_CALLS = (
@@ -61,25 +62,87 @@ class CuptiUnavailable(RuntimeError):
 
 
 class CuptiSyncCounter(SyncCounter):
-    def __init__(self) -> None:
-        super().__init__()
-        self._cupti: Any = None  # the cupti module, imported on install (it ships no types)
-        self._subscriber: int | None = None
-        self._driver: ctypes.CDLL | None = None
+    """Counts through the process's one CUPTI subscription, shared with every other installed
+    CuptiSyncCounter: CUPTI allows one subscriber, and two agents in one process (a notebook, a
+    sweep) may overlap in any order, or one never be closed."""
+
+    def _counting_switched(self, on: bool) -> None:
+        pass  # the callback reads `counting`: CUPTI itself stays subscribed
+
+    def install(self) -> CuptiSyncCounter:
+        global _subscription
+        if self.installed:
+            return self
+        with _subscription_lock:
+            if _subscription is None:
+                _subscription = _Subscription(_import_cupti())
+            _subscription.counters = (*_subscription.counters, self)
+        self.installed = True
+        return self
+
+    def uninstall(self) -> None:
+        global _subscription
+        if not self.installed:
+            return
+        with _subscription_lock:
+            assert _subscription is not None  # an installed counter holds it
+            _subscription.counters = tuple(c for c in _subscription.counters if c is not self)
+            if not _subscription.counters:
+                _subscription.close()
+                _subscription = None
+        self.installed = False
+
+
+def _import_cupti() -> Any:
+    try:
+        from cupti import cupti
+    except ImportError as exc:
+        raise CuptiUnavailable(
+            "sync_backend='cupti' needs cupti-python built for the CUDA of your torch "
+            f"(torch.version.cuda); install it with pip install 'cupti-python==<major>.*' ({exc})"
+        ) from None
+    return cupti
+
+
+class _Subscription:
+    """The CUPTI subscriber and its callback, counting into every installed counter."""
+
+    def __init__(self, cupti: Any) -> None:
+        # Replaced, never mutated: the callback reads it without the lock.
+        self.counters: tuple[CuptiSyncCounter, ...] = ()
+        self._cupti = cupti  # the cupti module (it ships no types)
+        self._driver = ctypes.CDLL("libcuda.so.1")
         self._async_copy_cbids: set[int] = set()
         self._stream_sync_cbids: set[int] = set()
         self._last = threading.local()  # per thread: the site of a blocking copy just counted
         self._warned = False
+        self._subscriber = self._subscribe(cupti)
+        for name in BLOCKING_DRIVER_CALLS + ASYNC_COPY_CALLS:
+            cbid = getattr(cupti.driver_api_trace_cbid, name, None)
+            if cbid is not None:
+                if name in ASYNC_COPY_CALLS:
+                    self._async_copy_cbids.add(int(cbid))
+                elif name.startswith("cuStreamSynchronize"):
+                    self._stream_sync_cbids.add(int(cbid))
+                cupti.enable_callback(1, self._subscriber, cupti.CallbackDomain.DRIVER_API, cbid)
+
+    def close(self) -> None:
+        self._cupti.unsubscribe(self._subscriber)
+
+    def _record(self, site: str) -> None:
+        for counter in self.counters:
+            counter.record(site)
 
     def _callback(self, userdata, domain, cbid, cbdata) -> None:
-        if not self.counting or cbdata.callback_site != self._cupti.ApiCallbackSite.API_ENTER:
+        counters = self.counters
+        if not any(c.counting for c in counters) or cbdata.callback_site != self._cupti.ApiCallbackSite.API_ENTER:
             return
         cbid = int(cbid)
         copy_site, self._last.copy_site = getattr(self._last, "copy_site", None), None
         if cbid in self._async_copy_cbids:
             if self._blocking_async_copy(cbdata):
                 site = caller_site()
-                self.record(site)
+                self._record(site)
                 self._last.copy_site = site
             return
         site = caller_site()
@@ -87,13 +150,13 @@ class CuptiSyncCounter(SyncCounter):
             # PyTorch's blocking copies (.item(), .tolist(), .cpu()) are an async copy to
             # pageable memory followed at once by a stream synchronize: one wait, counted once.
             return
-        self.record(site)
+        self._record(site)
 
     def _blocking_async_copy(self, cbdata) -> bool:
         """Device data to pageable host memory: the call returns only when the copy is done."""
         try:
             params = ctypes.c_void_p.from_address(cbdata.ptr + _FUNCTION_PARAMS_OFFSET).value
-            if params is None or self._driver is None:
+            if params is None:
                 return False
             dst = ctypes.c_uint64.from_address(params).value
             src = ctypes.c_uint64.from_address(params + 8).value
@@ -107,33 +170,6 @@ class CuptiSyncCounter(SyncCounter):
                     exc,
                 )
             return False
-
-    def _counting_switched(self, on: bool) -> None:
-        pass  # the callback reads `counting`: CUPTI itself stays subscribed
-
-    def install(self) -> CuptiSyncCounter:
-        if self.installed:
-            return self
-        try:
-            from cupti import cupti
-        except ImportError as exc:
-            raise CuptiUnavailable(
-                "sync_backend='cupti' needs cupti-python built for the CUDA of your torch "
-                f"(torch.version.cuda); install it with pip install 'cupti-python==<major>.*' ({exc})"
-            ) from None
-        self._cupti = cupti
-        self._subscriber = self._subscribe(cupti)
-        self._driver = ctypes.CDLL("libcuda.so.1")
-        for name in BLOCKING_DRIVER_CALLS + ASYNC_COPY_CALLS:
-            cbid = getattr(cupti.driver_api_trace_cbid, name, None)
-            if cbid is not None:
-                if name in ASYNC_COPY_CALLS:
-                    self._async_copy_cbids.add(int(cbid))
-                elif name.startswith("cuStreamSynchronize"):
-                    self._stream_sync_cbids.add(int(cbid))
-                cupti.enable_callback(1, self._subscriber, cupti.CallbackDomain.DRIVER_API, cbid)
-        self.installed = True
-        return self
 
     def _subscribe(self, cupti) -> int:
         """A CUPTI subscriber handle, with a message naming whoever holds CUPTI when it is taken.
@@ -164,7 +200,6 @@ class CuptiSyncCounter(SyncCounter):
                 ) from None
             raise CuptiUnavailable(f"CUPTI refused the subscription: {cupti.Result(status).name}") from None
 
-    def uninstall(self) -> None:
-        if self.installed:
-            self._cupti.unsubscribe(self._subscriber)
-            self.installed = False
+
+_subscription_lock = threading.Lock()
+_subscription: _Subscription | None = None

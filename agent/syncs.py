@@ -7,55 +7,38 @@ warning; we intercept exactly those warnings and count them. Explicit ``torch.cu
 ``torch.cuda.Stream.synchronize`` calls are wrapped. The generic ``torch.Event`` and
 ``torch.Stream`` are immutable C types that cannot be wrapped: their ``synchronize()`` is seen
 by the CUPTI backend only. Each sync is attributed to the first stack frame outside torch and
-outside packscope.agent, as ``file:line``.
+outside packscope.agent, as ``path:line in function`` (sync_sites.py).
 
 The counter never changes what the program does: other warnings pass through untouched, and
-uninstall restores everything.
+the last uninstall restores everything.
+
+The hooks (``warnings.showwarning``, the warnings filter, the wrapped functions, the debug mode)
+belong to the process, not to a counter: the first counter installed puts them in place, every
+installed counter counts through them, and the last one uninstalled takes them off, in whatever
+order the counters come and go (a notebook or a sweep runs many agents in one process, some
+never closed). A hook that the program has wrapped since stays in its chain and lets everything
+through once no counter is installed.
 
 Counting can be switched off and on (``set_counting``): the agent counts one interval in a few
 (``AgentConfig.count_syncs_every``), because a sync counted in debug mode costs the trainer tens
 of µs in PyTorch's own warning path (docs/agent.md, "Host synchronizations"). Off, the debug mode
-is off too, so an uncounted sync costs nothing.
+is off too (while no other installed counter counts), so an uncounted sync costs nothing.
 """
 
 from __future__ import annotations
 
-import os
-import sys
 import threading
 import warnings
+import weakref
 from collections import Counter
+from collections.abc import Callable
 
 import torch
 
+from packscope.agent.sync_sites import caller_site
+
 SYNC_WARNING = "called a synchronizing CUDA operation"
 WARN = 1  # the sync debug mode "warn", as torch.cuda.get_sync_debug_mode answers it
-_TORCH_DIR = os.path.dirname(torch.__file__)
-_AGENT_DIR = os.path.dirname(__file__)
-_SKIP_DIRS = (_TORCH_DIR, _AGENT_DIR, os.path.dirname(warnings.__file__))
-
-
-# Per source file: its base name, or None for a file whose frames are skipped. A trainer that
-# syncs a hundred times a step pays this walk a hundred times: each file is judged once.
-_FILE_SITE: dict[str, str | None] = {}
-
-
-def _file_site(path: str) -> str | None:
-    skipped = path.startswith(_SKIP_DIRS) or path.startswith("<frozen")
-    site = _FILE_SITE[path] = None if skipped else os.path.basename(path)
-    return site
-
-
-def caller_site(frame=None) -> str:
-    """``file:line`` of the first frame outside torch, the agent and the warnings module."""
-    f = frame or sys._getframe(1)
-    while f is not None:
-        path = f.f_code.co_filename
-        site = _FILE_SITE[path] if path in _FILE_SITE else _file_site(path)
-        if site is not None:
-            return f"{site}:{f.f_lineno}"
-        f = f.f_back
-    return "<unknown>"
 
 
 class SyncCounter:
@@ -65,8 +48,6 @@ class SyncCounter:
         self.total = 0
         self.sites: Counter[str] = Counter()
         self._lock = threading.Lock()
-        self._inside_wrapper = threading.local()
-        self._saved: dict = {}
         self.installed = False
         self.counting = True  # False between set_counting(False) and set_counting(True)
 
@@ -90,64 +71,133 @@ class SyncCounter:
             self._counting_switched(on)
 
     def _counting_switched(self, on: bool) -> None:
-        # PyTorch's switch: "warn" while counting, else the mode install() found; a mode the
-        # program has set since is the program's, and stays.
-        found = self._saved["debug_mode"]
-        current, wanted = (found, WARN) if on else (WARN, found)
-        if torch.cuda.get_sync_debug_mode() == current:
-            torch.cuda.set_sync_debug_mode(wanted)
-
-    # -- debug-mode warnings -----------------------------------------------------------------
-    def _showwarning(self, message, category, filename, lineno, file=None, line=None):
-        if SYNC_WARNING in str(message) and self.counting:
-            if not getattr(self._inside_wrapper, "active", False):
-                self.record(caller_site())
-            return
-        self._saved["showwarning"](message, category, filename, lineno, file, line)
-
-    def _wrap(self, owner, name: str) -> None:
-        original = getattr(owner, name)
-        counter = self
-
-        def synchronize(*args, **kwargs):
-            if counter.counting:
-                counter.record(caller_site())
-            # The debug mode may also flag this call; it is counted once, here.
-            counter._inside_wrapper.active = True
-            try:
-                return original(*args, **kwargs)
-            finally:
-                counter._inside_wrapper.active = False
-
-        synchronize.__wrapped__ = original  # type: ignore[attr-defined]
-        self._saved[(owner, name)] = original
-        setattr(owner, name, synchronize)
+        _hooks.switch_debug_mode()
 
     def install(self) -> SyncCounter:
         if self.installed or not torch.cuda.is_available():
             return self
-        self._saved["debug_mode"] = torch.cuda.get_sync_debug_mode()
-        self._saved["showwarning"] = warnings.showwarning
-        self._saved["filters"] = list(warnings.filters)
-        warnings.filterwarnings("always", message=f".*{SYNC_WARNING}.*")
-        warnings.showwarning = self._showwarning
-        if self.counting:
-            torch.cuda.set_sync_debug_mode(WARN)
-        self._wrap(torch.cuda, "synchronize")
-        self._wrap(torch.accelerator, "synchronize")
-        self._wrap(torch.cuda.Event, "synchronize")
-        self._wrap(torch.cuda.Stream, "synchronize")
+        _hooks.attach(self)
         self.installed = True
         return self
 
     def uninstall(self) -> None:
         if not self.installed:
             return
-        for key, original in list(self._saved.items()):
-            if isinstance(key, tuple):
-                setattr(key[0], key[1], original)
-        torch.cuda.set_sync_debug_mode(self._saved["debug_mode"])
-        warnings.showwarning = self._saved["showwarning"]
-        warnings.filters[:] = self._saved["filters"]  # type: ignore[index]  # restoring what install() copied
-        self._saved.clear()
+        _hooks.detach(self)
         self.installed = False
+
+
+class _ProcessHooks:
+    """The debug-mode hooks of the process, shared by every installed SyncCounter."""
+
+    WRAPPED = (
+        (torch.cuda, "synchronize"),
+        (torch.accelerator, "synchronize"),
+        (torch.cuda.Event, "synchronize"),
+        (torch.cuda.Stream, "synchronize"),
+    )
+
+    def __init__(self) -> None:
+        # Replaced, never mutated: the hooks read it without the lock.
+        self.counters: tuple[SyncCounter, ...] = ()
+        self._lock = threading.Lock()
+        self._inside_wrapper = threading.local()
+        self._ours: weakref.WeakSet[Callable] = weakref.WeakSet()  # every hook we have put in place
+        self._found_mode = 0  # the debug mode the first counter found
+        self._filter: tuple | None = None  # our entry in warnings.filters
+
+    def counting(self) -> bool:
+        return any(counter.counting for counter in self.counters)
+
+    def record(self, site: str) -> None:
+        for counter in self.counters:
+            counter.record(site)
+
+    # -- a counter comes or goes ---------------------------------------------------------------
+    def attach(self, counter: SyncCounter) -> None:
+        with self._lock:
+            if not self.counters:
+                self._found_mode = torch.cuda.get_sync_debug_mode()
+            self.counters = (*self.counters, counter)
+            self._put_in_place()
+            self._switch_debug_mode()
+
+    def detach(self, counter: SyncCounter) -> None:
+        with self._lock:
+            self.counters = tuple(c for c in self.counters if c is not counter)
+            if self.counters:
+                self._switch_debug_mode()
+                return
+            self._take_off()
+            torch.cuda.set_sync_debug_mode(self._found_mode)
+
+    def switch_debug_mode(self) -> None:
+        with self._lock:
+            self._switch_debug_mode()
+
+    def _switch_debug_mode(self) -> None:
+        # PyTorch's switch: "warn" while a counter counts, else the mode the first counter found;
+        # a mode the program has set since is the program's, and stays.
+        current, wanted = (self._found_mode, WARN) if self.counting() else (WARN, self._found_mode)
+        if torch.cuda.get_sync_debug_mode() == current:
+            torch.cuda.set_sync_debug_mode(wanted)
+
+    def _put_in_place(self) -> None:
+        """Our hooks on top, where they are not already (the first install, or something the
+        program put over them since); one under a program's own hook stays as it is."""
+        if self._filter is None or self._filter not in warnings.filters:
+            warnings.filterwarnings("always", message=f".*{SYNC_WARNING}.*")
+            self._filter = warnings.filters[0]
+        if warnings.showwarning not in self._ours:
+            warnings.showwarning = self._own(self._showwarning_over(warnings.showwarning))
+        for owner, name in self.WRAPPED:
+            if getattr(owner, name) not in self._ours:
+                setattr(owner, name, self._own(self._synchronize_over(getattr(owner, name))))
+
+    def _take_off(self) -> None:
+        """Restore what each hook of ours on top replaced; ours under a hook of the program's
+        stay in its chain, passing everything through."""
+        while warnings.showwarning in self._ours:
+            warnings.showwarning = warnings.showwarning.__wrapped__  # type: ignore[attr-defined]
+        for owner, name in self.WRAPPED:
+            while getattr(owner, name) in self._ours:
+                setattr(owner, name, getattr(owner, name).__wrapped__)
+        if self._filter in warnings.filters:
+            warnings.filters.remove(self._filter)  # type: ignore[attr-defined]  # a list; "always" keeps no registry entry to reset
+
+    def _own(self, hook: Callable) -> Callable:
+        self._ours.add(hook)
+        return hook
+
+    # -- the hooks -------------------------------------------------------------------------------
+    def _showwarning_over(self, previous: Callable) -> Callable:
+        def showwarning(message, category, filename, lineno, file=None, line=None):
+            if SYNC_WARNING in str(message) and self.counting():
+                if not getattr(self._inside_wrapper, "active", False):
+                    self.record(caller_site())
+                return
+            previous(message, category, filename, lineno, file, line)
+
+        showwarning.__wrapped__ = previous  # type: ignore[attr-defined]
+        return showwarning
+
+    def _synchronize_over(self, original: Callable) -> Callable:
+        inside = self._inside_wrapper
+
+        def synchronize(*args, **kwargs):
+            if getattr(inside, "active", False):  # a wrapper of ours further out counted this call
+                return original(*args, **kwargs)
+            if self.counting():
+                self.record(caller_site())
+            # The debug mode may also flag this call; it is counted once, here.
+            inside.active = True
+            try:
+                return original(*args, **kwargs)
+            finally:
+                inside.active = False
+
+        synchronize.__wrapped__ = original  # type: ignore[attr-defined]
+        return synchronize
+
+
+_hooks = _ProcessHooks()

@@ -234,7 +234,8 @@ class LossReadout:
         self.value: float | None = None
 
     def push(self, loss: torch.Tensor) -> None:
-        self.host.copy_(loss, non_blocking=True)
+        # Any one-element loss, as the agent takes: --legacy-logging's accumulator is a [1] tensor.
+        self.host.copy_(loss.detach().reshape(()), non_blocking=True)
         if self.cuda:
             self.event = torch.cuda.Event()
             self.event.record()

@@ -205,6 +205,11 @@ function renderFacts(run) {
   refused.textContent = run.refused ? `${refusalText(run)}.${run.records ? "" : " Nothing else was stored."}` : "";
 }
 
+// A sync site is "path:line in function" (agent/sync_sites.py): a long one shows its tail, where
+// the file, the line and the function are, and the whole in its title.
+const SITE_SHOWN = 80;
+const siteText = (site) => (site.length <= SITE_SHOWN ? site : `…${site.slice(1 - SITE_SHOWN)}`);
+
 // Over the steps of the syncs/iteration tile (window=steady), so table and tile agree.
 async function loadSyncSites(catalogue, run) {
   const body = document.getElementById("sync-sites-body");
@@ -222,7 +227,7 @@ async function loadSyncSites(catalogue, run) {
   document.getElementById("sync-sites-note").textContent = `${steps}${why}${sampled}`;
   const rows = sites.map((site) =>
     el("tr", {}, [
-      el("td", {}, el("code", { text: site.site })),
+      el("td", {}, el("code", { text: siteText(site.site), title: site.site })),
       el("td", { class: "num", text: count(site.count) }),
       el("td", { class: "num", text: formatNumber(perIter.format, site.per_iter) }),
     ]),

@@ -11,12 +11,13 @@ import pytest
 import torch
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-import datasets
-import transformers
-import trl
+WITHOUT = "the Hugging Face integration's tests need packscope[hf] (transformers, trl, datasets)"
+datasets = pytest.importorskip("datasets", reason=WITHOUT)
+transformers = pytest.importorskip("transformers", reason=WITHOUT)
+trl = pytest.importorskip("trl", reason=WITHOUT)
 
-from packscope.agent.batch_forms import baseline_sq_sum
-from packscope.agent.integrations.hf import PackscopeCallback
+from packscope.agent.batch_forms import baseline_sq_sum  # noqa: E402
+from packscope.agent.integrations.hf import PackscopeCallback  # noqa: E402
 
 VOCAB = 64
 TINY = dict(

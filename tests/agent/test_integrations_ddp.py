@@ -52,6 +52,9 @@ def torchrun(kind: str, url: str, out: Path) -> None:
 def test_two_processes_each_rank_stored_and_equal_to_brute_force(kind, tmp_path):
     from tests.e2e.conftest import Backend, free_port
 
+    for library in {"hf": ("transformers", "datasets"), "lightning": ("lightning",)}[kind]:
+        pytest.importorskip(library, reason=f"the {kind} workers need packscope[{kind}]")
+
     backend = Backend(f"sqlite:///{tmp_path / 'ddp.db'}", free_port()).start()
     try:
         torchrun(kind, backend.url, tmp_path)

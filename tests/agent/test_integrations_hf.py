@@ -18,18 +18,20 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 import functools
 import operator
 
-import datasets
-import transformers
-import trl
 from torch.utils._python_dispatch import TorchDispatchMode
 
-# transformers and trl import lazily: pay for it at collection, not inside the first test's time.
-from transformers import LlamaForCausalLM, Qwen2ForCausalLM, Trainer  # noqa: F401
-from trl import SFTTrainer  # noqa: F401
+WITHOUT = "the Hugging Face integration's tests need packscope[hf] (transformers, trl, datasets)"
+datasets = pytest.importorskip("datasets", reason=WITHOUT)
+transformers = pytest.importorskip("transformers", reason=WITHOUT)
+trl = pytest.importorskip("trl", reason=WITHOUT)
 
-from packscope.agent.histograms import NUM_BUCKETS, bucket_of
-from packscope.agent.integrations.hf import PackscopeCallback
-from packscope.core.hf_config import spec_from_hf_config
+# transformers and trl import lazily: pay for it at collection, not inside the first test's time.
+from transformers import LlamaForCausalLM, Qwen2ForCausalLM, Trainer  # noqa: E402, F401
+from trl import SFTTrainer  # noqa: E402, F401
+
+from packscope.agent.histograms import NUM_BUCKETS, bucket_of  # noqa: E402
+from packscope.agent.integrations.hf import PackscopeCallback  # noqa: E402
+from packscope.core.hf_config import spec_from_hf_config  # noqa: E402
 
 AGENT_DIR = Path(__file__).resolve().parents[2] / "agent"
 VOCAB = 64

@@ -9,14 +9,15 @@ import random
 import sqlite3
 import statistics
 
-import lightning.pytorch as L
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from packscope.agent.histograms import NUM_BUCKETS, bucket_of
-from packscope.agent.integrations.lightning import PackscopeCallback
-from packscope.core.flops import ModelSpec
+L = pytest.importorskip("lightning.pytorch", reason="the Lightning integration's tests need packscope[lightning]")
+
+from packscope.agent.histograms import NUM_BUCKETS, bucket_of  # noqa: E402
+from packscope.agent.integrations.lightning import PackscopeCallback  # noqa: E402
+from packscope.core.flops import ModelSpec  # noqa: E402
 
 SPEC = ModelSpec(layers=2, hidden=16, heads=2, ffn=32, vocab=64)
 PACK_LEN = 32

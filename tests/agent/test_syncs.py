@@ -10,8 +10,8 @@ from unittest import mock
 import pytest
 import torch
 
-from packscope.agent import syncs
-from packscope.agent.syncs import SYNC_WARNING, SyncCounter, caller_site
+from packscope.agent.sync_sites import caller_site, shown_path
+from packscope.agent.syncs import SYNC_WARNING, SyncCounter
 
 TORCH_MESSAGE = f"{SYNC_WARNING} (Triggered internally at /pytorch/c10/cuda/CUDAFunctions.cpp:147.)"
 
@@ -19,7 +19,7 @@ TORCH_MESSAGE = f"{SYNC_WARNING} (Triggered internally at /pytorch/c10/cuda/CUDA
 def _from_torch(source: str) -> dict:
     """Functions compiled as if they were a file inside torch, whose frames the counter skips."""
     namespace: dict = {"caller_site": caller_site, "warnings": warnings, "MESSAGE": TORCH_MESSAGE}
-    exec(compile(source, os.path.join(syncs._TORCH_DIR, "fake_op.py"), "exec"), namespace)
+    exec(compile(source, os.path.join(os.path.dirname(torch.__file__), "fake_op.py"), "exec"), namespace)
     return namespace
 
 
@@ -27,40 +27,50 @@ def _line() -> int:
     return sys._getframe(1).f_lineno
 
 
+HERE = shown_path(__file__)  # tests/agent/test_syncs.py, run from the checkout (test_sync_sites.py)
+
+
 def test_the_site_is_the_first_frame_outside_torch():
     inside = _from_torch("def op():\n    return caller_site()\n")["op"]
     line = _line() + 1
-    assert inside() == f"test_syncs.py:{line}"
+    assert inside() == f"{HERE}:{line} in test_the_site_is_the_first_frame_outside_torch"
     line = _line() + 1
-    assert caller_site() == f"test_syncs.py:{line}"  # called from here: this file is the site
+    site = caller_site()  # called from here: this file is the site
+    assert site == f"{HERE}:{line} in test_the_site_is_the_first_frame_outside_torch"
 
 
 @pytest.fixture
-def counter():
-    """A SyncCounter installed as on CUDA, with torch's debug-mode switch stubbed out."""
+def shown():
+    """The program's own warnings.showwarning, which the counter chains to."""
     with (
         mock.patch("torch.cuda.is_available", return_value=True),
         mock.patch("torch.cuda.get_sync_debug_mode", return_value=0),
         mock.patch("torch.cuda.set_sync_debug_mode"),
         warnings.catch_warnings(),
     ):
-        counter = SyncCounter().install()
-        yield counter
-        counter.uninstall()
+        warnings.showwarning = shown = mock.Mock()
+        yield shown
 
 
-def test_every_sync_warning_is_counted_at_its_site_and_other_warnings_pass(counter):
+@pytest.fixture
+def counter(shown):
+    """A SyncCounter installed as on CUDA, with torch's debug-mode switch stubbed out."""
+    counter = SyncCounter().install()
+    yield counter
+    counter.uninstall()
+
+
+def test_every_sync_warning_is_counted_at_its_site_and_other_warnings_pass(counter, shown):
     sync = _from_torch("def item():\n    warnings.warn(MESSAGE, UserWarning)\n")["item"]
     for _ in range(3):
         line = _line() + 1
         sync()  # the same place three times: counted three times, not once as Python would show it
     other = _from_torch("def other():\n    warnings.warn('something else', UserWarning)\n")["other"]
-    with mock.patch.object(counter, "_saved", {**counter._saved, "showwarning": mock.Mock()}) as saved:
-        other()
-        saved["showwarning"].assert_called_once()
+    other()
+    shown.assert_called_once()
     total, sites = counter.snapshot()
     assert total == 3
-    assert sites == {f"test_syncs.py:{line}": 3}
+    assert sites == {f"{HERE}:{line} in test_every_sync_warning_is_counted_at_its_site_and_other_warnings_pass": 3}
 
 
 def test_counting_off_switches_the_debug_mode_off_and_back_and_keeps_a_mode_the_program_set():

@@ -19,6 +19,14 @@ STEPS = 6  # log_every is 5 in every example: two intervals
 pytestmark = pytest.mark.slow  # each example is a fresh interpreter importing torch (and its library)
 
 
+# What each example imports beyond the agent and torch (their packscope extras, examples/README.md).
+LIBRARIES = {
+    "hf_trainer.py": ("transformers", "tokenizers"),
+    "trl_sft.py": ("transformers", "trl", "datasets", "tokenizers"),
+    "lightning_module.py": ("lightning",),
+}
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     with running_server(tmp_path_factory.mktemp("examples") / "packscope.db") as base:
@@ -54,6 +62,8 @@ def stored_run(server: str, out: str) -> dict:
     ids=["plain", "hf-flattening", "hf-padded", "trl-packing", "lightning", "megatron"],
 )
 def test_the_example_reaches_the_server(server, tmp_path, example, args):
+    for library in LIBRARIES.get(example, ()):
+        pytest.importorskip(library, reason=f"{example} needs {library}")
     out = run(tmp_path, sys.executable, str(EXAMPLES / example), "--server", server, "--steps", str(STEPS), *args)
     run_ = stored_run(server, out)
     assert run_["status"] == "finished"

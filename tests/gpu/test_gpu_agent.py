@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from packscope.agent import Agent, AgentConfig, ModelSpec
+from packscope.agent.sync_sites import shown_path
 from packscope.agent.syncs import SyncCounter
 
 pytestmark = pytest.mark.gpu  # deselected by default (pyproject addopts); run with -m gpu
@@ -122,6 +123,7 @@ def inject_syncs(x, pageable):
 
 
 INJECTED_LINES = 6
+HERE = shown_path(__file__)  # this file as a sync site names it (agent/sync_sites.py)
 
 
 @pytest.mark.parametrize("backend", ["debug-mode", "cupti"])
@@ -140,8 +142,8 @@ def test_both_backends_count_injected_syncs(backend):
     n = total - base
     print(f"{backend}: {n} syncs; sites {dict(sites)}")
     first = inject_syncs.__code__.co_firstlineno + 2  # the .item() line
-    lines = {f"test_gpu_agent.py:{first + k}": 3 for k in range(INJECTED_LINES)}
-    pageable_copy = f"test_gpu_agent.py:{first + INJECTED_LINES - 1}"
+    lines = {f"{HERE}:{first + k} in inject_syncs": 3 for k in range(INJECTED_LINES)}
+    pageable_copy = f"{HERE}:{first + INJECTED_LINES - 1} in inject_syncs"
     if backend == "cupti":
         assert dict(sites) == lines  # every injected sync, once each, at its own line
     else:

@@ -15,9 +15,10 @@ import torch
 import packscope.agent
 import packscope.trainer
 from packscope.agent import Agent, AgentConfig
+from packscope.core.run_file import read_run_file
 from packscope.trainer import legacy_logging
 from packscope.trainer.config import DataConfig, TrainConfig
-from packscope.trainer.train import Trainer, train_step
+from packscope.trainer.train import LossReadout, Trainer, run_training, train_step
 
 OURS = (os.path.dirname(packscope.trainer.__file__), os.path.dirname(packscope.agent.__file__))
 READS = ("item", "tolist", "__bool__", "__float__", "__int__", "__index__")
@@ -103,6 +104,34 @@ def test_legacy_channel_loss_reads_per_document(monkeypatch):
     sites, _ = run(monkeypatch, channel_loss=True, legacy_channel_loss=True)
     assert {file for (_, file, _) in sites} == {"channel_loss.py"}
     assert sum(n for (name, _, _), n in sites.items() if name == "item") > 0
+
+
+def test_a_legacy_logging_run_passes_its_log_steps(tmp_path):
+    """`packscope train --steps 6 --log-every 5 --legacy-logging`: its [1] loss accumulator goes
+    through the progress readout and the agent at steps 5 and 6."""
+    cfg = TrainConfig(
+        preset="tiny",
+        steps=6,
+        log_every=5,
+        pack_length=64,
+        device="cpu",
+        progress=False,
+        data=DataConfig(min_len=8, short_median=24, long_median=48),
+        legacy_logging=True,
+        records_dir=str(tmp_path),
+    )
+    summary = run_training(cfg)
+    assert summary["steps"] == 6 and math.isfinite(summary["final_loss"])
+    records = read_run_file(tmp_path / "rank0.jsonl").records
+    assert [r["steps"] for r in records] == [5, 1]
+    assert all(math.isfinite(r["loss"]) for r in records)
+
+
+@pytest.mark.parametrize("shape", [(), (1,)])
+def test_the_loss_readout_takes_a_one_element_loss(shape):
+    readout = LossReadout(torch.device("cpu"))
+    readout.push(torch.full(shape, 2.5))
+    assert readout.poll() == 2.5 and readout.poll() is None
 
 
 def test_the_nan_check_stops_a_nan_gradient():
