@@ -83,12 +83,21 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     args = ap.parse_args()
     if not torch.cuda.is_available():
-        raise SystemExit("torchtitan_trainer.py: torchtitan trains on a GPU only (see this file's docstring)")
+        raise SystemExit(
+            "torchtitan_trainer.py: needs a CUDA GPU, and this machine has none: torchtitan trains its language "
+            "models on a GPU only (this file's docstring says why). On the CPU, "
+            "tests/agent/test_integrations_torchtitan.py runs the same Trainer with SDPA in place of flex attention."
+        )
     for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}.items():
         os.environ.setdefault(key, value)  # a plain `python` run is a world of one
     os.environ.setdefault("MASTER_PORT", "29511")
 
-    from torchtitan.models.llama3 import config_registry
+    try:
+        from torchtitan.models.llama3 import config_registry
+    except ImportError as err:
+        raise SystemExit(
+            f"torchtitan_trainer.py: {err}; pip install 'packscope[torchtitan]' (in an environment of its own)"
+        ) from None
 
     from packscope.agent.integrations.torchtitan import PackscopeTrainer
 

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import torch
 from cli.support import clean_env, free_port, get, running_server
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -101,3 +102,11 @@ def test_the_torchtitan_example_says_what_it_needs(tmp_path):
     Trainer on the CPU with its attention kernel replaced."""
     out = run(tmp_path, sys.executable, str(EXAMPLES / "torchtitan_trainer.py"), "--help")
     assert "--server" in out and "packscope[torchtitan]" in out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a CUDA GPU is here: the example would train")
+def test_the_torchtitan_example_without_a_gpu_says_it_needs_one(tmp_path):
+    command = [sys.executable, str(EXAMPLES / "torchtitan_trainer.py"), "--server", "http://127.0.0.1:9"]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=clean_env(), cwd=tmp_path)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "needs a CUDA GPU, and this machine has none" in done.stderr
