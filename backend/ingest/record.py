@@ -187,6 +187,18 @@ def _no_tiny_numbers(body: bytes) -> bool:
 
 
 def decode(body: bytes) -> Checked:
+    """A batch's JSON as checked records, and the fields it sent that the record does not know
+    (`_decode`). JSON nested deeper than the decoders' recursion limit (about 1,000 levels: a
+    record itself nests 4) is refused as such, wherever it is, a field the record does not know
+    included."""
+    try:
+        return _decode(body)
+    except RecursionError:
+        message = "the body nests JSON too deeply to read (about 1,000 levels); an interval record nests 4"
+        raise RecordError([((), message, "json_invalid")]) from None
+
+
+def _decode(body: bytes) -> Checked:
     """A batch's JSON as checked records, and the fields it sent that the record does not know.
 
     The usual batch is decoded once, by the bounded structs, and its text screened for numbers too

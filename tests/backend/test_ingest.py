@@ -149,6 +149,24 @@ def test_invalid_record_is_422_with_a_message(client, run, records, mutate, loc,
     assert stored_intervals(client) == 0
 
 
+@pytest.mark.parametrize(
+    "deep",
+    [
+        "[" * 1000 + "]" * 1000,
+        '{"a": ' * 1000 + "1" + "}" * 1000,
+        "[" * 1000 + "NaN" + "]" * 1000,  # NaN: the body is read by Python's json instead
+    ],
+)
+def test_an_unknown_field_nested_too_deeply_is_422_naming_the_depth(client, run, records, deep):
+    text = json.dumps({"intervals": records(1)})
+    body = text[: -len("}]}")] + f', "from_a_newer_agent": {deep}}}]}}'
+    response = client.post(BATCH, content=body, headers={"Content-Type": "application/json"})
+    assert response.status_code == 422, response.text
+    (error,) = response.json()["detail"]
+    assert error["loc"] == ["body"] and "nests JSON too deeply" in error["msg"]
+    assert stored_intervals(client) == 0
+
+
 def test_batch_size_limits(client, run, records):
     assert client.post(BATCH, json={"intervals": []}).status_code == 422
     one_too_many = client.post(BATCH, json={"intervals": records(1001)})
