@@ -40,9 +40,19 @@ def _echo(value: Any) -> Any:
     """What a 422 repeats of the offending input: scalars only, and JSON-safe."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
-    if isinstance(value, str):  # a lone surrogate cannot be encoded into the answer
+    return value if isinstance(value, str | int | float | bool) or value is None else "..."
+
+
+def _encodable(value: Any) -> Any:
+    """`value` with every string UTF-8 can encode: a lone surrogate (a JSON "\\udfff" escape, in
+    a value, a key the `loc` names or a message quoting it) is written out as its escape."""
+    if isinstance(value, str):
         return value.encode("utf-8", "backslashreplace").decode()
-    return value if isinstance(value, int | float | bool) or value is None else "..."
+    if isinstance(value, list):
+        return [_encodable(item) for item in value]
+    if isinstance(value, dict):
+        return {_encodable(key): _encodable(item) for key, item in value.items()}
+    return value
 
 
 async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
@@ -50,7 +60,8 @@ async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
     # and without NaN/inf, which JSON cannot carry.
     assert isinstance(exc, RequestValidationError)
     errors = [{**e, "input": _echo(e.get("input"))} for e in exc.errors()]
-    return JSONResponse(status_code=status.HTTP_422_UNPROCESSABLE_CONTENT, content={"detail": jsonable_encoder(errors)})
+    detail = _encodable(jsonable_encoder(errors))
+    return JSONResponse(status_code=status.HTTP_422_UNPROCESSABLE_CONTENT, content={"detail": detail})
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
