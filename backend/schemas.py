@@ -24,7 +24,10 @@ from packscope.backend.text import SafeStr, storable_json
 from packscope.core.catalogue import BAND_METRICS, INT32_MAX, INT64_MAX, METRIC
 from packscope.core.flops import ModelSpec, model_json_schema
 
-RUN_ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
+# The one rule of a run id (docs/wire.md): 1-64 characters of [A-Za-z0-9_.-], but not "." or "..",
+# which browsers and curl resolve away as path segments (/runs/.. is /), so no page or DELETE of
+# such a run could be reached. Written without look-ahead, which pydantic's regex engine lacks.
+RUN_ID_PATTERN = r"^(?:[A-Za-z0-9_-][A-Za-z0-9_.-]?|\.[A-Za-z0-9_-]|[A-Za-z0-9_.-]{3,64})$"
 
 RunId = Annotated[str, StringConstraints(pattern=RUN_ID_PATTERN)]
 Count = Annotated[int, Field(ge=0, le=INT64_MAX)]

@@ -1,6 +1,8 @@
 """The OpenAPI document is what the server checks: run ids in paths, the FLOPs model's fields and
 bounds, and the methods each path serves (405 and OPTIONS name them all)."""
 
+import re
+
 import pytest
 
 from packscope.backend.schemas import RUN_ID_PATTERN
@@ -32,6 +34,22 @@ def test_a_run_id_no_run_can_have_is_the_same_422_on_every_database(make_client,
     answer = client.request(method, path, json=body)
     assert answer.status_code == 422, answer.text
     assert answer.json()["detail"][0]["loc"] == ["path", "run_id"]
+
+
+@pytest.mark.parametrize("run_id", [".", ".."])
+def test_a_run_id_that_urls_resolve_away_is_refused_at_creation(make_client, database_url, run_id):
+    """/api/v1/runs/.. is /api/v1 to a browser or curl: such a run's page, reads and DELETE could
+    never be reached, so the id is refused (and the OpenAPI pattern says so)."""
+    client = make_client(database_url)
+    answer = client.post(RUNS, json=run_body(run_id))
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["detail"][0]["loc"] == ["body", "run_id"]
+    assert client.get(RUNS).json()["total"] == 0
+    pattern = client.get("/openapi.json").json()["components"]["schemas"]["RunCreate"]["properties"]["run_id"]
+    assert re.fullmatch(pattern["pattern"], run_id) is None
+    for fine in ("...", ".a", "a.", "a", "x" * 64):
+        assert re.fullmatch(pattern["pattern"], fine), fine
+        assert client.post(RUNS, json=run_body(fine)).status_code == 201, fine
 
 
 def test_the_run_page_of_such_an_id_is_not_found(client):
