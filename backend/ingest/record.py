@@ -206,9 +206,10 @@ def _decode(body: bytes) -> Checked:
     decoded again by the strict (or the lenient) structs and checked in full, which is what words
     its problems.
 
-    JSON as Python's `json` writes it may hold NaN and Infinity (a diverged loss): such a body is
-    read by `json` and converted to the same structs, with the same bounds; a diverged optional
-    reading is then stored as missing, a diverged required one refused."""
+    JSON as Python's `json` writes it may hold NaN and Infinity (a diverged loss), and any JSON a
+    number beyond a double's range (1e400, which msgspec refuses as out of range): such a body is
+    read by `json` (1e400 is then inf) and converted to the same structs, with the same bounds; a
+    diverged optional reading is then stored as missing, a diverged required one refused."""
     bounded, strict, lenient = _DECODERS
     ignored: list[str] = []
     readings_checked = True
@@ -225,19 +226,26 @@ def _decode(body: bytes) -> Checked:
                 records = lenient.decode(body).intervals
                 ignored = unknown_fields(msgspec.json.decode(body))
     except msgspec.ValidationError as exc:
+        if str(exc).startswith("Number out of range"):
+            return _read_by_json(body)
         raise RecordError([_located(exc)]) from None
     except msgspec.DecodeError:
-        try:
-            document = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise RecordError([((), f"the body is not JSON: {exc}", "json_invalid")]) from None
-        return convert(document)._replace(ignored=unknown_fields(document))
+        return _read_by_json(body)
     values = check(
         records,
         strings_safe=b"\\u0000" not in body,  # msgspec refuses lone surrogates itself
         readings_checked=readings_checked and _no_tiny_numbers(body),
     )
     return Checked(records, ignored, values)
+
+
+def _read_by_json(body: bytes) -> Checked:
+    """A body msgspec cannot read, read by Python's `json` and converted (see `_decode`)."""
+    try:
+        document = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RecordError([((), f"the body is not JSON: {exc}", "json_invalid")]) from None
+    return convert(document)._replace(ignored=unknown_fields(document))
 
 
 def convert(document: Any) -> Checked:

@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from packscope.core.catalogue import FIELDS
+
 RUNS = "/api/v1/runs"
 RUN = "/api/v1/runs/run-1"
 BATCH = f"{RUN}/intervals"
@@ -193,6 +195,41 @@ def test_diverged_loss_is_stored_as_missing(client, run, records):
     assert json.loads(rows[1]["channel_loss"]) == {"code": None, "text": 2.5}
     series = client.get(f"{RUN}/series").json()["columns"]
     assert series["loss"] == [pytest.approx(recs[0]["loss"]), None]
+
+
+OPTIONAL_READINGS = [f for f in FIELDS if not f.required and f.kind == "float"]
+
+
+@pytest.mark.parametrize("text", ["1e400", "-1e400"])
+def test_readings_beyond_a_double_are_stored_as_missing(make_client, database_url, new_run, records, text):
+    """JSON may write a number no double holds (1e400): every optional reading (and channel loss)
+    so written is stored as missing, as docs/wire.md says of readings beyond ±1e300; the rest of
+    the record is kept. A required float so written is refused, naming it."""
+    client = make_client(database_url)
+    assert client.post(RUNS, json=new_run()).status_code == 201
+    recs = records(len(OPTIONAL_READINGS) + 1)
+    for record, field in zip(recs, OPTIONAL_READINGS, strict=False):
+        *parents, name = field.wire_path
+        holder = record
+        for parent in parents:
+            holder = holder.setdefault(parent, {"util_pct": 50.0})
+        holder[name] = 123456.789  # replaced by `text` in the JSON below
+    recs[-1]["channel_loss"] = {"code": 123456.789, "text": 2.5}
+    body = json.dumps({"intervals": recs}).replace("123456.789", text)
+    answer = client.post(BATCH, content=body, headers={"Content-Type": "application/json"})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["accepted"] == len(recs)
+    rows = list(csv.DictReader(io.StringIO(client.get(f"{RUN}/intervals.csv").text)))
+    for row, field in zip(rows, OPTIONAL_READINGS, strict=False):
+        assert row[field.name] == "", field.name
+        assert float(row["tokens"]) > 0 and row["loss" if field.name != "loss" else "lr"] != ""
+    assert json.loads(rows[-1]["channel_loss"]) == {"code": None, "text": 2.5}
+
+    required = json.dumps({"intervals": records(1, start=50)}).replace('"wall_end": ', f'"wall_end": {text}, "x": ')
+    answer = client.post(BATCH, content=required, headers={"Content-Type": "application/json"})
+    assert answer.status_code == 422, answer.text
+    (error,) = answer.json()["detail"]
+    assert error["loc"] == ["body", "intervals", 0, "wall_end"] and "1e+300" in error["msg"]
 
 
 def test_tokens(make_client, new_run, records):
