@@ -466,3 +466,58 @@ def test_sync_site_counts_at_the_int64_edge_are_stored_saturated(database_url, m
     assert client.post(BATCH, json={"intervals": recs[2:]}).json()["accepted"] == 1
     (site,) = client.get(f"{RUN}/sync-sites").json()["sites"]
     assert site["site"] == "train.py:1" and site["count"] == 2**63 - 1
+
+
+WRITES_TO_A_RUN = {
+    "intervals": ("POST", BATCH, None),
+    "refusals": (
+        "POST",
+        f"{RUN}/refusals",
+        {"refusals": [{"interval": 0, "first_step": 1, "last_step": 10, "by": "agent", "reason": "x"}]},
+    ),
+    "heartbeat": ("POST", f"{RUN}/heartbeat", {"every_s": 30.0}),
+    "patch": ("PATCH", RUN, {"status": "finished"}),
+}
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("write", list(WRITES_TO_A_RUN))
+def test_a_write_racing_the_runs_delete_is_410_and_stores_nothing(make_client, postgres, new_run, records, write):
+    """PostgreSQL: a write that finds the run while a DELETE of it is not yet committed waits for
+    it and is then answered 410, as a write after the delete is (it was a 500: the rows' foreign
+    key met the deleted run)."""
+    import threading
+    import time
+
+    import psycopg
+
+    client = make_client(postgres)
+    assert client.post(RUNS, json=new_run()).status_code == 201
+    method, url, body = WRITES_TO_A_RUN[write]
+    body = body or {"intervals": records(3)}
+    answers = []
+    with psycopg.connect(postgres.replace("postgresql+psycopg", "postgresql")) as deleting:
+        # The delete as routes/ingest.delete_run makes it, held open while the write comes.
+        deleting.execute("DELETE FROM runs WHERE run_id = 'run-1'")
+        deleting.execute("INSERT INTO deleted_runs (run_id, deleted_at) VALUES ('run-1', now())")
+
+        def send() -> None:
+            try:
+                answers.append(client.request(method, url, json=body))
+            except Exception as exc:  # noqa: BLE001 - the server's exception, shown by the assert below
+                answers.append(exc)
+
+        writer = threading.Thread(target=send)
+        writer.start()
+        deadline = time.monotonic() + 10
+        while not deleting.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()[0]:
+            assert time.monotonic() < deadline and writer.is_alive(), "the write did not wait for the delete"
+            time.sleep(0.02)
+        deleting.commit()
+    writer.join(30)
+    (answer,) = answers
+    assert not isinstance(answer, Exception) and answer.status_code == 410, answer
+    assert "was deleted" in answer.json()["detail"]
+    with psycopg.connect(postgres.replace("postgresql+psycopg", "postgresql")) as check:
+        for table in ("intervals", "refused_intervals", "rollups", "run_totals"):
+            assert check.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0, table
