@@ -24,7 +24,7 @@ from packscope.backend.ingest.batches import ingest_together
 from packscope.backend.live import LiveHub, transport_for
 from packscope.backend.routes import ingest, pages, reads
 from packscope.backend.routes.ranks import router as ranks_router
-from packscope.backend.security import SecurityHeaders, SignInGuard, TokenGuard, WriteGuard
+from packscope.backend.security import SecurityHeaders, SignInGuard, TokenGuard, WriteGuard, read_cookie_value
 from packscope.backend.settings import Settings
 from packscope.backend.store.db import WRITES, make_engine, make_sessionmaker, upgrade_schema
 from packscope.frontend import STATIC_DIR
@@ -133,7 +133,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     # Outermost last: every refusal below still carries the security headers.
     app.add_middleware(SignInGuard, per_minute=settings.sign_in_per_minute)
-    app.add_middleware(TokenGuard, per_minute=settings.token_failures_per_minute)
+    app.add_middleware(
+        TokenGuard,
+        per_minute=settings.token_failures_per_minute,
+        bearer_tokens=(settings.ingest_token, settings.read_token),
+        read_cookie=read_cookie_value(settings.read_token) if settings.read_token else None,
+    )
     app.add_middleware(WriteGuard, allowed_origins=settings.allowed_origin_set)
     app.add_middleware(SecurityHeaders)
     app.openapi = lambda: openapi.document(app, settings)  # type: ignore[method-assign]
