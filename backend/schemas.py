@@ -19,6 +19,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.json_schema import SkipJsonSchema
 
 from packscope.backend.text import SafeStr, storable_json
 from packscope.core.catalogue import BAND_METRICS, INT32_MAX, INT64_MAX, METRIC
@@ -121,15 +122,16 @@ Tags = Annotated[list[Tag], Field(max_length=50)]
 class RunPatch(BaseModel):
     """The fields to change; those left out keep their value. `ended_at` goes with `status`."""
 
-    status: RunStatus | None = None
+    # status, archived and layout cannot be null (the validator below): left out of the schema's types
+    status: RunStatus | SkipJsonSchema[None] = None
     ended_at: datetime | None = None
     name: SafeStr | None = Field(default=None, max_length=200)  # null clears it
     notes: SafeStr | None = Field(default=None, max_length=MAX_NOTES)  # null clears it
     tags: Tags | None = None  # null clears them
-    archived: StrictBool | None = None
+    archived: StrictBool | SkipJsonSchema[None] = None
     # The agent's findings about the batches: the layout they had and the pack length its baseline
     # counted (null: the rows as the model ran them), with where that length came from.
-    layout: SeenLayout | None = None
+    layout: SeenLayout | SkipJsonSchema[None] = None
     pack_length: StrictPositive | None = None
     pack_length_from: SafeStr | None = Field(default=None, max_length=200)
 

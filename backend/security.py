@@ -18,6 +18,7 @@ from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
 from starlette.requests import cookie_parser
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 # Scripts, styles and fetches come from this server only (plotly.js is served from
@@ -264,6 +265,12 @@ def cross_origin_refusal(headers: Headers, allowed: frozenset[str]) -> str | Non
     return None
 
 
+def _routed(scope: Scope) -> bool:
+    """Whether a route of the application serves the request's method at its path: one that none
+    serves is left to the router's 405 (or 404), not refused for its Content-Type."""
+    return any(route.matches(scope)[0] == Match.FULL for route in scope["app"].router.routes)
+
+
 class WriteGuard:
     """Writes (POST, PUT, PATCH, DELETE) from another origin are refused (403), and writes to the
     API must be JSON (415): a page on any site can make a browser send a `text/plain` or form POST
@@ -289,7 +296,7 @@ class WriteGuard:
             return
         if scope["path"].startswith("/api/") and scope["method"] in BODY_METHODS:
             media_type = headers.get("content-type", "").split(";")[0].strip().lower()
-            if media_type != JSON_MEDIA_TYPE:
+            if media_type != JSON_MEDIA_TYPE and _routed(scope):
                 shown = media_type or "none"
                 await _answer(
                     send,

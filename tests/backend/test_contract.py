@@ -121,3 +121,44 @@ def test_options_and_405_name_every_method_of_the_path(client, run):
     assert put.status_code == 405 and put.headers["allow"] == "GET, OPTIONS, POST"
     assert client.options("/api/v1/runs/run-1").headers["allow"] == "DELETE, GET, OPTIONS, PATCH"
     assert client.delete("/api/v1/catalogue").headers["allow"] == "GET, OPTIONS"
+
+
+@pytest.mark.parametrize("field", ["status", "archived", "layout"])
+def test_a_patch_field_that_cannot_be_null_is_not_nullable_in_the_schema(client, run, field):
+    schema = client.get("/openapi.json").json()["components"]["schemas"]["RunPatch"]["properties"][field]
+    assert "anyOf" not in schema and schema["type"] != "null", schema
+    answer = client.patch(f"{RUNS}/run-1", json={field: None})
+    assert answer.status_code == 422 and f"{field} cannot be null" in answer.text
+
+
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/json"])
+@pytest.mark.parametrize("method", ["POST", "PUT", "PATCH"])
+def test_a_write_to_a_path_that_serves_no_such_method_is_405_whatever_its_content_type(
+    client, run, method, content_type
+):
+    headers = {"Content-Type": content_type} if content_type else {}
+    for path in ("/api/v1/catalogue", f"{RUNS}/run-1/series"):
+        answer = client.request(method, path, content=b"{}", headers=headers)
+        assert answer.status_code == 405, (path, answer.text)
+        assert answer.headers["allow"] == "GET, OPTIONS"
+    assert client.request(method, "/api/v1/nothing-here", content=b"{}", headers=headers).status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("query", "loc"),
+    [
+        ("/api/v1/compare?run_id=a%00b", ["query", "run_id", 0]),
+        ("/api/v1/compare?run_id=run-1&run_id=..", ["query", "run_id", 1]),
+        (f"{RUNS}?q=a%00b", ["query", "q"]),
+        (f"{RUNS}?project=a%00b", ["query", "project"]),
+        (f"{RUNS}?tag=a%00b", ["query", "tag"]),
+    ],
+)
+def test_an_id_or_filter_no_run_can_match_is_the_same_422_on_every_database(make_client, database_url, query, loc):
+    """A NUL byte was no match on SQLite (404 or an empty list) and the database's refusal on
+    PostgreSQL: now the parameter's pattern (in the OpenAPI document too) refuses it on both."""
+    client = make_client(database_url)
+    assert client.post(RUNS, json=run_body()).status_code == 201
+    answer = client.get(query)
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["detail"][0]["loc"] == loc
