@@ -86,6 +86,17 @@ def test_openapi_gives_the_model_fields_and_bounds_the_server_checks(client):
     assert {"type": "null"} in kv_heads and any(k.get("minimum") == 1 for k in kv_heads)
 
 
+@pytest.mark.parametrize("field", ["moe_layers", "layer_kinds"])
+def test_openapi_says_a_per_layer_list_has_one_entry_per_layer(client, field):
+    """JSON Schema cannot tie a list's length to `layers`: it gives the bounds that follow from it
+    (1 to MAX_MODEL_SIZE entries) and the rule in words, and the server refuses an empty list."""
+    (listed,) = [s for s in model_schema(client)["properties"][field]["anyOf"] if s.get("type") == "array"]
+    assert (listed["minItems"], listed["maxItems"]) == (1, MAX_MODEL_SIZE)
+    assert "layers" in listed["description"]
+    answer = client.post(RUNS, json=run_body(model={**MODEL, field: []}))
+    assert answer.status_code == 422 and "0 entries for 4 layers" in answer.text
+
+
 @pytest.mark.parametrize(
     ("change", "accepted"),
     [
