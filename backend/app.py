@@ -24,7 +24,7 @@ from packscope.backend.ingest.batches import ingest_together
 from packscope.backend.live import LiveHub, transport_for
 from packscope.backend.routes import ingest, pages, reads
 from packscope.backend.routes.ranks import router as ranks_router
-from packscope.backend.security import SecurityHeaders, SignInGuard, TokenGuard, WriteGuard
+from packscope.backend.security import SecurityHeaders, SignInGuard, TokenGuard, WriteGuard, read_cookie_value
 from packscope.backend.settings import Settings
 from packscope.backend.store.db import WRITES, make_engine, make_sessionmaker, upgrade_schema
 from packscope.frontend import STATIC_DIR
@@ -40,9 +40,19 @@ def _echo(value: Any) -> Any:
     """What a 422 repeats of the offending input: scalars only, and JSON-safe."""
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)
-    if isinstance(value, str):  # a lone surrogate cannot be encoded into the answer
+    return value if isinstance(value, str | int | float | bool) or value is None else "..."
+
+
+def _encodable(value: Any) -> Any:
+    """`value` with every string UTF-8 can encode: a lone surrogate (a JSON "\\udfff" escape, in
+    a value, a key the `loc` names or a message quoting it) is written out as its escape."""
+    if isinstance(value, str):
         return value.encode("utf-8", "backslashreplace").decode()
-    return value if isinstance(value, int | float | bool) or value is None else "..."
+    if isinstance(value, list):
+        return [_encodable(item) for item in value]
+    if isinstance(value, dict):
+        return {_encodable(key): _encodable(item) for key, item in value.items()}
+    return value
 
 
 async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
@@ -50,7 +60,8 @@ async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
     # and without NaN/inf, which JSON cannot carry.
     assert isinstance(exc, RequestValidationError)
     errors = [{**e, "input": _echo(e.get("input"))} for e in exc.errors()]
-    return JSONResponse(status_code=status.HTTP_422_UNPROCESSABLE_CONTENT, content={"detail": jsonable_encoder(errors)})
+    detail = _encodable(jsonable_encoder(errors))
+    return JSONResponse(status_code=status.HTTP_422_UNPROCESSABLE_CONTENT, content={"detail": detail})
 
 
 def create_app(settings: Settings | None = None) -> FastAPI:
@@ -122,7 +133,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
     # Outermost last: every refusal below still carries the security headers.
     app.add_middleware(SignInGuard, per_minute=settings.sign_in_per_minute)
-    app.add_middleware(TokenGuard, per_minute=settings.token_failures_per_minute)
+    app.add_middleware(
+        TokenGuard,
+        per_minute=settings.token_failures_per_minute,
+        bearer_tokens=(settings.ingest_token, settings.read_token),
+        read_cookie=read_cookie_value(settings.read_token) if settings.read_token else None,
+    )
     app.add_middleware(WriteGuard, allowed_origins=settings.allowed_origin_set)
     app.add_middleware(SecurityHeaders)
     app.openapi = lambda: openapi.document(app, settings)  # type: ignore[method-assign]

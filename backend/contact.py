@@ -14,7 +14,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from packscope.backend.schemas import RunPatch, SafeStr
+from packscope.backend.schemas import RunPatch, SafeStr, whole_number
 from packscope.backend.store.models import Run, refused_intervals
 from packscope.core.catalogue import INT32_MAX, INT64_MAX
 
@@ -25,14 +25,16 @@ class Heartbeat(BaseModel):
     """POST /api/v1/runs/{run_id}/heartbeat: the agent is alive and promises the next beat within
     `every_s` seconds (its records count as contact too)."""
 
-    every_s: Annotated[float, Field(strict=False, gt=0, le=86_400, allow_inf_nan=False)] = 30.0
+    # strict: a JSON number (30 or 30.5), not "30" or true
+    every_s: Annotated[float, Field(strict=True, gt=0, le=86_400, allow_inf_nan=False)] = 30.0
 
 
 class Refusal(BaseModel):
-    interval: Annotated[int, Field(ge=0, le=INT32_MAX)]
-    rank: Annotated[int, Field(ge=0, le=INT32_MAX)] = 0
-    first_step: Annotated[int, Field(ge=0, le=INT64_MAX)]
-    last_step: Annotated[int, Field(ge=0, le=INT64_MAX)]
+    # JSON numbers only: true, false or "3" is no interval (lax pydantic took them as 1, 0 and 3)
+    interval: whole_number(0, INT32_MAX)  # type: ignore[valid-type]
+    rank: whole_number(0, INT32_MAX) = 0  # type: ignore[valid-type]
+    first_step: whole_number(0, INT64_MAX)  # type: ignore[valid-type]
+    last_step: whole_number(0, INT64_MAX)  # type: ignore[valid-type]
     by: Literal["agent", "server"]  # who refused it: the agent (bad batch input) or the server (4xx)
     reason: SafeStr = Field(max_length=10 * MAX_REASON)
 

@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Path, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from packscope.backend.admission import Admission
@@ -122,8 +122,14 @@ def missing_run(session: Session, run_id: str) -> HTTPException:
     return run_not_found(run_id) if when is None else run_gone(run_id, when)
 
 
+# A write's run, locked against a DELETE until the write commits (PostgreSQL's FOR KEY SHARE; SQLite
+# serialises writes and takes no such clause): a write racing the delete waits for it and is 410,
+# instead of meeting the deleted run in a foreign key or an UPDATE (a 500).
+_RUN_TO_WRITE = select(Run).where(Run.run_id == bindparam("run_id")).with_for_update(key_share=True)
+
+
 def run_to_write(session: Session, run_id: str) -> Run:
-    run = get_run(session, run_id)
+    run = session.scalars(_RUN_TO_WRITE, {"run_id": run_id}).one_or_none()
     if run is None:
         raise missing_run(session, run_id)
     return run

@@ -19,12 +19,16 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.json_schema import SkipJsonSchema
 
 from packscope.backend.text import SafeStr, storable_json
 from packscope.core.catalogue import BAND_METRICS, INT32_MAX, INT64_MAX, METRIC
 from packscope.core.flops import ModelSpec, model_json_schema
 
-RUN_ID_PATTERN = r"^[A-Za-z0-9_.-]{1,64}$"
+# The one rule of a run id (docs/wire.md): 1-64 characters of [A-Za-z0-9_.-], but not "." or "..",
+# which browsers and curl resolve away as path segments (/runs/.. is /), so no page or DELETE of
+# such a run could be reached. Written without look-ahead, which pydantic's regex engine lacks.
+RUN_ID_PATTERN = r"^(?:[A-Za-z0-9_-][A-Za-z0-9_.-]?|\.[A-Za-z0-9_-]|[A-Za-z0-9_.-]{3,64})$"
 
 RunId = Annotated[str, StringConstraints(pattern=RUN_ID_PATTERN)]
 Count = Annotated[int, Field(ge=0, le=INT64_MAX)]
@@ -118,15 +122,16 @@ Tags = Annotated[list[Tag], Field(max_length=50)]
 class RunPatch(BaseModel):
     """The fields to change; those left out keep their value. `ended_at` goes with `status`."""
 
-    status: RunStatus | None = None
+    # status, archived and layout cannot be null (the validator below): left out of the schema's types
+    status: RunStatus | SkipJsonSchema[None] = None
     ended_at: datetime | None = None
     name: SafeStr | None = Field(default=None, max_length=200)  # null clears it
     notes: SafeStr | None = Field(default=None, max_length=MAX_NOTES)  # null clears it
     tags: Tags | None = None  # null clears them
-    archived: StrictBool | None = None
+    archived: StrictBool | SkipJsonSchema[None] = None
     # The agent's findings about the batches: the layout they had and the pack length its baseline
     # counted (null: the rows as the model ran them), with where that length came from.
-    layout: SeenLayout | None = None
+    layout: SeenLayout | SkipJsonSchema[None] = None
     pack_length: StrictPositive | None = None
     pack_length_from: SafeStr | None = Field(default=None, max_length=200)
 

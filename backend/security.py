@@ -12,10 +12,13 @@ import hmac
 import json
 import math
 import time
-from collections import deque
+from collections import OrderedDict, deque
+from collections.abc import Iterable
 from urllib.parse import urlsplit
 
 from starlette.datastructures import Headers
+from starlette.requests import cookie_parser
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 # Scripts, styles and fetches come from this server only (plotly.js is served from
@@ -167,24 +170,59 @@ class TokenGuard:
     """The API's bearer tokens cannot be guessed quickly: a client whose credentials (a bearer
     header or the sign-in cookie) were refused `per_minute` times within a minute is answered 429
     with Retry-After on every API request until the oldest refusal is a minute old. A request
-    without any credential is no guess and is not counted."""
+    without any credential is no guess and is not counted.
 
-    def __init__(self, app: ASGIApp, per_minute: int) -> None:
+    Except a credential that this client address presented right before it was locked out (an
+    agent or a signed-in page behind the same address as the guesser, a NAT): that one keeps
+    working. A guess is never compared during the lock-out unless the address proved that very
+    token earlier, so a guesser alone at an address still cannot tell when it found the token."""
+
+    def __init__(
+        self, app: ASGIApp, per_minute: int, bearer_tokens: Iterable[str | None] = (), read_cookie: str | None = None
+    ) -> None:
         self.app = app
         self.refusals = RecentAttempts(per_minute)
+        self.bearer_tokens = [token for token in bearer_tokens if token is not None]
+        self.read_cookie = read_cookie
+        # The right credentials each address presented while not locked out (most recent last).
+        self.proven: OrderedDict[str, set[str]] = OrderedDict()
+
+    def _right_credential(self, headers: Headers) -> str | None:
+        """The configured credential the request presents (its value), or None."""
+        scheme, _, given = headers.get("authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and given:
+            for token in self.bearer_tokens:
+                if hmac.compare_digest(given.encode(), token.encode()):
+                    return token
+        if self.read_cookie is not None and READ_COOKIE in headers.get("cookie", ""):
+            cookie = cookie_parser(headers["cookie"]).get(READ_COOKIE, "")
+            if hmac.compare_digest(cookie.encode(), self.read_cookie.encode()):
+                return self.read_cookie
+        return None
+
+    def _prove(self, client: str, credential: str) -> None:
+        self.proven.setdefault(client, set()).add(credential)
+        self.proven.move_to_end(client)
+        if len(self.proven) > MAX_TRACKED_CLIENTS:
+            self.proven.popitem(last=False)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or not scope["path"].startswith("/api/"):
             await self.app(scope, receive, send)
             return
         client = client_of(scope)
+        headers = Headers(scope=scope)
         wait = self.refusals.retry_after(client)
         if wait is not None:
-            await _answer(send, 429, f"too many refused tokens from {client}; retry after {wait} s", wait)
-            return
-        if not _presents_a_credential(Headers(scope=scope)):
+            right = self._right_credential(headers) if client in self.proven else None
+            if right is None or right not in self.proven[client]:
+                await _answer(send, 429, f"too many refused tokens from {client}; retry after {wait} s", wait)
+                return
+        elif not _presents_a_credential(headers):
             await self.app(scope, receive, send)
             return
+        elif (right := self._right_credential(headers)) is not None:
+            self._prove(client, right)
 
         async def count_refusals(message: Message) -> None:
             if message["type"] == "http.response.start" and message["status"] == 401:
@@ -227,6 +265,12 @@ def cross_origin_refusal(headers: Headers, allowed: frozenset[str]) -> str | Non
     return None
 
 
+def _routed(scope: Scope) -> bool:
+    """Whether a route of the application serves the request's method at its path: one that none
+    serves is left to the router's 405 (or 404), not refused for its Content-Type."""
+    return any(route.matches(scope)[0] == Match.FULL for route in scope["app"].router.routes)
+
+
 class WriteGuard:
     """Writes (POST, PUT, PATCH, DELETE) from another origin are refused (403), and writes to the
     API must be JSON (415): a page on any site can make a browser send a `text/plain` or form POST
@@ -252,7 +296,7 @@ class WriteGuard:
             return
         if scope["path"].startswith("/api/") and scope["method"] in BODY_METHODS:
             media_type = headers.get("content-type", "").split(";")[0].strip().lower()
-            if media_type != JSON_MEDIA_TYPE:
+            if media_type != JSON_MEDIA_TYPE and _routed(scope):
                 shown = media_type or "none"
                 await _answer(
                     send,

@@ -17,6 +17,11 @@ MAX_JSON_DEPTH = 64
 MAX_CONFIG_BYTES = 256 * 1024
 
 
+# A query parameter compared with text columns: no NUL, which PostgreSQL refuses in any text (a 422
+# from the database there, no match on SQLite) and so refused before any query, on both alike.
+NO_NUL_PATTERN = r"^[^\x00]*$"
+
+
 def text_problem(value: str) -> str | None:
     """Why `value` cannot be stored as text, or None when it can."""
     if "\x00" in value:

@@ -94,10 +94,13 @@ def patch_run(session: Session, run: Run, body: RunPatch) -> Run:
 # -- one batch ------------------------------------------------------------------------------------
 _RUNS = cast(Table, Run.__table__)
 # The run of a batch in the driver's own SQL (db.run_sql: nothing compiled per call). The model
-# and hardware come as their JSON text, the key of their cached coefficients.
+# and hardware come as their JSON text, the key of their cached coefficients. PostgreSQL: FOR KEY
+# SHARE holds off a DELETE of the run until the batch commits, and waits for one in progress (then
+# finds no run: 410), where the rows' foreign key would meet the deleted run. SQLite's writes are
+# serialised already.
 _RUN_OF_ID = {
     "sqlite": "SELECT id, model, hardware FROM runs WHERE run_id = ?",
-    "postgresql": "SELECT id, model::text, hardware::text FROM runs WHERE run_id = %s",
+    "postgresql": "SELECT id, model::text, hardware::text FROM runs WHERE run_id = %s FOR KEY SHARE",
 }
 
 

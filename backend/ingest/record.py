@@ -187,6 +187,18 @@ def _no_tiny_numbers(body: bytes) -> bool:
 
 
 def decode(body: bytes) -> Checked:
+    """A batch's JSON as checked records, and the fields it sent that the record does not know
+    (`_decode`). JSON nested deeper than the decoders' recursion limit (about 1,000 levels: a
+    record itself nests 4) is refused as such, wherever it is, a field the record does not know
+    included."""
+    try:
+        return _decode(body)
+    except RecursionError:
+        message = "the body nests JSON too deeply to read (about 1,000 levels); an interval record nests 4"
+        raise RecordError([((), message, "json_invalid")]) from None
+
+
+def _decode(body: bytes) -> Checked:
     """A batch's JSON as checked records, and the fields it sent that the record does not know.
 
     The usual batch is decoded once, by the bounded structs, and its text screened for numbers too
@@ -194,9 +206,10 @@ def decode(body: bytes) -> Checked:
     decoded again by the strict (or the lenient) structs and checked in full, which is what words
     its problems.
 
-    JSON as Python's `json` writes it may hold NaN and Infinity (a diverged loss): such a body is
-    read by `json` and converted to the same structs, with the same bounds; a diverged optional
-    reading is then stored as missing, a diverged required one refused."""
+    JSON as Python's `json` writes it may hold NaN and Infinity (a diverged loss), and any JSON a
+    number beyond a double's range (1e400, which msgspec refuses as out of range): such a body is
+    read by `json` (1e400 is then inf) and converted to the same structs, with the same bounds; a
+    diverged optional reading is then stored as missing, a diverged required one refused."""
     bounded, strict, lenient = _DECODERS
     ignored: list[str] = []
     readings_checked = True
@@ -213,19 +226,26 @@ def decode(body: bytes) -> Checked:
                 records = lenient.decode(body).intervals
                 ignored = unknown_fields(msgspec.json.decode(body))
     except msgspec.ValidationError as exc:
+        if str(exc).startswith("Number out of range"):
+            return _read_by_json(body)
         raise RecordError([_located(exc)]) from None
     except msgspec.DecodeError:
-        try:
-            document = json.loads(body)
-        except (ValueError, UnicodeDecodeError) as exc:
-            raise RecordError([((), f"the body is not JSON: {exc}", "json_invalid")]) from None
-        return convert(document)._replace(ignored=unknown_fields(document))
+        return _read_by_json(body)
     values = check(
         records,
         strings_safe=b"\\u0000" not in body,  # msgspec refuses lone surrogates itself
         readings_checked=readings_checked and _no_tiny_numbers(body),
     )
     return Checked(records, ignored, values)
+
+
+def _read_by_json(body: bytes) -> Checked:
+    """A body msgspec cannot read, read by Python's `json` and converted (see `_decode`)."""
+    try:
+        document = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise RecordError([((), f"the body is not JSON: {exc}", "json_invalid")]) from None
+    return convert(document)._replace(ignored=unknown_fields(document))
 
 
 def convert(document: Any) -> Checked:

@@ -1,5 +1,7 @@
 """The agent's write API (docs/wire.md): runs and batches of interval records."""
 
+import asyncio
+import contextlib
 import re
 import zlib
 from collections.abc import Callable, Coroutine
@@ -12,6 +14,7 @@ from fastapi.routing import APIRoute
 from sqlalchemy import delete, insert
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect
 
 from packscope.backend import contact
 from packscope.backend.deps import (
@@ -36,13 +39,23 @@ RUN_ID = re.compile(RUN_ID_PATTERN)
 RUNS_PATH = "/api/v1/runs"  # POST: a run body, capped at PACKSCOPE_MAX_RUN_BODY_BYTES
 
 
+# What is read and dropped of a body over the limit before the 413 (LimitedRequest._refusal_once_drained).
+DRAIN_MAX_BYTES = 32 * 1024 * 1024
+DRAIN_MAX_S = 5.0
+
+
 def _too_large(limit: int) -> HTTPException:
     return HTTPException(
         status.HTTP_413_CONTENT_TOO_LARGE,
         detail=f"request body is larger than {limit} bytes (after gzip decompression); send fewer interval "
         "records per request (or a smaller run config), or raise PACKSCOPE_MAX_BODY_BYTES "
         "(PACKSCOPE_MAX_RUN_BODY_BYTES for POST /api/v1/runs) on the server",
+        headers={"Connection": "close"},
     )
+
+
+class _TooLarge(Exception):
+    """The body read so far is over the limit."""
 
 
 class LimitedRequest(Request):
@@ -64,22 +77,43 @@ class LimitedRequest(Request):
             )
             declared = self.headers.get("content-length")
             if declared is not None and declared.isdigit() and int(declared) > limit:
-                raise _too_large(limit)
+                raise await self._refusal_once_drained(limit)
             encoding = self.headers.get("content-encoding", "identity").strip().lower()
             if encoding not in ("gzip", "identity"):
                 raise HTTPException(
                     status.HTTP_415_UNSUPPORTED_MEDIA_TYPE,
                     detail=f"Content-Encoding {encoding!r} is not supported; send gzip or no encoding",
                 )
-            self._body = await (self._gunzip(limit) if encoding == "gzip" else self._read(limit))
+            try:
+                self._body = await (self._gunzip(limit) if encoding == "gzip" else self._read(limit))
+            except _TooLarge:
+                raise await self._refusal_once_drained(limit) from None
         return self._body
+
+    async def _refusal_once_drained(self, limit: int) -> HTTPException:
+        """The 413, once the rest of the body is read and dropped (at most DRAIN_MAX_BYTES, for at
+        most DRAIN_MAX_S): a client that sends its whole body before it reads (curl, the agent)
+        would otherwise meet a connection reset, as a socket closed with unread bytes sends, instead
+        of the answer. The answer closes the connection."""
+        declared = self.headers.get("content-length", "")
+        # _stream_consumed: Starlette's mark of a body received to its end (stream() then raises).
+        if self._stream_consumed or (declared.isdigit() and int(declared) > DRAIN_MAX_BYTES):
+            return _too_large(limit)
+        drained = 0
+        with contextlib.suppress(TimeoutError, ClientDisconnect):
+            async with asyncio.timeout(DRAIN_MAX_S):
+                async for chunk in self.stream():
+                    drained += len(chunk)
+                    if drained > DRAIN_MAX_BYTES:
+                        break
+        return _too_large(limit)
 
     async def _read(self, limit: int) -> bytes:
         out = bytearray()
         async for chunk in self.stream():
             out += chunk
             if len(out) > limit:
-                raise _too_large(limit)
+                raise _TooLarge
         return bytes(out)
 
     async def _gunzip(self, limit: int) -> bytes:
@@ -91,7 +125,7 @@ class LimitedRequest(Request):
                 while data and not inflate.eof:
                     out += inflate.decompress(data, limit + 1 - len(out))
                     if len(out) > limit:
-                        raise _too_large(limit)
+                        raise _TooLarge
                     data = inflate.unconsumed_tail
         except zlib.error as exc:
             raise HTTPException(

@@ -28,6 +28,7 @@ from packscope.backend.reads import queries, series
 from packscope.backend.schemas import (
     Comparison,
     IntervalHistograms,
+    RunId,
     RunListed,
     RunPage,
     RunSummary,
@@ -38,6 +39,7 @@ from packscope.backend.schemas import (
     SyncSites,
 )
 from packscope.backend.security import client_of
+from packscope.backend.text import NO_NUL_PATTERN
 from packscope.core import catalogue
 from packscope.core.catalogue import INT32_MAX, INT64_MAX
 
@@ -162,11 +164,13 @@ def list_runs(
             description="a RunSummary column or totals metric; a leading '-' sorts descending",
         ),
     ] = queries.DEFAULT_SORT,
-    project: Annotated[str | None, Query(max_length=200)] = None,
-    tag: Annotated[str | None, Query(max_length=100)] = None,
+    project: Annotated[str | None, Query(max_length=200, pattern=NO_NUL_PATTERN)] = None,
+    tag: Annotated[str | None, Query(max_length=100, pattern=NO_NUL_PATTERN)] = None,
     layout: SeenLayout | None = None,
     status: ShownStatus | None = None,
-    q: Annotated[str | None, Query(max_length=200, description="text in the name, run_id or a tag")] = None,
+    q: Annotated[
+        str | None, Query(max_length=200, pattern=NO_NUL_PATTERN, description="text in the name, run_id or a tag")
+    ] = None,
     archived: Annotated[bool, Query(description="include archived runs")] = False,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=INT32_MAX)] = 0,
@@ -255,7 +259,7 @@ def get_sync_sites(
 @router.get("/compare", response_model=ComparisonRead)
 def compare(
     session: SessionDep,
-    run_id: Annotated[list[str], Query(min_length=1, max_length=MAX_COMPARE)],
+    run_id: Annotated[list[RunId], Query(min_length=1, max_length=MAX_COMPARE)],
     window: Annotated[int, Query(ge=2, le=100_000, description="intervals per run in the step-time test")] = 200,
 ) -> dict[str, Any]:
     runs, missing = queries.find_runs(session, run_id)

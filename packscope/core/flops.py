@@ -486,8 +486,17 @@ def model_json_schema() -> dict[str, Any]:
     properties.update({key: nullable(integer(1)) for key in _OPTIONAL_POSITIVE})
     properties.update({key: integer(0) for key in _NONNEGATIVE})
     properties.update({key: {"type": "boolean"} for key in _FLAGS})
-    properties["moe_layers"] = nullable({"type": "array", "items": {"type": "integer", "enum": [0, 1]}})
-    properties["layer_kinds"] = nullable({"type": "array", "items": {"type": "string", "enum": list(LAYER_KINDS)}})
+    # One entry per layer: what JSON Schema can say of it (the length, and the rule in words).
+    per_layer = {
+        "minItems": 1,
+        "maxItems": MAX_MODEL_SIZE,
+        "description": "one entry per layer: exactly `layers` of them",
+    }
+    flags = {"type": "array", "items": {"type": "integer", "enum": [0, 1]}, **per_layer}
+    properties["moe_layers"] = nullable(flags)
+    properties["layer_kinds"] = nullable(
+        {"type": "array", "items": {"type": "string", "enum": list(LAYER_KINDS)}, **per_layer}
+    )
     for key in ("mla", "linear_attention", "vision"):
         properties[key] = nullable({"type": "object"})
     required = [f.name for f in dataclasses.fields(ModelSpec) if f.default is dataclasses.MISSING]

@@ -104,6 +104,24 @@ def test_heartbeats_and_refusals_name_what_is_wrong(client, new_run):
     assert client.post("/api/v1/runs/run-1/refusals", json={"refusals": []}).status_code == 422
 
 
+@pytest.mark.parametrize("field", ["interval", "rank", "first_step", "last_step"])
+@pytest.mark.parametrize("value", [False, True, "3"])
+def test_refusals_and_heartbeats_take_numbers_only(make_client, database_url, new_run, field, value):
+    """true, false and "3" are no integers (JSON Schema's "integer" is a number): 422 naming the
+    field, and nothing counted in the run's refused summary."""
+    client = make_client(database_url)
+    make_run(client, new_run)
+    refusal = {"interval": 4, "first_step": 41, "last_step": 50, "by": "agent", "reason": "x", field: value}
+    response = client.post("/api/v1/runs/run-1/refusals", json={"refusals": [refusal]})
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"][0]["loc"] == ["body", "refusals", 0, field]
+    assert client.get("/api/v1/runs/run-1").json()["refused"] is None
+    response = client.post("/api/v1/runs/run-1/heartbeat", json={"every_s": value})
+    assert response.status_code == 422 and response.json()["detail"][0]["loc"] == ["body", "every_s"]
+    whole = {**refusal, field: 4.0 if field != "last_step" else 50.0}  # a JSON number written 4.0 is 4
+    assert client.post("/api/v1/runs/run-1/refusals", json={"refusals": [whole]}).status_code == 204
+
+
 def test_refused_intervals_are_counted_once_with_their_reasons(make_client, database_url, new_run, records):
     client = make_client(database_url)
     make_run(client, new_run)

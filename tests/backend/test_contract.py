@@ -1,6 +1,8 @@
 """The OpenAPI document is what the server checks: run ids in paths, the FLOPs model's fields and
 bounds, and the methods each path serves (405 and OPTIONS name them all)."""
 
+import re
+
 import pytest
 
 from packscope.backend.schemas import RUN_ID_PATTERN
@@ -32,6 +34,22 @@ def test_a_run_id_no_run_can_have_is_the_same_422_on_every_database(make_client,
     answer = client.request(method, path, json=body)
     assert answer.status_code == 422, answer.text
     assert answer.json()["detail"][0]["loc"] == ["path", "run_id"]
+
+
+@pytest.mark.parametrize("run_id", [".", ".."])
+def test_a_run_id_that_urls_resolve_away_is_refused_at_creation(make_client, database_url, run_id):
+    """/api/v1/runs/.. is /api/v1 to a browser or curl: such a run's page, reads and DELETE could
+    never be reached, so the id is refused (and the OpenAPI pattern says so)."""
+    client = make_client(database_url)
+    answer = client.post(RUNS, json=run_body(run_id))
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["detail"][0]["loc"] == ["body", "run_id"]
+    assert client.get(RUNS).json()["total"] == 0
+    pattern = client.get("/openapi.json").json()["components"]["schemas"]["RunCreate"]["properties"]["run_id"]
+    assert re.fullmatch(pattern["pattern"], run_id) is None
+    for fine in ("...", ".a", "a.", "a", "x" * 64):
+        assert re.fullmatch(pattern["pattern"], fine), fine
+        assert client.post(RUNS, json=run_body(fine)).status_code == 201, fine
 
 
 def test_the_run_page_of_such_an_id_is_not_found(client):
@@ -66,6 +84,17 @@ def test_openapi_gives_the_model_fields_and_bounds_the_server_checks(client):
     assert schema["properties"]["mtp_depth"]["minimum"] == 0
     kv_heads = schema["properties"]["kv_heads"]["anyOf"]
     assert {"type": "null"} in kv_heads and any(k.get("minimum") == 1 for k in kv_heads)
+
+
+@pytest.mark.parametrize("field", ["moe_layers", "layer_kinds"])
+def test_openapi_says_a_per_layer_list_has_one_entry_per_layer(client, field):
+    """JSON Schema cannot tie a list's length to `layers`: it gives the bounds that follow from it
+    (1 to MAX_MODEL_SIZE entries) and the rule in words, and the server refuses an empty list."""
+    (listed,) = [s for s in model_schema(client)["properties"][field]["anyOf"] if s.get("type") == "array"]
+    assert (listed["minItems"], listed["maxItems"]) == (1, MAX_MODEL_SIZE)
+    assert "layers" in listed["description"]
+    answer = client.post(RUNS, json=run_body(model={**MODEL, field: []}))
+    assert answer.status_code == 422 and "0 entries for 4 layers" in answer.text
 
 
 @pytest.mark.parametrize(
@@ -103,3 +132,44 @@ def test_options_and_405_name_every_method_of_the_path(client, run):
     assert put.status_code == 405 and put.headers["allow"] == "GET, OPTIONS, POST"
     assert client.options("/api/v1/runs/run-1").headers["allow"] == "DELETE, GET, OPTIONS, PATCH"
     assert client.delete("/api/v1/catalogue").headers["allow"] == "GET, OPTIONS"
+
+
+@pytest.mark.parametrize("field", ["status", "archived", "layout"])
+def test_a_patch_field_that_cannot_be_null_is_not_nullable_in_the_schema(client, run, field):
+    schema = client.get("/openapi.json").json()["components"]["schemas"]["RunPatch"]["properties"][field]
+    assert "anyOf" not in schema and schema["type"] != "null", schema
+    answer = client.patch(f"{RUNS}/run-1", json={field: None})
+    assert answer.status_code == 422 and f"{field} cannot be null" in answer.text
+
+
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/json"])
+@pytest.mark.parametrize("method", ["POST", "PUT", "PATCH"])
+def test_a_write_to_a_path_that_serves_no_such_method_is_405_whatever_its_content_type(
+    client, run, method, content_type
+):
+    headers = {"Content-Type": content_type} if content_type else {}
+    for path in ("/api/v1/catalogue", f"{RUNS}/run-1/series"):
+        answer = client.request(method, path, content=b"{}", headers=headers)
+        assert answer.status_code == 405, (path, answer.text)
+        assert answer.headers["allow"] == "GET, OPTIONS"
+    assert client.request(method, "/api/v1/nothing-here", content=b"{}", headers=headers).status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("query", "loc"),
+    [
+        ("/api/v1/compare?run_id=a%00b", ["query", "run_id", 0]),
+        ("/api/v1/compare?run_id=run-1&run_id=..", ["query", "run_id", 1]),
+        (f"{RUNS}?q=a%00b", ["query", "q"]),
+        (f"{RUNS}?project=a%00b", ["query", "project"]),
+        (f"{RUNS}?tag=a%00b", ["query", "tag"]),
+    ],
+)
+def test_an_id_or_filter_no_run_can_match_is_the_same_422_on_every_database(make_client, database_url, query, loc):
+    """A NUL byte was no match on SQLite (404 or an empty list) and the database's refusal on
+    PostgreSQL: now the parameter's pattern (in the OpenAPI document too) refuses it on both."""
+    client = make_client(database_url)
+    assert client.post(RUNS, json=run_body()).status_code == 201
+    answer = client.get(query)
+    assert answer.status_code == 422, answer.text
+    assert answer.json()["detail"][0]["loc"] == loc

@@ -7,6 +7,8 @@ import json
 
 import pytest
 
+from packscope.core.catalogue import FIELDS
+
 RUNS = "/api/v1/runs"
 RUN = "/api/v1/runs/run-1"
 BATCH = f"{RUN}/intervals"
@@ -149,6 +151,24 @@ def test_invalid_record_is_422_with_a_message(client, run, records, mutate, loc,
     assert stored_intervals(client) == 0
 
 
+@pytest.mark.parametrize(
+    "deep",
+    [
+        "[" * 1000 + "]" * 1000,
+        '{"a": ' * 1000 + "1" + "}" * 1000,
+        "[" * 1000 + "NaN" + "]" * 1000,  # NaN: the body is read by Python's json instead
+    ],
+)
+def test_an_unknown_field_nested_too_deeply_is_422_naming_the_depth(client, run, records, deep):
+    text = json.dumps({"intervals": records(1)})
+    body = text[: -len("}]}")] + f', "from_a_newer_agent": {deep}}}]}}'
+    response = client.post(BATCH, content=body, headers={"Content-Type": "application/json"})
+    assert response.status_code == 422, response.text
+    (error,) = response.json()["detail"]
+    assert error["loc"] == ["body"] and "nests JSON too deeply" in error["msg"]
+    assert stored_intervals(client) == 0
+
+
 def test_batch_size_limits(client, run, records):
     assert client.post(BATCH, json={"intervals": []}).status_code == 422
     one_too_many = client.post(BATCH, json={"intervals": records(1001)})
@@ -175,6 +195,41 @@ def test_diverged_loss_is_stored_as_missing(client, run, records):
     assert json.loads(rows[1]["channel_loss"]) == {"code": None, "text": 2.5}
     series = client.get(f"{RUN}/series").json()["columns"]
     assert series["loss"] == [pytest.approx(recs[0]["loss"]), None]
+
+
+OPTIONAL_READINGS = [f for f in FIELDS if not f.required and f.kind == "float"]
+
+
+@pytest.mark.parametrize("text", ["1e400", "-1e400"])
+def test_readings_beyond_a_double_are_stored_as_missing(make_client, database_url, new_run, records, text):
+    """JSON may write a number no double holds (1e400): every optional reading (and channel loss)
+    so written is stored as missing, as docs/wire.md says of readings beyond ±1e300; the rest of
+    the record is kept. A required float so written is refused, naming it."""
+    client = make_client(database_url)
+    assert client.post(RUNS, json=new_run()).status_code == 201
+    recs = records(len(OPTIONAL_READINGS) + 1)
+    for record, field in zip(recs, OPTIONAL_READINGS, strict=False):
+        *parents, name = field.wire_path
+        holder = record
+        for parent in parents:
+            holder = holder.setdefault(parent, {"util_pct": 50.0})
+        holder[name] = 123456.789  # replaced by `text` in the JSON below
+    recs[-1]["channel_loss"] = {"code": 123456.789, "text": 2.5}
+    body = json.dumps({"intervals": recs}).replace("123456.789", text)
+    answer = client.post(BATCH, content=body, headers={"Content-Type": "application/json"})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["accepted"] == len(recs)
+    rows = list(csv.DictReader(io.StringIO(client.get(f"{RUN}/intervals.csv").text)))
+    for row, field in zip(rows, OPTIONAL_READINGS, strict=False):
+        assert row[field.name] == "", field.name
+        assert float(row["tokens"]) > 0 and row["loss" if field.name != "loss" else "lr"] != ""
+    assert json.loads(rows[-1]["channel_loss"]) == {"code": None, "text": 2.5}
+
+    required = json.dumps({"intervals": records(1, start=50)}).replace('"wall_end": ', f'"wall_end": {text}, "x": ')
+    answer = client.post(BATCH, content=required, headers={"Content-Type": "application/json"})
+    assert answer.status_code == 422, answer.text
+    (error,) = answer.json()["detail"]
+    assert error["loc"] == ["body", "intervals", 0, "wall_end"] and "1e+300" in error["msg"]
 
 
 def test_tokens(make_client, new_run, records):
@@ -426,3 +481,58 @@ def test_sync_site_counts_at_the_int64_edge_are_stored_saturated(database_url, m
     assert client.post(BATCH, json={"intervals": recs[2:]}).json()["accepted"] == 1
     (site,) = client.get(f"{RUN}/sync-sites").json()["sites"]
     assert site["site"] == "train.py:1" and site["count"] == 2**63 - 1
+
+
+WRITES_TO_A_RUN = {
+    "intervals": ("POST", BATCH, None),
+    "refusals": (
+        "POST",
+        f"{RUN}/refusals",
+        {"refusals": [{"interval": 0, "first_step": 1, "last_step": 10, "by": "agent", "reason": "x"}]},
+    ),
+    "heartbeat": ("POST", f"{RUN}/heartbeat", {"every_s": 30.0}),
+    "patch": ("PATCH", RUN, {"status": "finished"}),
+}
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("write", list(WRITES_TO_A_RUN))
+def test_a_write_racing_the_runs_delete_is_410_and_stores_nothing(make_client, postgres, new_run, records, write):
+    """PostgreSQL: a write that finds the run while a DELETE of it is not yet committed waits for
+    it and is then answered 410, as a write after the delete is (it was a 500: the rows' foreign
+    key met the deleted run)."""
+    import threading
+    import time
+
+    import psycopg
+
+    client = make_client(postgres)
+    assert client.post(RUNS, json=new_run()).status_code == 201
+    method, url, body = WRITES_TO_A_RUN[write]
+    body = body or {"intervals": records(3)}
+    answers = []
+    with psycopg.connect(postgres.replace("postgresql+psycopg", "postgresql")) as deleting:
+        # The delete as routes/ingest.delete_run makes it, held open while the write comes.
+        deleting.execute("DELETE FROM runs WHERE run_id = 'run-1'")
+        deleting.execute("INSERT INTO deleted_runs (run_id, deleted_at) VALUES ('run-1', now())")
+
+        def send() -> None:
+            try:
+                answers.append(client.request(method, url, json=body))
+            except Exception as exc:  # noqa: BLE001 - the server's exception, shown by the assert below
+                answers.append(exc)
+
+        writer = threading.Thread(target=send)
+        writer.start()
+        deadline = time.monotonic() + 10
+        while not deleting.execute("SELECT count(*) FROM pg_locks WHERE NOT granted").fetchone()[0]:
+            assert time.monotonic() < deadline and writer.is_alive(), "the write did not wait for the delete"
+            time.sleep(0.02)
+        deleting.commit()
+    writer.join(30)
+    (answer,) = answers
+    assert not isinstance(answer, Exception) and answer.status_code == 410, answer
+    assert "was deleted" in answer.json()["detail"]
+    with psycopg.connect(postgres.replace("postgresql+psycopg", "postgresql")) as check:
+        for table in ("intervals", "refused_intervals", "rollups", "run_totals"):
+            assert check.execute(f"SELECT count(*) FROM {table}").fetchone()[0] == 0, table

@@ -258,3 +258,22 @@ def test_sqlite_transactions_begin_on_sqlite3_itself_with_sqlalchemys_errors(sql
             connection.connection.driver_connection.execute("INSERT INTO t VALUES (1)")
     finally:
         engine.dispose()
+
+
+@pytest.mark.parametrize("part", ["channel_loss", "channel_tokens"])
+def test_a_lone_surrogate_in_a_key_the_422_names_is_written_as_valid_utf8(client, run, records, part):
+    """The 422's `loc` names the channel, a key UTF-8 cannot encode (a JSON "\\udfff" escape): the
+    answer writes it out as its escape instead of failing to encode itself (a 500)."""
+    import json
+
+    record = records(1)[0]
+    record[part] = {"\udfff": 1}
+    answer = client.post(
+        f"{RUNS}/run-1/intervals",
+        content=raw_json({"intervals": [record]}),
+        headers={"content-type": "application/json"},
+    )
+    assert answer.status_code == 422, answer.text
+    (error,) = json.loads(answer.content.decode("utf-8"))["detail"]  # strict UTF-8
+    assert error["loc"] == ["body", "intervals", 0, part, "\\udfff"] and "lone surrogate" in error["msg"]
+    assert client.get(f"{RUNS}/run-1").json()["records"] == 0

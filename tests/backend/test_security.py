@@ -207,6 +207,27 @@ def test_api_token_guesses_are_throttled_per_client(make_client):
     assert client.get("/api/v1/runs", headers={"Authorization": "Bearer r3ad"}).status_code == 429
 
 
+def test_a_token_the_address_used_before_keeps_working_through_a_lock_out(make_client, new_run):
+    """An agent and a guesser behind one address (a NAT): 20 wrong tokens lock out the guesses,
+    not the agent's right token, nor the signed-in page's cookie. A right token this address never
+    presented before the lock-out is still refused like any guess (no oracle for the guesser)."""
+    client = make_client(ingest_token="1ngest", read_token="r3ad", token_failures_per_minute=20)
+    agent = {"Authorization": "Bearer 1ngest"}
+    assert client.post("/api/v1/runs", json=new_run(), headers=agent).status_code == 201
+    assert client.post("/sign-in", data={"token": "r3ad"}, follow_redirects=False).status_code == 303
+    cookie = dict(client.cookies)
+    client.cookies.clear()
+    assert client.get("/api/v1/runs", cookies=cookie).status_code == 200
+    guesses = [client.get("/api/v1/runs", headers={"Authorization": f"Bearer guess-{i}"}) for i in range(22)]
+    assert [a.status_code for a in guesses] == [401] * 20 + [429] * 2
+
+    assert client.post("/api/v1/runs/run-1/heartbeat", json={}, headers=agent).status_code == 204
+    assert client.get("/api/v1/runs", cookies=cookie).status_code == 200
+    assert client.get("/api/v1/runs", headers={"Authorization": "Bearer guess-99"}).status_code == 429
+    assert client.get("/api/v1/runs", headers={"Authorization": "Bearer r3ad"}).status_code == 429  # never proved
+    assert client.get("/api/v1/runs").status_code == 429
+
+
 def test_requests_without_a_token_are_no_guesses(make_client):
     client = make_client(ingest_token="1ngest", read_token="r3ad", token_failures_per_minute=2)
     assert [client.get("/api/v1/runs").status_code for _ in range(5)] == [401] * 5

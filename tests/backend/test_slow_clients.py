@@ -185,3 +185,35 @@ def test_csv_exports_are_capped_per_client_and_in_all(make_client, run, records)
         release()  # ending twice counts once
     assert limits.streaming == {}
     assert client.get("/api/v1/runs/run-1/intervals.csv").status_code == 200
+
+
+def send_whole_body_then_read(url: str, path: str, body: bytes, chunked: bool) -> bytes:
+    """A client as curl or the agent's: the whole body sent, then the answer read."""
+    head = f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head += "Transfer-Encoding: chunked\r\n\r\n" if chunked else f"Content-Length: {len(body)}\r\n\r\n"
+    if chunked:
+        step = 256 * 1024
+        body = b"".join(
+            b"%x\r\n%s\r\n" % (len(body[i : i + step]), body[i : i + step]) for i in range(0, len(body), step)
+        )
+        body += b"0\r\n\r\n"
+    with connect(url) as sock:
+        sock.settimeout(30)
+        sock.sendall(head.encode() + body)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    return answer
+
+
+@pytest.mark.parametrize("chunked", [False, True])
+@pytest.mark.parametrize("path", ["/api/v1/runs/run-1/intervals", "/api/v1/runs"])
+def test_a_body_over_the_limit_sent_whole_before_reading_gets_its_413(sqlite_url, path, chunked):
+    """The server reads (and drops) the rest of a body over the limit before it answers 413 and
+    closes, so a client that sends the whole body before reading gets the 413, not a reset."""
+    with serving(settings(sqlite_url)) as url:  # the default limits: 8 MiB, 1 MiB for a run
+        assert httpx.post(f"{url}/api/v1/runs", json=run_body()).status_code == 201
+        answer = send_whole_body_then_read(url, path, b" " * 9_000_000, chunked)
+        assert answer.startswith(b"HTTP/1.1 413 "), answer[:200]
+        assert b"connection: close" in answer.lower() and b"PACKSCOPE_MAX" in answer
+        assert httpx.get(f"{url}/api/v1/runs", timeout=2).status_code == 200
