@@ -2,8 +2,8 @@
 // values as CSS custom properties (--thd, --baseline, ...), set on <html> when a page imports this.
 
 export const COLORS = {
-  baseline: "#d97706", // amber: the dense BSHD count that over-reports packed runs
-  thd: "#2563eb", // blue: the THD-corrected count
+  baseline: "#d97706", // amber: the dense count (the work of a padded run, more than a packed one ran)
+  thd: "#2563eb", // blue: the per-document (THD-corrected) count
   useful: "#059669", // green: real tokens only, the headline across layouts
   overcount: "#dc2626",
   neutral: "#475569",

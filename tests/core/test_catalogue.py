@@ -142,6 +142,16 @@ def test_every_metric_has_a_label_unit_format_and_definition():
         assert m.label and m.format and m.doc, m.name
 
 
+def test_the_flops_labels_hold_in_both_layouts():
+    """On a padded (BSHD) run the baseline is the dense work that ran: no label of the counts or
+    of their gap may call it an error ("over-count") or name one layout ("THD-corrected")."""
+    names = [f"{p}_{k}" for p in ("flops", "tflops", "mfu") for k in ("bshd", "thd", "useful")] + ["overcount_pct"]
+    for name in names:
+        label = METRIC[name].label.lower()
+        assert "over" not in label and "thd" not in label and "bshd" not in label, (name, label)
+    assert "padded run" in METRIC["overcount_pct"].doc and "packed one" in METRIC["overcount_pct"].doc
+
+
 def test_the_server_schema_table_and_csv_are_the_catalogue():
     from packscope.backend.ingest.record import Record
     from packscope.backend.reads import queries
