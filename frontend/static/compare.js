@@ -150,11 +150,16 @@ function renderTable(catalogue, runs, names, tests) {
 }
 
 // -- how the runs differ ------------------------------------------------------------------------------
+// Config keys that repeat the run's own name and id (the trainer's config holds them): they differ
+// in every run by nature, and the columns are headed by them already.
+const IDENTITY_KEYS = new Set(["name", "run_id", "run_name"]);
+
 // Each run's settings as dotted keys: its config, then the FLOPs model, parallelism and hardware.
 function settingsOf(run) {
   const out = new Map();
   const add = (prefix, value) => {
     for (const key of flatKeys(value)) {
+      if (!prefix && IDENTITY_KEYS.has(key)) continue;
       let v = value;
       for (const part of key.split(".")) v = v?.[part];
       out.set(prefix + key, JSON.stringify(v));
@@ -393,6 +398,11 @@ function hideResults() {
   for (const panel of Object.values(panels)) panel.element.hidden = true;
 }
 
+// The template counts the ids asked for; the heading counts the runs found, which are compared.
+function showCount(found) {
+  document.querySelector("h1").textContent = `Compare ${found} run${found === 1 ? "" : "s"}`;
+}
+
 async function load(catalogue, runIds) {
   const m = (name) => metricOf(catalogue, name);
   const { runs, step_time_tests: tests } = await api.compareRuns(runIds);
@@ -400,6 +410,7 @@ async function load(catalogue, runIds) {
   const seriesList = await Promise.all(runs.map((run) => api.getSeries(run.run_id, { max_points: MAX_POINTS })));
   for (const series of seriesList) Object.assign(series.columns, xColumns(series), channelColumns(series));
   shown = { runs, names, seriesList };
+  showCount(runs.length);
   renderTable(catalogue, runs, names, tests);
   renderDiff(runs, names);
   renderCharts(m);
@@ -425,7 +436,10 @@ async function compareKnown(catalogue, runIds) {
   try {
     const { known, unknown } = await knownIds(runIds);
     reportUnknown(unknown, known);
-    if (!known.length) return hideResults();
+    if (!known.length) {
+      showCount(0);
+      return hideResults();
+    }
     return loop(catalogue, known);
   } catch (error) {
     showError(error);
