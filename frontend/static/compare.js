@@ -57,6 +57,8 @@ const OVERLAY_METRICS = [
   "padding_pct",
   "syncs_per_iter",
   "loss",
+  "lr",
+  "grad_norm",
 ];
 const WAITING = "Waiting for the first interval…";
 

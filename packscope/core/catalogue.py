@@ -262,6 +262,11 @@ SUMS: tuple[Sum, ...] = (
     # Loss is averaged over real tokens, as the trainer computes it (padding carries no loss).
     Sum("loss_x_tokens", ("loss", "real_tokens"), present="loss"),
     Sum("loss_tokens", ("real_tokens",), present="loss"),
+    # The learning rate and gradient norm are read at each interval's end: weighted by its steps.
+    Sum("lr_x_steps", ("lr", "steps"), present="lr"),
+    Sum("lr_steps", ("steps",), present="lr"),
+    Sum("grad_norm_x_steps", ("grad_norm", "steps"), present="grad_norm"),
+    Sum("grad_norm_steps", ("steps",), present="grad_norm"),
     # NVML readings are interval means: weighted by the interval's host time.
     Sum("gpu_util_x_s", ("gpu_util_pct", "host_time_s"), present="gpu_util_pct"),
     Sum("gpu_util_s", ("host_time_s",), present="gpu_util_pct"),
@@ -601,6 +606,22 @@ METRICS: tuple[Metric, ...] = (
         _syncs_per_iter,
     ),
     Metric("loss", "loss", "", ".4g", "training loss, averaged over real tokens", _per("loss_x_tokens", "loss_tokens")),
+    Metric(
+        "lr",
+        "learning rate",
+        "",
+        ".3g",
+        "the trainer's learning rate at each interval's end, averaged weighting each interval by its steps",
+        _per("lr_x_steps", "lr_steps"),
+    ),
+    Metric(
+        "grad_norm",
+        "gradient norm",
+        "",
+        ".4g",
+        "the gradient norm the trainer reported at each interval's end, averaged weighting each interval by its steps",
+        _per("grad_norm_x_steps", "grad_norm_steps"),
+    ),
     Metric(
         "gpu_util_pct",
         "GPU utilisation",

@@ -42,12 +42,17 @@ IDS = [sweep_run(i)["run_id"] for i in range(COMPARED)]
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    with running_server(tmp_path_factory.mktemp("crowded") / "crowded.db") as base, httpx.Client(base_url=base) as client:
+    with (
+        running_server(tmp_path_factory.mktemp("crowded") / "crowded.db") as base,
+        httpx.Client(base_url=base) as client,
+    ):
         for i in range(COMPARED):
             body = sweep_run(i)
             assert client.post("/api/v1/runs", json=body).status_code == 201
             records = [record(k, i) for k in range(8)]
-            assert client.post(f"/api/v1/runs/{body['run_id']}/intervals", json={"intervals": records}).status_code == 200
+            assert (
+                client.post(f"/api/v1/runs/{body['run_id']}/intervals", json={"intervals": records}).status_code == 200
+            )
         # A CPU run: some 65 MFLOP/s, 6.5e-5 TFLOP/s.
         assert client.post("/api/v1/runs", json=run_body("cpu-run", "cpu")).status_code == 201
         slow = [packed_interval(k, gpu_time_s=1.2e5) for k in range(3)]
@@ -139,7 +144,9 @@ def test_tags_stay_on_one_line_with_the_rest_counted(server, at):
     assert hidden > 0 and chips.count() - 1 + hidden == len(TAGS)
     assert all(tag in more.get_attribute("title") for tag in TAGS[-hidden:])
     # A dozen runs and more fit a 800 px window's height, not six.
-    heights = page.eval_on_selector_all("#runs-body tr[data-run-id]", "rs => rs.map(r => r.getBoundingClientRect().height)")
+    heights = page.eval_on_selector_all(
+        "#runs-body tr[data-run-id]", "rs => rs.map(r => r.getBoundingClientRect().height)"
+    )
     assert max(heights) <= 64, heights
 
 
@@ -233,9 +240,14 @@ def test_tiny_rates_read_in_a_smaller_unit(server, at):
 def test_learning_rate_and_gradient_norm_are_charted(server, at):
     page = at(1280, 800)
     page.goto(f"{server}/runs/{IDS[2]}")
-    for chart, values in (("lr", [LRS[2] * (k + 1) / 10 for k in range(8)]), ("grad_norm", [1.0 + 0.1 * k for k in range(8)])):
+    for chart, values in (
+        ("lr", [LRS[2] * (k + 1) / 10 for k in range(8)]),
+        ("grad_norm", [1.0 + 0.1 * k for k in range(8)]),
+    ):
         until(page, f"document.querySelector('#chart-{chart} .plot')?.data?.length > 0")
-        y = page.evaluate(f"() => document.querySelector('#chart-{chart} .plot').data.find(t => t.meta.kind === 'line').y")
+        y = page.evaluate(
+            f"() => document.querySelector('#chart-{chart} .plot').data.find(t => t.meta.kind === 'line').y"
+        )
         assert y == pytest.approx(values)
     page.goto(compare_url(server, IDS[:2]))
     until(page, "document.querySelector('.overlay-metric')?.options.length > 0")
