@@ -4,10 +4,11 @@
 
 import { X_AXES } from "./controls.js";
 import { csvLink, tracesToCSV } from "./csv.js";
-import { unitSuffix } from "./format.js";
+import { prefixJoinsUnit, unitSuffix } from "./format.js";
 import { linkX, unlinkX } from "./linkedzoom.js";
 import { ema } from "./smoothing.js";
 import { durationTicks, hms } from "./timeaxis.js";
+import { unitTicks, yExtent } from "./unitaxis.js";
 
 const FONT = 'system-ui, -apple-system, "Segoe UI", Roboto, "Helvetica Neue", Arial, sans-serif';
 const BAND_NOTE = "shaded: min–max of the intervals in each point";
@@ -16,8 +17,11 @@ const BAND_NOTE = "shaded: min–max of the intervals in each point";
 const tickFormat = (spec) => (spec ? spec.replace(/([a-z%])$/, "~$1") : "");
 
 // `metric` (a catalogue entry) gives the y axis its tick format and unit unless yFormat names one.
+// A unit that takes the SI prefix ("GB") gets its ticks from unitaxis.js (meta.unitAxis).
 export function layout({ yTitle, metric, yFormat, xTitle = "step", barmode, xType, fromZero = true } = {}) {
+  const unitAxis = metric && !yFormat && prefixJoinsUnit(metric);
   return {
+    ...(unitAxis ? { meta: { unitAxis: metric, fromZero } } : {}),
     font: { family: FONT, size: 12, color: "#1f2937" },
     margin: { l: 64, r: 16, t: 8, b: 44 },
     paper_bgcolor: "rgba(0,0,0,0)",
@@ -33,8 +37,8 @@ export function layout({ yTitle, metric, yFormat, xTitle = "step", barmode, xTyp
       gridcolor: "#e5e7eb",
       zeroline: false,
       rangemode: fromZero ? "tozero" : "normal",
-      ticksuffix: metric ? unitSuffix(metric) : "",
-      tickformat: yFormat ?? tickFormat(metric?.format),
+      ticksuffix: metric && !unitAxis ? unitSuffix(metric) : "",
+      tickformat: unitAxis ? "" : (yFormat ?? tickFormat(metric?.format)),
       ticklabelstandoff: 6,
       automargin: true,
     },
@@ -175,24 +179,44 @@ export function seriesFigure(traces, plotLayout, settings) {
   return { traces: shown, layout: withAxes(plotLayout, settings, shown) };
 }
 
+// The ticks of a y axis from unitaxis.js over [lo, hi], or over the traces' values.
+function yTicks(plotLayout, traces, range) {
+  const unit = plotLayout.meta?.unitAxis;
+  if (!unit) return {};
+  const log = plotLayout.yaxis?.type === "log";
+  const [lo, hi] = range ? range.map((v) => (log ? 10 ** v : v)) : yExtent(traces, plotLayout.meta.fromZero && !log);
+  return unitTicks(unit, lo, hi, log);
+}
+
 // The controls' settings on a series plot's layout. uirevision follows the axes' units, so a
 // zoom kept across redraws is dropped when its units change.
 function withAxes(plotLayout, { x, log }, traces) {
   const axis = X_AXES[x];
+  const yaxis = { ...plotLayout.yaxis, type: log ? "log" : "linear" };
   return {
     ...plotLayout,
     xaxis: { ...plotLayout.xaxis, title: { text: axis.title }, type: axis.type ?? "linear", ...xAxisFor(x, traces) },
-    yaxis: { ...plotLayout.yaxis, type: log ? "log" : "linear" },
+    yaxis: { ...yaxis, ...yTicks({ ...plotLayout, yaxis }, traces) },
     uirevision: `${x}:${log ? "log" : "linear"}`,
   };
 }
 
-// A zoom or pan on a relative-time axis relabels its h:mm:ss ticks for the new range.
-function relabelDurations(plot, event) {
-  if (plot.layout?.xaxis?.tickmode !== "array" || !("xaxis.range[0]" in event || "xaxis.range" in event || event["xaxis.autorange"])) return;
-  const [lo, hi] = event["xaxis.autorange"] ? xExtent(plot.data) : plot.layout.xaxis.range;
-  const { tickvals, ticktext } = durationTicks(lo, hi);
-  Plotly.relayout(plot, { "xaxis.tickvals": tickvals, "xaxis.ticktext": ticktext });
+const rangeChanged = (event, axis) => `${axis}.range[0]` in event || `${axis}.range` in event || event[`${axis}.autorange`];
+
+// A zoom or pan on a relative-time x axis relabels its h:mm:ss ticks for the new range, on a
+// unit y axis its ticks.
+function relabelTicks(plot, event) {
+  const update = {};
+  if (plot.layout?.xaxis?.tickmode === "array" && rangeChanged(event, "xaxis")) {
+    const [lo, hi] = event["xaxis.autorange"] ? xExtent(plot.data) : plot.layout.xaxis.range;
+    const { tickvals, ticktext } = durationTicks(lo, hi);
+    Object.assign(update, { "xaxis.tickvals": tickvals, "xaxis.ticktext": ticktext });
+  }
+  if (plot.layout?.meta?.unitAxis && rangeChanged(event, "yaxis")) {
+    const { tickvals, ticktext } = yTicks(plot.layout, plot.data, event["yaxis.autorange"] ? null : plot.layout.yaxis.range);
+    Object.assign(update, { "yaxis.tickvals": tickvals, "yaxis.ticktext": ticktext });
+  }
+  if (Object.keys(update).length) Plotly.relayout(plot, update);
 }
 
 // A .chart element from the templates: holds the plot, the empty-state note and the CSV link.
@@ -235,7 +259,7 @@ export class ChartPanel {
     this.plot.querySelector(":scope > .sketch")?.remove(); // the first drawing (sketch.js), in the same frame
     Plotly.react(this.plot, traces, plotLayout, CONFIG);
     if (this.linked) linkX(this.plot);
-    if (!this.drawn && settings) this.plot.on("plotly_relayout", (event) => relabelDurations(this.plot, event));
+    if (!this.drawn && settings) this.plot.on("plotly_relayout", (event) => relabelTicks(this.plot, event));
     this.drawn = true;
     this.describeBands();
   }

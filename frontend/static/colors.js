@@ -2,8 +2,8 @@
 // values as CSS custom properties (--thd, --baseline, ...), set on <html> when a page imports this.
 
 export const COLORS = {
-  baseline: "#d97706", // amber: the dense BSHD count that over-reports packed runs
-  thd: "#2563eb", // blue: the THD-corrected count
+  baseline: "#d97706", // amber: the dense count (the work of a padded run, more than a packed one ran)
+  thd: "#2563eb", // blue: the per-document (THD-corrected) count
   useful: "#059669", // green: real tokens only, the headline across layouts
   overcount: "#dc2626",
   neutral: "#475569",
@@ -12,10 +12,26 @@ export const COLORS = {
   system: "#9333ea",
 };
 
-// Distinct colours for runs on the compare page, kept apart from the metric colours above.
-export const RUN_COLORS = ["#7c3aed", "#0891b2", "#db2777", "#65a30d", "#334155", "#ea580c", "#4f46e5", "#0f766e"];
+// Distinct colours for runs on the compare page, kept apart from the metric colours above: a dozen
+// compared runs (the page's usual crowd) each get one of these.
+export const RUN_COLORS = [
+  "#7c3aed", "#0891b2", "#db2777", "#65a30d", "#334155", "#ea580c",
+  "#4f46e5", "#0f766e", "#a16207", "#be123c", "#0369a1", "#86198f",
+];
 
-export const runColor = (i) => RUN_COLORS[i % RUN_COLORS.length];
+// An sRGB hex colour of a hue (degrees) at fixed saturation and lightness.
+function hueHex(hue, saturation = 0.65, lightness = 0.4) {
+  const a = saturation * Math.min(lightness, 1 - lightness);
+  const channel = (n) => {
+    const k = (n + hue / 30) % 12;
+    const value = lightness - a * Math.max(-1, Math.min(k - 3, 9 - k, 1));
+    return Math.round(255 * value).toString(16).padStart(2, "0");
+  };
+  return `#${channel(0)}${channel(8)}${channel(4)}`;
+}
+
+// Past the list, hues a golden angle apart (never repeating), in hex as the bands' fills need.
+export const runColor = (i) => RUN_COLORS[i] ?? hueHex((i * 137.508) % 360, 0.65, i % 2 ? 0.35 : 0.45);
 
 // Data channels (code, math, web, ...) on the per-channel loss chart, in the channels' sorted order.
 export const CHANNEL_COLORS = ["#0f766e", "#b45309", "#7c3aed", "#be123c", "#1d4ed8", "#4d7c0f", "#a21caf", "#0e7490"];

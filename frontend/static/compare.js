@@ -1,7 +1,8 @@
 // Compare page: side-by-side table (a column per run up to 4 runs, a row per run beyond, so a dozen
 // fit the window), how the runs' settings differ, overlays of any catalogue metric the user picks
-// (kept in the URL as metric=…) and of useful TFLOP/s and step time, for the chosen runs; every
-// chart follows the controls bar (controls.js). Runs can be grouped (group=, a config key, tag,
+// (kept in the URL as metric=…) and of TFLOP/s (useful, per-document or both: measure=) and step
+// time, for the chosen runs, under one run key in place of the charts' legends; every chart
+// follows the controls bar (controls.js). Runs can be grouped (group=, a config key, tag,
 // project or layout): the charts then draw each group's mean with its min–max band. Ids the
 // server does not know are named, and the rest are compared.
 
@@ -56,6 +57,8 @@ const OVERLAY_METRICS = [
   "padding_pct",
   "syncs_per_iter",
   "loss",
+  "lr",
+  "grad_norm",
 ];
 const WAITING = "Waiting for the first interval…";
 
@@ -150,11 +153,16 @@ function renderTable(catalogue, runs, names, tests) {
 }
 
 // -- how the runs differ ------------------------------------------------------------------------------
+// Config keys that repeat the run's own name and id (the trainer's config holds them): they differ
+// in every run by nature, and the columns are headed by them already.
+const IDENTITY_KEYS = new Set(["name", "run_id", "run_name"]);
+
 // Each run's settings as dotted keys: its config, then the FLOPs model, parallelism and hardware.
 function settingsOf(run) {
   const out = new Map();
   const add = (prefix, value) => {
     for (const key of flatKeys(value)) {
+      if (!prefix && IDENTITY_KEYS.has(key)) continue;
       let v = value;
       for (const part of key.split(".")) v = v?.[part];
       out.set(prefix + key, JSON.stringify(v));
@@ -218,6 +226,60 @@ function setupGrouping(onChange) {
   fillGroupChoices([]);
 }
 
+// -- the run key ---------------------------------------------------------------------------------------
+// The charts' legends are off: a dozen runs' entries took most of a plot's height. One key above
+// the charts names each run (or group) in its colour; a click hides it in every chart, or shows it.
+const hidden = new Set(); // keys ("run3", "group1") hidden in every chart
+
+// A trace of the run or group `key`: in its legend group (a smoothed line's copies follow it), shown unless hidden.
+const keyed = (trace, key) => ({ ...trace, legendgroup: key, showlegend: false, visible: hidden.has(key) ? "legendonly" : true });
+const withoutLegend = (plotLayout) => ({ ...plotLayout, showlegend: false });
+
+function keyEntries() {
+  if (!grouped()) return shown.runs.map((run, i) => ({ key: `run${i}`, label: shown.names[i], title: run.run_id, color: runColor(i) }));
+  return groupsOf(shown.runs, grouping.key).map((group, g) => ({ key: `group${g}`, label: `${keyLabel(grouping.key)} = ${group.label}`, color: runColor(g) }));
+}
+
+function renderRunKey(redraw) {
+  const list = document.getElementById("run-key");
+  const entries = keyEntries();
+  list.hidden = entries.length === 0;
+  list.replaceChildren(
+    ...entries.map(({ key, label, title, color }) =>
+      el("li", {}, el("button", {
+        type: "button",
+        class: "run-key-item",
+        title: title ? `${title}: click to hide or show in every chart` : "click to hide or show in every chart",
+        "aria-pressed": String(!hidden.has(key)),
+        onclick: () => {
+          if (!hidden.delete(key)) hidden.add(key);
+          redraw();
+        },
+      }, [el("span", { class: "run-swatch", style: `background:${color}` }), label])),
+    ),
+  );
+}
+
+// -- the TFLOP/s chart's measure ----------------------------------------------------------------------
+// Which count its lines show (measure= in the URL): both while the runs are few enough to tell
+// apart (as many as the table has columns for), one line per run beyond.
+const MEASURES = {
+  useful: { metrics: ["tflops_useful"], note: "useful: real tokens only, comparable across layouts" },
+  "per-document": { metrics: ["tflops_thd"], note: "per-document: every token slot, attention within each document" },
+  both: { metrics: ["tflops_useful", "tflops_thd"], note: "solid: useful, dashed: per-document" },
+};
+const measure = { chosen: new URLSearchParams(location.search).get("measure") };
+const measureShown = () => (measure.chosen in MEASURES ? measure.chosen : shown.runs.length > COLUMNS_UP_TO ? "useful" : "both");
+
+function setupMeasure(onChange) {
+  const select = document.getElementById("tflops-measure");
+  select.addEventListener("change", () => {
+    measure.chosen = select.value;
+    updateQuery({ measure: measure.chosen });
+    onChange();
+  });
+}
+
 // Per group, the mean of `metric` over its runs at each step with the min–max band around it.
 function groupTraces(m, metricName, { suffix, dash = "solid", withBand = true } = {}) {
   const metric = metricFor(m, metricName);
@@ -232,7 +294,7 @@ function groupTraces(m, metricName, { suffix, dash = "solid", withBand = true } 
       const [max, min] = band(`group${g}:${metricName}`, name, runColor(g));
       traces.unshift({ ...max, x: merged.step, y: merged.max, meta: { ...max.meta, csv: `${name}:max` } }, { ...min, x: merged.step, y: merged.min, meta: { ...min.meta, csv: `${name}:min` } });
     }
-    return traces;
+    return traces.map((trace) => keyed(trace, `group${g}`));
   });
 }
 
@@ -241,7 +303,7 @@ const GROUP_NOTE = "one line per group: the mean of its runs at each step; shade
 
 // A chart card's note says what its lines are: runs, or groups of runs.
 function drawn(panel, traces, plotLayout) {
-  panel.draw(traces, plotLayout, chartSettings());
+  panel.draw(traces, withoutLegend(plotLayout), chartSettings());
   if (grouped() && panel.note) panel.note.textContent = GROUP_NOTE;
 }
 // Groups align runs by step: their charts are drawn against step whatever the x axis chosen.
@@ -328,7 +390,7 @@ function perRun(m, metric, { suffix, ...style } = {}) {
   return seriesList.flatMap((series, i) => {
     if (!series.points || !(metric in series.columns)) return []; // a channel this run does not report
     const trace = line(metric, metricFor(m, metric), runColor(i), { name: suffix ? `${names[i]} · ${suffix}` : names[i], ...style });
-    return fill([{ ...trace, meta: { ...trace.meta, csv: `${names[i]}:${metric}` } }], series.columns, X_AXES[settings.x].column);
+    return fill([keyed({ ...trace, meta: { ...trace.meta, csv: `${names[i]}:${metric}` } }, `run${i}`)], series.columns, X_AXES[settings.x].column);
   });
 }
 
@@ -343,9 +405,22 @@ function drawOverlay(m, overlay) {
   drawn(overlay.panel, traces, layout({ yTitle: metric.label, metric, fromZero: !loss }));
 }
 
-// Per run: useful TFLOP/s solid (plotted first, the honest number across layouts), THD-corrected dashed.
+// The TFLOP/s chart draws the measure's counts: the first solid, a second (per-document) dashed.
+function tflopsTraces(m) {
+  const [first, second] = MEASURES[measureShown()].metrics;
+  const suffix = (name) => m(name).label.replace(/ TFLOP\/s.*$/, "");
+  if (grouped()) {
+    const dashed = second ? groupTraces(m, second, { suffix: suffix(second), dash: "dash", withBand: false }) : [];
+    return [...groupTraces(m, first, { suffix: suffix(first) }), ...dashed];
+  }
+  if (!second) return perRun(m, first);
+  const dashed = perRun(m, second, { suffix: suffix(second), dash: "dash", width: 1.5 });
+  return perRun(m, first, { suffix: suffix(first) }).flatMap((solid, i) => [solid, dashed[i]]);
+}
+
 function renderCharts(m) {
   noteGroups();
+  renderRunKey(() => renderCharts(m));
   for (const overlay of overlays) {
     fillChoices(m, overlay);
     drawOverlay(m, overlay);
@@ -357,16 +432,10 @@ function renderCharts(m) {
   }
   const tflopsLayout = layout({ yTitle: "TFLOP/s per GPU", metric: m("tflops_useful") });
   const stepLayout = layout({ yTitle: "seconds per step", metric: m("step_time_s") });
-  if (grouped()) {
-    const thd = groupTraces(m, "tflops_thd", { suffix: "THD-corrected", dash: "dash", withBand: false });
-    drawn(panels.tflops, [...groupTraces(m, "tflops_useful", { suffix: "useful" }), ...thd], tflopsLayout);
-    drawn(panels.step_time, groupTraces(m, "step_time_s"), stepLayout);
-    return;
-  }
-  const thd = perRun(m, "tflops_thd", { suffix: "THD-corrected", dash: "dash", width: 1.5 });
-  const tflops = perRun(m, "tflops_useful", { suffix: "useful" }).flatMap((useful, i) => [useful, thd[i]]);
-  panels.tflops.draw(tflops, tflopsLayout, settings);
-  panels.step_time.draw(perRun(m, "step_time_s"), stepLayout, settings);
+  document.getElementById("tflops-measure").value = measureShown();
+  panels.tflops.baseNote = MEASURES[measureShown()].note;
+  drawn(panels.tflops, tflopsTraces(m), tflopsLayout);
+  drawn(panels.step_time, grouped() ? groupTraces(m, "step_time_s") : perRun(m, "step_time_s"), stepLayout);
 }
 
 // The compare API answers 404 for the whole set when any id is unknown; ask per id which.
@@ -389,8 +458,13 @@ function reportUnknown(unknown, known) {
 }
 
 function hideResults() {
-  for (const id of ["compare-table-card", "config-diff", "chart-controls", "overlays", "add-overlay"]) document.getElementById(id).hidden = true;
+  for (const id of ["compare-table-card", "config-diff", "chart-controls", "run-key", "overlays", "add-overlay"]) document.getElementById(id).hidden = true;
   for (const panel of Object.values(panels)) panel.element.hidden = true;
+}
+
+// The template counts the ids asked for; the heading counts the runs found, which are compared.
+function showCount(found) {
+  document.querySelector("h1").textContent = `Compare ${found} run${found === 1 ? "" : "s"}`;
 }
 
 async function load(catalogue, runIds) {
@@ -400,6 +474,7 @@ async function load(catalogue, runIds) {
   const seriesList = await Promise.all(runs.map((run) => api.getSeries(run.run_id, { max_points: MAX_POINTS })));
   for (const series of seriesList) Object.assign(series.columns, xColumns(series), channelColumns(series));
   shown = { runs, names, seriesList };
+  showCount(runs.length);
   renderTable(catalogue, runs, names, tests);
   renderDiff(runs, names);
   renderCharts(m);
@@ -425,7 +500,10 @@ async function compareKnown(catalogue, runIds) {
   try {
     const { known, unknown } = await knownIds(runIds);
     reportUnknown(unknown, known);
-    if (!known.length) return hideResults();
+    if (!known.length) {
+      showCount(0);
+      return hideResults();
+    }
     return loop(catalogue, known);
   } catch (error) {
     showError(error);
@@ -439,6 +517,7 @@ async function start() {
     const m = (name) => metricOf(catalogue, name);
     renderControls(document.getElementById("chart-controls"), settings, () => shown && renderCharts(m));
     setupGrouping(() => shown && renderCharts(m));
+    setupMeasure(() => shown && renderCharts(m));
     const asked = new URLSearchParams(location.search).getAll("metric").filter((name) => OVERLAY_METRICS.includes(name) || isChannel(name));
     for (const metric of asked.length ? asked : OVERLAY_METRICS.slice(0, 1)) addOverlay(m, metric);
     document.getElementById("add-overlay").addEventListener("click", () => {

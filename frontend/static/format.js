@@ -1,6 +1,7 @@
 // Numbers as the catalogue's d3-format specifiers say, so a column reads the same in a table,
 // a card and a plotly hover (plotly formats with d3-format itself). Only the specifiers the
-// catalogue uses are implemented: ".Ng", ".Ns", ".Nf", ".N%", ",d"; anything else throws, so a
+// catalogue uses are implemented: ".Ng", ".Ns", ".Nf", ".N%", ",d", each with d3's "~" (trailing
+// zeros trimmed, as axis ticks show them); anything else throws, so a
 // new specifier in the catalogue is noticed here rather than shown wrongly.
 
 const DASH = "—";
@@ -30,13 +31,17 @@ function group(text) {
   return whole.replace(/\B(?=(\d{3})+(?!\d))/g, ",") + rest;
 }
 
+// d3's "~": insignificant trailing zeros go ("50.00G" → "50G", "2.500" → "2.5").
+const trimmed = (text) => text.replace(/\.(\d*?)0+(?=\D*$)/, (_, kept) => (kept ? `.${kept}` : ""));
+
 // formatNumber(".4g", 0.05) === "0.05000"; "—" for a missing value.
 export function formatNumber(spec, x) {
   if (missing(x)) return DASH;
-  const match = /^(,)?(?:\.(\d+))?([gsf%d])$/.exec(spec);
+  const match = /^(,)?(?:\.(\d+))?(~)?([gsf%d])$/.exec(spec);
   if (!match) throw new Error(`format.js does not implement the d3 specifier "${spec}"`);
-  const [, comma, precision, type] = match;
+  const [, comma, precision, trim, type] = match;
   let text = TYPES[type](Math.abs(x), precision === undefined ? 6 : Number(precision));
+  if (trim) text = trimmed(text);
   if (comma) text = group(text);
   const negative = x < 0 && Number(text.replace(/[^\d.]/g, "")) !== 0;
   return negative ? MINUS + text : text;
@@ -49,12 +54,29 @@ export const unitInLabel = (metric) =>
 // Unit symbols an SI prefix joins ("7.85 mJ"); words keep the prefix on the number ("81.92k tokens").
 const SYMBOLS = new Set(["J", "W", "s", "B", "FLOP"]);
 
-// A catalogue metric's value with its unit: "0.05000 s", "7.85 mJ", "45.3%".
+// Whether an SI prefix of the number joins the unit ("7.85 mJ", "50 GB"): a format with "s"
+// (SI) and a unit symbol.
+export const prefixJoinsUnit = (metric) => /s$/.test(metric.format) && SYMBOLS.has(metric.unit);
+
+// A unit that carries an SI prefix itself ("TFLOP/s") and a value under 1 of it: shown with the
+// prefix that gives the number whole digits, 6.516e-5 TFLOP/s as "65.16 MFLOP/s" (a CPU run),
+// where "0.00006516" would have to be counted.
+function rescaled(metric, x) {
+  const unit = /^([kMGTPE])(\D.*)$/.exec(metric.unit || "");
+  if (!unit || missing(x) || x === 0 || Math.abs(x) >= 1 || !/g$/.test(metric.format)) return null;
+  const base = x * 10 ** (3 * (PREFIXES.indexOf(unit[1]) - 8));
+  const text = formatNumber(metric.format.replace(/g$/, "s"), base);
+  return `${text.slice(0, -1)} ${text.slice(-1)}${unit[2]}`;
+}
+
+// A catalogue metric's value with its unit: "0.05000 s", "7.85 mJ", "45.3%", "65.16 MFLOP/s".
 export function display(metric, x) {
+  const smaller = rescaled(metric, x);
+  if (smaller) return smaller;
   const text = formatNumber(metric.format, x);
   if (text === DASH || !metric.unit || unitInLabel(metric)) return text;
   const prefixed = /^(.*\d)([^\d])$/.exec(text);
-  if (metric.format.endsWith("s") && SYMBOLS.has(metric.unit) && prefixed) return `${prefixed[1]} ${prefixed[2]}${metric.unit}`;
+  if (prefixJoinsUnit(metric) && prefixed) return `${prefixed[1]} ${prefixed[2]}${metric.unit}`;
   // "%" sits on the number, as d3's "%" type puts it: "0.6%" next to an MFU of "1.5%".
   return metric.unit === "%" ? `${text}%` : `${text} ${metric.unit}`;
 }

@@ -82,6 +82,16 @@ function seriesCharts(m, has) {
       traces: single(m, "loss", COLORS.neutral),
       layout: alone(layout({ yTitle: "loss", metric: m("loss"), fromZero: false })),
     },
+    lr: {
+      emptyMessage: "This run has not reported a learning rate (step_end's lr, docs/agent.md).",
+      traces: single(m, "lr", COLORS.neutral),
+      layout: alone(layout({ yTitle: "learning rate", metric: m("lr") })),
+    },
+    grad_norm: {
+      emptyMessage: "This run has not reported a gradient norm (step_end's grad_norm, docs/agent.md).",
+      traces: single(m, "grad_norm", COLORS.neutral),
+      layout: alone(layout({ yTitle: "gradient norm", metric: m("grad_norm") })),
+    },
     // One line per channel, set from the series (channelTraces): the channels are the run's own.
     channels: {
       emptyMessage: "This run reported no per-channel loss (step_end's channel_loss, docs/agent.md).",

@@ -98,7 +98,7 @@ export function emptyText(run) {
 const ATTENTION_KINDS = ["attention_full_pct", "attention_sliding_pct", "attention_chunked_pct"];
 const percent = (x) => `${formatNumber(".1f", x)}%`;
 
-// Where the THD-corrected FLOPs go: attention's share, split by layer kind where the model has
+// Where the per-document FLOPs go: attention's share, split by layer kind where the model has
 // more than full attention, and the vision tower's share where it has one.
 export function flopsSplitText(shown, catalogue) {
   const share = shown.attention_share_pct;
@@ -108,5 +108,5 @@ export function flopsSplitText(shown, catalogue) {
   const part = (name) => `${metricOf(catalogue, name).label} ${percent(shown[name])}`;
   const split = kinds.length && !onlyFull ? ` (${kinds.map(part).join(", ")})` : "";
   const vision = shown.vision_share_pct > 0 ? `; ${part("vision_share_pct")}` : "";
-  return `Of the THD-corrected FLOPs, attention is ${percent(share)}${split}${vision}.`;
+  return `Of the per-document FLOPs, attention is ${percent(share)}${split}${vision}.`;
 }

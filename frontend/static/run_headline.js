@@ -1,4 +1,4 @@
-// The run page's headline chart, TFLOP/s per GPU (useful vs THD-corrected vs baseline, with their
+// The run page's headline chart, TFLOP/s per GPU (useful vs per-document vs baseline, with their
 // min–max bands): one definition for run.js's plotly chart and run_early.js's first drawing of it.
 
 import { COLORS } from "./colors.js";
@@ -6,7 +6,7 @@ import { band, layout, line } from "./charts.js";
 
 export const HEADLINE = "tflops"; // the chart card #chart-tflops
 
-// Useful is drawn last and widest: it is the headline, and THD-corrected nearly covers it
+// Useful is drawn last and widest: it is the headline, and per-document nearly covers it
 // otherwise; legendrank keeps the legend in reading order regardless of drawing order.
 // m: metric name -> catalogue entry.
 export function threeCounts(m, prefix, { bands = false } = {}) {

@@ -200,8 +200,44 @@ async function confirmDelete(run) {
 }
 
 // -- rows ---------------------------------------------------------------------------------------
+const SHOWN_TAGS = 2; // tags shown as chips on a row's one line; "+N" stands for the rest
+
 function actionButton(text, label, onclick) {
   return el("button", { type: "button", class: "link-button", text, "aria-label": label, onclick });
+}
+
+// A row's actions behind one "⋯" button, so they take no width of their own. While open, the
+// table is not redrawn under it (the refresh waits, as for a rename).
+function actionsMenu(run, actions) {
+  const menu = el("details", { class: "row-menu" }, [
+    el("summary", { class: "link-button", text: "⋯", "aria-label": `actions of ${run.run_id}`, title: "edit, archive, delete" }),
+    el("div", { class: "menu card", role: "menu" }, actions.map(([text, label, action]) =>
+      actionButton(text, label, () => {
+        menu.open = false;
+        action();
+      }),
+    )),
+  ]);
+  menu.addEventListener("toggle", () => (menu.open ? editing++ : editing--));
+  menu.addEventListener("keydown", (event) => {
+    if (event.key === "Escape") menu.open = false;
+  });
+  return menu;
+}
+
+// A click anywhere else closes an open row menu.
+document.addEventListener("click", (event) => {
+  for (const menu of document.querySelectorAll(".row-menu[open]")) if (!menu.contains(event.target)) menu.open = false;
+});
+
+// The first tags as chips, the rest counted ("+4", their names in its title): one line a row.
+function tagChips(tags) {
+  if (!tags.length) return null;
+  const rest = tags.slice(SHOWN_TAGS);
+  return el("div", { class: "tags" }, [
+    ...tags.slice(0, SHOWN_TAGS).map((t) => el("span", { class: "badge tag", text: t, title: t })),
+    rest.length ? el("span", { class: "badge tag more-tags", text: `+${rest.length}`, title: rest.join(", ") }) : null,
+  ]);
 }
 
 function row(run) {
@@ -212,25 +248,30 @@ function row(run) {
       el("a", { href: api.runPageUrl(run.run_id), text: displayName(run), title: displayName(run) }),
       actionButton("✎", `rename ${run.run_id}`, () => startRename(run, nameCell)),
     ]),
-    el("div", { class: "muted small run-id", text: run.run_id, title: run.run_id }),
-    run.tags.length ? el("div", { class: "tags" }, run.tags.map((t) => el("span", { class: "badge tag", text: t }))) : null,
+    // One line under the name: the tags, then the id (led, where the window is narrow, by the
+    // project and layout, whose columns are then hidden).
+    el("div", { class: "run-line muted small" }, [
+      tagChips(run.tags),
+      el("span", { class: "run-id", title: run.run_id }, [
+        el("span", { class: "narrow-only", text: `${run.layout} · ${run.project ? `${run.project} · ` : ""}` }),
+        run.run_id,
+      ]),
+    ]),
     run.notes ? el("div", { class: "notes muted small", title: run.notes, text: run.notes }) : null,
   ]);
   return el("tr", { "data-run-id": run.run_id, class: run.archived ? "archived" : null }, [
     el("td", { class: "check" }, checkbox(run.run_id)),
     nameCell,
-    cell(run.project || "—", ""),
-    cell(run.layout, ""),
+    cell(run.project || "—", "col-project"),
+    cell(run.layout, "col-layout"),
     el("td", { class: "status-cell" }, [...statusCell(run), run.archived ? el("span", { class: "badge", text: "archived" }) : null]),
     cell(count(run.last_step)),
     ...metrics.map((metric, i) => cell(display(metric, totals[metric.name]), metricHeads[i].className)),
-    el("td", { class: "row-actions" }, [
-      actionButton("Edit", `edit tags and notes of ${run.run_id}`, () => editDetails(run)),
-      actionButton(run.archived ? "Unarchive" : "Archive", `${run.archived ? "unarchive" : "archive"} ${run.run_id}`, () =>
-        save("PATCH", run, { archived: !run.archived }),
-      ),
-      actionButton("Delete", `delete ${run.run_id}`, () => confirmDelete(run)),
-    ]),
+    el("td", { class: "row-actions" }, actionsMenu(run, [
+      ["Edit tags and notes", `edit tags and notes of ${run.run_id}`, () => editDetails(run)],
+      [run.archived ? "Unarchive" : "Archive", `${run.archived ? "unarchive" : "archive"} ${run.run_id}`, () => save("PATCH", run, { archived: !run.archived })],
+      ["Delete", `delete ${run.run_id}`, () => confirmDelete(run)],
+    ])),
   ]);
 }
 
@@ -263,7 +304,10 @@ function render({ runs, total }) {
 // their values with the min–max under it.
 function groupRow(group, shownRuns) {
   const leading = columnCount() - metrics.length - 1; // the columns before the metrics
-  const label = el("td", { colspan: leading, class: "group-label" }, [
+  // The label spans the check and name columns; the other leading columns keep a cell each, so a
+  // column hidden at small widths (col-project, col-layout) is hidden here too.
+  const spacers = [...headRow.children].slice(2, leading).map((th) => el("td", { class: [...th.classList].filter((c) => c.startsWith("col-")).join(" ") || null }));
+  const label = el("td", { colspan: 2, class: "group-label" }, [
     el("strong", { text: `${keyLabel(view.group)} = ${group.label}` }),
     el("span", { class: "muted small", text: ` · ${count(group.runs.length)} of the ${count(shownRuns)} runs shown` }),
   ]);
@@ -276,7 +320,7 @@ function groupRow(group, shownRuns) {
       range,
     ]);
   });
-  return el("tr", { class: "group-row", "data-group": group.label }, [label, ...cells, el("td")]);
+  return el("tr", { class: "group-row", "data-group": group.label }, [label, ...spacers, ...cells, el("td")]);
 }
 
 // Rebuilt only when the list changes, so an open menu is not closed by a refresh. A value from

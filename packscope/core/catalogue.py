@@ -262,6 +262,11 @@ SUMS: tuple[Sum, ...] = (
     # Loss is averaged over real tokens, as the trainer computes it (padding carries no loss).
     Sum("loss_x_tokens", ("loss", "real_tokens"), present="loss"),
     Sum("loss_tokens", ("real_tokens",), present="loss"),
+    # The learning rate and gradient norm are read at each interval's end: weighted by its steps.
+    Sum("lr_x_steps", ("lr", "steps"), present="lr"),
+    Sum("lr_steps", ("steps",), present="lr"),
+    Sum("grad_norm_x_steps", ("grad_norm", "steps"), present="grad_norm"),
+    Sum("grad_norm_steps", ("steps",), present="grad_norm"),
     # NVML readings are interval means: weighted by the interval's host time.
     Sum("gpu_util_x_s", ("gpu_util_pct", "host_time_s"), present="gpu_util_pct"),
     Sum("gpu_util_s", ("host_time_s",), present="gpu_util_pct"),
@@ -466,12 +471,17 @@ def _per(num: str, den: str) -> Formula:
     return lambda s, c, ops: ops.ratio(s[num], s[den])
 
 
+# The labels hold in both layouts: on a padded (BSHD) run the baseline is the dense work that ran
+# (padding included), on a packed (THD) run it counts attention across documents that never ran;
+# "per-document" (the THD-corrected count of docs/flops.md) is attention within each document in both.
 _DOC_TFLOPS = {
-    "bshd": "baseline: every pack counted as one dense sequence (T·C_lin + Σ L_pack²·C_core); over-reports packed runs",
-    "thd": "THD-corrected: every token slot, attention over the real documents only (T·C_lin + Σ s_i²·C_core)",
+    "bshd": "baseline: every pack or row counted as one dense sequence (T·C_lin + Σ L_pack²·C_core); "
+    "the dense work on a padded run, more than was computed on a packed one",
+    "thd": "per-document (THD-corrected): every token slot, attention within each real document only "
+    "(T·C_lin + Σ s_i²·C_core)",
     "useful": "useful: real tokens only, attention over the real documents; comparable across layouts",
 }
-_LABEL = {"bshd": "baseline", "thd": "THD-corrected", "useful": "useful"}
+_LABEL = {"bshd": "baseline", "thd": "per-document", "useful": "useful"}
 
 
 def _flops_metrics() -> list[Metric]:
@@ -510,10 +520,11 @@ METRICS: tuple[Metric, ...] = (
     *_flops_metrics(),
     Metric(
         "overcount_pct",
-        "over-count",
+        "baseline excess",
         "%",
         ".1f",
-        "how much the baseline over-reports: 100·(baseline FLOPs ÷ THD-corrected FLOPs − 1)",
+        "how much more the baseline counts than the per-document count: 100·(baseline FLOPs ÷ per-document "
+        "FLOPs − 1); attention over padding on a padded run, across document boundaries on a packed one",
         _overcount,
     ),
     Metric(
@@ -562,7 +573,7 @@ METRICS: tuple[Metric, ...] = (
         "attention share",
         "%",
         ".1f",
-        "share of the THD-corrected FLOPs spent in attention (QKᵀ and P·V over the real documents), all layer kinds",
+        "share of the per-document FLOPs spent in attention (QKᵀ and P·V over the real documents), all layer kinds",
         _attention_share(ATTENTION_KINDS),
     ),
     *(
@@ -571,7 +582,7 @@ METRICS: tuple[Metric, ...] = (
             f"{label} attention",
             "%",
             ".1f",
-            f"share of the THD-corrected FLOPs spent in the {label} attention layers (0 for a model without them)",
+            f"share of the per-document FLOPs spent in the {label} attention layers (0 for a model without them)",
             _attention_share((kind,)),
         )
         for kind, label in ((FULL, "full"), (SLIDING, "sliding-window"), (CHUNKED, "chunked"))
@@ -581,7 +592,7 @@ METRICS: tuple[Metric, ...] = (
         "vision tower",
         "%",
         ".1f",
-        "share of the THD-corrected FLOPs spent in the vision tower (its GEMMs and attention; 0 for a text model)",
+        "share of the per-document FLOPs spent in the vision tower (its GEMMs and attention; 0 for a text model)",
         lambda s, c, ops: 100.0 * ops.ratio(_vision(s, c), flops_count("thd", s, c)),
     ),
     Metric("padding_pct", "padding", "%", ".1f", "share of token slots that hold no real token", _padding),
@@ -595,6 +606,22 @@ METRICS: tuple[Metric, ...] = (
         _syncs_per_iter,
     ),
     Metric("loss", "loss", "", ".4g", "training loss, averaged over real tokens", _per("loss_x_tokens", "loss_tokens")),
+    Metric(
+        "lr",
+        "learning rate",
+        "",
+        ".3g",
+        "the trainer's learning rate at each interval's end, averaged weighting each interval by its steps",
+        _per("lr_x_steps", "lr_steps"),
+    ),
+    Metric(
+        "grad_norm",
+        "gradient norm",
+        "",
+        ".4g",
+        "the gradient norm the trainer reported at each interval's end, averaged weighting each interval by its steps",
+        _per("grad_norm_x_steps", "grad_norm_steps"),
+    ),
     Metric(
         "gpu_util_pct",
         "GPU utilisation",

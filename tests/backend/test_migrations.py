@@ -68,3 +68,42 @@ def test_0013_keeps_every_row_and_rows_stored_before_it_count_every_step(make_cl
     all_steps = sum(r["steps"] for r in recs)
     totals = make_client(database_url).get("/api/v1/runs/run-1").json()["totals"]
     assert totals["syncs_per_iter"] == pytest.approx(syncs / all_steps)
+
+
+def test_0014_backfills_the_lr_and_grad_norm_sums_of_stored_rows(make_client, database_url, new_run, records):
+    """0014 adds Σ lr·steps, Σ grad_norm·steps and their steps to the rollups and totals: rows
+    stored before it are summed in by its own SQL, so their charts read as a fresh ingest's."""
+    from alembic import command
+
+    client = make_client(database_url)
+    assert client.post("/api/v1/runs", json=new_run()).status_code == 201
+    recs = records(40)
+    for r in recs[::5]:
+        r["grad_norm"] = None  # a reading some intervals lack: it weighs nothing
+    assert client.post("/api/v1/runs/run-1/intervals", json={"intervals": recs}).json()["accepted"] == 40
+
+    def charted():
+        c = make_client(database_url)
+        series = c.get("/api/v1/runs/run-1/series", params={"max_points": 5}).json()["columns"]
+        totals = c.get("/api/v1/runs/run-1").json()["totals"]
+        return series["lr"], series["grad_norm"], totals["lr"], totals["grad_norm"]
+
+    before = charted()
+    with_norm = [r for r in recs if r["grad_norm"] is not None]
+    expected = sum(r["grad_norm"] * r["steps"] for r in with_norm) / sum(r["steps"] for r in with_norm)
+    assert before[2] == pytest.approx(3e-4) and before[3] == pytest.approx(expected)
+    assert len(before[0]) > 1 and None not in before[0] + before[1]
+    engine = make_engine(database_url)
+    try:
+        config = alembic_config()
+        with engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.downgrade(config, "0013")
+        with engine.connect() as connection:
+            assert "lr_x_steps" not in {c["name"] for c in inspect(connection).get_columns("rollups")}
+        upgrade_schema(engine)
+    finally:
+        engine.dispose()
+    after = charted()
+    assert after[:2] == (pytest.approx(before[0]), pytest.approx(before[1]))
+    assert after[2:] == (pytest.approx(before[2]), pytest.approx(before[3]))

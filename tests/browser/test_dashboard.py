@@ -395,7 +395,7 @@ def test_a_chart_csv_keeps_run_names_that_look_like_formulas_as_text(server, pag
 
 
 def test_the_run_page_says_where_the_flops_go(server, page):
-    """Attention's share of the THD-corrected FLOPs as a tile, and split by layer kind where the
+    """Attention's share of the per-document FLOPs as a tile, and split by layer kind where the
     model has sliding-window layers: the server's figures, as the page formats them."""
     page.goto(f"{server}/runs/window-run")
     until(page, "document.getElementById('flops-split').textContent !== ''")
@@ -404,12 +404,12 @@ def test_the_run_page_says_where_the_flops_go(server, page):
     assert run["attention_share_pct"] == pytest.approx(run["attention_full_pct"] + run["attention_sliding_pct"])
     assert page.inner_text("[data-stat=attention_share_pct] .value") == f"{run['attention_share_pct']:.1f}%"
     assert page.inner_text("#flops-split") == (
-        f"Of the THD-corrected FLOPs, attention is {run['attention_share_pct']:.1f}% "
+        f"Of the per-document FLOPs, attention is {run['attention_share_pct']:.1f}% "
         f"(full attention {run['attention_full_pct']:.1f}%, "
         f"sliding-window attention {run['attention_sliding_pct']:.1f}%)."
     )
     page.goto(f"{server}/runs/live-run")  # full attention only: no split to show
     until(page, "document.getElementById('flops-split').textContent !== ''")
     share = shown(server, "live-run", "attention_share_pct")
-    assert page.inner_text("#flops-split") == f"Of the THD-corrected FLOPs, attention is {share:.1f}%."
+    assert page.inner_text("#flops-split") == f"Of the per-document FLOPs, attention is {share:.1f}%."
     assert page.errors == []

@@ -124,6 +124,7 @@ def test_rename_and_tags(server, page):
     until(page, "document.querySelector('tr[data-run-id=\"mid-run\"] .run-title a')?.textContent === 'renamed middle'")
     assert httpx.get(f"{server}/api/v1/runs/mid-run").json()["name"] == "renamed middle"
 
+    page.get_by_label("actions of mid-run").click()  # the row's menu
     page.get_by_label("edit tags and notes of mid-run").click()
     page.fill("#edit-tags", "base, sweep-7")
     page.fill("#edit-notes", "lr 3e-4, best so far")
@@ -138,6 +139,7 @@ def test_rename_and_tags(server, page):
 def test_delete_needs_confirmation(server, page):
     page.goto(server)
     until(page, "document.querySelector('tr[data-run-id=\"slow-run\"]') !== null")
+    page.get_by_label("actions of slow-run").click()  # the row's menu
     page.get_by_label("delete slow-run").click()
     dialog = page.locator("#delete-dialog")
     until(page, "document.getElementById('delete-dialog').open")
@@ -148,6 +150,7 @@ def test_delete_needs_confirmation(server, page):
     assert httpx.get(f"{server}/api/v1/runs/slow-run").status_code == 200
     assert page.locator("tr[data-run-id='slow-run']").count() == 1
 
+    page.get_by_label("actions of slow-run").click()  # the row's menu
     page.get_by_label("delete slow-run").click()
     page.click("#delete-confirm")
     until(page, "document.querySelector('tr[data-run-id=\"slow-run\"]') === null")

@@ -71,6 +71,7 @@ def test_read_token_then_ingest_token_on_the_first_401(server, page):
     assert stored_name(server) == "renamed"
 
     # Kept for the tab: the next edit asks nothing.
+    page.get_by_label("actions of locked").click()  # the row's menu
     page.get_by_label("archive locked").click()
     until(page, "document.querySelector('tr[data-run-id=\"locked\"]') === null")
     assert not page.evaluate("document.getElementById('token-dialog').open")
@@ -84,6 +85,7 @@ def test_cancelling_the_token_prompt_saves_nothing(server, page):
     sign_in(page, READ)
     until(page, "document.querySelector('tr[data-run-id=\"locked\"]') !== null")
     before = stored_name(server)
+    page.get_by_label("actions of locked").click()  # the row's menu
     page.get_by_label("edit tags and notes of locked").click()
     page.fill("#edit-notes", "never saved")
     page.click("#edit-save")

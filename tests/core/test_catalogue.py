@@ -28,6 +28,8 @@ ROWS = [
         "step_time_p50_s": 0.19,
         "step_time_p90_s": 0.25,
         "loss": 2.0,
+        "lr": 1e-3,
+        "grad_norm": 0.8,
         "gpu_util_pct": 90.0,
         "gpu_power_w": 600.0,
         "gpu_sm_clock_mhz": 1980.0,
@@ -51,6 +53,8 @@ ROWS = [
         "step_time_p50_s": 0.29,
         "step_time_p90_s": 0.35,
         "loss": None,
+        "lr": 5e-4,
+        "grad_norm": None,
         "gpu_util_pct": 60.0,
         "gpu_power_w": None,
         "gpu_sm_clock_mhz": 1500.0,
@@ -77,6 +81,8 @@ def test_metrics_of_two_intervals_match_hand_computed_values():
     assert got["real_tokens_per_gpu_s"] == pytest.approx(1500 / gpu_seconds)
     assert got["padding_pct"] == pytest.approx(25.0)
     assert got["syncs_per_iter"] == pytest.approx(1.0)
+    assert got["lr"] == pytest.approx((1e-3 * 10 + 5e-4 * 10) / 20)  # weighted by steps
+    assert got["grad_norm"] == pytest.approx(0.8)  # the interval without a reading weighs nothing
     assert got["loss"] == pytest.approx(2.0)  # the interval without a loss carries no weight
     assert got["gpu_util_pct"] == pytest.approx((90 * 2 + 60 * 3) / 5)
     assert got["gpu_power_w"] == pytest.approx(600.0)
@@ -140,6 +146,16 @@ def test_coefficients_come_from_the_flops_model():
 def test_every_metric_has_a_label_unit_format_and_definition():
     for m in METRIC.values():
         assert m.label and m.format and m.doc, m.name
+
+
+def test_the_flops_labels_hold_in_both_layouts():
+    """On a padded (BSHD) run the baseline is the dense work that ran: no label of the counts or
+    of their gap may call it an error ("over-count") or name one layout ("THD-corrected")."""
+    names = [f"{p}_{k}" for p in ("flops", "tflops", "mfu") for k in ("bshd", "thd", "useful")] + ["overcount_pct"]
+    for name in names:
+        label = METRIC[name].label.lower()
+        assert "over" not in label and "thd" not in label and "bshd" not in label, (name, label)
+    assert "padded run" in METRIC["overcount_pct"].doc and "packed one" in METRIC["overcount_pct"].doc
 
 
 def test_the_server_schema_table_and_csv_are_the_catalogue():
