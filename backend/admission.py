@@ -56,7 +56,8 @@ class Admission:
         lock = self._write_lock if writes and self.serialise_writes else None
         if self._free_now(lock):
             # The usual case: nothing to wait for, so no timeout scope and no trip through the
-            # event loop (anyio's cancel scopes and checkpoints cost about 40 µs a turn).
+            # event loop (anyio's cancel scopes and checkpoints cost more than the work they
+            # guard: docs/benchmarks/2026-11-30-2core.md#dev-2026-11-30-1704-ingest-night).
             try:
                 yield
             finally:
@@ -136,7 +137,8 @@ class Coalescer(Generic[T, R]):
         # A writer left unfinished by a loop that was closed (a test client's) is not waited for.
         if self._writer is None or self._writer.done() or self._writer.get_loop() is not loop:
             self._writer = loop.create_task(self._drain())
-        # A timer, not a cancel scope around the wait (anyio's cost about 30 µs a request).
+        # A timer, not a cancel scope around the wait (anyio's cost is measured in
+        # docs/benchmarks/2026-11-30-2core.md#dev-2026-11-30-1704-ingest-night).
         timer = loop.call_later(self.admission.wait_s, self._withdraw, waiting)
         try:
             return await asyncio.shield(waiting.result)

@@ -85,7 +85,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
         # What exists once the app is built (modules, the app, its caches: about 160,000 objects)
         # lives until shutdown; frozen, the collector's full collections skip it, so one costs a
-        # few ms instead of 100-130 ms (an ingest or read stalled behind it: docs/BENCHMARKS.md).
+        # small part of what it did (an ingest or read stalled behind it:
+        # docs/benchmarks/2026-11-30-2core.md#dev-2026-11-30-2020-gc-freeze).
         gc.freeze()
         await live.start()
         try:

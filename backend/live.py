@@ -271,8 +271,8 @@ class UnixDatagrams(_Coalesced):
                     break
 
     # The folder is listed again when its mtime changes (a socket made or removed) or a second
-    # has passed (a filesystem whose mtime is coarse): a listing per flush cost 1-2 µs of
-    # server CPU per ingested row.
+    # has passed (a filesystem whose mtime is coarse): a listing per flush cost server CPU on
+    # every ingested row (docs/benchmarks/2026-12-01-2core.md#dev-2026-12-01-evening).
     _RELIST_S = 1.0
 
     def _current_peers(self) -> list[Path]:
@@ -300,7 +300,7 @@ class PostgresNotify(_Coalesced):
     (store/writes.py); `publish` NOTIFYs the rest (a deleted run) on a connection of its own.
 
     Only while a stream is open: every batch of every server is a notification to every
-    listening process, whose receipt costs it CPU (docs/BENCHMARKS.md, 2026-12-03) whether or
+    listening process, whose receipt costs it CPU (docs/benchmarks/2026-12-03-2core.md#dev-2026-12-03) whether or
     not anyone watches. A stream that opens wakes once LISTEN is in place, so a batch committed
     before then is read, not missed."""
 

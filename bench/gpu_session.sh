@@ -194,7 +194,7 @@ case "${1:-}" in
           --out "$OUT/integration_host_$side.json" > /dev/null 2> "$OUT/integration_host_$side.err"
         echo "host ($side) exit $?"
       fi
-      # One process per seed: runs differ by more than one run's interval says (BENCHMARKS, 2026-12-02).
+      # One process per seed: runs differ by more than one run's interval says (docs/benchmarks/2026-12-02-h200.md).
       for seed in ${RATIO_SEEDS:-0}; do
         [ -n "${RATIO_INTEGRATIONS-hf,trl,lightning}" ] || break
         timeout "${RATIO_TIMEOUT:-900}" python3 bench/integration_overhead.py ratio \

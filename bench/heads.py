@@ -82,7 +82,7 @@ def scale(tree: Path, pkg: Path | None, database: str, args: argparse.Namespace)
 
 
 def figures(result: dict[str, Any]) -> dict[str, float]:
-    """The figures of docs/BENCHMARKS.md's current table from one backend_scale result."""
+    """The figures of docs/BENCHMARKS.md's goals from one backend_scale result."""
     one, eight = result["ingest"]
     big = result["runs"][-1]
     return {

@@ -123,7 +123,7 @@ _FASTAPI_APP = textwrap.dedent(
 
 def python_probe_s() -> float:
     """CPU seconds of a fixed pure-Python loop: the machine's speed, to set figures from different
-    machines side by side (docs/BENCHMARKS.md gives it with each run of this benchmark)."""
+    machines side by side (the log docs/benchmarks/ gives it with each run of this benchmark)."""
     t0 = time.process_time()
     sum(i * i for i in range(2_000_000))
     return time.process_time() - t0

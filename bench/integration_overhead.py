@@ -837,7 +837,7 @@ def main() -> int:
         type=int,
         default=0,
         help="ratio: the seed of the rounds' order; one run's interval holds only what varies inside the "
-        "process (docs/BENCHMARKS.md, H200 2026-12-02), so a figure takes several runs with different seeds",
+        "process (docs/benchmarks/2026-12-02-h200.md), so a figure takes several runs with different seeds",
     )
     ap.add_argument(
         "--variants",

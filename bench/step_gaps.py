@@ -1,7 +1,7 @@
 """Where the HF callback's "on" steps spend their extra time, on the GPU's timeline: the switched
 schedule of `integration_overhead.py ratio` (the same Switch, model and batches), its timed rounds
 under torch.profiler (CPU and CUDA activities). (First used on the H200 on 2026-12-03: the extra
-time was idle, not kernels; docs/BENCHMARKS.md.)
+time was idle, not kernels; docs/benchmarks/2026-12-03-h200.md#h200-2026-12-03-evening.)
 
 Each kernel, memcpy and memset belongs to the step in whose host window (the Switch's on_step_begin to its
 on_step_end, where the CUDA events are recorded) its runtime launch ran. Per mode, the medians over

@@ -16,7 +16,7 @@ of an idle GPU is timed with perf_counter, the variants in turn:
 
 After the last step, the same 300 times each in a loop (hot). If counted, no-op and ignored cost
 alike, the price lies in torch's warning path, not in the counter's handler (what the H200 showed:
-docs/BENCHMARKS.md, "H200, 2026-12-03, evening").
+docs/benchmarks/2026-12-03-h200.md, "H200, 2026-12-03, evening").
 
     python bench/sync_cost.py [--steps 48] [--out F]
 

@@ -29,8 +29,8 @@ def add_demo_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--database-url", default=None, help="default: the server's (sqlite:///./packscope.db)")
-    # The defaults keep the live part under two minutes on a 2-core machine: 54 s measured on one
-    # shared with other work (load 6), where 120 steps of 4 packs on 2 threads took 7 min 30 s.
+    # The defaults keep the live part under two minutes on a 2-core machine shared with other
+    # work, where 120 steps of 4 packs on 2 threads did not (commit 7e105ce gives both times).
     p.add_argument("--steps", type=int, default=60, help="training steps of each live run (default: %(default)s)")
     p.add_argument(
         "--packs-per-step",

@@ -96,8 +96,9 @@ class PendingSteps(Generic[T]):
     ``observe``), once PENDING_FORWARDS micro-batches are kept, after the first step (so a batch
     the integration cannot read fails at once), and at once for a step that holds a large tensor
     (``heavy``). One warm loop over many micro-batches costs a fraction of a cold call per
-    micro-batch between the trainer's forwards (docs/BENCHMARKS.md, issue 21); the counts are
-    the same, since the agent sums an interval's micro-batches in any order, as long as they are
+    micro-batch between the trainer's forwards (issue 21;
+    docs/benchmarks/2026-12-01-h200.md#h200-2026-12-01-evening); the counts are the same, since
+    the agent sums an interval's micro-batches in any order, as long as they are
     observed before its boundary."""
 
     def __init__(self, observe_step: Callable[[T], None], *, observe_full_at_step_end: bool = True) -> None:

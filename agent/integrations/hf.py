@@ -29,7 +29,8 @@ Where that reading runs: the Trainer reads every micro-batch's loss back (its Na
 when a step ends the GPU is idle and host work there adds to the step. The reading and the
 interval's reduction (``Agent.defer_boundary``) run instead in the forward hook of the next
 training forward, when the GPU has that forward's kernels queued. (On the H200, 2026-12-03, the
-step-time ratio did not move beyond the runs' noise with it: docs/BENCHMARKS.md.)
+step-time ratio did not move beyond the runs' noise with it:
+docs/benchmarks/2026-12-03-h200.md#h200-2026-12-03-afternoon.)
 
 The host syncs that the agent reports are the Trainer's own (e.g. its NaN/Inf check of every
 micro-batch's loss with ``logging_nan_inf_filter``): a finding, not the agent's doing.

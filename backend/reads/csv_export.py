@@ -19,7 +19,8 @@ or a line break).
   chunk with numpy (backend/store/columns.py, the same IEEE operations in the same order as the SQL),
   and every column becomes a string array in compiled code: Arrow's shortest float digits where
   its layout is float8out's, the vectorized digit search elsewhere (backend/reads/number_text.py); Arrow
-  then joins the cells row-wise. pyarrow is a server dependency for this (docs/BENCHMARKS.md).
+  then joins the cells row-wise. pyarrow is a server dependency for this
+  (docs/benchmarks/2026-11-30-2core.md#dev-2026-11-30-1706-csv-third-pass).
 """
 
 from __future__ import annotations
@@ -71,8 +72,8 @@ assert (*_NUMERIC, *_CHANNELS) == CSV_RAW_COLUMNS, "csv_export assumes the chann
 def csv_bytes(session: Session, run: Run) -> Iterator[bytes | memoryview]:
     """The run's CSV (a header, then one row per stored interval) as UTF-8, in pieces of about
     CSV_CHUNK_ROWS rows, read from the database as they are sent. A piece is bytes or a view of
-    the buffer it was built in (never copied into a str and back: for a few MB a piece, that cost
-    about 1 µs a row)."""
+    the buffer it was built in (never copied into a str and back: for a piece of a few MB, that
+    cost CPU on every row; docs/benchmarks/2026-12-03-2core.md#dev-2026-12-03-night)."""
     yield (",".join(CSV_COLUMNS) + "\n").encode()  # plain names: nothing to quote
     if session.get_bind().dialect.name == "postgresql":
         yield from _csv_by_copy(session, run)
@@ -287,7 +288,7 @@ def _copy_rows(copy: psycopg.Copy) -> Iterator[bytes]:
     """A COPY … TO STDOUT's rows (one per message), each copied out at once (cheaper than holding
     the message's buffer). psycopg's public read() only: taking rows from libpq directly saved
     little client CPU next to the COPY's own cost on the server, which bounds the export
-    (docs/BENCHMARKS.md, the CSV passes)."""
+    (docs/benchmarks/2026-11-30-2core.md, the CSV passes)."""
     while data := copy.read():
         yield bytes(data)
 

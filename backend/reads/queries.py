@@ -52,7 +52,7 @@ def _utc(moment: datetime | None) -> datetime | None:
 
 
 # A run's model and hardware as JSON with sorted keys: the key its coefficients are cached on,
-# written in C (json.dumps was a tenth of a runs list's time: docs/BENCHMARKS.md, 2026-12-03).
+# written in C (json.dumps was a tenth of a runs list's time: docs/benchmarks/2026-12-03-2core.md#dev-2026-12-03).
 _SORTED_JSON = msgspec.json.Encoder(order="sorted")
 
 

@@ -155,9 +155,10 @@ def _tile_rows(session: Session, run: Run, table: str, columns: str, tiling: Til
     joined by UNION ALL, so each is a range or IN lookup on the primary key (an OR across levels
     lets SQLite scan every block of the run instead). Read from the driver's own cursor as plain
     tuples: SQLAlchemy's Row objects cost as much as the fetch, and a few thousand of them alive
-    at once were promoted to the collector's oldest generation, whose full collections (docs/BENCHMARKS.md, "The
-    series' tail") came every few series. PostgreSQL's rows come in binary (psycopg's
-    binary cursor: a float is its 8 bytes, the same value as its text, a third of the time)."""
+    at once were promoted to the collector's oldest generation, whose full collections
+    (docs/benchmarks/2026-11-30-2core.md, "The series' tail") came every few series. PostgreSQL's
+    rows come in binary (psycopg's binary cursor: a float is its 8 bytes, the same value as its
+    text, a third of the time)."""
     selects, params = _tile_selects(run, table, f"level, block, {columns}", tiling, top)
     sql = " UNION ALL ".join(selects)
     driver, postgresql = _driver(session)

@@ -150,7 +150,7 @@ def _table_rows(
 # -- the driver's own statements -------------------------------------------------------------------
 # Rows reach the driver as lists, not through SQLAlchemy's per-row parameter handling; on SQLite
 # straight to sqlite3's executemany (SQLAlchemy's execution layer cost more a call than the
-# statement: docs/BENCHMARKS.md, "Ingest"), on
+# statement: docs/benchmarks/2026-11-30-2core.md, "Ingest"), on
 # PostgreSQL through writes.write. The columns each SQLite statement lists, in its rows' order.
 _TABLES = {t.name: t for t in (rollups, channel_rollups, run_totals, run_sync_sites)}
 _COLUMNS = {name: tuple(t.columns.keys()) for name, t in _TABLES.items()}

@@ -74,9 +74,9 @@ def make_engine(url: str, *, pool_size: int = 10, pool_timeout_s: float = 2.0, s
         # A deferred transaction that reads and then writes fails at once ("database is locked",
         # no busy wait) when another process wrote in between; IMMEDIATE takes the write lock
         # first, waiting up to the busy timeout.
-        # On sqlite3 itself (run_sql): SQLAlchemy's execution layer cost about 25 µs of CPU a
-        # transaction here. Errors are still SQLAlchemy's ("database is locked" after the busy
-        # timeout is answered 503, errors.py).
+        # On sqlite3 itself (run_sql): SQLAlchemy's execution layer cost CPU on every transaction
+        # here (docs/benchmarks/2026-11-30-2core.md#dev-2026-11-30-1704-ingest-night). Errors are
+        # still SQLAlchemy's ("database is locked" after the busy timeout is answered 503, errors.py).
         sql = "BEGIN IMMEDIATE" if connection.get_execution_options().get(WRITES, False) else "BEGIN"
         run_sql(connection, sql, ())
 
@@ -87,7 +87,8 @@ def run_sql(connection: Connection, sql: str, parameters: Sequence[Any], *, many
     """Run the driver's own SQL in the connection's transaction; the rows it returns, as tuples.
 
     Straight on the driver's connection: SQLAlchemy's execution layer (with the engine's event
-    listeners) cost 30-50 µs a statement, more than most of the statements of a batch. A driver error is
+    listeners) cost more a statement than most of the statements of a batch
+    (docs/benchmarks/2026-11-30-2core.md#dev-2026-11-30-1533-ingest-evening). A driver error is
     raised as SQLAlchemy raises it (OperationalError, IntegrityError, ...), which the app's
     handlers answer as they answer any other (errors.py); a lost connection is invalidated, so
     the pool opens a new one."""

@@ -7,7 +7,8 @@ import { fetchEarly, paths } from "./api.js";
 import { HEATMAP_COLUMNS, SERIES_POINTS } from "./run_sizes.js";
 
 // Not preloaded: on a first visit its 4.8 MB would be served beside the answers the drawing
-// waits for, and delay them (docs/BENCHMARKS.md); later visits take it from the HTTP cache.
+// waits for, and delay them (docs/benchmarks/2026-11-30-2core.md#dev-2026-11-30-1516-first-drawing);
+// later visits take it from the HTTP cache.
 export const PLOTLY_JS = "/vendor/plotly.min.js";
 
 const { runId, records } = document.getElementById("run").dataset;

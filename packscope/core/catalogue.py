@@ -323,7 +323,8 @@ class Coefficients:
     def of_json(model: str, hardware: str) -> Coefficients:
         """for_run of a model and hardware given as JSON text, cached on that text: ingest asks
         for the same run's at every batch and the runs list for a hundred runs a request, where
-        reading a model (ModelSpec.from_dict) costs about 80 us."""
+        reading a model (ModelSpec.from_dict) is not free
+        (docs/benchmarks/2026-12-01-2core.md#dev-2026-12-01-afternoon)."""
         return Coefficients.for_run(json.loads(model), json.loads(hardware))
 
     # Both built once per instance (a runs list derives thirty metrics a run from one).
@@ -672,8 +673,8 @@ def derive(sums: Mapping[str, float], c: Coefficients, names: Iterable[str] | No
 
     Every metric of a window is remembered by its sums' exact bits (and the coefficients): the runs
     list derives each listed run's totals and steady window on every poll, and a finished run's
-    sums never change, so most of those are found again instead of evaluated (docs/BENCHMARKS.md,
-    2026-12-02)."""
+    sums never change, so most of those are found again instead of evaluated
+    (docs/benchmarks/2026-12-02-2core.md#dev-2026-12-02)."""
     floats = [float(sums[name]) for name in SUM_NAMES]
     if names is None:
         return dict(_derive_every(struct.pack(_SUMS_LAYOUT, *floats), c))

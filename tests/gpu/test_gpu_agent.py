@@ -1,7 +1,7 @@
 """The agent on a real GPU: exact, lazily timed, and adding no host synchronization.
 
 Run on the H200 machine: ``python -m pytest -m gpu tests/gpu``. Results are summarised in
-docs/BENCHMARKS.md with date and device.
+docs/BENCHMARKS.md, each run in the log docs/benchmarks/ with date and device.
 """
 
 import time
@@ -148,7 +148,7 @@ def test_both_backends_count_injected_syncs(backend):
         assert dict(sites) == lines  # every injected sync, once each, at its own line
     else:
         # PyTorch's debug mode does not flag a non_blocking copy into pageable memory
-        # (docs/BENCHMARKS.md): the one difference between the backends here.
+        # (docs/benchmarks/2026-11-29-h200.md#h200-2026-11-29-tests): the one difference between the backends here.
         lines.pop(pageable_copy)
         assert {s: c for s, c in sites.items() if s != pageable_copy} == lines
 
