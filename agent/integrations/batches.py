@@ -27,7 +27,9 @@ from packscope.agent.vision import BATCH_KEYS
 from packscope.core.vision import VISION_TOWERS, VisionSpec
 
 TOKEN_KEYS = ("input_ids", "inputs_embeds", "tokens")
-# Large tensors a kept micro-batch would hold past its step: such a step is observed when it ends.
+# Large tensors a kept micro-batch would hold past its step. The agent reads only their shapes:
+# the HF callback keeps them as meta tensors (`shapes_of_heavy`); Lightning, whose batches go to a
+# user's `batch_to_form`, observes such a step when it ends.
 HEAVY_KEYS = frozenset(("inputs_embeds", "pixel_values", "pixel_values_videos"))
 PENDING_FORWARDS = 16  # micro-batches kept before they are observed anyway (bounds what is held)
 T = TypeVar("T")
@@ -47,6 +49,16 @@ def rows_and_length(batch: Mapping[str, Any]) -> tuple[int, int] | None:
             batched = tokens.dim() >= (3 if key == "inputs_embeds" else 2)
             return (tokens.shape[0], tokens.shape[1]) if batched else (1, tokens.shape[0])
     return None
+
+
+def shapes_of_heavy(batch: Mapping[str, Any]) -> dict[str, Any]:
+    """`batch` with each large tensor (HEAVY_KEYS) as a meta tensor of its shape and dtype: what
+    the agent reads of them (rows and length, the number of images) stays, their memory is not
+    held past the step, and the step can wait for its interval's boundary like any other."""
+    return {
+        k: v.new_empty(v.shape, device="meta") if k in HEAVY_KEYS and isinstance(v, torch.Tensor) else v
+        for k, v in batch.items()
+    }
 
 
 def _flat(t: torch.Tensor) -> torch.Tensor:

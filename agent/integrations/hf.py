@@ -46,7 +46,13 @@ from transformers import TrainerCallback
 
 from packscope.agent.agent import Agent
 from packscope.agent.config import AgentConfig
-from packscope.agent.integrations.batches import HEAVY_KEYS, PendingSteps, image_kwargs, observe_kwargs
+from packscope.agent.integrations.batches import (
+    HEAVY_KEYS,
+    PendingSteps,
+    image_kwargs,
+    observe_kwargs,
+    shapes_of_heavy,
+)
 from packscope.agent.integrations.losses import TokenWeightedLoss
 from packscope.core.flops import ModelSpec
 from packscope.core.hf_config import spec_from_hf_config
@@ -152,10 +158,10 @@ class PackscopeCallback(TrainerCallback):
         if self._work_waiting:
             self._do_waiting_work()
         loss = getattr(output, "loss", None)  # not the output: its logits
+        if not HEAVY_KEYS.isdisjoint(kwargs):  # images or embeddings: kept as their shapes only
+            kwargs = shapes_of_heavy(kwargs)
         # Detached now: a forward without a backward would hold its graph, activations and all.
         self._forwards.append((args, kwargs, loss.detach() if isinstance(loss, torch.Tensor) else None))
-        if not self._pending.heavy and not HEAVY_KEYS.isdisjoint(kwargs):
-            self._pending.heavy = True  # not kept past its step
 
     def _do_waiting_work(self) -> None:
         # The GPU has this forward's kernels queued: the deferred reading runs beside them, not in
