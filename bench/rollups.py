@@ -61,8 +61,8 @@ CHANNELS = ("code", "math", "web", "books")
 def make_run(make_session: Any, run_id: str) -> tuple[int, Any]:
     body = run_body(run_id)
     with make_session() as session:
+        from packscope.backend.api.schemas import RunCreate
         from packscope.backend.ingest.batches import create_or_resume_run
-        from packscope.backend.schemas import RunCreate
 
         run, _ = create_or_resume_run(session, RunCreate.model_validate(body))
         return run.id, coefficients(run)

@@ -15,7 +15,7 @@ def imported_after(statement: str) -> set[str]:
 @pytest.mark.parametrize(
     "statement",
     [
-        "import packscope.backend.app",
+        "import packscope.backend.server.app",
         "import packscope.backend.cli",
     ],
 )
@@ -24,7 +24,7 @@ def test_the_server_side_never_imports_torch(statement):
 
 
 def test_the_server_side_imports_nothing_from_the_agent():
-    modules = imported_after("import packscope.backend.app, packscope.backend.cli")
+    modules = imported_after("import packscope.backend.server.app, packscope.backend.cli")
     assert not {m for m in modules if m.startswith(("packscope.agent", "packscope.trainer"))}
 
 

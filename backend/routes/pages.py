@@ -9,10 +9,10 @@ from fastapi import APIRouter, Depends, Form, Query, Request, status
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 
-from packscope.backend.deps import READ_COOKIE, Credentials, SessionDep, SettingsDep, read_allowed, token_matches
+from packscope.backend.http.deps import READ_COOKIE, Credentials, SessionDep, SettingsDep, read_allowed, token_matches
+from packscope.backend.http.security import read_cookie_value
 from packscope.backend.reads import queries
 from packscope.backend.routes.ingest import RUN_ID
-from packscope.backend.security import read_cookie_value
 from packscope.frontend import TEMPLATES_DIR
 
 

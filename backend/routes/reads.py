@@ -14,18 +14,7 @@ from pydantic import BaseModel, create_model
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
-from packscope.backend.csv_streams import start_export
-from packscope.backend.deps import (
-    RunIdPath,
-    SessionDep,
-    SettingsDep,
-    require_read_token,
-    run_not_found,
-    run_or_404,
-)
-from packscope.backend.live import LiveHub
-from packscope.backend.reads import queries, series
-from packscope.backend.schemas import (
+from packscope.backend.api.schemas import (
     Comparison,
     IntervalHistograms,
     RunId,
@@ -38,8 +27,19 @@ from packscope.backend.schemas import (
     ShownStatus,
     SyncSites,
 )
-from packscope.backend.security import client_of
-from packscope.backend.text import NO_NUL_PATTERN
+from packscope.backend.api.text import NO_NUL_PATTERN
+from packscope.backend.http.csv_streams import start_export
+from packscope.backend.http.deps import (
+    RunIdPath,
+    SessionDep,
+    SettingsDep,
+    require_read_token,
+    run_not_found,
+    run_or_404,
+)
+from packscope.backend.http.live import LiveHub
+from packscope.backend.http.security import client_of
+from packscope.backend.reads import queries, series
 from packscope.core import catalogue
 from packscope.core.catalogue import INT32_MAX, INT64_MAX
 

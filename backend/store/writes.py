@@ -26,7 +26,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 
-from packscope.backend.live import NOTIFY_CHANNEL
+from packscope.backend.http.live import NOTIFY_CHANNEL
 from packscope.backend.store.columns import merged_by
 from packscope.backend.store.db import run_sql
 from packscope.backend.store.models import (

@@ -1,4 +1,4 @@
-"""What the agent tells the server beside its records (backend/contact.py) and what the reads make
+"""What the agent tells the server beside its records (backend/ingest/contact.py) and what the reads make
 of it: heartbeats and the status shown (running, stale, crashed, revived), the layout found in the
 batches, refused intervals, the windows the numbers cover, and picked config values."""
 

@@ -21,7 +21,7 @@ import anyio
 from fastapi import HTTPException, status
 from sqlalchemy.orm import Session, sessionmaker
 
-from packscope.backend.admission import Admission
+from packscope.backend.http.admission import Admission
 from packscope.backend.reads import csv_export
 from packscope.backend.reads.queries import get_run
 

@@ -21,7 +21,7 @@ from pydantic import (
 )
 from pydantic.json_schema import SkipJsonSchema
 
-from packscope.backend.text import SafeStr, storable_json
+from packscope.backend.api.text import SafeStr, storable_json
 from packscope.core.catalogue import BAND_METRICS, INT32_MAX, INT64_MAX, METRIC
 from packscope.core.flops import ModelSpec, model_json_schema
 

@@ -14,7 +14,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from packscope.backend.schemas import RunPatch, SafeStr, whole_number
+from packscope.backend.api.schemas import RunPatch, SafeStr, whole_number
 from packscope.backend.store.models import Run, refused_intervals
 from packscope.core.catalogue import INT32_MAX, INT64_MAX
 
