@@ -36,8 +36,8 @@ from bench_data import record, run_body, scratch_database
 
 from packscope.backend.ingest.batches import ingest_batch, ingest_together
 from packscope.backend.ingest.rows import parse
-from packscope.backend.reads.queries import get_run
 from packscope.backend.store.db import WRITES, make_engine, make_sessionmaker, upgrade_schema
+from packscope.backend.store.runs import get_run
 from packscope.core.ports import free_port
 
 BATCH = 64

@@ -54,8 +54,8 @@ from backend_scale import cpu_seconds, start_server, store_renumbered
 from bench_data import record, run_body, scratch_database
 
 from packscope.backend.reads import csv_export
-from packscope.backend.reads.queries import get_run
 from packscope.backend.store.db import make_engine, make_sessionmaker, upgrade_schema
+from packscope.backend.store.runs import get_run
 
 RUN_ID = "csv-bench"
 

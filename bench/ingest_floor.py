@@ -74,8 +74,8 @@ from packscope.backend.api.schemas import RunCreate
 from packscope.backend.ingest.batches import create_or_resume_run, ingest_together
 from packscope.backend.ingest.rows import ROW_COLUMNS, Parsed, parse
 from packscope.backend.reads.csv_export import CSV_CHUNK_ROWS, _sqlite_query, csv_bytes
-from packscope.backend.reads.queries import get_run
 from packscope.backend.store.db import SQLITE_PRAGMAS, WRITES, make_engine, make_sessionmaker, upgrade_schema
+from packscope.backend.store.runs import get_run
 from packscope.core.ports import free_port
 
 GOAL_US_PER_ROW = 20.0

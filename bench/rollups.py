@@ -43,10 +43,10 @@ from bench_data import record, run_body, scratch_database  # after the sys.path 
 from sqlalchemy import select
 
 from packscope.backend.ingest.rows import parsed_records
-from packscope.backend.reads.queries import coefficients
 from packscope.backend.store.aggregates import store_aggregates
 from packscope.backend.store.db import make_engine, make_sessionmaker, upgrade_schema
 from packscope.backend.store.models import COLUMN_AT, Run
+from packscope.backend.store.runs import coefficients
 from packscope.backend.store.writes import write
 
 try:

@@ -43,10 +43,10 @@ from packscope.backend.reads.queries import (
     CSV_DERIVED_COLUMNS,
     CSV_RAW_COLUMNS,
     ReadSums,
-    coefficients,
 )
 from packscope.backend.store.columns import derive_columns, sums_per_row
 from packscope.backend.store.models import Run
+from packscope.backend.store.runs import coefficients
 from packscope.core.catalogue import (
     FIELD,
     FIELDS,

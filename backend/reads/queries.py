@@ -9,7 +9,6 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, cast
 
-import msgspec
 import numpy as np
 from sqlalchemy import Select, bindparam, distinct, exists, func, literal, or_, select, true
 from sqlalchemy.orm import Session, defer
@@ -23,6 +22,7 @@ from packscope.backend.store.models import (
     run_sync_sites,
     run_totals,
 )
+from packscope.backend.store.runs import coefficients
 from packscope.core.catalogue import (
     FIELDS,
     FLOAT_OPS,
@@ -49,15 +49,6 @@ def _utc(moment: datetime | None) -> datetime | None:
     if moment is None:
         return None
     return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
-
-
-# A run's model and hardware as JSON with sorted keys: the key its coefficients are cached on,
-# written in C (json.dumps was a tenth of a runs list's time: docs/benchmarks/2026-12-03-2core.md#dev-2026-12-03).
-_SORTED_JSON = msgspec.json.Encoder(order="sorted")
-
-
-def coefficients(run: Run) -> Coefficients:
-    return Coefficients.of_json(_SORTED_JSON.encode(run.model).decode(), _SORTED_JSON.encode(run.hardware).decode())
 
 
 class ReadSums(dict[str, Any]):
@@ -87,15 +78,6 @@ def sums_read(c: Coefficients) -> frozenset[str]:
 
 
 # -- runs -----------------------------------------------------------------------------------------
-# Statements every read of one run executes, built once (their construction cost more than their
-# execution on a small run): parameters `run_id`, `run_pk`.
-_RUN_BY_ID = select(Run).where(Run.run_id == bindparam("run_id"))
-
-
-def get_run(session: Session, run_id: str) -> Run | None:
-    return session.scalars(_RUN_BY_ID, {"run_id": run_id}).one_or_none()
-
-
 class FirstInterval(NamedTuple):
     """A run's first interval (every rank's rows): warm-up, which the steady rates leave out."""
 

@@ -12,7 +12,7 @@ import psycopg
 from sqlalchemy import bindparam, func, literal, select
 from sqlalchemy.orm import Session
 
-from packscope.backend.reads.queries import coefficients, sums_read
+from packscope.backend.reads.queries import sums_read
 from packscope.backend.store.aggregates import READ_COLUMNS, channel_parts, level_0_blocks
 from packscope.backend.store.columns import (
     BAND_COLUMNS,
@@ -25,6 +25,7 @@ from packscope.backend.store.columns import (
     merged_by,
 )
 from packscope.backend.store.models import ROLLUP_LEVELS, Run, intervals, rollups, run_totals
+from packscope.backend.store.runs import coefficients
 from packscope.core.catalogue import METRIC, SUM_NAMES
 
 # -- series ---------------------------------------------------------------------------------------

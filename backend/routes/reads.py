@@ -40,6 +40,7 @@ from packscope.backend.http.deps import (
 from packscope.backend.http.live import LiveHub
 from packscope.backend.http.security import client_of
 from packscope.backend.reads import queries, series
+from packscope.backend.store.runs import get_run as stored_run  # get_run is this module's route
 from packscope.core import catalogue
 from packscope.core.catalogue import INT32_MAX, INT64_MAX
 
@@ -345,7 +346,7 @@ async def stream(run_id: RunIdPath, request: Request, settings: SettingsDep) -> 
 
     def read_state() -> tuple[int, int | None, int | None] | None:
         with make_session() as session:
-            run = queries.get_run(session, run_id)
+            run = stored_run(session, run_id)
             return None if run is None else queries.stream_state(session, run)
 
     if await run_in_threadpool(read_state) is None:
