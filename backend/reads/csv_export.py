@@ -2,7 +2,7 @@
 fields and every derived metric, streamed in pieces so memory stays flat whatever the run's size.
 
 Both databases write the same text. Numbers are written as PostgreSQL writes them (float8out,
-backend/reads/number_text.py); NULL (and an undefined metric, and one that overflows a double) is an
+backend/formulas/number_text.py); NULL (and an undefined metric, and one that overflows a double) is an
 empty cell; one that underflows is 0 or a subnormal, as IEEE doubles give it. channel_loss and
 channel_tokens are their stored JSON text, quoted as CSV quotes it (when it holds a comma, a quote
 or a line break).
@@ -16,9 +16,9 @@ or a line break).
   by (interval, rank); a column that held one value through the previous chunk is checked in
   SQL instead of read, as sqlite3 hands out each cell as a Python object), the chunk's row tuples
   become Arrow columns (one conversion in compiled code), the derived columns are computed per
-  chunk with numpy (backend/store/columns.py, the same IEEE operations in the same order as the SQL),
+  chunk with numpy (backend/formulas/columns.py, the same IEEE operations in the same order as the SQL),
   and every column becomes a string array in compiled code: Arrow's shortest float digits where
-  its layout is float8out's, the vectorized digit search elsewhere (backend/reads/number_text.py); Arrow
+  its layout is float8out's, the vectorized digit search elsewhere (backend/formulas/number_text.py); Arrow
   then joins the cells row-wise. pyarrow is a server dependency for this
   (docs/benchmarks/2026-11-30-2core.md#dev-2026-11-30-1706-csv-third-pass).
 """
@@ -37,14 +37,14 @@ import pyarrow as pa  # type: ignore[import-untyped]  # no stubs, no py.typed
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 from sqlalchemy.orm import Session
 
-from packscope.backend.reads.number_text import float_strings
+from packscope.backend.formulas.columns import derive_columns, sums_per_row
+from packscope.backend.formulas.number_text import float_strings
 from packscope.backend.reads.queries import (
     CSV_COLUMNS,
     CSV_DERIVED_COLUMNS,
     CSV_RAW_COLUMNS,
     ReadSums,
 )
-from packscope.backend.store.columns import derive_columns, sums_per_row
 from packscope.backend.store.models import Run
 from packscope.backend.store.runs import coefficients
 from packscope.core.catalogue import (

@@ -12,9 +12,7 @@ import psycopg
 from sqlalchemy import bindparam, func, literal, select
 from sqlalchemy.orm import Session
 
-from packscope.backend.reads.queries import sums_read
-from packscope.backend.store.aggregates import READ_COLUMNS, channel_parts, level_0_blocks
-from packscope.backend.store.columns import (
+from packscope.backend.formulas.columns import (
     BAND_COLUMNS,
     BLOCK_FLOAT_COLUMNS,
     BLOCK_INT_COLUMNS,
@@ -24,6 +22,8 @@ from packscope.backend.store.columns import (
     merge_blocks,
     merged_by,
 )
+from packscope.backend.reads.queries import sums_read
+from packscope.backend.store.aggregates import READ_COLUMNS, channel_parts, level_0_blocks
 from packscope.backend.store.models import ROLLUP_LEVELS, Run, intervals, rollups, run_totals
 from packscope.backend.store.runs import coefficients
 from packscope.core.catalogue import METRIC, SUM_NAMES

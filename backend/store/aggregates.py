@@ -23,7 +23,7 @@ from sqlalchemy import column as sa_column
 from sqlalchemy import table as sa_table
 from sqlalchemy.dialects import sqlite
 
-from packscope.backend.store.columns import (
+from packscope.backend.formulas.columns import (
     BLOCK_FLOAT_COLUMNS,
     BLOCK_INT_COLUMNS,
     WALL_EXTENTS,

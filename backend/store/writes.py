@@ -26,7 +26,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 
-from packscope.backend.store.columns import merged_by
+from packscope.backend.formulas.columns import merged_by
 from packscope.backend.store.db import run_sql
 from packscope.backend.store.models import (
     ROW_COLUMNS,

@@ -7,7 +7,7 @@ import random
 
 import numpy as np
 
-from packscope.backend.store.columns import derive_columns, sums_per_row
+from packscope.backend.formulas.columns import derive_columns, sums_per_row
 from packscope.core.catalogue import FIELD, FIELDS, METRIC, Coefficients, derive, sums_of_rows
 
 C = Coefficients(c_lin=1_234_567, c_core=89, peak_tflops=989.0)
@@ -74,7 +74,7 @@ def test_the_sums_of_a_field_matrix_are_each_sums_own_value_bit_for_bit():
     """columns.sums_matrix evaluates every SUM at once; each column must be what Sum.value gives on
     columns (and on Python floats, row by row): missing readings, leader sums on ranks other than
     0, products past the largest double, zeros of either sign."""
-    from packscope.backend.store.columns import NUMPY_OPS, sums_matrix
+    from packscope.backend.formulas.columns import NUMPY_OPS, sums_matrix
     from packscope.core.catalogue import FLOAT_OPS, SUMS
 
     rng = np.random.default_rng(7)
