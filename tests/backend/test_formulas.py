@@ -47,10 +47,10 @@ def test_numpy_columns_equal_derive_row_by_row():
 
 
 def test_the_sums_a_run_reads_are_all_its_formulas_read():
-    """queries.sums_read: for a text model without windows none of the window, chunk or vision
+    """formulas/sums_read.py: for a text model without windows none of the window, chunk or vision
     sums; with them, those too. Every metric is the same, bit for bit, with the sums it does not
     name made NaN (what a series that does not merge them holds)."""
-    from packscope.backend.reads.queries import sums_read
+    from packscope.backend.formulas.sums_read import sums_read
     from packscope.core.catalogue import SUM_NAMES
     from packscope.core.vision import VISION_SUMS
 
