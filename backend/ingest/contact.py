@@ -2,7 +2,7 @@
 the layout it found in the batches, and the intervals it could not send (refusals).
 
 The request bodies live here with the writes they feed; routes/ingest.py only routes them. The
-read side (the status shown, the refusal counts) is backend/reads/queries.py.
+read side is backend/reads/liveness.py (the status shown) and backend/reads/summaries.py (the refusal counts).
 """
 
 from datetime import UTC, datetime

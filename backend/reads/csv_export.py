@@ -41,15 +41,12 @@ from packscope.backend.formulas.columns import derive_columns, sums_per_row
 from packscope.backend.formulas.number_text import float_strings
 from packscope.backend.formulas.sql import FLOAT_FIELDS, Bound, BoundOps, Sql, SqlColumn, SqlOps, float_range
 from packscope.backend.formulas.sums_read import ReadSums
-from packscope.backend.reads.queries import (
-    CSV_COLUMNS,
-    CSV_DERIVED_COLUMNS,
-    CSV_RAW_COLUMNS,
-)
 from packscope.backend.store.models import Run
 from packscope.backend.store.runs import coefficients
 from packscope.core.catalogue import (
     FIELD,
+    FIELDS,
+    METRICS,
     SUM_FIELDS,
     SUMS,
     Coefficients,
@@ -58,6 +55,11 @@ from packscope.core.catalogue import (
     flops_count,
 )
 from packscope.core.flops import TRIAD
+
+# The CSV: every stored column of the catalogue, then every derived metric of the interval.
+CSV_RAW_COLUMNS = (*(f.name for f in FIELDS), "channel_loss", "channel_tokens")
+CSV_DERIVED_COLUMNS = tuple(m.name for m in METRICS if m.name not in CSV_RAW_COLUMNS)
+CSV_COLUMNS = CSV_RAW_COLUMNS + CSV_DERIVED_COLUMNS
 
 _STRING = pa.string()
 CSV_CHUNK_ROWS = 10_000  # rows per piece of the response: bounded memory (a few MB), few round trips

@@ -32,7 +32,7 @@ from packscope.backend.ingest import contact
 from packscope.backend.ingest.batches import ModelConflict, create_or_resume_run, patch_run
 from packscope.backend.ingest.record import RecordError, batch_json_schema
 from packscope.backend.ingest.rows import parse
-from packscope.backend.reads.queries import run_summary
+from packscope.backend.reads.summaries import run_summary
 from packscope.backend.store.models import deleted_runs
 
 RUN_ID = re.compile(RUN_ID_PATTERN)

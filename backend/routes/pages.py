@@ -11,7 +11,7 @@ from fastapi.templating import Jinja2Templates
 
 from packscope.backend.http.deps import READ_COOKIE, Credentials, SessionDep, SettingsDep, read_allowed, token_matches
 from packscope.backend.http.security import read_cookie_value
-from packscope.backend.reads import queries
+from packscope.backend.reads.summaries import run_summary
 from packscope.backend.routes.ingest import RUN_ID
 from packscope.backend.store.runs import get_run
 from packscope.frontend import TEMPLATES_DIR
@@ -87,7 +87,7 @@ def run_page(request: Request, run_id: str, session: SessionDep):
     if run is None:
         return templates.TemplateResponse(request, "not_found.html", {"page": "run", "run_id": run_id}, status_code=404)
     # The header is rendered here so the page reads right before the first fetch returns.
-    summary = queries.run_summary(session, run)
+    summary = run_summary(session, run)
     settings = {name: _flat(summary[name]) for name in ("config", "model", "parallel", "hardware")}
     return templates.TemplateResponse(
         request, "run.html", {"page": "run", "run_id": run_id, "run": summary, "settings": settings}
