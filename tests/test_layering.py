@@ -1,6 +1,7 @@
 """The architecture's import rules (docs/architecture.md), checked in fresh interpreters."""
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -105,3 +106,19 @@ def test_a_backend_layer_imports_only_the_layers_below_it(layer):
         if target.split(".")[0] not in allowed
     }
     assert not wrong, sorted(wrong)
+
+
+def test_the_architecture_draws_the_backend_as_it_is():
+    """docs/architecture.md's backend row names each layer folder (**`store/`**), in this order,
+    and every module of it in its part: a move of the code must update the doc."""
+    doc = (BACKEND.parent / "docs" / "architecture.md").read_text()
+    row = next(line for line in doc.splitlines() if line.startswith("| `backend/`"))
+    assert re.findall(r"\*\*`(\w+)/`\*\*", row) == list(BACKEND_LAYERS)
+    parts = dict(re.findall(r"\*\*`(\w+)/`\*\*([^*]*)", row))
+    missing = {
+        f"{layer}/{path.name}"
+        for layer in BACKEND_LAYERS
+        for path in (BACKEND / layer).glob("*.py")
+        if path.name != "__init__.py" and f"`{path.name}`" not in parts[layer]
+    }
+    assert not missing, f"modules the doc's backend row does not name in their layer: {sorted(missing)}"
