@@ -52,7 +52,7 @@ from packscope.backend.store.writes import write
 try:
     from packscope.backend.reads.series import series
 except ImportError:  # --packscope DIR of a commit from before the series left queries.py
-    from packscope.backend.reads.queries import series  # type: ignore[attr-defined,no-redef]
+    from packscope.backend.reads.queries import series  # type: ignore[import-not-found,no-redef]
 
 BATCH = 64
 CHANNELS = ("code", "math", "web", "books")
