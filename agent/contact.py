@@ -1,4 +1,4 @@
-"""The small requests the sender thread makes beside the interval records (backend/contact.py):
+"""The small requests the sender thread makes beside the interval records (backend/ingest/contact.py):
 
 * a heartbeat every ``every_s`` seconds, so that the server can tell a run whose process died
   (shown stale, then crashed) from one that is between intervals;

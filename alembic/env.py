@@ -10,7 +10,7 @@ from logging.config import fileConfig
 from alembic import context
 from sqlalchemy.engine import Connection
 
-from packscope.backend.settings import Settings
+from packscope.backend.http.settings import Settings
 from packscope.backend.store.db import make_engine
 from packscope.backend.store.models import Base
 

@@ -70,8 +70,8 @@ def serve_from_args(args: argparse.Namespace) -> int:
     import uvicorn
     from pydantic import ValidationError
 
-    from packscope.backend.serving import SUPERVISOR_PID, uvicorn_options
-    from packscope.backend.settings import Settings
+    from packscope.backend.http.settings import Settings
+    from packscope.backend.server.serving import SUPERVISOR_PID, uvicorn_options
     from packscope.backend.store.db import make_engine, upgrade_schema
 
     if args.workers < 1:
@@ -106,9 +106,9 @@ def serve_from_args(args: argparse.Namespace) -> int:
             f"{args.host}:{args.port} can add, change and delete runs",
             file=sys.stderr,
         )
-    factory = "packscope.backend.app:create_app"
+    factory = "packscope.backend.server.app:create_app"
     if args.workers > 1:
-        factory = "packscope.backend.serving:worker_app"  # workers that die with this process
+        factory = "packscope.backend.server.serving:worker_app"  # workers that die with this process
         os.environ[SUPERVISOR_PID] = str(os.getpid())
     uvicorn.run(
         factory,

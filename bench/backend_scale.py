@@ -36,8 +36,8 @@ from bench_data import record, run_body, scratch_database
 
 from packscope.backend.ingest.batches import ingest_batch, ingest_together
 from packscope.backend.ingest.rows import parse
-from packscope.backend.reads.queries import get_run
 from packscope.backend.store.db import WRITES, make_engine, make_sessionmaker, upgrade_schema
+from packscope.backend.store.runs import get_run
 from packscope.core.ports import free_port
 
 BATCH = 64
@@ -216,8 +216,8 @@ def start_server(
     a module for a before/after comparison)."""
     port = free_port()
     code = (
-        f"{prelude}import uvicorn; from packscope.backend.app import create_app; "
-        "from packscope.backend.settings import Settings; "
+        f"{prelude}import uvicorn; from packscope.backend.server.app import create_app; "
+        "from packscope.backend.http.settings import Settings; "
         f"uvicorn.run(create_app(Settings(database_url={database_url!r}, ingest_token=None, read_token=None)), "
         f"host='127.0.0.1', port={port}, log_level='warning')"
     )

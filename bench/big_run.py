@@ -18,11 +18,11 @@ from typing import Any
 from bench_data import record, run_body
 from sqlalchemy import select
 
+from packscope.backend.api.schemas import RunCreate
 from packscope.backend.ingest.batches import create_or_resume_run, ingest_batch
-from packscope.backend.reads.queries import get_run
-from packscope.backend.schemas import RunCreate
 from packscope.backend.store.db import make_engine, make_sessionmaker, upgrade_schema
 from packscope.backend.store.models import run_totals
+from packscope.backend.store.runs import get_run
 
 
 def ensure_big_run(database_url: str, intervals: int) -> dict[str, Any]:

@@ -98,7 +98,7 @@ def start_server(db: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PACKSCOPE_")}
     env["PACKSCOPE_DATABASE_URL"] = f"sqlite:///{db}"
-    command = [sys.executable, "-m", "uvicorn", "--factory", "packscope.backend.app:create_app"]
+    command = [sys.executable, "-m", "uvicorn", "--factory", "packscope.backend.server.app:create_app"]
     command += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
     server = subprocess.Popen(command, env=env, cwd=db.parent)  # not the checkout: alembic/ would shadow
     url = f"http://127.0.0.1:{port}"

@@ -54,8 +54,8 @@ from backend_scale import cpu_seconds, start_server, store_renumbered
 from bench_data import record, run_body, scratch_database
 
 from packscope.backend.reads import csv_export
-from packscope.backend.reads.queries import get_run
 from packscope.backend.store.db import make_engine, make_sessionmaker, upgrade_schema
+from packscope.backend.store.runs import get_run
 
 RUN_ID = "csv-bench"
 
@@ -199,7 +199,7 @@ def summary(runs: list[dict[str, Any]], cpu_key: str) -> dict[str, Any]:
 
 def baseline_export(path: str) -> tuple[Any, str]:
     """An older backend/reads/csv_export.py (for before/after numbers in one sitting) as a module of
-    its own, and the code that makes the server's CSV route (backend/csv_streams.py, which writes
+    its own, and the code that makes the server's CSV route (backend/http/csv_streams.py, which writes
     csv_export.csv_bytes's pieces) use it. A module without csv_bytes (before 2026-12-03) yields
     text, which the server of its time encoded piece by piece: so does its stand-in here."""
     path = os.path.abspath(path)

@@ -1,6 +1,6 @@
 """Full garbage collections in a serving process, with and without the app's `gc.freeze()`.
 
-The app freezes what exists once it is built (its lifespan, backend/app.py), so that the
+The app freezes what exists once it is built (its lifespan, backend/server/app.py), so that the
 collector's full (generation-2) collections skip those objects. This bench serves the same load
 from two servers in turn (SQLite, uvicorn, started as backend_scale.py starts them): the app as it
 is, and the app with `gc.freeze` made a no-op. A `gc.callbacks` hook in each server writes the

@@ -1,4 +1,4 @@
-"""What the security guards (backend/security.py) cost a request, apart from everything else.
+"""What the security guards (backend/http/security.py) cost a request, apart from everything else.
 
 The middlewares create_app adds (with its default settings) wrap a bare ASGI app that answers 202
 at once, in three stacks: none, the two that 69cdf22 had (security headers, the sign-in
@@ -27,8 +27,8 @@ from typing import Any
 from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from packscope.backend.app import create_app
-from packscope.backend.settings import Settings
+from packscope.backend.http.settings import Settings
+from packscope.backend.server.app import create_app
 
 _SCOPE: Scope = {
     "type": "http",

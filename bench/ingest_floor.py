@@ -70,12 +70,12 @@ import numpy as np
 from backend_scale import BATCH, cpu_seconds, start_server, store_renumbered, wait_until_serving
 from bench_data import record, run_body
 
+from packscope.backend.api.schemas import RunCreate
 from packscope.backend.ingest.batches import create_or_resume_run, ingest_together
 from packscope.backend.ingest.rows import ROW_COLUMNS, Parsed, parse
 from packscope.backend.reads.csv_export import CSV_CHUNK_ROWS, _sqlite_query, csv_bytes
-from packscope.backend.reads.queries import get_run
-from packscope.backend.schemas import RunCreate
 from packscope.backend.store.db import SQLITE_PRAGMAS, WRITES, make_engine, make_sessionmaker, upgrade_schema
+from packscope.backend.store.runs import get_run
 from packscope.core.ports import free_port
 
 GOAL_US_PER_ROW = 20.0

@@ -21,9 +21,9 @@ from big_run import ensure_big_run
 from sqlalchemy import func, select
 
 from packscope.backend.reads import ranks
-from packscope.backend.reads.queries import get_run
 from packscope.backend.store.db import make_engine, make_sessionmaker
 from packscope.backend.store.models import intervals
+from packscope.backend.store.runs import get_run
 
 
 def span_before(session: Any, run: Any, step_min: int | None, step_max: int | None) -> tuple[int, int] | None:

@@ -43,16 +43,16 @@ from bench_data import record, run_body, scratch_database  # after the sys.path 
 from sqlalchemy import select
 
 from packscope.backend.ingest.rows import parsed_records
-from packscope.backend.reads.queries import coefficients
 from packscope.backend.store.aggregates import store_aggregates
 from packscope.backend.store.db import make_engine, make_sessionmaker, upgrade_schema
 from packscope.backend.store.models import COLUMN_AT, Run
+from packscope.backend.store.runs import coefficients
 from packscope.backend.store.writes import write
 
 try:
     from packscope.backend.reads.series import series
 except ImportError:  # --packscope DIR of a commit from before the series left queries.py
-    from packscope.backend.reads.queries import series  # type: ignore[attr-defined,no-redef]
+    from packscope.backend.reads.queries import series  # type: ignore[import-not-found,no-redef]
 
 BATCH = 64
 CHANNELS = ("code", "math", "web", "books")
@@ -61,8 +61,8 @@ CHANNELS = ("code", "math", "web", "books")
 def make_run(make_session: Any, run_id: str) -> tuple[int, Any]:
     body = run_body(run_id)
     with make_session() as session:
+        from packscope.backend.api.schemas import RunCreate
         from packscope.backend.ingest.batches import create_or_resume_run
-        from packscope.backend.schemas import RunCreate
 
         run, _ = create_or_resume_run(session, RunCreate.model_validate(body))
         return run.id, coefficients(run)

@@ -153,7 +153,7 @@ def one_server(
     os.environ["SERIES_LATENCY_OUT"] = stats_path
     prelude = f"exec({PRELUDE!r}); "
     if freeze:  # what a gc.freeze() once the app is imported would do (not what the app does)
-        prelude += "import packscope.backend.app; gc.collect(); gc.freeze(); "
+        prelude += "import packscope.backend.server.app; gc.collect(); gc.freeze(); "
     server, base = start_server(url, 1, pythonpath, prelude)
     base_path = f"/api/v1/runs/{RUN_ID}"
     whole = f"{base_path}/series?max_points=1000"

@@ -41,7 +41,7 @@ from packscope.core.http_client import Backoff, HttpClient, HttpError, short
 from packscope.core.run_file import RunFile, RunFileError, read_run_file
 
 DEFAULT_SERVER = "http://127.0.0.1:8000"  # `packscope serve`'s default address
-TOKEN_ENV = "PACKSCOPE_INGEST_TOKEN"  # the server's ingest token variable (backend/settings.py)
+TOKEN_ENV = "PACKSCOPE_INGEST_TOKEN"  # the server's ingest token variable (backend/http/settings.py)
 DEFAULT_BATCH = 256
 STATUSES = ("running", "finished", "failed")  # what PATCH /api/v1/runs/{id} accepts
 BACKOFF = Backoff()  # the sender's defaults: 2 s, doubling up to 60 s

@@ -37,7 +37,7 @@ def running_server(db: Path, **env: str) -> Iterator[str]:
     port = free_port()
     environment = {k: v for k, v in os.environ.items() if not k.startswith("PACKSCOPE_")}
     environment.update({"PACKSCOPE_DATABASE_URL": f"sqlite:///{db}", **env})
-    command = [sys.executable, "-m", "uvicorn", "--factory", "packscope.backend.app:create_app"]
+    command = [sys.executable, "-m", "uvicorn", "--factory", "packscope.backend.server.app:create_app"]
     command += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
     # Not from the checkout: its alembic/ folder would shadow the alembic package.
     process = subprocess.Popen(command, env=environment, cwd=db.parent)

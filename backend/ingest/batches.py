@@ -17,12 +17,12 @@ from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
+from packscope.backend.api.schemas import IngestResult, RunCreate, RunPatch
 from packscope.backend.ingest.rows import Parsed, parsed_records
-from packscope.backend.reads.queries import coefficients, get_run
-from packscope.backend.schemas import IngestResult, RunCreate, RunPatch
 from packscope.backend.store.aggregates import store_aggregates
 from packscope.backend.store.db import run_sql
 from packscope.backend.store.models import Run
+from packscope.backend.store.runs import coefficients, get_run
 from packscope.backend.store.writes import driver_of, insert_intervals
 from packscope.core.catalogue import INT64_MAX, Coefficients
 

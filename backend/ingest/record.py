@@ -20,7 +20,7 @@ from typing import Annotated, Any, NamedTuple
 
 import msgspec
 
-from packscope.backend.text import text_problem
+from packscope.backend.api.text import text_problem
 from packscope.core.catalogue import (
     FIELDS,
     FLOAT_MAX,

@@ -2,7 +2,7 @@
 fields and every derived metric, streamed in pieces so memory stays flat whatever the run's size.
 
 Both databases write the same text. Numbers are written as PostgreSQL writes them (float8out,
-backend/reads/number_text.py); NULL (and an undefined metric, and one that overflows a double) is an
+backend/formulas/number_text.py); NULL (and an undefined metric, and one that overflows a double) is an
 empty cell; one that underflows is 0 or a subnormal, as IEEE doubles give it. channel_loss and
 channel_tokens are their stored JSON text, quoted as CSV quotes it (when it holds a comma, a quote
 or a line break).
@@ -10,15 +10,15 @@ or a line break).
 * PostgreSQL computes the derived columns (the catalogue's formulas as float8 SQL, each sum once
   per row) and formats every row itself (``COPY … TO STDOUT``): no Python work per value. Its
   float8 arithmetic raises where IEEE doubles overflow or underflow to 0, so it computes only
-  rows whose stored floats lie in a range proven safe for the run (_float_range, in practice
+  rows whose stored floats lie in a range proven safe for the run (formulas/sql.py, in practice
   every real row); any other row comes back marked and is made again by the SQLite path's code.
 * SQLite: columns are read in chunks through the raw sqlite3 cursor (a statement a chunk, keyed
   by (interval, rank); a column that held one value through the previous chunk is checked in
   SQL instead of read, as sqlite3 hands out each cell as a Python object), the chunk's row tuples
   become Arrow columns (one conversion in compiled code), the derived columns are computed per
-  chunk with numpy (backend/store/columns.py, the same IEEE operations in the same order as the SQL),
+  chunk with numpy (backend/formulas/columns.py, the same IEEE operations in the same order as the SQL),
   and every column becomes a string array in compiled code: Arrow's shortest float digits where
-  its layout is float8out's, the vectorized digit search elsewhere (backend/reads/number_text.py); Arrow
+  its layout is float8out's, the vectorized digit search elsewhere (backend/formulas/number_text.py); Arrow
   then joins the cells row-wise. pyarrow is a server dependency for this
   (docs/benchmarks/2026-11-30-2core.md#dev-2026-11-30-1706-csv-third-pass).
 """
@@ -28,7 +28,7 @@ from __future__ import annotations
 import functools
 import math
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -37,28 +37,29 @@ import pyarrow as pa  # type: ignore[import-untyped]  # no stubs, no py.typed
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 from sqlalchemy.orm import Session
 
-from packscope.backend.reads.number_text import float_strings
-from packscope.backend.reads.queries import (
-    CSV_COLUMNS,
-    CSV_DERIVED_COLUMNS,
-    CSV_RAW_COLUMNS,
-    ReadSums,
-    coefficients,
-)
-from packscope.backend.store.columns import derive_columns, sums_per_row
+from packscope.backend.formulas.columns import derive_columns, sums_per_row
+from packscope.backend.formulas.number_text import float_strings
+from packscope.backend.formulas.sql import FLOAT_FIELDS, Bound, BoundOps, Sql, SqlColumn, SqlOps, float_range
+from packscope.backend.formulas.sums_read import ReadSums
 from packscope.backend.store.models import Run
+from packscope.backend.store.runs import coefficients
 from packscope.core.catalogue import (
     FIELD,
     FIELDS,
+    METRICS,
     SUM_FIELDS,
     SUMS,
     Coefficients,
-    Sum,
     WindowSums,
     evaluate,
     flops_count,
 )
 from packscope.core.flops import TRIAD
+
+# The CSV: every stored column of the catalogue, then every derived metric of the interval.
+CSV_RAW_COLUMNS = (*(f.name for f in FIELDS), "channel_loss", "channel_tokens")
+CSV_DERIVED_COLUMNS = tuple(m.name for m in METRICS if m.name not in CSV_RAW_COLUMNS)
+CSV_COLUMNS = CSV_RAW_COLUMNS + CSV_DERIVED_COLUMNS
 
 _STRING = pa.string()
 CSV_CHUNK_ROWS = 10_000  # rows per piece of the response: bounded memory (a few MB), few round trips
@@ -82,167 +83,28 @@ def csv_bytes(session: Session, run: Run) -> Iterator[bytes | memoryview]:
 
 
 # -- PostgreSQL -----------------------------------------------------------------------------------
-class _Sql:
-    """A float8 SQL expression: the catalogue's formulas evaluated on these build the SQL text
-    with the same operations, in the same order, as numpy evaluates them (no NUMERIC casts)."""
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-    @staticmethod
-    def of(value: Any) -> _Sql:
-        return value if isinstance(value, _Sql) else _Sql(f"'{float(value)!r}'::float8")
-
-    def _op(self, op: str, other: Any, reflected: bool = False) -> _Sql:
-        a, b = (_Sql.of(other), self) if reflected else (self, _Sql.of(other))
-        return _Sql(f"({a.text} {op} {b.text})")
-
-    # Each operator and its reflection, as SQL text in the order the operands came.
-    __add__, __radd__ = functools.partialmethod(_op, "+"), functools.partialmethod(_op, "+", reflected=True)
-    __sub__, __rsub__ = functools.partialmethod(_op, "-"), functools.partialmethod(_op, "-", reflected=True)
-    __mul__, __rmul__ = functools.partialmethod(_op, "*"), functools.partialmethod(_op, "*", reflected=True)
-    __truediv__ = functools.partialmethod(_op, "/")
-    __rtruediv__ = functools.partialmethod(_op, "/", reflected=True)
-
-
-class _Column(_Sql):
-    """A stored column as a formula reads it (`text`, which may screen its value), keeping the
-    column's name for the tests on the stored value itself (NULL, rank 0)."""
-
-    def __init__(self, text: str, column: str) -> None:
-        super().__init__(text)
-        self.column = column
-
-
-class _SqlOps:
-    """A division by 0 is NULL, and NULL stays NULL (an empty cell), as NaN does in numpy."""
-
-    @staticmethod
-    def ratio(num: Any, den: Any) -> _Sql:
-        return _Sql(f"({_Sql.of(num).text} / NULLIF({_Sql.of(den).text}, 0))")
-
-    @staticmethod
-    def unless_missing(reading: _Column, value: Callable[[], Any]) -> _Sql:
-        return _Sql(f"(CASE WHEN {reading.column} IS NULL THEN 0::float8 ELSE {_Sql.of(value()).text} END)")
-
-    @staticmethod
-    def if_leader(rank: _Column, value: Any) -> _Sql:
-        return _Sql(f"(CASE WHEN {rank.column} = 0 THEN {_Sql.of(value).text} ELSE 0::float8 END)")
-
-
-# Every intermediate value of the derived columns must stay inside these magnitudes for
-# PostgreSQL to compute a row: float8 arithmetic there raises on overflow and on underflow to 0
-# (numpy and the SQLite path return inf or 0 and go on). Rows whose stored values could leave
-# them are computed by the SQLite path's numpy code instead (_recompute), so both write the same.
-_SAFE_LOW, _SAFE_HIGH = 1e-300, 1e300
-# The stored floats a row may hold (besides 0 and NULL) for PostgreSQL to compute it: the widest
-# of these that _Bound's analysis proves safe for the run's coefficients.
-_FLOAT_RANGES = ((1e-100, 1e100), (1e-30, 1e30), (1e-8, 1e8))
-
-
-class _Bound:
-    """Bounds on |x| over the nonzero values x an expression can take (0 never overflows nor
-    underflows); `bad` once any intermediate value may leave [_SAFE_LOW, _SAFE_HIGH]."""
-
-    def __init__(self, low: float, high: float, bad: bool = False) -> None:
-        self.low, self.high = low, high
-        self.bad = bad or (high > 0 and not (low >= _SAFE_LOW and high <= _SAFE_HIGH))
-
-    @staticmethod
-    def of(value: Any) -> _Bound:
-        if isinstance(value, _Bound):
-            return value
-        a = abs(float(value))
-        return _Bound(a, a) if a else _NO_VALUE
-
-    def _mul(self, o: _Bound) -> _Bound:
-        if self.high == 0 or o.high == 0:
-            return _Bound(math.inf, 0.0, self.bad or o.bad)
-        return _Bound(self.low * o.low, self.high * o.high, self.bad or o.bad)
-
-    def _div(self, o: _Bound) -> _Bound:
-        if o.high == 0 or self.high == 0:  # x / NULL is NULL, 0 / x is 0: nothing to check
-            return _Bound(math.inf, 0.0, self.bad or o.bad)
-        if o.low == 0:
-            return _Bound(0.0, math.inf, True)
-        return _Bound(self.low / o.high, self.high / o.low, self.bad or o.bad)
-
-    def _add(self, o: _Bound) -> _Bound:
-        # A nonzero sum or difference of two doubles is at least the smaller one's spacing.
-        return _Bound(min(self.low, o.low) * 2.0**-53, self.high + o.high, self.bad or o.bad)
-
-    def __add__(self, o: Any) -> _Bound:
-        return self._add(_Bound.of(o))
-
-    __radd__ = __sub__ = __rsub__ = __add__
-
-    def __mul__(self, o: Any) -> _Bound:
-        return self._mul(_Bound.of(o))
-
-    __rmul__ = __mul__
-
-    def __truediv__(self, o: Any) -> _Bound:
-        return self._div(_Bound.of(o))
-
-    def __rtruediv__(self, o: Any) -> _Bound:
-        return _Bound.of(o)._div(self)
-
-
-_NO_VALUE = _Bound(math.inf, 0.0)  # an expression that is always 0 or NULL
-
-
-class _BoundOps:
-    @staticmethod
-    def ratio(num: Any, den: Any) -> _Bound:
-        return _Bound.of(num) / _Bound.of(den)
-
-    @staticmethod
-    def unless_missing(reading: Any, value: Callable[[], Any]) -> Any:
-        return value()  # or 0, which is always safe
-
-    @staticmethod
-    def if_leader(rank: Any, value: Any) -> Any:
-        return value
-
-
-_FLOAT_FIELDS = frozenset(f.name for f in FIELDS if f.kind == "float")
-
-
-def _float_range(c: Coefficients, sums: list[Sum]) -> tuple[float, float] | None:
-    """The widest of _FLOAT_RANGES over which PostgreSQL computes every derived column of a row
-    without leaving [_SAFE_LOW, _SAFE_HIGH], or None when even the narrowest is not safe."""
-    for low, high in _FLOAT_RANGES:
-        fields = {
-            f.name: _Bound(low, min(high, f.upper)) if f.kind == "float" else _Bound(1.0, f.upper) for f in FIELDS
-        }
-        bounds = {s.name: _Bound.of(s.value(fields, _BoundOps())) for s in sums}
-        if not any(_Bound.of(v).bad for v in evaluate(bounds, c, _BoundOps(), CSV_DERIVED_COLUMNS).values()):
-            return low, high
-    return None
-
-
 def _copy_sql(run_pk: int, c: Coefficients) -> str:
     """COPY's query: the raw cells, then the derived columns as float8 SQL. A stored float
     outside the range proven safe reads as NaN in the formulas (nothing can raise), and such a
     row's last cell is the control character U+0001 (the last column is otherwise a float8
     written as text, or NULL, and the channels' JSON escapes control characters): one memchr per
     piece tells _csv_by_copy whether a row of it must be made again."""
-    uses = ReadSums(_Bound(1.0, 1.0))
-    evaluate(uses, c, _BoundOps(), CSV_DERIVED_COLUMNS)
+    uses = ReadSums(Bound(1.0, 1.0))
+    evaluate(uses, c, BoundOps(), CSV_DERIVED_COLUMNS)
     sums = [s for s in SUMS if s.name in uses.read]
-    safe = _float_range(c, sums)
+    safe = float_range(c, sums, CSV_DERIVED_COLUMNS)
     order = f"FROM intervals WHERE run_pk = {int(run_pk)} ORDER BY interval, rank"
     raw = [f"{name}::text AS {name}" if name in _CHANNELS else name for name in CSV_RAW_COLUMNS]
     if safe is None:  # no row is computed here
         derived = ["NULL::float8"] * (len(CSV_DERIVED_COLUMNS) - 1) + ["chr(1)"]
         return f"SELECT {', '.join(raw + derived)} {order}"
     in_range = f"BETWEEN {safe[0]!r} AND {safe[1]!r}"
-    floats = sorted({name for s in sums for name in s.of if name in _FLOAT_FIELDS}, key=CSV_RAW_COLUMNS.index)
+    floats = sorted({name for s in sums for name in s.of if name in FLOAT_FIELDS}, key=CSV_RAW_COLUMNS.index)
     # A stored float outside the safe range reads as NaN, so nothing in the formulas can raise.
     fields = {
-        name: _Column(
+        name: SqlColumn(
             f"(CASE WHEN abs({name}) {in_range} OR {name} = 0 THEN {name}::float8 ELSE 'NaN'::float8 END)"
-            if name in _FLOAT_FIELDS
+            if name in FLOAT_FIELDS
             else f"{name}::float8",
             name,
         )
@@ -251,13 +113,13 @@ def _copy_sql(run_pk: int, c: Coefficients) -> str:
     # Each sum and each FLOPs count once per row, in a subquery (OFFSET 0 keeps the planner from
     # folding its columns back into every formula that reads them), which hands the derived
     # columns its values by name: the same float8 operations in the same order, not repeated.
-    refs = {s.name: _Sql.of(s.value(fields, _SqlOps())) for s in sums}
-    counts = {kind: _Sql.of(flops_count(kind, refs, c)) for kind in TRIAD}
+    refs = {s.name: Sql.of(s.value(fields, SqlOps())) for s in sums}
+    counts = {kind: Sql.of(flops_count(kind, refs, c)) for kind in TRIAD}
     inner = [*raw, *(f"{ref.text} AS s_{name}" for name, ref in refs.items())]
     inner += [f"{count.text} AS f_{kind}" for kind, count in counts.items()]
-    named = WindowSums({name: _Sql(f"s_{name}") for name in refs})
-    named.flops.update({kind: _Sql(f"f_{kind}") for kind in counts})
-    derived = [_Sql.of(v).text for v in evaluate(named, c, _SqlOps(), CSV_DERIVED_COLUMNS).values()]
+    named = WindowSums({name: Sql(f"s_{name}") for name in refs})
+    named.flops.update({kind: Sql(f"f_{kind}") for kind in counts})
+    derived = [Sql.of(v).text for v in evaluate(named, c, SqlOps(), CSV_DERIVED_COLUMNS).values()]
     if floats:
         ok = " AND ".join(f"(abs({name}) {in_range} OR {name} = 0 OR {name} IS NULL)" for name in floats)
         inner.append(f"({ok}) AS in_range")

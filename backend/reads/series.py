@@ -12,9 +12,7 @@ import psycopg
 from sqlalchemy import bindparam, func, literal, select
 from sqlalchemy.orm import Session
 
-from packscope.backend.reads.queries import coefficients, sums_read
-from packscope.backend.store.aggregates import READ_COLUMNS, channel_parts, level_0_blocks
-from packscope.backend.store.columns import (
+from packscope.backend.formulas.columns import (
     BAND_COLUMNS,
     BLOCK_FLOAT_COLUMNS,
     BLOCK_INT_COLUMNS,
@@ -24,7 +22,10 @@ from packscope.backend.store.columns import (
     merge_blocks,
     merged_by,
 )
+from packscope.backend.formulas.sums_read import sums_read
+from packscope.backend.store.aggregates import READ_COLUMNS, channel_parts, level_0_blocks
 from packscope.backend.store.models import ROLLUP_LEVELS, Run, intervals, rollups, run_totals
+from packscope.backend.store.runs import coefficients
 from packscope.core.catalogue import METRIC, SUM_NAMES
 
 # -- series ---------------------------------------------------------------------------------------
@@ -309,7 +310,7 @@ def _aggregate(name: str) -> str:
 @functools.lru_cache(maxsize=64)
 def _merged_columns(read: frozenset[str]) -> tuple[np.ndarray, str, str]:
     """The block columns _grouped_read asks the database to merge when the run's formulas read
-    the sums `read` (queries.sums_read): the int columns, those sums, the bands and the wall-clock
+    the sums `read` (formulas/sums_read.py): the int columns, those sums, the bands and the wall-clock
     extent. (Where each of its float columns sits in BLOCK_FLOAT_COLUMNS, the tiles' select list,
     the merged select list.) A sum no formula reads is not merged: its column comes back NaN."""
     at = [i for i, name in enumerate(BLOCK_FLOAT_COLUMNS) if name not in SUM_NAMES or name in read]

@@ -16,8 +16,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect
 
-from packscope.backend import contact
-from packscope.backend.deps import (
+from packscope.backend.api.schemas import RUN_ID_PATTERN, IngestResult, RunCreate, RunPatch, RunSummary
+from packscope.backend.http.deps import (
     RunIdPath,
     SessionDep,
     check_ingest_token,
@@ -28,11 +28,11 @@ from packscope.backend.deps import (
     run_or_404,
     run_to_write,
 )
+from packscope.backend.ingest import contact
 from packscope.backend.ingest.batches import ModelConflict, create_or_resume_run, patch_run
 from packscope.backend.ingest.record import RecordError, batch_json_schema
 from packscope.backend.ingest.rows import parse
-from packscope.backend.reads.queries import run_summary
-from packscope.backend.schemas import RUN_ID_PATTERN, IngestResult, RunCreate, RunPatch, RunSummary
+from packscope.backend.reads.summaries import run_summary
 from packscope.backend.store.models import deleted_runs
 
 RUN_ID = re.compile(RUN_ID_PATTERN)
@@ -314,7 +314,7 @@ def delete_run(run_id: RunIdPath, session: SessionDep, request: Request) -> Resp
     return Response(status_code=status.HTTP_204_NO_CONTENT)
 
 
-# -- what the agent says beside its records (backend/contact.py) -----------------------------------
+# -- what the agent says beside its records (backend/ingest/contact.py) -----------------------------------
 @router.post("/runs/{run_id}/heartbeat", status_code=status.HTTP_204_NO_CONTENT)
 def heartbeat(run_id: RunIdPath, body: contact.Heartbeat, session: SessionDep) -> Response:
     """The agent is alive: a run that stops sending these (and records) is shown stale, then crashed."""

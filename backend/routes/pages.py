@@ -9,10 +9,11 @@ from fastapi import APIRouter, Depends, Form, Query, Request, status
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 
-from packscope.backend.deps import READ_COOKIE, Credentials, SessionDep, SettingsDep, read_allowed, token_matches
-from packscope.backend.reads import queries
+from packscope.backend.http.deps import READ_COOKIE, Credentials, SessionDep, SettingsDep, read_allowed, token_matches
+from packscope.backend.http.security import read_cookie_value
+from packscope.backend.reads.summaries import run_summary
 from packscope.backend.routes.ingest import RUN_ID
-from packscope.backend.security import read_cookie_value
+from packscope.backend.store.runs import get_run
 from packscope.frontend import TEMPLATES_DIR
 
 
@@ -82,11 +83,11 @@ def runs_page(request: Request):
 
 @router.get("/runs/{run_id}", response_class=HTMLResponse)
 def run_page(request: Request, run_id: str, session: SessionDep):
-    run = queries.get_run(session, run_id) if RUN_ID.fullmatch(run_id) else None
+    run = get_run(session, run_id) if RUN_ID.fullmatch(run_id) else None
     if run is None:
         return templates.TemplateResponse(request, "not_found.html", {"page": "run", "run_id": run_id}, status_code=404)
     # The header is rendered here so the page reads right before the first fetch returns.
-    summary = queries.run_summary(session, run)
+    summary = run_summary(session, run)
     settings = {name: _flat(summary[name]) for name in ("config", "model", "parallel", "hardware")}
     return templates.TemplateResponse(
         request, "run.html", {"page": "run", "run_id": run_id, "run": summary, "settings": settings}

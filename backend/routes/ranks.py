@@ -5,7 +5,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Depends, Query
 from pydantic import BaseModel, Field
 
-from packscope.backend.deps import RunIdPath, SessionDep, require_read_token, run_or_404
+from packscope.backend.http.deps import RunIdPath, SessionDep, require_read_token, run_or_404
 from packscope.backend.reads import ranks
 from packscope.core.catalogue import INT64_MAX
 

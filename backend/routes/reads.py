@@ -14,18 +14,7 @@ from pydantic import BaseModel, create_model
 from sqlalchemy.orm import Session, sessionmaker
 from starlette.concurrency import run_in_threadpool
 
-from packscope.backend.csv_streams import start_export
-from packscope.backend.deps import (
-    RunIdPath,
-    SessionDep,
-    SettingsDep,
-    require_read_token,
-    run_not_found,
-    run_or_404,
-)
-from packscope.backend.live import LiveHub
-from packscope.backend.reads import queries, series
-from packscope.backend.schemas import (
+from packscope.backend.api.schemas import (
     Comparison,
     IntervalHistograms,
     RunId,
@@ -38,8 +27,29 @@ from packscope.backend.schemas import (
     ShownStatus,
     SyncSites,
 )
-from packscope.backend.security import client_of
-from packscope.backend.text import NO_NUL_PATTERN
+from packscope.backend.api.text import NO_NUL_PATTERN
+from packscope.backend.http.csv_streams import start_export
+from packscope.backend.http.deps import (
+    RunIdPath,
+    SessionDep,
+    SettingsDep,
+    require_read_token,
+    run_not_found,
+    run_or_404,
+)
+from packscope.backend.http.live import LiveHub
+from packscope.backend.http.security import client_of
+from packscope.backend.reads import (
+    facets,
+    histograms,
+    runs_list,
+    series,
+    step_times,
+    stream_state,
+    summaries,
+    sync_sites,
+)
+from packscope.backend.store.runs import get_run as stored_run  # get_run is this module's route
 from packscope.core import catalogue
 from packscope.core.catalogue import INT32_MAX, INT64_MAX
 
@@ -71,7 +81,7 @@ class SeriesRead(Series):
 
 
 # What the dashboard adds to schemas.RunSummary: liveness, the layout's provenance, the windows
-# its numbers cover, refused intervals and picked config values (queries._summary fills them).
+# its numbers cover, refused intervals and picked config values (summaries._summary fills them).
 class RefusalReason(BaseModel):
     by: Literal["agent", "server"]
     reason: str
@@ -159,11 +169,11 @@ def list_runs(
     sort: Annotated[
         str,
         Query(
-            pattern=queries.SORT_PATTERN,
+            pattern=runs_list.SORT_PATTERN,
             max_length=64,
             description="a RunSummary column or totals metric; a leading '-' sorts descending",
         ),
-    ] = queries.DEFAULT_SORT,
+    ] = runs_list.DEFAULT_SORT,
     project: Annotated[str | None, Query(max_length=200, pattern=NO_NUL_PATTERN)] = None,
     tag: Annotated[str | None, Query(max_length=100, pattern=NO_NUL_PATTERN)] = None,
     layout: SeenLayout | None = None,
@@ -185,14 +195,14 @@ def list_runs(
     ] = None,
 ) -> dict[str, Any]:
     """The runs, without their configs; `config_keys` picks config values to show or group by."""
-    filters = queries.RunFilters(project=project, tag=tag, layout=layout, status=status, q=q, archived=archived)
-    runs, total = queries.list_runs(session, filters, sort, limit, offset)
+    filters = runs_list.RunFilters(project=project, tag=tag, layout=layout, status=status, q=q, archived=archived)
+    runs, total = runs_list.list_runs(session, filters, sort, limit, offset)
     keys = list(dict.fromkeys(config_keys.split(","))) if config_keys else []
-    values = queries.config_values(session, runs, keys)
-    summaries = queries.run_summaries(session, runs, with_config=False)
-    for run, summary in zip(runs, summaries, strict=True):
+    values = runs_list.config_values(session, runs, keys)
+    listed = summaries.run_summaries(session, runs, with_config=False)
+    for run, summary in zip(runs, listed, strict=True):
         summary["config_values"] = values.get(run.id, {})
-    return {"runs": summaries, "total": total}
+    return {"runs": listed, "total": total}
 
 
 @router.get("/facets", response_model=Facets)
@@ -200,12 +210,12 @@ def get_facets(
     session: SessionDep, archived: Annotated[bool, Query(description="count archived runs too")] = False
 ) -> dict[str, Any]:
     """The distinct projects and tags of the runs, each with its number of runs."""
-    return queries.facets(session, archived)
+    return facets.facets(session, archived)
 
 
 @router.get("/runs/{run_id}", response_model=RunRead)
 def get_run(run_id: RunIdPath, session: SessionDep) -> dict[str, Any]:
-    return queries.run_summary(session, run_or_404(session, run_id))
+    return summaries.run_summary(session, run_or_404(session, run_id))
 
 
 @router.get("/runs/{run_id}/series", response_model=SeriesRead)
@@ -232,7 +242,7 @@ def get_histograms(
     run_id: RunIdPath, session: SessionDep, interval: Annotated[int | None, Query(ge=0, le=INT32_MAX)] = None
 ) -> dict[str, Any]:
     missing = "has no intervals yet" if interval is None else f"has no interval {interval}"
-    return _found(queries.histograms(session, run_or_404(session, run_id), interval), run_id, missing)
+    return _found(histograms.histograms(session, run_or_404(session, run_id), interval), run_id, missing)
 
 
 @router.get("/runs/{run_id}/histograms/over-time", response_model=HistogramColumns)
@@ -241,7 +251,7 @@ def get_histogram_columns(
     session: SessionDep,
     columns: Annotated[int, Query(ge=1, le=1000, description="intervals shown, spread evenly")] = HISTOGRAM_COLUMNS,
 ) -> dict[str, Any]:
-    return _found(queries.histogram_columns(session, run_or_404(session, run_id), columns), run_id)
+    return _found(histograms.histogram_columns(session, run_or_404(session, run_id), columns), run_id)
 
 
 @router.get("/runs/{run_id}/sync-sites", response_model=SyncSitesRead)
@@ -253,7 +263,7 @@ def get_sync_sites(
         Literal["steady", "run"], Query(description="steady: without the first interval (as the run's rates)")
     ] = "run",
 ) -> dict[str, Any]:
-    return queries.sync_sites(session, run_or_404(session, run_id), limit, window)
+    return sync_sites.sync_sites(session, run_or_404(session, run_id), limit, window)
 
 
 @router.get("/compare", response_model=ComparisonRead)
@@ -262,15 +272,15 @@ def compare(
     run_id: Annotated[list[RunId], Query(min_length=1, max_length=MAX_COMPARE)],
     window: Annotated[int, Query(ge=2, le=100_000, description="intervals per run in the step-time test")] = 200,
 ) -> dict[str, Any]:
-    runs, missing = queries.find_runs(session, run_id)
+    runs, missing = runs_list.find_runs(session, run_id)
     if missing:
         raise HTTPException(
             status.HTTP_404_NOT_FOUND,
             detail=f"run(s) not stored: {', '.join(missing)}; GET /api/v1/runs lists the runs",
         )
     return {
-        "runs": queries.run_summaries(session, runs),
-        "step_time_tests": queries.step_time_tests(session, runs, window),
+        "runs": summaries.run_summaries(session, runs),
+        "step_time_tests": step_times.step_time_tests(session, runs, window),
     }
 
 
@@ -345,8 +355,8 @@ async def stream(run_id: RunIdPath, request: Request, settings: SettingsDep) -> 
 
     def read_state() -> tuple[int, int | None, int | None] | None:
         with make_session() as session:
-            run = queries.get_run(session, run_id)
-            return None if run is None else queries.stream_state(session, run)
+            run = stored_run(session, run_id)
+            return None if run is None else stream_state.stream_state(session, run)
 
     if await run_in_threadpool(read_state) is None:
         raise run_not_found(run_id)

@@ -6,7 +6,7 @@ Cost per batch is what this module is about (issue 8): the rows' numbers are rea
 matrix, every stored level's blocks come out of one `reduceat` pass over it, and on SQLite the
 upserts go to the driver's own `executemany` (sqlite3 loops in C; SQLAlchemy's execution layer
 cost more per call than the statement). Level 0 is not stored: the reads group the interval rows
-themselves (queries.py), so a batch of 64 consecutive intervals touches about 28 rollup rows
+themselves (reads/series.py), so a batch of 64 consecutive intervals touches about 28 rollup rows
 with one rank and 12 with eight, instead of 92 and 20.
 """
 
@@ -23,7 +23,7 @@ from sqlalchemy import column as sa_column
 from sqlalchemy import table as sa_table
 from sqlalchemy.dialects import sqlite
 
-from packscope.backend.store.columns import (
+from packscope.backend.formulas.columns import (
     BLOCK_FLOAT_COLUMNS,
     BLOCK_INT_COLUMNS,
     WALL_EXTENTS,

@@ -73,7 +73,7 @@ class Run(Base):
     notes: Mapped[str] = mapped_column(Text, default="", server_default="")
     archived: Mapped[bool] = mapped_column(Boolean, default=False, server_default=false())
     # Liveness (migration 0008): the agent's last heartbeat and the period it promised; the status
-    # shown (stale, crashed) is derived from these and updated_at at read time (backend/reads/queries.py, shown_status).
+    # shown (stale, crashed) is derived from these and updated_at at read time (reads/liveness.py, shown_status).
     last_contact_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     heartbeat_s: Mapped[float | None] = mapped_column(Float)
     # What the agent found in the batches (bshd, thd, thd-static, mixed); `layout` is the declared one.

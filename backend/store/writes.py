@@ -26,8 +26,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.dialects.sqlite.pysqlite import SQLiteDialect_pysqlite
 
-from packscope.backend.live import NOTIFY_CHANNEL
-from packscope.backend.store.columns import merged_by
+from packscope.backend.formulas.columns import merged_by
 from packscope.backend.store.db import run_sql
 from packscope.backend.store.models import (
     ROW_COLUMNS,
@@ -39,6 +38,9 @@ from packscope.backend.store.models import (
     run_totals,
 )
 from packscope.core.catalogue import INT64_MAX
+
+# The channel a batch's statement NOTIFYs its run id on, LISTENed to by every server process (http/live.py).
+NOTIFY_CHANNEL = "packscope_intervals"
 
 # Rows reach the driver as tuples, never through SQLAlchemy's per-row parameter handling:
 # * SQLite: executemany of a one-row statement (sqlite3 loops in C), and for the interval rows a

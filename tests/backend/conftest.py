@@ -12,8 +12,8 @@ import psycopg
 import pytest
 from fastapi.testclient import TestClient
 
-from packscope.backend.app import create_app
-from packscope.backend.settings import Settings
+from packscope.backend.http.settings import Settings
+from packscope.backend.server.app import create_app
 from packscope.core.flops import ModelSpec
 
 PG_ADMIN = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"

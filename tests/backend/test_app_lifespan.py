@@ -4,8 +4,8 @@ import gc
 
 from fastapi.testclient import TestClient
 
-from packscope.backend.app import create_app
-from packscope.backend.settings import Settings
+from packscope.backend.http.settings import Settings
+from packscope.backend.server.app import create_app
 
 
 def test_the_objects_built_at_start_are_frozen_while_the_app_serves_and_collectable_after(sqlite_url: str) -> None:

@@ -15,8 +15,8 @@ import httpx
 import pytest
 import uvicorn
 
-from packscope.backend.app import create_app
-from packscope.backend.settings import Settings
+from packscope.backend.http.settings import Settings
+from packscope.backend.server.app import create_app
 from packscope.core.ports import free_port
 
 ANSWER_WITHIN_S = 10.0  # far below the 30 s pool timeout that the old deadlock ended in
@@ -149,7 +149,7 @@ def test_batches_stored_together_are_answered_as_if_stored_one_after_another(
 def test_the_coalescer_groups_waiting_items_and_isolates_a_failing_one():
     import anyio
 
-    from packscope.backend.admission import Admission, Coalescer, Overloaded
+    from packscope.backend.http.admission import Admission, Coalescer, Overloaded
 
     groups: list[list[str]] = []
 
@@ -208,7 +208,7 @@ def test_the_coalescer_groups_waiting_items_and_isolates_a_failing_one():
 def test_a_free_turn_is_taken_at_once_and_never_ahead_of_a_waiter():
     import anyio
 
-    from packscope.backend.admission import Admission
+    from packscope.backend.http.admission import Admission
 
     async def main() -> list[str]:
         admission = Admission(1, 5.0, 1, serialise_writes=True)

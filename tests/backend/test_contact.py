@@ -1,4 +1,4 @@
-"""What the agent tells the server beside its records (backend/contact.py) and what the reads make
+"""What the agent tells the server beside its records (backend/ingest/contact.py) and what the reads make
 of it: heartbeats and the status shown (running, stale, crashed, revived), the layout found in the
 batches, refused intervals, the windows the numbers cover, and picked config values."""
 
@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from packscope.backend.reads import queries
+from packscope.backend.reads import liveness
 
 
 def make_run(client, new_run, run_id: str = "run-1", **overrides: Any) -> dict[str, Any]:
@@ -87,8 +87,8 @@ def test_a_run_of_an_agent_without_heartbeats_is_judged_by_the_default_period(cl
     make_run(client, new_run)
     run = client.get("/api/v1/runs/run-1").json()
     assert run["heartbeat_s"] is None and run["status"] == "running"
-    stored = queries.DEFAULT_HEARTBEAT_S
-    assert queries.STALE_BEATS * stored >= 60  # a record every interval of a minute keeps it running
+    stored = liveness.DEFAULT_HEARTBEAT_S
+    assert liveness.STALE_BEATS * stored >= 60  # a record every interval of a minute keeps it running
 
 
 def test_heartbeats_and_refusals_name_what_is_wrong(client, new_run):

@@ -5,7 +5,7 @@ import re
 
 import pytest
 
-from packscope.backend.schemas import RUN_ID_PATTERN
+from packscope.backend.api.schemas import RUN_ID_PATTERN
 from packscope.core.model_fields import MAX_MODEL_SIZE
 from tests.backend.conftest import MODEL, run_body
 

@@ -18,8 +18,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from packscope.backend.reads import csv_export, number_text
-from packscope.backend.reads.queries import CSV_COLUMNS, CSV_DERIVED_COLUMNS
+from packscope.backend.formulas import number_text
+from packscope.backend.reads import csv_export
+from packscope.backend.reads.csv_export import CSV_COLUMNS, CSV_DERIVED_COLUMNS
 from packscope.core.catalogue import FIELDS, FLOAT_OPS, SUMS, Coefficients, evaluate
 
 RUNS = "/api/v1/runs"

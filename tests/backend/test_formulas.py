@@ -7,7 +7,7 @@ import random
 
 import numpy as np
 
-from packscope.backend.store.columns import derive_columns, sums_per_row
+from packscope.backend.formulas.columns import derive_columns, sums_per_row
 from packscope.core.catalogue import FIELD, FIELDS, METRIC, Coefficients, derive, sums_of_rows
 
 C = Coefficients(c_lin=1_234_567, c_core=89, peak_tflops=989.0)
@@ -47,10 +47,10 @@ def test_numpy_columns_equal_derive_row_by_row():
 
 
 def test_the_sums_a_run_reads_are_all_its_formulas_read():
-    """queries.sums_read: for a text model without windows none of the window, chunk or vision
+    """formulas/sums_read.py: for a text model without windows none of the window, chunk or vision
     sums; with them, those too. Every metric is the same, bit for bit, with the sums it does not
     name made NaN (what a series that does not merge them holds)."""
-    from packscope.backend.reads.queries import sums_read
+    from packscope.backend.formulas.sums_read import sums_read
     from packscope.core.catalogue import SUM_NAMES
     from packscope.core.vision import VISION_SUMS
 
@@ -74,7 +74,7 @@ def test_the_sums_of_a_field_matrix_are_each_sums_own_value_bit_for_bit():
     """columns.sums_matrix evaluates every SUM at once; each column must be what Sum.value gives on
     columns (and on Python floats, row by row): missing readings, leader sums on ranks other than
     0, products past the largest double, zeros of either sign."""
-    from packscope.backend.store.columns import NUMPY_OPS, sums_matrix
+    from packscope.backend.formulas.columns import NUMPY_OPS, sums_matrix
     from packscope.core.catalogue import FLOAT_OPS, SUMS
 
     rng = np.random.default_rng(7)

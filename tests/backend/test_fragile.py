@@ -7,7 +7,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from packscope.backend.settings import Settings
+from packscope.backend.http.settings import Settings
 from tests.backend.conftest import run_body
 from tests.backend.uvicorn_server import serving
 

@@ -377,7 +377,7 @@ def test_records_built_in_python_pass_the_same_checks(make_client, database_url,
     """ingest_batch (scripts, benchmarks) takes wire dicts, checked as the route checks them."""
     from packscope.backend.ingest.batches import ingest_batch
     from packscope.backend.ingest.record import RecordError
-    from packscope.backend.reads.queries import get_run
+    from packscope.backend.store.runs import get_run
 
     client = make_client(database_url)
     assert client.post(RUNS, json=new_run()).status_code == 201

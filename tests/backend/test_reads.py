@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from packscope.backend.reads import queries
+from packscope.backend.reads import csv_export
 from packscope.backend.reads.stats import mann_whitney_u
 
 RUNS = "/api/v1/runs"
@@ -334,7 +334,7 @@ def test_csv_derived_columns_equal_an_independent_computation(database_url, make
     for row, rec in zip(rows, recs, strict=True):
         assert (int(row["interval"]), int(row["rank"])) == (rec["interval"], rec["rank"])
         want = _csv_expected(rec, spec, peak)
-        assert set(want) == set(queries.CSV_DERIVED_COLUMNS)
+        assert set(want) == set(csv_export.CSV_DERIVED_COLUMNS)
         for name, value in want.items():
             if value is None:
                 assert row[name] == "", (name, rec["interval"])

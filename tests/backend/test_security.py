@@ -12,8 +12,8 @@ import yaml
 from pydantic import ValidationError
 
 from packscope.backend.cli import add_serve_arguments, serve_from_args
-from packscope.backend.security import SIGN_IN_MAX_BYTES
-from packscope.backend.settings import Settings
+from packscope.backend.http.security import SIGN_IN_MAX_BYTES
+from packscope.backend.http.settings import Settings
 from tests.backend.conftest import run_body
 from tests.backend.uvicorn_server import serving
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from fastapi import HTTPException
 
-from packscope.backend.settings import Settings
+from packscope.backend.http.settings import Settings
 from tests.backend.conftest import run_body
 from tests.backend.uvicorn_server import serving
 

@@ -1,5 +1,5 @@
 """A real uvicorn server in a thread of the test process, run with `packscope serve`'s options
-(backend/serving.py): what TestClient cannot show (sockets, timeouts, client addresses, streams)."""
+(backend/server/serving.py): what TestClient cannot show (sockets, timeouts, client addresses, streams)."""
 
 import threading
 import time
@@ -8,9 +8,9 @@ from contextlib import contextmanager
 
 import uvicorn
 
-from packscope.backend.app import create_app
-from packscope.backend.serving import uvicorn_options
-from packscope.backend.settings import Settings
+from packscope.backend.http.settings import Settings
+from packscope.backend.server.app import create_app
+from packscope.backend.server.serving import uvicorn_options
 from packscope.core.ports import free_port
 
 

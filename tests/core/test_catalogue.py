@@ -160,7 +160,7 @@ def test_the_flops_labels_hold_in_both_layouts():
 
 def test_the_server_schema_table_and_csv_are_the_catalogue():
     from packscope.backend.ingest.record import Record
-    from packscope.backend.reads import queries
+    from packscope.backend.reads import csv_export
     from packscope.backend.store.models import intervals
 
     names = [f.name for f in FIELDS]
@@ -169,7 +169,7 @@ def test_the_server_schema_table_and_csv_are_the_catalogue():
     top_level = {f.wire_path[0] for f in FIELDS}
     record_fields = {f.name for f in msgspec.structs.fields(Record)}
     assert top_level | {"histograms", "channel_loss", "channel_tokens"} == record_fields
-    assert list(queries.CSV_COLUMNS[: len(names)]) == names
+    assert list(csv_export.CSV_COLUMNS[: len(names)]) == names
 
 
 # The docs' tables of the catalogue, each between `<!-- catalogue:NAME -->` and
@@ -212,7 +212,7 @@ def _metrics_table() -> str:
 def _csv_columns_table() -> str:
     """docs/api.md's table of the CSV's columns, in the header's order (CSV_COLUMNS, which the
     export writes as its header: tests/backend/test_csv_export.py)."""
-    from packscope.backend.reads.queries import CSV_COLUMNS
+    from packscope.backend.reads.csv_export import CSV_COLUMNS
 
     def source(name: str) -> tuple[str, str]:
         if name in FIELD:

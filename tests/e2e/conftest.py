@@ -17,8 +17,8 @@ import pytest
 import torch
 import uvicorn
 
-from packscope.backend.app import create_app
-from packscope.backend.settings import Settings
+from packscope.backend.http.settings import Settings
+from packscope.backend.server.app import create_app
 from packscope.core.ports import free_port
 
 

@@ -7,9 +7,9 @@ import pytest
 from fastapi.testclient import TestClient
 from wire_records import packed_interval
 
-from packscope.backend.app import create_app
-from packscope.backend.deps import READ_COOKIE
-from packscope.backend.settings import Settings
+from packscope.backend.http.deps import READ_COOKIE
+from packscope.backend.http.settings import Settings
+from packscope.backend.server.app import create_app
 from packscope.frontend import STATIC_DIR
 
 MODEL = {"layers": 2, "hidden": 256, "heads": 4, "ffn": 1024, "vocab": 32000}

@@ -6,7 +6,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from packscope.backend.settings import Settings
+from packscope.backend.http.settings import Settings
 
 ERROR = {"$ref": "#/components/schemas/Error"}
 ERROR_SCHEMA = {

@@ -15,17 +15,17 @@ from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from packscope import __version__
-from packscope.backend import openapi
-from packscope.backend.admission import Admission, Coalescer
-from packscope.backend.allowed_methods import add_allowed_methods_handler
-from packscope.backend.csv_streams import CsvLimits
-from packscope.backend.errors import add_database_error_handlers
+from packscope.backend.http import openapi
+from packscope.backend.http.admission import Admission, Coalescer
+from packscope.backend.http.allowed_methods import add_allowed_methods_handler
+from packscope.backend.http.csv_streams import CsvLimits
+from packscope.backend.http.errors import add_database_error_handlers
+from packscope.backend.http.live import LiveHub, transport_for
+from packscope.backend.http.security import SecurityHeaders, SignInGuard, TokenGuard, WriteGuard, read_cookie_value
+from packscope.backend.http.settings import Settings
 from packscope.backend.ingest.batches import ingest_together
-from packscope.backend.live import LiveHub, transport_for
 from packscope.backend.routes import ingest, pages, reads
 from packscope.backend.routes.ranks import router as ranks_router
-from packscope.backend.security import SecurityHeaders, SignInGuard, TokenGuard, WriteGuard, read_cookie_value
-from packscope.backend.settings import Settings
 from packscope.backend.store.db import WRITES, make_engine, make_sessionmaker, upgrade_schema
 from packscope.frontend import STATIC_DIR
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from packscope.backend.settings import Settings
+from packscope.backend.http.settings import Settings
 
 SUPERVISOR_PID = "PACKSCOPE_SUPERVISOR_PID"  # set by `packscope serve` for its worker processes
 MAX_HEAD_BYTES = 64 * 1024  # a request line and headers; beyond it the client is answered 431
@@ -156,7 +156,7 @@ def die_with_parent(parent_pid: int) -> None:
 
 def worker_app() -> Any:
     """The app of one `packscope serve` worker process (uvicorn's factory)."""
-    from packscope.backend.app import create_app
+    from packscope.backend.server.app import create_app
 
     parent = os.environ.get(SUPERVISOR_PID)
     if parent:

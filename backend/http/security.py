@@ -4,7 +4,7 @@ guesses throttled per client, at the sign-in form and on the API; a sign-in form
 the server parse a huge body.
 
 The client address is the TCP peer's (`scope["client"]`): uvicorn replaces it by X-Forwarded-For
-only for the proxies named in PACKSCOPE_TRUSTED_PROXIES (backend/serving.py).
+only for the proxies named in PACKSCOPE_TRUSTED_PROXIES (backend/server/serving.py).
 """
 
 import hashlib

@@ -7,7 +7,7 @@ from fastapi import FastAPI, Request, status
 from fastapi.responses import JSONResponse
 from sqlalchemy import exc as sa
 
-from packscope.backend.admission import Overloaded
+from packscope.backend.http.admission import Overloaded
 
 log = logging.getLogger("packscope.backend")
 

@@ -21,9 +21,9 @@ import anyio
 from fastapi import HTTPException, status
 from sqlalchemy.orm import Session, sessionmaker
 
-from packscope.backend.admission import Admission
+from packscope.backend.http.admission import Admission
 from packscope.backend.reads import csv_export
-from packscope.backend.reads.queries import get_run
+from packscope.backend.store.runs import get_run
 
 READ_BYTES = 256 * 1024  # sent to the client at a time
 

@@ -35,9 +35,10 @@ from typing import Any, Protocol
 
 from sqlalchemy import Engine
 
+from packscope.backend.store.writes import NOTIFY_CHANNEL
+
 log = logging.getLogger("packscope.backend")
 
-NOTIFY_CHANNEL = "packscope_intervals"
 MAX_UNIX_PATH = 100  # sockaddr_un holds 108 bytes on Linux, 104 on macOS
 MAX_RUN_ID_BYTES = 256  # run ids are at most 64 characters; a datagram larger than this is not ours
 

@@ -2,7 +2,7 @@
 the layout it found in the batches, and the intervals it could not send (refusals).
 
 The request bodies live here with the writes they feed; routes/ingest.py only routes them. The
-read side (the status shown, the refusal counts) is backend/reads/queries.py.
+read side is backend/reads/liveness.py (the status shown) and backend/reads/summaries.py (the refusal counts).
 """
 
 from datetime import UTC, datetime
@@ -14,7 +14,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.orm import Session
 
-from packscope.backend.schemas import RunPatch, SafeStr, whole_number
+from packscope.backend.api.schemas import RunPatch, SafeStr, whole_number
 from packscope.backend.store.models import Run, refused_intervals
 from packscope.core.catalogue import INT32_MAX, INT64_MAX
 

@@ -10,12 +10,12 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
-from packscope.backend.admission import Admission
-from packscope.backend.reads.queries import get_run
-from packscope.backend.schemas import RUN_ID_PATTERN
-from packscope.backend.security import READ_COOKIE, read_cookie_value
-from packscope.backend.settings import Settings
+from packscope.backend.api.schemas import RUN_ID_PATTERN
+from packscope.backend.http.admission import Admission
+from packscope.backend.http.security import READ_COOKIE, read_cookie_value
+from packscope.backend.http.settings import Settings
 from packscope.backend.store.models import Run, deleted_runs
+from packscope.backend.store.runs import get_run
 
 _bearer = HTTPBearer(auto_error=False)
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]

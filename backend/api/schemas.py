@@ -21,7 +21,7 @@ from pydantic import (
 )
 from pydantic.json_schema import SkipJsonSchema
 
-from packscope.backend.text import SafeStr, storable_json
+from packscope.backend.api.text import SafeStr, storable_json
 from packscope.core.catalogue import BAND_METRICS, INT32_MAX, INT64_MAX, METRIC
 from packscope.core.flops import ModelSpec, model_json_schema
 
@@ -36,7 +36,7 @@ SmallCount = Annotated[int, Field(ge=0, le=INT32_MAX)]
 Positive = Annotated[int, Field(ge=1, le=INT32_MAX)]
 RunStatus = Literal["running", "finished", "failed"]  # what the agent sets (PATCH)
 # What the reads show: a running run whose agent stopped calling is stale, then crashed
-# (backend/reads/queries.py, shown_status); a later heartbeat or record makes it running again.
+# (backend/reads/liveness.py, shown_status); a later heartbeat or record makes it running again.
 ShownStatus = Literal["running", "stale", "crashed", "finished", "failed"]
 DeclaredLayout = Literal["thd", "bshd"]  # what a run registers with
 # What the agent found in the batches: padded rows, packed documents, packed with static shapes
