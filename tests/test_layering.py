@@ -16,7 +16,7 @@ def imported_after(statement: str) -> set[str]:
     "statement",
     [
         "import packscope.backend.app",
-        "import packscope.backend.cli",
+        "import packscope.commands.serve",
     ],
 )
 def test_the_server_side_never_imports_torch(statement):
@@ -24,7 +24,7 @@ def test_the_server_side_never_imports_torch(statement):
 
 
 def test_the_server_side_imports_nothing_from_the_agent():
-    modules = imported_after("import packscope.backend.app, packscope.backend.cli")
+    modules = imported_after("import packscope.backend.app, packscope.commands.serve")
     assert not {m for m in modules if m.startswith(("packscope.agent", "packscope.trainer"))}
 
 
@@ -33,14 +33,14 @@ SERVER_LIBRARIES = ("fastapi", "starlette", "sqlalchemy", "pydantic", "alembic",
 
 def test_the_core_imports_neither_torch_nor_the_server_libraries():
     core = ("flops", "histograms", "catalogue", "hf_config")
-    modules = imported_after("import packscope.flops_cmd, " + ", ".join(f"packscope.core.{m}" for m in core))
+    modules = imported_after("import packscope.commands.flops, " + ", ".join(f"packscope.core.{m}" for m in core))
     assert not {m for m in modules if m.split(".")[0] in ("torch", "numpy", *SERVER_LIBRARIES)}
     assert not {m for m in modules if m.startswith(("packscope.agent", "packscope.backend", "packscope.trainer"))}
 
 
 def test_the_importer_needs_neither_torch_nor_the_server_nor_the_agent():
     """`packscope import` runs with the bare package, [agent] or [server] (docs/gallery.md)."""
-    modules = imported_after("import packscope.importer, packscope.gallery, packscope.cli")
+    modules = imported_after("import packscope.commands.importer, packscope.gallery, packscope.commands.cli")
     assert not {m for m in modules if m.split(".")[0] in ("torch", "numpy", "httpx", *SERVER_LIBRARIES)}
     assert not {m for m in modules if m.startswith(("packscope.agent", "packscope.backend", "packscope.trainer"))}
 

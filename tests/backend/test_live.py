@@ -18,10 +18,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from packscope.backend.cli import add_export_arguments, export_from_args
 from packscope.backend.live import InProcess, LiveHub, UnixDatagrams, transport_for
 from packscope.backend.settings import Settings
 from packscope.backend.store.db import make_engine
+from packscope.commands.serve import add_export_arguments, export_from_args
 from packscope.core.ports import free_port
 from tests.backend.uvicorn_server import serving
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from cli.support import clean_env, free_port, get, get_status, running_server
-from packscope.cli import main
+from packscope.commands.cli import main
 
 MODEL = {"layers": 2, "hidden": 64, "heads": 4, "ffn": 128, "vocab": 256}
 

@@ -1,5 +1,5 @@
-"""`packscope export`: the server's CSV export of a run (backend/cli.py downloads it), with the run
-named by its id, a unique id prefix or its name (packscope/run_ref.py) and the server URL checked
+"""`packscope export`: the server's CSV export of a run (packscope/commands/serve.py downloads it), with the run
+named by its id, a unique id prefix or its name (packscope/commands/run_ref.py) and the server URL checked
 before anything is asked of it."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from packscope.backend import cli as backend_cli
+from packscope.commands import serve as backend_cli
+from packscope.commands.run_ref import Reader, RunNotFound, resolve
 from packscope.core.urls import checked_server_url
-from packscope.run_ref import Reader, RunNotFound, resolve
 
 
 def add_export_arguments(parser: argparse.ArgumentParser) -> None:

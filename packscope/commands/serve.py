@@ -1,4 +1,4 @@
-"""`packscope serve` and `packscope export` (wired into the `packscope` command by packscope/cli.py)."""
+"""`packscope serve` and `packscope export` (wired into the `packscope` command by packscope/commands/cli.py)."""
 
 import argparse
 import os
