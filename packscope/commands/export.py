@@ -64,12 +64,13 @@ def download(reader: Reader, run_id: str, output: str) -> int:
     """The run's CSV into `output` ('-': stdout), through a file beside it renamed at the end, so
     that a failure never leaves half a file."""
     server = reader.server
+    path = f"/runs/{quote(run_id, safe='')}/intervals.csv"
     try:
-        response = reader.open(f"/runs/{quote(run_id, safe='')}/intervals.csv")
+        response = reader.open(path)
     except urllib.error.HTTPError as err:
         if err.code == 404:
             return _fail(f"run {run_id!r} is not stored on {server}; {server}/api/v1/runs lists the runs")
-        return _fail(f"{err.url} answered HTTP {err.code}: {err.read()[:300]!r}")
+        return _fail(f"{server}/api/v1{path} answered HTTP {err.code}: {err.read()[:300]!r}")
     except RunNotFound as exc:  # a read token became needed since the run was resolved
         return _fail(str(exc))
     except UNREACHABLE as exc:

@@ -6,6 +6,7 @@ they train and taking its server with it when it is stopped."""
 from __future__ import annotations
 
 import csv
+import http.server
 import json
 import queue
 import signal
@@ -142,6 +143,31 @@ def test_export_sends_the_read_token(tmp_path, capsys):
         assert code == 2 and f"{server} needs a read token; pass --token" in err
         code = main(["export", "--server", server, "--run", "guarded", "--token", "r3ad", "-o", str(out)])
         assert code == 0 and out.read_text().startswith("interval,rank,")
+
+
+class RefusesTheCsv(http.server.BaseHTTPRequestHandler):
+    """A server that knows the run but answers its CSV with a 503."""
+
+    def do_GET(self) -> None:
+        status, body = (503, b"shedding load") if self.path.endswith(".csv") else (200, b"{}")
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_export_says_what_the_server_answered_instead_of_the_csv(tmp_path, capsys):
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), RefusesTheCsv) as refusing:
+        threading.Thread(target=refusing.serve_forever, daemon=True).start()
+        server = f"http://127.0.0.1:{refusing.server_address[1]}"
+        code, err = export(server, "run-1", tmp_path / "x.csv", capsys)
+        refusing.shutdown()
+    assert code == 2
+    assert f"{server}/api/v1/runs/run-1/intervals.csv answered HTTP 503: b'shedding load'" in err
+    assert not (tmp_path / "x.csv").exists() and not (tmp_path / "x.csv.part").exists()
 
 
 class Lines:
