@@ -1,6 +1,6 @@
 """The gallery: run files recorded on a GPU (gallery/README.md), shipped in the wheel as
 `packscope.gallery` so that `packscope demo` shows real numbers on its first screen. Data only;
-`packscope.importer` sends the files to a server."""
+`packscope.commands.importer` sends the files to a server."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 import sys
 
-from packscope.cli import main
+from packscope.commands.cli import main
 
 sys.exit(main())

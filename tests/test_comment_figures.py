@@ -19,7 +19,7 @@ FIGURE = re.compile(
 JS_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/|<!--.*?-->", re.S)
 # Times that are settings or examples of a format, not measurements, by file.
 SETTINGS = {
-    "packscope/importer.py": {"2 s", "60 s"},  # the sender's backoff defaults
+    "packscope/commands/importer.py": {"2 s", "60 s"},  # the sender's backoff defaults
     "packscope/core/spool.py": {"10 min"},  # the set-aside records' retry ages
     "trainer/train.py": {"30 s"},  # the agent's default close timeout, not waited for
     "frontend/static/run_early.js": {"100 ms"},  # the fallback timer of a hidden tab

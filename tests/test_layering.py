@@ -15,37 +15,104 @@ def imported_after(statement: str) -> set[str]:
     return set(out.split())
 
 
-@pytest.mark.parametrize(
-    "statement",
-    [
-        "import packscope.backend.server.app",
-        "import packscope.backend.cli",
-    ],
-)
-def test_the_server_side_never_imports_torch(statement):
-    assert "torch" not in imported_after(statement)
+ROOT = Path(__file__).resolve().parents[1]
+# The product's folders and their import names (pyproject's package-dir).
+PRODUCT = {
+    "packscope": "packscope",
+    "agent": "packscope.agent",
+    "trainer": "packscope.trainer",
+    "backend": "packscope.backend",
+    "frontend": "packscope.frontend",
+    "alembic": "packscope.migrations",
+    "gallery": "packscope.gallery",
+}
+
+
+def module_name(path: Path) -> str:
+    folder, *rest = path.relative_to(ROOT).with_suffix("").parts
+    parts = [PRODUCT[folder], *rest]
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imports_of(path: Path) -> set[str]:
+    """Every module `path` imports, as written in its source (imports inside functions and the
+    "module:function" references the `packscope` command loads by name included), an absolute
+    `from a import b` as both `a` and `a.b`."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found |= {node.module} | {f"{node.module}.{alias.name}" for alias in node.names}
+        elif isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found |= set(re.findall(r"^(packscope(?:\.\w+)+):\w+$", node.value))
+    return found
+
+
+def product_modules(folder: str) -> list[Path]:
+    return sorted(p for p in (ROOT / folder).rglob("*.py") if "__pycache__" not in p.parts)
+
+
+def ours(modules: set[str]) -> set[str]:
+    return {m for m in modules if m == "packscope" or m.startswith("packscope.")}
+
+
+def is_under(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+# -- packscope/: the core below everything, the commands above everything (docs/architecture.md) ---
+def test_the_core_imports_the_standard_library_and_itself_alone():
+    wrong = {
+        f"{module_name(path)} imports {target}"
+        for path in product_modules("packscope/core")
+        for target in imports_of(path)
+        if not is_under(target, "packscope.core") and target.split(".")[0] not in sys.stdlib_module_names
+    }
+    assert not wrong, sorted(wrong)
+
+
+def test_nothing_below_the_commands_imports_them():
+    wrong = {
+        f"{module_name(path)} imports {target}"
+        for folder in PRODUCT
+        for path in product_modules(folder)
+        if not is_under(module_name(path), "packscope.commands") and path != ROOT / "packscope" / "__main__.py"
+        for target in imports_of(path)
+        if is_under(target, "packscope.commands")
+    }
+    assert not wrong, sorted(wrong)
+
+
+def test_the_package_face_is_the_version_and_the_entry_point():
+    """packscope/__init__.py imports nothing of ours; `python -m packscope` is the commands' cli."""
+    assert not ours(imports_of(ROOT / "packscope" / "__init__.py"))
+    assert ours(imports_of(ROOT / "packscope" / "__main__.py")) == {
+        "packscope.commands.cli",
+        "packscope.commands.cli.main",
+    }
+
+
+def test_every_module_of_packscope_imports_the_standard_library_alone():
+    """The base distribution has no dependencies (pyproject), and the `packscope` command is in it:
+    importing any module of packscope/ (the core, the commands, the face) loads nothing else, so
+    that each command imports what it runs only once chosen (serve the backend, train torch) and
+    `import`, `sync`, `export` and `flops` run with the bare package."""
+    names = [module_name(p) for p in product_modules("packscope") if p.name != "__main__.py"]
+    loaded = imported_after("; ".join(f"import {name}" for name in names)) - imported_after("pass")
+    libraries = {m for m in loaded if not is_under(m, "packscope") and m.split(".")[0] not in sys.stdlib_module_names}
+    below = {m for m in ours(loaded) - {"packscope"} if not m.startswith(("packscope.core", "packscope.commands"))}
+    assert not libraries and not below, sorted(libraries | below)
+
+
+# -- the server and the agent -----------------------------------------------------------------------
+def test_the_server_side_never_imports_torch():
+    assert "torch" not in imported_after("import packscope.backend.server.app, packscope.backend.server.serving")
 
 
 def test_the_server_side_imports_nothing_from_the_agent():
-    modules = imported_after("import packscope.backend.server.app, packscope.backend.cli")
+    modules = imported_after("import packscope.backend.server.app, packscope.backend.server.serving")
     assert not {m for m in modules if m.startswith(("packscope.agent", "packscope.trainer"))}
-
-
-SERVER_LIBRARIES = ("fastapi", "starlette", "sqlalchemy", "pydantic", "alembic", "uvicorn", "plotly", "jinja2")
-
-
-def test_the_core_imports_neither_torch_nor_the_server_libraries():
-    core = ("flops", "histograms", "catalogue", "hf_config")
-    modules = imported_after("import packscope.flops_cmd, " + ", ".join(f"packscope.core.{m}" for m in core))
-    assert not {m for m in modules if m.split(".")[0] in ("torch", "numpy", *SERVER_LIBRARIES)}
-    assert not {m for m in modules if m.startswith(("packscope.agent", "packscope.backend", "packscope.trainer"))}
-
-
-def test_the_importer_needs_neither_torch_nor_the_server_nor_the_agent():
-    """`packscope import` runs with the bare package, [agent] or [server] (docs/gallery.md)."""
-    modules = imported_after("import packscope.importer, packscope.gallery, packscope.cli")
-    assert not {m for m in modules if m.split(".")[0] in ("torch", "numpy", "httpx", *SERVER_LIBRARIES)}
-    assert not {m for m in modules if m.startswith(("packscope.agent", "packscope.backend", "packscope.trainer"))}
 
 
 def test_the_agent_imports_nothing_from_the_server_side():
@@ -65,9 +132,7 @@ BACKEND_LAYERS = {
     "routes": ("formulas", "api", "store", "ingest", "reads", "http"),
     "server": ("formulas", "api", "store", "ingest", "reads", "http", "routes"),
 }
-BACKEND = Path(__file__).resolve().parents[1] / "backend"
-# Another branch moves backend/cli.py into the commands package; until that merge it stays here.
-LEAVING_THE_BACKEND = {"cli.py"}
+BACKEND = ROOT / "backend"
 
 
 def _backend_imports(path: Path) -> set[str]:
@@ -90,7 +155,7 @@ def _backend_imports(path: Path) -> set[str]:
 
 
 def test_every_backend_module_is_in_a_layer():
-    loose = {p.name for p in BACKEND.glob("*.py")} - {"__init__.py"} - LEAVING_THE_BACKEND
+    loose = {p.name for p in BACKEND.glob("*.py")} - {"__init__.py"}
     folders = {p.name for p in BACKEND.iterdir() if p.is_dir() and p.name != "__pycache__"}
     assert not loose, f"backend modules outside every layer folder: {sorted(loose)}"
     assert folders <= set(BACKEND_LAYERS), f"folders of no layer: {sorted(folders - set(BACKEND_LAYERS))}"

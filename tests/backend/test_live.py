@@ -1,11 +1,8 @@
-"""Against a real uvicorn server: the live stream (SSE), its push between server processes, and
-`packscope export`."""
+"""Against a real uvicorn server: the live stream (SSE) and its push between server processes
+(`packscope export` is tested as a command, in tests/cli/test_run_commands.py)."""
 
-import argparse
 import asyncio
 import contextlib
-import csv
-import io
 import json
 import queue
 import socket
@@ -18,11 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from packscope.backend.cli import add_export_arguments, export_from_args
 from packscope.backend.http.live import InProcess, LiveHub, UnixDatagrams, transport_for
 from packscope.backend.http.settings import Settings
 from packscope.backend.store.db import make_engine
-from packscope.core.ports import free_port
 from tests.backend.uvicorn_server import serving
 
 
@@ -33,12 +28,6 @@ def server(sqlite_url: str) -> Iterator[str]:
     )
     with serving(settings) as url:
         yield url
-
-
-def export(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser()
-    add_export_arguments(parser)
-    return export_from_args(parser.parse_args(argv))
 
 
 def test_stream_sends_an_event_when_intervals_arrive(server, new_run, records):
@@ -75,26 +64,6 @@ def test_stream_keeps_the_connection_alive(server, new_run):
         first = next(line for line in response.iter_lines() if line)
     assert first.startswith(":")  # no intervals yet: only keep-alive comments
     http.close()
-
-
-def test_export_writes_the_csv(server, tmp_path, new_run, records, capsys):
-    httpx.post(f"{server}/api/v1/runs", json=new_run())
-    httpx.post(f"{server}/api/v1/runs/run-1/intervals", json={"intervals": records(25)})
-    target = tmp_path / "out.csv"
-    assert export(["--server", server, "--run", "run-1", "-o", str(target)]) == 0
-    rows = list(csv.DictReader(io.StringIO(target.read_text())))
-    assert [int(r["interval"]) for r in rows] == list(range(25))
-    assert "wrote 25 intervals" in capsys.readouterr().err
-
-
-def test_export_explains_user_errors(server, tmp_path, capsys):
-    target = tmp_path / "out.csv"
-    assert export(["--server", server, "--run", "missing", "-o", str(target)]) == 2
-    assert "run 'missing' is not stored" in capsys.readouterr().err
-    closed = f"http://127.0.0.1:{free_port()}"  # nothing listens on it
-    assert export(["--server", closed, "--run", "run-1", "-o", str(target)]) == 2
-    assert "cannot reach the packscope server" in capsys.readouterr().err
-    assert not target.exists() and not (tmp_path / "out.csv.part").exists()
 
 
 # -- push, not poll ---------------------------------------------------------------------------------

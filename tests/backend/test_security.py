@@ -11,9 +11,9 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from packscope.backend.cli import add_serve_arguments, serve_from_args
 from packscope.backend.http.security import SIGN_IN_MAX_BYTES
 from packscope.backend.http.settings import Settings
+from packscope.commands.serve import add_serve_arguments, serve_from_args
 from tests.backend.conftest import run_body
 from tests.backend.uvicorn_server import serving
 

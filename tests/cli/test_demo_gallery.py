@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from cli.support import clean_env, derived, free_port, get, running_server
-from packscope import gallery, importer
+from packscope import gallery
+from packscope.commands import importer
+from packscope.commands.demo import gallery_links, import_gallery
 from packscope.core.run_file import read_run_file
-from packscope.demo import gallery_links, import_gallery
 
 URL = "http://127.0.0.1:8000"
 

@@ -17,11 +17,11 @@ from typing import ClassVar
 import pytest
 
 from cli.support import STEPS, derived, free_port, get, get_status, running_server
-from packscope import importer
-from packscope.cli import main
+from packscope.commands import importer
+from packscope.commands.cli import main
+from packscope.commands.importer import MAX_BATCH
 from packscope.core.http_client import Backoff
 from packscope.core.run_file import read_run_file
-from packscope.importer import MAX_BATCH
 
 SUMS = ("tokens", "real_tokens", "documents", "packs", "steps", "gpu_time_s", "flops_bshd", "flops_thd", "flops_useful")
 

@@ -1,10 +1,12 @@
 """The commands as a new user types them: `packscope export --run` with a run's name or the start of
-its id (and, when nothing matches, the closest runs), server URLs refused before anything is
-sent, and `packscope demo` linking its live runs before they train and taking its server with it
-when it is stopped."""
+its id (and, when nothing matches, the closest runs), with the bare package (no server extra),
+server URLs refused before anything is sent, and `packscope demo` linking its live runs before
+they train and taking its server with it when it is stopped."""
 
 from __future__ import annotations
 
+import csv
+import http.server
 import json
 import queue
 import signal
@@ -16,17 +18,17 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+from wire_records import packed_interval
 
 from cli.support import clean_env, free_port, get, get_status, running_server
-from packscope.cli import main
+from packscope.commands.cli import main
 
 MODEL = {"layers": 2, "hidden": 64, "heads": 4, "ffn": 128, "vocab": 256}
 
 
-def post(base: str, path: str, body: dict) -> int:
-    request = urllib.request.Request(
-        base + path, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"}, method="POST"
-    )
+def post(base: str, path: str, body: dict, token: str | None = None) -> int:
+    headers = {"Content-Type": "application/json"} | ({"Authorization": f"Bearer {token}"} if token else {})
+    request = urllib.request.Request(base + path, data=json.dumps(body).encode(), headers=headers, method="POST")
     with urllib.request.urlopen(request, timeout=10) as resp:
         return resp.status
 
@@ -88,6 +90,84 @@ def test_export_refuses_a_url_without_a_scheme_before_asking(tmp_path, capsys):
     code, err = export("127.0.0.1:9", "demo-thd", tmp_path / "x.csv", capsys)
     assert code == 2
     assert "must be a URL like http://127.0.0.1:8000" in err and "did you mean http://127.0.0.1:9?" in err
+
+
+# What the server extra brings, and the backend itself: `packscope export` imports none of them.
+SERVER_SIDE = ("packscope.backend", "fastapi", "starlette", "uvicorn", "sqlalchemy", "pydantic", "httpx", "numpy")
+
+
+def test_export_runs_with_the_bare_package(runs, tmp_path):
+    """Where the server extra is not installed (its modules fail to import), `packscope export`
+    still resolves the run by its name and writes every interval."""
+    body = {"run_id": "bare-export-eeeeee", "name": "bare-export", "model": MODEL, "layout": "thd"}
+    assert post(runs, "/api/v1/runs", body) == 201
+    records = [packed_interval(k) for k in range(3)]
+    assert post(runs, "/api/v1/runs/bare-export-eeeeee/intervals", {"intervals": records}) == 200
+    out = tmp_path / "bare.csv"
+    argv = ["export", "--server", runs, "--run", "bare-export", "-o", str(out)]
+    code = f"""import sys
+for name in {SERVER_SIDE!r}:
+    sys.modules[name] = None  # import raises ImportError, as for a package not installed
+from packscope.commands.cli import main
+sys.exit(main({argv!r}))
+"""
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=clean_env(), cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    with out.open(newline="") as f:
+        assert [int(row["interval"]) for row in csv.DictReader(f)] == [0, 1, 2]
+    assert "wrote 3 intervals of run 'bare-export-eeeeee'" in done.stderr
+
+
+def test_export_writes_to_stdout(runs, capsys):
+    assert main(["export", "--server", runs, "--run", "demo-thd", "-o", "-"]) == 0
+    assert capsys.readouterr().out.startswith("interval,rank,")
+
+
+def test_export_says_when_no_server_answers(tmp_path, capsys):
+    closed = f"http://127.0.0.1:{free_port()}"  # nothing listens on it
+    code, err = export(closed, "demo-thd", tmp_path / "x.csv", capsys)
+    assert code == 1
+    assert f"cannot reach the packscope server at {closed}" in err and "is `packscope serve` running there?" in err
+    assert not (tmp_path / "x.csv").exists() and not (tmp_path / "x.csv.part").exists()
+
+
+def test_export_sends_the_read_token(tmp_path, capsys):
+    tokens = {"PACKSCOPE_READ_TOKEN": "r3ad", "PACKSCOPE_INGEST_TOKEN": "1ngest"}
+    with running_server(tmp_path / "tokens.db", **tokens) as server:
+        body = {"run_id": "guarded-ffffff", "name": "guarded", "model": MODEL, "layout": "thd"}
+        assert post(server, "/api/v1/runs", body, token="1ngest") == 201
+        out = tmp_path / "guarded.csv"
+        code, err = export(server, "guarded", out, capsys)
+        assert code == 2 and f"{server} needs a read token; pass --token" in err
+        code = main(["export", "--server", server, "--run", "guarded", "--token", "r3ad", "-o", str(out)])
+        assert code == 0 and out.read_text().startswith("interval,rank,")
+
+
+class RefusesTheCsv(http.server.BaseHTTPRequestHandler):
+    """A server that knows the run but answers its CSV with a 503."""
+
+    def do_GET(self) -> None:
+        status, body = (503, b"shedding load") if self.path.endswith(".csv") else (200, b"{}")
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_export_says_what_the_server_answered_instead_of_the_csv(tmp_path, capsys):
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), RefusesTheCsv) as refusing:
+        threading.Thread(target=refusing.serve_forever, daemon=True).start()
+        server = f"http://127.0.0.1:{refusing.server_address[1]}"
+        code, err = export(server, "run-1", tmp_path / "x.csv", capsys)
+        refusing.shutdown()
+    assert code == 2
+    assert f"{server}/api/v1/runs/run-1/intervals.csv answered HTTP 503: b'shedding load'" in err
+    assert not (tmp_path / "x.csv").exists() and not (tmp_path / "x.csv.part").exists()
 
 
 class Lines:

@@ -21,9 +21,9 @@ import torch
 from wire_records import packed_interval
 
 from cli.support import clean_env, derived, free_port, get, get_status, running_server
-from packscope import importer, sync
 from packscope.agent import Agent, AgentConfig, ModelSpec
-from packscope.cli import main
+from packscope.commands import importer, sync
+from packscope.commands.cli import main
 from packscope.core.run_file import read_run_file, write_run_file
 from packscope.core.spool import Spool, encode
 
@@ -213,7 +213,7 @@ def test_bad_input_is_refused_before_anything_is_sent(server, tmp_path, capsys):
 
 
 def test_sync_needs_neither_torch_nor_the_agent_nor_the_server():
-    code = "import sys, packscope.sync; print(' '.join(sorted(sys.modules)))"
+    code = "import sys, packscope.commands.sync; print(' '.join(sorted(sys.modules)))"
     modules = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert not [m for m in modules if m.split(".")[0] in ("torch", "numpy", "httpx", "fastapi", "sqlalchemy")]
     assert not [m for m in modules if m.startswith(("packscope.agent", "packscope.backend", "packscope.trainer"))]

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from packscope.cli import main
+from packscope.commands.cli import main
 from packscope.core.hf_config import HFConfigError, read_hf_config, spec_from_hf_config, spec_from_hf_dict
 
 PUBLISHED = Path(__file__).parent.parent / "fixtures" / "hf" / "published"

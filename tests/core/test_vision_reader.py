@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from packscope.cli import main
+from packscope.commands.cli import main
 from packscope.core.hf_config import HFConfigError, read_hf_config, spec_from_hf_dict
 from packscope.core.vision import batch_sums, fixed_image_sums
 from tests.core.published_vision import PUBLISHED_VISION

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from packscope.cli import main
+from packscope.commands.cli import main
 from packscope.core.flops import packs_breakdown_by_kind
 from packscope.core.hf_config import read_hf_config
 from packscope.core.vision import VisionSpec, batch_sums, decoder_tokens, fixed_image_sums

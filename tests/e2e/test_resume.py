@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 import httpx
 import pytest
 
-from packscope.cli import main
+from packscope.commands.cli import main
 from packscope.trainer.config import add_train_arguments, config_from_args
 from packscope.trainer.data import DocumentStream, step_documents
 

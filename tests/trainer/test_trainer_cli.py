@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from packscope.cli import main
+from packscope.commands.cli import main
 from packscope.trainer.config import DataConfig, TrainConfig, add_train_arguments, config_from_args
 
 # Every field away from its default, so that the round trip below proves each one is mapped.
@@ -168,7 +168,7 @@ def test_a_bad_value_is_explained_with_exit_code_2(argv, message, capsys):
 
 def test_the_train_command_parses_without_torch():
     # torch set to None in sys.modules makes any `import torch` fail.
-    code = "import sys; sys.modules['torch'] = None; from packscope.cli import main; main(['train', '--help'])"
+    code = "import sys; sys.modules['torch'] = None; from packscope.commands.cli import main; main(['train', '--help'])"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert "--run-id" in proc.stdout and "--data-sigma" in proc.stdout

@@ -47,7 +47,7 @@ LAUNCHER = """
 import sys, json, os, traceback
 import torch.distributed as dist
 from packscope.agent import agent as agent_module
-from packscope.cli import main
+from packscope.commands.cli import main
 
 # Count collectives started while the agent's code runs (its constructor's run-id broadcast aside).
 calls, inside = [], [0]

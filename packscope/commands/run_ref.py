@@ -8,7 +8,11 @@ instead when it cannot: the runs a name or prefix matches, or the closest names 
 from __future__ import annotations
 
 import difflib
+import http.client
+import json
+import urllib.error
 import urllib.parse
+import urllib.request
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,21 +23,43 @@ class RunNotFound(Exception):
     """No single run matches; the message says what would."""
 
 
+# What a request that got no answer raises (a refused or dropped connection, a timeout): the
+# caller says the server cannot be reached.
+UNREACHABLE = (urllib.error.URLError, OSError, http.client.HTTPException)
+
+
 @dataclass(frozen=True)
 class Reader:
-    """GET requests to a packscope server's read API."""
+    """GET requests to a packscope server's read API, with the standard library alone (so that
+    `packscope export` runs with the bare package)."""
 
     server: str
     token: str | None = None
+    timeout_s: float = 30.0
+
+    def open(self, path: str, **params: Any) -> http.client.HTTPResponse:
+        """The answer to GET /api/v1`path`, to read (a 2xx), else urllib.error.HTTPError; a
+        401 is a RunNotFound that says to pass the read token."""
+        query = f"?{urllib.parse.urlencode(params)}" if params else ""
+        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
+        request = urllib.request.Request(f"{self.server}/api/v1{path}{query}", headers=headers)
+        try:
+            return urllib.request.urlopen(request, timeout=self.timeout_s)
+        except urllib.error.HTTPError as err:
+            if err.code == 401:
+                err.close()
+                needs = f"{self.server} needs a read token; pass --token or set PACKSCOPE_READ_TOKEN"
+                raise RunNotFound(needs) from None
+            raise
 
     def get(self, path: str, **params: Any) -> tuple[int, Any]:
-        import httpx
-
-        headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        response = httpx.get(f"{self.server}/api/v1{path}", params=params, headers=headers, timeout=30.0)
-        if response.status_code == 401:
-            raise RunNotFound(f"{self.server} needs a read token; pass --token or set PACKSCOPE_READ_TOKEN")
-        return response.status_code, (response.json() if response.status_code == 200 else None)
+        """(status, parsed JSON answer of a 200, else None)."""
+        try:
+            with self.open(path, **params) as response:
+                return response.status, (json.loads(response.read()) if response.status == 200 else None)
+        except urllib.error.HTTPError as err:
+            err.close()
+            return err.code, None
 
 
 def _runs(reader: Reader, **params: Any) -> list[dict[str, Any]]:

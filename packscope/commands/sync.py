@@ -45,22 +45,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from packscope.core.http_client import HttpError
-from packscope.core.spool import (
-    DEFAULT_SPOOL_DIR,
-    FINAL_KEY,
-    FORMAT_VERSION,
-    RUN_KEY,
-    SET_ASIDE_MAX_AGE_S,
-    SET_ASIDE_MAX_ATTEMPTS,
-    Entry,
-    Spool,
-    SpoolDamaged,
-    SpoolError,
-    is_damaged_copy,
-)
-from packscope.core.spool_salvage import Salvage, salvage
-from packscope.importer import (
+from packscope.commands.importer import (
     DEFAULT_SERVER,
     EXIT_BAD_INPUT,
     EXIT_FAILED,
@@ -77,6 +62,21 @@ from packscope.importer import (
     refused_line,
     register,
 )
+from packscope.core.http_client import HttpError
+from packscope.core.spool import (
+    DEFAULT_SPOOL_DIR,
+    FINAL_KEY,
+    FORMAT_VERSION,
+    RUN_KEY,
+    SET_ASIDE_MAX_AGE_S,
+    SET_ASIDE_MAX_ATTEMPTS,
+    Entry,
+    Spool,
+    SpoolDamaged,
+    SpoolError,
+    is_damaged_copy,
+)
+from packscope.core.spool_salvage import Salvage, salvage
 
 STATE_SUFFIX = ".sync.json"  # beside a run file: how far each server has taken it
 PLAIN_EVERY_S = 10.0  # off a terminal: at most one progress line this often

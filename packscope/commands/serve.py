@@ -1,15 +1,11 @@
-"""`packscope serve` and `packscope export` (wired into the `packscope` command by packscope/cli.py)."""
+"""`packscope serve`: the dashboard and ingest server. The backend and its libraries (the server
+extra) are imported only once the arguments parsed, so that `packscope serve --help` answers
+without them."""
 
 import argparse
 import os
 import socket
 import sys
-from pathlib import Path
-from urllib.parse import quote
-
-from sqlalchemy.exc import SQLAlchemyError
-
-DEFAULT_SERVER = "http://127.0.0.1:8000"
 
 
 def _fail(message: str) -> int:
@@ -17,7 +13,6 @@ def _fail(message: str) -> int:
     return 2
 
 
-# -- serve ----------------------------------------------------------------------------------------
 def cannot_listen(host: str, port: int) -> OSError | None:
     """Why `host:port` cannot be bound as uvicorn binds it (SO_REUSEADDR), or None: a busy port is
     said before a database is created or migrated and before a dashboard URL is printed."""
@@ -69,6 +64,7 @@ def shown_url(url: str) -> str:
 def serve_from_args(args: argparse.Namespace) -> int:
     import uvicorn
     from pydantic import ValidationError
+    from sqlalchemy.exc import SQLAlchemyError
 
     from packscope.backend.http.settings import Settings
     from packscope.backend.server.serving import SUPERVISOR_PID, uvicorn_options
@@ -119,55 +115,4 @@ def serve_from_args(args: argparse.Namespace) -> int:
         access_log=not args.no_access_log,
         **uvicorn_options(settings, workers=args.workers),
     )
-    return 0
-
-
-# -- export ---------------------------------------------------------------------------------------
-def add_export_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--server", default=DEFAULT_SERVER, help="packscope server URL (default: %(default)s)")
-    parser.add_argument("--run", required=True, metavar="RUN_ID", help="the run to export")
-    parser.add_argument("-o", "--output", default=None, help="CSV file to write (default: RUN_ID.csv; '-' for stdout)")
-    parser.add_argument(
-        "--token",
-        default=os.environ.get("PACKSCOPE_READ_TOKEN"),
-        help="read token, if the server requires one (default: PACKSCOPE_READ_TOKEN)",
-    )
-
-
-def export_from_args(args: argparse.Namespace) -> int:
-    import httpx
-
-    server = args.server.rstrip("/")
-    url = f"{server}/api/v1/runs/{quote(args.run, safe='')}/intervals.csv"
-    headers = {"Authorization": f"Bearer {args.token}"} if args.token else {}
-    output = args.output or f"{args.run}.csv"
-    to_stdout = output == "-"
-    # Download next to the target and rename at the end, so a failure never leaves half a file.
-    partial = Path(f"{output}.part")
-    rows = 0
-    try:
-        with httpx.stream("GET", url, headers=headers, timeout=30.0) as response:
-            if response.status_code == 404:
-                return _fail(f"run {args.run!r} is not stored on {server}; {server}/api/v1/runs lists the runs")
-            if response.status_code == 401:
-                return _fail(f"{server} needs a read token; pass --token or set PACKSCOPE_READ_TOKEN")
-            if response.status_code != 200:
-                return _fail(f"{url} answered HTTP {response.status_code}: {response.read()[:300]!r}")
-            sink = sys.stdout if to_stdout else partial.open("w", encoding="utf-8", newline="")
-            try:
-                for text in response.iter_text():
-                    sink.write(text)
-                    rows += text.count("\n")
-            finally:
-                if not to_stdout:
-                    sink.close()
-    except httpx.TransportError as exc:
-        partial.unlink(missing_ok=True)
-        return _fail(f"cannot reach the packscope server at {server} ({exc}); is `packscope serve` running there?")
-    except OSError as exc:
-        partial.unlink(missing_ok=True)
-        return _fail(f"cannot write {output}: {exc}")
-    if not to_stdout:
-        partial.replace(output)
-        print(f"packscope: wrote {max(rows - 1, 0)} intervals of run {args.run!r} to {output}", file=sys.stderr)
     return 0

@@ -81,7 +81,8 @@ def _port_taken(host: str, port: int) -> bool:
 
 def import_gallery(url: str, folder: str | Path | None = None) -> list[str]:
     """Import the gallery's run files into the server at `url`; the lines that say where to look."""
-    from packscope import gallery, importer
+    from packscope import gallery
+    from packscope.commands import importer
 
     paths = gallery.run_files(folder)
     where = f"in {folder}" if folder is not None else "packaged"

@@ -14,8 +14,8 @@ from typing import Any
 # and a mistyped option answer without loading torch.
 COMMANDS = {
     "serve": (
-        "packscope.backend.cli:add_serve_arguments",
-        "packscope.backend.cli:serve_from_args",
+        "packscope.commands.serve:add_serve_arguments",
+        "packscope.commands.serve:serve_from_args",
         "run the dashboard and ingest server",
     ),
     "train": (
@@ -24,28 +24,28 @@ COMMANDS = {
         "run the reference trainer with the agent wired in",
     ),
     "demo": (
-        "packscope.demo:add_demo_arguments",
-        "packscope.demo:demo_from_args",
+        "packscope.commands.demo:add_demo_arguments",
+        "packscope.commands.demo:demo_from_args",
         "start a server and feed it two reference runs (BSHD and THD)",
     ),
     "import": (
-        "packscope.importer:add_import_arguments",
-        "packscope.importer:import_from_args",
+        "packscope.commands.importer:add_import_arguments",
+        "packscope.commands.importer:import_from_args",
         "send run files (train --records-dir, the gallery) to a server",
     ),
     "sync": (
-        "packscope.sync:add_sync_arguments",
-        "packscope.sync:sync_from_args",
+        "packscope.commands.sync:add_sync_arguments",
+        "packscope.commands.sync:sync_from_args",
         "send what runs left on disk (spools, offline runs, run files) to a server, exactly once",
     ),
     "export": (
-        "packscope.export_cmd:add_export_arguments",
-        "packscope.export_cmd:export_from_args",
+        "packscope.commands.export:add_export_arguments",
+        "packscope.commands.export:export_from_args",
         "download a run's intervals as CSV",
     ),
     "flops": (
-        "packscope.flops_cmd:add_flops_arguments",
-        "packscope.flops_cmd:flops_from_args",
+        "packscope.commands.flops:add_flops_arguments",
+        "packscope.commands.flops:flops_from_args",
         "FLOPs of packs of documents for a Hugging Face model",
     ),
 }
