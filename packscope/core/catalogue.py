@@ -245,12 +245,8 @@ SUMS: tuple[Sum, ...] = (
     Sum("gpu_seconds", ("gpu_time_s", "gpus")),  # the GPU time the FLOPs were spread over
     Sum("tokens", ("tokens",)),
     Sum("real_tokens", ("real_tokens",)),
-    Sum("seqlen_sq_sum_bshd", ("seqlen_sq_sum_bshd",)),
-    Sum("seqlen_sq_sum_thd", ("seqlen_sq_sum_thd",)),
-    Sum("window_sq_sum_bshd", ("window_sq_sum_bshd",)),
-    Sum("window_sq_sum_thd", ("window_sq_sum_thd",)),
-    Sum("chunk_sq_sum_bshd", ("chunk_sq_sum_bshd",)),
-    Sum("chunk_sq_sum_thd", ("chunk_sq_sum_thd",)),
+    # Each layer kind's attention sums, baseline then real documents, as FIELDS lists them.
+    *(Sum(name, (name,)) for names in ATTENTION_SUMS.values() for name in (names.bshd, names.thd)),
     *(Sum(name, (name,)) for name in VISION_SUMS),
     Sum("documents", ("documents",)),
     Sum("packs", ("packs",)),
