@@ -187,6 +187,29 @@ FIELDS: tuple[Field, ...] = (
 FIELD = {f.name: f for f in FIELDS}
 
 
+def wire_record(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A wire record's catalogue fields (docs/wire.md) from their values by field name: each at its
+    wire path, in FIELDS order, a nested object where its first field is. A field without a value
+    is left out, and an object none of whose fields has one is null (no NVML readings: "gpu":
+    null). A field every record carries (required, no default) without a value, or a value of no
+    field, is the sender's mistake: ValueError."""
+    record: dict[str, Any] = {}
+    placed = 0
+    for f in FIELDS:
+        holder = record
+        for part in f.wire_path[:-1]:
+            holder = holder.setdefault(part, {})
+        if f.name in values:
+            holder[f.wire_path[-1]] = values[f.name]
+            placed += 1
+        elif f.required and f.default is None:
+            raise ValueError(f"the record needs {f.name!r} ({f.doc})")
+    if placed != len(values):
+        unknown = sorted(set(values) - {f.name for f in FIELDS})
+        raise ValueError(f"no catalogue field is named {', '.join(map(repr, unknown))}")
+    return {key: None if value == {} else value for key, value in record.items()}
+
+
 class Ops(Protocol):
     """What a formula may do beyond +, - and *, for one kind of value (Python floats, numpy
     columns, SQL expressions), so that one definition evaluates on all of them:

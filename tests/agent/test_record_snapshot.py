@@ -40,8 +40,14 @@ class FakeNvml:
 
     def __init__(self) -> None:
         self.readings = [
-            {"util_pct": 87.5, "power_w": 412.25, "sm_clock_mhz": 1980.0, "mem_used_bytes": 7.5e10, "energy_j": 812.5},
-            {"util_pct": 50.0, "power_w": 300.5, "sm_clock_mhz": 1755.0, "mem_used_bytes": 6.25e10},
+            {
+                "gpu_util_pct": 87.5,
+                "gpu_power_w": 412.25,
+                "gpu_sm_clock_mhz": 1980.0,
+                "gpu_mem_used_bytes": 7.5e10,
+                "gpu_energy_j": 812.5,
+            },
+            {"gpu_util_pct": 50.0, "gpu_power_w": 300.5, "gpu_sm_clock_mhz": 1755.0, "gpu_mem_used_bytes": 6.25e10},
             None,
         ]
 
@@ -107,7 +113,9 @@ def _vision_records() -> list[dict]:
     for grids in ([(1, 36, 52), (2, 28, 28)], [(1, 112, 84)]):
         agent.step_begin()
         agent.observe_batch(
-            cu_seqlens=torch.tensor([0, 700, 2048], dtype=torch.int32), shape=(1, 2048), image_grid_thw=torch.tensor(grids)
+            cu_seqlens=torch.tensor([0, 700, 2048], dtype=torch.int32),
+            shape=(1, 2048),
+            image_grid_thw=torch.tensor(grids),
         )
         agent.step_end(loss=torch.tensor(1.0))
     agent.close()
