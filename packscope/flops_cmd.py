@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from packscope.core.attention import ATTENTION_SUMS, FULL, LAYER_KINDS
+from packscope.core.catalogue import FLOAT_OPS, overcount
 from packscope.core.flops import KindBreakdown, ModelSpec, packs_breakdown_by_kind
 from packscope.core.hf_config import HFConfigError, read_hf_config
 from packscope.core.vision import VISION_SUMS, VisionSpec, batch_sums, decoder_tokens, fixed_image_sums, pixels_to_grid
@@ -99,7 +100,7 @@ def report(model: ModelSpec, result: KindBreakdown) -> dict[str, Any]:
         "c_lin": model.c_lin,
         "c_core": model.c_core,
         "padded_vocab": model.padded_vocab,
-        "overcount_pct": 100.0 * (result.flops_bshd / result.flops_thd - 1.0),
+        "overcount_pct": overcount(result.flops_bshd, result.flops_thd, FLOAT_OPS),
         "layers_by_kind": {kind: n for kind in LAYER_KINDS if (n := model.layers_of_kind(kind))},
         "window": model.window,
         "chunk": model.chunk,
@@ -153,7 +154,7 @@ def with_vision(out: dict[str, Any], vision: VisionSpec, sums: dict[str, int]) -
     for view in ("bshd", "thd", "useful"):
         out[f"flops_{view}"] += part["flops"]
         out["flops_split"][view]["vision"] = part["flops"]
-    out["overcount_pct"] = 100.0 * (out["flops_bshd"] / out["flops_thd"] - 1.0)
+    out["overcount_pct"] = overcount(out["flops_bshd"], out["flops_thd"], FLOAT_OPS)
     out["vision"] = part
     return out
 

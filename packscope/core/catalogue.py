@@ -303,6 +303,23 @@ SUM_NAMES = tuple(s.name for s in SUMS)
 SUM_FIELDS = tuple(f.name for f in FIELDS if any(f.name in s.reads for s in SUMS))
 
 
+SUM = {s.name: s for s in SUMS}
+
+
+class RowSums(dict[str, float]):
+    """One interval row's SUMS (`row`: field name -> value), each computed when a formula first
+    reads it: a metric of a single row (a rank's step time in one interval) from the one
+    definition, without the sums it does not read."""
+
+    def __init__(self, row: Mapping[str, Any]) -> None:
+        super().__init__()
+        self.row = row
+
+    def __missing__(self, name: str) -> float:
+        value = self[name] = float(SUM[name].value(self.row, FLOAT_OPS))
+        return value
+
+
 def sums_of_rows(rows: Iterable[Mapping[str, Any]]) -> dict[str, float]:
     """The SUMS of interval rows (field name -> value), in Python: for tests and small windows."""
     out: dict[str, float] = dict.fromkeys(SUM_NAMES, 0)
@@ -462,8 +479,14 @@ def _mfu(kind: str) -> Formula:
     return lambda s, c, ops: ops.ratio(_tflops(kind)(s, c, ops), float(c.peak_tflops or 0.0))
 
 
+def overcount(bshd: Any, thd: Any, ops: Ops) -> Any:
+    """overcount_pct of two FLOPs counts: how much more the baseline counts, in percent (also the
+    calculator's, `packscope flops`)."""
+    return 100.0 * (ops.ratio(bshd, thd) - 1.0)
+
+
 def _overcount(s: Mapping[str, Any], c: Coefficients, ops: Ops) -> Any:
-    return 100.0 * (ops.ratio(flops_count("bshd", s, c), flops_count("thd", s, c)) - 1.0)
+    return overcount(flops_count("bshd", s, c), flops_count("thd", s, c), ops)
 
 
 def _attention_share(kinds: tuple[str, ...]) -> Formula:
