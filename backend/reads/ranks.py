@@ -49,7 +49,7 @@ def rank_step_times(
     last_step: dict[int, int] = {}
     step_time, c = METRIC["step_time_s"].formula, coefficients(run)
     for row in rows:
-        per_interval.setdefault(row.interval, {})[row.rank] = step_time(RowSums(row._mapping), c, FLOAT_OPS)
+        per_interval.setdefault(row.interval, {})[row.rank] = step_time(RowSums(row._asdict()), c, FLOAT_OPS)
         last_step[row.interval] = max(last_step.get(row.interval, 0), int(row.last_step))
     ranks = sorted({row.rank for row in rows})
     points = sorted(per_interval)
