@@ -32,7 +32,7 @@ from packscope.agent.batch_forms import (
 )
 from packscope.agent.histograms import NUM_BUCKETS, SLOTS, bucket_of, edges_on, slot_of
 from packscope.agent.vision import BATCH_KEYS, batch_vision_sums
-from packscope.core.attention import chunk_sq, window_sq
+from packscope.core.attention import ATTENTION_SUMS, CHUNKED, FULL, SLIDING, SUM_NAMES, chunk_sq, window_sq
 from packscope.core.vision import FIXED, VISION_SUMS, VISION_TOWERS, VisionSpec
 
 # Layout of the reduced int64 vector: the histograms, then the THD attention sums.
@@ -40,7 +40,7 @@ DOC_COUNT = slice(0, SLOTS)
 DOC_TOKENS = slice(SLOTS, 2 * SLOTS)
 PACK_COUNT = slice(2 * SLOTS, 3 * SLOTS)
 PACK_TOKENS = slice(3 * SLOTS, 4 * SLOTS)
-DEVICE_SUMS = ("seqlen_sq_sum_thd", "window_sq_sum_thd", "chunk_sq_sum_thd", *VISION_SUMS)
+DEVICE_SUMS = (*(names.thd for names in ATTENTION_SUMS.values()), *VISION_SUMS)
 SUM_AT = {name: 4 * SLOTS + i for i, name in enumerate(DEVICE_SUMS)}
 # Entries of the interval's cu_seqlens tensors with each of batch_forms.PROBLEMS.
 PROBLEM_COUNTS = slice(4 * SLOTS + len(DEVICE_SUMS), 4 * SLOTS + len(DEVICE_SUMS) + len(PROBLEMS))
@@ -50,17 +50,7 @@ DEVICE_LEN = PROBLEM_COUNTS.stop
 # is one fold every 400 micro-batches.
 FOLD_SLOTS = 1 << 22
 # Host statics (then the four host histograms), in the order HostCounts.as_list lays them out.
-HOST_FIELDS = (
-    "tokens",
-    "packs",
-    "seqlen_sq_sum_bshd",
-    "seqlen_sq_sum_thd",
-    "window_sq_sum_bshd",
-    "window_sq_sum_thd",
-    "chunk_sq_sum_bshd",
-    "chunk_sq_sum_thd",
-    *VISION_SUMS,
-)
+HOST_FIELDS = ("tokens", "packs", *SUM_NAMES, *VISION_SUMS)
 
 
 @dataclass
@@ -200,13 +190,13 @@ class IntervalAccumulator:
         slots = slot_of(lens, self._edges)
         out[DOC_COUNT].index_add_(0, slots, torch.ones_like(lens))
         out[DOC_TOKENS].index_add_(0, slots, lens)
-        out[SUM_AT["seqlen_sq_sum_thd"]] += (lens * lens).sum()
+        out[SUM_AT[ATTENTION_SUMS[FULL].thd]] += (lens * lens).sum()
         if self.window is not None:  # s² up to the window, then 2·s·W - W² (attention.window_sq)
             shorter = torch.clamp(lens, max=self.window)
-            out[SUM_AT["window_sq_sum_thd"]] += (2 * lens * shorter - shorter * shorter).sum()
+            out[SUM_AT[ATTENTION_SUMS[SLIDING].thd]] += (2 * lens * shorter - shorter * shorter).sum()
         if self.chunk is not None:  # whole chunks from each document's start, then the rest (attention.chunk_sq)
             rest = torch.remainder(lens, self.chunk)
-            out[SUM_AT["chunk_sq_sum_thd"]] += ((lens - rest) * self.chunk + rest * rest).sum()
+            out[SUM_AT[ATTENTION_SUMS[CHUNKED].thd]] += ((lens - rest) * self.chunk + rest * rest).sum()
         pack_real = torch.zeros(packs, dtype=torch.int64, device=out.device)
         pack_real.index_add_(0, rows, lens)
         pack_slots = slot_of(pack_real, self._edges)
@@ -224,11 +214,11 @@ class IntervalAccumulator:
 
     def _add_sums(self, h: HostCounts, view: str, rows: int, length: int) -> None:
         """The attention sums of `rows` sequences of `length` tokens, known on the host."""
-        h.add(f"seqlen_sq_sum_{view}", rows * length * length)
+        h.add(ATTENTION_SUMS[FULL].name(view), rows * length * length)
         if self.window is not None:
-            h.add(f"window_sq_sum_{view}", rows * window_sq(length, self.window))
+            h.add(ATTENTION_SUMS[SLIDING].name(view), rows * window_sq(length, self.window))
         if self.chunk is not None:
-            h.add(f"chunk_sq_sum_{view}", rows * chunk_sq(length, self.chunk))
+            h.add(ATTENTION_SUMS[CHUNKED].name(view), rows * chunk_sq(length, self.chunk))
 
 
 def _cat(tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -266,7 +256,7 @@ def decode(vec: list[int], host: list[int]) -> dict:
         "packs": h["packs"],
         "real_tokens": sum(docs["tokens"]),
         "documents": sum(docs["count"]),
-        **{name: h[name] for name in HOST_FIELDS if name.endswith("_bshd")},
+        **{names.bshd: h[names.bshd] for names in ATTENTION_SUMS.values()},
         **{name: vec[at] + h[name] for name, at in SUM_AT.items()},  # documents seen on the device and on the host
         "histograms": {"documents": docs, "packs": packs},
     }

@@ -49,6 +49,7 @@ from packscope.agent.syncs import SyncCounter
 from packscope.agent.timing import StepTime, StepTimer
 from packscope.agent.vision import BATCH_KEYS
 from packscope.core.attention import SUM_NAMES as ATTENTION_SUM_NAMES
+from packscope.core.catalogue import wire_record
 from packscope.core.flops import ModelSpec
 from packscope.core.vision import VISION_SUMS, VISION_TOWERS
 
@@ -82,7 +83,7 @@ class _IntervalFacts:
     syncs: int
     sync_sites: dict[str, int]
     syncs_counted: bool  # False: its syncs were not counted (count_syncs_every, or count_syncs off)
-    gpu: dict[str, float] | None
+    gpu: dict[str, float] | None  # NVML readings by catalogue field name
     wall_start: float
     wall_end: float
 
@@ -571,16 +572,18 @@ class Agent:
             self.sender.contact.update(status="running")
 
     def _record(self, p: _IntervalFacts, steps: list[StepTime], stats: dict, floats: dict[str, Any]) -> dict:
-        """The wire record (docs/wire.md; its fields are packscope.core.catalogue.FIELDS)."""
+        """The wire record (docs/wire.md): the catalogue's fields at their wire paths
+        (catalogue.wire_record), then its other parts: the sync sites, the histograms and the
+        channels' losses. `stats` holds the interval's counts by field name (accumulator.decode)."""
         durations = sorted(s.gpu_s for s in steps)
         n = len(steps)
         top = sorted(p.sync_sites.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_SYNC_SITES]
         sums = {name: stats[name] for name in ATTENTION_SUM_NAMES}
         flops = self.model.triad_by_kind(stats["tokens"], stats["real_tokens"], sums)
-        vision = {name: stats[name] for name in VISION_SUMS}
         if self.model.vision is not None:  # the tower's work, the same in every view
-            flops = {view: value + self.model.vision.flops(vision) for view, value in flops.items()}
-        return {
+            tower = self.model.vision.flops({name: stats[name] for name in VISION_SUMS})
+            flops = {view: value + tower for view, value in flops.items()}
+        record = wire_record({
             "interval": p.index, "rank": self.rank,
             "first_step": p.first_step, "last_step": p.last_step, "steps": n, "gpus": 1,
             "wall_start": p.wall_start, "wall_end": p.wall_end,
@@ -590,17 +593,16 @@ class Agent:
             "step_time_p90_s": durations[min(n - 1, int(0.9 * n))],
             "step_time_max_s": durations[-1],
             "timing_lag_steps": max(s.lag_steps for s in steps),
-            **{key: stats[key] for key in ("tokens", "real_tokens", "packs", "documents")},
-            **sums, **vision,
+            **{name: value for name, value in stats.items() if name != "histograms"},
             **{f"flops_{kind}": float(value) for kind, value in flops.items()},
-            "syncs": {
-                "total": p.syncs, "uncounted_steps": 0 if p.syncs_counted else n,
-                "sites": [{"site": s, "count": c} for s, c in top],
-            },
-            "histograms": stats["histograms"],
-            "loss": floats.get("loss"), "lr": p.lr, "grad_norm": floats.get("grad_norm"), "gpu": p.gpu,
-            **self._channel_loss_field(floats),
-        }  # fmt: skip
+            "syncs_total": p.syncs, "syncs_uncounted_steps": 0 if p.syncs_counted else n,
+            "loss": floats.get("loss"), "lr": p.lr, "grad_norm": floats.get("grad_norm"),
+            **(p.gpu or {}),
+        })  # fmt: skip
+        record["syncs"]["sites"] = [{"site": s, "count": c} for s, c in top]
+        record["histograms"] = stats["histograms"]
+        record.update(self._channel_loss_field(floats))
+        return record
 
     def _channel_loss_field(self, floats: dict) -> dict:
         """``channel_loss`` {name: mean loss} and ``channel_tokens`` {name: tokens} over the

@@ -14,7 +14,8 @@ import logging
 import threading
 
 log = logging.getLogger("packscope.agent")
-FIELDS = ("util_pct", "power_w", "sm_clock_mhz", "mem_used_bytes")
+# The readings, by the catalogue name of the record field each is sent as (packscope.core.catalogue).
+FIELDS = ("gpu_util_pct", "gpu_power_w", "gpu_sm_clock_mhz", "gpu_mem_used_bytes")
 
 
 class NvmlSampler:
@@ -52,10 +53,10 @@ class NvmlSampler:
     def _sample(self) -> dict[str, float]:
         n = self._nvml
         return {
-            "util_pct": float(n.nvmlDeviceGetUtilizationRates(self._handle).gpu),
-            "power_w": n.nvmlDeviceGetPowerUsage(self._handle) / 1e3,
-            "sm_clock_mhz": float(n.nvmlDeviceGetClockInfo(self._handle, n.NVML_CLOCK_SM)),
-            "mem_used_bytes": float(n.nvmlDeviceGetMemoryInfo(self._handle).used),
+            "gpu_util_pct": float(n.nvmlDeviceGetUtilizationRates(self._handle).gpu),
+            "gpu_power_w": n.nvmlDeviceGetPowerUsage(self._handle) / 1e3,
+            "gpu_sm_clock_mhz": float(n.nvmlDeviceGetClockInfo(self._handle, n.NVML_CLOCK_SM)),
+            "gpu_mem_used_bytes": float(n.nvmlDeviceGetMemoryInfo(self._handle).used),
         }
 
     def _loop(self) -> None:
@@ -81,7 +82,7 @@ class NvmlSampler:
             return None
         out = {key: value / n for key, value in sums.items()}
         if energy is not None and self._energy_mj is not None:
-            out["energy_j"] = (energy - self._energy_mj) / 1e3
+            out["gpu_energy_j"] = (energy - self._energy_mj) / 1e3
         self._energy_mj = energy
         return out
 

@@ -13,8 +13,10 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from packscope.backend.reads.queries import coefficients
 from packscope.backend.reads.series import _interval_range as interval_range
 from packscope.backend.store.models import Run, intervals
+from packscope.core.catalogue import FLOAT_OPS, METRIC, RowSums
 
 
 def strided(first: int, last: int, max_points: int) -> list[int]:
@@ -45,8 +47,9 @@ def rank_step_times(
     )
     per_interval: dict[int, dict[int, float]] = {}
     last_step: dict[int, int] = {}
+    step_time, c = METRIC["step_time_s"].formula, coefficients(run)
     for row in rows:
-        per_interval.setdefault(row.interval, {})[row.rank] = row.gpu_time_s / row.steps
+        per_interval.setdefault(row.interval, {})[row.rank] = step_time(RowSums(row._asdict()), c, FLOAT_OPS)
         last_step[row.interval] = max(last_step.get(row.interval, 0), int(row.last_step))
     ranks = sorted({row.rank for row in rows})
     points = sorted(per_interval)

@@ -8,7 +8,8 @@ import json
 import sys
 from typing import Any
 
-from packscope.core.attention import LAYER_KINDS
+from packscope.core.attention import ATTENTION_SUMS, FULL, LAYER_KINDS
+from packscope.core.catalogue import FLOAT_OPS, overcount
 from packscope.core.flops import KindBreakdown, ModelSpec, packs_breakdown_by_kind
 from packscope.core.hf_config import HFConfigError, read_hf_config
 from packscope.core.vision import VISION_SUMS, VisionSpec, batch_sums, decoder_tokens, fixed_image_sums, pixels_to_grid
@@ -84,20 +85,22 @@ def add_flops_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+FULL_SUMS = ATTENTION_SUMS[FULL]  # the full-attention sums: every model reports them
+
+
 def report(model: ModelSpec, result: KindBreakdown) -> dict[str, Any]:
     """The calculator's JSON: the three numbers, every attention sum and the FLOPs split per kind."""
     return {
         "tokens": result.tokens,
         "real_tokens": result.real_tokens,
-        "seqlen_sq_sum_bshd": result.sums["seqlen_sq_sum_bshd"],
-        "seqlen_sq_sum_thd": result.sums["seqlen_sq_sum_thd"],
+        **{name: result.sums[name] for name in (FULL_SUMS.bshd, FULL_SUMS.thd)},
         "flops_bshd": result.flops_bshd,
         "flops_thd": result.flops_thd,
         "flops_useful": result.flops_useful,
         "c_lin": model.c_lin,
         "c_core": model.c_core,
         "padded_vocab": model.padded_vocab,
-        "overcount_pct": 100.0 * (result.flops_bshd / result.flops_thd - 1.0),
+        "overcount_pct": overcount(result.flops_bshd, result.flops_thd, FLOAT_OPS),
         "layers_by_kind": {kind: n for kind in LAYER_KINDS if (n := model.layers_of_kind(kind))},
         "window": model.window,
         "chunk": model.chunk,
@@ -151,7 +154,7 @@ def with_vision(out: dict[str, Any], vision: VisionSpec, sums: dict[str, int]) -
     for view in ("bshd", "thd", "useful"):
         out[f"flops_{view}"] += part["flops"]
         out["flops_split"][view]["vision"] = part["flops"]
-    out["overcount_pct"] = 100.0 * (out["flops_bshd"] / out["flops_thd"] - 1.0)
+    out["overcount_pct"] = overcount(out["flops_bshd"], out["flops_thd"], FLOAT_OPS)
     out["vision"] = part
     return out
 

@@ -187,6 +187,29 @@ FIELDS: tuple[Field, ...] = (
 FIELD = {f.name: f for f in FIELDS}
 
 
+def wire_record(values: Mapping[str, Any]) -> dict[str, Any]:
+    """A wire record's catalogue fields (docs/wire.md) from their values by field name: each at its
+    wire path, in FIELDS order, a nested object where its first field is. A field without a value
+    is left out, and an object none of whose fields has one is null (no NVML readings: "gpu":
+    null). A field every record carries (required, no default) without a value, or a value of no
+    field, is the sender's mistake: ValueError."""
+    record: dict[str, Any] = {}
+    placed = 0
+    for f in FIELDS:
+        holder = record
+        for part in f.wire_path[:-1]:
+            holder = holder.setdefault(part, {})
+        if f.name in values:
+            holder[f.wire_path[-1]] = values[f.name]
+            placed += 1
+        elif f.required and f.default is None:
+            raise ValueError(f"the record needs {f.name!r} ({f.doc})")
+    if placed != len(values):
+        unknown = sorted(set(values) - {f.name for f in FIELDS})
+        raise ValueError(f"no catalogue field is named {', '.join(map(repr, unknown))}")
+    return {key: None if value == {} else value for key, value in record.items()}
+
+
 class Ops(Protocol):
     """What a formula may do beyond +, - and *, for one kind of value (Python floats, numpy
     columns, SQL expressions), so that one definition evaluates on all of them:
@@ -245,12 +268,8 @@ SUMS: tuple[Sum, ...] = (
     Sum("gpu_seconds", ("gpu_time_s", "gpus")),  # the GPU time the FLOPs were spread over
     Sum("tokens", ("tokens",)),
     Sum("real_tokens", ("real_tokens",)),
-    Sum("seqlen_sq_sum_bshd", ("seqlen_sq_sum_bshd",)),
-    Sum("seqlen_sq_sum_thd", ("seqlen_sq_sum_thd",)),
-    Sum("window_sq_sum_bshd", ("window_sq_sum_bshd",)),
-    Sum("window_sq_sum_thd", ("window_sq_sum_thd",)),
-    Sum("chunk_sq_sum_bshd", ("chunk_sq_sum_bshd",)),
-    Sum("chunk_sq_sum_thd", ("chunk_sq_sum_thd",)),
+    # Each layer kind's attention sums, baseline then real documents, as FIELDS lists them.
+    *(Sum(name, (name,)) for names in ATTENTION_SUMS.values() for name in (names.bshd, names.thd)),
     *(Sum(name, (name,)) for name in VISION_SUMS),
     Sum("documents", ("documents",)),
     Sum("packs", ("packs",)),
@@ -282,6 +301,23 @@ SUMS: tuple[Sum, ...] = (
 SUM_NAMES = tuple(s.name for s in SUMS)
 # The fields any sum reads, in catalogue order: what a row needs to carry for `sums_of_rows`.
 SUM_FIELDS = tuple(f.name for f in FIELDS if any(f.name in s.reads for s in SUMS))
+
+
+SUM = {s.name: s for s in SUMS}
+
+
+class RowSums(dict[str, float]):
+    """One interval row's SUMS (`row`: field name -> value), each computed when a formula first
+    reads it: a metric of a single row (a rank's step time in one interval) from the one
+    definition, without the sums it does not read."""
+
+    def __init__(self, row: Mapping[str, Any]) -> None:
+        super().__init__()
+        self.row = row
+
+    def __missing__(self, name: str) -> float:
+        value = self[name] = float(SUM[name].value(self.row, FLOAT_OPS))
+        return value
 
 
 def sums_of_rows(rows: Iterable[Mapping[str, Any]]) -> dict[str, float]:
@@ -443,8 +479,14 @@ def _mfu(kind: str) -> Formula:
     return lambda s, c, ops: ops.ratio(_tflops(kind)(s, c, ops), float(c.peak_tflops or 0.0))
 
 
+def overcount(bshd: Any, thd: Any, ops: Ops) -> Any:
+    """overcount_pct of two FLOPs counts: how much more the baseline counts, in percent (also the
+    calculator's, `packscope flops`)."""
+    return 100.0 * (ops.ratio(bshd, thd) - 1.0)
+
+
 def _overcount(s: Mapping[str, Any], c: Coefficients, ops: Ops) -> Any:
-    return 100.0 * (ops.ratio(flops_count("bshd", s, c), flops_count("thd", s, c)) - 1.0)
+    return overcount(flops_count("bshd", s, c), flops_count("thd", s, c), ops)
 
 
 def _attention_share(kinds: tuple[str, ...]) -> Formula:

@@ -557,8 +557,8 @@ def packs_breakdown(model: ModelSpec, packs: list[list[int]], pack_length: int |
         model,
         tokens=slots * len(packs),
         real_tokens=sum(sum(p) for p in packs),
-        seqlen_sq_sum_bshd=sums["seqlen_sq_sum_bshd"],
-        seqlen_sq_sum_thd=sums["seqlen_sq_sum_thd"],
+        seqlen_sq_sum_bshd=sums[ATTENTION_SUMS[FULL].bshd],
+        seqlen_sq_sum_thd=sums[ATTENTION_SUMS[FULL].thd],
     )
 
 

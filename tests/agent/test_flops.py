@@ -222,6 +222,8 @@ def test_flops_cli_prints_the_three_numbers():
     assert out["seqlen_sq_sum_thd"] == 39913312 and out["seqlen_sq_sum_bshd"] == 2 * 8192**2
     assert rel(out["flops_bshd"], 8.432911e14) < 5e-7
     assert rel(out["flops_useful"], 7.154537e14) < 5e-7
+    # The baseline excess of the one definition, to the bit: the catalogue's formula on the two counts.
+    assert out["overcount_pct"] == 100.0 * (out["flops_bshd"] / out["flops_thd"] - 1.0) > 0
 
 
 @pytest.mark.parametrize(

@@ -79,10 +79,10 @@ def test_take_makes_no_nvml_call_on_the_callers_thread(fake_nvml):
     sampler.close()
     me = threading.current_thread().name
     assert fake_nvml.calls_by_thread.get(me, 0) == calls_at_start.get(me, 0)
-    assert got["util_pct"] == 80 and got["power_w"] == 300 and got["sm_clock_mhz"] == 1800
-    assert got["mem_used_bytes"] == 2**30
+    assert got["gpu_util_pct"] == 80 and got["gpu_power_w"] == 300 and got["gpu_sm_clock_mhz"] == 1800
+    assert got["gpu_mem_used_bytes"] == 2**30
     # Energy: from the counter at construction to the latest of at least 3 samples (1 J each).
-    assert got["energy_j"] >= 3.0
+    assert got["gpu_energy_j"] >= 3.0
 
 
 def test_consecutive_windows_add_up_to_the_counter(fake_nvml):
@@ -93,7 +93,7 @@ def test_consecutive_windows_add_up_to_the_counter(fake_nvml):
         wait_for_samples(fake_nvml, before // 5 + 2)
         if i == 2:
             sampler.close()  # the counter stops moving: the last window is exact
-        windows.append(sampler.take()["energy_j"])
+        windows.append(sampler.take()["gpu_energy_j"])
     # Nothing lost or counted twice between windows: they sum to the counter's whole advance.
     assert sum(windows) == pytest.approx((fake_nvml.energy_mj - 1000) / 1e3)
     assert all(w > 0 for w in windows)

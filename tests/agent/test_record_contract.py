@@ -1,7 +1,8 @@
-"""What the agent sends is the catalogue's record: every key it sends is a field of the record the
-server decodes (none would be ignored), and every field the record needs is there, for each batch
+"""What the agent sends is the catalogue's record: its keys are the catalogue's wire fields (laid
+out by catalogue.wire_record), the server decodes them all (none would be ignored), for each batch
 form, with and without the optional readings and for a model with windowed and chunked layers."""
 
+import dataclasses
 import json
 
 import pytest
@@ -9,7 +10,9 @@ import torch
 
 from packscope.agent import Agent, AgentConfig, ModelSpec
 from packscope.backend.ingest.record import decode, unknown_fields
+from packscope.core import catalogue
 from packscope.core.catalogue import FIELDS
+from tests.agent.test_record_snapshot import FakeNvml
 
 FULL = ModelSpec(layers=2, hidden=64, heads=4, ffn=128, vocab=256)
 KINDS = ModelSpec(
@@ -19,6 +22,7 @@ KINDS = ModelSpec(
 
 def _records(model: ModelSpec) -> list[dict]:
     agent = Agent(AgentConfig(log_every=2, count_syncs=False), model=model)
+    agent.nvml = FakeNvml()  # every reading, then some, then none
     forms = [
         {"cu_seqlens": torch.tensor([0, 100, 300, 512], dtype=torch.int32), "shape": (1, 512)},
         {"position_ids": torch.tensor([[0, 1, 2, 0, 1, 0, 1, 2, 3, 4]])},
@@ -34,21 +38,49 @@ def _records(model: ModelSpec) -> list[dict]:
     return list(agent.records)
 
 
-def test_every_key_the_agent_sends_is_a_field_of_the_record_and_none_is_missing():
+# The record's parts that are no scalar field of the catalogue (docs/wire.md).
+OTHER_PARTS = {"syncs.sites", "histograms", "channel_loss", "channel_tokens"}
+WIRE_FIELDS = {".".join(f.wire_path) for f in FIELDS}
+
+
+def scalar_paths(value: dict, prefix: str = "") -> set[str]:
+    """The dotted paths of a record's scalars and nulls, its OTHER_PARTS left out."""
+    paths = set()
+    for key, inner in value.items():
+        path = prefix + key
+        if path in OTHER_PARTS:
+            continue
+        paths |= scalar_paths(inner, path + ".") if isinstance(inner, dict) else {path}
+    return paths
+
+
+def test_the_records_keys_are_the_catalogues_wire_fields_and_the_server_takes_them():
     for model in (FULL, KINDS):
-        records = _records(model)
-        assert len(records) == 2
-        body = json.dumps({"intervals": records}).encode()
+        first, second = _records(model)
+        assert scalar_paths(first) == WIRE_FIELDS  # every NVML reading given
+        assert scalar_paths(second) == WIRE_FIELDS - {"gpu.energy_j"}  # an optional reading left out
+        body = json.dumps({"intervals": [first, second]}).encode()
         assert unknown_fields(json.loads(body)) == []
         decoded, ignored, _ = decode(body)  # the server's decoder: a missing or mistyped field raises
         assert ignored == [] and len(decoded) == 2
-        for record in records:
-            for f in FIELDS:
-                holder = record
-                for key in f.wire_path[:-1]:
-                    holder = holder.get(key) or {}
-                if f.required and f.default is None:
-                    assert f.wire_path[-1] in holder, (model, f.name)
+
+
+def test_a_field_moved_in_the_catalogue_moves_in_the_record(monkeypatch):
+    """The record's layout is the catalogue's: a field given another wire path is sent there."""
+    moved = [dataclasses.replace(f, wire="timing.lag_steps") if f.name == "timing_lag_steps" else f for f in FIELDS]
+    monkeypatch.setattr(catalogue, "FIELDS", tuple(moved))
+    record = _records(FULL)[0]
+    assert "timing_lag_steps" not in record and record["timing"]["lag_steps"] >= 0
+
+
+def test_a_catalogue_field_the_agent_does_not_measure_is_named():
+    """Adding a field is a catalogue entry plus the agent's measurement: without the measurement
+    the record is not built, and the error names the field."""
+    extra = catalogue.Field("new_count", "int", "", "a field the agent does not measure")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(catalogue, "FIELDS", (*FIELDS, extra))
+        with pytest.raises(ValueError, match="new_count"):
+            _records(FULL)
 
 
 def test_a_model_with_layer_kinds_sends_their_sums():

@@ -89,3 +89,13 @@ def test_reads_need_the_read_token_when_one_is_set(make_client, new_run):
     assert client.post(RUNS, json=new_run(), headers=headers).status_code == 201
     assert client.get(f"{RUN}/ranks").status_code == 401
     assert client.get(f"{RUN}/ranks", headers={"Authorization": "Bearer r3ad"}).status_code == 200
+
+
+def test_a_ranks_step_time_is_the_catalogues_over_its_row(client, new_run, records):
+    """The per-rank step time is the catalogue's step_time_s of that rank's row, to the last bit:
+    its GPU time over its steps, whatever the steps (here not 10)."""
+    assert client.post(RUNS, json=new_run(parallel={"dp": 2})).status_code == 201
+    batch = [rec for rank in range(2) for rec in records(3, seed=5 + rank, steps=7 + rank, gpus=1, rank=rank)]
+    assert client.post(f"{RUN}/intervals", json={"intervals": batch}).json()["accepted"] == 6
+    got = client.get(f"{RUN}/ranks").json()["step_time_s"]
+    assert got == [[r["gpu_time_s"] / r["steps"] for r in batch if r["rank"] == rank] for rank in range(2)]

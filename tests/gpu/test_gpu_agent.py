@@ -268,5 +268,5 @@ def test_nvml_telemetry_reports_a_busy_gpu():
     got = sampler.take()
     sampler.close()
     print(f"nvml: {got}")
-    assert got["util_pct"] > 50 and got["power_w"] > 100 and got["sm_clock_mhz"] > 500
-    assert got["energy_j"] > 50  # over a second at > 100 W
+    assert got["gpu_util_pct"] > 50 and got["gpu_power_w"] > 100 and got["gpu_sm_clock_mhz"] > 500
+    assert got["gpu_energy_j"] > 50  # over a second at > 100 W
