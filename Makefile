@@ -4,7 +4,8 @@
 #                 torchtitan's integration tests in an environment of their own (.venv-torchtitan)
 # and, for developers:
 #   make lint       - ruff check, ruff format --check and mypy (configured in pyproject.toml), then
-#                     eslint over frontend/static (eslint.config.js; `npm ci` installs it from package-lock.json)
+#                     eslint over frontend/static (eslint.config.js) and TypeScript's check of its JSDoc
+#                     types (jsconfig.json, jsconfig.pure.json); `npm ci` installs both from package-lock.json
 #   make test-fast  - the suite without the tests marked slow
 PY      ?= python3
 VENV    := .venv
@@ -55,9 +56,10 @@ test: $(STAMP) $(TT_STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest --durations=15 -m "not gpu and not slow" $(PYTEST_ARGS)
 
-# All four run, whatever the first ones find; the target fails if any did. eslint comes from
-# node_modules (`npm ci`, pinned by package-lock.json); without it that step fails and says so.
+# All five run, whatever the first ones find; the target fails if any did. eslint and tsc come from
+# node_modules (`npm ci`, pinned by package-lock.json); without them those steps fail and say so.
 ESLINT := node_modules/.bin/eslint
+TSC    := node_modules/.bin/tsc
 lint: $(STAMP)
 	@status=0; \
 	echo "ruff check"; $(BIN)/ruff check . || status=1; \
@@ -66,6 +68,9 @@ lint: $(STAMP)
 	echo "eslint"; \
 	if [ -x $(ESLINT) ]; then $(ESLINT) frontend/static || status=1; \
 	else echo "eslint is not installed: run \`npm ci\` (Node 20.19+) to install it into node_modules/" >&2; status=1; fi; \
+	echo "tsc (JSDoc types)"; \
+	if [ -x $(TSC) ]; then $(TSC) -p jsconfig.json || status=1; $(TSC) -p jsconfig.pure.json || status=1; \
+	else echo "tsc is not installed: run \`npm ci\` (Node 20.19+) to install it into node_modules/" >&2; status=1; fi; \
 	exit $$status
 
 bench: $(STAMP)
