@@ -1,10 +1,12 @@
 # Two commands do all set-up on a fresh machine (Python, git and the package registries):
 #   make demo   - server on the embedded SQLite default + two reference training runs feeding it
-#   make test   - the whole test suite (slow tests included), then its 15 slowest tests; then
+#   make test   - the whole test suite (slow tests included), then its 15 slowest tests; the
+#                 dashboard's pure JS modules under node:test (tests/js, Node 20+); then
 #                 torchtitan's integration tests in an environment of their own (.venv-torchtitan)
 # and, for developers:
 #   make lint       - ruff check, ruff format --check and mypy (configured in pyproject.toml), then
-#                     eslint over frontend/static (eslint.config.js; `npm ci` installs it from package-lock.json)
+#                     eslint over frontend/static and tests/js (eslint.config.js) and TypeScript's check of its JSDoc
+#                     types (jsconfig.json, jsconfig.pure.json); `npm ci` installs both from package-lock.json
 #   make test-fast  - the suite without the tests marked slow
 PY      ?= python3
 VENV    := .venv
@@ -48,6 +50,8 @@ test: $(STAMP) $(TT_STAMP)
 		(apt-get install -y -q chromium >/dev/null 2>&1 || (apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null)); \
 	fi
 	$(BIN)/python -m pytest --durations=15 $(PYTEST_ARGS)
+	@echo "the dashboard's pure modules, under node:test:"
+	node --test tests/js/
 	@echo "torchtitan's integration, in $(TT_VENV):"
 	$(TT_VENV)/bin/python -m pytest -p no:cacheprovider tests/agent/test_integrations_torchtitan.py
 
@@ -55,17 +59,21 @@ test: $(STAMP) $(TT_STAMP)
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest --durations=15 -m "not gpu and not slow" $(PYTEST_ARGS)
 
-# All four run, whatever the first ones find; the target fails if any did. eslint comes from
-# node_modules (`npm ci`, pinned by package-lock.json); without it that step fails and says so.
+# All five run, whatever the first ones find; the target fails if any did. eslint and tsc come from
+# node_modules (`npm ci`, pinned by package-lock.json); without them those steps fail and say so.
 ESLINT := node_modules/.bin/eslint
+TSC    := node_modules/.bin/tsc
 lint: $(STAMP)
 	@status=0; \
 	echo "ruff check"; $(BIN)/ruff check . || status=1; \
 	echo "ruff format --check"; $(BIN)/ruff format --check . || status=1; \
 	echo "mypy"; $(BIN)/python .ci/typecheck.py || status=1; \
 	echo "eslint"; \
-	if [ -x $(ESLINT) ]; then $(ESLINT) frontend/static || status=1; \
+	if [ -x $(ESLINT) ]; then $(ESLINT) frontend/static tests/js || status=1; \
 	else echo "eslint is not installed: run \`npm ci\` (Node 20.19+) to install it into node_modules/" >&2; status=1; fi; \
+	echo "tsc (JSDoc types)"; \
+	if [ -x $(TSC) ]; then $(TSC) -p jsconfig.json || status=1; $(TSC) -p jsconfig.pure.json || status=1; \
+	else echo "tsc is not installed: run \`npm ci\` (Node 20.19+) to install it into node_modules/" >&2; status=1; fi; \
 	exit $$status
 
 bench: $(STAMP)

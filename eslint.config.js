@@ -1,4 +1,5 @@
-// ESLint for the dashboard's ES modules (frontend/static), run by `make lint`.
+// ESLint for the dashboard's ES modules (frontend/static) and their node:test tests (tests/js),
+// run by `make lint`.
 // The recommended rules; the browser's globals, and plotly.js's `Plotly`, which the pages load
 // as a classic script (/vendor/plotly.min.js) before the modules that draw with it.
 import js from "@eslint/js";
@@ -13,5 +14,9 @@ export default [
       sourceType: "module",
       globals: { ...globals.browser, Plotly: "readonly" },
     },
+  },
+  {
+    files: ["tests/js/**/*.mjs"],
+    languageOptions: { ecmaVersion: "latest", sourceType: "module", globals: globals.node },
   },
 ];

@@ -1,3 +1,4 @@
+// @ts-check
 // Fetch helpers for the JSON read API (docs/api.md).
 
 // What the pages show of a run's totals: its rates from `steady`, the metrics without the run's
@@ -18,9 +19,7 @@ async function fetchJSON(path) {
   const response = await fetch(BASE + path, { headers: { Accept: "application/json" } });
   if (!response.ok) {
     // The status travels with the error: a 404 names missing runs, which pages handle.
-    const error = new Error(`GET ${BASE}${path} answered HTTP ${response.status}`);
-    error.status = response.status;
-    throw error;
+    throw Object.assign(new Error(`GET ${BASE}${path} answered HTTP ${response.status}`), { status: response.status });
   }
   return response.json();
 }

@@ -1,3 +1,4 @@
+// @ts-check
 // The server's catalogue (GET /api/v1/catalogue): every metric's label, unit, d3 format and
 // definition. Fetched once per page; nothing on a page names or formats a metric by itself.
 

@@ -1,3 +1,4 @@
+// @ts-check
 // Plotly builders: catalogue formats in hovers, min–max bands, upload-free plots, the chart
 // controls' settings (x axis, log y, smoothing) applied to a plot, and a chart panel that shows an
 // empty state until there is data.
@@ -18,6 +19,10 @@ const tickFormat = (spec) => (spec ? spec.replace(/([a-z%])$/, "~$1") : "");
 
 // `metric` (a catalogue entry) gives the y axis its tick format and unit unless yFormat names one.
 // A unit that takes the SI prefix ("GB") gets its ticks from unitaxis.js (meta.unitAxis).
+/**
+ * @param {{ yTitle?: string, metric?: Metric, yFormat?: string, xTitle?: string, barmode?: string,
+ *   xType?: string, fromZero?: boolean }} [options]
+ */
 export function layout({ yTitle, metric, yFormat, xTitle = "step", barmode, xType, fromZero = true } = {}) {
   const unitAxis = metric && !yFormat && prefixJoinsUnit(metric);
   return {
@@ -51,6 +56,12 @@ export function layout({ yTitle, metric, yFormat, xTitle = "step", barmode, xTyp
 // meta.column names the column it plots, so fill() reads it from any series of columns.
 // markers: a dot on every point, for a metric defined at isolated intervals between gaps (syncs,
 // which the agent counts one interval in a few), where a line alone would show nothing.
+/**
+ * @param {string} column
+ * @param {Metric} metric
+ * @param {string} color
+ * @param {{ name?: string, dash?: string, width?: number, rank?: number, markers?: boolean }} [options]
+ */
 export function line(column, metric, color, { name = metric.label, dash = "solid", width = 2, rank, markers = false } = {}) {
   return {
     type: "scatter",
@@ -140,6 +151,7 @@ function smoothed(traces, weight) {
 }
 
 // The smallest and largest finite x of the traces: the range a duration axis labels.
+/** @returns {[number, number]} */
 function xExtent(traces) {
   let lo = Infinity;
   let hi = -Infinity;

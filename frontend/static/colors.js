@@ -1,3 +1,4 @@
+// @ts-check
 // The one place colours are defined. Charts take them from here; the stylesheet reads the same
 // values as CSS custom properties (--thd, --baseline, ...), set on <html> when a page imports this.
 
@@ -20,9 +21,10 @@ export const RUN_COLORS = [
 ];
 
 // An sRGB hex colour of a hue (degrees) at fixed saturation and lightness.
+/** @param {number} hue */
 function hueHex(hue, saturation = 0.65, lightness = 0.4) {
   const a = saturation * Math.min(lightness, 1 - lightness);
-  const channel = (n) => {
+  const channel = (/** @type {number} */ n) => {
     const k = (n + hue / 30) % 12;
     const value = lightness - a * Math.max(-1, Math.min(k - 3, 9 - k, 1));
     return Math.round(255 * value).toString(16).padStart(2, "0");
@@ -31,12 +33,12 @@ function hueHex(hue, saturation = 0.65, lightness = 0.4) {
 }
 
 // Past the list, hues a golden angle apart (never repeating), in hex as the bands' fills need.
-export const runColor = (i) => RUN_COLORS[i] ?? hueHex((i * 137.508) % 360, 0.65, i % 2 ? 0.35 : 0.45);
+export const runColor = (/** @type {number} */ i) => RUN_COLORS[i] ?? hueHex((i * 137.508) % 360, 0.65, i % 2 ? 0.35 : 0.45);
 
 // Data channels (code, math, web, ...) on the per-channel loss chart, in the channels' sorted order.
 export const CHANNEL_COLORS = ["#0f766e", "#b45309", "#7c3aed", "#be123c", "#1d4ed8", "#4d7c0f", "#a21caf", "#0e7490"];
 
-export const channelColor = (i) => CHANNEL_COLORS[i % CHANNEL_COLORS.length];
+export const channelColor = (/** @type {number} */ i) => CHANNEL_COLORS[i % CHANNEL_COLORS.length];
 
 // Shares (0..1) on heatmaps: light for none, dark for all.
 export const SHARE_SCALE = [
@@ -50,7 +52,10 @@ for (const [name, value] of Object.entries(COLORS)) {
 }
 
 // The FLOPs counts keep their colour wherever they appear: "tflops_thd", "mfu_thd" -> "thd".
+/** @param {string} metricName */
 export function countColorOf(metricName) {
-  const kind = { bshd: "baseline", thd: "thd", useful: "useful" }[metricName.split("_").at(-1)];
+  /** @type {Record<string, string>} */
+  const kinds = { bshd: "baseline", thd: "thd", useful: "useful" };
+  const kind = kinds[metricName.split("_").at(-1) ?? ""];
   return kind && /^(tflops|mfu|flops)_/.test(metricName) ? kind : null;
 }

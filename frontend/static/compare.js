@@ -1,3 +1,4 @@
+// @ts-check
 // Compare page: side-by-side table (a column per run up to 4 runs, a row per run beyond, so a dozen
 // fit the window), how the runs' settings differ, overlays of any catalogue metric the user picks
 // (kept in the URL as metric=…) and of TFLOP/s (useful, per-document or both: measure=) and step
@@ -272,7 +273,7 @@ const measure = { chosen: new URLSearchParams(location.search).get("measure") };
 const measureShown = () => (measure.chosen in MEASURES ? measure.chosen : shown.runs.length > COLUMNS_UP_TO ? "useful" : "both");
 
 function setupMeasure(onChange) {
-  const select = document.getElementById("tflops-measure");
+  const select = /** @type {HTMLSelectElement} */ (document.getElementById("tflops-measure"));
   select.addEventListener("change", () => {
     measure.chosen = select.value;
     updateQuery({ measure: measure.chosen });
@@ -281,6 +282,11 @@ function setupMeasure(onChange) {
 }
 
 // Per group, the mean of `metric` over its runs at each step with the min–max band around it.
+/**
+ * @param {(name: string) => Metric} m
+ * @param {string} metricName
+ * @param {{ suffix?: string, dash?: string, withBand?: boolean }} [options]
+ */
 function groupTraces(m, metricName, { suffix, dash = "solid", withBand = true } = {}) {
   const metric = metricFor(m, metricName);
   return groupsOf(shown.runs, grouping.key).flatMap((group, g) => {
@@ -289,6 +295,7 @@ function groupTraces(m, metricName, { suffix, dash = "solid", withBand = true } 
     const merged = groupSeries(list, metricName);
     const name = `${keyLabel(grouping.key)} = ${group.label} (${list.length} run${list.length === 1 ? "" : "s"})${suffix ? ` · ${suffix}` : ""}`;
     const mean = line(metricName, metric, runColor(g), { name, dash });
+    /** @type {object[]} */
     const traces = [{ ...mean, x: merged.step, y: merged.mean, meta: { ...mean.meta, column: `group${g}:${metricName}`, csv: `${name}:mean` } }];
     if (withBand && list.length > 1) {
       const [max, min] = band(`group${g}:${metricName}`, name, runColor(g));
@@ -346,7 +353,8 @@ function saveOverlays() {
 }
 
 function addOverlay(m, metric) {
-  const card = document.getElementById("overlay-template").content.firstElementChild.cloneNode(true);
+  const template = /** @type {HTMLTemplateElement} */ (document.getElementById("overlay-template"));
+  const card = /** @type {HTMLElement} */ (template.content.firstElementChild.cloneNode(true));
   card.id = `chart-overlay-${overlaysMade++}`;
   const overlay = { metric, card };
   const select = el(
@@ -385,6 +393,11 @@ function addOverlay(m, metric) {
 }
 
 // Per run, one trace of `metric` against the controls' x axis, named ("run · suffix") and coloured by run.
+/**
+ * @param {(name: string) => Metric} m
+ * @param {string} metric
+ * @param {{ suffix?: string, dash?: string, width?: number }} [options]
+ */
 function perRun(m, metric, { suffix, ...style } = {}) {
   const { names, seriesList } = shown;
   return seriesList.flatMap((series, i) => {
@@ -432,7 +445,7 @@ function renderCharts(m) {
   }
   const tflopsLayout = layout({ yTitle: "TFLOP/s per GPU", metric: m("tflops_useful") });
   const stepLayout = layout({ yTitle: "seconds per step", metric: m("step_time_s") });
-  document.getElementById("tflops-measure").value = measureShown();
+  /** @type {HTMLSelectElement} */ (document.getElementById("tflops-measure")).value = measureShown();
   panels.tflops.baseNote = MEASURES[measureShown()].note;
   drawn(panels.tflops, tflopsTraces(m), tflopsLayout);
   drawn(panels.step_time, grouped() ? groupTraces(m, "step_time_s") : perRun(m, "step_time_s"), stepLayout);
@@ -489,7 +502,7 @@ async function loop(catalogue, runIds) {
     running = await load(catalogue, runIds);
     showError(null);
   } catch (error) {
-    if (error.status === 404) return compareKnown(catalogue, runIds);
+    if (/** @type {{ status?: number }} */ (error).status === 404) return compareKnown(catalogue, runIds);
     showError(error);
     running = true;
   }

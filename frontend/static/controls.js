@@ -1,3 +1,4 @@
+// @ts-check
 // The chart controls bar (x axis, log y, smoothing). Settings live in the query string, so a
 // shared link reproduces them; a page reads them once, draws, and redraws on each change.
 

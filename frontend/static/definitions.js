@@ -1,3 +1,4 @@
+// @ts-check
 // Metric labels that explain themselves: the catalogue's definition on hover, and a link to a
 // "What these numbers mean" list on the same page (docs/flops.md is not served by the dashboard).
 

@@ -1,6 +1,12 @@
+// @ts-check
 // Modal <dialog>s whose form uses method="dialog": open one, resolve with the button pressed
 // ("cancel" also for Escape), so a caller can `await` a confirmation.
 
+/**
+ * @param {HTMLDialogElement} dialog
+ * @param {{ onOpen?: (dialog: HTMLDialogElement) => void }} [options]
+ * @returns {Promise<string>}
+ */
 export function ask(dialog, { onOpen } = {}) {
   return new Promise((resolve) => {
     const done = () => {

@@ -1,5 +1,15 @@
+// @ts-check
 // Tiny DOM helpers shared by the pages.
 
+/** @typedef {Node | string | null | undefined} Child */
+
+/**
+ * @template {keyof HTMLElementTagNameMap} K
+ * @param {K} tag
+ * @param {Record<string, any>} [attrs]
+ * @param {Child | Child[]} [children]
+ * @returns {HTMLElementTagNameMap[K]}
+ */
 export function el(tag, attrs = {}, children = []) {
   const node = document.createElement(tag);
   for (const [key, value] of Object.entries(attrs)) {

@@ -1,3 +1,4 @@
+// @ts-check
 // The run page's first drawing: its headline chart from the early answers (the catalogue and the
 // series, asked for by run_early.js), as the still SVG of sketch.js, in the box that plotly's chart
 // takes over once plotly.js has loaded. The figure is the one run.js hands plotly: the same
@@ -29,7 +30,7 @@ export async function drawFirstChart(runId) {
   const { traces, layout } = seriesFigure(fill(chart.traces, columns, X_AXES[settings.x].column), chart.layout, settings);
 
   const card = document.getElementById(`chart-${HEADLINE}`);
-  const note = card.querySelector(".card-head .note");
+  const note = /** @type {HTMLElement} */ (card.querySelector(".card-head .note"));
   note.dataset.base ??= note.textContent.trim();
   note.textContent = chartNote(note.dataset.base, traces);
   card.classList.remove("is-empty"); // before measuring: an empty card hides its plot

@@ -1,3 +1,4 @@
+// @ts-check
 // Numbers as the catalogue's d3-format specifiers say, so a column reads the same in a table,
 // a card and a plotly hover (plotly formats with d3-format itself). Only the specifiers the
 // catalogue uses are implemented: ".Ng", ".Ns", ".Nf", ".N%", ",d", each with d3's "~" (trailing
@@ -8,9 +9,19 @@ const DASH = "—";
 const MINUS = "−"; // d3's minus sign
 const PREFIXES = ["y", "z", "a", "f", "p", "n", "µ", "m", "", "k", "M", "G", "T", "P", "E", "Z", "Y"];
 
+// Typed as a guard so that a value past it is a number to the checker; NaN and ±Infinity are
+// missing too, though typed number.
+/**
+ * @param {number | null | undefined} x
+ * @returns {x is null | undefined}
+ */
 const missing = (x) => x === null || x === undefined || !Number.isFinite(x);
 
 // SI prefix chosen from the exponent after rounding, as d3 does: 999.96 → "1.000k".
+/**
+ * @param {number} abs
+ * @param {number} precision
+ */
 function si(abs, precision) {
   if (abs === 0) return (0).toPrecision(precision);
   const exponent = Number(abs.toExponential(precision - 1).split("e")[1]);
@@ -18,6 +29,7 @@ function si(abs, precision) {
   return (abs / 10 ** (3 * k)).toPrecision(precision) + PREFIXES[k + 8];
 }
 
+/** @type {Record<string, (abs: number, precision: number) => string>} */
 const TYPES = {
   g: (abs, p) => abs.toPrecision(p),
   s: si,
@@ -26,15 +38,20 @@ const TYPES = {
   d: (abs) => String(Math.round(abs)),
 };
 
+/** @param {string} text */
 function group(text) {
   const [whole, rest = ""] = text.split(/(?=\.)/);
   return whole.replace(/\B(?=(\d{3})+(?!\d))/g, ",") + rest;
 }
 
 // d3's "~": insignificant trailing zeros go ("50.00G" → "50G", "2.500" → "2.5").
-const trimmed = (text) => text.replace(/\.(\d*?)0+(?=\D*$)/, (_, kept) => (kept ? `.${kept}` : ""));
+const trimmed = (/** @type {string} */ text) => text.replace(/\.(\d*?)0+(?=\D*$)/, (_, /** @type {string} */ kept) => (kept ? `.${kept}` : ""));
 
 // formatNumber(".4g", 0.05) === "0.05000"; "—" for a missing value.
+/**
+ * @param {string} spec
+ * @param {number | null | undefined} x
+ */
 export function formatNumber(spec, x) {
   if (missing(x)) return DASH;
   const match = /^(,)?(?:\.(\d+))?(~)?([gsf%d])$/.exec(spec);
@@ -48,7 +65,7 @@ export function formatNumber(spec, x) {
 }
 
 // A unit that the label already names (a "… TFLOP/s/GPU" or "… tokens/s" label) is not repeated.
-export const unitInLabel = (metric) =>
+export const unitInLabel = (/** @type {Metric} */ metric) =>
   new RegExp(`(^|\\s)${metric.unit.replace(/[.*+?^${}()|[\]\\/]/g, "\\$&")}($|\\s|/)`).test(metric.label);
 
 // Unit symbols an SI prefix joins ("7.85 mJ"); words keep the prefix on the number ("81.92k tokens").
@@ -56,11 +73,15 @@ const SYMBOLS = new Set(["J", "W", "s", "B", "FLOP"]);
 
 // Whether an SI prefix of the number joins the unit ("7.85 mJ", "50 GB"): a format with "s"
 // (SI) and a unit symbol.
-export const prefixJoinsUnit = (metric) => /s$/.test(metric.format) && SYMBOLS.has(metric.unit);
+export const prefixJoinsUnit = (/** @type {Metric} */ metric) => /s$/.test(metric.format) && SYMBOLS.has(metric.unit);
 
 // A unit that carries an SI prefix itself ("TFLOP/s") and a value under 1 of it: shown with the
 // prefix that gives the number whole digits, 6.516e-5 TFLOP/s as "65.16 MFLOP/s" (a CPU run),
 // where "0.00006516" would have to be counted.
+/**
+ * @param {Metric} metric
+ * @param {number | null | undefined} x
+ */
 function rescaled(metric, x) {
   const unit = /^([kMGTPE])(\D.*)$/.exec(metric.unit || "");
   if (!unit || missing(x) || x === 0 || Math.abs(x) >= 1 || !/g$/.test(metric.format)) return null;
@@ -70,6 +91,10 @@ function rescaled(metric, x) {
 }
 
 // A catalogue metric's value with its unit: "0.05000 s", "7.85 mJ", "45.3%", "65.16 MFLOP/s".
+/**
+ * @param {Metric} metric
+ * @param {number | null | undefined} x
+ */
 export function display(metric, x) {
   const smaller = rescaled(metric, x);
   if (smaller) return smaller;
@@ -82,16 +107,21 @@ export function display(metric, x) {
 }
 
 // The unit after a number that plotly formats (hovers, ticks), spaced as display() spaces it.
+/** @param {Metric} metric */
 export function unitSuffix(metric) {
   if (!metric.unit || unitInLabel(metric)) return "";
   return metric.unit === "%" ? "%" : ` ${metric.unit}`;
 }
 
 // A difference to one decimal; float noise like 1e-14 reads as "same".
+/**
+ * @param {number} x
+ * @param {string} unit
+ */
 export function signed(x, unit) {
   const rounded = Math.round(x * 10) / 10;
   if (rounded === 0) return "same";
   return `${rounded > 0 ? "+" : MINUS}${Math.abs(rounded).toFixed(1)} ${unit}`;
 }
 
-export const count = (x) => formatNumber(",d", x);
+export const count = (/** @type {number | null | undefined} */ x) => formatNumber(",d", x);

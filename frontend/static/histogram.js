@@ -1,3 +1,4 @@
+// @ts-check
 // Length histograms (log2 buckets) as bar traces with readable bucket labels.
 
 import { bar } from "./charts.js";

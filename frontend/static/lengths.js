@@ -1,3 +1,4 @@
+// @ts-check
 // The run page's length histograms: a heatmap of the length distribution over the run (one column
 // per shown interval, GET /histograms/over-time) and the bars of one interval, picked with a
 // slider or by clicking a heatmap column (GET /histograms?interval=N).
@@ -38,9 +39,9 @@ export class LengthsPanel {
     this.heat = new ChartPanel(document.getElementById("chart-length_heatmap"), { filename: `${runId}-lengths.csv`, linked: false });
     this.heat.element.querySelector(".chart-foot").replaceChildren(csvLink(`${runId}-lengths.csv`, () => this.csv()));
     this.bars = new ChartPanel(document.getElementById("chart-histogram"), { filename: `${runId}-histogram.csv`, xName: "length_bucket", linked: false });
-    this.kind = document.getElementById("heat-kind");
-    this.weight = document.getElementById("heat-weight");
-    this.slider = document.getElementById("hist-interval");
+    this.kind = /** @type {HTMLSelectElement} */ (document.getElementById("heat-kind"));
+    this.weight = /** @type {HTMLSelectElement} */ (document.getElementById("heat-weight"));
+    this.slider = /** @type {HTMLInputElement} */ (document.getElementById("hist-interval"));
     this.picked = document.getElementById("hist-picked");
     this.columns = null;
     this.following = true; // the bars show the latest interval until the user picks another
@@ -72,12 +73,12 @@ export class LengthsPanel {
 
   async pick(interval) {
     this.interval = interval;
-    this.slider.value = interval;
+    this.slider.value = String(interval);
     let histogram;
     try {
       histogram = await api.getHistograms(this.runId, interval);
     } catch (error) {
-      if (error.status !== 404) throw error;
+      if (/** @type {{ status?: number }} */ (error).status !== 404) throw error;
       this.picked.textContent = `interval ${interval}`;
       return this.bars.showEmpty(`Interval ${interval} is not stored (the run did not send it).`);
     }

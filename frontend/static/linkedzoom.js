@@ -1,9 +1,12 @@
+// @ts-check
 // Zooming one chart zooms the others on x (they all plot against the optimizer step).
 // Plotly fires plotly_relayout for our own relayout calls too; `syncing` stops the echo.
 
 let syncing = false;
+/** @type {Set<PlotlyPlot>} */
 const linked = new Set();
 
+/** @param {Record<string, any>} event a plotly_relayout event */
 function xRangeOf(event) {
   if (event["xaxis.autorange"]) return { "xaxis.autorange": true };
   if ("xaxis.range[0]" in event) return { "xaxis.range": [event["xaxis.range[0]"], event["xaxis.range[1]"]] };
@@ -11,6 +14,10 @@ function xRangeOf(event) {
   return null; // a y-only zoom or a resize: nothing to share
 }
 
+/**
+ * @param {PlotlyPlot} source
+ * @param {Record<string, any>} event
+ */
 async function follow(source, event) {
   const update = xRangeOf(event);
   if (syncing || !update) return;
@@ -25,12 +32,14 @@ async function follow(source, event) {
 
 // Call after each Plotly.react on `plot`. Plotly.purge drops the plot's listeners, so a plot
 // drawn again after purging (see unlinkX) is listened to afresh.
+/** @param {PlotlyPlot} plot */
 export function linkX(plot) {
   if (linked.has(plot)) return;
   linked.add(plot);
   plot.on("plotly_relayout", (event) => follow(plot, event));
 }
 
+/** @param {PlotlyPlot} plot */
 export function unlinkX(plot) {
   linked.delete(plot);
 }

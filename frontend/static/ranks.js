@@ -1,3 +1,4 @@
+// @ts-check
 // The run page's Ranks panel: each rank's step time (a rank × step heatmap), the straggler
 // spread (slowest rank ÷ median) per interval, and the slowest rank of the latest interval.
 // Shown only for runs with more than one rank (GET /api/v1/runs/{id}/ranks).

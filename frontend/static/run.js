@@ -1,3 +1,4 @@
+// @ts-check
 // Run page: totals, series charts, histograms, sync sites and the system panel; live through SSE.
 // The series charts follow the controls bar (x axis, log y, smoothing; controls.js).
 // Every number is the server's (series and totals carry each catalogue metric); this page only
@@ -127,6 +128,7 @@ function emptyReason(spec) {
 }
 
 // which(id): whether to draw that chart this time (all of them unless told).
+/** @param {(id: string) => boolean} [which] */
 function drawSeries(which = () => true) {
   const system = systemShown();
   for (const [id, spec] of Object.entries(state.charts)) {
@@ -179,7 +181,7 @@ async function extendWithNewIntervals() {
 }
 
 function labelStats(catalogue) {
-  for (const node of document.querySelectorAll("[data-stat]")) {
+  for (const node of /** @type {NodeListOf<HTMLElement>} */ (document.querySelectorAll("[data-stat]"))) {
     node.querySelector(".label").replaceChildren(metricLabel(metricOf(catalogue, node.dataset.stat)));
   }
 }
@@ -189,7 +191,7 @@ function renderTotals(catalogue, run) {
   state.run = run;
   const shown = api.shownTotals(run, catalogue);
   const covered = windows(run);
-  for (const node of document.querySelectorAll("[data-stat]")) {
+  for (const node of /** @type {NodeListOf<HTMLElement>} */ (document.querySelectorAll("[data-stat]"))) {
     const metric = metricOf(catalogue, node.dataset.stat);
     node.querySelector(".value").textContent = display(metric, shown[metric.name]);
     let window = node.querySelector(".window");
@@ -351,7 +353,7 @@ async function start() {
     lengthsPanel = new LengthsPanel(runId);
     renderControls(document.getElementById("chart-controls"), settings, () => state.columns && drawSeries());
     labelStats(catalogue);
-    const shown = [...document.querySelectorAll("[data-stat]")].map((node) => node.dataset.stat);
+    const shown = [.../** @type {NodeListOf<HTMLElement>} */ (document.querySelectorAll("[data-stat]"))].map((node) => node.dataset.stat);
     renderDefinitions(catalogue, [...shown, "tflops_bshd", "tflops_thd", "tflops_useful", "mfu_bshd", "mfu_thd", "tokens_per_gpu_s"]);
     renderTotals(catalogue, run);
     ranksPanel = new RanksPanel(runId, m("step_time_s"));

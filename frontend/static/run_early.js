@@ -1,3 +1,4 @@
+// @ts-check
 // The run page's first module: asks for the page's first answers at once, draws the headline
 // chart from them as a still SVG (first_chart.js), and only then loads plotly.js (4.8 MB, about a
 // second to compile and run here, blocking the page meanwhile), whose chart replaces the drawing.

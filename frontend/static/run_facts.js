@@ -1,3 +1,4 @@
+// @ts-check
 // What a run summary says beside its numbers, said the same way on every page: whether its agent
 // is still heard from (stale, crashed: the server's status from the missing heartbeats), the
 // steps each number covers, which pack size the baseline counted, and intervals that were refused.

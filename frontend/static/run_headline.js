@@ -1,3 +1,4 @@
+// @ts-check
 // The run page's headline chart, TFLOP/s per GPU (useful vs per-document vs baseline, with their
 // min–max bands): one definition for run.js's plotly chart and run_early.js's first drawing of it.
 
@@ -10,6 +11,7 @@ export const HEADLINE = "tflops"; // the chart card #chart-tflops
 // otherwise; legendrank keeps the legend in reading order regardless of drawing order.
 // m: metric name -> catalogue entry.
 export function threeCounts(m, prefix, { bands = false } = {}) {
+  /** @type {[string, string, { dash?: string, rank: number, width?: number }][]} */
   const counts = [
     ["bshd", COLORS.baseline, { dash: "dash", rank: 3 }],
     ["thd", COLORS.thd, { rank: 2 }],

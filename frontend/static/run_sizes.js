@@ -1,3 +1,4 @@
+// @ts-check
 // How much the run page asks for at once; shared with run_early.js, which asks before the page does.
 
 export const SERIES_POINTS = 500;

@@ -1,3 +1,4 @@
+// @ts-check
 // Runs page: the runs table (docs/api.md, GET /api/v1/runs), sorted, filtered, searched and paged
 // by the server; refreshed every 5 s so live status shows (stale and crashed: runs whose agent
 // stopped calling); pick runs to compare; rename, tag, annotate, archive and delete runs. The
@@ -25,17 +26,17 @@ const FILTERS = ["q", "project", "tag", "layout", "status"];
 
 const selected = new Set();
 const body = document.getElementById("runs-body");
-const compareButton = document.getElementById("compare");
+const compareButton = /** @type {HTMLButtonElement} */ (document.getElementById("compare"));
 const headRow = document.querySelector("#runs-table thead tr");
 // The template's metric columns are the default ones; the chooser replaces them (cols= in the URL).
-const DEFAULT_COLUMNS = [...headRow.querySelectorAll("th[data-metric]")].map((th) => th.dataset.metric);
+const DEFAULT_COLUMNS = [.../** @type {NodeListOf<HTMLElement>} */ (headRow.querySelectorAll("th[data-metric]"))].map((th) => th.dataset.metric);
 const HEADLINE = DEFAULT_COLUMNS[0];
 let metricHeads = [];
 const columnCount = () => headRow.querySelectorAll("th").length;
 const dialogs = {
-  edit: document.getElementById("edit-dialog"),
-  remove: document.getElementById("delete-dialog"),
-  token: document.getElementById("token-dialog"),
+  edit: /** @type {HTMLDialogElement} */ (document.getElementById("edit-dialog")),
+  remove: /** @type {HTMLDialogElement} */ (document.getElementById("delete-dialog")),
+  token: /** @type {HTMLDialogElement} */ (document.getElementById("token-dialog")),
 };
 let metrics = [];
 let catalogue = null; // loaded once at start
@@ -61,7 +62,7 @@ function writeView() {
   if (view.sort !== DEFAULT_SORT) params.set("sort", view.sort);
   for (const key of FILTERS) if (view[key]) params.set(key, view[key]);
   if (view.archived) params.set("archived", "true");
-  if (view.offset) params.set("offset", view.offset);
+  if (view.offset) params.set("offset", String(view.offset));
   if (view.cols) params.set("cols", view.cols.join(","));
   if (view.group) params.set("group", view.group);
   const text = params.toString();
@@ -100,12 +101,12 @@ async function askToken(wasWrong) {
   const answer = await held(() =>
     ask(dialog, {
       onOpen: () => {
-        dialog.querySelector("#token-input").value = "";
+        /** @type {HTMLInputElement} */ (dialog.querySelector("#token-input")).value = "";
         setDialogError(dialog, wasWrong ? "That token was refused; try again." : null);
       },
     }),
   );
-  const token = dialog.querySelector("#token-input").value.trim();
+  const token = /** @type {HTMLInputElement} */ (dialog.querySelector("#token-input")).value.trim();
   return answer === "ok" && token ? token : null;
 }
 
@@ -170,18 +171,18 @@ async function editDetails(run) {
     ask(dialog, {
       onOpen: () => {
         dialog.querySelector(".run-name").textContent = displayName(run);
-        dialog.querySelector("#edit-tags").value = run.tags.join(", ");
-        dialog.querySelector("#edit-notes").value = run.notes || "";
+        /** @type {HTMLInputElement} */ (dialog.querySelector("#edit-tags")).value = run.tags.join(", ");
+        /** @type {HTMLTextAreaElement} */ (dialog.querySelector("#edit-notes")).value = run.notes || "";
         setDialogError(dialog, null);
       },
     }),
   );
   if (answer !== "save") return;
-  const tags = parseTags(dialog.querySelector("#edit-tags").value);
+  const tags = parseTags(/** @type {HTMLInputElement} */ (dialog.querySelector("#edit-tags")).value);
   if (tags.length > 50 || tags.some((t) => t.length > 100)) {
     return report("edit", new Error("not saved: at most 50 tags of at most 100 characters each"));
   }
-  await save("PATCH", run, { tags, notes: dialog.querySelector("#edit-notes").value });
+  await save("PATCH", run, { tags, notes: /** @type {HTMLTextAreaElement} */ (dialog.querySelector("#edit-notes")).value });
 }
 
 async function confirmDelete(run) {
@@ -227,7 +228,9 @@ function actionsMenu(run, actions) {
 
 // A click anywhere else closes an open row menu.
 document.addEventListener("click", (event) => {
-  for (const menu of document.querySelectorAll(".row-menu[open]")) if (!menu.contains(event.target)) menu.open = false;
+  for (const menu of /** @type {NodeListOf<HTMLDetailsElement>} */ (document.querySelectorAll(".row-menu[open]"))) {
+    if (!menu.contains(/** @type {Node} */ (event.target))) menu.open = false;
+  }
 });
 
 // The first tags as chips, the rest counted ("+4", their names in its title): one line a row.
@@ -284,8 +287,8 @@ function render({ runs, total }) {
   document.getElementById("run-count").textContent = `${count(total)} run${total === 1 ? "" : "s"}`;
   const pages = Math.max(1, Math.ceil(total / PAGE_SIZE));
   document.getElementById("page-of").textContent = `page ${Math.floor(view.offset / PAGE_SIZE) + 1} of ${pages}`;
-  document.getElementById("prev").disabled = view.offset === 0;
-  document.getElementById("next").disabled = view.offset + PAGE_SIZE >= total;
+  /** @type {HTMLButtonElement} */ (document.getElementById("prev")).disabled = view.offset === 0;
+  /** @type {HTMLButtonElement} */ (document.getElementById("next")).disabled = view.offset + PAGE_SIZE >= total;
   renderSortHeads();
   for (const run of runs) for (const key of flatKeys(run.config)) configKeys.add(key);
   fillGroupKeys();
@@ -394,7 +397,7 @@ function setupSorting() {
     th.append(" ", button);
     th.classList.add("sortable");
     th.addEventListener("click", (event) => {
-      if (event.target.closest("a")) return; // the label's link to its definition
+      if (/** @type {Element} */ (event.target).closest("a")) return; // the label's link to its definition
       const key = sortKey(th);
       const current = view.sort.replace(/^-/, "");
       // A new column starts with the useful end first: numbers high to low, text A to Z.
@@ -409,7 +412,7 @@ function setupSorting() {
 
 function setupFilters() {
   let timer = null;
-  const inputs = FILTERS.map((key) => document.getElementById(`filter-${key}`));
+  const inputs = FILTERS.map((key) => /** @type {HTMLInputElement | HTMLSelectElement} */ (document.getElementById(`filter-${key}`)));
   // Every filter is read at once, so a debounced field never drops another field's change.
   const apply = () => {
     clearTimeout(timer);
@@ -432,7 +435,7 @@ function setupFilters() {
         timer = setTimeout(apply, SEARCH_DEBOUNCE_MS);
       });
   });
-  const archived = document.getElementById("filter-archived");
+  const archived = /** @type {HTMLInputElement} */ (document.getElementById("filter-archived"));
   archived.checked = view.archived;
   archived.addEventListener("change", () => {
     view.archived = archived.checked;
@@ -479,7 +482,7 @@ function setupColumnChooser() {
   );
   box.replaceChildren(...options);
   box.addEventListener("change", () => {
-    const picked = new Set([...box.querySelectorAll("input:checked")].map((input) => input.value));
+    const picked = new Set([.../** @type {NodeListOf<HTMLInputElement>} */ (box.querySelectorAll("input:checked"))].map((input) => input.value));
     // The order: the current columns that stay, then the new ones in catalogue order.
     const order = [...shownColumns().filter((name) => picked.has(name)), ...[...catalogue.keys()].filter((name) => picked.has(name) && !shownColumns().includes(name))];
     view.cols = order.join() === DEFAULT_COLUMNS.join() ? null : order;
@@ -507,7 +510,7 @@ function fillGroupKeys() {
 
 // "project", "layout", "status", "tag", or a config key (typed as "optimizer.lr" or "config:optimizer.lr").
 function setupGrouping() {
-  const input = document.getElementById("group-by");
+  const input = /** @type {HTMLInputElement} */ (document.getElementById("group-by"));
   input.value = keyLabel(view.group);
   input.addEventListener("change", () => {
     const text = input.value.trim();

@@ -1,3 +1,4 @@
+// @ts-check
 // The runs table's calls: the filtered, sorted page of runs (GET /api/v1/runs) and the edits
 // (PATCH / DELETE /api/v1/runs/{id}). Edits need the ingest token when the server has one: the
 // first 401 asks for it (askToken), it is kept in sessionStorage and sent as a bearer header.

@@ -1,3 +1,4 @@
+// @ts-check
 // A series figure (charts.js's line and "tonexty" band traces with their layout) drawn as a still
 // SVG: grid, ticks, axis titles, legend, shaded bands and lines, at the size of the element that
 // plotly's chart will take. The run page shows it while plotly.js loads (run_early.js); plotly's

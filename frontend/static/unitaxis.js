@@ -1,3 +1,4 @@
+// @ts-check
 // A y axis whose unit takes the number's SI prefix ("50 GB", "7.5 mJ"): plotly's d3 formats put
 // the prefix on the number and a ticksuffix after it ("50G B"), so such an axis gets its ticks
 // from here, written by format.js's display() like every other number of the pages.
@@ -7,11 +8,16 @@ import { display } from "./format.js";
 const TICKS = 5; // about as many as plotly draws on a chart of this height
 
 // 1, 2 or 5 times a power of ten, the first at least `raw`.
+/** @param {number} raw */
 function niceStep(raw) {
   const power = 10 ** Math.floor(Math.log10(raw));
-  return [1, 2, 5, 10].map((m) => m * power).find((step) => step >= raw);
+  return /** @type {number} */ ([1, 2, 5, 10].map((m) => m * power).find((step) => step >= raw));
 }
 
+/**
+ * @param {number} lo
+ * @param {number} hi
+ */
 function linearValues(lo, hi) {
   const step = niceStep((hi - lo) / TICKS || Math.abs(hi) || 1);
   const values = [];
@@ -20,6 +26,10 @@ function linearValues(lo, hi) {
 }
 
 // Powers of ten over the range, with their 2× and 5× where it spans less than three of them.
+/**
+ * @param {number} lo
+ * @param {number} hi
+ */
 function logValues(lo, hi) {
   const decades = [];
   for (let k = Math.floor(Math.log10(lo)); k <= Math.ceil(Math.log10(hi)); k++) decades.push(10 ** k);
@@ -28,6 +38,11 @@ function logValues(lo, hi) {
 }
 
 // Tick values and texts of a y axis over [lo, hi] (data units; on a log axis, lo > 0).
+/**
+ * @param {Metric} metric
+ * @param {number} lo
+ * @param {number} hi
+ */
 export function unitTicks(metric, lo, hi, log = false) {
   if (!Number.isFinite(lo) || !Number.isFinite(hi) || (log && hi <= 0)) return { tickmode: "auto" };
   const tickvals = log ? logValues(Math.max(lo, hi * 1e-12), hi) : linearValues(lo, hi);
@@ -36,6 +51,11 @@ export function unitTicks(metric, lo, hi, log = false) {
 }
 
 // The y extent of the traces' values: what plotly's autorange shows (from 0 where the axis starts there).
+/**
+ * @param {{ y?: unknown[] }[]} traces
+ * @param {boolean} fromZero
+ * @returns {[number, number]}
+ */
 export function yExtent(traces, fromZero) {
   let [lo, hi] = fromZero ? [0, 0] : [Infinity, -Infinity];
   for (const t of traces) {

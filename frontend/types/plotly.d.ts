@@ -1,0 +1,14 @@
+// The part of plotly.js that the pages use: its global `Plotly` (the pages load
+// /vendor/plotly.min.js as a classic script before their modules) and the plot element it draws in.
+
+interface PlotlyPlot extends HTMLElement {
+  data?: any[];
+  layout?: any;
+  on(event: string, handler: (event: any) => void): void;
+}
+
+declare const Plotly: {
+  react(plot: HTMLElement, data: object[], layout?: object, config?: object): Promise<PlotlyPlot>;
+  relayout(plot: HTMLElement, update: object): Promise<PlotlyPlot>;
+  purge(plot: HTMLElement): void;
+};
