@@ -112,9 +112,10 @@ def make_model(kind: str, device: str):
     # SDPA: the GPU machine has no flash-attn, so torch's own attention kernels.
     model: Any
     if kind == "qwen2-303m":
-        model = transformers.Qwen2ForCausalLM(transformers.Qwen2Config(**QWEN2_303M, attn_implementation="sdpa"))
+        config: Any = transformers.Qwen2Config(**QWEN2_303M, attn_implementation="sdpa")  # type: ignore[call-arg]
+        model = transformers.Qwen2ForCausalLM(config)
     elif kind == "mistral-303m-window":
-        config = transformers.MistralConfig(**QWEN2_303M, sliding_window=MISTRAL_WINDOW, attn_implementation="sdpa")
+        config = transformers.MistralConfig(**QWEN2_303M, sliding_window=MISTRAL_WINDOW, attn_implementation="sdpa")  # type: ignore[call-arg]
         model = transformers.MistralForCausalLM(config)
     elif kind == "qwen25vl-303m":
         image, start, end = VISION_TOKENS
@@ -124,7 +125,7 @@ def make_model(kind: str, device: str):
                 depth=4, hidden_size=256, intermediate_size=512, num_heads=4, out_hidden_size=QWEN2_303M["hidden_size"]
             ),
             image_token_id=image, vision_start_token_id=start, vision_end_token_id=end, attn_implementation="sdpa",
-        )  # fmt: skip
+        )  # type: ignore[call-arg]  # fmt: skip
         model = transformers.Qwen2_5_VLForConditionalGeneration(config)
     else:
         model = stand_in_model()

@@ -13,9 +13,9 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from packscope.backend.store.runs import coefficients
 from packscope.backend.reads.series import _interval_range as interval_range
 from packscope.backend.store.models import Run, intervals
+from packscope.backend.store.runs import coefficients
 from packscope.core.catalogue import FLOAT_OPS, METRIC, RowSums
 
 
