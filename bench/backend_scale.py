@@ -216,10 +216,13 @@ def start_server(
     a module for a before/after comparison)."""
     port = free_port()
     code = (
-        f"{prelude}import uvicorn; from packscope.backend.server.app import create_app; "
-        "from packscope.backend.http.settings import Settings; "
-        f"uvicorn.run(create_app(Settings(database_url={database_url!r}, ingest_token=None, read_token=None)), "
-        f"host='127.0.0.1', port={port}, log_level='warning')"
+        f"{prelude}import importlib.util, uvicorn\n"
+        # A checkout from before the backend's layer folders (heads.py's before) has backend/app.py.
+        "old = importlib.util.find_spec('packscope.backend.app') is not None\n"
+        "app, settings = (importlib.import_module(f'packscope.backend.{m}') for m in\n"
+        "    (('app', 'settings') if old else ('server.app', 'http.settings')))\n"
+        f"uvicorn.run(app.create_app(settings.Settings(database_url={database_url!r}, ingest_token=None, "
+        f"read_token=None)), host='127.0.0.1', port={port}, log_level='warning')"
     )
     command = [sys.executable, "-c", code]
     if workers > 1:  # as deployed: `packscope serve` with worker processes
