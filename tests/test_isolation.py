@@ -10,11 +10,12 @@ TESTS = Path(__file__).resolve().parent
 FIXED_TMP_PATH = re.compile(r"""["']/tmp/\w|\(["']TMPDIR["']""")
 
 
-def test_each_test_has_a_home_of_its_own(tmp_path):
+def test_each_test_has_a_home_of_its_own(tmp_path_factory):
     # The agent's default spool folder (~/.cache/packscope/spool) expands under it, in this
     # process and in every subprocess a test starts.
-    assert Path(os.environ["HOME"]) == tmp_path / "home"
-    assert Path("~/.cache").expanduser() == tmp_path / "home" / ".cache"
+    home = Path("~").expanduser()
+    assert home == Path(os.environ["HOME"]) and home.is_relative_to(tmp_path_factory.getbasetemp())
+    assert list(home.iterdir()) == []  # a fresh one
 
 
 def test_no_test_writes_to_a_fixed_path_under_tmp():
