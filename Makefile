@@ -1,7 +1,9 @@
 # Two commands do all set-up on a fresh machine (Python, git and the package registries):
 #   make demo   - server on the embedded SQLite default + two reference training runs feeding it
-#   make test   - the whole test suite (slow tests included), then its 15 slowest tests; the
-#                 dashboard's pure JS modules under node:test (tests/js, Node 20+); then
+#   make test   - the whole test suite (slow tests included) on 4 pytest-xdist workers (TEST_WORKERS), then
+#                 the few tests marked `alone` by themselves, each pass with its 15 slowest tests; then
+	@echo "the dashboard's pure modules, under node:test:"
+	node --test tests/js/
 #                 torchtitan's integration tests in an environment of their own (.venv-torchtitan)
 # and, for developers:
 #   make lint       - ruff check, ruff format --check and mypy (configured in pyproject.toml), then
@@ -13,6 +15,18 @@ VENV    := .venv
 BIN     := $(VENV)/bin
 STAMP   := $(VENV)/.installed
 PYTEST_ARGS ?=
+# Workers of the parallel pass. More than the cores pays: many tests wait on servers, subprocesses
+# and chromium. --dist loadfile keeps a module's tests on one worker, as in a serial run: its module
+# fixtures (servers, chromium) are built once, and what one test leaves there the next one sees.
+TEST_WORKERS ?= 4
+XDIST   := -n $(TEST_WORKERS) --dist loadfile
+PYTEST  := $(BIN)/python -m pytest --durations=15
+# The tests marked `alone` hold wall-clock bounds that a busy machine could break: after the parallel
+# pass they run by themselves (exit status 5: PYTEST_ARGS selected none of them, which is fine).
+define run_tests
+	$(PYTEST) $(XDIST) -m "$(1) and not alone" $(PYTEST_ARGS)
+	$(PYTEST) -m "$(1) and alone" $(PYTEST_ARGS) || [ $$? = 5 ]
+endef
 
 .PHONY: demo test test-fast lint serve bench clean
 
@@ -49,15 +63,15 @@ test: $(STAMP) $(TT_STAMP)
 		echo "installing Debian's chromium for the browser tests"; \
 		(apt-get install -y -q chromium >/dev/null 2>&1 || (apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null)); \
 	fi
-	$(BIN)/python -m pytest --durations=15 $(PYTEST_ARGS)
+	$(call run_tests,not gpu)
 	@echo "the dashboard's pure modules, under node:test:"
 	node --test tests/js/
 	@echo "torchtitan's integration, in $(TT_VENV):"
 	$(TT_VENV)/bin/python -m pytest -p no:cacheprovider tests/agent/test_integrations_torchtitan.py
 
-# -m replaces pyproject's `-m "not gpu"`, so gpu stays deselected here too.
+# -m replaces pyproject's `-m "not gpu"`, so gpu stays deselected in both targets.
 test-fast: $(STAMP)
-	$(BIN)/python -m pytest --durations=15 -m "not gpu and not slow" $(PYTEST_ARGS)
+	$(call run_tests,not gpu and not slow)
 
 # All five run, whatever the first ones find; the target fails if any did. eslint and tsc come from
 # node_modules (`npm ci`, pinned by package-lock.json); without them those steps fail and say so.

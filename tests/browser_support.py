@@ -4,6 +4,7 @@ run bodies, and a wait that the pages' CSP allows."""
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -70,5 +71,9 @@ def until(page: sync_api.Page, expression: str, timeout: float = 15_000) -> None
         guarded = f"() => {{ try {{ return ({expression}); }} catch {{ return false; }} }}"
         page.wait_for_function(guarded, timeout=timeout)
     except sync_api.TimeoutError:
-        page.screenshot(path="/tmp/browser-test-failure.png", full_page=True)
-        raise AssertionError(f"never true: {expression}; page errors: {getattr(page, 'errors', [])}") from None
+        # A file of its own: tests run side by side, and beside other checkouts' test runs.
+        fd, shot = tempfile.mkstemp(prefix="packscope-browser-failure-", suffix=".png")
+        os.close(fd)
+        page.screenshot(path=shot, full_page=True)
+        errors = getattr(page, "errors", [])
+        raise AssertionError(f"never true: {expression}; page errors: {errors}; screenshot: {shot}") from None

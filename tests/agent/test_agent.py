@@ -255,6 +255,7 @@ def test_outage_spools_then_replays_in_order_exactly_once(peer, tmp_path):
     assert len(agent.sender.spool) == 0
 
 
+@pytest.mark.alone  # the steps are timed against the wall clock
 def test_a_slow_server_never_blocks_the_step(peer, tmp_path):
     peer.delay_s = 1.0
     agent = Agent(AgentConfig(server=peer.url, log_every=1, count_syncs=False, spool_dir=str(tmp_path)), model=MODEL)

@@ -5,7 +5,6 @@ its baseline counts (TRL's max_length, not the flattened micro-batch); and the r
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 import torch
@@ -37,6 +36,13 @@ def _one_intra_op_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@pytest.fixture(autouse=True)
+def _in_a_folder_of_its_own(tmp_path, monkeypatch):
+    """The Trainer makes its (relative) output_dir even when it saves nothing: one per test, as
+    tests run side by side."""
+    monkeypatch.chdir(tmp_path)
 
 
 def tiny_llama():
@@ -81,7 +87,7 @@ def sft(callback: PackscopeCallback, *, packing: bool, max_length: int | None, s
         processing_class=tokenizer(),
         train_dataset=dataset(),
         args=trl.SFTConfig(
-            output_dir=str(Path(os.environ.get("TMPDIR", "/tmp")) / "packscope-layout-test"),
+            output_dir="layout-test",
             per_device_train_batch_size=2,
             gradient_accumulation_steps=2,
             max_steps=steps,

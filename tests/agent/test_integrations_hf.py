@@ -55,6 +55,13 @@ def _one_intra_op_thread():
     torch.set_num_threads(before)
 
 
+@pytest.fixture(autouse=True)
+def _in_a_folder_of_its_own(tmp_path, monkeypatch):
+    """The Trainer makes its (relative) output_dir even when it saves nothing: one per test, as
+    tests run side by side."""
+    monkeypatch.chdir(tmp_path)
+
+
 def tiny_model(kind: str):
     torch.manual_seed(0)
     if kind == "llama":
@@ -147,7 +154,7 @@ def train(
 ):
     args_cls = args_cls or transformers.TrainingArguments
     args = args_cls(
-        output_dir=str(Path(os.environ.get("TMPDIR", "/tmp")) / "packscope-hf-test"),
+        output_dir="hf-test",
         per_device_train_batch_size=3,
         gradient_accumulation_steps=accumulation,
         max_steps=steps,
@@ -257,7 +264,7 @@ def sft(model, *, packing: bool, padding_free: bool, callback: PackscopeCallback
         processing_class=tokenizer(),
         train_dataset=dataset(60),
         args=trl.SFTConfig(
-            output_dir=str(Path(os.environ.get("TMPDIR", "/tmp")) / "packscope-sft-test"),
+            output_dir="sft-test",
             per_device_train_batch_size=2,
             gradient_accumulation_steps=2,
             max_steps=steps,

@@ -256,6 +256,7 @@ def test_close_keeps_trying_until_its_timeout(server, tmp_path):
     assert server.order == [0]
 
 
+@pytest.mark.alone  # the submits are timed against the wall clock
 def test_a_slow_server_never_blocks_submit(server, tmp_path):
     server.delay_s = 0.5
     sender = make_sender(server, tmp_path)
@@ -404,6 +405,7 @@ def test_a_refused_token_keeps_records_until_an_agent_with_the_right_token_repla
     assert server.order == list(range(6))
 
 
+@pytest.mark.alone  # the submits are timed against the wall clock
 @pytest.mark.parametrize("status", [429, 503])
 def test_retry_after_is_honoured_while_records_stay_spooled(server, tmp_path, status):
     answered = []

@@ -186,6 +186,7 @@ def test_kill_9_mid_append_loses_nothing_committed_and_stores_nothing_twice(tmp_
     assert committed_through >= 4 * 7 * 20
 
 
+@pytest.mark.alone  # compares timings taken one after the other
 def test_append_head_ack_and_evict_cost_the_same_on_a_large_spool(tmp_path):
     """O(1) in the spool's size (the bench measures it up to 256 MiB): one cycle on a spool of
     50,000 records costs about what it costs on one of 1,000."""

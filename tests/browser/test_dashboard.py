@@ -103,7 +103,7 @@ def plotted(page):
     }
 
 
-def test_run_page_draws_and_extends_live(server, page):
+def test_run_page_draws_and_extends_live(server, page, tmp_path):
     page.goto(f"{server}/runs/live-run")
     until(page, f"document.querySelector('#chart-tflops .plot').data && {LINES}.length === 3")
     expected = last_values(server, "live-run")
@@ -131,7 +131,7 @@ def test_run_page_draws_and_extends_live(server, page):
         assert count == 15 and value == pytest.approx(expected[name], rel=1e-9)
     until(page, "document.querySelector('[data-stat=steps] .value').textContent === '150'")
 
-    page.screenshot(path="/tmp/run_page.png", full_page=True)
+    page.screenshot(path=tmp_path / "run_page.png", full_page=True)
     assert page.errors == []
 
 
@@ -148,13 +148,13 @@ def test_chart_csv_holds_what_was_plotted(server, page):
     assert [float(row.split(",")[2]) for row in rows] == pytest.approx(columns["tflops_thd"], rel=1e-12)
 
 
-def test_runs_page_lists_runs_and_compares(server, page):
+def test_runs_page_lists_runs_and_compares(server, page, tmp_path):
     page.goto(server + "/")
     page.wait_for_selector("tr[data-run-id=live-run]")
     assert "thd-other" in page.inner_text("#runs-body")
     page.check("tr[data-run-id=live-run] input")
     page.check("tr[data-run-id=other-run] input")
-    page.screenshot(path="/tmp/runs_page.png", full_page=True)
+    page.screenshot(path=tmp_path / "runs_page.png", full_page=True)
     page.click("#compare")
     page.wait_for_url("**/compare?run_id=live-run&run_id=other-run")
     until(page, "document.querySelector('#chart-tflops .plot').data?.length === 4")
@@ -174,7 +174,7 @@ def test_runs_page_lists_runs_and_compares(server, page):
     assert ("different" if verdict["p_value"] < 0.01 else "no clear difference") in table
     dashes = page.evaluate("document.querySelector('#chart-tflops .plot').data.map(t => t.line.dash)")
     assert dashes == ["solid", "dash", "solid", "dash"]
-    page.screenshot(path="/tmp/compare_page.png", full_page=True)
+    page.screenshot(path=tmp_path / "compare_page.png", full_page=True)
     assert page.errors == []
 
 

@@ -38,9 +38,7 @@ def test_the_demo_imports_the_gallery_before_its_live_runs(trained, tmp_path):
     port = free_port()
     command = [sys.executable, "-m", "packscope", "demo", "--port", str(port), "--database-url", f"sqlite:///{db}"]
     command += ["--gallery", str(folder), "--steps", "2", "--log-every", "1", "--exit-when-done"]
-    home = tmp_path / "home"
-    home.mkdir()
-    env = clean_env(HOME=str(home), OMP_NUM_THREADS="1")
+    env = clean_env(OMP_NUM_THREADS="1")  # HOME: the test's own (tests/conftest.py)
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     out = done.stdout

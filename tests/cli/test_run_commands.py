@@ -207,9 +207,7 @@ def test_the_demo_links_its_live_runs_first_and_takes_its_server_with_it(tmp_pat
     gallery.mkdir()
     command = [sys.executable, "-m", "packscope", "demo", "--port", str(port), "--database-url", f"sqlite:///{db}"]
     command += ["--gallery", str(gallery), "--steps", "400", "--log-every", "2"]
-    home = tmp_path / "home"
-    home.mkdir()
-    env = clean_env(HOME=str(home), OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env = clean_env(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")  # HOME: the test's own (tests/conftest.py)
     demo = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=env, cwd=tmp_path)
     base = f"http://127.0.0.1:{port}"
     try:

@@ -121,12 +121,3 @@ def _one_intra_op_thread() -> Iterator[None]:
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
-
-
-@pytest.fixture(autouse=True)
-def _private_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """The reference trainer gives its agent no spool_dir, so the spool defaults to
-    ~/.cache/packscope/spool: keep that inside the test's temporary directory."""
-    home = tmp_path / "home"
-    home.mkdir()
-    monkeypatch.setenv("HOME", str(home))

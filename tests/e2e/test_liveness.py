@@ -30,18 +30,17 @@ TRAIN = "--preset tiny --layout thd --pack-length 64 --packs-per-step 2 --log-ev
 ANNOUNCED = re.compile(r"packscope: run (\S+): (\S+)")
 
 
-def environment(tmp_path: Path) -> dict[str, str]:
-    home = tmp_path / "home"
-    home.mkdir(exist_ok=True)
+def environment() -> dict[str, str]:
+    """This environment (its HOME the test's own: tests/conftest.py) without PACKSCOPE_* variables."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("PACKSCOPE_")}
-    return {**env, "HOME": str(home), "OMP_NUM_THREADS": "1", "PACKSCOPE_HEARTBEAT_S": str(BEAT_S)}
+    return {**env, "OMP_NUM_THREADS": "1", "PACKSCOPE_HEARTBEAT_S": str(BEAT_S)}
 
 
 def start_training(backend: Backend, tmp_path: Path, *extra: str, steps: int = 2000) -> tuple[subprocess.Popen, str]:
     """A long `packscope train` in its own process; (the process, the run id it announced)."""
     cmd = [sys.executable, "-m", "packscope", "train", *TRAIN.split(), "--steps", str(steps), "--server", backend.url]
     proc = subprocess.Popen(
-        [*cmd, *extra], env=environment(tmp_path), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
+        [*cmd, *extra], env=environment(), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True
     )
     assert proc.stderr is not None
     deadline = time.monotonic() + 120
@@ -126,7 +125,7 @@ def test_a_run_stopped_with_sigterm_is_failed_at_once(backend, tmp_path):
 def test_two_gloo_ranks_post_one_run_to_a_live_server(backend, tmp_path):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
     cmd += ["-m", "packscope", "train", "--parallel", "ddp", *TRAIN.split(), "--steps", "16", "--server", backend.url]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=environment(tmp_path), cwd=tmp_path)
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=environment(), cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     announced = ANNOUNCED.findall(done.stderr)
     assert len(announced) == 1, done.stderr[-2000:]  # rank 0 prints the run's page, once

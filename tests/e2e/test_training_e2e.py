@@ -247,6 +247,7 @@ def sending_agent(server: str, run_name: str, **config: Any) -> tuple[Agent, Sen
     return agent, agent.sender
 
 
+@pytest.mark.alone  # compares step times taken one after the other
 def test_server_killed_mid_run_every_interval_stored_exactly_once(backend: Backend, tmp_path: Path):
     agent, sender = sending_agent(backend.url, "e2e-outage", spool_dir=str(tmp_path / "spool"))
     work = Workload(agent)

@@ -35,9 +35,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def run(tmp_path: Path, *command: str) -> str:
-    home = tmp_path / "home"  # the agent's default spool lives under ~
-    home.mkdir(exist_ok=True)
-    env = clean_env(HOME=str(home), OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")
+    env = clean_env(OMP_NUM_THREADS="1", HF_HUB_OFFLINE="1")  # HOME: the test's own (tests/conftest.py)
     done = subprocess.run(command, capture_output=True, text=True, timeout=600, env=env, cwd=tmp_path)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-5000:]
     return done.stdout
