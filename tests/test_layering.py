@@ -105,6 +105,31 @@ def test_every_module_of_packscope_imports_the_standard_library_alone():
     assert not libraries and not below, sorted(libraries | below)
 
 
+# -- the other product folders: what each may import of ours (docs/architecture.md) -------------------
+# The agent lives in users' training processes: the core alone. The trainer is the agent's first
+# user. The migrations are frozen history: they name tables, never the live models or the catalogue
+# (issue 19); alembic's env.py alone reads the server's settings and models, to connect and compare.
+# The gallery and the frontend are data a command or the server reads.
+MAY_IMPORT = {
+    "agent": ("packscope.core", "packscope.agent"),
+    "trainer": ("packscope.core", "packscope.agent", "packscope.trainer"),
+    "alembic/versions": (),
+    "gallery": (),
+    "frontend": (),
+}
+
+
+@pytest.mark.parametrize("folder", MAY_IMPORT)
+def test_each_product_folder_imports_only_what_its_layer_may(folder):
+    wrong = {
+        f"{module_name(path)} imports {target}"
+        for path in product_modules(folder)
+        for target in ours(imports_of(path))
+        if not any(is_under(target, allowed) for allowed in MAY_IMPORT[folder])
+    }
+    assert not wrong, sorted(wrong)
+
+
 # -- the server and the agent -----------------------------------------------------------------------
 def test_the_server_side_never_imports_torch():
     assert "torch" not in imported_after("import packscope.backend.server.app, packscope.backend.server.serving")
