@@ -217,7 +217,8 @@ def start_server(
     port = free_port()
     code = (
         f"{prelude}import importlib.util, uvicorn\n"
-        # A checkout from before the backend's layer folders (heads.py's before) has backend/app.py.
+        # A checkout from before the backend's layer folders (heads.py's before) has its app module at
+        # the backend's root.
         "old = importlib.util.find_spec('packscope.backend.app') is not None\n"
         "app, settings = (importlib.import_module(f'packscope.backend.{m}') for m in\n"
         "    (('app', 'settings') if old else ('server.app', 'http.settings')))\n"
