@@ -7,10 +7,10 @@ the database from its `Sum.value` (evaluated on columns here), so the window's s
 rank's added, as the run's totals are.
 """
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
-from sqlalchemy import Float, bindparam, case, cast, func, literal, select
+from sqlalchemy import Float, Row, bindparam, case, cast, func, literal, select
 from sqlalchemy.orm import Session
 
 from packscope.backend.formulas import ledger
@@ -85,7 +85,9 @@ def run_ledger(
             span = (span[0] + 1, span[1])  # warm-up left out, as RunSummary.steady
         else:
             window = "run"
-    rows = [] if span is None else session.execute(_RANK_SUMS, {"run_pk": run.id, "first": span[0], "last": span[1]})
+    rows: Iterable[Row[Any]] = (
+        [] if span is None else session.execute(_RANK_SUMS, {"run_pk": run.id, "first": span[0], "last": span[1]})
+    )
     rank_sums: dict[int, dict[str, float]] = {}
     steps_covered: list[tuple[int, int]] = []
     for row in rows:

@@ -87,6 +87,16 @@ def test_measured_losses_come_first_largest_first(two_ranks):
     assert names[1:3] == ["stragglers", "padding"]  # 50% of the step, then about 24%
 
 
+def test_both_databases_sum_the_window_alike(make_client, database_url, new_run):
+    """The window's GROUP BY (CASE, NULLIF, float casts) on SQLite and PostgreSQL."""
+    client = make_client(database_url)
+    assert client.post(RUNS, json=new_run(parallel={"dp": 2})).status_code == 201
+    post_ranks(client, {0: 0.05, 1: 0.15}, loss=2.0)
+    got = client.get(LEDGER).json()
+    assert got["step_time_ms"] == pytest.approx(100.0) and got["steps"] == 20
+    assert by_name(got)["stragglers"]["ms_per_step"] == pytest.approx(50.0)
+
+
 def test_a_step_range_is_its_own_window(two_ranks):
     got = two_ranks.get(LEDGER, params={"first_step": 1, "last_step": 10}).json()
     assert got["window"] == "steps" and (got["first_step"], got["last_step"]) == (1, 10) and got["steps"] == 10
