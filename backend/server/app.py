@@ -25,6 +25,7 @@ from packscope.backend.http.security import SecurityHeaders, SignInGuard, TokenG
 from packscope.backend.http.settings import Settings
 from packscope.backend.ingest.batches import ingest_together
 from packscope.backend.routes import ingest, pages, reads
+from packscope.backend.routes.ledger import router as ledger_router
 from packscope.backend.routes.ranks import router as ranks_router
 from packscope.backend.store.db import WRITES, make_engine, make_sessionmaker, upgrade_schema
 from packscope.frontend import STATIC_DIR
@@ -128,6 +129,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(ingest.router)
     app.include_router(reads.router)
     app.include_router(ranks_router)
+    app.include_router(ledger_router)
     app.include_router(pages.public)
     app.include_router(pages.router)
     app.add_exception_handler(pages.SignInRequired, pages.sign_in_required)

@@ -43,6 +43,11 @@ COMMANDS = {
         "packscope.commands.export:export_from_args",
         "download a run's intervals as CSV",
     ),
+    "diagnose": (
+        "packscope.commands.diagnose:add_diagnose_arguments",
+        "packscope.commands.diagnose:diagnose_from_args",
+        "where a run's step time went: the loss ledger as a table",
+    ),
     "flops": (
         "packscope.commands.flops:add_flops_arguments",
         "packscope.commands.flops:flops_from_args",
@@ -71,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="packscope",
         description="How fast is this training run, really?",
-        epilog="commands:\n" + "\n".join(f"  {k:<8}{v[2]}" for k, v in COMMANDS.items()),
+        epilog="commands:\n" + "\n".join(f"  {k:<10}{v[2]}" for k, v in COMMANDS.items()),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("command", choices=sorted(COMMANDS), metavar="COMMAND")

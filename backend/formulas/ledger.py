@@ -1,0 +1,233 @@
+"""The loss ledger of one window of a run (docs/ledger.md): from the hardware's peak down to the
+useful FLOPs, as named terms, each a fraction of the step time (then in ms per step and
+GPU-hours), and whether it is measured, estimated or not measured. Pure arithmetic on the
+window's catalogue sums and its per-rank sums: the route and `packscope diagnose` only show it.
+
+A term without its inputs has no value (None), never 0: 0 is what a measured absence gives.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from packscope.core.catalogue import FLOAT_OPS, METRIC, SUM_NAMES, Coefficients, flops_count, sync_counted_steps
+
+Status = Literal["measured", "estimated", "not measured", "not applicable"]
+MEASURED: Status = "measured"
+ESTIMATED: Status = "estimated"
+NOT_MEASURED: Status = "not measured"
+NOT_APPLICABLE: Status = "not applicable"
+
+# The layouts (RunSummary.layout) whose rows the model ran as dense sequences: its attention
+# covered each whole row, padding included, so the baseline count is the work done. The packed
+# layouts attend within each document, the per-document count.
+_DENSE_LAYOUTS = frozenset({"bshd"})
+_PACKED_LAYOUTS = frozenset({"thd", "thd-static"})
+
+
+@dataclass(frozen=True)
+class Term:
+    """One line of the ledger: `fraction` of the window's step time (None: not measured or not
+    applicable), what it stands on (`source`), and the fix in one sentence."""
+
+    name: str
+    label: str
+    fraction: float | None
+    status: Status
+    source: str
+    fix: str = ""
+    detail: dict[str, Any] = field(default_factory=dict)
+    loss: bool = True  # False for the two ends of the walk: the peak and the useful work
+
+
+def _metric(name: str, sums: Mapping[str, float], c: Coefficients) -> float | None:
+    value = METRIC[name].formula(sums, c, FLOAT_OPS)
+    return value if math.isfinite(value) else None
+
+
+def step_time_s(sums: Mapping[str, float], c: Coefficients) -> float | None:
+    """A rank's step time over `sums` (the catalogue's step_time_s), None where no step ran."""
+    return _metric("step_time_s", sums, c)
+
+
+def peak_term(sums: Mapping[str, float], c: Coefficients) -> Term:
+    if not c.peak_tflops:
+        return Term("peak", "hardware peak", None, NOT_MEASURED, "the GPU's dense bf16 peak is unknown", loss=False)
+    peak_flops = c.peak_tflops * 1e12 * sums["gpu_seconds"]
+    return Term(
+        "peak", "hardware peak", 1.0, MEASURED,
+        f"{c.peak_tflops:g} TFLOP/s per GPU × Σ GPU time (the whole step, every GPU)",
+        detail={"peak_tflops": c.peak_tflops, "peak_flops": peak_flops}, loss=False,
+    )  # fmt: skip
+
+
+def useful_term(sums: Mapping[str, float], c: Coefficients) -> Term:
+    mfu = _metric("mfu_useful", sums, c)
+    if mfu is None:
+        why = "the GPU's dense bf16 peak is unknown" if not c.peak_tflops else "no GPU time in the window"
+        return Term("useful", "useful work", None, NOT_MEASURED, why, loss=False)
+    return Term(
+        "useful", "useful work", mfu, MEASURED,
+        "useful FLOPs (real tokens, attention within each document) at the peak rate: the useful MFU",
+        detail={"flops_useful": flops_count("useful", sums, c), "mfu_useful": mfu}, loss=False,
+    )  # fmt: skip
+
+
+def padding_term(sums: Mapping[str, float], c: Coefficients, layout: str | None) -> Term:
+    """The share of the FLOPs the layout computed that served no real token (linear layers on
+    padding slots, and on a dense layout attention beyond each document), times the step time."""
+    dense = layout in _DENSE_LAYOUTS
+    computed = flops_count("bshd" if dense else "thd", sums, c)
+    useful = flops_count("useful", sums, c)
+    share = FLOAT_OPS.ratio(computed - useful, computed)
+    if not math.isfinite(share):
+        return Term("padding", "padding", None, NOT_MEASURED, "no token ran in the window")
+    known = dense or layout in _PACKED_LAYOUTS
+    attention = (
+        "and attention over each whole row" if dense else "only (a lower bound: attention over padding unpriced)"
+    )
+    source = (
+        f"token slots without a real token: linear layers {attention}; their share of the computed FLOPs × step time"
+    )
+    if not known:
+        source += f"; layout {layout!r}: some rows may have attended over their padding"
+    fix = (
+        "pack documents into full rows with per-document attention (THD) instead of padding each row"
+        if dense
+        else "fill the packs' tails: more documents per pack, or a pack length nearer the documents'"
+    )
+    return Term(
+        "padding", "padding", share, MEASURED if known else ESTIMATED, source, fix,
+        detail={"padding_pct": _metric("padding_pct", sums, c), "flops": computed - useful},
+    )  # fmt: skip
+
+
+def sync_term(sums: Mapping[str, float], c: Coefficients, sites: Sequence[tuple[str, float]]) -> Term:
+    """Host synchronizations: their count per iteration is measured on the counted steps, their
+    time is not (the agent does not time them), so the term has a value only where none ran."""
+    per_iter = _metric("syncs_per_iter", sums, c)
+    fix = "keep the values on the device and read them at log boundaries, at the sites named"
+    if per_iter is None:
+        return Term(
+            "host_syncs", "host synchronizations", None, NOT_MEASURED,
+            "no step of the window had its syncs counted", fix, {"syncs_per_iter": None, "sites": []},
+        )  # fmt: skip
+    counted = sync_counted_steps(sums)
+    detail = {
+        "syncs_per_iter": per_iter,
+        "counted_share": counted / sums["rank_steps"],
+        "sites": [{"site": site, "per_iter": count / counted} for site, count in sites],
+        "time": None,
+    }
+    if per_iter == 0:
+        detail["time"] = 0.0
+        return Term("host_syncs", "host synchronizations", 0.0, MEASURED, "no host sync counted", "", detail)
+    where = f"{len(sites)} site{'s' * (len(sites) != 1)}"
+    source = f"{per_iter:.3g} syncs/iteration at {where}, counted; time: not measured"
+    return Term("host_syncs", "host synchronizations", None, NOT_MEASURED, source, fix, detail)
+
+
+def straggler_term(rank_sums: Mapping[int, Mapping[str, float]], c: Coefficients, step_s: float | None) -> Term:
+    """The time a rank waits for the slowest, per step, averaged over the ranks: the slowest
+    rank's step time minus the window's (every rank's) step time."""
+    if len(rank_sums) < 2:
+        return Term("stragglers", "stragglers", None, NOT_APPLICABLE, "one rank")
+    times = {rank: step_time_s(sums, c) for rank, sums in rank_sums.items()}
+    timed = {rank: t for rank, t in times.items() if t is not None}
+    if not timed or not step_s:
+        return Term("stragglers", "stragglers", None, NOT_MEASURED, "no rank has a timed step in the window")
+    slowest = max(timed, key=lambda r: (timed[r], -r))  # the lowest rank among equals
+    wait = timed[slowest] - step_s
+    return Term(
+        "stragglers", "stragglers", wait / step_s, MEASURED,
+        f"rank {slowest}'s step time ({timed[slowest] * 1e3:.4g} ms) minus every rank's mean, from each rank's events",
+        f"look at rank {slowest}: its data, its GPU's clocks, or balance the tokens per rank",
+        {"slowest_rank": slowest, "rank_step_ms": {str(r): t * 1e3 for r, t in sorted(timed.items())}},
+    )  # fmt: skip
+
+
+def data_wait_term() -> Term:
+    return Term(
+        "data_wait", "data wait", None, NOT_MEASURED,
+        "the agent does not time the wait for the next batch "
+        "(a host timer from a step's end to the next step's begin would)",
+        "more DataLoader workers, pinned memory, a deeper prefetch",
+    )  # fmt: skip
+
+
+def launch_bound_term() -> Term:
+    return Term(
+        "launch_bound", "host-/launch-bound steps", None, NOT_MEASURED,
+        "the agent does not record the GPU's idle time between kernels (a CUPTI activity trace of the steps would)",
+        "CUDA graphs or torch.compile to cut the host's launches, or larger micro-batches",
+    )  # fmt: skip
+
+
+def remainder_term(useful: Term, losses: Sequence[Term]) -> Term:
+    """What the named terms leave of the step: 1 - useful - the losses (kernel efficiency),
+    only where every loss has a value (a loss not measured would hide in it)."""
+    fix = "kernel efficiency: fused kernels (FlashAttention, torch.compile), shapes that fill the tensor cores"
+    missing = [t.label for t in losses if t.fraction is None and t.status != NOT_APPLICABLE]
+    if useful.fraction is None:
+        missing.insert(0, useful.label)
+    if missing:
+        return Term("remainder", "the rest (kernel efficiency)", None, NOT_MEASURED, f"needs {', '.join(missing)}", fix)
+    rest = 1.0 - useful.fraction - sum(t.fraction or 0.0 for t in losses)  # type: ignore[operator]
+    return Term("remainder", "the rest (kernel efficiency)", rest, ESTIMATED, "estimated: the rest", fix)
+
+
+def overcount_term(sums: Mapping[str, float], c: Coefficients) -> Term:
+    """The baseline's over-count: a reporting error, not time; its value is a percent of FLOPs."""
+    pct = _metric("overcount_pct", sums, c)
+    if pct is None:
+        return Term("overcount", "baseline over-count", None, NOT_MEASURED, "no token ran in the window", loss=False)
+    return Term(
+        "overcount", "baseline over-count", None, MEASURED, METRIC["overcount_pct"].doc,
+        "report per-document (THD-corrected) TFLOP/s, not the baseline's",
+        {"overcount_pct": pct, "flops": flops_count("bshd", sums, c) - flops_count("thd", sums, c)}, loss=False,
+    )  # fmt: skip
+
+
+def ledger_terms(
+    sums: Mapping[str, float],
+    c: Coefficients,
+    layout: str | None,
+    rank_sums: Mapping[int, Mapping[str, float]],
+    sites: Sequence[tuple[str, float]],
+) -> list[Term]:
+    """The walk of one window: the peak, the losses (the measured ones largest first, then the
+    rest in a fixed order), what remains, the useful work."""
+    step_s = step_time_s(sums, c)
+    useful = useful_term(sums, c)
+    losses = [
+        padding_term(sums, c, layout),
+        sync_term(sums, c, sites),
+        straggler_term(rank_sums, c, step_s),
+        data_wait_term(),
+        launch_bound_term(),
+    ]
+    losses.append(remainder_term(useful, losses))
+    losses.sort(key=lambda t: (t.fraction is None, -(t.fraction or 0.0)))  # stable: unmeasured keep their order
+    return [peak_term(sums, c), *losses, useful]
+
+
+def without_intervals(c: Coefficients, layout: str | None) -> list[Term]:
+    """The ledger of a window that holds no interval: every term not measured."""
+    terms = ledger_terms(dict.fromkeys(SUM_NAMES, 0.0), c, layout, {}, ())
+    return [
+        replace(t, fraction=None, status=NOT_MEASURED, source="no interval in the window", detail={}) for t in terms
+    ]
+
+
+def as_time(term: Term, step_s: float | None, gpu_seconds: float) -> dict[str, float | None]:
+    """A term's fraction as ms per step, percent of the step and GPU-hours."""
+    if term.fraction is None or step_s is None:
+        return {"ms_per_step": None, "pct_of_step": None, "gpu_hours": None}
+    return {
+        "ms_per_step": term.fraction * step_s * 1e3,
+        "pct_of_step": 100.0 * term.fraction,
+        "gpu_hours": term.fraction * gpu_seconds / 3600.0,
+    }

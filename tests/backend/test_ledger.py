@@ -1,0 +1,164 @@
+"""GET /api/v1/runs/{run_id}/ledger (docs/ledger.md): runs posted from the record builders, each
+term checked against numbers worked out by hand from the records, and "not measured" (null,
+never 0) wherever an input is missing."""
+
+import pytest
+from wire_records import packed_interval
+
+from packscope.backend.formulas.ledger import ESTIMATED, MEASURED, NOT_MEASURED, Term, remainder_term
+from packscope.core.flops import ModelSpec
+
+RUNS = "/api/v1/runs"
+LEDGER = f"{RUNS}/run-1/ledger"
+STEPS = 10  # packed_interval's steps per interval
+PACK, DOCS, DOC = 4096, 6, 512  # 6 documents of 512 in a pack of 4096: 1024 padding slots a pack
+
+
+def by_name(ledger: dict) -> dict:
+    return {t["name"]: t for t in ledger["terms"]}
+
+
+def post_ranks(client, step_s_by_rank: dict[int, float], intervals: int = 3, **record) -> None:
+    batch = []
+    for rank, step_s in step_s_by_rank.items():
+        for k in range(intervals):
+            r = packed_interval(k, docs_per_pack=DOCS, doc_len=DOC, pack=PACK, gpu_time_s=step_s * STEPS, **record)
+            batch.append({**r, "rank": rank})
+    assert client.post(f"{RUNS}/run-1/intervals", json={"intervals": batch}).json()["accepted"] == len(batch)
+
+
+@pytest.fixture
+def two_ranks(client, new_run):
+    """Rank 0 steps in 50 ms, rank 1 in 150 ms, over 3 intervals of 10 steps."""
+    assert client.post(RUNS, json=new_run(parallel={"dp": 2})).status_code == 201
+    post_ranks(client, {0: 0.05, 1: 0.15})
+    return client
+
+
+def test_the_straggler_term_names_the_slow_rank_and_the_others_wait(two_ranks):
+    got = two_ranks.get(LEDGER).json()
+    assert got["window"] == "steady" and (got["first_step"], got["last_step"]) == (11, 30)  # interval 0 left out
+    assert got["ranks"] == [0, 1] and got["steps"] == 20
+    # By hand: a rank's step is (50 + 150) / 2 = 100 ms; rank 0 waits 100 ms a step for rank 1,
+    # rank 1 waits 0: 50 ms per rank-step, half the step; 2 ranks x 20 steps x 50 ms = 2 GPU-s.
+    assert got["step_time_ms"] == pytest.approx(100.0)
+    stragglers = by_name(got)["stragglers"]
+    assert stragglers["status"] == MEASURED and stragglers["detail"]["slowest_rank"] == 1
+    assert stragglers["ms_per_step"] == pytest.approx(50.0)
+    assert stragglers["pct_of_step"] == pytest.approx(50.0)
+    assert stragglers["gpu_hours"] == pytest.approx(2.0 / 3600)
+    assert stragglers["detail"]["rank_step_ms"] == pytest.approx({"0": 50.0, "1": 150.0})
+
+
+def test_padding_syncs_peak_and_useful_by_hand(two_ranks, spec: ModelSpec):
+    got = by_name(two_ranks.get(LEDGER).json())
+    # Per pack: 4096 slots, 3072 real tokens, attention within 6 documents of 512 (packed: the
+    # padding runs the linear layers only). The peak: 989 TFLOP/s x 4 GPU-seconds.
+    computed = PACK * spec.c_lin + DOCS * DOC**2 * spec.c_core
+    padding = (PACK - DOCS * DOC) * spec.c_lin
+    assert got["padding"]["status"] == MEASURED
+    assert got["padding"]["pct_of_step"] == pytest.approx(100 * padding / computed)
+    assert got["padding"]["ms_per_step"] == pytest.approx(100.0 * padding / computed)
+    assert got["padding"]["detail"]["padding_pct"] == pytest.approx(25.0)
+    useful_per_step = 2 * (computed - padding)  # two ranks' packs a step
+    assert got["useful"]["pct_of_step"] == pytest.approx(100 * useful_per_step / (989e12 * 2 * 0.1))
+    assert got["peak"]["status"] == MEASURED and got["peak"]["ms_per_step"] == pytest.approx(100.0)
+    assert got["peak"]["gpu_hours"] == pytest.approx(4.0 / 3600)
+    # Syncs: 3 a step counted at one site; their time is not measured, so no value.
+    syncs = got["host_syncs"]
+    assert syncs["status"] == NOT_MEASURED and syncs["ms_per_step"] is None
+    assert syncs["detail"]["syncs_per_iter"] == pytest.approx(3.0)
+    assert syncs["detail"]["sites"] == [{"site": "train.py:88", "per_iter": pytest.approx(3.0)}]
+    # The rest needs every loss measured: data wait, launch-bound and sync time are not.
+    assert got["remainder"]["status"] == NOT_MEASURED and got["remainder"]["ms_per_step"] is None
+
+
+def test_full_packs_have_a_measured_padding_of_0(client, new_run):
+    assert client.post(RUNS, json=new_run(parallel={"dp": 1})).status_code == 201
+    full = [packed_interval(k, docs_per_pack=8, doc_len=512, pack=4096) for k in range(2)]  # 8 x 512 = 4096
+    assert client.post(f"{RUNS}/run-1/intervals", json={"intervals": full}).json()["accepted"] == 2
+    padding = by_name(client.get(LEDGER).json())["padding"]
+    assert padding["status"] == MEASURED and padding["ms_per_step"] == 0 and padding["gpu_hours"] == 0
+
+
+def test_measured_losses_come_first_largest_first(two_ranks):
+    names = [t["name"] for t in two_ranks.get(LEDGER).json()["terms"]]
+    assert names[0] == "peak" and names[-1] == "useful"
+    assert names[1:3] == ["stragglers", "padding"]  # 50% of the step, then about 24%
+
+
+def test_both_databases_sum_the_window_alike(make_client, database_url, new_run):
+    """The window's GROUP BY (CASE, NULLIF, float casts) on SQLite and PostgreSQL."""
+    client = make_client(database_url)
+    assert client.post(RUNS, json=new_run(parallel={"dp": 2})).status_code == 201
+    post_ranks(client, {0: 0.05, 1: 0.15}, loss=2.0)
+    got = client.get(LEDGER).json()
+    assert got["step_time_ms"] == pytest.approx(100.0) and got["steps"] == 20
+    assert by_name(got)["stragglers"]["ms_per_step"] == pytest.approx(50.0)
+
+
+def test_a_step_range_is_its_own_window(two_ranks):
+    got = two_ranks.get(LEDGER, params={"first_step": 1, "last_step": 10}).json()
+    assert got["window"] == "steps" and (got["first_step"], got["last_step"]) == (1, 10) and got["steps"] == 10
+    assert by_name(got)["stragglers"]["ms_per_step"] == pytest.approx(50.0)
+
+
+def test_a_cpu_run_with_uncounted_syncs_says_not_measured_never_0(client, new_run):
+    """No peak (a CPU) and syncs never counted: the peak, the useful work, the syncs and what
+    remains have no value; padding and over-count, measured from the sums, do."""
+    hardware = {"gpu_name": "cpu", "gpu_count": 1, "peak_tflops": None}
+    assert client.post(RUNS, json=new_run(hardware=hardware, parallel={"dp": 1})).status_code == 201
+    post_ranks(client, {0: 0.05}, syncs_counted=False)
+    got = client.get(LEDGER).json()
+    terms = by_name(got)
+    for name in ("peak", "useful", "host_syncs", "data_wait", "launch_bound", "remainder"):
+        assert terms[name]["status"] == NOT_MEASURED, name
+        assert terms[name]["ms_per_step"] is None and terms[name]["gpu_hours"] is None, name
+    assert terms["host_syncs"]["detail"]["syncs_per_iter"] is None
+    assert terms["stragglers"]["status"] == "not applicable" and terms["stragglers"]["ms_per_step"] is None
+    assert terms["padding"]["status"] == MEASURED and terms["padding"]["ms_per_step"] > 0
+    assert got["overcount"]["status"] == MEASURED
+
+
+def test_an_old_record_without_uncounted_steps_counts_its_syncs(client, new_run):
+    """A record of an agent before `syncs.uncounted_steps` counted every step (docs/wire.md): its
+    zero syncs are a measured 0, the one case where the sync term's time is 0."""
+    assert client.post(RUNS, json=new_run(parallel={"dp": 1})).status_code == 201
+    old = [packed_interval(k, syncs_per_step=0) for k in range(2)]
+    for r in old:
+        r["syncs"] = {"total": 0}
+    assert client.post(f"{RUNS}/run-1/intervals", json={"intervals": old}).json()["accepted"] == 2
+    syncs = by_name(client.get(LEDGER).json())["host_syncs"]
+    assert syncs["status"] == MEASURED and syncs["ms_per_step"] == 0.0
+
+
+def test_a_run_without_intervals_has_every_term_not_measured(client, new_run):
+    assert client.post(RUNS, json=new_run()).status_code == 201
+    got = client.get(LEDGER).json()
+    assert got["steps"] is None and got["first_step"] is None and got["ranks"] == []
+    assert {t["status"] for t in got["terms"]} == {NOT_MEASURED}
+    assert all(t["ms_per_step"] is None for t in got["terms"])
+    assert got["overcount"]["status"] == NOT_MEASURED
+
+
+def test_unknown_run_is_404_and_bad_steps_422(client):
+    assert client.get(f"{RUNS}/nope/ledger").status_code == 404
+    assert client.get(LEDGER, params={"first_step": -1}).status_code == 422
+
+
+def test_the_openapi_schema_lists_the_route(client):
+    schema = client.get("/openapi.json").json()
+    route = schema["paths"]["/api/v1/runs/{run_id}/ledger"]["get"]
+    assert {p["name"] for p in route["parameters"]} >= {"run_id", "first_step", "last_step"}
+    assert "Ledger" in schema["components"]["schemas"]
+
+
+def test_the_rest_is_what_measured_losses_leave_else_not_measured():
+    useful = Term("useful", "useful work", 0.40, MEASURED, "", loss=False)
+    padding = Term("padding", "padding", 0.10, MEASURED, "")
+    stragglers = Term("stragglers", "stragglers", None, "not applicable", "one rank")
+    rest = remainder_term(useful, [padding, stragglers])
+    assert rest.status == ESTIMATED and rest.fraction == pytest.approx(0.50)
+    waits = Term("data_wait", "data wait", None, NOT_MEASURED, "")
+    unmeasured = remainder_term(useful, [padding, waits])
+    assert unmeasured.status == NOT_MEASURED and unmeasured.fraction is None and "data wait" in unmeasured.source
