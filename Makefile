@@ -1,9 +1,8 @@
 # Two commands do all set-up on a fresh machine (Python, git and the package registries):
 #   make demo   - server on the embedded SQLite default + two reference training runs feeding it
 #   make test   - the whole test suite (slow tests included) on 4 pytest-xdist workers (TEST_WORKERS), then
-#                 the few tests marked `alone` by themselves, each pass with its 15 slowest tests; then
-	@echo "the dashboard's pure modules, under node:test:"
-	node --test tests/js/
+#                 the few tests marked `alone` by themselves, each pass with its 15 slowest tests; the
+#                 dashboard's pure JS modules under node:test (tests/js, Node 20+); then
 #                 torchtitan's integration tests in an environment of their own (.venv-torchtitan)
 # and, for developers:
 #   make lint       - ruff check, ruff format --check and mypy (configured in pyproject.toml), then
