@@ -261,6 +261,12 @@ class Sum:
         return value
 
 
+def _weighted_mean(weighted: str, weight: str, reading: str, by: str) -> tuple[Sum, Sum]:
+    """An optional reading's weighted mean as two sums, both over the rows that carry it:
+    Σ reading·by (`weighted`) and Σ by (`weight`)."""
+    return Sum(weighted, (reading, by), present=reading), Sum(weight, (by,), present=reading)
+
+
 SUMS: tuple[Sum, ...] = (
     Sum("steps", ("steps",), leader=True),  # optimizer steps, each once
     Sum("rank_steps", ("steps",)),  # steps times the ranks that ran them: per-rank means divide by this
@@ -279,22 +285,15 @@ SUMS: tuple[Sum, ...] = (
     Sum("step_p50_x_steps", ("step_time_p50_s", "steps")),
     Sum("step_p90_x_steps", ("step_time_p90_s", "steps")),
     # Loss is averaged over real tokens, as the trainer computes it (padding carries no loss).
-    Sum("loss_x_tokens", ("loss", "real_tokens"), present="loss"),
-    Sum("loss_tokens", ("real_tokens",), present="loss"),
+    *_weighted_mean("loss_x_tokens", "loss_tokens", "loss", "real_tokens"),
     # The learning rate and gradient norm are read at each interval's end: weighted by its steps.
-    Sum("lr_x_steps", ("lr", "steps"), present="lr"),
-    Sum("lr_steps", ("steps",), present="lr"),
-    Sum("grad_norm_x_steps", ("grad_norm", "steps"), present="grad_norm"),
-    Sum("grad_norm_steps", ("steps",), present="grad_norm"),
+    *_weighted_mean("lr_x_steps", "lr_steps", "lr", "steps"),
+    *_weighted_mean("grad_norm_x_steps", "grad_norm_steps", "grad_norm", "steps"),
     # NVML readings are interval means: weighted by the interval's host time.
-    Sum("gpu_util_x_s", ("gpu_util_pct", "host_time_s"), present="gpu_util_pct"),
-    Sum("gpu_util_s", ("host_time_s",), present="gpu_util_pct"),
-    Sum("gpu_power_x_s", ("gpu_power_w", "host_time_s"), present="gpu_power_w"),
-    Sum("gpu_power_s", ("host_time_s",), present="gpu_power_w"),
-    Sum("gpu_clock_x_s", ("gpu_sm_clock_mhz", "host_time_s"), present="gpu_sm_clock_mhz"),
-    Sum("gpu_clock_s", ("host_time_s",), present="gpu_sm_clock_mhz"),
-    Sum("gpu_mem_x_s", ("gpu_mem_used_bytes", "host_time_s"), present="gpu_mem_used_bytes"),
-    Sum("gpu_mem_s", ("host_time_s",), present="gpu_mem_used_bytes"),
+    *_weighted_mean("gpu_util_x_s", "gpu_util_s", "gpu_util_pct", "host_time_s"),
+    *_weighted_mean("gpu_power_x_s", "gpu_power_s", "gpu_power_w", "host_time_s"),
+    *_weighted_mean("gpu_clock_x_s", "gpu_clock_s", "gpu_sm_clock_mhz", "host_time_s"),
+    *_weighted_mean("gpu_mem_x_s", "gpu_mem_s", "gpu_mem_used_bytes", "host_time_s"),
     Sum("gpu_energy_j", ("gpu_energy_j",), present="gpu_energy_j"),
     Sum("energy_tokens", ("real_tokens",), present="gpu_energy_j"),
 )
