@@ -30,14 +30,43 @@ def context(browser):
     context.close()
 
 
+def _collect_errors(page, allow: tuple[str, ...] = ()) -> None:
+    """Keep the page's console and page errors in `page.errors`; `allow`: substrings of errors the
+    test causes on purpose (a missing run's 404)."""
+    page.errors = []
+    page.allowed_errors = allow
+    page.on("console", lambda m: m.type == "error" and page.errors.append(m.text))
+    page.on("pageerror", lambda e: page.errors.append(str(e)))
+
+
+def _unexpected_errors(page) -> list[str]:
+    return [e for e in page.errors if not any(a in e for a in page.allowed_errors)]
+
+
+@pytest.fixture
+def sized_page(browser):
+    """`open(width, height=900, allow=())`: a new page of that viewport, failing its test at the
+    end on any console or page error but those containing one of `allow`."""
+    pages = []
+
+    def open_at(width: int, height: int = 900, allow: tuple[str, ...] = ()):
+        page = browser.new_page(viewport={"width": width, "height": height})
+        _collect_errors(page, allow)
+        pages.append(page)
+        return page
+
+    yield open_at
+    for page in pages:
+        assert _unexpected_errors(page) == []
+        page.close()
+
+
 @pytest.fixture
 def page(context):
     """A tab of the module's `context` that fails its test on any console error or page error.
     Modules whose pages log errors on purpose define their own."""
     page = context.new_page()
-    page.errors = []
-    page.on("console", lambda m: m.type == "error" and page.errors.append(m.text))
-    page.on("pageerror", lambda e: page.errors.append(str(e)))
+    _collect_errors(page)
     yield page
-    assert page.errors == []
+    assert _unexpected_errors(page) == []
     page.close()

@@ -4,6 +4,7 @@ keep one legend entry (or none) per run, distinct colours and a plot of a useful
 many tags stay one line; the learning rate and gradient norm are charted; GPU memory ticks, tiny
 rates and unknown ids read right."""
 
+import functools
 import re
 
 import httpx
@@ -61,21 +62,9 @@ def server(tmp_path_factory):
 
 
 @pytest.fixture
-def at(browser):
-    pages = []
-
-    def open_at(width: int, height: int):
-        page = browser.new_page(viewport={"width": width, "height": height})
-        page.errors = []
-        page.on("pageerror", lambda e: page.errors.append(str(e)))
-        page.on("console", lambda m: m.type == "error" and page.errors.append(m.text))
-        pages.append(page)
-        return page
-
-    yield open_at
-    for page in pages:
-        assert [e for e in page.errors if "404" not in e] == []
-        page.close()
+def at(sized_page):
+    """Pages of a viewport; a compare of a missing run answers 404 on purpose."""
+    return functools.partial(sized_page, allow=("404",))
 
 
 def compare_url(server: str, ids=IDS) -> str:

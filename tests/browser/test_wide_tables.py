@@ -69,21 +69,8 @@ def server(tmp_path_factory):
 
 
 @pytest.fixture
-def wide(browser):
-    pages = []
-
-    def open_at(width: int, height: int = 900):
-        page = browser.new_page(viewport={"width": width, "height": height})
-        page.errors = []
-        page.on("pageerror", lambda e: page.errors.append(str(e)))
-        page.on("console", lambda m: m.type == "error" and page.errors.append(m.text))
-        pages.append(page)
-        return page
-
-    yield open_at
-    for page in pages:
-        assert page.errors == []
-        page.close()
+def wide(sized_page):
+    return sized_page
 
 
 def overflow(page, selector: str) -> dict:
