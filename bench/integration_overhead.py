@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import importlib.util
 import json
 import os
@@ -183,12 +184,15 @@ def examples(n: int) -> list[dict[str, list[int]]]:
 
 
 def flops_spec(model: Any = None):
-    """The FLOPs model of `model` (default: the Qwen2 303M), read from its config."""
+    """The FLOPs model of `model` (default: the Qwen2 303M), read from its config. The CPU stand-in
+    (no decoder layers, which the FLOPs model refuses) is counted as the 303M it stands in for."""
     import transformers
 
     from packscope.core.hf_config import spec_from_hf_config
 
-    return spec_from_hf_config(model.config if model is not None else transformers.Qwen2Config(**QWEN2_303M))
+    if model is None or model.config.num_hidden_layers == 0:
+        return spec_from_hf_config(transformers.Qwen2Config(**QWEN2_303M))
+    return spec_from_hf_config(model.config)
 
 
 class Probe:
@@ -520,6 +524,7 @@ def step_time_ratio(
     device: str,
     variants: tuple[str, ...],
     seed: int = 0,
+    gc_freeze: bool = False,
 ) -> dict[str, Any]:
     import torch
 
@@ -532,6 +537,10 @@ def step_time_ratio(
     model = make_model(model_kind, device)
     events: list[tuple[str, Any, Any, bool]] = []  # per step: mode, its two events, whether it read batches
     host_in_callback: list[tuple[str, float]] = []
+    pauses = GcPauses()
+    # --gc-freeze: after the warm-up rounds, the objects alive then (model, Trainer, optimizer) go to
+    # the permanent generation, so a full collection no longer walks them; collections still run.
+    freeze_at = len(modes) * warmup_rounds if gc_freeze else None
     settings = dict(
         run_name=f"ratio-{integration}",
         model=flops_spec(model),
@@ -542,7 +551,7 @@ def step_time_ratio(
         from packscope.agent.integrations.hf import PackscopeCallback
 
         inner: Any = PackscopeCallback(**settings)
-        switch = switched_hf(inner, model, schedule, events, host_in_callback, device)
+        switch = switched_hf(inner, model, schedule, events, host_in_callback, device, pauses, freeze_at)
         trainer = hf_trainer(model, len(schedule), [switch], device, trl=integration == "trl")
         trainer.train()
     else:
@@ -554,7 +563,9 @@ def step_time_ratio(
         trainer.fit(module, loader)
     if device == "cuda":
         torch.cuda.synchronize()
+    pauses.close()
     timed = events[len(modes) * warmup_rounds :]
+    gc_ms = pauses.per_step[len(modes) * warmup_rounds :]
     by_round = [
         {mode: s.elapsed_time(e) / 1e3 for mode, s, e, _ in timed[i : i + len(modes)]}
         for i in range(0, len(timed) - len(modes) + 1, len(modes))
@@ -580,6 +591,10 @@ def step_time_ratio(
         "agent_reported_syncs_per_step": syncs_per_step(records),  # over the intervals it counted
         "agent_reported_sync_sites": dict(sync_sites(records)),
         "steps_ms": [[mode, round(1e3 * r[mode], 4), reads[k][mode]] for k, r in enumerate(by_round) for mode in modes],
+        # Per timed step (the order of steps_ms' rows is by round; this is the run's order): the mode
+        # and the host time spent in Python's garbage collector during it, in ms.
+        "gc_freeze": gc_freeze,
+        "gc_ms_by_step": [[mode, round(ms, 3)] for (mode, *_), ms in zip(timed, gc_ms, strict=False)],
     }
     for variant in variants:
         spent = [t for mode, t in host if mode == variant]
@@ -622,7 +637,7 @@ def counting_syncs(inner, on: bool) -> None:
         torch.cuda.set_sync_debug_mode("warn" if on and counting else 0)
 
 
-def switched_hf(inner, model, schedule: list[str], events: list, host: list, device: str):
+def switched_hf(inner, model, schedule: list[str], events: list, host: list, device: str, pauses=None, freeze_at=None):
     """A TrainerCallback that runs `inner` (hooks included) only on the steps `schedule` says, with
     the sync counter's debug mode on for its "full" steps."""
     from transformers import TrainerCallback
@@ -670,6 +685,11 @@ def switched_hf(inner, model, schedule: list[str], events: list, host: list, dev
             return registered
 
         def on_step_begin(self, args, state, control, **kwargs):
+            if self.step == freeze_at:
+                gc.collect()
+                gc.freeze()
+            if pauses is not None:
+                pauses.step_begins()
             self.begin = timing_event(device)
             self.begin.record()
             self.spent = 0.0
@@ -713,6 +733,28 @@ def switched_hf(inner, model, schedule: list[str], events: list, host: list, dev
             inner.on_train_end(args, state, control, **kwargs)
 
     return Switch()
+
+
+class GcPauses:
+    """The host time Python's garbage collector takes during each step (gc.callbacks): a pause
+    inside a step whose GPU waits on the host (a model that synchronizes mid-step) lengthens it."""
+
+    def __init__(self) -> None:
+        self.per_step: list[float] = []  # ms per step, in the run's order
+        self._started = 0.0
+        gc.callbacks.append(self._callback)
+
+    def step_begins(self) -> None:
+        self.per_step.append(0.0)
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        elif self.per_step:
+            self.per_step[-1] += 1e3 * (time.perf_counter() - self._started)
+
+    def close(self) -> None:
+        gc.callbacks.remove(self._callback)
 
 
 def _take_hooks(inner) -> list:
@@ -857,6 +899,12 @@ def main() -> int:
     )
     ap.add_argument("--code-root", default=None, help="import packscope from this tree (before/after runs)")
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads on CPU")
+    ap.add_argument(
+        "--gc-freeze",
+        action="store_true",
+        help="ratio (hf, trl): gc.freeze() after the warm-up rounds, so that a full collection does not "
+        "walk the model's and Trainer's objects inside a timed step",
+    )
     ap.add_argument("--profile", action="store_true", help="host: add a cProfile of the callback's calls")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
@@ -905,7 +953,7 @@ def main() -> int:
             if not variants or set(variants) - set(known):
                 ap.error(f"--variants for {name} takes a comma-separated list of {', '.join(known)}")
             result[f"ratio_{name}"] = step_time_ratio(
-                name, args.rounds, args.warmup_rounds, model, device, variants, args.seed
+                name, args.rounds, args.warmup_rounds, model, device, variants, args.seed, args.gc_freeze
             )
     emit(result, args.out)
     return 0
