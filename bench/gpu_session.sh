@@ -27,7 +27,7 @@
 #                                     # process, the HF callback's ratio for the plain, windowed and vision 303M
 #   bash bench/gpu_session.sh vision  # issue 34: the HF callback's ratio on the vision 303M with the garbage
 #                                     # collector's time per step recorded, as it runs and with gc.freeze() after
-#                                     # warm-up, beside the plain 303M (VISION_ROUNDS, default 80)
+#                                     # warm-up, beside the plain 303M (VISION_RUNS picks others)
 #   bash bench/gpu_session.sh sync-cost  # bench/sync_cost.py: one sync inside an HF Trainer run, uncounted
 #                                     # and counted (STEPS, default 48)
 #   bash bench/gpu_session.sh gaps    # bench/step_gaps.py: the HF callback's switched steps under
@@ -227,7 +227,9 @@ case "${1:-}" in
     # collector's time per step, as the model runs and with gc.freeze() after warm-up.
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpus.txt"
     install_integration_wheels
-    for run in "qwen25vl-303m 40" "qwen25vl-303m ${VISION_ROUNDS:-80} --gc-freeze" "qwen2-303m 40 --gc-freeze"; do
+    runs=("qwen25vl-303m 40" "qwen25vl-303m 80 --gc-freeze" "qwen2-303m 40 --gc-freeze")  # model, rounds, flag
+    if [ -n "${VISION_RUNS:-}" ]; then IFS=';' read -ra runs <<< "$VISION_RUNS"; fi  # e.g. "qwen25vl-303m 80 --gc-freeze"
+    for run in "${runs[@]}"; do
       set -- $run
       name="integration_ratio_$1${3:+_gc_freeze}"
       timeout 200 python3 bench/integration_overhead.py ratio --integrations hf --model "$1" --rounds "$2" \

@@ -190,7 +190,7 @@ def flops_spec(model: Any = None):
 
     from packscope.core.hf_config import spec_from_hf_config
 
-    if model is None or model.config.num_hidden_layers == 0:
+    if model is None or getattr(model.config, "num_hidden_layers", None) == 0:
         return spec_from_hf_config(transformers.Qwen2Config(**QWEN2_303M))
     return spec_from_hf_config(model.config)
 
