@@ -222,10 +222,17 @@ class UnixDatagrams(_Coalesced):
         self.loop.add_reader(self._receiver.fileno(), self._receive)
 
     def _bind(self) -> None:
-        self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         self._own = self.folder / f"{os.getpid()}-{secrets.token_hex(4)}.sock"
         receiver = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-        receiver.bind(str(self._own))
+        for attempt in range(3):
+            self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            try:
+                receiver.bind(str(self._own))
+                break
+            except FileNotFoundError:  # the last other process removed the folder in between
+                if attempt == 2:
+                    receiver.close()
+                    raise
         receiver.setblocking(False)
         self._receiver = receiver
         self._sender = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -292,6 +299,10 @@ class UnixDatagrams(_Coalesced):
         if self._own is not None:
             with suppress(OSError):
                 self._own.unlink()
+            # The last process out removes the folder (only an empty one can go), so that stopped
+            # servers leave nothing behind in the temporary folder.
+            with suppress(OSError):
+                self.folder.rmdir()
 
 
 class PostgresNotify(_Coalesced):

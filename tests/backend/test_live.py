@@ -167,7 +167,26 @@ def test_the_socket_of_a_process_that_died_is_removed(tmp_path: Path):
 
     assert asyncio.run(publish_once()) == ["run-1"]
     assert not dead.exists()
-    assert not list(folder.glob("*.sock"))  # both hubs removed their own on stop
+    assert not folder.exists()  # both hubs removed their own socket on stop, the last one the folder
+
+
+def test_the_socket_folder_goes_with_the_last_process_only(tmp_path: Path):
+    folder = tmp_path / "db.live"
+
+    async def two_then_none() -> list[bool]:
+        first, second = LiveHub(UnixDatagrams(folder)), LiveHub(UnixDatagrams(folder))
+        await first.start()
+        await second.start()
+        await first.stop()
+        kept = folder.exists() and len(list(folder.glob("*.sock"))) == 1  # the second still listens there
+        await second.stop()
+        third = LiveHub(UnixDatagrams(folder))  # a process started after: made again
+        await third.start()
+        remade = third.pushes and folder.exists()
+        await third.stop()
+        return [kept, remade, folder.exists()]
+
+    assert asyncio.run(two_then_none()) == [True, True, False]
 
 
 def test_each_database_gets_its_transport(tmp_path):
