@@ -655,8 +655,9 @@ class Sender:
     def _send_final_status(self) -> None:
         if self._final_patch is None:
             return
-        if time.monotonic() >= self._deadline:
+        if time.monotonic() >= self._deadline:  # no time left to send it: keep it for `packscope sync`
             self._status_delivered = False
+            self._keep_final_status()
             return
         try:
             if not self._run_registered:

@@ -36,7 +36,9 @@ def _no_token_from_the_machine(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(importer.TOKEN_ENV, raising=False)
 
 
-def agent_run(spool_dir: Path, run_id: str, server: str | None, steps: int = 6) -> list[dict]:
+def agent_run(
+    spool_dir: Path, run_id: str, server: str | None, steps: int = 6, close_timeout_s: float = 0.5
+) -> list[dict]:
     """A tiny CPU run with the agent; its records (the brute-force truth). With a server URL
     nothing listens on, the records stay in its spool, as a mistyped --server leaves them."""
     config = AgentConfig(
@@ -57,7 +59,7 @@ def agent_run(spool_dir: Path, run_id: str, server: str | None, steps: int = 6) 
         cu = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
         agent.observe_batch(cu_seqlens=cu, shape=(1, 512))
         agent.step_end(loss=torch.tensor(2.0), lr=1e-3)
-    agent.close(timeout_s=0.5)
+    agent.close(timeout_s=close_timeout_s)
     return list(agent.records)
 
 
@@ -95,6 +97,17 @@ def test_the_spool_of_a_run_with_a_wrong_server_url_is_stored(server, tmp_path, 
     assert not spool.exists()  # nothing left in it
     code, out, _ = run_sync(capsys, spool_dir, "--server", server)
     assert code == 0 and "nothing to send" in out
+
+
+def test_a_run_closed_with_no_time_left_to_reach_its_server_keeps_its_final_status(server, tmp_path, capsys):
+    # close()'s time ran out before the final status could be tried (a busy machine, a short
+    # timeout): the status must still be kept in the spool, or sync leaves the run "running" for good.
+    spool_dir = tmp_path / "spool"
+    records = agent_run(spool_dir, "sync-no-time-left", nowhere(), close_timeout_s=0.0)
+    code, out, err = run_sync(capsys, spool_dir / "sync-no-time-left.sqlite", "--server", server)
+    assert code == 0, err
+    assert "status finished" in out
+    assert_stored(server, "sync-no-time-left", records, status="finished")
 
 
 def run_import_of(capsys: pytest.CaptureFixture[str], path: Path) -> tuple[int, str, str]:
