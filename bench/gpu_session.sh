@@ -221,19 +221,22 @@ case "${1:-}" in
     python3 bench/integration_overhead.py table "$OUT"/integration_gaps_*.json
     ;;
   vision)
-    # Issue 34's last line: the vision model's own steps vary by +-5% (the plain model's by +-0.5%),
-    # too much to resolve 0.1%. Its forward synchronizes mid-step, so a host pause inside a step (a
-    # full garbage collection walking the model's objects) lengthens that step: the runs record the
-    # collector's time per step, as the model runs and with gc.freeze() after warm-up.
+    # Issue 34's last line: the vision model's own steps vary by several percent (the plain model's
+    # by a tenth of that), too much to resolve 0.1%. The runs record the garbage collector's time per
+    # step (a host pause inside a step that synchronizes mid-way lengthens it); the A/A variant "null"
+    # (no callback, under another name) shows what the estimator gives on this model when nothing differs.
     nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpus.txt"
     install_integration_wheels
-    runs=("qwen25vl-303m 40" "qwen25vl-303m 80 --gc-freeze" "qwen2-303m 40 --gc-freeze")  # model, rounds, flag
-    if [ -n "${VISION_RUNS:-}" ]; then IFS=';' read -ra runs <<< "$VISION_RUNS"; fi  # e.g. "qwen25vl-303m 80 --gc-freeze"
+    # each: model, rounds, then any more arguments of the ratio mode
+    runs=("qwen25vl-303m 40" "qwen25vl-303m 80 --gc-freeze" "qwen2-303m 40 --gc-freeze")
+    if [ -n "${VISION_RUNS:-}" ]; then IFS=';' read -ra runs <<< "$VISION_RUNS"; fi  # "M N [ARGS]; ..."
     for run in "${runs[@]}"; do
       set -- $run
-      name="integration_ratio_$1${3:+_gc_freeze}"
-      timeout 200 python3 bench/integration_overhead.py ratio --integrations hf --model "$1" --rounds "$2" \
-        --warmup-rounds 5 ${3:-} --out "$OUT/$name.json" > /dev/null 2> "$OUT/$name.err"
+      model=$1 rounds=$2
+      shift 2
+      name="integration_ratio_${model}$(echo "$*" | tr -c 'a-z0-9\n' '_' | sed 's/^_*/_/;s/_*$//')"
+      timeout 200 python3 bench/integration_overhead.py ratio --integrations hf --model "$model" --rounds "$rounds" \
+        --warmup-rounds 5 "$@" --out "$OUT/$name.json" > /dev/null 2> "$OUT/$name.err"
       echo "ratio hf $run: exit $?"
     done
     python3 bench/integration_overhead.py table "$OUT"/integration_ratio_*.json
