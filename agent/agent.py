@@ -43,6 +43,7 @@ import torch.distributed as dist
 from packscope.agent import batch_forms, lifecycle, payload
 from packscope.agent.accumulator import IntervalAccumulator, decode, problems
 from packscope.agent.config import DEFAULT_SPOOL_DIR, AgentConfig
+from packscope.agent.gpu_idle import attribute_idle
 from packscope.agent.hardware import describe
 from packscope.agent.sender import Sender
 from packscope.agent.syncs import SyncCounter
@@ -86,6 +87,19 @@ class _IntervalFacts:
     gpu: dict[str, float] | None  # NVML readings by catalogue field name
     wall_start: float
     wall_end: float
+    trace: _Trace | None = None  # its steps CUPTI traced, read back when the interval is emitted
+
+
+@dataclass
+class _Trace:
+    """Steps first..last traced through CUPTI's activity API: the host's begin and end of each and
+    the sync sites recorded meanwhile, on the tracer's clock."""
+
+    first: int
+    last: int
+    begins: list[int] = dataclasses.field(default_factory=list)
+    ends: list[int] = dataclasses.field(default_factory=list)
+    marks: list[tuple[int, str]] = dataclasses.field(default_factory=list)
 
 
 @dataclass
@@ -183,6 +197,22 @@ class Agent:
                 self.syncs = CuptiSyncCounter()
             self.syncs.install()
         self.syncs.set_counting(self._syncs_counted_in(self._interval))
+        # With the CUPTI backend, a few steps of each counted interval traced (docs/ledger.md).
+        self._tracer = None
+        if (
+            config.count_syncs
+            and config.sync_backend == "cupti"
+            and config.trace_idle_steps
+            and self.device.type == "cuda"
+        ):
+            from packscope.agent.cupti import idle_tracer
+
+            self._tracer = idle_tracer()
+        self._trace: _Trace | None = None  # the steps being traced now
+        self._done_trace: _Trace | None = None  # traced in the current interval, complete
+        self._trace_from: int | None = None  # the step the current interval's trace would begin at
+        self._trace_pending = False  # a traced interval not yet emitted: its records are not yet read
+        self._plan_trace()
 
         self.nvml = None
         if config.sample_gpu and self.device.type == "cuda":
@@ -243,6 +273,10 @@ class Agent:
         self.step += 1
         if self._wall_start is None:
             self._wall_start = time.time()
+        if self._trace_from == self.step:
+            self._start_trace()
+        if self._trace is not None:
+            self._trace.begins.append(self._tracer.timestamp())  # type: ignore[union-attr]
         self._timer.begin(self.step)
 
     def observe_batch(
@@ -339,6 +373,10 @@ class Agent:
         token count per channel for this step; the record gets each named channel's mean over
         the interval (``channel_names``, given once or every step; default ch0, ch1, ...)."""
         self._timer.end()
+        if self._trace is not None:
+            self._trace.ends.append(self._tracer.timestamp())  # type: ignore[union-attr]
+            if self.step >= self._trace.last:
+                self._stop_trace()
         self.finish_boundary()  # at the latest: its kept micro-batches must not meet this step's
         # Device tensors are kept as they are (reading them would synchronize); Python floats
         # become device scalars with fill_, which, unlike torch.tensor(x, device=...), is no copy.
@@ -395,14 +433,67 @@ class Agent:
         if ended is not None:
             self._reduce_interval(ended)
 
+    # -- traced steps (docs/ledger.md): host calls on a few steps of a counted interval only ----
+    def _plan_trace(self) -> None:
+        """The step the opening interval's trace begins at: its second (its first follows the
+        agent's own boundary work), where its syncs are counted and no earlier trace is unread."""
+        counted = self.syncs.counting and self.syncs.installed
+        self._trace_from = self._first_step + 1 if self._tracer is not None and counted else None
+
+    def _start_trace(self) -> None:
+        if self._trace_pending:  # the last trace is not read yet: its records and these would mix
+            return
+        last = min(self.step + self.config.trace_idle_steps - 1, self._last_step)
+        self._trace = _Trace(self.step, last)
+        self.syncs.clock = self._tracer.timestamp  # type: ignore[union-attr]
+        self.syncs.marks = self._trace.marks
+        self._tracer.start()  # type: ignore[union-attr]
+
+    def _stop_trace(self) -> None:
+        self._tracer.stop()  # type: ignore[union-attr]
+        self.syncs.marks = None
+        self._done_trace, self._trace = self._trace, None
+        self._trace_pending = True
+
+    def _take_traced(self) -> tuple[list, list] | None:
+        """The records CUPTI has delivered since the last take; None where it refused the flush."""
+        try:
+            return self._tracer.take()  # type: ignore[union-attr]
+        except Exception as exc:  # noqa: BLE001 - a profiler's failure must not stop training
+            log.warning("packscope: CUPTI's activity records could not be read (%s); traced steps not sent", exc)
+            return None
+
+    def _traced_fields(self, trace: _Trace, steps: list[StepTime]) -> dict[str, Any]:
+        """The traced steps' time, busy and idle (agent/gpu_idle.py), from the records CUPTI has
+        delivered: their steps' events have completed, so their GPU work has."""
+        taken = self._take_traced()
+        self._trace_pending = False
+        if taken is None:
+            return {}
+        busy, host_syncs = taken
+        split = attribute_idle(busy, host_syncs, trace.marks, list(zip(trace.begins, trace.ends, strict=True)))
+        traced = [s for s in steps if trace.first <= s.step <= trace.last]
+        return {
+            "traced_steps": len(traced),
+            "traced_step_time_s": sum(s.gpu_s for s in traced),
+            "traced_busy_s": split.busy_s,
+            "sync_idle_s": split.sync_idle_s,
+            "launch_idle_s": split.launch_idle_s,
+        }
+
     def _end_interval(self) -> _EndedInterval:
         """The interval's host facts as of its last step (no device op), then the next one opens."""
         syncs, sites = self._sync_delta()
+        if self._trace is not None:  # cut short (close): its records are dropped unread
+            self._stop_trace()
+            self._done_trace, self._trace_pending = None, False
+            self._take_traced()
+        trace, self._done_trace = self._done_trace, None
         facts = _IntervalFacts(
             index=self._interval, first_step=self._first_step, last_step=self.step, lr=self._lr,
             syncs=syncs, sync_sites=sites, syncs_counted=self.syncs.counting,
             gpu=self.nvml.take() if self.nvml else None,
-            wall_start=self._wall_start or time.time(), wall_end=time.time(),
+            wall_start=self._wall_start or time.time(), wall_end=time.time(), trace=trace,
         )  # fmt: skip
         ended = _EndedInterval(facts, self._acc, self._losses, self._grad_norm, self._channel_sums)
         self._open_next_interval()
@@ -474,6 +565,7 @@ class Agent:
         self.syncs.set_counting(self._syncs_counted_in(self._interval))  # host flags only: no device op
         self._first_step = self.step + 1
         self._last_step = self.step + self.config.log_every
+        self._plan_trace()
         self._acc = self._new_accumulator()  # the ended interval keeps its own until reduced
         self._losses = []
         self._grad_norm = None
@@ -577,6 +669,10 @@ class Agent:
         channels' losses. `stats` holds the interval's counts by field name (accumulator.decode)."""
         durations = sorted(s.gpu_s for s in steps)
         n = len(steps)
+        # The data wait: the gaps between the interval's steps; the one before its first step
+        # holds the agent's own boundary work (the reduction, its copy), so it is left out.
+        gaps = [s.gap_before_s for s in steps[1:] if s.gap_before_s is not None]
+        traced = self._traced_fields(p.trace, steps) if p.trace is not None else {}
         top = sorted(p.sync_sites.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_SYNC_SITES]
         sums = {name: stats[name] for name in ATTENTION_SUM_NAMES}
         flops = self.model.triad_by_kind(stats["tokens"], stats["real_tokens"], sums)
@@ -596,6 +692,7 @@ class Agent:
             **{name: value for name, value in stats.items() if name != "histograms"},
             **{f"flops_{kind}": float(value) for kind, value in flops.items()},
             "syncs_total": p.syncs, "syncs_uncounted_steps": 0 if p.syncs_counted else n,
+            "data_wait_s": sum(gaps), "data_wait_gaps": len(gaps), **traced,
             "loss": floats.get("loss"), "lr": p.lr, "grad_norm": floats.get("grad_norm"),
             **(p.gpu or {}),
         })  # fmt: skip

@@ -44,6 +44,10 @@ class AgentConfig:
     count_syncs_every: int = 8
     sample_gpu: bool = True  # NVML telemetry when nvidia-ml-py is installed and the device is CUDA
     sync_backend: str = "debug-mode"  # "debug-mode" (default) or "cupti" (exact, optional extra)
+    # With sync_backend="cupti": steps of each interval whose syncs are counted (from its second
+    # step) that CUPTI's activity API traces, to price the syncs and the host-/launch-bound idle
+    # (docs/ledger.md); 0: none.
+    trace_idle_steps: int = 3
     # Delivery (docs/agent.md, "Delivery"): every record is committed to a spool file,
     # <spool_dir>/<run_id>.sqlite, before it is sent, and deleted once the server has it.
     spool_dir: str | None = None  # None: DEFAULT_SPOOL_DIR
@@ -89,6 +93,8 @@ class AgentConfig:
             raise ValueError(f"log_every must be >= 1, got {self.log_every}")
         if self.sync_backend not in ("debug-mode", "cupti"):
             raise ValueError(f"sync_backend must be 'debug-mode' or 'cupti', got {self.sync_backend!r}")
+        if self.trace_idle_steps < 0:
+            raise ValueError(f"trace_idle_steps must be >= 0, got {self.trace_idle_steps}")
         for name in (
             "count_syncs_every",
             "spool_max_bytes",

@@ -8,6 +8,12 @@ CPU tensor. Nothing is inferred from PyTorch's warnings, so syncs made by other 
 (NCCL, cuBLAS workspace setup, Triton autotuning, your own extensions) are counted too. CUPTI
 allows one subscriber per process: when torch.profiler, Nsight or another tool holds it,
 installing fails with a message saying so.
+
+The same subscription lends its CUPTI to an ``IdleTracer``: the activity records (kernels,
+copies, memsets, synchronizations) of a few steps of a sampled interval, from which
+agent/gpu_idle.py prices the syncs and the host-/launch-bound idle. Activity is enabled only
+for those steps and read back (``activity_flush_all``) once the interval's events have
+completed, so every record of the traced steps is in, and nothing waits for the GPU.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ import logging
 import threading
 from typing import Any
 
+from packscope.agent.gpu_idle import Busy, HostSync
 from packscope.agent.sync_sites import caller_site
 from packscope.agent.syncs import SyncCounter
 
@@ -111,6 +118,7 @@ class _Subscription:
         # Replaced, never mutated: the callback reads it without the lock.
         self.counters: tuple[CuptiSyncCounter, ...] = ()
         self._cupti = cupti  # the cupti module (it ships no types)
+        self.tracer: IdleTracer | None = None  # made by idle_tracer() on first use
         self._driver = ctypes.CDLL("libcuda.so.1")
         self._async_copy_cbids: set[int] = set()
         self._stream_sync_cbids: set[int] = set()
@@ -127,6 +135,9 @@ class _Subscription:
                 cupti.enable_callback(1, self._subscriber, cupti.CallbackDomain.DRIVER_API, cbid)
 
     def close(self) -> None:
+        if self.tracer is not None:
+            self.tracer.stop()
+            self._cupti.activity_flush_all(1)  # the records still buffered: nobody reads them now
         self._cupti.unsubscribe(self._subscriber)
 
     def _record(self, site: str) -> None:
@@ -199,6 +210,91 @@ class _Subscription:
                     "Stop torch.profiler/Nsight for this run, or use sync_backend='debug-mode'"
                 ) from None
             raise CuptiUnavailable(f"CUPTI refused the subscription: {cupti.Result(status).name}") from None
+
+
+# CUpti_ActivityMemcpyKind DTOH, CUpti_ActivityMemoryKind PAGEABLE, and the synchronization type
+# that does not block the host (a stream waiting for an event), as CUPTI's headers number them.
+_MEMCPY_DTOH = 2
+_MEMORY_PAGEABLE = 1
+_SYNC_STREAM_WAIT_EVENT = 2
+ACTIVITY_BUFFER_BYTES = 8 << 20
+
+
+class IdleTracer:
+    """The GPU activity of traced steps, through the process's CUPTI (held by an installed
+    CuptiSyncCounter). ``start``/``stop`` bracket the traced steps on the host (the activity API's
+    enable and disable: no device work); ``take`` flushes the records once the steps' GPU work
+    has completed and hands them over as gpu_idle's Busy and HostSync records."""
+
+    def __init__(self, cupti: Any) -> None:
+        self._cupti = cupti
+        self._kinds = [
+            getattr(cupti.ActivityKind, name)
+            for name in ("CONCURRENT_KERNEL", "MEMCPY", "MEMSET", "SYNCHRONIZATION")
+            if hasattr(cupti.ActivityKind, name)
+        ]
+        self._lock = threading.Lock()
+        self._busy: list[Busy] = []
+        self._syncs: list[HostSync] = []
+        self.dropped = 0  # records of a kind this reader does not know, or unreadable
+        cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
+
+    def timestamp(self) -> int:
+        """Now, on the clock of the activity records (ns)."""
+        return int(self._cupti.get_timestamp())
+
+    def start(self) -> None:
+        for kind in self._kinds:
+            self._cupti.activity_enable(kind)
+
+    def stop(self) -> None:
+        for kind in self._kinds:
+            self._cupti.activity_disable(kind)
+
+    def take(self) -> tuple[list[Busy], list[HostSync]]:
+        """Every record delivered since the last take; call it once the traced steps' events
+        have completed (their GPU work is done, so their records are complete)."""
+        self._cupti.activity_flush_all(0)
+        with self._lock:
+            busy, syncs = self._busy, self._syncs
+            self._busy, self._syncs = [], []
+        return busy, syncs
+
+    @staticmethod
+    def _buffer_requested() -> tuple[int, int]:
+        return ACTIVITY_BUFFER_BYTES, 0
+
+    def _buffer_completed(self, activities: list) -> None:
+        kinds = self._cupti.ActivityKind
+        busy: list[Busy] = []
+        syncs: list[HostSync] = []
+        for a in activities:
+            try:
+                kind = a.kind
+                if kind == kinds.MEMCPY:
+                    blocking = a.copy_kind == _MEMCPY_DTOH and a.dst_kind == _MEMORY_PAGEABLE
+                    busy.append(Busy(int(a.start), int(a.end), blocking))
+                elif kind == getattr(kinds, "SYNCHRONIZATION", None):
+                    if int(a.type) != _SYNC_STREAM_WAIT_EVENT:
+                        syncs.append(HostSync(int(a.start), int(a.end)))
+                else:
+                    busy.append(Busy(int(a.start), int(a.end)))
+            except Exception:  # noqa: BLE001 - an exception must not escape into CUPTI
+                self.dropped += 1
+        with self._lock:
+            self._busy += busy
+            self._syncs += syncs
+
+
+def idle_tracer() -> IdleTracer | None:
+    """The process's IdleTracer, made on first use, while a CuptiSyncCounter holds CUPTI; None
+    without one (the debug-mode backend: CUPTI is not ours to use)."""
+    with _subscription_lock:
+        if _subscription is None:
+            return None
+        if _subscription.tracer is None:
+            _subscription.tracer = IdleTracer(_subscription._cupti)
+        return _subscription.tracer
 
 
 _subscription_lock = threading.Lock()

@@ -33,6 +33,8 @@ def describe(device: torch.device, gpu_count: int, peak_tflops: float | None) ->
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
         peak = peak_tflops if peak_tflops is not None else peak_tflops_for(name)
-    else:
-        name, peak = "cpu", peak_tflops
-    return {"gpu_name": name, "gpu_count": gpu_count, "peak_tflops": peak}
+        # The device's total memory, read once from its properties (no sync): the ledger's
+        # memory headroom hint beside NVML's memory in use.
+        memory = int(torch.cuda.get_device_properties(device).total_memory)
+        return {"gpu_name": name, "gpu_count": gpu_count, "peak_tflops": peak, "memory_bytes": memory}
+    return {"gpu_name": "cpu", "gpu_count": gpu_count, "peak_tflops": peak_tflops}

@@ -50,6 +50,10 @@ class SyncCounter:
         self._lock = threading.Lock()
         self.installed = False
         self.counting = True  # False between set_counting(False) and set_counting(True)
+        # While the agent traces steps (docs/ledger.md): each sync's site with its time on the
+        # tracer's clock (`clock`), for gpu_idle to charge idle time to.
+        self.marks: list[tuple[int, str]] | None = None
+        self.clock: Callable[[], int] | None = None
 
     def record(self, site: str) -> None:
         if not self.counting:
@@ -57,6 +61,9 @@ class SyncCounter:
         with self._lock:
             self.total += 1
             self.sites[site] += 1
+            marks, clock = self.marks, self.clock
+            if marks is not None and clock is not None:
+                marks.append((clock(), site))
 
     def snapshot(self) -> tuple[int, Counter]:
         with self._lock:

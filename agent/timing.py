@@ -5,6 +5,13 @@ on, so timing adds no synchronization. The agent polls only after a log boundary
 interval's steps are resolved, so a step's time becomes known up to an interval later (the
 lag); every step is reported exactly once, in order.
 
+The gap before a step (the previous step's end event to this step's begin event) is the GPU's
+idle time between the two: when the host records the begin while the GPU still has the previous
+step's work queued, the begin runs right after the end and the gap is ~0; when the host comes
+late (waiting for its next batch), the GPU idles until the begin runs. The previous step's end
+event is kept until the next step resolves, so the gap is read like the step times: by query.
+On the CPU the host clock's gap between the two calls is the analogue.
+
 The events are ``torch.Event``, whose ``record()`` finds the current stream in C++; the
 ``torch.cuda.Event`` wrapper builds a Python ``Stream`` object on every record, which is most of
 the timer's host cost on a slow host.
@@ -26,6 +33,7 @@ class StepTime:
     host_begin: float  # perf_counter at step_begin
     host_end: float  # perf_counter at step_end
     lag_steps: int  # how many later steps had ended when this one's time became known
+    gap_before_s: float | None = None  # idle time since the previous step's end; None for a first step
 
 
 class StepTimer:
@@ -36,6 +44,8 @@ class StepTimer:
         self._pending: deque = deque()
         self._open: tuple | None = None
         self.last_ended = 0  # number of the last step that ended
+        # The last resolved step: its number, end event (kept for the next step's gap) and host end.
+        self._previous: tuple[int, torch.Event | None, float] | None = None
 
     def _event(self) -> torch.Event:
         return self._pool.pop() if self._pool else torch.Event(self._device, enable_timing=True)
@@ -69,12 +79,33 @@ class StepTimer:
                 if not (end.query() and start.query()):
                     break
                 gpu_s = start.elapsed_time(end) / 1e3
-                self._pool += [start, end]
             else:
                 gpu_s = he - hb
             self._pending.popleft()
-            done.append(StepTime(step, gpu_s, hb, he, self.last_ended - step))
+            gap = self._gap_before(step, start, hb)
+            if start is not None:
+                self._pool.append(start)
+            self._previous = (step, end, he)
+            done.append(StepTime(step, gpu_s, hb, he, self.last_ended - step, gap))
         return done
+
+    def _gap_before(self, step: int, start: torch.Event | None, host_begin: float) -> float | None:
+        """The idle time from the previous step's end to this step's begin, both completed (None
+        where the previous step resolved is not the one before); the previous end goes back to
+        the pool."""
+        if self._previous is None:
+            return None
+        number, end, host_end = self._previous
+        gap = None
+        if number == step - 1:
+            if end is not None and start is not None:
+                gap = max(0.0, end.elapsed_time(start) / 1e3)  # 0 where another stream ordered them otherwise
+            elif end is None:
+                gap = max(0.0, host_begin - host_end)
+        if end is not None:
+            self._pool.append(end)
+        self._previous = None
+        return gap
 
     def drain(self) -> list[StepTime]:
         """At close: wait for the outstanding events (the one place the timer may block)."""

@@ -127,9 +127,18 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "core+syncs": dict(count_syncs=True, sample_gpu=False),
     "full": dict(count_syncs=True, sample_gpu=True),
 }
+# --cupti: the default configuration with the CUPTI sync counter and its activity trace of one
+# step per counted interval (the ledger's sync and launch-bound prices, docs/ledger.md). CUPTI
+# holds one subscription per process: this agent's counter stays installed for the whole run
+# (the trainer is sync-free, so the other modes' steps give it nothing to count), and a trace of
+# one step starts and stops inside this agent's own step.
+CUPTI_VARIANT = {"full+cupti": dict(count_syncs=True, sample_gpu=True, sync_backend="cupti", trace_idle_steps=1)}
 
 
-def step_time_ratio(preset: str, steps_per_mode: int, warmup: int, compile: bool) -> dict:
+LEDGER_FIELDS = ("data_wait_s", "data_wait_gaps", "traced_steps", "traced_step_time_s", "sync_idle_s", "launch_idle_s")
+
+
+def step_time_ratio(preset: str, steps_per_mode: int, warmup: int, compile: bool, cupti: bool = False) -> dict:
     """Step-time ratios of each agent variant and control to the agent off, and what they cost.
 
     The run is a sequence of rounds; each round runs one step of every mode, in a fresh random
@@ -157,18 +166,20 @@ def step_time_ratio(preset: str, steps_per_mode: int, warmup: int, compile: bool
     # torch.compile's recompilations (a new max_seqlen) are over before timing starts.
     pool = [trainer.next_batches() for _ in range(warmup)]
     spec = trainer.model_cfg.to_model_spec()
-    agents = {name: Agent(AgentConfig(log_every=cfg.log_every, **kw), model=spec) for name, kw in VARIANTS.items()}
+    variants = {**VARIANTS, **(CUPTI_VARIANT if cupti else {})}
+    agents = {name: Agent(AgentConfig(log_every=cfg.log_every, **kw), model=spec) for name, kw in variants.items()}
     for a in agents.values():
-        a.syncs.uninstall()
+        if a.config.sync_backend != "cupti":
+            a.syncs.uninstall()
     # Controls, without the agent: two extra timing events per step ("events"), and a host-side
     # spin as long as the core agent's calls take in this loop ("spin", sized during warm-up).
     # They tell whether a slowdown is the agent's doing or what any host work of that size costs.
     controls = ["events", "spin"]
     warm_core: list[float] = []
-    modes = ["off", *VARIANTS, *controls]
+    modes = ["off", *variants, *controls]
     events: dict[str, list] = {m: [] for m in modes}
     host: dict[str, list[float]] = {m: [] for m in modes}
-    in_agent: dict[str, list[list[float]]] = {m: [] for m in VARIANTS}  # host time inside agent calls
+    in_agent: dict[str, list[list[float]]] = {m: [] for m in variants}  # host time inside agent calls
     gc_s: dict[str, float] = dict.fromkeys(modes, 0.0)  # Python GC pauses during each mode's steps
     current: dict[str, Any] = {"mode": "off", "gc_start": 0.0}
 
@@ -180,7 +191,8 @@ def step_time_ratio(preset: str, steps_per_mode: int, warmup: int, compile: bool
 
     def step(i: int, mode: str, record: bool) -> None:
         agent = agents.get(mode)
-        if agent is not None and agent.config.count_syncs:
+        switched = agent is not None and agent.config.count_syncs and agent.config.sync_backend != "cupti"
+        if switched:
             agent.syncs.install()
         current["mode"] = mode
         batches = pool[i % len(pool)]
@@ -221,7 +233,7 @@ def step_time_ratio(preset: str, steps_per_mode: int, warmup: int, compile: bool
                 in_agent[mode].append(spent)
         elif mode == "core":
             warm_core.append(sum(spent))
-        if agent is not None:
+        if switched:
             agent.syncs.uninstall()
 
     rng = random.Random(0)
@@ -266,7 +278,12 @@ def step_time_ratio(preset: str, steps_per_mode: int, warmup: int, compile: bool
             for m, t in in_agent.items()
         },
         "gc_ms_per_step": {m: 1e3 * t / steps_per_mode for m, t in gc_s.items()},
-        "ratios": {m: ratio_estimates(times[m], times["off"]) for m in [*VARIANTS, *controls]},
+        "ratios": {m: ratio_estimates(times[m], times["off"]) for m in [*variants, *controls]},
+        # What the ledger's measurements gave in the steady intervals (docs/ledger.md).
+        "ledger_fields": {
+            name: [{k: r.get(k) for k in LEDGER_FIELDS} for r in agents[name].records if r["first_step"] > warmup][:8]
+            for name in variants
+        },
         "agent_reported_syncs_per_iter": syncs_per_step(steady),  # steady state: after the warm-up rounds
         "agent_reported_sync_sites": dict(sync_sites(steady)),
         "agent_reported_syncs_warmup": {
@@ -286,6 +303,7 @@ def main() -> int:
     ap.add_argument("--no-compile", action="store_true", help="eager only")
     ap.add_argument("--warmup", type=int, default=32, help="warm-up rounds, one per distinct batch")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--cupti", action="store_true", help="also the full agent with the CUPTI counter and its trace")
     args = ap.parse_args()
     if args.warmup < 1 or args.steps_per_mode < 2:
         ap.error("--warmup needs at least 1 round (one per batch) and --steps-per-mode at least 2")
@@ -303,7 +321,7 @@ def main() -> int:
             for compile in (False,) if args.no_compile else (False, True):
                 key = f"step_time_{preset}_{'compiled' if compile else 'eager'}"
                 print(f"measuring {key} ...", file=sys.stderr)
-                result[key] = step_time_ratio(preset, args.steps_per_mode, args.warmup, compile)
+                result[key] = step_time_ratio(preset, args.steps_per_mode, args.warmup, compile, args.cupti)
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:

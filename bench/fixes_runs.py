@@ -39,11 +39,24 @@ from packscope.trainer.train import Trainer, train_step, write_records
 
 GALLERY: str | None = None  # --gallery: where run files go
 PAIR_SUFFIX = ""  # --pair-suffix
+AGENT: dict = {}  # --sync-backend, --count-syncs-every: the agent's sync counting
+DEVICE = "cuda"  # --device cpu: a dry run of the same code paths
+# The ledger term each pair's fix removes (docs/ledger.md), tagged `removes:<term>` on its run
+# files: the gallery's ground truth (tests/backend/test_gallery_ledger.py).
+REMOVES = {
+    "logging": "host_syncs",
+    "channel-loss": "host_syncs",
+    "graphs": "launch_bound",
+    "padding": "padding",
+    "data-wait": "data_wait",
+}
 
 
 def gallery_tags(pair: str, role: str) -> list[str]:
     gpu = torch.cuda.get_device_name().removeprefix("NVIDIA ") if torch.cuda.is_available() else "CPU"
-    return ["gallery", f"pair:{pair}", role, gpu, f"torch {torch.__version__.split('+')[0]}", time.strftime("%Y-%m-%d")]
+    removes = next((f"removes:{term}" for fix, term in REMOVES.items() if pair.startswith(fix)), None)
+    tags = ["gallery", f"pair:{pair}", role, gpu, f"torch {torch.__version__.split('+')[0]}", time.strftime("%Y-%m-%d")]
+    return tags + ([removes] if removes else [])
 
 
 def mean_interval(samples: list[float], level: float = 0.95, resamples: int = 2000, seed: int = 0) -> list[float]:
@@ -58,11 +71,13 @@ def mean_interval(samples: list[float], level: float = 0.95, resamples: int = 20
 
 def run(preset: str, steps: int, log_every: int, pair: str = "", role: str = "", title: str = "", **options) -> dict:
     """One run; with --gallery and a pair name, also its run file for the demo's gallery."""
-    options = {"device": "cuda", **options}
+    options = {"device": DEVICE, **options}
     cfg = TrainConfig(preset=preset, steps=steps, log_every=log_every, progress=False, **options)
     trainer = Trainer(cfg)
-    # Every interval's syncs counted: the syncs a fix removes are what this compares.
-    agent_cfg = AgentConfig(log_every=log_every, layout=cfg.layout, count_syncs=True, count_syncs_every=1)
+    # Every interval's syncs counted (unless --count-syncs-every): the syncs a fix removes are what this compares.
+    agent_cfg = AgentConfig(
+        log_every=log_every, layout=cfg.layout, count_syncs=True, **{"count_syncs_every": 1, **AGENT}
+    )
     if GALLERY and pair:
         shape = f" {PAIR_SUFFIX.strip('-')}" if PAIR_SUFFIX else ""  # another step shape's runs say which
         agent_cfg.run_name = f"{preset} {title}{shape} ({role})"
@@ -113,7 +128,7 @@ def step_shape(args) -> dict:
 # Each yields its rows one by one, so that a run cut short by a time limit keeps what it has.
 def logging_runs(args) -> Iterator[dict]:
     for preset in args.presets.split(","):
-        for compile in (False, True):
+        for compile in (False,) if args.eager_only else (False, True):
             for legacy in (True, False):
                 yield run(
                     preset,
@@ -186,6 +201,39 @@ def channel_loss_runs(args) -> Iterator[dict]:
                 **step_shape(args),
                 channel_loss=True,
                 legacy_channel_loss=legacy,
+            )
+
+
+def padding_runs(args) -> Iterator[dict]:
+    """The same documents padded one per row (BSHD) and packed (THD): the padding a pack removes."""
+    for preset in args.presets.split(","):
+        for padded in (True, False):
+            yield run(
+                preset,
+                args.steps,
+                args.log_every,
+                pair=f"padding-{preset}{args.pair_suffix}",
+                role="before" if padded else "after",
+                title="padded rows (bshd)" if padded else "packed documents (thd)",
+                **step_shape(args),
+                layout="bshd" if padded else "thd",
+            )
+
+
+def data_wait_runs(args) -> Iterator[dict]:
+    """A loader that keeps the host --loader-delay-ms before each step's batch, and none: the
+    data wait that more loader workers (or a prefetch) remove."""
+    for preset in args.presets.split(","):
+        for delay in (args.loader_delay_ms, 0.0):
+            yield run(
+                preset,
+                args.steps,
+                args.log_every,
+                pair=f"data-wait-{preset}{args.pair_suffix}",
+                role="before" if delay else "after",
+                title=f"loader delay {delay:g} ms" if delay else "no loader delay",
+                **step_shape(args),
+                loader_delay_ms=delay,
             )
 
 
@@ -262,7 +310,10 @@ def table(paths: list[str]) -> None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("bench", choices=["logging", "graphs", "chunked-ce", "channel-loss", "mfu", "window", "table"])
+    ap.add_argument(
+        "bench",
+        choices=["logging", "graphs", "chunked-ce", "channel-loss", "mfu", "window", "padding", "data-wait", "table"],
+    )
     ap.add_argument("paths", nargs="*", help="table: the JSON files to summarise")
     ap.add_argument("--presets", default="125m,1b")
     ap.add_argument("--steps", type=int, default=60)
@@ -275,18 +326,24 @@ def main() -> int:
     ap.add_argument("--pair-suffix", default="", help="appended to the gallery pair names (another step shape)")
     ap.add_argument("--compile", action="store_true", help="graphs: both runs compiled (graphs capture it)")
     ap.add_argument("--window", type=int, default=4096, help="window: the sliding window, in tokens")
+    ap.add_argument("--eager-only", action="store_true", help="logging: the eager pair only")
+    ap.add_argument("--loader-delay-ms", type=float, default=80.0, help="data-wait: the slow loader's delay per step")
+    ap.add_argument("--sync-backend", default="debug-mode", choices=["debug-mode", "cupti"])
+    ap.add_argument("--count-syncs-every", type=int, default=1)
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="cpu: a dry run of the code paths")
     args = ap.parse_args()
-    global GALLERY, PAIR_SUFFIX
-    GALLERY, PAIR_SUFFIX = args.gallery, args.pair_suffix
+    global GALLERY, PAIR_SUFFIX, DEVICE
+    GALLERY, PAIR_SUFFIX, DEVICE = args.gallery, args.pair_suffix, args.device
+    AGENT.update(sync_backend=args.sync_backend, count_syncs_every=args.count_syncs_every)
     if args.bench == "table":
         table(args.paths)
         return 0
-    if not torch.cuda.is_available():
-        print("fixes_runs: needs a CUDA GPU", file=sys.stderr)
+    if DEVICE == "cuda" and not torch.cuda.is_available():
+        print("fixes_runs: needs a CUDA GPU (--device cpu: a dry run)", file=sys.stderr)
         return 2
     result = {
         "bench": args.bench,
-        "device": torch.cuda.get_device_name(),
+        "device": torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu",
         "torch": torch.__version__,
         "pack_length": args.pack_length,
         "packs_per_step": args.packs_per_step,
@@ -299,6 +356,8 @@ def main() -> int:
         "channel-loss": channel_loss_runs,
         "mfu": mfu_runs,
         "window": window_runs,
+        "padding": padding_runs,
+        "data-wait": data_wait_runs,
     }
     for row in benches[args.bench](args):
         result["results"].append(row)

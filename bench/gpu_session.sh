@@ -30,6 +30,13 @@
 #                                     # warm-up, beside the plain 303M (VISION_RUNS picks others)
 #   bash bench/gpu_session.sh sync-cost  # bench/sync_cost.py: one sync inside an HF Trainer run, uncounted
 #                                     # and counted (STEPS, default 48)
+#   bash bench/gpu_session.sh ledger  # issue 36, one H100 or H200, under 9 minutes: the ledger's gpu tests
+#                                     # (tests/gpu/test_gpu_ledger.py, CUPTI), the gallery pairs re-recorded with the
+#                                     # CUPTI counter and its trace (legacy logging, channel loss loop, CUDA graphs at
+#                                     # 2048x8 = launch-bound, padded vs packed, a slow loader = data wait), the
+#                                     # ground-truth test over them (tests/backend/test_gallery_ledger.py) and
+#                                     # agent_overhead's on/off ratios with the CUPTI trace on. `ledger --dry-run`:
+#                                     # the same commands on the CPU (tiny preset, few steps, no CUPTI), no install
 #   bash bench/gpu_session.sh gaps    # bench/step_gaps.py: the HF callback's switched steps under
 #                                     # torch.profiler, where an on-step's extra GPU time sits, gap by gap (ROUNDS,
 #                                     # default 12, VARIANTS, default full,core,hook,methods; SEED; GAPS_TIMEOUT)
@@ -40,14 +47,20 @@
 set -uo pipefail
 export PYTHONUNBUFFERED=1 OUT="${OUT:-/tmp/packscope-gpu}"
 mkdir -p "$OUT"
-python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . || exit 1
+if [[ "${2:-}" == "--dry-run" ]]; then  # the ledger section's commands on this machine's CPU: nothing installed
+  ledger_dry_run=1
+else
+  ledger_dry_run=""
+fi
+[ -n "$ledger_dry_run" ] || python3 -m pip install -q --no-index --no-deps --no-build-isolation -e . || exit 1
 for v in 130 134; do
+  [ -n "$ledger_dry_run" ] && break
   if ls ".whl-cupti$v"/*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "/tmp/cupti$v" \
       ".whl-cupti$v"/*.whl
   fi
 done
-if ls .whl-cupti134/cupti_python-*.whl >/dev/null 2>&1; then  # the binding alone, torch's libcupti underneath
+if [ -z "$ledger_dry_run" ] && ls .whl-cupti134/cupti_python-*.whl >/dev/null 2>&1; then  # the binding alone, torch's libcupti underneath
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/cupti134-binding \
     .whl-cupti134/cupti_python-*.whl .whl-cupti134/pyelftools-*.whl .whl-cupti134/cuda_pathfinder-*.whl
   if ! python3 -c "import cuda.bindings" 2>/dev/null && ls .whl-cupti134/cuda_bindings-*.whl >/dev/null 2>&1; then
@@ -241,6 +254,57 @@ case "${1:-}" in
     done
     python3 bench/integration_overhead.py table "$OUT"/integration_ratio_*.json
     ;;
+  ledger)
+    # Each part has its own time limit; together under 9 minutes on one H100 (the pairs are 125m runs).
+    if [ -n "$ledger_dry_run" ]; then
+      py=.venv/bin/python; device=cpu; shape="--presets tiny --steps 8 --log-every 2 --pack-length 256"
+      backend="--sync-backend debug-mode"; padded_shape="$shape"; launch_shape=""
+      overhead=""
+    else
+      py=python3; device=cuda; shape="--presets 125m --steps 50 --log-every 5"
+      backend="--sync-backend cupti"
+      padded_shape="$shape --pack-length 1024 --packs-per-step 16"
+      launch_shape="$shape --pack-length 2048 --packs-per-step 8 --micro-batches 8"
+      overhead=1
+      nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpus.txt"
+      main=/tmp/cupti130; [ -d "$main" ] || main=/tmp/cupti134
+      export PYTHONPATH=$main
+      timeout 150 python3 -m pytest -m gpu tests/gpu/test_gpu_ledger.py tests/gpu/test_gpu_agent.py -v \
+        -p no:cacheprovider > "$OUT/gpu_tests_ledger.log" 2>&1
+      echo "[gpu tests] exit $?"; tail -3 "$OUT/gpu_tests_ledger.log"
+    fi
+    gallery="$OUT/gallery"; mkdir -p "$gallery"
+    ledger_pair() {  # ledger_pair FIX SECONDS args...: one before/after pair into $OUT/gallery
+      local fix=$1 limit=$2; shift 2
+      local t0=$SECONDS
+      timeout "$limit" $py bench/fixes_runs.py "$fix" --device $device $backend --count-syncs-every 1 \
+        --gallery "$gallery" --out "$OUT/ledger_$fix.json" "$@" 2> "$OUT/ledger_$fix.err"
+      echo "[$fix] exit $? in $((SECONDS - t0)) s" | tee -a "$OUT/sections.log"
+    }
+    ledger_pair logging 70 $shape --eager-only
+    ledger_pair channel-loss 60 $shape
+    [ -n "$ledger_dry_run" ] || ledger_pair graphs 110 $launch_shape --pair-suffix=-2048x8  # CUDA graphs: a GPU only
+    ledger_pair padding 70 $padded_shape
+    ledger_pair data-wait 50 $shape --loader-delay-ms 80
+    $py bench/gallery_pairs.py "$gallery"/*.jsonl > "$OUT/gallery_pairs.json" 2> "$OUT/gallery_pairs.err"
+    echo "[gallery_pairs] exit $?"
+    # The ground truth over the new files (needs the server's packages; the lead reruns it here otherwise).
+    PACKSCOPE_GALLERY_DIR="$gallery" timeout 60 $py -m pytest tests/backend/test_gallery_ledger.py -v -rs \
+      -p no:cacheprovider > "$OUT/gallery_ledger_test.log" 2>&1
+    echo "[gallery ledger test] exit $?"; grep -E "PASS|FAIL|SKIP|Error|predicted" "$OUT/gallery_ledger_test.log" | head -20
+    if [ -n "$overhead" ]; then
+      timeout 200 python3 bench/agent_overhead.py --no-compile --steps-per-mode 150 --warmup 16 --cupti \
+        --out "$OUT/agent_overhead_ledger.json" > /dev/null 2> "$OUT/agent_overhead_ledger.err"
+      echo "[agent_overhead] exit $?"
+      python3 - "$OUT/agent_overhead_ledger.json" <<'EOF' 2>&1 | tail -30
+import json, sys
+r = json.load(open(sys.argv[1]))["step_time_125m_eager"]
+for mode, ratios in r["ratios"].items():  # on/off step-time ratios, each with its bootstrap 95% interval
+    print(mode, {kind: [round(v["ratio"], 5), [round(x, 5) for x in v["ci95"]]] for kind, v in ratios.items()})
+print("ledger fields of full+cupti:", json.dumps(r["ledger_fields"].get("full+cupti", [])[:3]))
+EOF
+    fi
+    ;;
   sync-cost)
     install_integration_wheels
     timeout "${SYNC_COST_TIMEOUT:-300}" python3 bench/sync_cost.py --steps "${STEPS:-48}" --out "$OUT/sync_cost.json" \
@@ -248,7 +312,7 @@ case "${1:-}" in
     echo "sync-cost exit ${PIPESTATUS[0]}"
     ;;
   *)
-    echo "usage: bash bench/gpu_session.sh tests|fixes|graphs|graphs-compiled|mfu|multi|mixed|window|integrations|gaps|sync-cost" >&2
+    echo "usage: bash bench/gpu_session.sh tests|fixes|graphs|graphs-compiled|mfu|multi|mixed|window|integrations|gaps|sync-cost|ledger [--dry-run]" >&2
     exit 2
     ;;
 esac

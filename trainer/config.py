@@ -191,6 +191,11 @@ class TrainConfig:
         "log the way loops used to (per-step .item(), torch.tensor accumulator, synchronize timer, "
         "NaN checks per bucket): the host syncs the fixed path avoids",
     )
+    loader_delay_ms: float = option(
+        0.0,
+        "a slow data loader: the host sleeps this long before each step's batch (between steps, where a "
+        "loader's wait falls; the ledger's data-wait pair)",
+    )
     channel_loss: bool = option(False, "the loss per document source (code, math, chat, web), sent per interval")
     legacy_channel_loss: bool = option(
         False, "with --channel-loss: a per-document Python loop (three syncs per document), the slow baseline"
@@ -233,6 +238,8 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         ModelConfig.preset(self.preset)
+        if self.loader_delay_ms < 0:
+            raise ValueError(f"loader_delay_ms must be >= 0, got {self.loader_delay_ms}")
         for key, allowed in (
             ("layout", Layout),
             ("device", Device),

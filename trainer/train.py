@@ -115,6 +115,8 @@ class Trainer:
     def next_batches(self) -> list[Batch]:
         """The next step's micro-batches in the configured layout, on the device."""
         cfg = self.cfg
+        if cfg.loader_delay_ms:  # a slow loader, as a trainer waiting for its next batch sees it
+            time.sleep(cfg.loader_delay_ms / 1e3)
         groups = next(self._steps)
         tokens = [[doc.tokens for doc in g] for g in groups]
         if cfg.layout == "thd":

@@ -91,6 +91,9 @@ class Hardware(BaseModel):
     peak_tflops: Annotated[float, Field(strict=True, gt=0, le=1e9, allow_inf_nan=False)] | None = (
         None  # dense BF16, per GPU
     )
+    memory_bytes: Annotated[int, Field(strict=True, ge=1, le=2**62)] | None = (
+        None  # one GPU's total memory: the ledger's memory headroom hint
+    )
 
 
 class RunCreate(BaseModel):

@@ -41,6 +41,9 @@ class Term:
     fix: str = ""
     detail: dict[str, Any] = field(default_factory=dict)
     loss: bool = True  # False for the two ends of the walk: the peak and the useful work
+    # False for time outside the event-timed step (the data wait between steps): it lengthens the
+    # iteration, not the step that the peak and the useful work are priced over.
+    within_step: bool = True
 
 
 def _metric(name: str, sums: Mapping[str, float], c: Coefficients) -> float | None:
@@ -105,29 +108,55 @@ def padding_term(sums: Mapping[str, float], c: Coefficients, layout: str | None)
     )  # fmt: skip
 
 
+SYNC_FIX = (
+    "keep the values on the device and read them at log boundaries, at the sites named: "
+    "no .item()/.tolist() in control flow, pinned host tensors copied with non_blocking=True, "
+    "no per-document Python loop over device values"
+)
+
+
+def _traced(sums: Mapping[str, float]) -> str:
+    n = sums["traced_steps"]
+    return f"{n:.0f} step{'s' * (n != 1)} traced by CUPTI, scaled to every step"
+
+
 def sync_term(sums: Mapping[str, float], c: Coefficients, sites: Sequence[tuple[str, float]]) -> Term:
-    """Host synchronizations: their count per iteration is measured on the counted steps, their
-    time is not (the agent does not time them), so the term has a value only where none ran."""
+    """Host synchronizations: their count per iteration is measured on the counted steps; their
+    time is the GPU's idle time after them in the steps CUPTI traced, as a share of those steps
+    (estimated: a sample of the steps). Without a trace only a count of none is a time (0)."""
     per_iter = _metric("syncs_per_iter", sums, c)
-    fix = "keep the values on the device and read them at log boundaries, at the sites named"
     if per_iter is None:
         return Term(
             "host_syncs", "host synchronizations", None, NOT_MEASURED,
-            "no step of the window had its syncs counted", fix, {"syncs_per_iter": None, "sites": []},
+            "no step of the window had its syncs counted", SYNC_FIX, {"syncs_per_iter": None, "sites": []},
         )  # fmt: skip
     counted = sync_counted_steps(sums)
-    detail = {
+    total = sum(count for _, count in sites)
+    detail: dict[str, Any] = {
         "syncs_per_iter": per_iter,
         "counted_share": counted / sums["rank_steps"],
         "sites": [{"site": site, "per_iter": count / counted} for site, count in sites],
         "time": None,
     }
+    traced = sums["traced_step_time_s"]
+    if traced > 0:
+        share = sums["sync_idle_s"] / traced
+        detail["time"] = share
+        for entry, (_, count) in zip(detail["sites"], sites, strict=True):
+            # Each site's share of the sync time by its share of the syncs: estimated.
+            entry["share_of_time"] = count / total if total else None
+            entry["fix"] = f"at {entry['site']}: {SYNC_FIX.split(': ', 1)[1]}"
+        source = f"{per_iter:.3g} syncs/iteration; the GPU's idle time after them in {_traced(sums)}"
+        return Term("host_syncs", "host synchronizations", share, ESTIMATED, source, SYNC_FIX, detail)
     if per_iter == 0:
         detail["time"] = 0.0
         return Term("host_syncs", "host synchronizations", 0.0, MEASURED, "no host sync counted", "", detail)
     where = f"{len(sites)} site{'s' * (len(sites) != 1)}"
-    source = f"{per_iter:.3g} syncs/iteration at {where}, counted; time: not measured"
-    return Term("host_syncs", "host synchronizations", None, NOT_MEASURED, source, fix, detail)
+    source = (
+        f"{per_iter:.3g} syncs/iteration at {where}, counted; time: not measured "
+        "(sync_backend='cupti' traces a few steps to price them)"
+    )
+    return Term("host_syncs", "host synchronizations", None, NOT_MEASURED, source, SYNC_FIX, detail)
 
 
 def straggler_term(rank_sums: Mapping[int, Mapping[str, float]], c: Coefficients, step_s: float | None) -> Term:
@@ -149,33 +178,51 @@ def straggler_term(rank_sums: Mapping[int, Mapping[str, float]], c: Coefficients
     )  # fmt: skip
 
 
-def data_wait_term() -> Term:
+def data_wait_term(sums: Mapping[str, float], step_s: float | None) -> Term:
+    """The GPU's idle time between consecutive steps, per step: outside the event-timed step, so
+    a fraction of it that can pass 1 and that the rest does not subtract."""
+    fix = "more DataLoader workers, pinned memory, a deeper prefetch (or less host work between steps)"
+    gaps = sums["data_wait_gaps"]
+    if not gaps or step_s is None:
+        why = "no record of the window has two consecutive steps timed by an agent that measures the wait"
+        return Term("data_wait", "data wait", None, NOT_MEASURED, why, fix, within_step=False)
+    wait = sums["data_wait_s"] / gaps
+    source = (
+        f"the GPU idle between a step's end and the next one's begin, over {gaps:.0f} step gaps "
+        "(CUDA events; the host clock on the CPU); outside the step: it lengthens each iteration"
+    )
     return Term(
-        "data_wait", "data wait", None, NOT_MEASURED,
-        "the agent does not time the wait for the next batch "
-        "(a host timer from a step's end to the next step's begin would)",
-        "more DataLoader workers, pinned memory, a deeper prefetch",
-    )  # fmt: skip
+        "data_wait", "data wait", wait / step_s, MEASURED, source, fix, {"wait_ms": wait * 1e3}, within_step=False
+    )
 
 
-def launch_bound_term() -> Term:
-    return Term(
-        "launch_bound", "host-/launch-bound steps", None, NOT_MEASURED,
-        "the agent does not record the GPU's idle time between kernels (a CUPTI activity trace of the steps would)",
-        "CUDA graphs or torch.compile to cut the host's launches, or larger micro-batches",
-    )  # fmt: skip
+def launch_bound_term(sums: Mapping[str, float]) -> Term:
+    """The GPU's idle time inside the traced steps that no host sync explains: the host was too
+    slow to launch (estimated from the traced steps)."""
+    fix = "CUDA graphs or torch.compile to cut the host's launches, or larger micro-batches"
+    traced = sums["traced_step_time_s"]
+    if traced <= 0:
+        return Term(
+            "launch_bound", "host-/launch-bound steps", None, NOT_MEASURED,
+            "needs a CUPTI activity trace of some steps (sync_backend='cupti' on a GPU)", fix,
+        )  # fmt: skip
+    share = sums["launch_idle_s"] / traced
+    detail = {"busy_share": sums["traced_busy_s"] / traced, "traced_steps": sums["traced_steps"]}
+    source = f"the GPU's idle time inside the steps not after a host sync, in {_traced(sums)}"
+    return Term("launch_bound", "host-/launch-bound steps", share, ESTIMATED, source, fix, detail)
 
 
 def remainder_term(useful: Term, losses: Sequence[Term]) -> Term:
     """What the named terms leave of the step: 1 - useful - the losses (kernel efficiency),
     only where every loss has a value (a loss not measured would hide in it)."""
     fix = "kernel efficiency: fused kernels (FlashAttention, torch.compile), shapes that fill the tensor cores"
-    missing = [t.label for t in losses if t.fraction is None and t.status != NOT_APPLICABLE]
+    within = [t for t in losses if t.within_step]
+    missing = [t.label for t in within if t.fraction is None and t.status != NOT_APPLICABLE]
     if useful.fraction is None:
         missing.insert(0, useful.label)
     if missing:
         return Term("remainder", "the rest (kernel efficiency)", None, NOT_MEASURED, f"needs {', '.join(missing)}", fix)
-    rest = 1.0 - useful.fraction - sum(t.fraction or 0.0 for t in losses)  # type: ignore[operator]
+    rest = 1.0 - useful.fraction - sum(t.fraction or 0.0 for t in within)  # type: ignore[operator]
     return Term("remainder", "the rest (kernel efficiency)", rest, ESTIMATED, "estimated: the rest", fix)
 
 
@@ -206,8 +253,8 @@ def ledger_terms(
         padding_term(sums, c, layout),
         sync_term(sums, c, sites),
         straggler_term(rank_sums, c, step_s),
-        data_wait_term(),
-        launch_bound_term(),
+        data_wait_term(sums, step_s),
+        launch_bound_term(sums),
     ]
     losses.append(remainder_term(useful, losses))
     losses.sort(key=lambda t: (t.fraction is None, -(t.fraction or 0.0)))  # stable: unmeasured keep their order
@@ -231,3 +278,44 @@ def as_time(term: Term, step_s: float | None, gpu_seconds: float) -> dict[str, f
         "pct_of_step": 100.0 * term.fraction,
         "gpu_hours": term.fraction * gpu_seconds / 3600.0,
     }
+
+
+def wait_s(terms: Sequence[Term], step_s: float | None) -> float:
+    """The measured time outside the step per iteration (the data wait), 0 where not measured."""
+    if step_s is None:
+        return 0.0
+    return sum((t.fraction or 0.0) * step_s for t in terms if not t.within_step)
+
+
+def gain(
+    term: Term, step_s: float | None, outside_s: float, mfu_useful: float | None
+) -> dict[str, float | None] | None:
+    """What removing a loss would give: the step and the iteration (step + data wait) without its
+    time, the useful MFU over the shorter step (the same useful FLOPs in less GPU time; the data
+    wait lies outside the GPU time MFU divides by) and the iteration's speed-up in percent."""
+    if not term.loss or term.name == "remainder" or term.fraction is None or step_s is None:
+        return None
+    x = term.fraction * step_s
+    step_after = step_s - x if term.within_step else step_s
+    iteration = step_s + outside_s
+    return {
+        "step_ms_after": step_after * 1e3,
+        "iteration_ms_after": (iteration - x) * 1e3,
+        "mfu_useful_after": None if mfu_useful is None or step_after <= 0 else mfu_useful * step_s / step_after,
+        "speedup_pct": 100.0 * x / iteration if iteration > 0 else None,
+    }
+
+
+def memory_headroom(sums: Mapping[str, float], c: Coefficients, total_bytes: int | None) -> dict[str, Any]:
+    """Unused device memory: a hint (a larger micro-batch might use it), not a time term. From
+    NVML's memory in use (time-weighted) and the device's total, which the agent reads once."""
+    used = _metric("gpu_mem_used_bytes", sums, c)
+    if used is None or not total_bytes:
+        missing = "the device's total memory" if not total_bytes else "NVML's memory in use"
+        return {"status": NOT_MEASURED, "source": f"needs {missing}", "free_pct": None}
+    free = max(0.0, 1.0 - used / total_bytes)
+    hint = "room for a larger micro-batch (fewer, larger launches; fill the tensor cores)" if free >= 0.25 else ""
+    return {
+        "status": MEASURED, "source": "NVML memory in use (time-weighted) against the device's total",
+        "used_bytes": used, "total_bytes": float(total_bytes), "free_pct": 100.0 * free, "hint": hint,
+    }  # fmt: skip

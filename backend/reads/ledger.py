@@ -97,6 +97,8 @@ def run_ledger(
     sites = _window_sites(session, run, window, span) if span is not None else []
     terms = ledger.ledger_terms(sums, c, layout, rank_sums, sites) if rank_sums else ledger.without_intervals(c, layout)
     step_s = ledger.step_time_s(sums, c)
+    outside_s = ledger.wait_s(terms, step_s)
+    mfu = next((t.fraction for t in terms if t.name == "useful"), None)
     return {
         "run_id": run.run_id,
         "window": window,
@@ -106,13 +108,18 @@ def run_ledger(
         "ranks": sorted(rank_sums),
         "steps": int(sums["steps"]) if rank_sums else None,
         "step_time_ms": None if step_s is None else step_s * 1e3,
+        # The step and the measured time between steps (the data wait): what the gains are of.
+        "iteration_ms": None if step_s is None else (step_s + outside_s) * 1e3,
         "gpu_hours": sums["gpu_seconds"] / 3600.0 if rank_sums else None,
-        "terms": [_shown(t, step_s, sums["gpu_seconds"]) for t in terms],
+        "terms": [_shown(t, step_s, sums["gpu_seconds"], ledger.gain(t, step_s, outside_s, mfu)) for t in terms],
         "overcount": _shown(ledger.overcount_term(sums, c), None, 0.0),
+        "memory": ledger.memory_headroom(sums, c, (run.hardware or {}).get("memory_bytes")),
     }
 
 
-def _shown(term: ledger.Term, step_s: float | None, gpu_seconds: float) -> dict[str, Any]:
+def _shown(
+    term: ledger.Term, step_s: float | None, gpu_seconds: float, gain: dict[str, float | None] | None = None
+) -> dict[str, Any]:
     return {
         "name": term.name,
         "label": term.label,
@@ -121,5 +128,7 @@ def _shown(term: ledger.Term, step_s: float | None, gpu_seconds: float) -> dict[
         "source": term.source,
         "fix": term.fix,
         "loss": term.loss,
+        "within_step": term.within_step,
+        "gain": gain,
         "detail": term.detail,
     }

@@ -23,6 +23,13 @@ class LedgerTerm(BaseModel):
     source: str = Field(description="what the value stands on, or what is missing")
     fix: str = Field(description="the fix, in one sentence (empty for the peak and the useful work)")
     loss: bool = Field(description="false for the two ends of the walk (the peak, the useful work)")
+    within_step: bool = Field(
+        default=True, description="false for time between steps (the data wait): it lengthens the iteration"
+    )
+    gain: dict[str, float | None] | None = Field(
+        default=None,
+        description="if the loss were removed: step_ms_after, iteration_ms_after, mfu_useful_after, speedup_pct",
+    )
     detail: dict[str, Any] = Field(description="the term's own figures (sync sites, the slowest rank, FLOPs)")
 
 
@@ -37,9 +44,15 @@ class Ledger(BaseModel):
     ranks: list[int]
     steps: int | None = Field(description="optimizer steps in the window (each once)")
     step_time_ms: float | None = Field(description="a rank's step time over the window (the catalogue's step_time_s)")
+    iteration_ms: float | None = Field(
+        default=None, description="the step time plus the measured data wait between steps"
+    )
     gpu_hours: float | None
     terms: list[LedgerTerm] = Field(description="the peak, the losses (measured ones largest first), the useful work")
     overcount: LedgerTerm = Field(description="the baseline's over-count: a reporting error, not time (detail)")
+    memory: dict[str, Any] = Field(
+        default_factory=dict, description="memory headroom: a hint (status, free_pct, hint), not a time term"
+    )
 
 
 @router.get("/runs/{run_id}/ledger", response_model=Ledger)

@@ -175,6 +175,20 @@ FIELDS: tuple[Field, ...] = (
         small=True,
         default=0,
     ),
+    # The ledger's time measurements (docs/ledger.md); a record without them (an older agent) holds
+    # NULL: "not measured". Data wait: the GPU's idle time between consecutive steps of the interval
+    # (a step's end event to the next step's begin event; the host clock on the CPU), the gap after
+    # the previous interval's boundary step left out (the agent's own work runs there).
+    _seconds("data_wait_s", "GPU idle time between the interval's consecutive steps", required=False),
+    _int("data_wait_gaps", "gaps", "the step gaps data_wait_s sums (the interval's steps - 1)", required=False),
+    # A few steps of a sampled interval traced by CUPTI's activity API (with the cupti sync backend):
+    # their event-timed time, the GPU's busy time in them and its idle time inside them, split into
+    # idle after a host sync and other idle (host-/launch-bound).
+    _int("traced_steps", "steps", "steps whose GPU activity CUPTI traced", required=False, small=True),
+    _seconds("traced_step_time_s", "the traced steps' event-timed time", required=False),
+    _seconds("traced_busy_s", "GPU busy (kernels, copies, memsets) in the traced steps", required=False),
+    _seconds("sync_idle_s", "GPU idle in the traced steps after a host sync", required=False),
+    _seconds("launch_idle_s", "GPU idle in the traced steps not after a sync: host-/launch-bound", required=False),
     _float("loss", "", "mean training loss", required=False, minimum=None),
     _float("lr", "", "learning rate", required=False, minimum=None),
     _float("grad_norm", "", "gradient norm", required=False),
@@ -296,6 +310,13 @@ SUMS: tuple[Sum, ...] = (
     *_weighted_mean("gpu_mem_x_s", "gpu_mem_s", "gpu_mem_used_bytes", "host_time_s"),
     Sum("gpu_energy_j", ("gpu_energy_j",), present="gpu_energy_j"),
     Sum("energy_tokens", ("real_tokens",), present="gpu_energy_j"),
+    # The ledger's measurements, each over the rows that carry it (docs/ledger.md).
+    Sum("data_wait_s", ("data_wait_s",), present="data_wait_s"),
+    Sum("data_wait_gaps", ("data_wait_gaps",), present="data_wait_s"),
+    *(
+        Sum(name, (name,), present="traced_steps")
+        for name in ("traced_steps", "traced_step_time_s", "traced_busy_s", "sync_idle_s", "launch_idle_s")
+    ),
 )
 SUM_NAMES = tuple(s.name for s in SUMS)
 # The fields any sum reads, in catalogue order: what a row needs to carry for `sums_of_rows`.
@@ -688,6 +709,31 @@ METRICS: tuple[Metric, ...] = (
         ".4s",
         "NVML memory in use, time-weighted",
         _per("gpu_mem_x_s", "gpu_mem_s"),
+    ),
+    Metric(
+        "data_wait_s",
+        "data wait",
+        "s",
+        ".3s",
+        "the GPU's idle time between two steps, per step gap: Σ idle ÷ Σ gaps (a step's end event to the "
+        "next one's begin; the host clock on the CPU)",
+        _per("data_wait_s", "data_wait_gaps"),
+    ),
+    Metric(
+        "sync_idle_pct",
+        "idle after host syncs",
+        "%",
+        ".1f",
+        "the GPU's idle time inside the traced steps that follows a host sync, in % of their step time (CUPTI)",
+        lambda s, c, ops: 100.0 * ops.ratio(s["sync_idle_s"], s["traced_step_time_s"]),
+    ),
+    Metric(
+        "launch_idle_pct",
+        "host-/launch-bound idle",
+        "%",
+        ".1f",
+        "the GPU's other idle time inside the traced steps (the host late to launch), in % of their step time (CUPTI)",
+        lambda s, c, ops: 100.0 * ops.ratio(s["launch_idle_s"], s["traced_step_time_s"]),
     ),
     Metric(
         "energy_per_token_j",

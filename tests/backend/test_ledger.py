@@ -162,3 +162,77 @@ def test_the_rest_is_what_measured_losses_leave_else_not_measured():
     waits = Term("data_wait", "data wait", None, NOT_MEASURED, "")
     unmeasured = remainder_term(useful, [padding, waits])
     assert unmeasured.status == NOT_MEASURED and unmeasured.fraction is None and "data wait" in unmeasured.source
+
+
+# -- the ledger's own measurements (migration 0015): data wait, traced idle ----------------------
+def measured_run(client, new_run, hardware=None):
+    """One rank, 3 intervals of 10 steps of 50 ms: 9 gaps of 20 ms of data wait each; 3 steps
+    traced per interval, 150 ms of them, 30 ms idle after syncs and 15 ms otherwise (20% and 10%)."""
+    body = new_run(parallel={"dp": 1}, **({"hardware": hardware} if hardware else {}))
+    assert client.post(RUNS, json=body).status_code == 201
+    batch = []
+    for k in range(3):
+        r = packed_interval(k, docs_per_pack=DOCS, doc_len=DOC, pack=PACK, gpu_time_s=0.5)
+        r.update(data_wait_s=0.18, data_wait_gaps=9, traced_steps=3, traced_step_time_s=0.15)
+        r.update(traced_busy_s=0.105, sync_idle_s=0.03, launch_idle_s=0.015)
+        batch.append(r)
+    assert client.post(f"{RUNS}/run-1/intervals", json={"intervals": batch}).json()["accepted"] == 3
+    return client.get(LEDGER).json()
+
+
+def test_the_measured_terms_and_the_rest_by_hand(client, new_run, spec: ModelSpec):
+    got = measured_run(client, new_run)
+    terms = by_name(got)
+    assert got["step_time_ms"] == pytest.approx(50.0) and got["iteration_ms"] == pytest.approx(70.0)
+    wait = terms["data_wait"]
+    assert wait["status"] == MEASURED and not wait["within_step"]
+    assert wait["ms_per_step"] == pytest.approx(20.0) and wait["pct_of_step"] == pytest.approx(40.0)
+    syncs, launch = terms["host_syncs"], terms["launch_bound"]
+    assert syncs["status"] == ESTIMATED and syncs["ms_per_step"] == pytest.approx(10.0)  # 20% of 50 ms
+    assert launch["status"] == ESTIMATED and launch["ms_per_step"] == pytest.approx(5.0)  # 10%
+    (site,) = syncs["detail"]["sites"]  # one site: all of the sync time, by its share of the syncs
+    assert (site["site"], site["per_iter"], site["share_of_time"]) == ("train.py:88", pytest.approx(3.0), 1.0)
+    assert site["fix"].startswith("at train.py:88: ")
+    # The rest: 1 - useful - padding - syncs - launch-bound; the data wait lies outside the step.
+    computed = PACK * spec.c_lin + DOCS * DOC**2 * spec.c_core
+    padding = (PACK - DOCS * DOC) * spec.c_lin / computed
+    useful = (computed - (PACK - DOCS * DOC) * spec.c_lin) / (989e12 * 0.05)
+    rest = terms["remainder"]
+    assert rest["status"] == ESTIMATED
+    assert rest["pct_of_step"] == pytest.approx(100 * (1 - useful - padding - 0.2 - 0.1))
+
+
+def test_each_loss_says_what_removing_it_gains(client, new_run, spec: ModelSpec):
+    got = measured_run(client, new_run)
+    terms = by_name(got)
+    mfu = terms["useful"]["pct_of_step"] / 100
+    syncs = terms["host_syncs"]["gain"]  # 10 ms of a 50 ms step, 70 ms iteration
+    assert syncs["step_ms_after"] == pytest.approx(40.0) and syncs["iteration_ms_after"] == pytest.approx(60.0)
+    assert syncs["speedup_pct"] == pytest.approx(100 * 10 / 70)
+    assert syncs["mfu_useful_after"] == pytest.approx(mfu * 50 / 40)
+    wait = terms["data_wait"]["gain"]  # the step stays, and so does MFU (it divides by GPU step time)
+    assert wait["step_ms_after"] == pytest.approx(50.0) and wait["iteration_ms_after"] == pytest.approx(50.0)
+    assert wait["speedup_pct"] == pytest.approx(100 * 20 / 70) and wait["mfu_useful_after"] == pytest.approx(mfu)
+    assert terms["peak"]["gain"] is None and terms["useful"]["gain"] is None and terms["remainder"]["gain"] is None
+    assert terms["stragglers"]["gain"] is None  # not applicable on one rank
+
+
+def test_old_records_leave_the_new_terms_not_measured_never_0(two_ranks):
+    """Records of an agent before the ledger's measurements (packed_interval sends none of them)."""
+    got = two_ranks.get(LEDGER).json()
+    terms = by_name(got)
+    for name in ("data_wait", "launch_bound"):
+        assert terms[name]["status"] == NOT_MEASURED and terms[name]["ms_per_step"] is None, name
+        assert terms[name]["gain"] is None
+    assert got["iteration_ms"] == pytest.approx(got["step_time_ms"])
+    assert got["memory"]["status"] == NOT_MEASURED and got["memory"]["free_pct"] is None
+
+
+def test_memory_headroom_is_a_hint_from_the_devices_total(client, new_run):
+    hardware = {"gpu_name": "NVIDIA H200", "gpu_count": 1, "peak_tflops": 989.0, "memory_bytes": 100 * 2**30}
+    assert client.post(RUNS, json=new_run(parallel={"dp": 1}, hardware=hardware)).status_code == 201
+    recs = [packed_interval(k, gpu={"mem_used_bytes": 40.0 * 2**30}) for k in range(2)]
+    assert client.post(f"{RUNS}/run-1/intervals", json={"intervals": recs}).json()["accepted"] == 2
+    memory = client.get(LEDGER).json()["memory"]
+    assert memory["status"] == MEASURED and memory["free_pct"] == pytest.approx(60.0) and memory["hint"]
+    assert "memory" not in {t["name"] for t in client.get(LEDGER).json()["terms"]}  # not a time term

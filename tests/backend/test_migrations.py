@@ -107,3 +107,35 @@ def test_0014_backfills_the_lr_and_grad_norm_sums_of_stored_rows(make_client, da
     after = charted()
     assert after[:2] == (pytest.approx(before[0]), pytest.approx(before[1]))
     assert after[2:] == (pytest.approx(before[2]), pytest.approx(before[3]))
+
+
+def test_0015_leaves_rows_stored_before_it_not_measured(make_client, database_url, new_run, records):
+    """0015 adds the ledger's measurements to the intervals, rollups and totals: rows stored
+    before it hold NULL, so their data wait and launch-bound idle are "not measured", never 0."""
+    from alembic import command
+
+    client = make_client(database_url)
+    assert client.post("/api/v1/runs", json=new_run()).status_code == 201
+    recs = records(8)
+    for r in recs:
+        r.update(data_wait_s=0.01, data_wait_gaps=9, traced_steps=3, traced_step_time_s=0.3)
+        r.update(traced_busy_s=0.2, sync_idle_s=0.05, launch_idle_s=0.05)
+    assert client.post("/api/v1/runs/run-1/intervals", json={"intervals": recs}).json()["accepted"] == 8
+
+    def terms():
+        ledger = make_client(database_url).get("/api/v1/runs/run-1/ledger").json()
+        return {t["name"]: t["status"] for t in ledger["terms"]}
+
+    assert terms()["data_wait"] == "measured" and terms()["launch_bound"] == "estimated"
+    engine = make_engine(database_url)
+    try:
+        config = alembic_config()
+        with engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.downgrade(config, "0014")
+        with engine.connect() as connection:
+            assert "data_wait_s" not in {c["name"] for c in inspect(connection).get_columns("intervals")}
+        upgrade_schema(engine)
+    finally:
+        engine.dispose()
+    assert terms()["data_wait"] == "not measured" and terms()["launch_bound"] == "not measured"

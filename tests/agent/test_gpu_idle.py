@@ -1,0 +1,107 @@
+"""agent/gpu_idle.py on synthetic CUPTI activity: busy, idle after a host sync (by site), other
+idle, and the time between steps left to the data wait. Times in µs, as ns."""
+
+import random
+
+import pytest
+
+from packscope.agent.gpu_idle import UNKNOWN_SITE, Busy, HostSync, attribute_idle, merged
+
+US = 1_000
+
+
+def busy(*spans: tuple[int, int], copy_at: int | None = None) -> list[Busy]:
+    return [Busy(a * US, b * US, blocking_copy=(a == copy_at)) for a, b in spans]
+
+
+def test_back_to_back_kernels_leave_no_idle():
+    split = attribute_idle(busy((0, 10), (10, 30), (30, 35)), [], [], [(0, 40 * US)])
+    assert split.busy_s == pytest.approx(35e-6)
+    assert (split.sync_idle_s, split.launch_idle_s, split.between_steps_s) == (0, 0, 0)
+
+
+def test_overlapping_streams_are_busy_once():
+    assert merged(busy((0, 10), (5, 20), (8, 12), (25, 30))) == [(0, 20 * US, False), (25 * US, 30 * US, False)]
+    split = attribute_idle(busy((0, 10), (5, 20), (25, 30)), [], [], [(0, 40 * US)])
+    assert split.busy_s == pytest.approx(25e-6)
+    assert split.launch_idle_s == pytest.approx(5e-6)  # no sync before the gap: the host was late
+
+
+def test_idle_after_a_sync_is_charged_to_the_site_recorded_before_it():
+    # The host syncs at 8 µs (site marked at 7), waits until the GPU drains at 20, returns at 21,
+    # and launches again at 50: 30 µs of idle the sync cost.
+    split = attribute_idle(
+        busy((0, 20), (50, 60)),
+        [HostSync(8 * US, 21 * US)],
+        [(2 * US, "other.py:1"), (7 * US, "train.py:88 in step")],
+        [(0, 70 * US)],
+    )
+    assert split.sync_idle_s == pytest.approx(30e-6)
+    assert split.launch_idle_s == 0
+    assert split.sync_sites == {"train.py:88 in step": pytest.approx(30e-6)}
+
+
+def test_a_sync_on_an_already_idle_gpu_costs_nothing_the_gap_is_launch_bound():
+    # The GPU drained at 20; the host only reached its sync at 30 (it was slow to launch): the
+    # sync returned at once, and the idle time is the host's, not the sync's.
+    split = attribute_idle(busy((0, 20), (50, 60)), [HostSync(30 * US, 31 * US)], [(29 * US, "a.py:1")], [(0, 70 * US)])
+    assert split.sync_idle_s == 0
+    assert split.launch_idle_s == pytest.approx(30e-6)
+
+
+def test_a_blocking_copy_to_pageable_memory_is_a_sync():
+    split = attribute_idle(busy((0, 10), (10, 12), (40, 50), copy_at=10), [], [(5 * US, "loss.py:3")], [(0, 60 * US)])
+    assert split.sync_idle_s == pytest.approx(28e-6)
+    assert split.sync_sites == {"loss.py:3": pytest.approx(28e-6)}
+
+
+def test_without_a_site_the_idle_is_still_a_syncs_under_unknown():
+    split = attribute_idle(busy((0, 20), (40, 50)), [HostSync(5 * US, 20 * US)], [], [(0, 60 * US)])
+    assert split.sync_sites == {UNKNOWN_SITE: pytest.approx(20e-6)}
+
+
+def test_the_time_between_steps_is_left_to_the_data_wait():
+    # Step 1 ends (host) at 22, step 2 begins at 45; the GPU idles 20..50. The part between the
+    # steps (22..45) is the data wait's; 20..22 and 45..50 are inside the steps, after no sync.
+    split = attribute_idle(busy((0, 20), (50, 70)), [], [], [(0, 22 * US), (45 * US, 80 * US)])
+    assert split.between_steps_s == pytest.approx(23e-6)
+    assert split.launch_idle_s == pytest.approx(7e-6)
+    assert split.sync_idle_s == 0
+
+
+def test_a_sync_at_a_steps_end_then_a_data_wait_splits_the_gap():
+    # loss.item() at the end of step 1: the host waits 10..20, step 1 ends at 24, the loader
+    # keeps the host until 60, step 2 launches at 62. 20..24 and 60..62 inside the steps follow
+    # the sync (the host had to refill the queue); 24..60 is the data wait.
+    split = attribute_idle(
+        busy((0, 20), (62, 80)),
+        [HostSync(10 * US, 21 * US)],
+        [(9 * US, "train.py:5 in log")],
+        [(0, 24 * US), (60 * US, 90 * US)],
+    )
+    assert split.between_steps_s == pytest.approx(36e-6)
+    assert split.sync_idle_s == pytest.approx(6e-6)
+    assert split.launch_idle_s == 0
+
+
+def test_the_parts_add_up_to_the_span_on_random_timelines():
+    rng = random.Random(3)
+    for _ in range(200):
+        t, spans, syncs, sites = 0, [], [], []
+        for _ in range(rng.randint(1, 30)):
+            t += rng.choice([0, 0, rng.randint(1, 50)])
+            length = rng.randint(1, 40)
+            spans.append((t, t + length))
+            if rng.random() < 0.2:
+                sites.append((t * US, f"s{rng.randint(0, 3)}.py:1"))
+                syncs.append(HostSync(t * US, (t + length + rng.randint(0, 3)) * US))
+            t += length if rng.random() < 0.8 else length // 2  # some overlap
+        steps = sorted(rng.sample(range(t + 10), 4))
+        step_spans = [(steps[0] * US, steps[1] * US), (steps[2] * US, steps[3] * US)]
+        split = attribute_idle(busy(*spans), syncs, sorted(sites), step_spans)
+        stretches = merged(busy(*spans))
+        span = (stretches[-1][1] - stretches[0][0]) / 1e9
+        total = split.busy_s + split.sync_idle_s + split.launch_idle_s + split.between_steps_s
+        assert total == pytest.approx(span, abs=1e-12)
+        assert sum(split.sync_sites.values()) == pytest.approx(split.sync_idle_s, abs=1e-12)
+        assert min(split.busy_s, split.sync_idle_s, split.launch_idle_s, split.between_steps_s) >= 0

@@ -1,0 +1,131 @@
+"""The gallery's before/after pairs are the ledger's ground truth (issue 36, docs/ledger.md).
+
+Each pair's runs are imported into a server and its ledger read through the API. A pair's fix
+removes one term (its run files' `removes:<term>` tag, written by bench/fixes_runs.py; for files
+recorded before the tag, the pair's name says which). The realized gain is the iteration's
+(the event-timed step plus the data wait between steps, where measured) from before to after;
+the predicted gain is the before-ledger's `gain.speedup_pct` of that term:
+
+* where the after is at least 10% faster, the before must name the removed term as its largest
+  loss (the rest, what no setting removes, aside), with the prediction within 30% of the
+  realized gain;
+* where the fix gains less, the prediction must be within 2 points of the iteration time.
+
+A pair whose before file lacks the term's measurement (recorded by an agent before the ledger's
+measurements) cannot be judged and is left out; with none left the test skips, naming
+`bash bench/gpu_session.sh ledger`, which re-records the pairs. PACKSCOPE_GALLERY_DIR points the
+test at another folder of run files (the GPU session's output).
+"""
+
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from packscope.core.run_file import read_run_file
+
+GALLERY = Path(os.environ.get("PACKSCOPE_GALLERY_DIR") or Path(__file__).resolve().parents[2] / "gallery")
+# Files recorded before bench/fixes_runs.py tagged what a pair removes: by the pair's name.
+REMOVED_BY_NAME = {"logging": "host_syncs", "channel-loss": "host_syncs", "graphs": "launch_bound"}
+CLEARLY_FASTER = 0.10
+RELATIVE_TOLERANCE = 0.30
+SMALL_GAIN_POINTS = 0.02
+
+
+def gallery_pairs(folder: Path) -> dict[str, dict[str, Any]]:
+    """{pair: {"before": RunFile, "after": RunFile, "removes": term or None}} of the folder's files."""
+    pairs: dict[str, dict[str, Any]] = {}
+    for path in sorted(folder.glob("*.jsonl")):
+        run = read_run_file(path)
+        tags = run.run.get("tags", [])
+        name = next((t.removeprefix("pair:") for t in tags if t.startswith("pair:")), None)
+        role = "before" if "before" in tags else "after" if "after" in tags else None
+        if name is None or role is None:
+            continue
+        entry = pairs.setdefault(name, {"removes": None})
+        entry[role] = run
+        tagged = next((t.removeprefix("removes:") for t in tags if t.startswith("removes:")), None)
+        by_name = next((term for prefix, term in REMOVED_BY_NAME.items() if name.startswith(prefix)), None)
+        entry["removes"] = entry["removes"] or tagged or by_name
+    return {name: p for name, p in pairs.items() if {"before", "after"} <= set(p) and p["removes"]}
+
+
+def ledger_of(client, run) -> dict[str, Any]:
+    assert client.post("/api/v1/runs", json=run.run).status_code in (200, 201)
+    run_id = run.run["run_id"]
+    answer = client.post(f"/api/v1/runs/{run_id}/intervals", json={"intervals": run.records}).json()
+    assert answer["accepted"] == len(run.records), answer
+    return client.get(f"/api/v1/runs/{run_id}/ledger").json()
+
+
+def iteration_ms(ledger: dict[str, Any]) -> float:
+    return ledger["iteration_ms"] if ledger.get("iteration_ms") is not None else ledger["step_time_ms"]
+
+
+def judge(before: dict[str, Any], after: dict[str, Any], removes: str) -> tuple[str, str] | None:
+    """(verdict, why): "ok", "wrong", or None where the before cannot be judged."""
+    terms = {t["name"]: t for t in before["terms"]}
+    removed = terms[removes]
+    if removed["ms_per_step"] is None or removed.get("gain") is None:
+        return None
+    realized = 1.0 - iteration_ms(after) / iteration_ms(before)
+    predicted = removed["gain"]["speedup_pct"] / 100.0
+    figures = f"predicted {100 * predicted:.1f}%, realized {100 * realized:.1f}%"
+    if realized >= CLEARLY_FASTER:
+        losses = [t for t in before["terms"] if t["loss"] and t["name"] != "remainder" and t["ms_per_step"] is not None]
+        largest = max(losses, key=lambda t: t["ms_per_step"])["name"]
+        if largest != removes:
+            return "wrong", f"largest loss is {largest}, not {removes}; {figures}"
+        if abs(predicted - realized) > RELATIVE_TOLERANCE * realized:
+            return "wrong", f"{figures}: more than {RELATIVE_TOLERANCE:.0%} apart"
+        return "ok", figures
+    if abs(predicted - realized) > SMALL_GAIN_POINTS:
+        return "wrong", f"{figures}: more than {100 * SMALL_GAIN_POINTS:g} points apart"
+    return "ok", figures
+
+
+def test_the_ledger_predicts_each_gallery_fix(make_client):
+    pairs = gallery_pairs(GALLERY)
+    judged, wrong = {}, []
+    for name, pair in sorted(pairs.items()):
+        client = make_client()
+        before, after = (ledger_of(client, pair[role]) for role in ("before", "after"))
+        verdict = judge(before, after, pair["removes"])
+        if verdict is None:
+            continue
+        judged[name] = verdict
+        if verdict[0] != "ok":
+            wrong.append(f"{name}: {verdict[1]}")
+    if not judged:
+        rerecord = "`bash bench/gpu_session.sh ledger` re-records them"
+        pytest.skip(f"no pair in {GALLERY} carries the ledger's measurements; {rerecord}")
+    assert not wrong, "\n".join(wrong)
+
+
+def _ledger(step_ms: float, terms: list[tuple[str, float | None, float | None]], wait_ms: float = 0.0) -> dict:
+    return {
+        "step_time_ms": step_ms,
+        "iteration_ms": step_ms + wait_ms,
+        "terms": [
+            {"name": n, "loss": True, "ms_per_step": ms, "gain": None if speedup is None else {"speedup_pct": speedup}}
+            for n, ms, speedup in terms
+        ],
+    }
+
+
+def test_the_judge_names_a_wrong_largest_term_a_far_prediction_and_an_unmeasured_before():
+    before = _ledger(100.0, [("host_syncs", 30.0, 30.0), ("padding", 10.0, 10.0), ("remainder", 50.0, None)])
+    assert judge(before, _ledger(72.0, []), "host_syncs") == ("ok", "predicted 30.0%, realized 28.0%")
+    assert judge(before, _ledger(88.0, []), "padding")[0] == "wrong"  # 12% faster: padding is not the largest
+    assert judge(before, _ledger(50.0, []), "host_syncs")[0] == "wrong"  # 50% realized, 30% predicted
+    assert judge(before, _ledger(99.0, []), "host_syncs")[0] == "wrong"  # a small gain, predicted large
+    small = _ledger(100.0, [("launch_bound", 2.0, 2.0), ("host_syncs", 5.0, 5.0)])
+    assert judge(small, _ledger(97.0, []), "launch_bound")[0] == "ok"  # 3% realized, 2% predicted
+    unmeasured = _ledger(100.0, [("launch_bound", None, None)])
+    assert judge(unmeasured, _ledger(50.0, []), "launch_bound") is None
+
+
+def test_the_data_wait_counts_in_the_iteration_it_lengthens():
+    before = _ledger(60.0, [("data_wait", 40.0, 40.0)], wait_ms=40.0)
+    assert judge(before, _ledger(60.0, [], wait_ms=0.5), "data_wait") == ("ok", "predicted 40.0%, realized 39.5%")

@@ -1,0 +1,121 @@
+"""The ledger's measurements on a real GPU (docs/ledger.md): the data wait from the step events'
+gaps, and CUPTI's activity trace of a few steps pricing the host syncs (by site) and the
+host-/launch-bound idle, without adding a host sync.
+
+Run on the GPU machine: ``python -m pytest -m gpu tests/gpu/test_gpu_ledger.py`` (cupti-python on
+the path: bash bench/gpu_session.sh ledger).
+"""
+
+import time
+
+import pytest
+import torch
+
+from packscope.agent import Agent, AgentConfig, ModelSpec
+from packscope.agent.sync_sites import shown_path
+
+pytestmark = pytest.mark.gpu  # deselected by default (pyproject addopts); run with -m gpu
+
+MODEL = ModelSpec(layers=2, hidden=64, heads=4, ffn=128, vocab=256)
+HERE = shown_path(__file__)
+
+
+def matmuls(x, w, n):
+    for _ in range(n):
+        x = torch.tanh(x @ w)
+    return x
+
+
+def run_steps(agent, step, steps):
+    for i in range(steps):
+        agent.step_begin()
+        agent.observe_batch(shape=(1, 64))
+        step(i)
+        agent.step_end()
+    agent.close()
+    return list(agent.records)
+
+
+def cupti_agent(**config) -> Agent:
+    from packscope.agent.cupti import CuptiUnavailable
+
+    try:
+        return Agent(AgentConfig(sync_backend="cupti", count_syncs_every=1, sample_gpu=False, **config), model=MODEL)
+    except CuptiUnavailable as exc:
+        pytest.fail(f"CUPTI backend unavailable on the GPU machine: {exc}")
+
+
+def test_a_slow_loader_is_the_data_wait_and_a_queued_gpu_is_not():
+    dev = torch.device("cuda")
+    x, w = torch.randn(4096, 4096, device=dev), torch.randn(4096, 4096, device=dev) / 64
+    matmuls(x, w, 4)
+    torch.cuda.synchronize()
+
+    def slow_loader(i):
+        time.sleep(0.02)  # the GPU drains while the host waits: ~20 ms idle per gap, less the queued work
+        matmuls(x, w, 2)
+
+    agent = Agent(AgentConfig(log_every=10, count_syncs=False, sample_gpu=False), model=MODEL)
+    steady = run_steps(agent, slow_loader, 30)[1:]
+    wait = sum(r["data_wait_s"] for r in steady) / sum(r["data_wait_gaps"] for r in steady)
+    step = sum(r["gpu_time_s"] for r in steady) / sum(r["steps"] for r in steady)
+    assert 0.02 - step - 0.002 < wait < 0.025, (wait, step)
+
+    agent = Agent(AgentConfig(log_every=10, count_syncs=False, sample_gpu=False), model=MODEL)
+    steady = run_steps(agent, lambda i: matmuls(x, w, 8), 30)[1:]  # the host far ahead: no gap
+    wait = sum(r["data_wait_s"] for r in steady) / sum(r["data_wait_gaps"] for r in steady)
+    assert wait < 50e-6, wait
+
+
+def test_the_trace_charges_a_syncs_idle_to_its_line_and_adds_no_sync():
+    dev = torch.device("cuda")
+    x, w = torch.randn(4096, 4096, device=dev), torch.randn(4096, 4096, device=dev) / 64
+    small = torch.randn(64, 64, device=dev)
+
+    def synced_step(i):
+        y = matmuls(x, w, 4)
+        y.sum().item()  # the host waits for the GPU to drain
+        time.sleep(0.002)  # ...then takes its time to launch again: ~2 ms idle after the sync
+        matmuls(small, small, 4)
+
+    agent = cupti_agent(log_every=6, trace_idle_steps=3)
+    recs = run_steps(agent, synced_step, 24)
+    traced = [r for r in recs if r.get("traced_steps")]
+    assert traced, "no interval was traced"
+    for r in traced:
+        assert r["traced_steps"] == 3
+        share = r["sync_idle_s"] / r["traced_step_time_s"]
+        assert r["sync_idle_s"] > 3 * 0.0015, r  # three steps, each ~2 ms after its sync
+        assert r["launch_idle_s"] < r["sync_idle_s"], r
+        assert 0 < share < 1
+        assert r["traced_busy_s"] <= r["traced_step_time_s"] * 1.01
+    sites = {s["site"] for r in recs for s in r["syncs"]["sites"]}
+    assert any(site.startswith(f"{HERE}:") for site in sites), sites
+
+
+def test_a_launch_bound_step_is_launch_idle_not_sync_idle():
+    dev = torch.device("cuda")
+    tiny = torch.randn(8, 8, device=dev)
+
+    def launch_bound(i):
+        y = tiny
+        for _ in range(300):  # tiny kernels: the GPU finishes each before Python launches the next
+            y = y * 1.0001 + 0.0001  # no sync anywhere
+
+    agent = cupti_agent(log_every=6, trace_idle_steps=3)
+    recs = run_steps(agent, launch_bound, 24)
+    traced = [r for r in recs if r.get("traced_steps")]
+    assert traced
+    for r in traced:
+        assert r["launch_idle_s"] > 0.3 * r["traced_step_time_s"], r  # most of the step is the host's launches
+        assert r["sync_idle_s"] == 0, r
+    assert sum(r["syncs"]["total"] for r in recs) == 0  # the trace adds no host sync
+
+
+def test_tracing_adds_no_sync_to_a_sync_free_loop():
+    dev = torch.device("cuda")
+    x, w = torch.randn(2048, 2048, device=dev), torch.randn(2048, 2048, device=dev) / 45
+    agent = cupti_agent(log_every=5, trace_idle_steps=3)
+    recs = run_steps(agent, lambda i: matmuls(x, w, 4), 40)
+    assert any(r.get("traced_steps") for r in recs)
+    assert sum(r["syncs"]["total"] for r in recs) == 0, [r["syncs"] for r in recs]
