@@ -7,6 +7,9 @@
 * `channel_rollups`: the same blocks' per-channel loss sums (loss·tokens) and tokens.
 * `run_totals` and `run_sync_sites`: the whole run's sums and sync sites, kept at ingest, so the
   runs list and the run page never scan a run's intervals.
+* `rank_summaries`, `rank_time_buckets` and `rank_slowest`: per interval, its ranks' step times
+  summed up (count, least, greatest), counted in fine log buckets (quantiles) and its slowest
+  ranks, kept at ingest (store/rank_summaries.py), so the ranks panel never reads every rank.
 """
 
 from datetime import datetime
@@ -219,4 +222,49 @@ deleted_runs = Table(
     Base.metadata,
     Column("run_id", String(64), primary_key=True),
     Column("deleted_at", DateTime(timezone=True), nullable=False),
+)
+
+
+# Per interval, its ranks' step times (GPU time ÷ steps of each rank's row), kept at ingest by
+# store/rank_summaries.py (migration 0016). Every column adds or widens (columns.merged_by), so
+# records of one interval may arrive in any order, from any server process.
+def _interval_key() -> list[Column[Any]]:
+    return [
+        Column("run_pk", ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+        Column("interval", Integer, primary_key=True, autoincrement=False),
+    ]
+
+
+rank_summaries = Table(
+    "rank_summaries",
+    Base.metadata,
+    *_interval_key(),
+    Column("reporting_ranks", BigInteger, nullable=False),
+    Column("last_step", BigInteger, nullable=False),
+    Column("step_time_sum", Float(), nullable=False),
+    Column("step_time_min", Float(), nullable=False),
+    Column("step_time_max", Float(), nullable=False),
+)
+
+# The ranks of an interval counted per bucket of log2(step time) (rank_summaries.BUCKETS_PER_OCTAVE to an
+# octave), with each bucket's least and greatest time: a quantile lies in one bucket, exact where
+# that bucket holds one value, within the bucket's width (0.27 %) where it holds several.
+rank_time_buckets = Table(
+    "rank_time_buckets",
+    Base.metadata,
+    *_interval_key(),
+    Column("bucket", Integer, primary_key=True, autoincrement=False),
+    Column("ranks", BigInteger, nullable=False),
+    Column("step_time_min", Float(), nullable=False),
+    Column("step_time_max", Float(), nullable=False),
+)
+
+# The slowest ranks of an interval (rank_summaries.SLOWEST_KEPT of them where that many sent it;
+# a few more for a moment under concurrent writers, which the reads cut).
+rank_slowest = Table(
+    "rank_slowest",
+    Base.metadata,
+    *_interval_key(),
+    Column("rank", Integer, primary_key=True, autoincrement=False),
+    Column("step_time_s", Float(), nullable=False),
 )
