@@ -247,3 +247,14 @@ def test_migration_0016_backfills_stored_rows_as_ingest_keeps_them(make_client, 
     assert after.keys() == before.keys()
     for key in after:
         assert after[key] == (pytest.approx(before[key]) if key == "mean_s" else before[key])
+
+
+def test_the_run_summary_counts_the_ranks_of_the_first_interval(client, new_run, records):
+    """RunSummary.ranks (the run page asks for the ranks panel only where it is 2 or more)."""
+    assert client.post(RUNS, json=new_run()).status_code == 201
+    assert client.get(RUN).json()["ranks"] is None
+    client.post(f"{RUN}/intervals", json={"intervals": records(3, rank=0, gpus=1)}).raise_for_status()
+    assert client.get(RUN).json()["ranks"] == 1
+    late = [r for rank in (1, 2) for r in records(2, seed=rank, rank=rank, gpus=1)]
+    client.post(f"{RUN}/intervals", json={"intervals": late}).raise_for_status()
+    assert client.get(RUN).json()["ranks"] == 3
