@@ -2,10 +2,13 @@
 rows per interval whatever the number of ranks (issue 39): `rank_summaries` (ranks reporting, Σ,
 least and greatest step time, last step), `rank_time_buckets` (ranks per bucket of log2 step time,
 256 to an octave, with each bucket's least and greatest time) and `rank_slowest` (the 8 slowest
-ranks of each interval).
+ranks of each interval); and `run_first_interval`, a run's first interval summed over its ranks
+(what the steady rates leave out), one row per run instead of its every rank's rows.
 
 Frozen: the backfill is this file's own code, over the stored interval rows read in key order,
 one interval at a time (the same arithmetic as backend/store/rank_summaries.py at this revision).
+A run already stored gets a first-interval row marked rows = -1 (the reads sum that interval's rows
+themselves, as before), which only a lower interval replaces.
 
 Revision ID: 0016
 Revises: 0014
@@ -26,6 +29,16 @@ depends_on: str | Sequence[str] | None = None
 BUCKETS_PER_OCTAVE = 256
 SLOWEST_KEPT = 8
 ZERO_BUCKET = -(2**31)
+# The run totals' sums at this revision (the catalogue's SUMS, written out: migrations are frozen).
+SUM_NAMES = (
+    "steps", "rank_steps", "gpu_time_s", "gpu_seconds", "tokens", "real_tokens", "seqlen_sq_sum_bshd",
+    "seqlen_sq_sum_thd", "window_sq_sum_bshd", "window_sq_sum_thd", "chunk_sq_sum_bshd", "chunk_sq_sum_thd",
+    "vision_images", "vision_patches", "vision_sq_sum", "vision_window_sq_sum", "documents", "packs",
+    "syncs_total", "syncs_uncounted_steps", "step_p50_x_steps", "step_p90_x_steps", "loss_x_tokens",
+    "loss_tokens", "lr_x_steps", "lr_steps", "grad_norm_x_steps", "grad_norm_steps", "gpu_util_x_s",
+    "gpu_util_s", "gpu_power_x_s", "gpu_power_s", "gpu_clock_x_s", "gpu_clock_s", "gpu_mem_x_s", "gpu_mem_s",
+    "gpu_energy_j", "energy_tokens",
+)  # fmt: skip
 
 
 def _key() -> list[sa.Column]:
@@ -64,6 +77,19 @@ def upgrade() -> None:
         sa.Column("step_time_s", sa.Float(), nullable=False),
     )
     _backfill(summaries, buckets, slowest)
+    op.create_table(
+        "run_first_interval",
+        sa.Column("run_pk", sa.Integer(), sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+        sa.Column("interval", sa.Integer(), nullable=False),
+        sa.Column("rows", sa.BigInteger(), nullable=False),
+        sa.Column("first_step", sa.BigInteger(), nullable=False),
+        sa.Column("last_step", sa.BigInteger(), nullable=False),
+        *(sa.Column(name, sa.Float(), nullable=False) for name in SUM_NAMES),
+    )
+    op.execute(
+        f"INSERT INTO run_first_interval (run_pk, interval, rows, first_step, last_step, {', '.join(SUM_NAMES)}) "
+        f"SELECT run_pk, min(interval), -1, 0, 0{', 0' * len(SUM_NAMES)} FROM intervals GROUP BY run_pk"
+    )
 
 
 def _backfill(summaries: sa.Table, buckets: sa.Table, slowest: sa.Table) -> None:
@@ -123,5 +149,5 @@ def _backfill(summaries: sa.Table, buckets: sa.Table, slowest: sa.Table) -> None
 
 
 def downgrade() -> None:
-    for table in ("rank_slowest", "rank_time_buckets", "rank_summaries"):
+    for table in ("run_first_interval", "rank_slowest", "rank_time_buckets", "rank_summaries"):
         op.drop_table(table)

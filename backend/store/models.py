@@ -192,6 +192,21 @@ run_totals = Table(
     *_sum_columns(),
 )
 
+# The run's first interval (its lowest index) summed over the ranks that sent it: what the steady
+# rates leave out (reads/first_interval.py), one row per run however many ranks sent it. Kept at
+# ingest (store/aggregates.py): a lower interval replaces it, the same one adds to it. `rows` -1:
+# stored before migration 0016, whose rows the reads sum themselves.
+run_first_interval = Table(
+    "run_first_interval",
+    Base.metadata,
+    Column("run_pk", ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True, autoincrement=False),
+    Column("interval", Integer, nullable=False),
+    Column("rows", BigInteger, nullable=False),
+    Column("first_step", BigInteger, nullable=False),
+    Column("last_step", BigInteger, nullable=False),
+    *_sum_columns(),
+)
+
 # Intervals that never became rows: refused by the agent (its batch input was inconsistent) or by
 # the server (a 4xx); one row per (run, rank, interval), so the run page can say why it is empty.
 refused_intervals = Table(
