@@ -3,18 +3,21 @@ rows per interval whatever the number of ranks (issue 39): `rank_summaries` (ran
 least and greatest step time, last step), `rank_time_buckets` (ranks per bucket of log2 step time,
 256 to an octave, with each bucket's least and greatest time) and `rank_slowest` (the 8 slowest
 ranks of each interval); and `run_first_interval`, a run's first interval summed over its ranks
-(what the steady rates leave out), one row per run instead of its every rank's rows.
+(what the steady rates leave out), one row per run instead of its every rank's rows; and
+`interval_histogram_sums`, an interval's length histograms summed over its ranks.
 
 Frozen: the backfill is this file's own code, over the stored interval rows read in key order,
 one interval at a time (the same arithmetic as backend/store/rank_summaries.py at this revision).
 A run already stored gets a first-interval row marked rows = -1 (the reads sum that interval's rows
-themselves, as before), which only a lower interval replaces.
+themselves, as before), which only a lower interval replaces. The interval histograms are summed
+here from the stored JSON, one interval at a time.
 
 Revision ID: 0016
 Revises: 0014
 Create Date: 2026-12-06
 """
 
+import json
 import math
 from collections.abc import Sequence
 
@@ -29,6 +32,8 @@ depends_on: str | Sequence[str] | None = None
 BUCKETS_PER_OCTAVE = 256
 SLOWEST_KEPT = 8
 ZERO_BUCKET = -(2**31)
+KINDS, PARTS, BUCKETS = ("documents", "packs"), ("count", "tokens"), 24
+HISTOGRAM_COLUMNS = tuple(f"{kind}_{part}_{b}" for kind in KINDS for part in PARTS for b in range(BUCKETS))
 # The run totals' sums at this revision (the catalogue's SUMS, written out: migrations are frozen).
 SUM_NAMES = (
     "steps", "rank_steps", "gpu_time_s", "gpu_seconds", "tokens", "real_tokens", "seqlen_sq_sum_bshd",
@@ -86,10 +91,53 @@ def upgrade() -> None:
         sa.Column("last_step", sa.BigInteger(), nullable=False),
         *(sa.Column(name, sa.Float(), nullable=False) for name in SUM_NAMES),
     )
+    histograms = op.create_table(
+        "interval_histogram_sums",
+        *_key(),
+        sa.Column("rows", sa.BigInteger(), nullable=False),
+        sa.Column("first_step", sa.BigInteger(), nullable=False),
+        sa.Column("last_step", sa.BigInteger(), nullable=False),
+        *(sa.Column(name, sa.BigInteger(), nullable=False) for name in HISTOGRAM_COLUMNS),
+    )
+    _backfill_histogram_sums(histograms)
     op.execute(
         f"INSERT INTO run_first_interval (run_pk, interval, rows, first_step, last_step, {', '.join(SUM_NAMES)}) "
         f"SELECT run_pk, min(interval), -1, 0, 0{', 0' * len(SUM_NAMES)} FROM intervals GROUP BY run_pk"
     )
+
+
+def _backfill_histogram_sums(table: sa.Table) -> None:
+    bind = op.get_bind()
+    rows = bind.execute(
+        sa.text(
+            "SELECT i.run_pk, i.interval, i.first_step, i.last_step, d.histograms FROM intervals i "
+            "JOIN interval_details d ON d.interval_id = i.id ORDER BY i.run_pk, i.interval"
+        )
+    )
+    out: list[dict] = []
+    key: tuple[int, int] | None = None
+    kept: dict = {}
+    for run_pk, interval, first_step, last_step, stored in rows:
+        h = json.loads(stored) if isinstance(stored, str) else stored
+        numbers = [int(n) for kind in KINDS for part in PARTS for n in h[kind][part]]
+        if (run_pk, interval) != key:
+            if kept:
+                out.append(kept)
+            if len(out) >= 5_000:
+                bind.execute(table.insert(), out)
+                out = []
+            key = (run_pk, interval)
+            kept = {"run_pk": run_pk, "interval": interval, "rows": 0, "first_step": first_step,
+                    "last_step": last_step, **dict.fromkeys(HISTOGRAM_COLUMNS, 0)}  # fmt: skip
+        kept["rows"] += 1
+        kept["first_step"] = min(kept["first_step"], first_step)
+        kept["last_step"] = max(kept["last_step"], last_step)
+        for name, n in zip(HISTOGRAM_COLUMNS, numbers, strict=True):
+            kept[name] += n
+    if kept:
+        out.append(kept)
+    if out:
+        bind.execute(table.insert(), out)
 
 
 def _backfill(summaries: sa.Table, buckets: sa.Table, slowest: sa.Table) -> None:
@@ -149,5 +197,11 @@ def _backfill(summaries: sa.Table, buckets: sa.Table, slowest: sa.Table) -> None
 
 
 def downgrade() -> None:
-    for table in ("run_first_interval", "rank_slowest", "rank_time_buckets", "rank_summaries"):
+    for table in (
+        "interval_histogram_sums",
+        "run_first_interval",
+        "rank_slowest",
+        "rank_time_buckets",
+        "rank_summaries",
+    ):
         op.drop_table(table)

@@ -9,7 +9,8 @@
   runs list and the run page never scan a run's intervals.
 * `rank_summaries`, `rank_time_buckets` and `rank_slowest`: per interval, its ranks' step times
   summed up (count, least, greatest), counted in fine log buckets (quantiles) and its slowest
-  ranks, kept at ingest (store/rank_summaries.py), so the ranks panel never reads every rank.
+  ranks, kept at ingest (store/rank_summaries.py), so the ranks panel never reads every rank;
+  `interval_histogram_sums` its length histograms summed over its ranks (store/histogram_sums.py).
 """
 
 from datetime import datetime
@@ -36,6 +37,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from packscope.core.catalogue import BAND_METRICS, FIELDS, SUM_NAMES, Field
+from packscope.core.histograms import KINDS, NUM_BUCKETS
 
 # Deterministic constraint names, so later migrations can refer to them on every database.
 NAMING_CONVENTION = {
@@ -282,4 +284,21 @@ rank_slowest = Table(
     *_interval_key(),
     Column("rank", Integer, primary_key=True, autoincrement=False),
     Column("step_time_s", Float(), nullable=False),
+)
+
+
+# Per interval, its length histograms summed over the ranks that sent it (one column per kind,
+# part and bucket), kept at ingest by store/histogram_sums.py (migration 0016), so that the
+# length heatmap and the bar view read one row an interval, not one JSON document a rank.
+HISTOGRAM_COLUMNS = tuple(
+    f"{kind}_{part}_{b}" for kind in KINDS for part in ("count", "tokens") for b in range(NUM_BUCKETS)
+)
+interval_histogram_sums = Table(
+    "interval_histogram_sums",
+    Base.metadata,
+    *_interval_key(),
+    Column("rows", BigInteger, nullable=False),
+    Column("first_step", BigInteger, nullable=False),
+    Column("last_step", BigInteger, nullable=False),
+    *(Column(name, BigInteger, nullable=False) for name in HISTOGRAM_COLUMNS),
 )
