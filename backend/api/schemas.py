@@ -180,6 +180,9 @@ class RunListItem(BaseModel):
     c_lin: int
     c_core: int
     records: int  # interval records stored: one per rank per interval
+    # The ranks that sent the run's first interval (null before any): the run page asks for the
+    # ranks panel only where there are two or more.
+    ranks: int | None = None
     last_step: int | None
     totals: Totals | None  # type: ignore[valid-type]
     # The same metrics without the run's first interval (warm-up), once it has a second: what the

@@ -1,8 +1,8 @@
 """The write side: create/resume runs and store batches of interval records idempotently.
 
 A batch is one transaction: the new interval rows (ON CONFLICT DO NOTHING RETURNING tells which
-are new), their details, and the rollups, run totals and run sync sites that only the new rows
-feed, each upserted once per touched key so a replay never double-counts.
+are new), their details, and the rollups, run totals, run sync sites, rank summaries and
+interval histograms that only the new rows feed, each upserted once per touched key so a replay never double-counts.
 """
 
 import functools
@@ -21,7 +21,9 @@ from packscope.backend.api.schemas import IngestResult, RunCreate, RunPatch
 from packscope.backend.ingest.rows import Parsed, parsed_records
 from packscope.backend.store.aggregates import store_aggregates
 from packscope.backend.store.db import run_sql
+from packscope.backend.store.histogram_sums import store_histogram_sums
 from packscope.backend.store.models import Run
+from packscope.backend.store.rank_summaries import store_rank_summaries
 from packscope.backend.store.runs import coefficients, get_run
 from packscope.backend.store.writes import driver_of, insert_intervals
 from packscope.core.catalogue import INT64_MAX, Coefficients
@@ -202,5 +204,8 @@ def _store(connection: Connection, run_pk: int, c: Coefficients, parsed: Parsed)
         if n > INT64_MAX:
             run_sites[site] = INT64_MAX
     channels = [parsed.channels[at[k]] for k in new]
-    store_aggregates(connection, run_pk, c, [rows[k] for k in new], run_sites, channels)
+    new_rows = [rows[k] for k in new]
+    store_aggregates(connection, run_pk, c, new_rows, run_sites, channels)
+    store_rank_summaries(connection, run_pk, new_rows)  # after the run's totals row: its lock orders a run's batches
+    store_histogram_sums(connection, run_pk, new_rows, [parsed.histogram_counts[at[k]] for k in new])
     return [at[k] for k in new]

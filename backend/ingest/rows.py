@@ -13,6 +13,7 @@ import msgspec
 from packscope.backend.ingest.record import Checked, convert, decode
 from packscope.backend.store.models import COLUMN_AT, ROW_COLUMNS
 from packscope.core.catalogue import FIELDS
+from packscope.core.histograms import KINDS
 
 assert ("run_pk", *(f.name for f in FIELDS), "channel_loss", "channel_tokens") == ROW_COLUMNS, ROW_COLUMNS
 Key = tuple[int, int]  # (interval, rank)
@@ -26,6 +27,22 @@ def _json_text(value: Mapping[str, Any] | None) -> str | None:
     return None if value is None else json.dumps(value, sort_keys=True)
 
 
+def _counts(histograms: Any) -> tuple[int, ...]:
+    """A record's decoded histograms as numbers in models.HISTOGRAM_COLUMNS order."""
+    out: list[int] = []
+    for kind in KINDS:
+        one = getattr(histograms, kind)
+        out += one.count
+        out += one.tokens
+    return tuple(out)
+
+
+def _counts_of(text: str) -> tuple[int, ...]:
+    """_counts of the histograms' JSON text (a Parsed built from stored text)."""
+    decoded = json.loads(text)
+    return tuple(n for kind in KINDS for part in ("count", "tokens") for n in decoded[kind][part])
+
+
 def row_key(row: Sequence[Any]) -> Key:
     """(interval, rank) of a ROW_COLUMNS row."""
     return row[COLUMN_AT["interval"]], row[COLUMN_AT["rank"]]
@@ -36,7 +53,7 @@ class Parsed:
     JSON text, its sync sites and its channels as decoded. `ignored`: the fields the batch sent
     that the record does not know."""
 
-    __slots__ = ("channels", "histograms", "ignored", "sites", "values")
+    __slots__ = ("channels", "histogram_counts", "histograms", "ignored", "sites", "values")
 
     def __init__(
         self,
@@ -45,9 +62,14 @@ class Parsed:
         sites: list[Mapping[str, int]],
         channels: list[Channels],
         ignored: Sequence[str] = (),
+        histogram_counts: list[tuple[int, ...]] | None = None,
     ) -> None:
         self.values, self.histograms, self.sites, self.channels = values, histograms, sites, channels
         self.ignored = list(ignored)
+        # Per record its histograms' numbers in models.HISTOGRAM_COLUMNS order (the per-interval sums).
+        self.histogram_counts = (
+            histogram_counts if histogram_counts is not None else [_counts_of(h) for h in histograms]
+        )
 
     def __len__(self) -> int:
         return len(self.values)
@@ -69,6 +91,7 @@ class Parsed:
             [{s.site: s.count for s in r.syncs.sites} for r in records],
             [(r.channel_loss, r.channel_tokens) for r in records],
             checked.ignored,
+            [_counts(r.histograms) for r in records],
         )
 
     @classmethod
@@ -79,6 +102,7 @@ class Parsed:
             [s for p in parts for s in p.sites],
             [c for p in parts for c in p.channels],
             sorted({name for p in parts for name in p.ignored}),
+            [c for p in parts for c in p.histogram_counts],
         )
 
 

@@ -8,7 +8,7 @@ from typing import Any, NamedTuple
 from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session
 
-from packscope.backend.store.models import Run, interval_details, intervals
+from packscope.backend.store.models import Run, interval_details, intervals, run_first_interval
 from packscope.core.catalogue import SUM_FIELDS, SUM_NAMES, sums_of_rows
 
 
@@ -44,14 +44,36 @@ _FIRST_ROWS_WITH_SITES = _FIRST_ROWS.add_columns(interval_details.c.sync_sites).
 )
 
 
+_KEPT = select(run_first_interval).where(
+    run_first_interval.c.run_pk.in_(bindparam("pks", expanding=True)), run_first_interval.c.rows >= 0
+)
+
+
 def first_interval_sums(
     session: Session, run_pks: Sequence[int], *, with_sites: bool = False
 ) -> dict[int, FirstInterval]:
-    """Per run: the rows of its first interval (every rank's), their SUMS, steps and (with
-    `with_sites`, else none) sync sites, from the unique (run_pk, interval, rank) index: a few rows per
-    run whatever its length."""
+    """Per run: its first interval's rows (every rank's) summed: their count, SUMS, steps and (with
+    `with_sites`, else none) sync sites. Without sites, from the row kept at ingest
+    (store/aggregates.py: one row a run, however many ranks); else, and for runs stored before
+    migration 0016, from the rows themselves on the unique (run_pk, interval, rank) index: a few
+    rows per rank whatever the run's length."""
     if not run_pks:
         return {}
+    if with_sites:
+        return _summed_rows(session, run_pks, with_sites=True)
+    out = {
+        row.run_pk: FirstInterval(
+            int(row.rows), {name: float(row._mapping[name]) for name in SUM_NAMES}, int(row.first_step),
+            int(row.last_step), {},
+        )
+        for row in session.execute(_KEPT, {"pks": list(run_pks)})
+    }  # fmt: skip
+    missing = [pk for pk in run_pks if pk not in out]  # no interval yet, or stored before 0016
+    return out | (_summed_rows(session, missing, with_sites=False) if missing else {})
+
+
+def _summed_rows(session: Session, run_pks: Sequence[int], *, with_sites: bool) -> dict[int, FirstInterval]:
+    """first_interval_sums from the interval rows."""
     firsts = session.execute(_FIRST_INTERVALS, {"pks": list(run_pks)})
     first_of = {pk: interval for pk, interval in firsts if interval is not None}
     if not first_of:

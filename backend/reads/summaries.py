@@ -78,6 +78,7 @@ def _summary(
         "c_lin": c.c_lin,
         "c_core": c.c_core,
         "records": 0 if sums is None else int(sums["rows"]),
+        "ranks": None if first is None else first.rows,
         "first_step": None if first is None else first.first_step,
         "last_step": None if sums is None else int(sums["last_step"]),
         "totals": totals,

@@ -1,4 +1,4 @@
-"""Rollups, channel rollups, run totals and run sync sites of a set of new interval rows,
+"""Rollups, channel rollups, run totals, the run's first interval and run sync sites of a set of new interval rows,
 aggregated with numpy and upserted (adding) once per touched key: what the reads answer from
 without scanning intervals.
 
@@ -31,16 +31,18 @@ from packscope.backend.formulas.columns import (
     merged_by,
     sums_matrix,
 )
+from packscope.backend.store.db import run_sql
 from packscope.backend.store.models import (
     CHANNEL_LEVELS,
     COLUMN_AT,
     STORED_LEVELS,
     channel_rollups,
     rollups,
+    run_first_interval,
     run_sync_sites,
     run_totals,
 )
-from packscope.backend.store.writes import DRIVER_DIALECTS, add_together, adding, write
+from packscope.backend.store.writes import DRIVER_DIALECTS, add_together, adding, driver_of, write
 from packscope.core.catalogue import BAND_METRICS, SUM_FIELDS, SUM_NAMES, Coefficients
 
 # What a row contributes, read in one C-level call per row: the key and step columns, the wall
@@ -323,6 +325,45 @@ def _add_all(connection: Connection, writes: Writes) -> None:
         add_together(connection, writes)
 
 
+# -- the run's first interval ----------------------------------------------------------------------
+_FIRST_COLUMNS = tuple(run_first_interval.columns.keys())
+
+
+@functools.cache
+def _first_interval_upsert(database: str) -> str:
+    """The run's first-interval row: a lower interval replaces the stored one, the same interval
+    adds to it (steps widen), a later one leaves it; a row marked by migration 0016 (rows -1:
+    summed by the reads) is replaced only by a lower interval. Every SET reads the stored row as
+    it was, on both databases."""
+    p = "?" if database == "sqlite" else "%s"
+    least, greatest = ("min", "max") if database == "sqlite" else ("least", "greatest")
+    t, ex = "run_first_interval", "excluded"
+    lower, same = f'{ex}."interval" < {t}."interval"', f'{ex}."interval" = {t}."interval" AND {t}."rows" >= 0'
+
+    def merged(name: str, how: str) -> str:
+        return f'"{name}" = CASE WHEN {lower} THEN {ex}."{name}" WHEN {same} THEN {how} ELSE {t}."{name}" END'
+
+    sets = [f'"interval" = CASE WHEN {lower} THEN {ex}."interval" ELSE {t}."interval" END']
+    sets.append(merged("rows", f'{t}."rows" + {ex}."rows"'))
+    sets.append(merged("first_step", f'{least}({t}."first_step", {ex}."first_step")'))
+    sets.append(merged("last_step", f'{greatest}({t}."last_step", {ex}."last_step")'))
+    sets += [merged(name, f'{t}."{name}" + {ex}."{name}"') for name in SUM_NAMES]
+    columns = ", ".join(f'"{c}"' for c in _FIRST_COLUMNS)
+    values = ", ".join([p] * len(_FIRST_COLUMNS))
+    return f"INSERT INTO {t} ({columns}) VALUES ({values}) ON CONFLICT (run_pk) DO UPDATE SET {', '.join(sets)}"
+
+
+def _first_interval_row(run_pk: int, intervals: np.ndarray, per_row: np.ndarray) -> tuple[Any, ...]:
+    """The new rows of the batch's lowest interval, summed: (run_pk, interval, rows, first and last
+    step, SUM_NAMES)."""
+    lowest = int(intervals.min())
+    block = per_row[intervals == lowest]
+    with np.errstate(over="ignore", invalid="ignore"):  # as _merge_levels' sums
+        sums = block[:, _SUMS_AT].sum(axis=0).tolist()
+    steps = int(block[:, _AT_GROUPED["first_step"]].min()), int(block[:, _AT_GROUPED["last_step"]].max())
+    return (run_pk, lowest, len(block), *steps, *sums)
+
+
 def store_aggregates(
     connection: Connection,
     run_pk: int,
@@ -340,3 +381,5 @@ def store_aggregates(
     intervals, per_row = _per_row(_field_matrix(rows), c)
     writes = _rollup_writes(connection.dialect.name, run_pk, rows, intervals, per_row, channels)
     _add_all(connection, writes + _totals_writes(run_pk, intervals, per_row, sync_sites))
+    first = _first_interval_row(run_pk, intervals, per_row)
+    run_sql(connection, _first_interval_upsert(driver_of(connection)), first)

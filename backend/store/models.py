@@ -7,6 +7,10 @@
 * `channel_rollups`: the same blocks' per-channel loss sums (loss·tokens) and tokens.
 * `run_totals` and `run_sync_sites`: the whole run's sums and sync sites, kept at ingest, so the
   runs list and the run page never scan a run's intervals.
+* `rank_summaries`, `rank_time_buckets` and `rank_slowest`: per interval, its ranks' step times
+  summed up (count, least, greatest), counted in fine log buckets (quantiles) and its slowest
+  ranks, kept at ingest (store/rank_summaries.py), so the ranks panel never reads every rank;
+  `interval_histogram_sums` its length histograms summed over its ranks (store/histogram_sums.py).
 """
 
 from datetime import datetime
@@ -33,6 +37,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from packscope.core.catalogue import BAND_METRICS, FIELDS, SUM_NAMES, Field
+from packscope.core.histograms import KINDS, NUM_BUCKETS
 
 # Deterministic constraint names, so later migrations can refer to them on every database.
 NAMING_CONVENTION = {
@@ -189,6 +194,21 @@ run_totals = Table(
     *_sum_columns(),
 )
 
+# The run's first interval (its lowest index) summed over the ranks that sent it: what the steady
+# rates leave out (reads/first_interval.py), one row per run however many ranks sent it. Kept at
+# ingest (store/aggregates.py): a lower interval replaces it, the same one adds to it. `rows` -1:
+# stored before migration 0016, whose rows the reads sum themselves.
+run_first_interval = Table(
+    "run_first_interval",
+    Base.metadata,
+    Column("run_pk", ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True, autoincrement=False),
+    Column("interval", Integer, nullable=False),
+    Column("rows", BigInteger, nullable=False),
+    Column("first_step", BigInteger, nullable=False),
+    Column("last_step", BigInteger, nullable=False),
+    *_sum_columns(),
+)
+
 # Intervals that never became rows: refused by the agent (its batch input was inconsistent) or by
 # the server (a 4xx); one row per (run, rank, interval), so the run page can say why it is empty.
 refused_intervals = Table(
@@ -219,4 +239,66 @@ deleted_runs = Table(
     Base.metadata,
     Column("run_id", String(64), primary_key=True),
     Column("deleted_at", DateTime(timezone=True), nullable=False),
+)
+
+
+# Per interval, its ranks' step times (GPU time ÷ steps of each rank's row), kept at ingest by
+# store/rank_summaries.py (migration 0016). Every column adds or widens (columns.merged_by), so
+# records of one interval may arrive in any order, from any server process.
+def _interval_key() -> list[Column[Any]]:
+    return [
+        Column("run_pk", ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+        Column("interval", Integer, primary_key=True, autoincrement=False),
+    ]
+
+
+rank_summaries = Table(
+    "rank_summaries",
+    Base.metadata,
+    *_interval_key(),
+    Column("reporting_ranks", BigInteger, nullable=False),
+    Column("last_step", BigInteger, nullable=False),
+    Column("step_time_sum", Float(), nullable=False),
+    Column("step_time_min", Float(), nullable=False),
+    Column("step_time_max", Float(), nullable=False),
+)
+
+# The ranks of an interval counted per bucket of log2(step time) (rank_summaries.BUCKETS_PER_OCTAVE to an
+# octave), with each bucket's least and greatest time: a quantile lies in one bucket, exact where
+# that bucket holds one value, within the bucket's width (0.27 %) where it holds several.
+rank_time_buckets = Table(
+    "rank_time_buckets",
+    Base.metadata,
+    *_interval_key(),
+    Column("bucket", Integer, primary_key=True, autoincrement=False),
+    Column("ranks", BigInteger, nullable=False),
+    Column("step_time_min", Float(), nullable=False),
+    Column("step_time_max", Float(), nullable=False),
+)
+
+# The slowest ranks of an interval (rank_summaries.SLOWEST_KEPT of them where that many sent it;
+# a few more for a moment under concurrent writers, which the reads cut).
+rank_slowest = Table(
+    "rank_slowest",
+    Base.metadata,
+    *_interval_key(),
+    Column("rank", Integer, primary_key=True, autoincrement=False),
+    Column("step_time_s", Float(), nullable=False),
+)
+
+
+# Per interval, its length histograms summed over the ranks that sent it (one column per kind,
+# part and bucket), kept at ingest by store/histogram_sums.py (migration 0016), so that the
+# length heatmap and the bar view read one row an interval, not one JSON document a rank.
+HISTOGRAM_COLUMNS = tuple(
+    f"{kind}_{part}_{b}" for kind in KINDS for part in ("count", "tokens") for b in range(NUM_BUCKETS)
+)
+interval_histogram_sums = Table(
+    "interval_histogram_sums",
+    Base.metadata,
+    *_interval_key(),
+    Column("rows", BigInteger, nullable=False),
+    Column("first_step", BigInteger, nullable=False),
+    Column("last_step", BigInteger, nullable=False),
+    *(Column(name, BigInteger, nullable=False) for name in HISTOGRAM_COLUMNS),
 )

@@ -294,7 +294,7 @@ async function refreshSummary() {
   const run = await api.getRun(runId);
   renderTotals(catalogue, run);
   live.follow(run);
-  await Promise.all([lengthsPanel.load(run), loadSyncSites(catalogue, run), ranksPanel.load()]);
+  await Promise.all([lengthsPanel.load(run), loadSyncSites(catalogue, run), ranksPanel.load(run)]);
 }
 
 // Coalesces bursts of SSE events: at most one run of `work` at a time, and at most one waiting
@@ -360,7 +360,7 @@ async function start() {
     await plotlyLoaded; // after run_early.js's first drawing of the headline chart
     await loadHeadline();
     // The requests go out first; the other series charts are drawn while they are answered.
-    const loads = [loadSyncSites(catalogue, run), ranksPanel.load(), lengthsPanel.load(run)];
+    const loads = [loadSyncSites(catalogue, run), ranksPanel.load(run), lengthsPanel.load(run)];
     drawSeries((id) => id !== HEADLINE);
     await Promise.all(loads);
   } catch (error) {

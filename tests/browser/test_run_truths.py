@@ -269,6 +269,38 @@ def test_the_straggler_ticks_read_apart_and_the_slowest_ranks_are_the_dark_ones(
     assert lightness(fastest) > lightness(slowest) + 100, ends
 
 
+def test_past_64_ranks_the_panel_draws_the_ranks_quantiles_from_the_summaries(server, page):
+    """70 ranks: no per-rank matrix in the answer; the panel draws the slowest, 90th percentile,
+    median and fastest step time per interval, and names the latest interval's slowest ranks."""
+    post(server, "/api/v1/runs", run_body("wide-run", "seventy ranks"))
+    records = [
+        {**packed_interval(k, gpu_time_s=0.5 * (1.0 + rank / 100 + (0.5 if rank == 33 else 0.0))), "rank": rank}
+        for k in range(3)
+        for rank in range(70)
+    ]
+    post(server, "/api/v1/runs/wide-run/intervals", {"intervals": records})
+    page.goto(f"{server}/runs/wide-run")
+    drawn = "document.querySelector('#chart-rank_heatmap .plot')?._fullData?.length"
+    until(page, f"!document.getElementById('ranks').hidden && {drawn}")
+    names = page.eval_on_selector("#chart-rank_heatmap .plot", "p => p._fullData.map(d => d.name)")
+    assert names == ["slowest rank", "90th percentile", "median", "fastest rank"]
+    slowest = page.eval_on_selector("#chart-rank_heatmap .plot", "p => p._fullData[0].y")
+    steps = packed_interval(0)["steps"]
+    assert slowest == pytest.approx([0.5 * 1.83 / steps] * 3)
+    latest = page.inner_text("#ranks-latest")
+    assert "rank 33 is slowest" in latest and "then ranks 69, 68, 67" in latest, latest
+
+
+def test_a_one_rank_run_does_not_ask_for_the_ranks(server, page):
+    asked = []
+    page.on(
+        "request", lambda request: asked.append(request.url) if "/api/v1/runs/sync-run/ranks" in request.url else None
+    )
+    page.goto(f"{server}/runs/sync-run")
+    until(page, "document.querySelector('#chart-length_heatmap .plot')?._fullData?.[0]")
+    assert page.eval_on_selector("#ranks", "e => e.hidden") and asked == []
+
+
 def test_a_length_heatmap_of_whole_shares_uses_the_whole_scale(server, page):
     page.goto(f"{server}/runs/sync-run")  # one document length and one pack length: every cell 100%
     until(page, "document.querySelector('#chart-length_heatmap .plot')?._fullData?.[0]")
