@@ -42,7 +42,8 @@ SUM_NAMES = (
     "syncs_total", "syncs_uncounted_steps", "step_p50_x_steps", "step_p90_x_steps", "loss_x_tokens",
     "loss_tokens", "lr_x_steps", "lr_steps", "grad_norm_x_steps", "grad_norm_steps", "gpu_util_x_s",
     "gpu_util_s", "gpu_power_x_s", "gpu_power_s", "gpu_clock_x_s", "gpu_clock_s", "gpu_mem_x_s", "gpu_mem_s",
-    "gpu_energy_j", "energy_tokens",
+    "gpu_energy_j", "energy_tokens", "data_wait_s", "data_wait_gaps", "traced_steps", "traced_step_time_s",
+    "traced_busy_s", "sync_idle_s", "launch_idle_s",
 )  # fmt: skip
 
 
