@@ -269,6 +269,7 @@ async def post_intervals(run_id: RunIdPath, request: Request) -> Response:
         raise await run_in_threadpool(_missing_run, request.app.state.sessionmaker, run_id)
     if result.accepted:
         request.app.state.live.stored(run_id)  # committed: the run's open pages are told now
+        request.app.state.alerts.wake(run_id)  # and its alert rules judge it, off this request
     # `ignored` only when the batch held fields the record does not know
     return Response(result.model_dump_json(exclude_defaults=True), media_type="application/json")
 
