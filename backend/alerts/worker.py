@@ -47,13 +47,29 @@ class AlertWorker:
         self._judge = asyncio.Event()
         self._send = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     def wake(self, run_id: str) -> None:
-        """A batch of `run_id` was stored: judge it soon (a set add and an event: nothing else)."""
+        """A batch of `run_id` was stored, or its status set: judge it soon (a set add and an event,
+        nothing else; from the event loop or from a route's worker thread)."""
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if here is loop:
+            self._woken(run_id)
+        else:
+            loop.call_soon_threadsafe(self._woken, run_id)
+
+    def _woken(self, run_id: str) -> None:
         self._changed.add(run_id)
         self._judge.set()
 
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         self._tasks = [asyncio.create_task(self._judging()), asyncio.create_task(self._delivering())]
 
     async def stop(self) -> None:
