@@ -53,7 +53,7 @@ class Parsed:
     JSON text, its sync sites and its channels as decoded. `ignored`: the fields the batch sent
     that the record does not know."""
 
-    __slots__ = ("channels", "histogram_counts", "histograms", "ignored", "sites", "values")
+    __slots__ = ("channels", "histogram_counts", "histograms", "ignored", "nonfinite_loss", "sites", "values")
 
     def __init__(
         self,
@@ -63,6 +63,7 @@ class Parsed:
         channels: list[Channels],
         ignored: Sequence[str] = (),
         histogram_counts: list[tuple[int, ...]] | None = None,
+        nonfinite_loss: Sequence[int] = (),
     ) -> None:
         self.values, self.histograms, self.sites, self.channels = values, histograms, sites, channels
         self.ignored = list(ignored)
@@ -70,6 +71,7 @@ class Parsed:
         self.histogram_counts = (
             histogram_counts if histogram_counts is not None else [_counts_of(h) for h in histograms]
         )
+        self.nonfinite_loss = tuple(nonfinite_loss)  # positions whose loss arrived NaN or ±inf
 
     def __len__(self) -> int:
         return len(self.values)
@@ -92,10 +94,14 @@ class Parsed:
             [(r.channel_loss, r.channel_tokens) for r in records],
             checked.ignored,
             [_counts(r.histograms) for r in records],
+            checked.nonfinite_loss,
         )
 
     @classmethod
     def joined(cls, parts: Sequence["Parsed"]) -> "Parsed":
+        starts = [0]
+        for p in parts:
+            starts.append(starts[-1] + len(p))
         return cls(
             [v for p in parts for v in p.values],
             [h for p in parts for h in p.histograms],
@@ -103,6 +109,7 @@ class Parsed:
             [c for p in parts for c in p.channels],
             sorted({name for p in parts for name in p.ignored}),
             [c for p in parts for c in p.histogram_counts],
+            [start + at for p, start in zip(parts, starts, strict=False) for at in p.nonfinite_loss],
         )
 
 
