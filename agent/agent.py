@@ -556,6 +556,12 @@ class Agent:
                 fields["pack_length_from"] = self.config.pack_length_from or "AgentConfig.pack_length"
             self.sender.contact.update(**fields)
 
+    def tell_cross_documents(self, found: str, detail: str) -> None:
+        """What a cross-document check found (kept, crossed, not checked; integrations/
+        cross_documents.py), for the run page: rank 0 sends it with the layout's PATCH."""
+        if self.sender is not None and self.rank == 0:
+            self.sender.contact.update(cross_documents=found, cross_documents_detail=detail[:300])
+
     @property
     def layout_seen(self) -> str | None:
         """The layout of the batches so far: bshd, thd, thd-static, mixed; None before any."""
