@@ -16,6 +16,10 @@
   log whenever they normalise by ``num_items_in_batch``. When a custom ``compute_loss_func`` or
   label smoothing computes the loss outside the model, there is none.
 * The learning rate is read from the optimizer before the scheduler steps, as the Trainer logs it.
+* At train begin, on the CPU, a tiny copy of the model says whether packed documents attend to
+  each other in each batch form (``cross_documents.py``; docs/flops.md, "Attention across
+  documents"). A form that crosses is a warning in the log and on the run page, and its batches'
+  attention is counted whole-row (``observe_batch(whole_row_attention=True)``).
 
 What a step costs: one forward hook keeps a reference to each training forward's arguments and
 loss; the steps' forwards are read (their batch form, labels, num_items_in_batch) in one loop
