@@ -170,9 +170,9 @@ class IntervalAccumulator:
                 packs += token_batch.rows
             # canonicalize_tokens numbers the packs of position-id batches first, then those of masks alone
             for with_positions in (True, False):
-                for b in self._tokens:
-                    if (b.position_ids is not None) == with_positions:
-                        whole_rows += [int(b.whole_row)] * b.rows
+                for token_batch in self._tokens:
+                    if (token_batch.position_ids is not None) == with_positions:
+                        whole_rows += [int(token_batch.whole_row)] * token_batch.rows
         if self._cu:
             # Their packs are numbered after those of the per-token forms.
             offsets = []

@@ -15,16 +15,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import runpy
 import statistics
 import sys
 import time
 import warnings
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # tests.core.tiny_configs
-
 import torch  # noqa: E402
 from transformers import AutoConfig  # noqa: E402
 from transformers.models.auto.modeling_auto import (  # noqa: E402
@@ -34,7 +34,8 @@ from transformers.models.auto.modeling_auto import (  # noqa: E402
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 from packscope.agent.integrations.cross_documents import COMMON_FORMS, CrossDocumentCheck, form_text  # noqa: E402
-from tests.core.tiny_configs import TINY  # noqa: E402
+
+TINY: dict[str, dict[str, Any]] = runpy.run_path(str(ROOT / "tests" / "core" / "tiny_configs.py"))["TINY"]
 
 PUBLISHED = ROOT / "tests" / "fixtures" / "hf" / "published"
 EAGER_ONLY = ("gpt_oss", "gemma2")  # transformers 5.25 refuses sdpa for them
@@ -58,7 +59,7 @@ def configs() -> dict[str, object]:
     return out
 
 
-def model_class(config) -> type:
+def model_class(config: Any) -> Any:
     wrapper = config.get_text_config() is not config
     return (MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING if wrapper else MODEL_FOR_CAUSAL_LM_MAPPING)[type(config)]
 
@@ -71,7 +72,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     warnings.filterwarnings("ignore")
     hf_logging.set_verbosity_error()
-    results = {}
+    results: dict[str, dict[str, Any]] = {}
     for name, config in configs().items():
         build, check, verdicts = [], [], {}
         for _ in range(args.repeat):

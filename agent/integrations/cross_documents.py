@@ -215,7 +215,7 @@ class CrossDocumentCheck:
         self.name = model_class.__name__
         self._config = config
         self._cls = model_class
-        self._tiny: torch.nn.Module | None = None
+        self._tiny: Any = None  # the tiny transformers model, None when it could not be built
         self._why_not: str | None = None  # why nothing can be checked
         self._verdicts: dict[tuple[str, ...], Verdict] = {}
         # transformers' forward builds a cache (and then no per-document mask) from config.use_cache
@@ -258,7 +258,7 @@ class CrossDocumentCheck:
             model = self._instance(tiny_config(self._config, fewer_layers=False))
         if self._checkpointing:
             enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
-            enable()
+            enable()  # type: ignore[operator]
         return _without_dropout(model.float().train())
 
     def _instance(self, config: Any) -> torch.nn.Module:
