@@ -269,7 +269,8 @@ class CrossDocumentCheck:
     def verdict(self, form: tuple[str, ...]) -> Verdict:
         if form not in self._verdicts:
             started = time.perf_counter()
-            self._verdicts[form] = self._check(form)
+            with torch.device("cpu"):  # whatever default device the trainer set
+                self._verdicts[form] = self._check(form)
             self.seconds += time.perf_counter() - started
         return self._verdicts[form]
 

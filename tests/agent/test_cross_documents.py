@@ -276,3 +276,12 @@ def test_the_verdict_is_what_transformers_masks_let_through(name):
         assert verdict.crossed and not masks_cross
     else:
         assert verdict.crossed == masks_cross, (verdict.detail, packed, undivided)
+
+
+def test_the_check_runs_on_the_cpu_whatever_the_default_device(monkeypatch):
+    """A trainer may set a default device (torch.set_default_device): the copy and its batch stay on
+    the CPU. Checked with the meta device, which runs nothing: a tensor made there would fail."""
+    check = cd.CrossDocumentCheck(config_of("gpt_oss", "eager"), transformers.GptOssForCausalLM)
+    with torch.device("meta"):
+        check.build()
+        assert check.verdict(FLAT).crossed
