@@ -68,14 +68,18 @@ class Verdict:
 def form_of(batch: Mapping[str, Any]) -> tuple[str, ...] | None:
     """The batch form of a forward's keyword arguments (FORM_KEYS present), None when its rows
     pack no documents (no boundaries nor positions: padded or plain rows)."""
-    keys = []
+    keys, packed = [], False  # read for every micro-batch (in the deferred reading): look-ups only
     for key in FORM_KEYS:
         value = batch.get(key)
-        if not isinstance(value, torch.Tensor) or (key == "attention_mask" and value.dim() != 2):
+        if not isinstance(value, torch.Tensor):
             continue
+        if key == "attention_mask":
+            if value.dim() == 2:
+                keys.append(key)
+            continue
+        packed = True
         # Multimodal RoPE's [n, batch, length] positions (Qwen2.5-VL packs only with n = 4): named with n.
         keys.append(f"{key}[{value.shape[0]}]" if key == "position_ids" and value.dim() == 3 else key)
-    packed = any(k.startswith(("cu_seq", "position_ids")) for k in keys)
     return tuple(keys) if packed else None
 
 
