@@ -29,6 +29,7 @@ from packscope.agent.batch_forms import (
     baseline_packs,
     canonicalize_cu,
     canonicalize_tokens,
+    host_table,
 )
 from packscope.agent.histograms import NUM_BUCKETS, SLOTS, bucket_of, edges_on, slot_of
 from packscope.agent.vision import BATCH_KEYS, batch_vision_sums
@@ -159,6 +160,7 @@ class IntervalAccumulator:
         out = torch.zeros(DEVICE_LEN, dtype=torch.int64, device=device) if self._partial is None else self._partial
         out = out.to(device)
         lens, rows, packs = [], [], 0
+        whole_rows: list[int] = []  # per pack, in the order the canonical forms number them: 1 = attended whole
         if self._tokens:
             token_lens, token_rows = canonicalize_tokens(self._tokens, 0, device)
             lens.append(token_lens)
@@ -166,30 +168,55 @@ class IntervalAccumulator:
             for token_batch in self._tokens:
                 self._add_packs(token_batch.rows, token_batch.row_len, token_batch.baseline_pack_length)
                 packs += token_batch.rows
+            # canonicalize_tokens numbers the packs of position-id batches first, then those of masks alone
+            for with_positions in (True, False):
+                for token_batch in self._tokens:
+                    if (token_batch.position_ids is not None) == with_positions:
+                        whole_rows += [int(token_batch.whole_row)] * token_batch.rows
         if self._cu:
             # Their packs are numbered after those of the per-token forms.
             offsets = []
             for b in self._cu:
                 offsets.append(packs)
                 packs += b.rows
+                whole_rows += [int(b.whole_row)] * b.rows
                 self._add_packs(b.rows, b.row_len, b.baseline_pack_length)
             cu_lens, cu_rows, problems = canonicalize_cu(self._cu, offsets, device)
             out[PROBLEM_COUNTS] += problems
             lens.append(cu_lens)
             rows.append(cu_rows)
-        self._count(out, _cat(lens), _cat(rows), packs)
+        # Only an interval with such rows pays for them (a model that crosses documents).
+        whole = host_table([whole_rows], device)[0] if any(whole_rows) else None
+        self._count(out, _cat(lens), _cat(rows), packs, whole)
         self._cu.clear()
         self._tokens.clear()
         self._held_slots = 0
 
-    def _count(self, out: torch.Tensor, lens: torch.Tensor, rows: torch.Tensor, packs: int) -> None:
+    def _count(
+        self, out: torch.Tensor, lens: torch.Tensor, rows: torch.Tensor, packs: int, whole: torch.Tensor | None = None
+    ) -> None:
         """Add the histograms and attention sums of documents `lens` in packs `rows` (0..packs-1) to
-        `out`, which becomes the partial sums."""
+        `out`, which becomes the partial sums. `whole` (0/1 per pack): packs whose documents the model
+        attends across, whose attention sums count the pack as one sequence of its real tokens."""
         if self._edges is None or self._edges.device != out.device:
             self._edges = edges_on(out.device)
         slots = slot_of(lens, self._edges)
         out[DOC_COUNT].index_add_(0, slots, torch.ones_like(lens))
         out[DOC_TOKENS].index_add_(0, slots, lens)
+        pack_real = torch.zeros(packs, dtype=torch.int64, device=out.device)
+        pack_real.index_add_(0, rows, lens)
+        if whole is None:
+            self._attention_sums(out, lens)
+        else:
+            self._attention_sums(out, lens * (1 - whole[rows]))  # documents of whole packs: nothing apart
+            self._attention_sums(out, pack_real * whole)
+        pack_slots = slot_of(pack_real, self._edges)
+        out[PACK_COUNT].index_add_(0, pack_slots, torch.ones_like(pack_real))
+        out[PACK_TOKENS].index_add_(0, pack_slots, pack_real)
+        self._partial = out
+
+    def _attention_sums(self, out: torch.Tensor, lens: torch.Tensor) -> None:
+        """Add the THD attention sums of sequences of lengths `lens` (0: nothing) to `out`."""
         out[SUM_AT[ATTENTION_SUMS[FULL].thd]] += (lens * lens).sum()
         if self.window is not None:  # s² up to the window, then 2·s·W - W² (attention.window_sq)
             shorter = torch.clamp(lens, max=self.window)
@@ -197,12 +224,6 @@ class IntervalAccumulator:
         if self.chunk is not None:  # whole chunks from each document's start, then the rest (attention.chunk_sq)
             rest = torch.remainder(lens, self.chunk)
             out[SUM_AT[ATTENTION_SUMS[CHUNKED].thd]] += ((lens - rest) * self.chunk + rest * rest).sum()
-        pack_real = torch.zeros(packs, dtype=torch.int64, device=out.device)
-        pack_real.index_add_(0, rows, lens)
-        pack_slots = slot_of(pack_real, self._edges)
-        out[PACK_COUNT].index_add_(0, pack_slots, torch.ones_like(pack_real))
-        out[PACK_TOKENS].index_add_(0, pack_slots, pack_real)
-        self._partial = out
 
     def _add_packs(self, rows: int, row_len: int, pack_length: int | None = None) -> None:
         """`rows` packs (or padded rows) of `row_len` slots: their tokens and baseline sums, the

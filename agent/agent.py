@@ -289,6 +289,7 @@ class Agent:
         position_ids: torch.Tensor | Sequence[Any] | None = None,
         attention_mask: torch.Tensor | Sequence[Any] | None = None,
         packed_seq_params: object | None = None,
+        whole_row_attention: bool = False,
         **images: object,
     ) -> None:
         """Count one micro-batch. Give exactly one form:
@@ -310,6 +311,10 @@ class Agent:
         A vision-language model's images go beside the text form, under its processor's keys:
         ``image_grid_thw`` / ``video_grid_thw`` (Qwen2.5-VL), ``image_sizes`` (Pixtral: Mistral 3,
         Llava), ``pixel_values`` (a fixed-size tower: Gemma 3, Llava's CLIP, Llama 4).
+
+        ``whole_row_attention=True``: the model attends across the packed documents of each row (the
+        HF callback's cross-document check found it does, in this batch form), so the per-document
+        attention sums count each row as one sequence of its real tokens: the work the model did.
         """
         if images:
             self._observe_images(images)
@@ -325,17 +330,18 @@ class Agent:
         if cu_seqlens is not None:
             if shape is None:
                 raise ValueError("observe_batch(cu_seqlens=...) needs shape=(packs, pack_length)")
-            self._acc.add_cu(
-                batch_forms.from_cu_seqlens(
-                    cu_seqlens, shape, cu_seqlens_padded, token_mask, device=self.device, pack_length=pack_length
-                )
+            cu_batch = batch_forms.from_cu_seqlens(
+                cu_seqlens, shape, cu_seqlens_padded, token_mask, device=self.device, pack_length=pack_length
             )
+            cu_batch.whole_row = whole_row_attention
+            self._acc.add_cu(cu_batch)
             return
         batch: batch_forms.TokenBatch | batch_forms.ShapeBatch
         if position_ids is not None:
             batch = batch_forms.from_position_ids(
                 position_ids, attention_mask, device=self.device, pack_length=pack_length
             )
+            batch.whole_row = whole_row_attention
         elif attention_mask is not None:
             batch = batch_forms.from_attention_mask(attention_mask, device=self.device)
         elif shape is not None:
@@ -641,6 +647,12 @@ class Agent:
                 fields["pack_length"] = self.config.pack_length
                 fields["pack_length_from"] = self.config.pack_length_from or "AgentConfig.pack_length"
             self.sender.contact.update(**fields)
+
+    def tell_cross_documents(self, found: str, detail: str) -> None:
+        """What a cross-document check found (kept, crossed, not checked; integrations/
+        cross_documents.py), for the run page: rank 0 sends it with the layout's PATCH."""
+        if self.sender is not None and self.rank == 0:
+            self.sender.contact.update(cross_documents=found, cross_documents_detail=detail[:300])
 
     @property
     def layout_seen(self) -> str | None:

@@ -147,6 +147,9 @@ class CuBatch:
     physical: torch.Tensor  # where sequences sit (the padded boundaries, else cu itself)
     token_mask: torch.Tensor | None
     pack_length: int | None = None  # the packer's pack length, for the baseline
+    # The model attends across the documents of each row (integrations/cross_documents.py): the
+    # per-document attention sums count each row as one sequence of its real tokens.
+    whole_row: bool = False
 
     @property
     def slots(self) -> int:
@@ -321,6 +324,7 @@ class TokenBatch:
     position_ids: torch.Tensor | None  # [rows, row_len]; None: one document per row (BSHD padding)
     attention_mask: torch.Tensor | None  # [rows, row_len], nonzero for real tokens; None: all real
     pack_length: int | None = None  # the packer's pack length, for the baseline (position ids only)
+    whole_row: bool = False  # as CuBatch.whole_row (position ids only)
 
     @property
     def slots(self) -> int:

@@ -16,6 +16,10 @@
   log whenever they normalise by ``num_items_in_batch``. When a custom ``compute_loss_func`` or
   label smoothing computes the loss outside the model, there is none.
 * The learning rate is read from the optimizer before the scheduler steps, as the Trainer logs it.
+* At train begin, on the CPU, a tiny copy of the model says whether packed documents attend to
+  each other in each batch form (``cross_documents.py``; docs/flops.md, "Attention across
+  documents"). A form that crosses is a warning in the log and on the run page, and its batches'
+  attention is counted whole-row (``observe_batch(whole_row_attention=True)``).
 
 What a step costs: one forward hook keeps a reference to each training forward's arguments and
 loss; the steps' forwards are read (their batch form, labels, num_items_in_batch) in one loop
@@ -53,6 +57,14 @@ from packscope.agent.integrations.batches import (
     observe_kwargs,
     shapes_of_heavy,
 )
+from packscope.agent.integrations.cross_documents import (
+    CROSSED,
+    KEPT,
+    CrossDocumentCheck,
+    Verdict,
+    check_common_forms,
+    form_of,
+)
 from packscope.agent.integrations.losses import TokenWeightedLoss
 from packscope.core.flops import ModelSpec
 from packscope.core.hf_config import spec_from_hf_config
@@ -74,11 +86,18 @@ class PackscopeCallback(TrainerCallback):
         *,
         model: ModelSpec | None = None,
         tp: int = 1,
+        check_cross_documents: bool = True,
         **config: Any,
     ) -> None:
         self.agent_config = dict(server=server, run_name=run_name, **config)
         self.model_spec = model
         self.tp = tp
+        # Whether packed documents attend to each other, on a small copy of the model (built at
+        # train begin, cross_documents.py); the verdicts told and the one the run page shows.
+        self.check_cross_documents = check_cross_documents
+        self.cross_check: CrossDocumentCheck | None = None
+        self._told_forms: set[tuple[str, ...]] = set()
+        self._shown_verdict: Verdict | None = None
         self.agent: Agent | None = None
         self._hooks: list[torch.utils.hooks.RemovableHandle] = []
         self._losses = TokenWeightedLoss()  # the micro-batches' losses, by reference until the boundary
@@ -101,6 +120,8 @@ class PackscopeCallback(TrainerCallback):
         if model is None:
             raise ValueError("PackscopeCallback: the Trainer passed no model to on_train_begin")
         spec = self.model_spec or spec_from_hf_config(model.config, tp=self.tp)
+        if self.check_cross_documents:  # once, on the CPU, before the first step
+            self.cross_check = check_common_forms(model)
         settings = dict(self.agent_config)
         settings.setdefault("log_every", max(1, int(state.logging_steps or 10)))
         settings.setdefault("start_step", state.global_step)
@@ -186,7 +207,35 @@ class PackscopeCallback(TrainerCallback):
                 log.warning("packscope: a training forward had no input_ids/inputs_embeds; not counted")
                 self._warned_unknown = True
             return
-        agent.observe_batch(**form, **image_kwargs(batch, agent.model.vision))
+        packed = form_of(batch) if self.cross_check is not None else None
+        crossed = packed is not None and self._verdict(agent, packed).crossed
+        agent.observe_batch(**form, **image_kwargs(batch, agent.model.vision), whole_row_attention=crossed)
+
+    def _verdict(self, agent: Agent, packed: tuple[str, ...]) -> Verdict:
+        """The check's verdict for a packed batch form; said once per form when first seen (in the
+        deferred reading, never between forwards): a crossing as a warning, for the trainer's log
+        and the run page (the worst verdict seen so far)."""
+        assert self.cross_check is not None
+        verdict = self.cross_check.verdict(packed)  # computed here on first sight of an unusual form
+        if packed in self._told_forms:
+            return verdict
+        self._told_forms.add(packed)
+        if verdict.crossed:
+            log.warning(
+                "packscope: %s. This is a training bug: each document should attend only to itself. Use a "
+                "batch form or attention implementation that keeps documents apart (e.g. position_ids "
+                "without an attention mask on a model whose masks read them, or flash-attention with "
+                "cu_seq_lens). packscope counts the whole-row attention these batches do.",
+                verdict.detail,
+            )
+        else:
+            log.info("packscope: cross-document check: %s: %s", verdict.status, verdict.detail)
+        rank = {CROSSED: 2, KEPT: 0}
+        shown = self._shown_verdict
+        if shown is None or rank.get(verdict.status, 1) > rank.get(shown.status, 1):
+            self._shown_verdict = verdict
+            agent.tell_cross_documents(verdict.status, verdict.detail)
+        return verdict
 
     def _keep_loss_of(self, loss: Any, kwargs: dict) -> None:
         labels = kwargs.get("shift_labels")

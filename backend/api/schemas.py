@@ -118,6 +118,8 @@ class RunCreate(BaseModel):
 
 
 MAX_NOTES = 10_000
+CrossDocuments = Literal["kept", "crossed", "not checked"]
+MAX_CROSS_DETAIL = 300
 Tag = Annotated[SafeStr, Field(max_length=100)]
 Tags = Annotated[list[Tag], Field(max_length=50)]
 
@@ -137,13 +139,17 @@ class RunPatch(BaseModel):
     layout: SeenLayout | SkipJsonSchema[None] = None
     pack_length: StrictPositive | None = None
     pack_length_from: SafeStr | None = Field(default=None, max_length=200)
+    # Whether the model kept packed documents apart, checked on a small copy of it (the HF
+    # callback, agent/integrations/cross_documents.py), and what it found, in a sentence.
+    cross_documents: CrossDocuments | SkipJsonSchema[None] = None
+    cross_documents_detail: SafeStr | None = Field(default=None, max_length=MAX_CROSS_DETAIL)
 
     @model_validator(mode="after")
     def _something_to_change(self) -> "RunPatch":
         given = self.model_fields_set
         if not given:
             raise ValueError("nothing to change: send at least one of status, name, notes, tags, archived, layout")
-        for key in ("status", "archived", "layout"):
+        for key in ("status", "archived", "layout", "cross_documents"):
             if key in given and getattr(self, key) is None:
                 raise ValueError(f"{key} cannot be null")
         if "ended_at" in given and self.status is None:

@@ -65,6 +65,9 @@ def apply_layout(run: Run, patch: RunPatch) -> None:
         run.pack_length_from = patch.pack_length_from if patch.pack_length is not None else None
     elif "pack_length_from" in given and run.pack_length is not None:
         run.pack_length_from = patch.pack_length_from
+    if patch.cross_documents is not None:
+        run.cross_documents = patch.cross_documents
+        run.cross_documents_detail = patch.cross_documents_detail
 
 
 def record_refusals(session: Session, run: Run, body: Refusals) -> None:

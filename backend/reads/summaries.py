@@ -67,6 +67,8 @@ def _summary(
         "layout_declared": run.layout,
         "pack_length": run.pack_length,
         "pack_length_from": run.pack_length_from,
+        "cross_documents": run.cross_documents,
+        "cross_documents_detail": run.cross_documents_detail,
         "status": shown_status(run, now),
         "last_contact_at": last_contact(run),
         "heartbeat_s": run.heartbeat_s,

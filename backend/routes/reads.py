@@ -101,6 +101,10 @@ class RunFacts(BaseModel):
     layout_declared: str  # what the run registered with; `layout` is what its batches were
     pack_length: int | None  # the pack length the baseline counted; None: the rows as the model ran them
     pack_length_from: str | None
+    # kept, crossed (packed documents attended to each other: a training bug) or not checked; None:
+    # no check reported (an agent without one, or a run of no packed batches)
+    cross_documents: str | None
+    cross_documents_detail: str | None
     first_step: int | None  # the first stored step: `totals` cover first_step..last_step
     steady_first_step: int | None  # `steady` covers steady_first_step..last_step
     refused: RefusedIntervals | None

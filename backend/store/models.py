@@ -87,6 +87,10 @@ class Run(Base):
     # The pack length the baseline counted (e.g. TRL's max_length), and where it came from.
     pack_length: Mapped[int | None] = mapped_column(Integer)
     pack_length_from: Mapped[str | None] = mapped_column(String(200))
+    # Whether packed documents attended to each other (kept, crossed, not checked), and the
+    # sentence the agent's check wrote (migration 0015).
+    cross_documents: Mapped[str | None] = mapped_column(String(16))
+    cross_documents_detail: Mapped[str | None] = mapped_column(String(300))
 
 
 def _catalogue_column(f: Field) -> Column[Any]:

@@ -16,7 +16,7 @@ import { el, showError } from "./dom.js";
 import { LengthsPanel } from "./lengths.js";
 import { RanksPanel } from "./ranks.js";
 import { painted, plotlyLoaded } from "./run_early.js";
-import { baselineText, contactText, emptyText, flopsSplitText, LIVE, refusalText, windows, windowsNote } from "./run_facts.js";
+import { baselineText, contactText, crossDocumentsText, emptyText, flopsSplitText, LIVE, refusalText, windows, windowsNote } from "./run_facts.js";
 import { HEADLINE, headlineChart, threeCounts } from "./run_headline.js";
 import { SERIES_POINTS as MAX_POINTS } from "./run_sizes.js";
 
@@ -215,6 +215,11 @@ function renderFacts(run) {
   const refused = document.getElementById("refused");
   refused.hidden = !run.refused;
   refused.textContent = run.refused ? `${refusalText(run)}.${run.records ? "" : " Nothing else was stored."}` : "";
+  const cross = crossDocumentsText(run);
+  const warning = document.getElementById("cross-documents");
+  warning.hidden = !cross?.warn;
+  warning.textContent = cross?.warn ? cross.text : "";
+  document.getElementById("cross-documents-note").textContent = cross && !cross.warn ? cross.text : "";
 }
 
 // A sync site is "path:line in function" (agent/sync_sites.py): a long one shows its tail, where

@@ -78,6 +78,22 @@ export function baselineText(run) {
   return `Baseline: each row the model ran counted as one dense sequence (on average ${count(mean)} token slots a row).`;
 }
 
+// What the cross-document check found (agent/integrations/cross_documents.py): { warn, text }, or
+// null when no check was reported. "crossed" is a training bug of the user's, said plainly.
+export function crossDocumentsText(run) {
+  const found = run.cross_documents;
+  if (!found) return null;
+  const detail = run.cross_documents_detail ? ` (${run.cross_documents_detail})` : "";
+  if (found === "crossed") {
+    return {
+      warn: true,
+      text: `Packed documents attend to each other: the model trains across document boundaries${detail}. Give it per-document masks (another batch form or attention implementation); meanwhile the per-document FLOPs count its whole-row attention, the work it did.`,
+    };
+  }
+  if (found === "kept") return { warn: false, text: `Packed documents stay apart: checked on a small copy of the model${detail}.` };
+  return { warn: false, text: `Whether packed documents stay apart was not checked${detail}.` };
+}
+
 // "12 intervals refused (steps 1–120): why" — the most frequent reasons first.
 export function refusalText(run) {
   const r = run.refused;

@@ -5,24 +5,61 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
-from typing import Any
+from pathlib import Path
+from typing import Any, NoReturn
 
 from packscope.core.attention import ATTENTION_SUMS, FULL, LAYER_KINDS
-from packscope.core.catalogue import FLOAT_OPS, overcount
+from packscope.core.catalogue import FLOAT_OPS, INT32_MAX, overcount
 from packscope.core.flops import KindBreakdown, ModelSpec, packs_breakdown_by_kind
 from packscope.core.hf_config import HFConfigError, read_hf_config
 from packscope.core.vision import VISION_SUMS, VisionSpec, batch_sums, decoder_tokens, fixed_image_sums, pixels_to_grid
+
+# The most tokens one document or pack may hold: attention kernels index a pack's tokens with int32
+# (flash-attention's cu_seqlens), so no trainer runs a longer one.
+MAX_TOKENS = INT32_MAX
+# What a Hugging Face Hub model id looks like ("Qwen/Qwen3-8B"), told apart from a path that is missing.
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 
 
 def _pack(text: str) -> list[int]:
     try:
         lengths = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"a pack is comma-separated integers, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"a pack is comma-separated whole numbers of tokens (e.g. 4096,2048), got {text!r}"
+        ) from None
     if not lengths:
-        raise argparse.ArgumentTypeError("a pack needs at least one document length")
+        raise argparse.ArgumentTypeError(f"a pack needs at least one document length (e.g. 4096,2048), got {text!r}")
+    if max(lengths) > MAX_TOKENS or sum(lengths) > MAX_TOKENS:
+        raise argparse.ArgumentTypeError(
+            f"a pack holds at most {MAX_TOKENS} tokens (2^31 - 1, what attention kernels index), got {text!r}"
+        )
     return lengths
+
+
+def _pack_length(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a pack length is a whole number of tokens, got {text!r}") from None
+    if not 1 <= value <= MAX_TOKENS:
+        raise argparse.ArgumentTypeError(f"a pack length is 1..{MAX_TOKENS} tokens, got {text!r}")
+    return value
+
+
+def _tp(text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--tp is a whole number of GPUs, got {text!r}") from None
+
+
+def _one_line_error(prog: str, message: str) -> NoReturn:
+    """argparse's error without its usage block: one line naming what was wrong, exit 2."""
+    print(f"{prog}: error: {message} (see {prog} --help)", file=sys.stderr)
+    sys.exit(2)
 
 
 def _integers(text: str, count: int, what: str) -> tuple[int, ...]:
@@ -44,8 +81,9 @@ def _pixels(text: str) -> tuple[int, ...]:
 
 
 def add_flops_arguments(p: argparse.ArgumentParser) -> None:
+    p.error = lambda message: _one_line_error(p.prog, message)  # type: ignore[method-assign]
     p.add_argument("--hf-config", required=True, metavar="PATH", help="a Hugging Face config.json (or its folder)")
-    p.add_argument("--tp", type=int, default=1, help="tensor-parallel size (pads the vocabulary), default 1")
+    p.add_argument("--tp", type=_tp, default=1, help="tensor-parallel size (pads the vocabulary), default 1")
     p.add_argument(
         "--pack",
         type=_pack,
@@ -55,7 +93,10 @@ def add_flops_arguments(p: argparse.ArgumentParser) -> None:
         help="one pack's document lengths; repeat for more packs",
     )
     p.add_argument(
-        "--pack-length", type=int, default=None, help="token slots of every pack (default: the largest pack's total)"
+        "--pack-length",
+        type=_pack_length,
+        default=None,
+        help="token slots of every pack (default: the largest pack's total)",
     )
     images = p.add_argument_group(
         "images (a vision-language model's tower; the packs hold the decoder's tokens, the images' included)"
@@ -159,16 +200,46 @@ def with_vision(out: dict[str, Any], vision: VisionSpec, sums: dict[str, int]) -
     return out
 
 
+def hub_id_hint(path: str) -> str | None:
+    """How to fetch config.json when `path` is no file but looks like a Hub model id (no network here)."""
+    if Path(path).exists() or not HUB_ID.fullmatch(path):
+        return None
+    name = path.split("/")[1]
+    return (
+        f"--hf-config takes a local config.json, and {path!r} is no file or folder here; if it is a Hugging "
+        f"Face Hub model id, fetch its config first: `hf download {path} config.json --local-dir {name}` "
+        f"(older huggingface_hub: `huggingface-cli download ...`) or "
+        f"https://huggingface.co/{path}/resolve/main/config.json, then pass --hf-config {name}/config.json"
+    )
+
+
+def vocab_padding_notice(model: ModelSpec) -> str | None:
+    """One line when the count pads the vocabulary (Megatron-style, for tensor parallelism)."""
+    if model.padded_vocab == model.vocab:
+        return None
+    step, added = model.vocab_divisor * model.tp, model.padded_vocab - model.vocab
+    return (
+        f"note: the logits count a vocabulary of {model.padded_vocab}, not {model.vocab} (+{added}): "
+        f"padded Megatron-style to a multiple of {step} (divisor {model.vocab_divisor} x --tp {model.tp})"
+    )
+
+
 def flops_from_args(args: argparse.Namespace) -> int:
     try:
         if args.tp < 1:
             raise ValueError(f"--tp must be >= 1, got {args.tp}")
+        hint = hub_id_hint(args.hf_config)
+        if hint is not None:
+            raise ValueError(hint)
         model = read_hf_config(args.hf_config, tp=args.tp)
         result = packs_breakdown_by_kind(model, args.pack, args.pack_length)
         sums = vision_sums_from_args(model.vision, args)
     except (HFConfigError, ValueError) as exc:
         print(f"packscope flops: error: {exc}", file=sys.stderr)
         return 2
+    notice = vocab_padding_notice(model)
+    if notice is not None:
+        print(f"packscope flops: {notice}", file=sys.stderr)
     out = report(model, result)
     if sums is not None and model.vision is not None:
         out = with_vision(out, model.vision, sums)

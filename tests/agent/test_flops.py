@@ -231,7 +231,7 @@ def test_flops_cli_prints_the_three_numbers():
     [
         (["--pack", "9000", "--pack-length", "8192"], "more than the pack length"),
         (["--pack", "100,-3"], "must be positive"),
-        (["--pack", "1,x"], "comma-separated integers"),
+        (["--pack", "1,x"], "comma-separated whole numbers"),
     ],
 )
 def test_flops_cli_errors_exit_2(args, message):

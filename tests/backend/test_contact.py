@@ -179,6 +179,29 @@ def test_the_layout_seen_in_the_batches_replaces_the_declared_one(make_client, d
     assert client.get("/api/v1/runs/hf").json()["layout"] == "bshd"
 
 
+def test_the_cross_document_check_is_kept_and_shown_with_the_run(make_client, database_url, new_run):
+    client = make_client(database_url)
+    make_run(client, new_run, "oss", layout="thd")
+    assert client.get("/api/v1/runs/oss").json()["cross_documents"] is None  # no check reported
+    detail = "GptOssForCausalLM with position_ids batches: packed documents attend to each other"
+    patch = {"cross_documents": "crossed", "cross_documents_detail": detail}
+    assert client.patch("/api/v1/runs/oss", json=patch).status_code == 200
+    for run in (client.get("/api/v1/runs/oss").json(), client.get("/api/v1/runs").json()["runs"][0]):
+        assert (run["cross_documents"], run["cross_documents_detail"]) == ("crossed", detail)
+    # Another PATCH (the layout) leaves it; a later verdict replaces it with its own sentence.
+    assert client.patch("/api/v1/runs/oss", json={"layout": "thd"}).status_code == 200
+    assert client.get("/api/v1/runs/oss").json()["cross_documents"] == "crossed"
+    assert client.patch("/api/v1/runs/oss", json={"cross_documents": "not checked"}).status_code == 200
+    run = client.get("/api/v1/runs/oss").json()
+    assert (run["cross_documents"], run["cross_documents_detail"]) == ("not checked", None)
+    for bad in (
+        {"cross_documents": "maybe"},
+        {"cross_documents": None},
+        {"cross_documents": "kept", "cross_documents_detail": "x" * 301},
+    ):
+        assert client.patch("/api/v1/runs/oss", json=bad).status_code == 422, bad
+
+
 def test_sync_sites_cover_the_window_of_the_steady_rates(client, run, records):
     recs = records(4)
     assert client.post("/api/v1/runs/run-1/intervals", json={"intervals": recs}).status_code == 200

@@ -15,6 +15,10 @@ pytestmark = pytest.mark.browser
 ROWS = "[...document.querySelectorAll('#runs-body tr[data-run-id]')].map(r => r.dataset.runId).join()"
 # Stale after 9 s of silence, crashed after 30 s: the stale spell outlasts the page's 10 s poll.
 BEAT_S = 3.0
+CROSS_DETAIL = {
+    "crossed": "GptOssForCausalLM with position_ids batches: packed documents attend to each other",
+    "kept": "LlamaForCausalLM with position_ids batches: each packed document attends only to itself",
+}
 
 
 def post(base, path, body, method="POST"):
@@ -39,6 +43,12 @@ def server(tmp_path_factory):
         intervals(base, "trl-run", range(3))
         trl = {"layout": "thd", "pack_length": 1024, "pack_length_from": "TRL max_length (packing=True)"}
         post(base, "/api/v1/runs/trl-run", trl, "PATCH")
+        # The HF callback's cross-document check: documents attended to each other, and kept apart.
+        for run_id, found in (("crossed-run", "crossed"), ("kept-run", "kept")):
+            post(base, "/api/v1/runs", run_body(run_id, f"documents {found}"))
+            intervals(base, run_id, range(2))
+            patch = {"cross_documents": found, "cross_documents_detail": CROSS_DETAIL[found]}
+            post(base, f"/api/v1/runs/{run_id}", patch, "PATCH")
         # Every interval refused by the agent, then the run finished.
         post(base, "/api/v1/runs", run_body("refused-run", "bad cu_seqlens"))
         reason = "cu_seqlens decreases (a boundary is smaller than the one before it) at 2 entries"
@@ -108,6 +118,26 @@ def test_the_layout_is_the_batches_and_says_what_was_declared(server, page):
     until(page, f"{ROWS} === 'padded-run'")
     assert page.inner_text("tr[data-run-id='padded-run'] td:nth-child(4)") == "bshd"
     assert page.input_value("#filter-layout") == "bshd"
+
+
+def test_documents_that_attended_to_each_other_are_a_warning_and_kept_ones_a_note(server, page):
+    page.goto(f"{server}/runs/crossed-run")
+    until(page, "!document.getElementById('cross-documents').hidden")
+    assert page.inner_text("#cross-documents") == (
+        "Packed documents attend to each other: the model trains across document boundaries "
+        f"({CROSS_DETAIL['crossed']}). Give it per-document masks (another batch form or attention "
+        "implementation); meanwhile the per-document FLOPs count its whole-row attention, the work it did."
+    )
+    assert page.inner_text("#cross-documents-note") == ""
+    page.goto(f"{server}/runs/kept-run")
+    until(page, "document.getElementById('cross-documents-note').textContent !== ''")
+    assert page.inner_text("#cross-documents-note") == (
+        f"Packed documents stay apart: checked on a small copy of the model ({CROSS_DETAIL['kept']})."
+    )
+    assert page.is_hidden("#cross-documents")
+    page.goto(f"{server}/runs/trl-run")  # no check reported: nothing said
+    until(page, "document.getElementById('baseline-note').textContent.includes('Baseline')")
+    assert page.is_hidden("#cross-documents") and page.inner_text("#cross-documents-note") == ""
 
 
 def test_the_page_says_which_pack_the_baseline_counted(server, page):

@@ -1,0 +1,343 @@
+"""Do packed documents attend to each other? Checked once on a tiny copy of the model.
+
+A packed row holds several documents; the model must keep each one to itself. Whether it does
+depends on the model's code and on the batch form: transformers builds per-document masks from
+``position_ids`` only when no 2-D ``attention_mask`` is given, flash-attention kwargs
+(``cu_seq_lens_q``...) mean nothing to sdpa or eager attention, and in transformers 5.25
+``GptOssModel`` never passes ``position_ids`` to its mask builders, so with sdpa or eager its
+flattened documents attend to each other: the model trains across document boundaries and does
+whole-row attention work.
+
+The check asks the model itself, whatever its architecture: a copy of its config with small sizes
+(same config class, the same layers, attention implementation, windows and flags; a few thousand
+parameters a layer) is built on the CPU, run on one packed row of two documents in the batch form,
+then run again with the first document's tokens changed. If the second document's logits move, the
+documents attend to each other. Once per batch form, at train begin for the forms data collators
+make (``COMMON_FORMS``) and on first sight for any other; never on a training step's path.
+
+A model that cannot be built small, an attention implementation that does not run on the CPU
+(flash attention) or a forward that fails gives "not checked" and the reason, never an exception.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+log = logging.getLogger("packscope.agent")
+
+KEPT, CROSSED, NOT_CHECKED = "kept", "crossed", "not checked"
+# The keys of a model's forward that say where documents start, in the order a form is named.
+FLASH_KEYS = ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")
+FORM_KEYS = ("cu_seq_lens_q", "cu_seqlens", "position_ids", "attention_mask")
+# What the data collators hand a model: DataCollatorWithFlattening (and TRL's padding_free) with
+# and without its flash-attention kwargs, and position ids beside a padding mask.
+COMMON_FORMS = (
+    ("position_ids",),
+    ("cu_seq_lens_q", "position_ids"),
+    ("cu_seq_lens_q",),
+    ("position_ids", "attention_mask"),
+)
+CPU_ATTENTION = ("eager", "sdpa")  # the implementations the check runs
+DOCS = (7, 9)  # the packed row: two documents
+# Relative change of the second document's logits above which the first one reached it: on the
+# tiny configs of tests/core a crossing moved them by 0.11 to 1.2 of their largest value, and kept
+# masks by exactly 0 (masked keys get a weight of exactly 0).
+THRESHOLD = 1e-4
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the check found for one batch form: KEPT, CROSSED or NOT_CHECKED, and why."""
+
+    status: str
+    detail: str
+
+    @property
+    def crossed(self) -> bool:
+        return self.status == CROSSED
+
+
+def form_of(batch: Mapping[str, Any]) -> tuple[str, ...] | None:
+    """The batch form of a forward's keyword arguments (FORM_KEYS present), None when its rows
+    pack no documents (no boundaries nor positions: padded or plain rows)."""
+    keys, packed = [], False  # read for every micro-batch (in the deferred reading): look-ups only
+    for key in FORM_KEYS:
+        value = batch.get(key)
+        if not isinstance(value, torch.Tensor):
+            continue
+        if key == "attention_mask":
+            if value.dim() == 2:
+                keys.append(key)
+            continue
+        packed = True
+        # Multimodal RoPE's [n, batch, length] positions (Qwen2.5-VL packs only with n = 4): named with n.
+        keys.append(f"{key}[{value.shape[0]}]" if key == "position_ids" and value.dim() == 3 else key)
+    return tuple(keys) if packed else None
+
+
+def form_text(form: tuple[str, ...]) -> str:
+    return " + ".join(form)
+
+
+def _shrink(config: Any, hidden: int | None = None) -> None:
+    """Small sizes, in place, for every width the config has; its layers, kinds, windows, flags and
+    head dimension stay (rotary sections, partial rotary and the like depend on the head dim)."""
+    heads = getattr(config, "num_attention_heads", None)
+    if isinstance(heads, int) and heads > 0:
+        head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+        kv = getattr(config, "num_key_value_heads", None)
+        config.num_attention_heads = 2
+        if isinstance(kv, int) and kv > 0:
+            config.num_key_value_heads = 1 if kv < heads else 2
+        if getattr(config, "head_dim", None):
+            config.head_dim = head_dim
+        config.hidden_size = hidden or 2 * head_dim
+    elif hidden is not None and hasattr(config, "hidden_size"):
+        config.hidden_size = hidden
+    for key, small in (
+        ("intermediate_size", 32),
+        ("intermediate_size_mlp", 32),
+        ("moe_intermediate_size", 16),
+        ("shared_expert_intermediate_size", 16),
+        ("n_inner", 32),
+        ("q_lora_rank", 16),
+        ("kv_lora_rank", 16),
+        ("linear_num_key_heads", 1),
+        ("linear_num_value_heads", 2),
+        ("vocab_size", 128),
+    ):
+        if isinstance(getattr(config, key, None), int) and getattr(config, key) > 0:
+            setattr(config, key, small)
+    for key in ("num_experts", "num_local_experts", "n_routed_experts"):
+        if isinstance(getattr(config, key, None), int) and getattr(config, key) > 4:
+            setattr(config, key, 4)
+    if isinstance(getattr(config, "num_experts_per_tok", None), int):
+        config.num_experts_per_tok = min(config.num_experts_per_tok, 2)
+    for key in ("n_group", "topk_group"):  # DeepSeek's grouped routing needs groups dividing the experts
+        if isinstance(getattr(config, key, None), int):
+            setattr(config, key, 1)
+    vocab = getattr(config, "vocab_size", None)
+    for key in ("pad_token_id", "bos_token_id", "eos_token_id"):
+        token = getattr(config, key, None)
+        if isinstance(token, int) and isinstance(vocab, int) and token >= vocab:
+            setattr(config, key, None)
+
+
+def _fewer_layers(config: Any) -> None:
+    """As few decoder layers as keep one of every layer kind (`layer_types`), at least two; every
+    per-layer list is cut to match."""
+    layers = getattr(config, "num_hidden_layers", None)
+    if not isinstance(layers, int) or layers <= 2:
+        return
+    kinds = getattr(config, "layer_types", None)
+    keep = 2
+    if isinstance(kinds, list) and len(kinds) == layers:
+        keep = max(keep, max(kinds.index(kind) for kind in set(kinds)) + 1)
+    for key, value in list(vars(config).items()):
+        if isinstance(value, list) and len(value) == layers:
+            setattr(config, key, value[:keep])
+    config.num_hidden_layers = keep
+
+
+def tiny_config(config: Any, fewer_layers: bool = True) -> Any:
+    """A copy of `config` with small sizes (same class); a wrapper's towers get one small layer.
+    With `fewer_layers`, only as many decoder layers as keep each layer kind."""
+    tiny = copy.deepcopy(config)
+    text = tiny.get_text_config() if hasattr(tiny, "get_text_config") else tiny
+    _shrink(text)
+    if fewer_layers:
+        _fewer_layers(text)
+    if text is not tiny:
+        for name in ("vision_config", "audio_config"):
+            tower = getattr(tiny, name, None)
+            if tower is None:
+                continue
+            for key in ("depth", "num_hidden_layers"):
+                if isinstance(getattr(tower, key, None), int):
+                    setattr(tower, key, 1)
+            _shrink(tower)
+            if isinstance(getattr(tower, "out_hidden_size", None), int):
+                tower.out_hidden_size = text.hidden_size
+    return tiny
+
+
+def _without_dropout(model: torch.nn.Module) -> torch.nn.Module:
+    """Training mode without randomness: dropout modules, and the dropout rates attention modules
+    keep as floats, at 0."""
+    for module in model.modules():
+        if isinstance(module, torch.nn.modules.dropout._DropoutNd):
+            module.p = 0.0
+        for name, value in list(vars(module).items()):
+            if "dropout" in name and isinstance(value, float):
+                setattr(module, name, 0.0)
+    return model
+
+
+def _logits(output: Any) -> torch.Tensor:
+    for name in ("logits", "last_hidden_state"):
+        value = getattr(output, name, None)
+        if isinstance(value, torch.Tensor):
+            return value
+    value = output[0] if isinstance(output, (tuple, list)) else output
+    if not isinstance(value, torch.Tensor):
+        raise TypeError(f"the forward returned {type(output).__name__}, no logits")
+    return value
+
+
+def form_kwargs(form: tuple[str, ...], docs: tuple[int, ...] = DOCS) -> dict[str, torch.Tensor | int]:
+    """One packed row of `docs` in batch form `form`, as the data collators make it."""
+    total = sum(docs)
+    kwargs: dict[str, torch.Tensor | int] = {}
+    positions = torch.cat([torch.arange(n) for n in docs]).unsqueeze(0)
+    for key in form:
+        if key == "position_ids":
+            kwargs["position_ids"] = positions
+        elif key.startswith("position_ids["):  # the same positions on every multimodal axis
+            kwargs["position_ids"] = positions.expand(int(key[len("position_ids[") : -1]), 1, total)
+    if "attention_mask" in form:
+        kwargs["attention_mask"] = torch.ones(1, total, dtype=torch.long)
+    bounds = torch.tensor([0, *itertools.accumulate(docs)], dtype=torch.int32)
+    if "cu_seq_lens_q" in form:
+        kwargs.update(cu_seq_lens_q=bounds, cu_seq_lens_k=bounds, max_length_q=max(docs), max_length_k=max(docs))
+    if "cu_seqlens" in form:
+        kwargs["cu_seqlens"] = bounds
+    return kwargs
+
+
+class CrossDocumentCheck:
+    """The tiny copy of a model, built once (``build``), and a verdict per batch form (``verdict``,
+    computed the first time a form is asked for)."""
+
+    def __init__(self, config: Any, model_class: type) -> None:
+        self.name = model_class.__name__
+        self._config = config
+        self._cls = model_class
+        self._tiny: Any = None  # the tiny transformers model, None when it could not be built
+        self._why_not: str | None = None  # why nothing can be checked
+        self._verdicts: dict[tuple[str, ...], Verdict] = {}
+        # transformers' forward builds a cache (and then no per-document mask) from config.use_cache
+        # unless gradient checkpointing turns it off in training: the copy runs as the model trains.
+        self._checkpointing = False
+        self.seconds = 0.0  # CPU time the check has taken, for the log
+
+    @classmethod
+    def of(cls, model: Any) -> CrossDocumentCheck:
+        """The check of a trainer's model (a PEFT wrapper's base model)."""
+        base = model.get_base_model() if hasattr(model, "get_base_model") else model
+        check = cls(getattr(base, "config", None), type(base))
+        # transformers 5.25 names it activation checkpointing (gradient_... the older, deprecated alias)
+        names = ("is_activation_checkpointing", "is_gradient_checkpointing")
+        name = next((n for n in names if hasattr(type(base), n)), None)
+        check._checkpointing = bool(getattr(base, name)) if name else False
+        return check
+
+    def build(self) -> None:
+        started = time.perf_counter()
+        try:
+            self._tiny = self._build()
+        except Exception as exc:  # noqa: BLE001 - any architecture: what cannot be built small is not checked
+            self._why_not = f"a small copy of {self.name} could not be built ({type(exc).__name__}: {exc})"[:300]
+        self.seconds += time.perf_counter() - started
+
+    def _build(self) -> torch.nn.Module | None:
+        from transformers import PreTrainedModel
+
+        if self._config is None or not issubclass(self._cls, PreTrainedModel):
+            self._why_not = f"{self.name} is not a transformers model"
+            return None
+        implementation = getattr(self._config, "_attn_implementation", None) or "eager"
+        if implementation not in CPU_ATTENTION:
+            self._why_not = f"its attention implementation {implementation!r} does not run on the CPU"
+            return None
+        try:
+            model = self._instance(tiny_config(self._config))
+        except Exception:  # noqa: BLE001 - layers tied to their number: all of them then, each small
+            model = self._instance(tiny_config(self._config, fewer_layers=False))
+        if self._checkpointing:
+            enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+            enable()  # type: ignore[operator]
+        return _without_dropout(model.float().train())
+
+    def _instance(self, config: Any) -> torch.nn.Module:
+        with torch.device("cpu"), torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            return self._cls(config)
+
+    def verdict(self, form: tuple[str, ...]) -> Verdict:
+        if form not in self._verdicts:
+            started = time.perf_counter()
+            try:
+                with torch.device("cpu"):  # whatever default device the trainer set
+                    self._verdicts[form] = self._check(form)
+            except Exception as exc:  # noqa: BLE001 - the check must never stop a training run
+                self._verdicts[form] = Verdict(NOT_CHECKED, f"the check failed ({type(exc).__name__}: {exc})"[:300])
+            self.seconds += time.perf_counter() - started
+        return self._verdicts[form]
+
+    def _check(self, form: tuple[str, ...]) -> Verdict:
+        if self._tiny is None:
+            return Verdict(NOT_CHECKED, self._why_not or "the check was not built")
+        vocab = self._tiny.config.get_text_config().vocab_size
+        generator = torch.Generator().manual_seed(0)
+        total = sum(DOCS)
+        ids = torch.randint(1, vocab, (1, total), generator=generator)
+        changed = ids.clone()
+        changed[0, : DOCS[0]] = torch.randint(1, vocab, (DOCS[0],), generator=generator)
+        kwargs = form_kwargs(form)
+        try:
+            # A training forward (gradient checkpointing acts only with grad); the trainer's random
+            # state is left as it was (a router's jitter would draw from it).
+            with torch.enable_grad(), torch.random.fork_rng(devices=[]):
+                before = _logits(self._tiny(input_ids=ids, **kwargs)).float()
+                after = _logits(self._tiny(input_ids=changed, **kwargs)).float()
+            before, after = before.detach(), after.detach()
+        except Exception as exc:  # noqa: BLE001 - a model that cannot run small is not checked
+            return Verdict(NOT_CHECKED, f"a forward of a small {self.name} failed ({type(exc).__name__}: {exc})"[:300])
+        first, second = slice(0, DOCS[0]), slice(DOCS[0], total)
+        scale = before[0, second].abs().max().item()
+        moved = (after[0, second] - before[0, second]).abs().max().item()
+        if not (after[0, first] - before[0, first]).abs().max().item() > 0 or not scale > 0:
+            return Verdict(NOT_CHECKED, f"a small {self.name}'s logits do not depend on its tokens")
+        where = f"{self.name} with {form_text(form)} batches"
+        if moved > THRESHOLD * scale:
+            return Verdict(
+                CROSSED,
+                f"{where}: packed documents attend to each other (changing one document changes the next "
+                "one's logits), so the model trains across document boundaries and does whole-row attention",
+            )
+        return Verdict(KEPT, f"{where}: each packed document attends only to itself")
+
+
+def check_common_forms(model: Any) -> CrossDocumentCheck:
+    """Build the tiny copy and check COMMON_FORMS (on_train_begin); logs what it found."""
+    check = CrossDocumentCheck.of(model)
+    check.build()
+    found = {form: check.verdict(form) for form in COMMON_FORMS}
+    log.info(
+        "packscope: cross-document check of %s (%.0f ms on the CPU): %s",
+        check.name,
+        1000 * check.seconds,
+        "; ".join(f"{form_text(f)}: {v.status}" for f, v in found.items()),
+    )
+    return check
+
+
+__all__ = [
+    "COMMON_FORMS",
+    "CROSSED",
+    "KEPT",
+    "NOT_CHECKED",
+    "CrossDocumentCheck",
+    "Verdict",
+    "check_common_forms",
+    "form_of",
+    "tiny_config",
+]
