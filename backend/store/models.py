@@ -88,7 +88,7 @@ class Run(Base):
     pack_length: Mapped[int | None] = mapped_column(Integer)
     pack_length_from: Mapped[str | None] = mapped_column(String(200))
     # Whether packed documents attended to each other (kept, crossed, not checked), and the
-    # sentence the agent's check wrote (migration 0015).
+    # sentence the agent's check wrote (migration 0018).
     cross_documents: Mapped[str | None] = mapped_column(String(16))
     cross_documents_detail: Mapped[str | None] = mapped_column(String(300))
 
