@@ -28,8 +28,9 @@ wrap();
 """
 # Each series chart (run.js marks its card data-series): empty, or its traces' points and look.
 CHARTS = """[...document.querySelectorAll('.chart[data-series]')].map(card => [card.dataset.series,
-  card.classList.contains('is-empty') ? card.querySelector('.empty').textContent : (card.querySelector('.plot').data || [])
-    .map(t => ({name: t.name, kind: t.meta.kind, x: t.x, y: t.y, opacity: t.opacity ?? 1}))])"""
+  card.classList.contains('is-empty') ? card.querySelector('.empty').textContent
+    : (card.querySelector('.plot').data || [])
+      .map(t => ({name: t.name, kind: t.meta.kind, x: t.x, y: t.y, opacity: t.opacity ?? 1}))])"""
 
 
 def interval(k):
