@@ -28,7 +28,7 @@ const STATUS_POLL_MS = 10_000;
 // While events arrive, the tiles, panels and other charts are refreshed at most this often: each
 // refresh is several requests and a plotly pass per chart, which must not hold back the headline
 // chart's next points (the last event's refresh always follows it).
-const REST_EVERY_MS = 1_000;
+const REST_EVERY_MS = 2_000;
 const SYSTEM_METRICS = ["gpu_util_pct", "gpu_power_w", "energy_per_token_j", "gpu_mem_used_bytes", "gpu_sm_clock_mhz"];
 // Charts of catalogue metrics that a server may not have yet: drawn once the catalogue lists them.
 const OPTIONAL_CHARTS = { gpu_mem: "gpu_mem_used_bytes", gpu_clock: "gpu_sm_clock_mhz" };
@@ -332,6 +332,7 @@ async function refreshSummary() {
   const run = await api.getRun(runId);
   renderTotals(catalogue, run);
   live.follow(run);
+  await headlineLane.idle(); // the panels' requests and drawings after a headline refresh begun meanwhile
   await Promise.all([lengthsPanel.load(run), loadSyncSites(catalogue, run), ranksPanel.load()]);
 }
 
@@ -365,12 +366,14 @@ function coalesced(work) {
 const headlineLane = coalesced(extendWithNewIntervals);
 let restBegan = -Infinity;
 const restLane = coalesced(async () => {
-  await headlineLane.idle();
   await new Promise((resolve) => setTimeout(resolve, restBegan + REST_EVERY_MS - performance.now()));
+  await headlineLane.idle();
   restBegan = performance.now();
   await refreshSummary();
   for (const id of Object.keys(state.charts)) {
     if (id === HEADLINE) continue;
+    // A headline refresh that an event started meanwhile goes first, fetch and drawing.
+    await headlineLane.idle();
     drawSeries((other) => other === id, true);
     await painted();
   }
