@@ -1,6 +1,7 @@
 """The run page's live path draws only what arrived (ChartPanel.extend, extension.js): after live
 events one at a time, every series chart holds exactly the traces that a fresh load of the page
-draws, smoothing included; the charts out of view catch up when scrolled to."""
+draws, smoothing included; the charts out of view catch up when scrolled to, and a zoom made
+before the events stays, on the zoomed chart and on those linked to it."""
 
 import httpx
 import pytest
@@ -12,6 +13,7 @@ pytestmark = pytest.mark.browser
 FIRST = 5  # intervals before the page opens
 LIVE = 6  # posted one at a time while it is open
 SMOOTHING = "0.6"
+ZOOM = (15, 75)  # an x (step) range zoomed into before the live events
 HEADLINE = "document.querySelector('#chart-tflops .plot')"
 # Plotly.extendTraces calls on the headline chart, counted by a wrapper the page loads first.
 COUNT_EXTENSIONS = """
@@ -74,10 +76,13 @@ def test_live_events_draw_what_a_fresh_load_draws(server, page, context):
     page.goto(f"{server}/runs/growing?smooth={SMOOTHING}")
     until(page, f"{HEADLINE}.data?.some(t => t.x.length === {FIRST})")
     page.wait_for_selector("#live.on")
+    page.evaluate(f"Plotly.relayout({HEADLINE}, {{'xaxis.range': {list(ZOOM)}}})")
     for k in range(FIRST, FIRST + LIVE):
         post(server, [k])
         until(page, f"{HEADLINE}.data.every(t => t.x.length === {k + 1})", timeout=10_000)
     live = charts_when_caught_up(page, FIRST + LIVE)
+    for chart in ("tflops", "loss", "step_time"):  # linked zoom (linkedzoom.js) follows the headline's
+        assert page.evaluate(f"document.querySelector('#chart-{chart} .plot').layout.xaxis.range") == list(ZOOM)
     # The headline chart grew by extension, one event at a time, not by drawings anew.
     assert page.evaluate("window.extensions") >= LIVE
 
