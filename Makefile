@@ -9,6 +9,9 @@
 #                     eslint over frontend/static and tests/js (eslint.config.js) and TypeScript's check of its JSDoc
 #                     types (jsconfig.json, jsconfig.pure.json); `npm ci` installs both from package-lock.json
 #   make test-fast  - the suite without the tests marked slow
+#   make vendor-plotly - copies plotly.js's partial bundle that package-lock.json pins (after `npm ci`)
+#                     into frontend/vendor/, where it is committed: the server serves it, npm is not
+#                     needed to run the dashboard (tests/test_vendored_plotly.py holds the two equal)
 PY      ?= python3
 VENV    := .venv
 BIN     := $(VENV)/bin
@@ -27,7 +30,7 @@ define run_tests
 	$(PYTEST) -m "$(1) and alone" $(PYTEST_ARGS) || [ $$? = 5 ]
 endef
 
-.PHONY: demo test test-fast lint serve bench clean
+.PHONY: demo test test-fast lint serve bench clean vendor-plotly
 
 # torch is installed first, at the release these machines carry as a CPU wheel (2.13.0); the
 # project itself only asks for torch>=2.6 (the [agent] extra), which that release satisfies, so
@@ -88,6 +91,12 @@ lint: $(STAMP)
 	if [ -x $(TSC) ]; then $(TSC) -p jsconfig.json || status=1; $(TSC) -p jsconfig.pure.json || status=1; \
 	else echo "tsc is not installed: run \`npm ci\` (Node 20.19+) to install it into node_modules/" >&2; status=1; fi; \
 	exit $$status
+
+PLOTLY_DIST := node_modules/plotly.js-cartesian-dist-min
+vendor-plotly:
+	npm ci --no-audit --no-fund
+	cp $(PLOTLY_DIST)/plotly-cartesian.min.js frontend/vendor/plotly-cartesian.min.js
+	cp $(PLOTLY_DIST)/LICENSE frontend/vendor/plotly-LICENSE
 
 bench: $(STAMP)
 	$(BIN)/python bench/agent_overhead.py

@@ -12,7 +12,10 @@ records, as bench/backend_scale.py's fill_run), then served by uvicorn on 127.0.
 read in the page (performance.now(), milliseconds since navigation began), checked each animation
 frame; each page is loaded `--repeat` times in tabs of one browser context: the first load is
 cold (nothing cached), the median of the others is warm (plotly.js cached and compiled, as for a
-person coming back). Prints one JSON object.
+person coming back); the run page again with plotly's full bundle in place of the partial one.
+Beside them, the floor: a page holding nothing but plotly.js, the partial
+bundle the server serves (frontend/vendor/) and plotly's full bundle (from the plotly wheel),
+until each has run. Prints one JSON object.
 
     python bench/browser_timing.py                      # 1,000,000 intervals: minutes to fill
     python bench/browser_timing.py --intervals 20000    # a quick try
@@ -36,11 +39,15 @@ from typing import Any
 import backend_scale
 import bench_data
 import httpx
+import plotly
 from playwright import sync_api
 
 from packscope.backend.store.db import make_engine, make_sessionmaker, upgrade_schema
 from packscope.core.ports import free_port
+from packscope.frontend import PLOTLY_JS
 
+# plotly.js whole, as the plotly wheel ships it ([dev]): what the pages loaded before the partial bundle.
+FULL_PLOTLY_JS = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
 MODEL = {"layers": 24, "hidden": 2048, "heads": 16, "kv_heads": 4, "head_dim": 128, "ffn": 5504, "vocab": 32000}
@@ -106,12 +113,18 @@ def start_server(db: Path) -> tuple[subprocess.Popen[bytes], str]:
     return server, url
 
 
-def page_times(browser: sync_api.Browser, url: str, conditions: dict[str, str], repeat: int) -> dict[str, Any]:
+def page_times(
+    browser: sync_api.Browser, url: str, conditions: dict[str, str], repeat: int, bundle: Path | None = None
+) -> dict[str, Any]:
     """Per condition: ms from navigation until it held. The loads share one browser context, as a
     person's visits share a cache: the first is cold (plotly.js fetched and compiled), the rest
-    reuse the HTTP and compiled-code caches; the median is of those."""
+    reuse the HTTP and compiled-code caches; the median is of those. bundle: a plotly.js served
+    in place of the server's."""
     seen: dict[str, list[float]] = {name: [] for name in conditions}
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    if bundle is not None:
+        body = bundle.read_bytes()
+        context.route("**/vendor/plotly.min.js", lambda route: route.fulfill(body=body, content_type="text/javascript"))
     for _ in range(repeat):
         page = context.new_page()
         page.goto(url, wait_until="commit")
@@ -135,12 +148,18 @@ def summary(ms: list[float]) -> dict[str, Any]:
     }
 
 
-def plotly_alone(browser: sync_api.Browser, url: str, repeat: int) -> dict[str, Any]:
-    """The floor under the run page: ms from navigation until a page holding nothing but the
-    server's plotly.js bundle has run it (same context rules as page_times)."""
+def plotly_alone(browser: sync_api.Browser, url: str, repeat: int, bundle: Path | None = None) -> dict[str, Any]:
+    """The floor under the run page: ms from navigation until a page holding nothing but a
+    plotly.js bundle has run it (same context rules as page_times): the server's, or `bundle`,
+    served at the same origin in its place."""
     html = '<!doctype html><script src="/vendor/plotly.min.js"></script>'
     context = browser.new_context()
     context.route(f"{url}/plotly-alone", lambda route: route.fulfill(body=html, content_type="text/html"))
+    if bundle is not None:
+        body = bundle.read_bytes()
+        context.route(
+            f"{url}/vendor/plotly.min.js", lambda route: route.fulfill(body=body, content_type="text/javascript")
+        )
     seen = []
     for _ in range(repeat):
         page = context.new_page()
@@ -183,7 +202,16 @@ def main() -> None:
                     {"first_chart": FIRST_CHART, "first_plotly_chart": FIRST_PLOTLY_CHART, "all_charts": ALL_CHARTS},
                     args.repeat,
                 )
+                # The same page with the full bundle in the partial one's place: what it cost before.
+                run_page_full = page_times(
+                    browser,
+                    f"{url}/runs/long",
+                    {"first_chart": FIRST_CHART, "first_plotly_chart": FIRST_PLOTLY_CHART},
+                    args.repeat,
+                    FULL_PLOTLY_JS,
+                )
                 plotly_only = plotly_alone(browser, url, args.repeat)
+                plotly_full = plotly_alone(browser, url, args.repeat, FULL_PLOTLY_JS)
                 browser.close()
             out = {
                 "date": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -193,7 +221,13 @@ def main() -> None:
                 "chromium": CHROMIUM,
                 "runs_page": {"runs": args.runs, **runs_page},
                 "run_page": {"intervals": args.intervals, "channels": len(CHANNELS), **run_page},
-                "plotly_js_alone": plotly_only,
+                "run_page_full_plotly_js": run_page_full,
+                "plotly_js_alone": {"bundle": "cartesian (served)", "bytes": PLOTLY_JS.stat().st_size, **plotly_only},
+                "plotly_js_full_alone": {
+                    "bundle": "full (plotly wheel)",
+                    "bytes": FULL_PLOTLY_JS.stat().st_size,
+                    **plotly_full,
+                },
                 "fill_in_process_s": None if fill_s is None else round(fill_s, 1),
             }
         finally:

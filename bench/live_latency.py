@@ -8,8 +8,12 @@
   animation frame; Playwright's round trip, a few ms, is included).
 
 Each post is one record; posts are `--gap-s` apart. On a fresh run and on a long one (`--big-url`,
-a database holding run big-1000000 from bench/big_run.py; the posts extend it). Prints one JSON
-object.
+a database holding run big-1000000 from bench/big_run.py; the posts extend it). A kept run's
+agent has been silent since it was built, so the page would show it stale and never "live": the
+case sends a heartbeat before opening the page, as a running agent does. Each post's figures
+come side by side, with drawn p95 ÷ SSE p95 (issue 39's goal: at most 2). `--before DIR` measures
+an earlier commit's page beside this one's, in alternating blocks of posts against the same
+server (DIR: that commit's frontend/ folder). Prints one JSON object.
 
     python bench/live_latency.py --database sqlite --big-url sqlite:////tmp/psbench/1m.db
     python bench/live_latency.py --database postgresql \\
@@ -30,17 +34,25 @@ import tempfile
 import threading
 import time
 from contextlib import suppress
+from pathlib import Path
 from typing import Any
 
 import httpx
+import plotly
 from backend_scale import wait_until_serving
 from bench_data import record, run_body, scratch_database
 
 from packscope.core.ports import free_port
 
+# plotly.js whole, as the plotly wheel ships it ([dev]): what a --before frontend without the
+# partial bundle (frontend/vendor/) loaded.
+FULL_PLOTLY_JS = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
 HEADLINE = "document.querySelector('#chart-tflops .plot')"
+# A 1M-interval run's page takes seconds to draw on a loaded 2-core machine: these are generous.
+PAGE_READY_MS = 180_000
+POST_DRAWN_MS = 60_000
 # The headline chart's plotly traces reach `step` (its x axis is the step by default).
 # (A function, not an expression: the page's CSP forbids evaluating strings.)
 CHART_REACHES = (
@@ -59,6 +71,16 @@ def serve(database_url: str, workers: int) -> tuple[subprocess.Popen[bytes], str
     url = f"http://127.0.0.1:{port}"
     wait_until_serving(server, url)
     return server, url
+
+
+def heartbeats(url: str, run_id: str, stop: threading.Event, every_s: float = 10.0) -> None:
+    """The agent's heartbeat every `every_s` until stopped (the first one at once)."""
+    while not stop.is_set():
+        with suppress(httpx.HTTPError):  # the server stopping under it
+            answer = httpx.post(f"{url}/api/v1/runs/{run_id}/heartbeat", json={"every_s": every_s})
+            assert answer.status_code == 204, answer.text
+        if stop.wait(every_s):
+            return
 
 
 def listen(url: str, run_id: str, into: queue.Queue[tuple[int, float]], opened: threading.Event) -> None:
@@ -81,24 +103,38 @@ def percentiles(ms: list[float]) -> dict[str, Any]:
     return {"n": len(ms), "p50_ms": round(median, 1), "p95_ms": round(p95, 1), "max_ms": round(ordered[-1], 1)}
 
 
-def measure(url: str, run_id: str, first: int, args: argparse.Namespace, browser: Any) -> dict[str, Any]:
-    http = httpx.Client(base_url=url, timeout=30)
-    streams = [queue.Queue[tuple[int, float]]() for _ in range(args.streams)]
-    for q in streams:
-        opened = threading.Event()
-        threading.Thread(target=listen, args=(url, run_id, q, opened), daemon=True).start()
-        opened.wait(10)
-    page = None
-    if browser is not None:
-        page = browser.new_page(viewport={"width": 1400, "height": 1000})
-        page.goto(f"{url}/runs/{run_id}")
-        page.wait_for_function(CHART_REACHES, arg=first * 10, polling="raf", timeout=120_000)
-        page.wait_for_selector("#live.on", timeout=30_000)  # the page's stream is open
+def open_page(browser: Any, url: str, run_id: str, first: int, before: Path | None) -> Any:
+    """The run page, live, its headline chart drawn up to interval `first`. before: a frontend
+    folder of an earlier commit whose static modules and plotly bundle the page loads instead of
+    this checkout's (the server, its templates and its answers stay this checkout's)."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    if before is not None:
+        bundle = before / "vendor" / "plotly-cartesian.min.js"
+        bundle = bundle if bundle.exists() else FULL_PLOTLY_JS  # before the partial bundle: the full one
+        page.route("**/vendor/plotly.min.js", lambda route: route.fulfill(path=bundle, content_type="text/javascript"))
+        page.route(
+            "**/static/*", lambda route: route.fulfill(path=before / "static" / route.request.url.split("/static/")[1])
+        )
+    page.goto(f"{url}/runs/{run_id}")
+    page.wait_for_function(CHART_REACHES, arg=first * 10, polling="raf", timeout=PAGE_READY_MS)
+    page.wait_for_selector("#live.on", timeout=PAGE_READY_MS)  # the page's stream is open
+    return page
+
+
+def block(
+    http: httpx.Client,
+    run_id: str,
+    first: int,
+    args: argparse.Namespace,
+    streams: list[queue.Queue[tuple[int, float]]],
+    page: Any,
+) -> tuple[list[float], list[float]]:
+    """`args.posts` posts from interval `first` on: (post -> SSE ms of every stream, post -> drawn ms)."""
     time.sleep(1.0)
-    for q in streams:  # the state each stream sent when it opened
+    for q in streams:  # the state each stream sent when it opened, and anything older
         while not q.empty():
             q.get()
-    rng = random.Random(run_id)
+    rng = random.Random(f"{run_id}-{first}")
     sse_ms: list[float] = []
     page_ms: list[float] = []
     for k in range(args.posts):
@@ -114,26 +150,59 @@ def measure(url: str, run_id: str, first: int, args: argparse.Namespace, browser
                     sse_ms.append((at - posted) * 1e3)
                     break
         if page is not None:
-            page.wait_for_function(CHART_REACHES, arg=(interval + 1) * 10, polling="raf", timeout=30_000)
+            page.wait_for_function(CHART_REACHES, arg=(interval + 1) * 10, polling="raf", timeout=POST_DRAWN_MS)
             page_ms.append((time.monotonic() - posted) * 1e3)
         time.sleep(args.gap_s)
-    if page is not None:
-        page.close()
+    return sse_ms, page_ms
+
+
+def summary(sse_ms: list[float], page_ms: list[float]) -> dict[str, Any]:
+    sse, drawn = percentiles(sse_ms), percentiles(page_ms)
+    ratio = round(drawn["p95_ms"] / sse["p95_ms"], 2) if drawn["n"] and sse["n"] else None
+    return {"post_to_sse": sse, "post_to_page": drawn, "page_p95_over_sse_p95": ratio}
+
+
+def measure(url: str, run_id: str, first: int, args: argparse.Namespace, browser: Any) -> dict[str, Any]:
+    """`args.rounds` blocks of posts, each with a fresh page; with --before, as many more with the
+    earlier frontend's page, the two alternating (before first in odd rounds)."""
+    http = httpx.Client(base_url=url, timeout=30)
+    streams = [queue.Queue[tuple[int, float]]() for _ in range(args.streams)]
+    for q in streams:
+        opened = threading.Event()
+        threading.Thread(target=listen, args=(url, run_id, q, opened), daemon=True).start()
+        opened.wait(10)
+    fronts: list[tuple[str, Path | None]] = [("now", None)]
+    if args.before is not None:
+        fronts.append(("before", args.before))
+    seen: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name, _ in fronts}
+    for r in range(args.rounds):
+        for name, before in fronts if r % 2 == 0 else fronts[::-1]:
+            page = None if browser is None else open_page(browser, url, run_id, first, before)
+            sse_ms, page_ms = block(http, run_id, first, args, streams, page)
+            seen[name][0].extend(sse_ms)
+            seen[name][1].extend(page_ms)
+            first += args.posts
+            if page is not None:
+                page.close()
     http.close()
-    return {"post_to_sse": percentiles(sse_ms), "post_to_page": percentiles(page_ms)}
+    return {name: summary(*ms) for name, ms in seen.items()}
 
 
 def case(database_url: str, run_id: str, args: argparse.Namespace, browser: Any, fresh: bool) -> dict[str, Any]:
+    stop = threading.Event()
     server, url = serve(database_url, args.workers)
     try:
         if fresh:
             assert httpx.post(f"{url}/api/v1/runs", json=run_body(run_id)).status_code == 201
             seed = {"intervals": [record(i, 0, random.Random(i)) for i in range(4)]}
             assert httpx.post(f"{url}/api/v1/runs/{run_id}/intervals", json=seed).status_code == 200
+        # A kept run silent for 3 heartbeats (90 s) is shown stale, its page never "live": beat as an agent does.
+        threading.Thread(target=heartbeats, args=(url, run_id, stop), daemon=True).start()
         summary = httpx.get(f"{url}/api/v1/runs/{run_id}").json()
         first = int(summary["last_step"]) // 10  # the next interval index
         return {"run_id": run_id, "intervals_before": summary["records"], **measure(url, run_id, first, args, browser)}
     finally:
+        stop.set()
         server.terminate()
         server.wait(20)
 
@@ -147,6 +216,13 @@ def main() -> None:
     ap.add_argument("--posts", type=int, default=30)
     ap.add_argument("--gap-s", type=float, default=0.3)
     ap.add_argument("--no-browser", action="store_true")
+    ap.add_argument("--rounds", type=int, default=1, help="blocks of --posts posts, each with a fresh page")
+    ap.add_argument(
+        "--before",
+        type=Path,
+        help="the frontend/ folder of an earlier commit (git archive REV frontend | tar -x -C DIR): its page "
+        "measured beside this checkout's, in alternating blocks against the same server",
+    )
     args = ap.parse_args()
     out: dict[str, Any] = {
         "database": args.database,

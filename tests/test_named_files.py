@@ -26,12 +26,13 @@ SUFFIXES = {".py", ".js", ".html", ".md", ".sh", ".toml", ".yml", ".txt"}
 # Not held to today's tree: the benchmarks' log names the files a session measured, as they were
 # then; the packaging test names paths inside an installed wheel.
 AS_THEY_WERE = ("docs/benchmarks/", "tests/packaging/test_packaging.py")
+NOT_OURS = ("frontend/vendor/",)  # plotly.js's bundle, committed as npm ships it
 
 PATH = re.compile(
     r"(?<![\w./-])((?:" + "|".join(FOLDERS) + r")/[\w./-]*\w\.(?:py|js|md|sh|json|jsonl|html|css|txt|toml))\b(?![/\w])"
 )
 JS_MODULE = re.compile(r"(?<![\w./-])(\w+\.js)\b")
-NOT_OURS_JS = {"plotly.js"}  # the charting library, served from the plotly package
+NOT_OURS_JS = {"plotly.js"}  # the charting library, its bundle served from frontend/vendor/
 
 
 def texts() -> dict[str, str]:
@@ -41,7 +42,7 @@ def texts() -> dict[str, str]:
     out = {}
     for path in files:
         name = path.relative_to(ROOT).as_posix()
-        if not name.startswith(AS_THEY_WERE) and path.is_file():
+        if not name.startswith(AS_THEY_WERE + NOT_OURS) and path.is_file():
             out[name] = path.read_text(encoding="utf-8")
     return out
 

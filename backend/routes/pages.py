@@ -1,10 +1,8 @@
 """Server-rendered dashboard pages; the JS on each page reads the JSON API (docs/api.md)."""
 
 import json
-from pathlib import Path
 from typing import Annotated, Any
 
-import plotly
 from fastapi import APIRouter, Depends, Form, Query, Request, status
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
@@ -15,7 +13,7 @@ from packscope.backend.http.security import read_cookie_value
 from packscope.backend.reads.summaries import run_summary
 from packscope.backend.routes.ingest import RUN_ID
 from packscope.backend.store.runs import get_run
-from packscope.frontend import TEMPLATES_DIR
+from packscope.frontend import PLOTLY_JS, TEMPLATES_DIR
 
 
 def _server_notices(request: Request) -> dict[str, Any]:
@@ -73,10 +71,6 @@ def sign_in(request: Request, settings: SettingsDep, token: Annotated[str, Form(
     return response
 
 
-# The bundle ships inside the plotly wheel, so the dashboard works on offline clusters.
-PLOTLY_JS = Path(plotly.__file__).resolve().parent / "package_data" / "plotly.min.js"
-
-
 @router.get("/", response_class=HTMLResponse)
 def runs_page(request: Request):
     return templates.TemplateResponse(request, "runs.html", {"page": "runs"})
@@ -111,7 +105,8 @@ def compare_page(request: Request, run_id: list[str] = Query(default=[])):
 
 @public.get("/vendor/plotly.min.js")
 def plotly_bundle():
-    # Tied to the installed plotly version; a week of caching keeps page loads cheap.
+    # Shipped in the package (packscope/frontend: no CDN, so the dashboard works on offline
+    # clusters) and tied to its version; a week of caching keeps page loads cheap.
     return FileResponse(
         PLOTLY_JS,
         media_type="text/javascript",

@@ -5,6 +5,7 @@
 
 import { X_AXES } from "./controls.js";
 import { csvLink, tracesToCSV } from "./csv.js";
+import { extension } from "./extension.js";
 import { prefixJoinsUnit, unitSuffix } from "./format.js";
 import { linkX, unlinkX } from "./linkedzoom.js";
 import { ema } from "./smoothing.js";
@@ -231,6 +232,10 @@ function relabelTicks(plot, event) {
   if (Object.keys(update).length) Plotly.relayout(plot, update);
 }
 
+// What a drawn series chart was drawn from: its traces' columns, the settings, and which held
+// series (run.js counts a series re-fetched whole as a new one). A live extension must match it.
+const figureKey = (traces, { x, log, smoothing }, series) => JSON.stringify([traces.map((t) => t.meta.column), x, log, smoothing, series]);
+
 // A .chart element from the templates: holds the plot, the empty-state note and the CSV link.
 // linked: the chart plots against the series' x axis and zooms together with the page's other such charts.
 export class ChartPanel {
@@ -244,6 +249,8 @@ export class ChartPanel {
     this.linked = linked;
     this.xName = xName;
     this.drawn = false;
+    this.figure = null; // figureKey of the series drawn, with `points` of it
+    this.points = 0;
     // The CSV holds what was measured: smoothed lines are a view of it and stay out.
     element.querySelector(".chart-foot").append(
       csvLink(filename, () => tracesToCSV((this.plot.data || []).filter((t) => t.meta?.kind !== "smoothed"), this.xName)),
@@ -259,10 +266,14 @@ export class ChartPanel {
       Plotly.purge(this.plot);
     }
     this.drawn = false;
+    this.figure = null;
   }
 
-  // settings (from controls.js), for a series plot: traces filled against X_AXES[settings.x].column.
-  draw(traces, plotLayout, settings) {
+  // settings (from controls.js), for a series plot: traces filled against X_AXES[settings.x].column;
+  // series: which held series they were filled from (see extend).
+  draw(traces, plotLayout, settings, series = null) {
+    this.figure = settings ? figureKey(traces, settings, series) : null;
+    this.points = traces[0]?.x?.length ?? 0;
     if (settings) {
       ({ traces, layout: plotLayout } = seriesFigure(traces, plotLayout, settings));
       this.xName = X_AXES[settings.x].column;
@@ -274,6 +285,23 @@ export class ChartPanel {
     if (!this.drawn && settings) this.plot.on("plotly_relayout", (event) => relabelTicks(this.plot, event));
     this.drawn = true;
     this.describeBands();
+  }
+
+  // A live event's new points: the traces (as given to draw, unfilled) grow by the points of
+  // `columns` past those drawn (Plotly.extendTraces), where that gives what draw() would: the same
+  // traces and settings, the same held series, and axes not labelled from the data (relative
+  // time's ticks and hovers and SI-prefixed y ticks are: those charts are drawn anew). Returns
+  // whether it did; the caller draws the chart whole otherwise.
+  extend(traces, plotLayout, settings, series, columns) {
+    if (!this.drawn || this.figure !== figureKey(traces, settings, series)) return false;
+    if (settings.x === "elapsed" || plotLayout.meta?.unitAxis) return false;
+    const xColumn = X_AXES[settings.x].column;
+    const grown = extension(this.plot.data || [], columns, this.points, xColumn, settings.smoothing);
+    if (!grown) return false;
+    if (columns[xColumn].length > this.points) Plotly.extendTraces(this.plot, grown.update, grown.indices);
+    this.points = columns[xColumn].length;
+    this.describeBands();
+    return true;
   }
 
   describeBands() {

@@ -25,6 +25,10 @@ const runId = document.getElementById("run").dataset.runId;
 const REDRAW_POINTS = 3 * MAX_POINTS;
 // A run's end arrives by PATCH, which the stream does not announce; ask now and then while live.
 const STATUS_POLL_MS = 10_000;
+// While events arrive, the tiles, panels and other charts are refreshed at most this often: each
+// refresh is several requests and a plotly pass per chart, which must not hold back the headline
+// chart's next points (the last event's refresh always follows it).
+const REST_EVERY_MS = 2_000;
 const SYSTEM_METRICS = ["gpu_util_pct", "gpu_power_w", "energy_per_token_j", "gpu_mem_used_bytes", "gpu_sm_clock_mhz"];
 // Charts of catalogue metrics that a server may not have yet: drawn once the catalogue lists them.
 const OPTIONAL_CHARTS = { gpu_mem: "gpu_mem_used_bytes", gpu_clock: "gpu_sm_clock_mhz" };
@@ -106,7 +110,9 @@ function seriesCharts(m, has) {
   };
 }
 
-const state = { run: null, charts: null, columns: null, points: 0, lastStep: null, loss: null };
+// series: which series `columns` holds, counted up each time it is fetched whole (a chart drawn
+// from another one cannot be extended from this one).
+const state = { run: null, charts: null, columns: null, points: 0, lastStep: null, loss: null, series: 0 };
 const settings = readSettings();
 const panels = {};
 
@@ -127,16 +133,48 @@ function emptyReason(spec) {
   return null;
 }
 
-// which(id): whether to draw that chart this time (all of them unless told).
+// Series charts out of view are not drawn on a live event: each drawing is a whole plotly pass,
+// and a dozen of them outlast the gap between events. One that comes into view is brought up to
+// date then (observeCharts).
+const inView = new Set();
+const behind = new Set();
+
+// which(id): whether to draw that chart this time (all of them unless told). live: the columns
+// grew by new intervals; a drawn chart then takes only the new points (ChartPanel.extend) and one
+// out of view waits until it is seen.
 /** @param {(id: string) => boolean} [which] */
-function drawSeries(which = () => true) {
+function drawSeries(which = () => true, live = false) {
   const system = systemShown();
   for (const [id, spec] of Object.entries(state.charts)) {
     if (!which(id)) continue;
     if (spec.system && !system) continue; // a hidden plot has no size to draw into
+    if (live && !inView.has(id)) {
+      behind.add(id);
+      continue;
+    }
+    behind.delete(id);
     const reason = emptyReason(spec);
     if (reason) panels[id].showEmpty(reason);
-    else panels[id].draw(fill(spec.traces, state.columns, X_AXES[settings.x].column), spec.layout, settings);
+    else if (!(live && panels[id].extend(spec.traces, spec.layout, settings, state.series, state.columns))) {
+      panels[id].draw(fill(spec.traces, state.columns, X_AXES[settings.x].column), spec.layout, settings, state.series);
+    }
+  }
+}
+
+function observeCharts() {
+  const observer = new IntersectionObserver((entries) => {
+    for (const entry of entries) {
+      const id = /** @type {HTMLElement} */ (entry.target).dataset.series;
+      if (!entry.isIntersecting) inView.delete(id);
+      else {
+        inView.add(id);
+        if (behind.has(id)) drawSeries((other) => other === id, true);
+      }
+    }
+  });
+  for (const [id, panel] of Object.entries(panels)) {
+    panel.element.dataset.series = id;
+    observer.observe(panel.element);
   }
 }
 
@@ -147,6 +185,7 @@ function channelTraces(loss) {
 }
 
 function remember(series) {
+  state.series += 1;
   state.columns = { ...series.columns, ...xColumns(series), ...channelColumns(series) };
   state.points = series.points;
   state.lastStep = series.points ? series.columns.step.at(-1) : null;
@@ -175,8 +214,7 @@ async function extendWithNewIntervals() {
     state.lastStep = series.columns.step.at(-1);
     state.charts.channels.traces = channelTraces(state.loss);
   }
-  // Redrawn whole, not extended: smoothing is recomputed over the grown series.
-  drawSeries((id) => id === HEADLINE);
+  drawSeries((id) => id === HEADLINE, true);
   await painted();
 }
 
@@ -299,6 +337,7 @@ async function refreshSummary() {
   const run = await api.getRun(runId);
   renderTotals(catalogue, run);
   live.follow(run);
+  await headlineLane.idle(); // the panels' requests and drawings after a headline refresh begun meanwhile
   await Promise.all([lengthsPanel.load(run), loadSyncSites(catalogue, run), ranksPanel.load(run)]);
 }
 
@@ -330,12 +369,17 @@ function coalesced(work) {
 // rest begins once the headline has its new points, and draws one chart a frame, so that the next
 // interval's headline can be drawn in between.
 const headlineLane = coalesced(extendWithNewIntervals);
+let restBegan = -Infinity;
 const restLane = coalesced(async () => {
+  await new Promise((resolve) => setTimeout(resolve, restBegan + REST_EVERY_MS - performance.now()));
   await headlineLane.idle();
+  restBegan = performance.now();
   await refreshSummary();
   for (const id of Object.keys(state.charts)) {
     if (id === HEADLINE) continue;
-    drawSeries((other) => other === id);
+    // A headline refresh that an event started meanwhile goes first, fetch and drawing.
+    await headlineLane.idle();
+    drawSeries((other) => other === id, true);
     await painted();
   }
 });
@@ -367,6 +411,7 @@ async function start() {
     // The requests go out first; the other series charts are drawn while they are answered.
     const loads = [loadSyncSites(catalogue, run), ranksPanel.load(run), lengthsPanel.load(run)];
     drawSeries((id) => id !== HEADLINE);
+    observeCharts();
     await Promise.all(loads);
   } catch (error) {
     showError(error);

@@ -1,13 +1,14 @@
 // @ts-check
 // The run page's first module: asks for the page's first answers at once, draws the headline
-// chart from them as a still SVG (first_chart.js), and only then loads plotly.js (4.8 MB, about a
-// second to compile and run here, blocking the page meanwhile), whose chart replaces the drawing.
+// chart from them as a still SVG (first_chart.js), and only then loads plotly.js (its partial
+// cartesian bundle, 1.5 MB, whose compiling and running blocks the page meanwhile), whose chart
+// replaces the drawing.
 // run.js's calls for the same paths take these answers (api.js), and it waits for plotlyLoaded.
 
 import { fetchEarly, paths } from "./api.js";
 import { HEATMAP_COLUMNS, SERIES_POINTS } from "./run_sizes.js";
 
-// Not preloaded: on a first visit its 4.8 MB would be served beside the answers the drawing
+// Not preloaded: on a first visit its 1.5 MB would be served beside the answers the drawing
 // waits for, and delay them (docs/benchmarks/2026-11-30-2core.md#dev-2026-11-30-1516-first-drawing);
 // later visits take it from the HTTP cache.
 export const PLOTLY_JS = "/vendor/plotly.min.js";

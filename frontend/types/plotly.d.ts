@@ -10,5 +10,6 @@ interface PlotlyPlot extends HTMLElement {
 declare const Plotly: {
   react(plot: HTMLElement, data: object[], layout?: object, config?: object): Promise<PlotlyPlot>;
   relayout(plot: HTMLElement, update: object): Promise<PlotlyPlot>;
+  extendTraces(plot: HTMLElement, update: { x: unknown[][]; y: unknown[][] }, indices: number[]): Promise<PlotlyPlot>;
   purge(plot: HTMLElement): void;
 };

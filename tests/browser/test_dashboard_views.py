@@ -236,6 +236,7 @@ def test_live_intervals_extend_channels_time_axis_and_picker(server, page):
     page.wait_for_selector("#live.on")
     body = {"intervals": GROWING[4:]}
     assert httpx.post(f"{server}/api/v1/runs/growing/intervals", json=body).status_code == 200
+    page.locator("#chart-channels").scroll_into_view_if_needed()  # a chart out of view is drawn once seen
     until(page, f"{lines('chart-channels')}.length === 2 && {lines('chart-channels')}.every(t => t.y.length === 7)")
     drawn = {
         t["name"]: t for t in page.evaluate(f"{lines('chart-channels')}.map(t => ({{name: t.name, x: t.x, y: t.y}}))")

@@ -1,0 +1,38 @@
+// @ts-check
+// What a live event adds to a drawn series chart: for each trace plotly holds, the points of the
+// held columns from index `from` on (Plotly.extendTraces' update), so the chart grows by what
+// arrived instead of being drawn anew. A smoothed line's new points are the tail of the EMA over
+// the whole grown column, the values a full drawing of the grown series gives them.
+
+import { ema } from "./smoothing.js";
+
+/**
+ * @typedef {{ meta?: { column?: string, kind?: string }, x?: unknown[] }} DrawnTrace
+ * @typedef {{ update: { x: unknown[][], y: unknown[][] }, indices: number[] }} Extension
+ */
+
+/**
+ * @param {DrawnTrace[]} drawn the plot's traces (plotly's gd.data), each naming its column in meta
+ * @param {Record<string, (number | string | null)[]>} columns the held series, grown
+ * @param {number} from how many points of the columns the traces hold
+ * @param {string} xColumn the column on the x axis
+ * @param {number} smoothing the EMA weight of smoothed traces (0: none)
+ * @returns {Extension | null} null where a trace's column is not held or does not end at
+ *   `from` points drawn: the chart must be drawn anew
+ */
+export function extension(drawn, columns, from, xColumn, smoothing) {
+  const xs = columns[xColumn];
+  if (!xs || from > xs.length) return null;
+  /** @type {Extension} */
+  const out = { update: { x: [], y: [] }, indices: [] };
+  for (const [i, trace] of drawn.entries()) {
+    const column = trace.meta?.column;
+    const values = column === undefined ? undefined : columns[column];
+    if (!values || values.length !== xs.length || trace.x?.length !== from) return null;
+    const shown = trace.meta?.kind === "smoothed" ? ema(/** @type {(number | null)[]} */ (values), smoothing) : values;
+    out.update.x.push(xs.slice(from));
+    out.update.y.push(shown.slice(from));
+    out.indices.push(i);
+  }
+  return out;
+}
