@@ -14,6 +14,7 @@ import { X_AXES, readSettings, renderControls, xColumns } from "./controls.js";
 import { metricLabel, renderDefinitions } from "./definitions.js";
 import { el, showError } from "./dom.js";
 import { LengthsPanel } from "./lengths.js";
+import { showRunLedger } from "./ledger_run.js";
 import { RanksPanel } from "./ranks.js";
 import { painted, plotlyLoaded } from "./run_early.js";
 import { baselineText, contactText, emptyText, flopsSplitText, LIVE, refusalText, windows, windowsNote } from "./run_facts.js";
@@ -294,7 +295,7 @@ async function refreshSummary() {
   const run = await api.getRun(runId);
   renderTotals(catalogue, run);
   live.follow(run);
-  await Promise.all([lengthsPanel.load(run), loadSyncSites(catalogue, run), ranksPanel.load()]);
+  await Promise.all([lengthsPanel.load(run), loadSyncSites(catalogue, run), ranksPanel.load(), showRunLedger(runId, plotlyLoaded)]);
 }
 
 // Coalesces bursts of SSE events: at most one run of `work` at a time, and at most one waiting
@@ -360,7 +361,7 @@ async function start() {
     await plotlyLoaded; // after run_early.js's first drawing of the headline chart
     await loadHeadline();
     // The requests go out first; the other series charts are drawn while they are answered.
-    const loads = [loadSyncSites(catalogue, run), ranksPanel.load(), lengthsPanel.load(run)];
+    const loads = [showRunLedger(runId, plotlyLoaded), loadSyncSites(catalogue, run), ranksPanel.load(), lengthsPanel.load(run)];
     drawSeries((id) => id !== HEADLINE);
     await Promise.all(loads);
   } catch (error) {
