@@ -17,6 +17,12 @@ export const FLAG_PCT = 5;
 // What the kernels leave (no setting of the loop removes it): shown, never led with.
 const REMAINDER = "remainder";
 
+// Short names for a narrow column (the runs list).
+/** @type {Record<string, string>} */
+const SHORT = { host_syncs: "host syncs", launch_bound: "launch-bound" };
+/** @param {{ name: string, label: string }} term */
+export const shortLabel = (term) => SHORT[term.name] ?? term.label;
+
 /** @param {number | null | undefined} x */
 const known = (x) => x !== null && x !== undefined && Number.isFinite(x);
 

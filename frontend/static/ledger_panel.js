@@ -8,7 +8,7 @@
 import { COLORS } from "./colors.js";
 import { el } from "./dom.js";
 import { formatNumber } from "./format.js";
-import { flaggedTiles, gainIfRemoved, largestLoss, unmeasured, waterfallBars } from "./ledger.js";
+import { flaggedTiles, gainIfRemoved, largestLoss, shortLabel, unmeasured, waterfallBars } from "./ledger.js";
 
 /** @typedef {import("./ledger.js").Ledger} Ledger @typedef {import("./ledger.js").LedgerTerm} LedgerTerm */
 
@@ -175,3 +175,14 @@ export function renderLedger(card, ledger) {
 // Redraws the waterfall once plotly.js has loaded (the run page loads it after its first drawing).
 /** @param {HTMLElement} card @param {Ledger} ledger */
 export const redrawWaterfall = (card, ledger) => drawWaterfall(/** @type {HTMLElement} */ (card.querySelector(".ledger-plot")), ledger);
+
+// The runs list's cell: the run's largest loss (RunSummary.largest_loss) and its share of the
+// step, its fix in the title; "—" where no loss the loop removes was measured (never "0%").
+/** @param {{ name: string, label: string, pct_of_step: number, fix: string } | null | undefined} loss */
+export function largestLossCell(loss) {
+  if (!loss) return el("td", { class: "largest-loss muted", text: "—", title: "no loss that a change to the loop removes was measured" });
+  return el("td", { class: "largest-loss", "data-term": loss.name, "data-value": String(loss.pct_of_step), title: `${loss.label}: ${loss.fix}` }, [
+    el("span", { class: "loss-name", text: shortLabel(loss) }),
+    el("span", { class: "loss-pct", text: ` ${pct(loss.pct_of_step)}` }),
+  ]);
+}

@@ -38,7 +38,7 @@ def server(tmp_path_factory):
         cpu = run_body("cpu-run", "on a CPU")
         cpu["hardware"] = {"gpu_name": "cpu", "gpu_count": 1, "peak_tflops": None}
         post(base, "/api/v1/runs", cpu)
-        intervals(base, "cpu-run", range(3), docs_per_pack=8, syncs_counted=False)
+        intervals(base, "cpu-run", range(3), docs_per_pack=6, syncs_counted=False)
         yield base
 
 
@@ -140,3 +140,24 @@ def test_a_cpu_run_shows_not_measured_and_no_waterfall(server, sized_page):
     for name in ("peak", "useful", "host_syncs", "data_wait", "launch_bound", "remainder"):
         assert rows[name]["texts"] == ["not measured"] and rows[name]["values"] == [None]
     assert page.inner_text("#ledger .ledger-plot").startswith("No waterfall: the GPU's peak is not known")
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_the_runs_list_names_each_runs_largest_loss_and_fits_the_window(server, sized_page, size):
+    page = sized_page(*size)
+    page.goto(server)
+    until(page, "document.querySelectorAll('#runs-body tr[data-run-id] td.largest-loss').length === 3")
+    cells = page.eval_on_selector_all(
+        "#runs-body tr[data-run-id]",
+        """rows => Object.fromEntries(rows.map(r => { const c = r.querySelector('td.largest-loss');
+            return [r.dataset.runId, {term: c.dataset.term ?? null, value: c.dataset.value ?? null, text: c.textContent}]; }))""",
+    )
+    listed = {r["run_id"]: r["largest_loss"] for r in httpx.get(f"{server}/api/v1/runs").json()["runs"]}
+    for run_id in ("before-run", "cpu-run"):
+        lead = next(t for t in ledger_of(server, run_id)["terms"] if t["loss"] and t["pct_of_step"])
+        assert cells[run_id]["term"] == lead["name"] == listed[run_id]["name"] == "padding"
+        assert float(cells[run_id]["value"]) == pytest.approx(lead["pct_of_step"])
+        assert cells[run_id]["text"] == f"padding {lead['pct_of_step']:.1f}%"
+    # Full packs, no syncs: no loss measured, shown as missing, never as a 0% loss.
+    assert listed["after-run"] is None and cells["after-run"] == {"term": None, "value": None, "text": "—"}
+    assert no_horizontal_scroll(page)
