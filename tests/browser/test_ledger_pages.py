@@ -150,7 +150,8 @@ def test_the_runs_list_names_each_runs_largest_loss_and_fits_the_window(server, 
     cells = page.eval_on_selector_all(
         "#runs-body tr[data-run-id]",
         """rows => Object.fromEntries(rows.map(r => { const c = r.querySelector('td.largest-loss');
-            return [r.dataset.runId, {term: c.dataset.term ?? null, value: c.dataset.value ?? null, text: c.textContent}]; }))""",
+            const d = c.dataset;
+            return [r.dataset.runId, {term: d.term ?? null, value: d.value ?? null, text: c.textContent}]; }))""",
     )
     listed = {r["run_id"]: r["largest_loss"] for r in httpx.get(f"{server}/api/v1/runs").json()["runs"]}
     for run_id in ("before-run", "cpu-run"):
