@@ -59,15 +59,32 @@ export function gainIfRemoved(ledger, term) {
   return { saved_ms: before - after, step_after_ms: after, speedup: before / after, mfu_before: mfu, mfu_after: mfu === null ? null : (mfu * before) / after };
 }
 
-// A before/after pair: the gain the "before" run's largest loss predicts, next to the step time
-// the "after" run realized (both as the share of the "before" step saved).
+// The loss an "after" run removed: of the "before" run's priced losses, the one whose ms per step
+// fell most in the "after" run (a term the "after" did not price counts as not fallen); where
+// none fell, the "before" run's largest loss.
+/** @param {Ledger} before @param {Ledger} after */
+export function fixedTerm(before, after) {
+  let best = null;
+  let drop = 0;
+  for (const term of fixableLosses(before)) {
+    const later = termOf(after, term.name)?.ms_per_step;
+    if (!known(later)) continue;
+    const fell = /** @type {number} */ (term.ms_per_step) - /** @type {number} */ (later);
+    if (fell > drop) [best, drop] = [term, fell];
+  }
+  return best ?? largestLoss(before);
+}
+
+// A before/after pair: the gain the "before" ledger predicts for the loss the "after" removed
+// (its share of the "before" step), next to the gain realized (the step times' difference, as
+// a share of the "before" step).
 /**
  * @param {Ledger} before
  * @param {Ledger} after
  * @returns {{ term: LedgerTerm | null, predicted_pct: number | null, realized_pct: number | null }}
  */
 export function predictedVsRealized(before, after) {
-  const term = largestLoss(before);
+  const term = fixedTerm(before, after);
   const predicted = term && known(term.pct_of_step) ? term.pct_of_step : null;
   const b = before.step_time_ms;
   const a = after.step_time_ms;

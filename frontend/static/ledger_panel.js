@@ -157,11 +157,10 @@ export function flagTiles(root, ledger) {
 export function renderLedger(card, ledger) {
   const lead = leadText(ledger);
   card.querySelector(".ledger-window").textContent = windowText(ledger);
-  card.querySelector(".ledger-lead").replaceChildren(
-    el("strong", { text: lead.head }),
-    lead.fix ? el("span", { class: "ledger-fix", text: ` ${lead.fix}` }) : null,
-    lead.gain ? el("span", { class: "ledger-gain", text: ` ${lead.gain}` }) : null,
-  );
+  const parts = [el("strong", { text: lead.head })];
+  if (lead.fix) parts.push(el("span", { class: "ledger-fix", text: ` ${lead.fix}` }));
+  if (lead.gain) parts.push(el("span", { class: "ledger-gain", text: ` ${lead.gain}` }));
+  card.querySelector(".ledger-lead").replaceChildren(...parts);
   const body = card.querySelector(".ledger-table tbody");
   body.replaceChildren(...ledger.terms.map((t) => termRow(ledger, t)));
   const missing = unmeasured(ledger);

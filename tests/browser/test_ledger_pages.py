@@ -162,3 +162,50 @@ def test_the_runs_list_names_each_runs_largest_loss_and_fits_the_window(server, 
     # Full packs, no syncs: no loss measured, shown as missing, never as a 0% loss.
     assert listed["after-run"] is None and cells["after-run"] == {"term": None, "value": None, "text": "—"}
     assert no_horizontal_scroll(page)
+
+
+@pytest.mark.parametrize("size", SIZES)
+def test_the_compare_page_puts_two_ledgers_side_by_side_with_predicted_and_realized_gains(server, sized_page, size):
+    page = sized_page(*size)
+    page.goto(f"{server}/compare?run_id=before-run&run_id=after-run")
+    until(page, "document.querySelectorAll('#ledger-1 .ledger-table tbody tr').length > 0")
+    before, after = ledger_of(server, "before-run"), ledger_of(server, "after-run")
+    for i, ledger in enumerate((before, after)):
+        shown = page.eval_on_selector_all(
+            f"#ledger-{i} .ledger-table tbody tr",
+            "rows => rows.map(r => [r.dataset.term, r.cells[2]?.dataset.value ?? null])",
+        )
+        expected = [[t["name"], t["pct_of_step"]] for t in ledger["terms"]]
+        assert [name for name, _ in shown] == [name for name, _ in expected]
+        assert [None if v is None else float(v) for _, v in shown] == [
+            None if v is None else pytest.approx(v) for _, v in expected
+        ]
+    # The after run has no loss the loop removes above 0: it says so, and names what is not measured.
+    assert page.inner_text("#ledger-1 .ledger-lead") == (
+        "No loss the loop can remove was measured above 0 in this window. "
+        "Not measured: data wait, host-/launch-bound steps, the rest (kernel efficiency)."
+    )
+    # Side by side: the two cards share a row.
+    tops = page.eval_on_selector_all(".ledger-pair .ledger", "cards => cards.map(c => c.getBoundingClientRect().top)")
+    assert len(tops) == 2 and tops[0] == pytest.approx(tops[1])
+    # The after run packed its documents: the before's padding fell most, so it is the fix priced.
+    padding = next(t for t in before["terms"] if t["name"] == "padding")
+    fix = page.inner_text("#ledger-pair tr[data-row=fix] td")
+    assert fix == f"padding: {padding['fix']}"
+    predicted = page.get_attribute("#ledger-pair tr[data-row=predicted] td", "data-value")
+    realized = page.get_attribute("#ledger-pair tr[data-row=realized] td", "data-value")
+    assert float(predicted) == pytest.approx(padding["pct_of_step"])
+    # By hand: 100 ms a step before, 60 after.
+    assert float(realized) == pytest.approx(
+        100 * (before["step_time_ms"] - after["step_time_ms"]) / before["step_time_ms"]
+    )
+    assert float(realized) == pytest.approx(40.0)
+    assert page.inner_text("#ledger-pair tr[data-row=realized] td") == "40.0% of the step (100.00 ms → 60.00 ms)"
+    assert no_horizontal_scroll(page)
+
+
+def test_the_compare_page_shows_no_ledgers_for_three_runs(server, sized_page):
+    page = sized_page(1280, 800)
+    page.goto(f"{server}/compare?run_id=before-run&run_id=after-run&run_id=cpu-run")
+    until(page, "document.querySelectorAll('#compare-table .run-head').length === 3")
+    assert page.eval_on_selector("#ledgers", "e => e.hidden")

@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { flaggedTiles, gainIfRemoved, largestLoss, predictedVsRealized, unmeasured, waterfallBars } from "../../frontend/static/ledger.js";
+import { fixedTerm, flaggedTiles, gainIfRemoved, largestLoss, predictedVsRealized, unmeasured, waterfallBars } from "../../frontend/static/ledger.js";
 
 const term = (name, pct, extra = {}) => ({
   name,
@@ -68,6 +68,18 @@ test("a before/after pair: the before's largest loss predicted, the step times r
   assert.equal(pair.predicted_pct, 30);
   assert.equal(pair.realized_pct, 25);
   assert.equal(predictedVsRealized(ledger(), ledger({ step_time_ms: null })).realized_pct, null);
+});
+
+test("the fix a pair made is the before's loss that fell most, else its largest", () => {
+  const synced = ledger();
+  synced.terms[2] = term("host_syncs", 12, { detail: { syncs_per_iter: 20 } });
+  const noSyncs = ledger();
+  noSyncs.terms[2] = term("host_syncs", 0, { detail: { syncs_per_iter: 0 } });
+  assert.equal(fixedTerm(synced, noSyncs).name, "host_syncs"); // padding unchanged, syncs fell by 12 ms
+  const pair = predictedVsRealized(synced, { ...noSyncs, step_time_ms: 90 });
+  assert.equal(pair.predicted_pct, 12);
+  assert.equal(pair.realized_pct, 10);
+  assert.equal(fixedTerm(ledger(), ledger()).name, "padding"); // nothing fell: the largest
 });
 
 test("the waterfall walks from the peak through the priced losses and what is unattributed to the useful work", () => {
