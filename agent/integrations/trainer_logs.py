@@ -1,5 +1,5 @@
-"""What the HF Trainer and Lightning callbacks add to the trainer's own logs (docs/integrations.md,
-"In the trainer's logs"): useful TFLOP/s, useful MFU and the largest loss the agent can price on
+"""What the HF Trainer and Lightning callbacks add to the trainer's own logs (docs/agent.md,
+"In the trainer's own logs"): useful TFLOP/s, useful MFU and the largest loss the agent can price on
 its own, over this rank's intervals whose records were emitted since the last log.
 
 No host sync and no device work: the records are host dicts the agent already built (their
