@@ -15,6 +15,7 @@ import argparse
 import json
 import random
 import time
+from typing import Any
 
 from bench_data import MODEL, record
 
@@ -26,7 +27,7 @@ def fields_of(wire: dict) -> dict:
     """A wire record's catalogue fields by name (each at its wire path, else its default)."""
     out = {}
     for f in FIELDS:
-        value = wire
+        value: Any = wire
         for part in f.wire_path:
             value = value.get(part) if isinstance(value, dict) else None
         out[f.name] = f.default if value is None else value
