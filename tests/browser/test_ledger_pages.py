@@ -10,6 +10,8 @@ import pytest
 from browser_support import run_body, running_server, until
 from wire_records import packed_interval
 
+from packscope.core.catalogue import FIELDS
+
 pytestmark = pytest.mark.browser
 SIZES = [(1280, 800), (1600, 900)]
 TERM_ROWS = "[...document.querySelectorAll('#ledger .ledger-table tbody tr')]"
@@ -39,7 +41,23 @@ def server(tmp_path_factory):
         cpu["hardware"] = {"gpu_name": "cpu", "gpu_count": 1, "peak_tflops": None}
         post(base, "/api/v1/runs", cpu)
         intervals(base, "cpu-run", range(3), docs_per_pack=6, syncs_counted=False)
+        # An old agent's records: without every field a record may leave out (the catalogue's
+        # optional fields and those with a default), whatever fields later agents add.
+        post(base, "/api/v1/runs", run_body("old-run", "an old agent"))
+        post(base, "/api/v1/runs/old-run/intervals", {"intervals": [old_record(k) for k in range(3)]})
         yield base
+
+
+def old_record(k: int) -> dict:
+    record = packed_interval(k, docs_per_pack=6)
+    for f in FIELDS:
+        if f.required and f.default is None:
+            continue
+        holder = record
+        for part in f.wire_path[:-1]:
+            holder = holder.get(part) or {}
+        holder.pop(f.wire_path[-1], None)
+    return record
 
 
 def ledger_of(server, run_id):
@@ -146,7 +164,7 @@ def test_a_cpu_run_shows_not_measured_and_no_waterfall(server, sized_page):
 def test_the_runs_list_names_each_runs_largest_loss_and_fits_the_window(server, sized_page, size):
     page = sized_page(*size)
     page.goto(server)
-    until(page, "document.querySelectorAll('#runs-body tr[data-run-id] td.largest-loss').length === 3")
+    until(page, "document.querySelectorAll('#runs-body tr[data-run-id] td.largest-loss').length === 4")
     cells = page.eval_on_selector_all(
         "#runs-body tr[data-run-id]",
         """rows => Object.fromEntries(rows.map(r => { const c = r.querySelector('td.largest-loss');
@@ -154,7 +172,7 @@ def test_the_runs_list_names_each_runs_largest_loss_and_fits_the_window(server, 
             return [r.dataset.runId, {term: d.term ?? null, value: d.value ?? null, text: c.textContent}]; }))""",
     )
     listed = {r["run_id"]: r["largest_loss"] for r in httpx.get(f"{server}/api/v1/runs").json()["runs"]}
-    for run_id in ("before-run", "cpu-run"):
+    for run_id in ("before-run", "cpu-run", "old-run"):
         lead = next(t for t in ledger_of(server, run_id)["terms"] if t["loss"] and t["pct_of_step"])
         assert cells[run_id]["term"] == lead["name"] == listed[run_id]["name"] == "padding"
         assert float(cells[run_id]["value"]) == pytest.approx(lead["pct_of_step"])
@@ -209,3 +227,16 @@ def test_the_compare_page_shows_no_ledgers_for_three_runs(server, sized_page):
     page.goto(f"{server}/compare?run_id=before-run&run_id=after-run&run_id=cpu-run")
     until(page, "document.querySelectorAll('#compare-table .run-head').length === 3")
     assert page.eval_on_selector("#ledgers", "e => e.hidden")
+
+
+def test_an_old_record_shows_not_measured_for_what_it_lacks(server, sized_page):
+    page = open_run(sized_page, server, "old-run", (1280, 800))
+    api = ledger_of(server, "old-run")
+    rows = {t["name"]: t for t in shown_terms(page)}
+    unpriced = [t for t in api["terms"] if t["pct_of_step"] is None]
+    assert {t["name"] for t in unpriced} >= {"data_wait", "launch_bound", "remainder"}
+    for term in unpriced:
+        assert rows[term["name"]]["texts"] == [term["status"]] and rows[term["name"]]["values"] == [None]
+    for term in api["terms"]:
+        if term["pct_of_step"] is not None:
+            assert float(rows[term["name"]]["values"][1]) == pytest.approx(term["pct_of_step"])
