@@ -37,9 +37,21 @@ export function leadText(ledger) {
   const mfu = gain && gain.mfu_before !== null ? `, useful MFU ${mfuText(gain.mfu_before)} → ${mfuText(gain.mfu_after)}` : "";
   return {
     head: `Largest loss: ${lead.label}, ${pct(lead.pct_of_step)} of the step (${ms(lead.ms_per_step)} a step, ${hours(lead.gpu_hours)} GPU-hours).`,
-    fix: `What to change: ${lead.fix}.`,
+    fix: `What to change: ${lead.fix}${sitesText(lead) ? ` (${sitesText(lead)})` : ""}.`,
     gain: gain ? `If removed: step ${ms(ledger.step_time_ms)} → ${ms(gain.step_after_ms)} (${formatNumber(".3g", gain.speedup)}× faster)${mfu}.` : "",
   };
+}
+
+// The code sites a term names (host syncs: file:line, most frequent first), the first few.
+const SITES_SHOWN = 3;
+/** @param {LedgerTerm} term */
+function sitesText(term) {
+  /** @type {{ site: string, per_iter?: number | null }[]} */
+  const sites = Array.isArray(term.detail?.sites) ? term.detail.sites : [];
+  if (!sites.length) return "";
+  const shown = sites.slice(0, SITES_SHOWN).map((s) => (s.per_iter == null ? s.site : `${s.site} (${formatNumber(".3g", s.per_iter)}/iteration)`));
+  const more = sites.length > SITES_SHOWN ? ` and ${sites.length - SITES_SHOWN} more` : "";
+  return `at ${shown.join(", ")}${more}`;
 }
 
 // A term's row: its label with its fix under it and how it is known (a priced term's basis in
@@ -52,6 +64,7 @@ function termRow(ledger, term) {
   const head = el("th", { scope: "row" }, [
     el("span", { class: "term-label", text: term.label }),
     term.fix ? el("span", { class: "fix small", text: term.fix }) : null,
+    sitesText(term) ? el("span", { class: "sites small", text: sitesText(term) }) : null,
     el("span", { class: "source small muted", text: priced ? term.status : `${term.status}: ${term.source}`, title: term.source }),
   ]);
   if (!priced) {

@@ -108,6 +108,10 @@ def test_the_run_page_opens_with_the_ledger_priced_as_the_api_says(server, sized
     assert f"What to change: {padding['fix']}." in lead
     after = api["step_time_ms"] - padding["ms_per_step"]
     assert f"If removed: step {api['step_time_ms']:.2f} ms → {after:.2f} ms" in lead
+    # The syncs' code sites, from the term's detail.
+    sites = next(t for t in api["terms"] if t["name"] == "host_syncs")["detail"]["sites"]
+    assert sites == [{"site": "train.py:88", "per_iter": pytest.approx(40.0)}]
+    assert page.inner_text("#ledger tr[data-term=host_syncs] .sites") == "at train.py:88 (40.0/iteration)"
     # Terms the ledger cannot price are listed as such, with what would measure them.
     unmeasured = page.inner_text("#ledger .ledger-unmeasured")
     assert unmeasured.startswith("Not measured (never shown as 0): ") and "data wait" in unmeasured
