@@ -43,10 +43,12 @@ micro-batch's loss with ``logging_nan_inf_filter``): a finding, not the agent's 
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 import torch
 from transformers import TrainerCallback
+from transformers.trainer_callback import CallbackHandler
 
 from packscope.agent.agent import Agent
 from packscope.agent.config import AgentConfig
@@ -66,10 +68,30 @@ from packscope.agent.integrations.cross_documents import (
     form_of,
 )
 from packscope.agent.integrations.losses import TokenWeightedLoss
+from packscope.agent.integrations.trainer_logs import TrainerLogs
 from packscope.core.flops import ModelSpec
 from packscope.core.hf_config import spec_from_hf_config
 
 log = logging.getLogger("packscope.agent")
+
+
+def _run_first(callback: TrainerCallback, caller: Any) -> None:
+    """Moves `callback` to the front of the Trainer's callbacks, found as the `self` of the
+    CallbackHandler.call_event that called on_train_begin (`caller`, its frame): the Trainer puts
+    the reporting callbacks (W&B, TensorBoard, MLflow) before the user's, and each gets the same
+    `logs` dict in turn, so values added after them would reach none. The loop in progress is
+    unaffected (the callbacks after this one keep their places)."""
+    handler = caller.f_locals.get("self")
+    if isinstance(handler, CallbackHandler) and callback in handler.callbacks:
+        handler.callbacks.remove(callback)
+        handler.callbacks.insert(0, callback)
+    else:
+        log.warning(
+            "packscope: could not put the callback before the Trainer's reporting callbacks; "
+            "its values reach the Trainer's logs after them"
+        )
+
+
 Forward = tuple[tuple, dict, Any]  # one training forward: (args, kwargs, its loss detached or None)
 
 
@@ -77,7 +99,9 @@ class PackscopeCallback(TrainerCallback):
     """``callbacks=[PackscopeCallback(server=..., run_name=...)]``; other keyword arguments go to
     :class:`AgentConfig` (``log_every`` defaults to the Trainer's ``logging_steps``, ``config``
     to its arguments, ``start_step`` to the step it resumes from). ``tp`` pads the vocabulary as
-    a tensor-parallel trainer would (docs/flops.md)."""
+    a tensor-parallel trainer would (docs/flops.md). ``log_to_trainer`` (default True) adds
+    useful TFLOP/s, MFU and the largest loss to the Trainer's ``logs`` (integrations/trainer_logs.py);
+    False leaves them alone."""
 
     def __init__(
         self,
@@ -87,6 +111,7 @@ class PackscopeCallback(TrainerCallback):
         model: ModelSpec | None = None,
         tp: int = 1,
         check_cross_documents: bool = True,
+        log_to_trainer: bool = True,
         **config: Any,
     ) -> None:
         self.agent_config = dict(server=server, run_name=run_name, **config)
@@ -98,6 +123,8 @@ class PackscopeCallback(TrainerCallback):
         self.cross_check: CrossDocumentCheck | None = None
         self._told_forms: set[tuple[str, ...]] = set()
         self._shown_verdict: Verdict | None = None
+        self.log_to_trainer = log_to_trainer
+        self._trainer_logs: TrainerLogs | None = None
         self.agent: Agent | None = None
         self._hooks: list[torch.utils.hooks.RemovableHandle] = []
         self._losses = TokenWeightedLoss()  # the micro-batches' losses, by reference until the boundary
@@ -135,6 +162,15 @@ class PackscopeCallback(TrainerCallback):
         self.agent.before_boundary = self._pending.observe
         self.agent.defer_boundary = True  # reduced in the next forward's hook (_keep_forward)
         self.attach(model)
+        if self.log_to_trainer:
+            self._trainer_logs = TrainerLogs(self.agent)
+            _run_first(self, sys._getframe(1))
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        # The intervals whose records the agent emitted since the last log (usually the one before
+        # this log's: a record is emitted once its copy has landed); host floats, no sync.
+        if self._trainer_logs is not None and logs is not None:
+            logs.update(self._trainer_logs.take())
 
     def attach(self, model: torch.nn.Module) -> None:
         """Put the hook that sees every micro-batch on `model` (on_train_begin does)."""

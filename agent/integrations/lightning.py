@@ -39,6 +39,7 @@ from packscope.agent.agent import Agent
 from packscope.agent.config import AgentConfig
 from packscope.agent.integrations.batches import HEAVY_KEYS, PendingSteps, image_kwargs, observe_kwargs
 from packscope.agent.integrations.losses import MeanLoss
+from packscope.agent.integrations.trainer_logs import TrainerLogs
 from packscope.core.flops import ModelSpec
 from packscope.core.hf_config import spec_from_hf_config
 
@@ -73,7 +74,9 @@ def _find_spec(pl_module: Any, model: ModelSpec | Any | None, tp: int) -> ModelS
 class PackscopeCallback(Callback):
     """Other keyword arguments go to :class:`AgentConfig` (``log_every`` defaults to the
     Trainer's ``log_every_n_steps``); ``tp`` pads the vocabulary as a tensor-parallel trainer
-    would (docs/flops.md)."""
+    would (docs/flops.md). ``log_to_trainer`` (default True) gives the Trainer's loggers useful
+    TFLOP/s, MFU and the largest loss once per interval (integrations/trainer_logs.py); False
+    leaves them alone."""
 
     def __init__(
         self,
@@ -83,12 +86,15 @@ class PackscopeCallback(Callback):
         model: ModelSpec | Any | None = None,
         batch_to_form: Callable[[Any], dict[str, Any] | None] | None = None,
         tp: int = 1,
+        log_to_trainer: bool = True,
         **config: Any,
     ) -> None:
         self.agent_config = dict(server=server, run_name=run_name, **config)
         self.model = model
         self.batch_to_form = batch_to_form or _default_form
         self.tp = tp
+        self.log_to_trainer = log_to_trainer
+        self._trainer_logs: TrainerLogs | None = None
         self.agent: Agent | None = None
         self._in_step = False
         self._optimizer_stepped = False
@@ -114,6 +120,8 @@ class PackscopeCallback(Callback):
         self.agent.announce()
         self.agent.interval_loss = self._losses.interval_mean
         self.agent.before_boundary = self._pending.observe
+        if self.log_to_trainer:
+            self._trainer_logs = TrainerLogs(self.agent)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         if not self._in_step:
@@ -159,6 +167,17 @@ class PackscopeCallback(Callback):
             return
         self._optimizer_stepped = False
         self._end_step(self._step_losses, self._lr)
+        self._log_to_trainer(trainer)
+
+    def _log_to_trainer(self, trainer) -> None:
+        # Straight to the loggers as host floats, once per new interval record: pl_module.log
+        # would make each a device tensor (a host-to-device copy that waits for the GPU).
+        if self._trainer_logs is None:
+            return
+        values = self._trainer_logs.take()
+        if values:
+            for logger in trainer.loggers:
+                logger.log_metrics(values, step=trainer.global_step)
 
     def on_train_end(self, trainer, pl_module) -> None:
         if self.agent is not None:

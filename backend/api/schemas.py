@@ -173,6 +173,17 @@ class OpenAlert(BaseModel):
     subject: str = Field(description='"rank 3", a sync site, or ""')
 
 
+class LargestLoss(BaseModel):
+    """The ledger's largest loss that a change to the loop removes (docs/ledger.md)."""
+
+    name: str
+    label: str
+    pct_of_step: float
+    ms_per_step: float
+    status: Literal["measured", "estimated"]
+    fix: str
+
+
 class RunListItem(BaseModel):
     """A run as the runs list gives it: what the table shows, no config (GET /api/v1/runs/{id} has it)."""
 
@@ -199,6 +210,8 @@ class RunListItem(BaseModel):
     # The same metrics without the run's first interval (warm-up), once it has a second: what the
     # dashboard shows, so that compile or capture time does not stand for the run's speed.
     steady: Totals | None  # type: ignore[valid-type]
+    # Over the steady window (else the whole run); null where no loss the loop removes was measured.
+    largest_loss: LargestLoss | None = None
     notes: str
     archived: bool
     # The run's open alerts (docs/alerts.md), oldest first: what the runs list's badge shows.

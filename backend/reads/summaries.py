@@ -9,6 +9,7 @@ from typing import Any
 from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session
 
+from packscope.backend.formulas.largest_loss import largest_loss
 from packscope.backend.reads.first_interval import FirstInterval, first_interval_sums, steady_sums
 from packscope.backend.reads.liveness import as_utc, last_contact, shown_status
 from packscope.backend.store.models import Run, alerts, refused_intervals, run_totals
@@ -88,6 +89,8 @@ def _summary(
         # The steady window starts after the first interval: the pages say so beside its numbers.
         "steady": None if steady is None else derive(steady, c),
         "steady_first_step": None if steady is None or first is None else first.last_step + 1,
+        # The ledger's largest loss over the window the rates cover (steady, else the whole run).
+        "largest_loss": None if sums is None else largest_loss(steady or sums, c, run.layout_seen or run.layout),
         "refused": refused,
         "open_alerts": open_alerts or [],
         "notes": run.notes,

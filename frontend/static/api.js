@@ -79,6 +79,8 @@ export const getHistogramColumns = (runId, columns) => getJSON(paths.histogramCo
 export const getFacets = (archived = false) => getJSON("/facets" + query({ archived: archived ? "true" : null }));
 // window "steady": over the steps of the run's rates (its first interval left out), as the tiles.
 export const getSyncSites = (runId, limit = 10, window = null) => getJSON(runPath(runId) + "/sync-sites" + query({ limit, window }));
+// The loss ledger of the run's steady window (docs/ledger.md).
+export const getLedger = (runId) => getJSON(runPath(runId) + "/ledger");
 export const compareRuns = (runIds) => getJSON("/compare" + query({ run_id: runIds }));
 
 export const streamUrl = (runId) => BASE + runPath(runId) + "/stream";

@@ -11,6 +11,8 @@ export const COLORS = {
   documents: "#7c3aed",
   packs: "#0891b2",
   system: "#9333ea",
+  remainder: "#9ca3af", // grey: what the kernels leave of the step (the ledger's "the rest")
+  unattributed: "#d1d5db", // light grey: the step that terms not measured leave unexplained
 };
 
 // Distinct colours for runs on the compare page, kept apart from the metric colours above: a dozen

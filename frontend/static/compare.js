@@ -10,6 +10,7 @@
 import * as api from "./api.js";
 import { loadCatalogue, metricOf } from "./catalogue.js";
 import { runColor } from "./colors.js";
+import { showCompareLedgers } from "./compare_ledger.js";
 import { display, signed } from "./format.js";
 import { ChartPanel, band, fill, layout, line } from "./charts.js";
 import { channelColumns, channelMetric, isChannel } from "./channels.js";
@@ -491,6 +492,7 @@ async function load(catalogue, runIds) {
   renderTable(catalogue, runs, names, tests);
   renderDiff(runs, names);
   renderCharts(m);
+  await showCompareLedgers(runs.map((run) => run.run_id), names);
   return runs.some((run) => run.status === "running");
 }
 

@@ -14,6 +14,7 @@ import { X_AXES, readSettings, renderControls, xColumns } from "./controls.js";
 import { metricLabel, renderDefinitions } from "./definitions.js";
 import { el, showError } from "./dom.js";
 import { LengthsPanel } from "./lengths.js";
+import { showRunLedger } from "./ledger_run.js";
 import { RanksPanel } from "./ranks.js";
 import { painted, plotlyLoaded } from "./run_early.js";
 import { baselineText, contactText, crossDocumentsText, emptyText, flopsSplitText, LIVE, refusalText, windows, windowsNote } from "./run_facts.js";
@@ -338,7 +339,7 @@ async function refreshSummary() {
   renderTotals(catalogue, run);
   live.follow(run);
   await headlineLane.idle(); // the panels' requests and drawings after a headline refresh begun meanwhile
-  await Promise.all([lengthsPanel.load(run), loadSyncSites(catalogue, run), ranksPanel.load(run)]);
+  await Promise.all([lengthsPanel.load(run), loadSyncSites(catalogue, run), ranksPanel.load(run), showRunLedger(runId, plotlyLoaded)]);
 }
 
 // Coalesces bursts of SSE events: at most one run of `work` at a time, and at most one waiting
@@ -409,7 +410,7 @@ async function start() {
     await plotlyLoaded; // after run_early.js's first drawing of the headline chart
     await loadHeadline();
     // The requests go out first; the other series charts are drawn while they are answered.
-    const loads = [loadSyncSites(catalogue, run), ranksPanel.load(run), lengthsPanel.load(run)];
+    const loads = [showRunLedger(runId, plotlyLoaded), loadSyncSites(catalogue, run), ranksPanel.load(run), lengthsPanel.load(run)];
     drawSeries((id) => id !== HEADLINE);
     observeCharts();
     await Promise.all(loads);

@@ -15,6 +15,7 @@ import { ask, setDialogError } from "./dialog.js";
 import { el, showError } from "./dom.js";
 import { count, display } from "./format.js";
 import { BUILT_IN_KEYS, configKeyOf, flatKeys, groupsOf, isConfigKey, keyLabel, spread } from "./groups.js";
+import { largestLossCell } from "./ledger_panel.js";
 import { statusCell } from "./run_facts.js";
 import { listRuns, write } from "./runs_api.js";
 
@@ -285,6 +286,7 @@ function row(run) {
       run.archived ? el("span", { class: "badge", text: "archived" }) : null,
     ]),
     cell(count(run.last_step)),
+    largestLossCell(run.largest_loss),
     ...metrics.map((metric, i) => cell(display(metric, totals[metric.name]), metricHeads[i].className)),
     el("td", { class: "row-actions" }, actionsMenu(run, [
       ["Edit tags and notes", `edit tags and notes of ${run.run_id}`, () => editDetails(run)],
