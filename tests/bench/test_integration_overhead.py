@@ -13,7 +13,7 @@ import pytest
 pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).parents[2] / "bench"))
 
-import integration_overhead as bench  # noqa: E402
+import integration_overhead as bench
 
 
 def test_ratio_runs_on_the_stand_in_and_times_gc_per_step():
