@@ -105,7 +105,7 @@ def test_metrics_of_two_intervals_match_hand_computed_values():
     assert got["attention_share_pct"] == pytest.approx(100 * 60_000 * 100 / thd)
     assert got["steps"] == 20
     # The ledger's measurements, over the interval that carries them only.
-    assert got["data_wait_s"] == pytest.approx(0.09 / 9)
+    assert got["data_wait_step_s"] == pytest.approx(0.09 / 9)
     assert got["sync_idle_pct"] == pytest.approx(100 * 0.12 / 0.6)
     assert got["launch_idle_pct"] == pytest.approx(100 * 0.03 / 0.6)
 
