@@ -283,6 +283,9 @@ class IdleTracer:
         for a in activities:
             try:
                 kind = a.kind
+                if not a.start or a.end <= a.start:  # not timed (a record flushed before it completed)
+                    self.dropped += 1
+                    continue
                 if kind == kinds.MEMCPY:
                     to_host = getattr(a, "copy_kind", None) == _MEMCPY_DTOH
                     blocking = to_host and getattr(a, "dst_kind", None) == _MEMORY_PAGEABLE
