@@ -212,6 +212,7 @@ class Agent:
         self._done_trace: _Trace | None = None  # traced in the current interval, complete
         self._trace_from: int | None = None  # the step the current interval's trace would begin at
         self._trace_pending = False  # a traced interval not yet emitted: its records are not yet read
+        self._tracer_off = False  # CUPTI refused the activity API once: no more traces
         self._plan_trace()
 
         self.nvml = None
@@ -443,27 +444,44 @@ class Agent:
     def _plan_trace(self) -> None:
         """The step the opening interval's trace begins at: its second (its first follows the
         agent's own boundary work), where its syncs are counted and no earlier trace is unread."""
-        counted = self.syncs.counting and self.syncs.installed
+        counted = self.syncs.counting and self.syncs.installed and not self._tracer_off
         self._trace_from = self._first_step + 1 if self._tracer is not None and counted else None
 
     def _start_trace(self) -> None:
         if self._trace_pending:  # the last trace is not read yet: its records and these would mix
             return
         last = min(self.step + self.config.trace_idle_steps - 1, self._last_step)
+        try:
+            self._tracer.start()  # type: ignore[union-attr]
+        except Exception as exc:  # noqa: BLE001 - a profiler's failure must not stop training
+            self._tracing_failed("start", exc)
+            return
         self._trace = _Trace(self.step, last)
         self.syncs.clock = self._tracer.timestamp  # type: ignore[union-attr]
         self.syncs.marks = self._trace.marks
-        self._tracer.start()  # type: ignore[union-attr]
 
     def _stop_trace(self) -> None:
-        self._tracer.stop()  # type: ignore[union-attr]
         self.syncs.marks = None
         self._done_trace, self._trace = self._trace, None
         self._trace_pending = True
+        try:
+            self._tracer.stop()  # type: ignore[union-attr]
+        except Exception as exc:  # noqa: BLE001
+            self._tracing_failed("stop", exc)
+
+    def _tracing_failed(self, what: str, exc: Exception) -> None:
+        """CUPTI refused the activity API: no more traces in this run (their terms: not measured)."""
+        log.warning("packscope: CUPTI's activity tracing failed to %s (%s); the ledger's sync and launch-bound "
+                    "terms will not be measured for this run", what, exc)  # fmt: skip
+        self._trace_from = None
+        self._done_trace = self._trace = None
+        self._tracer_off = True
 
     def _take_traced(self) -> tuple[list, list] | None:
         """The records CUPTI has delivered since the last take; None where it refused the flush."""
         try:
+            if not self.syncs.installed:  # closed: the subscription's last flush delivered them
+                return self._tracer.delivered()  # type: ignore[union-attr]
             return self._tracer.take()  # type: ignore[union-attr]
         except Exception as exc:  # noqa: BLE001 - a profiler's failure must not stop training
             log.warning("packscope: CUPTI's activity records could not be read (%s); traced steps not sent", exc)

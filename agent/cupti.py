@@ -136,8 +136,11 @@ class _Subscription:
 
     def close(self) -> None:
         if self.tracer is not None:
-            self.tracer.stop()
-            self._cupti.activity_flush_all(1)  # the records still buffered: nobody reads them now
+            try:
+                self.tracer.stop()
+                self._cupti.activity_flush_all(1)  # into the tracer: an agent's last trace reads them
+            except self._cupti.cuptiError as exc:
+                log.warning("packscope: CUPTI's activity tracing did not stop cleanly (%s)", exc)
         self._cupti.unsubscribe(self._subscriber)
 
     def _record(self, site: str) -> None:
@@ -237,6 +240,7 @@ class IdleTracer:
         self._busy: list[Busy] = []
         self._syncs: list[HostSync] = []
         self.dropped = 0  # records of a kind this reader does not know, or unreadable
+        self.on = False  # the activity kinds are enabled (between start and stop)
         cupti.activity_register_callbacks(self._buffer_requested, self._buffer_completed)
 
     def timestamp(self) -> int:
@@ -244,10 +248,14 @@ class IdleTracer:
         return int(self._cupti.get_timestamp())
 
     def start(self) -> None:
+        self.on = True
         for kind in self._kinds:
             self._cupti.activity_enable(kind)
 
     def stop(self) -> None:
+        if not self.on:
+            return
+        self.on = False
         for kind in self._kinds:
             self._cupti.activity_disable(kind)
 
@@ -255,6 +263,10 @@ class IdleTracer:
         """Every record delivered since the last take; call it once the traced steps' events
         have completed (their GPU work is done, so their records are complete)."""
         self._cupti.activity_flush_all(0)
+        return self.delivered()
+
+    def delivered(self) -> tuple[list[Busy], list[HostSync]]:
+        """The records delivered so far, without a flush (after the subscription's last one)."""
         with self._lock:
             busy, syncs = self._busy, self._syncs
             self._busy, self._syncs = [], []
@@ -271,11 +283,15 @@ class IdleTracer:
         for a in activities:
             try:
                 kind = a.kind
+                if not a.start or a.end <= a.start:  # not timed (a record flushed before it completed)
+                    self.dropped += 1
+                    continue
                 if kind == kinds.MEMCPY:
-                    blocking = a.copy_kind == _MEMCPY_DTOH and a.dst_kind == _MEMORY_PAGEABLE
+                    to_host = getattr(a, "copy_kind", None) == _MEMCPY_DTOH
+                    blocking = to_host and getattr(a, "dst_kind", None) == _MEMORY_PAGEABLE
                     busy.append(Busy(int(a.start), int(a.end), blocking))
                 elif kind == getattr(kinds, "SYNCHRONIZATION", None):
-                    if int(a.type) != _SYNC_STREAM_WAIT_EVENT:
+                    if getattr(a, "type", None) != _SYNC_STREAM_WAIT_EVENT:  # a stream's wait blocks no host
                         syncs.append(HostSync(int(a.start), int(a.end)))
                 else:
                     busy.append(Busy(int(a.start), int(a.end)))

@@ -16,31 +16,32 @@ stretches is split:
   sync's cost, charged to the site the counter recorded last before the sync began. Any other
   idle gap inside a step is the host failing to launch fast enough: host-/launch-bound.
 
-Nothing here reads the GPU or imports torch: the tests feed it synthetic records.
+Nothing here reads the GPU: the records become CPU tensors (a trace holds thousands), and the
+tests feed it synthetic ones.
 """
 
 from __future__ import annotations
 
-import bisect
-import itertools
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
+
+import torch
 
 UNKNOWN_SITE = "<unknown>"
 
 
-@dataclass(frozen=True)
-class Busy:
+class Busy(NamedTuple):
     """Something the GPU ran: [start, end) ns; `blocking_copy` for a device-to-host copy into
-    pageable host memory (the host waits for it to land)."""
+    pageable host memory (the host waits for it to land). A tuple: thousands of them a trace
+    become one tensor at once."""
 
     start: int
     end: int
     blocking_copy: bool = False
 
 
-@dataclass(frozen=True)
-class HostSync:
+class HostSync(NamedTuple):
     """A host call that waited for the device (stream, event or context synchronize): [start, end) ns."""
 
     start: int
@@ -58,28 +59,40 @@ class IdleSplit:
     sync_sites: dict[str, float] = field(default_factory=dict)  # sync idle by the counter's site
 
 
-def merged(busy: Iterable[Busy]) -> list[tuple[int, int, bool]]:
+def _sorted(busy: Sequence[Busy]) -> torch.Tensor:
+    """The timed records as an (n, 3) int64 tensor (start, end, blocking copy), by start then end."""
+    t = torch.tensor(busy, dtype=torch.int64).reshape(-1, 3)
+    t = t[t[:, 1] > t[:, 0]]
+    t = t[torch.sort(t[:, 1], stable=True).indices]
+    return t[torch.sort(t[:, 0], stable=True).indices]
+
+
+def merged(busy: Sequence[Busy]) -> list[tuple[int, int, bool]]:
     """The union of the busy records as disjoint stretches (start, end, ends_with_blocking_copy),
     in order."""
-    out: list[list] = []
-    for b in sorted(busy, key=lambda b: (b.start, b.end)):
-        if b.end <= b.start:
-            continue
-        if out and b.start <= out[-1][1]:
-            if b.end >= out[-1][1]:
-                out[-1][1], out[-1][2] = b.end, b.blocking_copy or (b.end == out[-1][1] and out[-1][2])
-            continue
-        out.append([b.start, b.end, b.blocking_copy])
-    return [(s, e, copy) for s, e, copy in out]
+    t = _sorted(busy)
+    if not len(t):
+        return []
+    starts, ends = _stretches(t)
+    copies = _copy_ends(t)
+    return [(a, b, b in copies) for a, b in zip(starts.tolist(), ends.tolist(), strict=True)]
 
 
-def _overlap(lo: int, hi: int, spans: Sequence[tuple[int, int]]) -> int:
-    return sum(max(0, min(hi, b) - max(lo, a)) for a, b in spans)
+def _stretches(t: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The busy stretches' starts and ends, from sorted records: a stretch closes at the
+    furthest end so far where the next record starts after it."""
+    reach = torch.cummax(t[:, 1], 0).values
+    new = t[1:, 0] > reach[:-1]
+    return torch.cat([t[:1, 0], t[1:, 0][new]]), torch.cat([reach[:-1][new], reach[-1:]])
+
+
+def _copy_ends(t: torch.Tensor) -> set[int]:
+    return set(t[t[:, 2] != 0, 1].tolist())
 
 
 def attribute_idle(
-    busy: Iterable[Busy],
-    syncs: Iterable[HostSync],
+    busy: Sequence[Busy],
+    syncs: Sequence[HostSync],
     sites: Sequence[tuple[int, str]],
     steps: Sequence[tuple[int, int]],
     tolerance_ns: int = 2_000,
@@ -89,49 +102,55 @@ def attribute_idle(
     the host's sync calls (`syncs`) and the counter's sites ((time, site), in order).
 
     The timeline runs from the first busy stretch to the last: the GPU's wait for the first
-    launch of the stretch is not inside a traced step's work."""
-    stretches = merged(busy)
-    split = IdleSplit(busy_s=sum(e - s for s, e, _ in stretches) / 1e9)
-    between = [(steps[i][1], steps[i + 1][0]) for i in range(len(steps) - 1)]
-    sync_list = sorted(syncs, key=lambda s: s.end)
-    sync_ends = [s.end for s in sync_list]
-    site_times = [t for t, _ in sites]
-    for (_, gap_start, after_copy), (gap_end, _, _) in itertools.pairwise(stretches):
-        idle = gap_end - gap_start
-        outside = _overlap(gap_start, gap_end, between)
-        split.between_steps_s += outside / 1e9
-        inside = (idle - outside) / 1e9
-        if inside <= 0:
-            continue
-        blocked_at = _blocked_at(gap_start, gap_end, after_copy, sync_list, sync_ends, tolerance_ns)
-        if blocked_at is None:
-            split.launch_idle_s += inside
-            continue
-        split.sync_idle_s += inside
-        at = bisect.bisect_right(site_times, blocked_at + tolerance_ns) - 1
-        site = sites[at][1] if at >= 0 else UNKNOWN_SITE
-        split.sync_sites[site] = split.sync_sites.get(site, 0.0) + inside
+    launch of the stretch is not inside a traced step's work. Tensor arithmetic over the records
+    (a trace holds thousands): Python loops run over the syncs and the sync-caused gaps only."""
+    t = _sorted(busy)
+    if not len(t):
+        return IdleSplit()
+    starts, ends = _stretches(t)
+    split = IdleSplit(busy_s=int((ends - starts).sum()) / 1e9)
+    g0, g1 = ends[:-1], starts[1:]  # the idle gaps
+    if not len(g0):
+        return split
+    windows = torch.tensor([(steps[i][1], steps[i + 1][0]) for i in range(len(steps) - 1)], dtype=torch.int64)
+    outside = torch.zeros_like(g0)
+    if len(windows):
+        lo = torch.maximum(g0[:, None], windows[None, :, 0])
+        hi = torch.minimum(g1[:, None], windows[None, :, 1])
+        outside = (hi - lo).clamp(min=0).sum(1)
+    split.between_steps_s = int(outside.sum()) / 1e9
+    inside = (g1 - g0 - outside).clamp(min=0)
+    blocked = _blocked_at(g0, g1, t, syncs, tolerance_ns)
+    by_sync = (blocked >= 0) & (inside > 0)
+    split.sync_idle_s = int(inside[by_sync].sum()) / 1e9
+    split.launch_idle_s = int(inside[~by_sync].sum()) / 1e9
+    site_times = torch.tensor([at for at, _ in sites], dtype=torch.int64)
+    at = torch.searchsorted(site_times, blocked[by_sync] + tolerance_ns, right=True) - 1
+    for k, idle in zip(at.tolist(), inside[by_sync].tolist(), strict=True):
+        site = sites[k][1] if k >= 0 else UNKNOWN_SITE
+        split.sync_sites[site] = split.sync_sites.get(site, 0.0) + idle / 1e9
     return split
 
 
 def _blocked_at(
-    gap_start: int,
-    gap_end: int,
-    after_copy: bool,
-    syncs: Sequence[HostSync],
-    sync_ends: Sequence[int],
-    tolerance_ns: int,
-) -> int | None:
-    """When the host began the wait that left the GPU idle from `gap_start`, or None where the
-    host was not waiting for the GPU as it drained."""
-    # A sync that returned within the gap (or just before it: the clocks of host and device
-    # records agree to about a microsecond) and that began before the GPU drained.
-    lo = bisect.bisect_left(sync_ends, gap_start - tolerance_ns)
-    for sync in syncs[lo:]:  # in order of their ends
-        if sync.end > gap_end:
-            break
-        if sync.start <= gap_start + tolerance_ns:
-            return sync.start
-    if after_copy:
-        return gap_start
-    return None
+    g0: torch.Tensor, g1: torch.Tensor, t: torch.Tensor, syncs: Sequence[HostSync], tolerance_ns: int
+) -> torch.Tensor:
+    """Per gap, when the host began the wait that left the GPU idle from the gap's start, or -1
+    where it was not waiting for the GPU as it drained: a sync that began before the GPU drained
+    (within the tolerance: host and device records agree to about a microsecond) and returned in
+    the gap or just before it; else a busy stretch that ended with a blocking copy."""
+    lows = g0.tolist()
+    blocked = [-1] * len(lows)
+    if syncs:
+        by_end = sorted(syncs, key=lambda s: s.end)
+        gaps = torch.searchsorted(g1, torch.tensor([s.end for s in by_end], dtype=torch.int64)).tolist()
+        for sync, j in zip(by_end, gaps, strict=True):  # the first gap ending at or after the sync's return
+            free = j < len(lows) and blocked[j] < 0
+            if free and lows[j] - tolerance_ns <= sync.end and sync.start <= lows[j] + tolerance_ns:
+                blocked[j] = sync.start
+    out = torch.tensor(blocked, dtype=torch.int64)
+    copies = _copy_ends(t)
+    if copies:
+        after_copy = torch.isin(g0, torch.tensor(sorted(copies), dtype=torch.int64)) & (out < 0)
+        out[after_copy] = g0[after_copy]
+    return out

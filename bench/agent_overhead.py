@@ -192,7 +192,7 @@ def step_time_ratio(preset: str, steps_per_mode: int, warmup: int, compile: bool
     def step(i: int, mode: str, record: bool) -> None:
         agent = agents.get(mode)
         switched = agent is not None and agent.config.count_syncs and agent.config.sync_backend != "cupti"
-        if switched:
+        if switched and agent is not None:
             agent.syncs.install()
         current["mode"] = mode
         batches = pool[i % len(pool)]
@@ -233,7 +233,7 @@ def step_time_ratio(preset: str, steps_per_mode: int, warmup: int, compile: bool
                 in_agent[mode].append(spent)
         elif mode == "core":
             warm_core.append(sum(spent))
-        if switched:
+        if switched and agent is not None:
             agent.syncs.uninstall()
 
     rng = random.Random(0)

@@ -22,7 +22,7 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 # Each new interval column and its type (all nullable: a record without it is not measured).
-NEW_FIELDS = {
+NEW_FIELDS: dict[str, sa.types.TypeEngine] = {
     "data_wait_s": sa.Float(),
     "data_wait_gaps": sa.BigInteger(),
     "traced_steps": sa.Integer(),

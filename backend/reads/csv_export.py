@@ -176,7 +176,7 @@ def _recompute(lines: list[bytes], c: Coefficients) -> list[bytes]:
         *cells, rest = line.decode().split(",", len(_NUMERIC))
         channels = rest.rsplit(",", len(CSV_DERIVED_COLUMNS))[0]
         values = [
-            int(cell) if kind == "int" else (float(cell) if cell else None)
+            (int(cell) if kind == "int" else float(cell)) if cell else None  # an empty cell: NULL
             for kind, cell in zip(_KINDS, cells, strict=True)
         ]
         rows.append((*values, channels))
@@ -332,8 +332,8 @@ def _chunk_lines(chunk: _Chunk, c: Coefficients, end: str = "") -> pa.StringArra
                 cells.append(pc.cast(column.slice(0, 1), _STRING)[0])
             else:
                 cells.append(pc.cast(column, _STRING))  # digits, a '-' before negative ones
-            if name in _SUMMED:
-                values[name] = column.to_numpy().astype(np.float64)
+            if name in _SUMMED:  # an optional count's NULL becomes NaN, as a float's
+                values[name] = column.to_numpy(zero_copy_only=False).astype(np.float64)
         else:
             floats = read[name].to_numpy(zero_copy_only=False)  # null (NULL) -> NaN
             cells.append(float_cells(floats))
@@ -354,6 +354,8 @@ def _chunk_lines(chunk: _Chunk, c: Coefficients, end: str = "") -> pa.StringArra
 
 def _held_cell(value: Any, kind: str) -> tuple[pa.Scalar, float]:
     """A held column's cell, as _chunk_lines writes the column's cells, and its value as a double."""
+    if kind == "int" and value is None:  # an optional count never sent, NULL throughout: an empty cell
+        return pa.scalar("", _STRING), math.nan
     if kind == "int":
         return pc.cast(pa.array([value], pa.int64()), _STRING)[0], float(value)
     floats = np.array([math.nan if value is None else value], np.float64)

@@ -15,7 +15,7 @@ from packscope.commands.run_ref import UNREACHABLE, Reader, RunNotFound, resolve
 from packscope.core.urls import checked_server_url
 
 _SHORT_STATUS = {"not applicable": "n/a"}
-_HEADER = ("term", "ms/step", "% of step", "GPU-hours", "status", "fix")
+_HEADER = ("term", "ms/step", "% of step", "GPU-hours", "status", "if removed", "fix")
 
 
 def add_diagnose_arguments(parser: argparse.ArgumentParser) -> None:
@@ -75,8 +75,16 @@ def _row(term: dict[str, Any]) -> tuple[str, ...]:
         _number(term["pct_of_step"], ".1f"),
         _number(term["gpu_hours"], ".3g"),
         _SHORT_STATUS.get(term["status"], term["status"]),
+        _gain(term.get("gain")),
         term["fix"],
     )
+
+
+def _gain(gain: dict[str, Any] | None) -> str:
+    """What removing the loss gives: the iteration's speed-up (docs/ledger.md)."""
+    if not gain or gain.get("speedup_pct") is None:
+        return ""
+    return f"{gain['speedup_pct']:.1f}% faster"
 
 
 def render(ledger: dict[str, Any]) -> str:
@@ -87,7 +95,7 @@ def render(ledger: dict[str, Any]) -> str:
     ends = [t for t in ledger["terms"] if not t["loss"]][::-1]  # useful work, then the peak
     rows = [_HEADER, *map(_row, losses), None, *map(_row, ends)]
     widths = [max(len(r[i]) for r in rows if r is not None) for i in range(len(_HEADER) - 1)]
-    numeric = (False, True, True, True, False)
+    numeric = (False, True, True, True, False, True)
 
     def line(row: tuple[str, ...]) -> str:
         cells = [
@@ -104,10 +112,17 @@ def render(ledger: dict[str, Any]) -> str:
         f"step time {_number(ledger['step_time_ms'], '.4g')} ms, {_number(ledger['gpu_hours'], '.3g')} GPU-hours",
         "",
     ]
+    iteration = ledger.get("iteration_ms")
+    if iteration is not None and ledger["step_time_ms"] is not None and iteration > ledger["step_time_ms"]:
+        heading.insert(2, f"iteration {iteration:.4g} ms: the step and the data wait between steps")
     body = [rule if row is None else line(row) for row in rows]
     over = ledger["overcount"]
     pct = over["detail"].get("overcount_pct")
     tail = f"baseline over-count (a reporting error, not time): {_number(pct, '.1f')}% ({over['status']})"
     if over["fix"]:
         tail += f": {over['fix']}"
+    memory = ledger.get("memory") or {}
+    if memory.get("free_pct") is not None:
+        tail += f"\nmemory headroom (a hint, not time): {memory['free_pct']:.0f}% of the device free"
+        tail += f": {memory['hint']}" if memory.get("hint") else ""
     return "\n".join([*heading, *body, "", tail])

@@ -711,7 +711,7 @@ METRICS: tuple[Metric, ...] = (
         _per("gpu_mem_x_s", "gpu_mem_s"),
     ),
     Metric(
-        "data_wait_s",
+        "data_wait_step_s",
         "data wait",
         "s",
         ".3s",

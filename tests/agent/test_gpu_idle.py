@@ -105,3 +105,53 @@ def test_the_parts_add_up_to_the_span_on_random_timelines():
         assert total == pytest.approx(span, abs=1e-12)
         assert sum(split.sync_sites.values()) == pytest.approx(split.sync_idle_s, abs=1e-12)
         assert min(split.busy_s, split.sync_idle_s, split.launch_idle_s, split.between_steps_s) >= 0
+
+
+class FakeCupti:
+    """The parts of cupti-python's module that IdleTracer uses."""
+
+    class ActivityKind:
+        CONCURRENT_KERNEL, MEMCPY, MEMSET, SYNCHRONIZATION = 10, 1, 2, 38
+
+    def __init__(self) -> None:
+        self.enabled: set[int] = set()
+        self.completed = None
+
+    def activity_register_callbacks(self, requested, completed):
+        self.completed = completed
+
+    def activity_enable(self, kind):
+        self.enabled.add(kind)
+
+    def activity_disable(self, kind):
+        self.enabled.discard(kind)
+
+    def activity_flush_all(self, flag):
+        pass
+
+
+def test_the_tracer_reads_cuptis_records_as_busy_and_host_syncs():
+    from types import SimpleNamespace as Record
+
+    from packscope.agent.cupti import IdleTracer
+
+    cupti = FakeCupti()
+    tracer = IdleTracer(cupti)
+    tracer.start()
+    assert cupti.enabled == {10, 1, 2, 38}
+    kinds = FakeCupti.ActivityKind
+    cupti.completed([
+        Record(kind=kinds.CONCURRENT_KERNEL, start=100, end=200),
+        Record(kind=kinds.MEMCPY, start=200, end=210, copy_kind=2, dst_kind=1),  # to pageable host memory
+        Record(kind=kinds.MEMCPY, start=300, end=310, copy_kind=2, dst_kind=2),  # to pinned memory
+        Record(kind=kinds.MEMSET, start=400, end=405),
+        Record(kind=kinds.SYNCHRONIZATION, start=150, end=211, type=3),  # a stream synchronize
+        Record(kind=kinds.SYNCHRONIZATION, start=150, end=151, type=2),  # a stream's wait: no host blocks
+        Record(kind=kinds.CONCURRENT_KERNEL, start=0, end=0),  # never timed
+    ])  # fmt: skip
+    tracer.stop()
+    assert cupti.enabled == set()
+    busy, syncs = tracer.take()
+    assert busy == [Busy(100, 200), Busy(200, 210, True), Busy(300, 310), Busy(400, 405)]
+    assert syncs == [HostSync(150, 211)]
+    assert tracer.dropped == 1 and tracer.take() == ([], [])

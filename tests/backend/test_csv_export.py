@@ -216,6 +216,11 @@ def _records(make: Any, seed: int) -> list[dict[str, Any]]:
                 r["grad_norm"] = None
             if rng.random() < 0.1:
                 r["gpu_time_s"] = 0.0
+            if rng.random() < 0.5:  # the ledger's measurements (an older agent's records lack them)
+                r.update(data_wait_s=rng.uniform(0, 0.1), data_wait_gaps=r["steps"] - 1)
+            if rng.random() < 0.3:
+                r.update(traced_steps=3, traced_step_time_s=0.3, traced_busy_s=rng.uniform(0.1, 0.3))
+                r.update(sync_idle_s=rng.uniform(0, 0.05), launch_idle_s=rng.uniform(0, 0.05))
             if rng.random() < 0.6:
                 gpu = {
                     "util_pct": rng.choice([rng.uniform(0, 100), 100.0, None]),
@@ -257,7 +262,10 @@ def _expected_rows(records: list[dict[str, Any]], c: Coefficients) -> list[list[
 
 def _expected_cells(fields: dict[str, Any], channels: list[str], c: Coefficients) -> list[str]:
     """One row's cells from its stored fields (column name -> value) and channel cells."""
-    raw = [str(v) if f.kind == "int" else shortest(v) for f, v in zip(FIELDS, fields.values(), strict=True)]
+    raw = [
+        ("" if v is None else str(v)) if f.kind == "int" else shortest(v)  # a NULL count: an empty cell
+        for f, v in zip(FIELDS, fields.values(), strict=True)
+    ]
     # The catalogue's sums of this one row, as floats (the formulas' own rule), then its formulas
     # in Python floats (IEEE doubles: an overflow is inf, an empty cell; an underflow 0).
     as_floats = {name: None if v is None else float(v) for name, v in fields.items()}
@@ -296,7 +304,8 @@ def test_every_cell_equals_an_independent_computation(database_url, make_client,
             assert g == w, (name, got[:2], g, w)
     # Every kind of cell was exercised.
     at = {name: i for i, name in enumerate(CSV_COLUMNS)}
-    for name in ("loss", "gpu_util_pct", "gpu_energy_j", "channel_loss", "channel_tokens", "tflops_thd"):
+    kinds = ("loss", "gpu_util_pct", "gpu_energy_j", "channel_loss", "channel_tokens", "tflops_thd", "data_wait_gaps")
+    for name in kinds:
         assert any(row[at[name]] == "" for row in rows) and any(row[at[name]] != "" for row in rows), name
     assert any(row[at["mfu_thd"]] != "" for row in rows) == (peak is not None)
 

@@ -308,6 +308,10 @@ def _csv_expected(rec, spec, peak):
         "attention_sliding_pct": 0.0,  # the test model has full-attention layers only
         "attention_chunked_pct": 0.0,
         "vision_share_pct": 0.0,  # and no vision tower
+        # The ledger's measurements: the records carry none (an older agent's), so none is defined.
+        "data_wait_step_s": None,
+        "sync_idle_pct": None,
+        "launch_idle_pct": None,
     }
     for kind, f in flops.items():
         out[f"tflops_{kind}"] = ratio(f / 1e12, gpu_seconds)

@@ -35,6 +35,13 @@ ROWS = [
         "gpu_sm_clock_mhz": 1980.0,
         "gpu_mem_used_bytes": 8e10,
         "gpu_energy_j": 900.0,
+        "data_wait_s": 0.09,
+        "data_wait_gaps": 9,
+        "traced_steps": 3,
+        "traced_step_time_s": 0.6,
+        "traced_busy_s": 0.45,
+        "sync_idle_s": 0.12,
+        "launch_idle_s": 0.03,
     },
     {
         "rank": 0,
@@ -60,6 +67,10 @@ ROWS = [
         "gpu_sm_clock_mhz": 1500.0,
         "gpu_mem_used_bytes": None,
         "gpu_energy_j": None,
+        # An agent before the ledger's measurements: they weigh nothing.
+        **dict.fromkeys(("data_wait_s", "data_wait_gaps", "traced_steps", "traced_step_time_s", "traced_busy_s"), None),
+        "sync_idle_s": None,
+        "launch_idle_s": None,
     },
 ]
 C = Coefficients(c_lin=1_000_000, c_core=100, peak_tflops=1e-3)
@@ -93,6 +104,10 @@ def test_metrics_of_two_intervals_match_hand_computed_values():
     assert got["gpu_mem_used_bytes"] == pytest.approx(8e10)  # the interval without a reading carries no weight
     assert got["attention_share_pct"] == pytest.approx(100 * 60_000 * 100 / thd)
     assert got["steps"] == 20
+    # The ledger's measurements, over the interval that carries them only.
+    assert got["data_wait_step_s"] == pytest.approx(0.09 / 9)
+    assert got["sync_idle_pct"] == pytest.approx(100 * 0.12 / 0.6)
+    assert got["launch_idle_pct"] == pytest.approx(100 * 0.03 / 0.6)
 
 
 def test_steps_count_once_per_step_and_per_rank_means_divide_by_every_ranks_steps():

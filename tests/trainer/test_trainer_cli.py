@@ -40,6 +40,7 @@ EVERY_FIELD_CHANGED = TrainConfig(
     count_window_as_full=True,
     cuda_graphs=True,
     legacy_logging=True,
+    loader_delay_ms=2.5,
     channel_loss=True,
     legacy_channel_loss=True,
     parallel="ddp",
