@@ -11,7 +11,7 @@ from typing import Any
 from packscope.core.attention import ATTENTION_SUMS, FULL, LAYER_KINDS
 from packscope.core.catalogue import FLOAT_OPS, overcount
 from packscope.core.flops import KindBreakdown, ModelSpec, packs_breakdown_by_kind
-from packscope.core.hf_config import HFConfigError, read_hf_config
+from packscope.core.hf_config import HFConfigError, UnknownModelType, load_config_json, spec_from_hf_dict
 from packscope.core.vision import VISION_SUMS, VisionSpec, batch_sums, decoder_tokens, fixed_image_sums, pixels_to_grid
 
 
@@ -159,11 +159,28 @@ def with_vision(out: dict[str, Any], vision: VisionSpec, sums: dict[str, int]) -
     return out
 
 
+def read_model(path: str, tp: int) -> ModelSpec:
+    """The hand-written reader where there is one; else the count from the model's own structure,
+    which needs transformers (and torch): without them, an error saying to install them."""
+    cfg = load_config_json(path)
+    try:
+        return spec_from_hf_dict(cfg, tp=tp)
+    except UnknownModelType as exc:
+        try:
+            from packscope.agent.hf_structure import spec_from_structure
+        except ImportError:
+            raise HFConfigError(
+                f"{exc}; to count it from the model's own structure, install transformers and torch "
+                "(pip install transformers torch)"
+            ) from None
+        return spec_from_structure(cfg, tp=tp)
+
+
 def flops_from_args(args: argparse.Namespace) -> int:
     try:
         if args.tp < 1:
             raise ValueError(f"--tp must be >= 1, got {args.tp}")
-        model = read_hf_config(args.hf_config, tp=args.tp)
+        model = read_model(args.hf_config, tp=args.tp)
         result = packs_breakdown_by_kind(model, args.pack, args.pack_length)
         sums = vision_sums_from_args(model.vision, args)
     except (HFConfigError, ValueError) as exc:
@@ -176,4 +193,4 @@ def flops_from_args(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["add_flops_arguments", "flops_from_args", "report", "vision_report", "with_vision"]
+__all__ = ["add_flops_arguments", "flops_from_args", "read_model", "report", "vision_report", "with_vision"]

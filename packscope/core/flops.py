@@ -185,6 +185,52 @@ class LinearAttention:
         return 4 * self.num_value_heads * self.value_head_dim**2
 
 
+# Multiply-adds may exceed the size bound of a width (a trillion-parameter model's per-token work).
+MAX_MACS = 2**62
+
+
+def _macs_pairs(key: str, value: Any, known: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
+    """A {name: multiply-adds} object (or pairs) as sorted pairs, each name one of ``known``."""
+    items = value.items() if isinstance(value, Mapping) else value
+    if not isinstance(items, (list, tuple)) and not isinstance(value, Mapping):
+        raise ValueError(f"model field {key!r} must be an object of {{name: multiply-adds}}, got {value!r}")
+    pairs = {}
+    for item in items:
+        if not isinstance(item, (list, tuple)) or len(item) != 2:
+            raise ValueError(f"model field {key!r} must be an object of {{name: multiply-adds}}, got {value!r}")
+        name, macs = item
+        if name not in known:
+            raise ValueError(f"model field {key!r} names {name!r}; known: {', '.join(known)}")
+        if isinstance(macs, bool) or not isinstance(macs, int) or not 0 <= macs <= MAX_MACS:
+            raise ValueError(f"model field {key}.{name} must be an integer from 0 to {MAX_MACS}, got {macs!r}")
+        pairs[name] = macs
+    return tuple((name, pairs[name]) for name in known if name in pairs)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """The work read off a model's own modules (the structural count, ``packscope.agent.hf_structure``)
+    for a model no hand-written formula describes. ``gemm_macs``: multiply-adds per token of each
+    C_lin component (COMPONENTS), all layers together; ``core_macs``: per attention kind, the sum
+    over that kind's layers of n·(d_qk + d_v), twice the multiply-adds of one (query, key) pair
+    (so ``c_core_by_kind`` = 3 · it, as ``core_macs_per_pair`` gives for a uniform model). When set,
+    these replace the formula's C_lin and C_core; the plain fields stay for display."""
+
+    gemm_macs: tuple[tuple[str, int], ...]
+    core_macs: tuple[tuple[str, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gemm_macs", _macs_pairs("measured.gemm_macs", self.gemm_macs, COMPONENTS))
+        object.__setattr__(self, "core_macs", _macs_pairs("measured.core_macs", self.core_macs, ATTENTION_KINDS))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"gemm_macs": dict(self.gemm_macs), "core_macs": dict(self.core_macs)}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Measured:
+        return cls(**dict_fields("model measured", cls, data, ()))
+
+
 # Fields as stored before layer kinds existed: to_dict() always writes these, and only these for
 # a model that needs nothing newer, so old and new agents send the same dict for the same model.
 _CLASSIC_FIELDS = (
@@ -246,6 +292,7 @@ class ModelSpec:
     mla: MLA | None = None  # multi-head latent attention instead of q/k/v projections
     linear_attention: LinearAttention | None = None  # shapes of the "linear" layers
     vision: VisionSpec | None = None  # a vision-language model's tower (packscope.core.vision)
+    measured: Measured | None = None  # work read off the modules, replacing the formula (structural count)
     name: str = field(default="", compare=False)
     # What the count leaves out (a vision tower, a recurrent state update), for the user to see.
     not_counted: tuple[str, ...] = field(default=(), compare=False)
@@ -276,6 +323,8 @@ class ModelSpec:
             kinds = check_kinds("layer_kinds", self.layer_kinds, self.layers, LAYER_KINDS)
             object.__setattr__(self, "layer_kinds", None if set(kinds) == {FULL} else kinds)
         self._check_kind_sizes()
+        if self.measured is not None and not isinstance(self.measured, Measured):
+            raise ValueError(f"model field 'measured' must be a Measured, got {type(self.measured).__name__}")
         if self.vision is not None and not isinstance(self.vision, VisionSpec):
             raise ValueError(f"model field 'vision' must be a VisionSpec, got {type(self.vision).__name__}")
         if isinstance(self.not_counted, str) or not all(isinstance(x, str) for x in self.not_counted):
@@ -285,6 +334,8 @@ class ModelSpec:
     def _check_kind_sizes(self) -> None:
         present = set(self.kinds)
         for kind, key in ((SLIDING, "window"), (CHUNKED, "chunk"), (LINEAR, "linear_attention")):
+            if kind == LINEAR and self.measured is not None:
+                continue  # a measured model's linear layers are in its measured work
             given = getattr(self, key) is not None
             if kind in present and not given:
                 raise ValueError(f"the model has {kind!r} layers but no {key!r}")
@@ -348,7 +399,11 @@ class ModelSpec:
     def c_lin_by_component(self) -> dict[str, int]:
         """C_lin split by what does the work (COMPONENTS), forward + backward. The MTP layers'
         attention and MLP are in ``attention`` / ``dense_mlp`` / ``moe_*``; ``mtp`` is their input
-        projection (2h → h) plus Megatron's 3h for the two norms and the final norm."""
+        projection (2h → h) plus Megatron's 3h for the two norms and the final norm. A measured
+        model (``measured``) gives its own per-component work."""
+        if self.measured is not None:
+            measured = dict(self.measured.gemm_macs)
+            return {key: 6 * measured.get(key, 0) for key in COMPONENTS}
         h = self.hidden
         f = 3 if self.gated else 2
         n_moe = self.moe_layer_count
@@ -387,6 +442,8 @@ class ModelSpec:
     def c_core_by_kind(self) -> dict[str, int]:
         """FLOPs per unit of each kind's attention sum (forward + backward, in the s²/2 convention):
         3 · (layers of the kind) · n · (d_qk + d_v). Kinds without layers are left out."""
+        if self.measured is not None:
+            return {kind: 3 * macs for kind, macs in self.measured.core_macs if macs}
         per_layer = 3 * self.core_macs_per_pair
         counts = {kind: self.layers_of_kind(kind) for kind in ATTENTION_KINDS}
         return {kind: per_layer * n for kind, n in counts.items() if n}
@@ -452,6 +509,8 @@ class ModelSpec:
             out["linear_attention"] = {k: getattr(la, k) for k in LinearAttention.__dataclass_fields__}
         if self.vision is not None:
             out["vision"] = self.vision.to_dict()
+        if self.measured is not None:
+            out["measured"] = self.measured.to_dict()
         return out
 
     @classmethod
@@ -466,6 +525,8 @@ class ModelSpec:
         )
         if values.get("vision") is not None:
             values["vision"] = VisionSpec.from_dict(values["vision"])
+        if values.get("measured") is not None:
+            values["measured"] = Measured.from_dict(values["measured"])
         return cls(**values)
 
 
@@ -497,7 +558,7 @@ def model_json_schema() -> dict[str, Any]:
     properties["layer_kinds"] = nullable(
         {"type": "array", "items": {"type": "string", "enum": list(LAYER_KINDS)}, **per_layer}
     )
-    for key in ("mla", "linear_attention", "vision"):
+    for key in ("mla", "linear_attention", "vision", "measured"):
         properties[key] = nullable({"type": "object"})
     required = [f.name for f in dataclasses.fields(ModelSpec) if f.default is dataclasses.MISSING]
     known = set(ModelSpec.__dataclass_fields__) - {"name", "not_counted"}
@@ -616,6 +677,7 @@ __all__ = [
     "FlopsBreakdown",
     "KindBreakdown",
     "LinearAttention",
+    "Measured",
     "ModelSpec",
     "flops",
     "flops_by_kind",

@@ -1,0 +1,206 @@
+"""The structural count (packscope.agent.hf_structure) against an independent check: the FLOPs torch
+itself counts (``FlopCounterMode``) in a real forward of each tiny model on the CPU, op by op and
+module by module, and, where a hand-written reader also reads a config, that reader's count."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from torch import nn  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
+
+from packscope.agent.hf_structure import spec_from_any_hf_dict, spec_from_structure  # noqa: E402
+from packscope.core.attention import LINEAR  # noqa: E402
+from packscope.core.hf_config import spec_from_hf_dict  # noqa: E402
+from packscope.core.hf_fields import HFConfigError  # noqa: E402
+from tests.agent.structural_configs import STRUCTURAL  # noqa: E402
+from tests.core.tiny_configs import TINY  # noqa: E402
+
+warnings.filterwarnings("ignore", module="transformers")
+LENGTHS = (16, 32)  # two lengths: per-token work is the difference, free of any per-sequence constant
+ROUTERS = ("gate", "router", "shared_expert_gate")
+
+
+def cpu_model(cfg: dict) -> nn.Module:
+    cfg = dict(cfg)
+    config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+    config._attn_implementation = "eager"  # QKᵀ and P·V as matmuls over every (query, key) pair
+    config._experts_implementation = "eager"  # one F.linear per expert: ops torch's counter sees
+    torch.manual_seed(0)
+    return AutoModelForCausalLM.from_config(config).eval()
+
+
+def counted_forward(model: nn.Module, length: int) -> dict[str, dict[str, int]]:
+    """FLOPs per module name (the class prefix dropped) and op of one forward on ``length`` tokens."""
+    ids = torch.randint(0, model.config.vocab_size, (1, length))
+    with FlopCounterMode(display=False) as counter:  # with grad: the counter's module tracker needs it
+        model(input_ids=ids, use_cache=False)
+    out = {}
+    for name, ops in counter.get_flop_counts().items():
+        key = name.split(".", 1)[1] if "." in name else ""
+        out[key] = {str(op): int(n) for op, n in ops.items()}
+    return out
+
+
+def _component(name: str, model: nn.Module) -> str | None:
+    """The C_lin component of a GEMM module, by where it sits (a router: None)."""
+    parts = name.split(".")
+    if name == "lm_head":
+        return "logits"
+    if "layers" not in parts:
+        return None
+    leaf = parts[-1]
+    if leaf in ROUTERS:
+        return None
+    if any(p in ("self_attn", "attention") for p in parts):
+        return "attention"
+    if any(p in ("linear_attn", "conv", "mamba") for p in parts):
+        return "linear_attention"
+    if "experts" in parts:
+        return "moe_routed"
+    if any(p.startswith("shared") for p in parts):
+        return "moe_shared"
+    return "dense_mlp"
+
+
+def oracle_gemm_macs(model: nn.Module) -> dict[str, float]:
+    """Multiply-adds per token of each component, from the ops torch counted in GEMM modules
+    (nn.Linear, nn.Conv1d, fused expert blocks) over two lengths."""
+    modules = dict(model.named_modules())
+    runs = [counted_forward(model, n) for n in LENGTHS]
+    totals: dict[str, float] = {}
+    for name, module in modules.items():
+        gemm = isinstance(module, nn.Linear) or (
+            name.endswith("experts") and any(p.dim() == 3 for p in module.parameters(recurse=False))
+        )
+        component = _component(name, model) if gemm else None
+        if component is None:
+            continue
+        flops = [sum(run.get(name, {}).values()) for run in runs]
+        totals[component] = totals.get(component, 0) + (flops[1] - flops[0]) / (LENGTHS[1] - LENGTHS[0]) / 2
+    for name in modules:  # a mixer's causal convolution, called as a module or as F.conv1d on its weight
+        if name.split(".")[-1] in ("linear_attn", "conv", "mamba") and name.split(".")[-2].isdigit():
+            flops = [run.get(name, {}).get("aten.convolution", 0) for run in runs]
+            totals["linear_attention"] += (flops[1] - flops[0]) / (LENGTHS[1] - LENGTHS[0]) / 2
+    return {k: v for k, v in totals.items() if v}
+
+
+def oracle_core_widths(model: nn.Module) -> list[float]:
+    """n · (d_qk + d_v) of each attention layer: the eager QKᵀ and P·V matmuls (aten.bmm) over all
+    T² pairs, 2 FLOPs per multiply-add."""
+    length = LENGTHS[1]
+    run = counted_forward(model, length)
+    out = []
+    for name, _ in model.named_modules():
+        if name.endswith(("self_attn", "attention")) and name.split(".")[-2].isdigit():
+            out.append(run.get(name, {}).get("aten.bmm", 0) / (2 * length * length))
+    return out
+
+
+MEASURED = [name for name in STRUCTURAL if name != "deepseek_v32"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MEASURED)
+def test_structural_gemm_work_is_what_torch_counts_in_a_forward(name):
+    spec = spec_from_structure(STRUCTURAL[name])
+    ours = {k: v / 6 for k, v in spec.c_lin_by_component.items() if v and k != "linear_attention_state"}
+    oracle = oracle_gemm_macs(cpu_model(STRUCTURAL[name]))
+    assert set(ours) == set(oracle), (ours, oracle)
+    for key, value in oracle.items():
+        assert ours[key] == pytest.approx(value, rel=1e-3), key
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", MEASURED)
+def test_structural_attention_widths_are_the_eager_matmuls(name):
+    spec = spec_from_structure(STRUCTURAL[name])
+    widths = oracle_core_widths(cpu_model(STRUCTURAL[name]))
+    attention_layers = [kind for kind in spec.kinds if kind != LINEAR]
+    assert len(widths) == len(attention_layers)
+    per_kind: dict[str, float] = {}
+    for kind, width in zip(attention_layers, widths, strict=True):
+        per_kind[kind] = per_kind.get(kind, 0) + 3 * width
+    assert spec.c_core_by_kind == pytest.approx(per_kind, rel=1e-3)
+
+
+# Hand-written readers whose tiny config the structural count also reads: both agree to the integer.
+BOTH = [
+    name
+    for name in TINY
+    # not read by the structural count: a window without layer_types (Mistral, Mixtral, Qwen3-MoE,
+    # Qwen2-MoE's rule), GPT-2's Conv1D layers, Llama 4's chunks, the wrappers' towers
+    if TINY[name]["model_type"]
+    not in ("mistral", "mixtral", "qwen3_moe", "gpt2", "llama4_text", "qwen2_moe", "gemma3", "llama4", "qwen2_5_vl")
+]
+
+
+@pytest.mark.parametrize("name", BOTH)
+def test_the_hand_written_and_the_structural_counts_agree_to_the_integer(name):
+    cfg = {**TINY[name], "pad_token_id": None, "bos_token_id": None, "eos_token_id": None}
+    hand = spec_from_hf_dict(cfg)
+    structural = spec_from_structure(cfg)
+    assert structural.c_lin_by_component == hand.c_lin_by_component
+    assert structural.c_core_by_kind == hand.c_core_by_kind
+    assert structural.kinds == hand.kinds
+    assert (structural.window, structural.chunk) == (hand.window, hand.chunk)
+
+
+def test_a_deepseek_v32_field_under_deepseek_v3_is_refused_by_name():
+    cfg = {**TINY["deepseek_v3"], "index_topk": 2048}
+    with pytest.raises(HFConfigError, match="'index_topk'"):
+        spec_from_any_hf_dict(cfg)
+    with pytest.raises(HFConfigError, match="'index_topk'"):
+        spec_from_hf_dict(cfg)  # without transformers too
+
+
+def test_a_gemma4_field_under_gemma3_text_is_refused_by_name():
+    cfg = {**TINY["gemma3_text"], "num_kv_shared_layers": 2}
+    with pytest.raises(HFConfigError, match="'num_kv_shared_layers'"):
+        spec_from_any_hf_dict(cfg)
+    with pytest.raises(HFConfigError, match="'num_kv_shared_layers'"):
+        spec_from_hf_dict(cfg)
+
+
+def test_a_key_the_config_class_does_not_define_is_refused_by_name():
+    cfg = {**STRUCTURAL["olmo2"], "moe_every_other_layer": True}
+    with pytest.raises(HFConfigError, match="'moe_every_other_layer' is not a field of transformers' Olmo2Config"):
+        spec_from_structure(cfg)
+
+
+def test_a_model_type_transformers_does_not_know_is_refused_in_one_line():
+    with pytest.raises(HFConfigError, match=r"unknown model_type 'step3': transformers [\d.]+ has no config class"):
+        spec_from_structure({"model_type": "step3", "hidden_size": 8})
+
+
+def test_a_layer_kind_that_cannot_be_priced_is_refused_naming_it():
+    with pytest.raises(HFConfigError, match="cross-attention"):
+        spec_from_structure({"model_type": "mllama"})
+
+
+def test_deepseek_v32_counts_its_top_k_as_a_window_and_its_indexer_as_full_pairs():
+    spec = spec_from_structure(STRUCTURAL["deepseek_v32"])
+    cfg = STRUCTURAL["deepseek_v32"]
+    assert spec.window == cfg["index_topk"]
+    assert set(spec.kinds) == {"sliding"}
+    heads = cfg["num_attention_heads"]
+    width = heads * (cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"] + cfg["v_head_dim"])
+    assert spec.c_core_by_kind == {
+        "sliding": 3 * 2 * width,
+        "full": 3 * 2 * 2 * cfg["index_n_heads"] * cfg["index_head_dim"],
+    }
+
+
+def test_a_measured_model_survives_the_wire_dict():
+    from packscope.core.flops import ModelSpec
+
+    spec = spec_from_structure(STRUCTURAL["qwen3_5_moe_text"])
+    back = ModelSpec.from_dict(spec.to_dict())
+    assert back.c_lin_by_component == spec.c_lin_by_component
+    assert back.c_core_by_kind == spec.c_core_by_kind
