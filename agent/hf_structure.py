@@ -441,7 +441,7 @@ def spec_from_structure(cfg: Mapping[str, Any], tp: int = 1) -> ModelSpec:
 def spec_from_any_hf_dict(cfg: Mapping[str, Any], tp: int = 1) -> ModelSpec:
     """The hand-written reader where there is one, after transformers' key check (a key the config
     class does not define is refused by name); else the count from the model's structure."""
-    from packscope.core.hf_config import spec_from_hf_dict
+    from packscope.core.hf_config import KNOWN, spec_from_hf_dict
     from packscope.core.hf_fields import UnknownModelType
 
     if not isinstance(cfg, Mapping):
@@ -451,7 +451,7 @@ def spec_from_any_hf_dict(cfg: Mapping[str, Any], tp: int = 1) -> ModelSpec:
         known_to_transformers = isinstance(mt, str) and config_class(mt) is not None
     except HFConfigError:
         known_to_transformers = False
-    if known_to_transformers:
+    if known_to_transformers and mt in KNOWN:  # the structural count checks after its build (what it read)
         check_keys(cfg, mt)
     try:
         return spec_from_hf_dict(cfg, tp=tp)

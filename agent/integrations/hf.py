@@ -2,7 +2,7 @@
 
     trainer = SFTTrainer(..., callbacks=[PackscopeCallback(server="http://packscope:8000", run_name="sft")])
 
-* The FLOPs model comes from ``model.config`` (``spec_from_hf_config``), unless ``model=`` gives one.
+* The FLOPs model comes from ``model.config`` (``spec_from_any_hf_config``: the hand-written reader, else the model's structure), unless ``model=`` gives one.
 * One agent step per optimizer step: ``on_step_begin`` / ``on_step_end`` (gradient accumulation
   included). Intervals default to the Trainer's ``logging_steps``.
 * Every training micro-batch is seen by a forward hook on the model, which keeps the keyword
@@ -55,7 +55,7 @@ from packscope.agent.integrations.batches import (
 )
 from packscope.agent.integrations.losses import TokenWeightedLoss
 from packscope.core.flops import ModelSpec
-from packscope.core.hf_config import spec_from_hf_config
+from packscope.agent.hf_structure import spec_from_any_hf_config
 
 log = logging.getLogger("packscope.agent")
 Forward = tuple[tuple, dict, Any]  # one training forward: (args, kwargs, its loss detached or None)
@@ -100,7 +100,7 @@ class PackscopeCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         if model is None:
             raise ValueError("PackscopeCallback: the Trainer passed no model to on_train_begin")
-        spec = self.model_spec or spec_from_hf_config(model.config, tp=self.tp)
+        spec = self.model_spec or spec_from_any_hf_config(model.config, tp=self.tp)
         settings = dict(self.agent_config)
         settings.setdefault("log_every", max(1, int(state.logging_steps or 10)))
         settings.setdefault("start_step", state.global_step)

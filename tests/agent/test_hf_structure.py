@@ -204,3 +204,59 @@ def test_a_measured_model_survives_the_wire_dict():
     back = ModelSpec.from_dict(spec.to_dict())
     assert back.c_lin_by_component == spec.c_lin_by_component
     assert back.c_core_by_kind == spec.c_core_by_kind
+
+
+def test_the_cli_reads_a_type_without_a_hand_written_reader_through_its_structure(tmp_path):
+    """A DeepSeek-V3 config relabelled deepseek_v2 (no hand-written reader): the CLI's reader goes to
+    the structure, which refuses the V3 field DeepseekV2Config lacks, by name; the core alone says
+    it has no reader."""
+    import json
+    from pathlib import Path
+
+    from packscope.commands.flops import read_model
+
+    published = Path(__file__).resolve().parents[1] / "fixtures" / "hf" / "published" / "deepseek_v3.json"
+    cfg = {**json.loads(published.read_text()), "model_type": "deepseek_v2"}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    with pytest.raises(HFConfigError, match="'aux_loss_alpha' is not a field of transformers' DeepseekV2Config"):
+        read_model(str(path), tp=1)
+    with pytest.raises(HFConfigError, match="DeepSeek-V2's MoE layer rule is not read yet"):
+        spec_from_hf_dict(cfg)
+    path.write_text(json.dumps(STRUCTURAL["olmo3"]))
+    assert read_model(str(path), tp=1) == spec_from_structure(STRUCTURAL["olmo3"])
+
+
+def test_without_transformers_a_type_with_no_hand_written_reader_says_to_install_it(tmp_path, monkeypatch):
+    import json
+    import sys
+
+    from packscope.commands.flops import read_model
+
+    monkeypatch.setitem(sys.modules, "packscope.agent.hf_structure", None)  # as if torch were missing
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(STRUCTURAL["olmo2"]))
+    with pytest.raises(HFConfigError, match=r"unknown model_type 'olmo2'.*install transformers and torch"):
+        read_model(str(path), tp=1)
+
+
+def test_an_over_deep_json_file_and_an_empty_vision_config_are_one_line_errors(tmp_path):
+    import json
+
+    from packscope.commands.flops import read_model
+
+    path = tmp_path / "config.json"
+    path.write_text('{"a":' * 100_000 + "1" + "}" * 100_000)
+    with pytest.raises(HFConfigError, match="nests too deeply"):
+        read_model(str(path), tp=1)
+    path.write_text(json.dumps({**TINY["gemma3"], "vision_config": {}}))
+    with pytest.raises(HFConfigError, match="'vision_config' is empty"):
+        read_model(str(path), tp=1)
+
+
+def test_the_hf_callback_reads_a_model_without_a_hand_written_reader():
+    from packscope.agent.hf_structure import spec_from_any_hf_config
+
+    cfg = dict(STRUCTURAL["glm4_moe"])
+    config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+    assert spec_from_any_hf_config(config) == spec_from_structure(STRUCTURAL["glm4_moe"])
