@@ -375,9 +375,23 @@ def _build(config: Any) -> tuple[Any, frozenset[str]]:
             model = AutoModelForCausalLM.from_config(config)
     except ValueError as exc:
         raise HFConfigError(f"{config.model_type}: transformers builds no causal LM from it ({exc})") from None
+    except (TypeError, AttributeError, RuntimeError, AssertionError, IndexError, KeyError) as exc:
+        raise HFConfigError(
+            f"{config.model_type}: transformers could not build the model from this config "
+            f"({type(exc).__name__}: {exc}); check its sizes against the checkpoint's config.json"
+        ) from None
     finally:
         cls.__getattribute__ = original  # type: ignore[method-assign]
     return model, frozenset(read)
+
+
+def _head_dim(model: Any, text: Any) -> int | None:
+    """The head width shown with the model (the count itself is in ``measured``)."""
+    for layer in _decoder_layers(model):
+        attn = next((getattr(layer, n) for n in ATTENTION_PARTS if hasattr(layer, n)), None)
+        if attn is not None and isinstance(getattr(attn, "head_dim", None), int):
+            return int(attn.head_dim)
+    return _int_attr(text, "head_dim")
 
 
 def _int_attr(text: Any, key: str) -> int | None:
@@ -423,7 +437,7 @@ def spec_from_structure(cfg: Mapping[str, Any], tp: int = 1) -> ModelSpec:
             heads=heads,
             ffn=_int_attr(text, "intermediate_size") or 4 * hidden,
             vocab=vocab,
-            head_dim=_int_attr(text, "head_dim") if hidden % heads else None,
+            head_dim=_head_dim(model, text) if hidden % heads else None,
             layer_kinds=tuple(kinds),
             window=window,
             chunk=chunk,
