@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import inspect
 import logging
 import re
@@ -155,29 +156,47 @@ def _notice_missing_sizes(cfg: Mapping[str, Any], text: Any, where: str) -> None
 # -- module shapes --------------------------------------------------------------------------------
 
 
-def _gemm_macs(module: Any) -> int:
-    """Multiply-adds per token of every nn.Linear under ``module`` and of every causal (depthwise)
-    nn.Conv1d: one output per channel and token, its weight's size."""
+TRAINED, FORWARD_ONLY = 6, 2  # FLOPs per multiply-add: forward and backward, or forward alone
+
+
+@functools.cache
+def _runs_without_grad(cls: type[Any]) -> bool:
+    """True when a module class's forward runs under ``torch.no_grad`` (DeepSeek-V3.2's indexer in
+    transformers): its GEMMs have no backward, 2 FLOPs per multiply-add."""
+    try:
+        source = inspect.getsource(cls.forward)
+    except (OSError, TypeError):
+        return False
+    head = source[: source.index("def forward")] if "def forward" in source else ""
+    return "no_grad" in head
+
+
+def _gemm_flops(module: Any, per_mac: int = TRAINED) -> int:
+    """FLOPs per token of every nn.Linear under ``module`` and of every causal (depthwise) nn.Conv1d
+    (one output per channel and token: its weight's size), 6 per multiply-add, 2 under a module
+    whose forward runs without grad."""
     from torch import nn
 
-    total = 0
-    for sub in module.modules():
-        if isinstance(sub, nn.Linear):
-            total += sub.in_features * sub.out_features
-        elif isinstance(sub, nn.Conv1d):
-            total += sub.weight.numel()
-    return total
+    if _runs_without_grad(type(module)):
+        per_mac = FORWARD_ONLY
+    if isinstance(module, nn.Linear):
+        own = module.in_features * module.out_features
+    elif isinstance(module, nn.Conv1d):
+        own = module.weight.numel()
+    else:
+        own = 0
+    return own * per_mac + sum(_gemm_flops(child, per_mac) for child in module.children())
 
 
-def _expert_macs(experts: Any) -> int:
-    """Multiply-adds of one routed expert: fused 3-D weights (one slice each), or the first expert
+def _expert_flops(experts: Any) -> int:
+    """FLOPs per token of one routed expert: fused 3-D weights (one slice each), or the first expert
     of a module list."""
     weights = [p for p in experts.parameters(recurse=False) if p.dim() == 3]
     if weights:
-        return sum(p[0].numel() for p in weights)
+        return TRAINED * sum(p[0].numel() for p in weights)
     children = list(experts.children())
     if children:
-        return _gemm_macs(children[0])
+        return _gemm_flops(children[0])
     raise HFConfigError(f"{type(experts).__name__}: no expert weights to count")
 
 
@@ -194,34 +213,35 @@ def _topk(text: Any) -> int:
 def _mlp_parts(mlp: Any, text: Any) -> dict[str, int]:
     experts = getattr(mlp, "experts", None)
     if experts is None:
-        return {"dense_mlp": _gemm_macs(mlp)}
-    parts = {"moe_routed": _topk(text) * _expert_macs(experts), "moe_shared": 0}
+        return {"dense_mlp": _gemm_flops(mlp)}
+    parts = {"moe_routed": _topk(text) * _expert_flops(experts), "moe_shared": 0}
     for name, child in mlp.named_children():
         if name == "experts" or name in ROUTERS:
             continue
         if name.startswith("shared"):
-            parts["moe_shared"] += _gemm_macs(child)
-        elif _gemm_macs(child):
+            parts["moe_shared"] += _gemm_flops(child)
+        elif _gemm_flops(child):
             raise HFConfigError(
                 f"{text.model_type}: the MoE block's part {name!r} holds GEMMs packscope does not place"
             )
     return parts
 
 
-def _state_macs(mixer: Any) -> int:
-    """Per-token work of a linear mixer that no module shape holds: the delta-rule state update of a
-    gated delta net, 4 · value heads · d_v² multiply-adds (Megatron-LM's convention, as the
+def _state_flops(mixer: Any) -> int:
+    """Per-token FLOPs of a linear mixer that no module shape holds: the delta-rule state update of
+    a gated delta net, 4 · value heads · d_v² multiply-adds (Megatron-LM's convention, as the
     hand-written Qwen3-Next count); a short convolution has none beyond its conv."""
     name = type(mixer).__name__
     if "GatedDeltaNet" in name:
-        return 4 * mixer.num_v_heads * mixer.head_v_dim**2
+        return TRAINED * 4 * mixer.num_v_heads * mixer.head_v_dim**2
     if "ShortConv" in name:
         return 0
     raise HFConfigError(f"layer kind {name} (a recurrent / state-space mixer) cannot be priced by packscope yet")
 
 
-def _core_width(attn: Any, text: Any) -> int:
-    """n · (d_qk + d_v) of one attention module, from its shapes."""
+def _core_flops(attn: Any, text: Any) -> int:
+    """FLOPs per unit of s² of one attention module: 3 · n · (d_qk + d_v) (QKᵀ and P·V over
+    about s²/2 pairs, forward and backward), widths from its shapes."""
     v = getattr(attn, "v_head_dim", None) or attn.head_dim
     qk = getattr(attn, "qk_head_dim", None) or attn.head_dim
     out = getattr(attn, "o_proj", None) or getattr(attn, "out_proj", None) or getattr(attn, "dense", None)
@@ -230,13 +250,16 @@ def _core_width(attn: Any, text: Any) -> int:
             f"{text.model_type}: the attention {type(attn).__name__} has no output projection to size it"
         )
     heads = out.in_features // v
-    return heads * (qk + v)
+    return 3 * heads * (qk + v)
 
 
-def _indexer_width(attn: Any, text: Any) -> int:
-    """DeepSeek-V3.2's lightning indexer: n_index · d_index multiply-adds per (query, key) pair it
-    scores (QKᵀ only); doubled to the ``core_macs`` convention."""
-    return 2 * text.index_n_heads * text.index_head_dim
+def _indexer_flops(indexer: Any) -> int:
+    """FLOPs per unit of s² of DeepSeek-V3.2's lightning indexer, which scores every causal (query,
+    key) pair: n_index · d_index multiply-adds for q·k and n_index for the head weights, per pair;
+    forward only where transformers runs it without grad."""
+    macs = indexer.n_heads * (indexer.head_dim + 1)
+    per_mac = FORWARD_ONLY if _runs_without_grad(type(indexer)) else TRAINED
+    return per_mac * macs // 2
 
 
 def _layer_kind(text: Any, i: int, has_attention: bool) -> str:
@@ -284,19 +307,19 @@ def _layer_parts(layer: Any, text: Any) -> tuple[dict[str, int], Any, Any]:
     mixer = next((children[n] for n in MIXER_PARTS if n in children), None)
     mlp = next((children[n] for n in MLP_PARTS if n in children), None)
     if attn is not None:
-        parts["attention"] += _gemm_macs(attn)
+        parts["attention"] += _gemm_flops(attn)
     if mixer is not None:
-        parts["linear_attention"] += _gemm_macs(mixer)
-        parts["linear_attention_state"] += _state_macs(mixer)
+        parts["linear_attention"] += _gemm_flops(mixer)
+        parts["linear_attention_state"] += _state_flops(mixer)
     mlp_parts = _mlp_parts(mlp, text) if mlp is not None else {}
     for key, value in mlp_parts.items():
         parts[key] += value
     placed = {id(m) for m in (attn, mixer, mlp) if m is not None}
     for name, child in children.items():
-        if id(child) in placed or not _gemm_macs(child):
+        if id(child) in placed or not _gemm_flops(child):
             continue
         if name in SHARED_PARTS and "moe_routed" in mlp_parts:
-            parts["moe_shared"] += _gemm_macs(child)
+            parts["moe_shared"] += _gemm_flops(child)
         else:
             raise HFConfigError(
                 f"{text.model_type}: layer part {name!r} ({type(child).__name__}) holds GEMMs packscope does not "
@@ -318,11 +341,11 @@ def measure(model: Any, text: Any) -> tuple[Measured, list[str], int | None, int
         kind = _layer_kind(text, i, attn is not None)
         kinds.append(kind)
         if attn is not None:
-            core[kind] += _core_width(attn, text)
+            core[kind] += _core_flops(attn, text)
             if getattr(attn, "indexer", None) is not None:
-                core[FULL] += _indexer_width(attn, text)
+                core[FULL] += _indexer_flops(attn.indexer)
     head = model.get_output_embeddings()
-    gemm["logits"] += head.in_features * head.out_features
+    gemm["logits"] += TRAINED * head.in_features * head.out_features
     mtp = _mtp_depth(text)
     if mtp:
         _add_mtp(model, text, mtp, gemm, core, kinds)
@@ -330,10 +353,7 @@ def measure(model: Any, text: Any) -> tuple[Measured, list[str], int | None, int
     if SLIDING in kinds and window is None:
         window = text.index_topk
     chunk = text.attention_chunk_size if CHUNKED in kinds else None
-    measured = Measured(
-        gemm_macs=tuple((k, gemm[k]) for k in COMPONENTS if gemm.get(k)),
-        core_macs=tuple(core.items()),
-    )
+    measured = Measured(c_lin=tuple((k, gemm[k]) for k in COMPONENTS if gemm.get(k)), c_core=tuple(core.items()))
     return measured, kinds, window, chunk
 
 
@@ -347,13 +367,13 @@ def _add_mtp(model: Any, text: Any, depth: int, gemm: dict[str, int], core: dict
         mtp = MtpModel(model, depth)
     for layer in mtp.layers:
         h = layer.eh_proj.out_features
-        gemm["mtp"] += layer.eh_proj.in_features * layer.eh_proj.out_features + 3 * h
+        gemm["mtp"] += TRAINED * (layer.eh_proj.in_features * layer.eh_proj.out_features + 3 * h)
         parts, attn, _ = _layer_parts(layer.mtp_block, text)
         for key, value in parts.items():
             gemm[key] += value
         if attn is not None:
-            core[kinds[-1]] += _core_width(attn, text)
-        gemm["logits"] += mtp.shared_head.in_features * mtp.shared_head.out_features
+            core[kinds[-1]] += _core_flops(attn, text)
+        gemm["logits"] += TRAINED * mtp.shared_head.in_features * mtp.shared_head.out_features
 
 
 def _build(config: Any) -> tuple[Any, frozenset[str]]:

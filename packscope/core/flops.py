@@ -185,46 +185,45 @@ class LinearAttention:
         return 4 * self.num_value_heads * self.value_head_dim**2
 
 
-# Multiply-adds may exceed the size bound of a width (a trillion-parameter model's per-token work).
-MAX_MACS = 2**62
+# A measured coefficient may exceed the size bound of a width (a trillion-parameter model's per-token work).
+MAX_COEFFICIENT = 2**62
 
 
-def _macs_pairs(key: str, value: Any, known: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
-    """A {name: multiply-adds} object (or pairs) as sorted pairs, each name one of ``known``."""
-    items = value.items() if isinstance(value, Mapping) else value
-    if not isinstance(items, (list, tuple)) and not isinstance(value, Mapping):
-        raise ValueError(f"model field {key!r} must be an object of {{name: multiply-adds}}, got {value!r}")
+def _coefficients(key: str, value: Any, known: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
+    """A {name: FLOPs} object (or its pairs) as pairs in ``known``'s order, each name one of ``known``."""
+    items = list(value.items()) if isinstance(value, Mapping) else value
+    if not isinstance(items, (list, tuple)):
+        raise ValueError(f"model field {key!r} must be an object of {{name: FLOPs}}, got {value!r}")
     pairs = {}
     for item in items:
         if not isinstance(item, (list, tuple)) or len(item) != 2:
-            raise ValueError(f"model field {key!r} must be an object of {{name: multiply-adds}}, got {value!r}")
-        name, macs = item
+            raise ValueError(f"model field {key!r} must be an object of {{name: FLOPs}}, got {value!r}")
+        name, flops = item
         if name not in known:
             raise ValueError(f"model field {key!r} names {name!r}; known: {', '.join(known)}")
-        if isinstance(macs, bool) or not isinstance(macs, int) or not 0 <= macs <= MAX_MACS:
-            raise ValueError(f"model field {key}.{name} must be an integer from 0 to {MAX_MACS}, got {macs!r}")
-        pairs[name] = macs
+        if isinstance(flops, bool) or not isinstance(flops, int) or not 0 <= flops <= MAX_COEFFICIENT:
+            raise ValueError(f"model field {key}.{name} must be an integer from 0 to {MAX_COEFFICIENT}, got {flops!r}")
+        pairs[name] = flops
     return tuple((name, pairs[name]) for name in known if name in pairs)
 
 
 @dataclass(frozen=True)
 class Measured:
-    """The work read off a model's own modules (the structural count, ``packscope.agent.hf_structure``)
-    for a model no hand-written formula describes. ``gemm_macs``: multiply-adds per token of each
-    C_lin component (COMPONENTS), all layers together; ``core_macs``: per attention kind, the sum
-    over that kind's layers of n·(d_qk + d_v), twice the multiply-adds of one (query, key) pair
-    (so ``c_core_by_kind`` = 3 · it, as ``core_macs_per_pair`` gives for a uniform model). When set,
-    these replace the formula's C_lin and C_core; the plain fields stay for display."""
+    """The coefficients read off a model's own modules (the structural count,
+    ``packscope.agent.hf_structure``) for a model no hand-written formula describes: ``c_lin`` the
+    FLOPs per token of each C_lin component (COMPONENTS) and ``c_core`` the FLOPs per unit of each
+    attention kind's sum, both forward and backward as the model runs them. When set they replace
+    the formula's ``c_lin_by_component`` and ``c_core_by_kind``; the plain fields stay for display."""
 
-    gemm_macs: tuple[tuple[str, int], ...]
-    core_macs: tuple[tuple[str, int], ...] = ()
+    c_lin: tuple[tuple[str, int], ...]
+    c_core: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "gemm_macs", _macs_pairs("measured.gemm_macs", self.gemm_macs, COMPONENTS))
-        object.__setattr__(self, "core_macs", _macs_pairs("measured.core_macs", self.core_macs, ATTENTION_KINDS))
+        object.__setattr__(self, "c_lin", _coefficients("measured.c_lin", self.c_lin, COMPONENTS))
+        object.__setattr__(self, "c_core", _coefficients("measured.c_core", self.c_core, ATTENTION_KINDS))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"gemm_macs": dict(self.gemm_macs), "core_macs": dict(self.core_macs)}
+        return {"c_lin": dict(self.c_lin), "c_core": dict(self.c_core)}
 
     @classmethod
     def from_dict(cls, data: Any) -> Measured:
@@ -402,8 +401,8 @@ class ModelSpec:
         projection (2h → h) plus Megatron's 3h for the two norms and the final norm. A measured
         model (``measured``) gives its own per-component work."""
         if self.measured is not None:
-            measured = dict(self.measured.gemm_macs)
-            return {key: 6 * measured.get(key, 0) for key in COMPONENTS}
+            measured = dict(self.measured.c_lin)
+            return {key: measured.get(key, 0) for key in COMPONENTS}
         h = self.hidden
         f = 3 if self.gated else 2
         n_moe = self.moe_layer_count
@@ -443,7 +442,7 @@ class ModelSpec:
         """FLOPs per unit of each kind's attention sum (forward + backward, in the s²/2 convention):
         3 · (layers of the kind) · n · (d_qk + d_v). Kinds without layers are left out."""
         if self.measured is not None:
-            return {kind: 3 * macs for kind, macs in self.measured.core_macs if macs}
+            return {kind: flops for kind, flops in self.measured.c_core if flops}
         per_layer = 3 * self.core_macs_per_pair
         counts = {kind: self.layers_of_kind(kind) for kind in ATTENTION_KINDS}
         return {kind: per_layer * n for kind, n in counts.items() if n}
@@ -670,6 +669,7 @@ def packs_breakdown_by_kind(model: ModelSpec, packs: list[list[int]], pack_lengt
 
 __all__ = [
     "COMPONENTS",
+    "MAX_COEFFICIENT",
     "MAX_MODEL_SIZE",
     "MLA",
     "TRIAD",

@@ -90,6 +90,8 @@ STRUCTURAL: dict[str, dict[str, Any]] = {
         "index_n_heads": 2,
         "index_head_dim": 8,
         "index_topk": 6,
+        "n_group": 1,
+        "topk_group": 1,
     },
     "minimax_m2": {
         "model_type": "minimax_m2",

@@ -130,6 +130,58 @@ def test_structural_attention_widths_are_the_eager_matmuls(name):
     assert spec.c_core_by_kind == pytest.approx(per_kind, rel=1e-3)
 
 
+def pairs_in_forward(model: nn.Module, docs: list[int], monkeypatch) -> dict[int, int]:
+    """(query, key) pairs each layer's eager attention let through, from the mask it received (the
+    top-k of DeepSeek-V3.2 folded in), on one packed row of ``docs`` (positions restart per document)."""
+    import sys
+
+    calls: dict[int, int] = {}
+    for module in model.modules():
+        home = sys.modules[type(module).__module__]
+        original = getattr(home, "eager_attention_forward", None)
+        if original is None or getattr(original, "counting", False):
+            continue
+
+        def counting(module, query, key, value, attention_mask, *args, _original=original, **kwargs):
+            mask = attention_mask[0, 0, : query.shape[-2], : key.shape[-2]]
+            allowed = mask if mask.dtype == torch.bool else mask == 0
+            assert module.layer_idx not in calls, "a layer attended twice"
+            calls[module.layer_idx] = int(allowed.sum())
+            return _original(module, query, key, value, attention_mask, *args, **kwargs)
+
+        counting.counting = True
+        monkeypatch.setattr(home, "eager_attention_forward", counting)
+    length = sum(docs)
+    positions = torch.cat([torch.arange(n) for n in docs]).unsqueeze(0)
+    ids = torch.randint(0, model.config.vocab_size, (1, length))
+    with torch.no_grad():
+        model(input_ids=ids, position_ids=positions, use_cache=False)
+    return calls
+
+
+KINDS_CHECKED = ["olmo3", "cohere2", "exaone4", "smollm3", "lfm2", "qwen3_5_text", "deepseek_v32", "glm4_moe"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("docs", [[3, 9, 4], [1, 13], [16]], ids=str)
+@pytest.mark.parametrize("name", KINDS_CHECKED)
+def test_each_layer_attends_the_pairs_of_its_kind(name, docs, monkeypatch):
+    """2 · pairs = the kind's sum + the diagonal (docs/flops.md, "Exact pairs"), layer by layer:
+    the layer kinds (and DeepSeek-V3.2's top-k as a window) are those the masks really apply."""
+    from packscope.core.attention import ATTENTION_SUMS, SLIDING, attention_sums
+
+    spec = spec_from_structure(STRUCTURAL[name])
+    pairs = pairs_in_forward(cpu_model(STRUCTURAL[name]), docs, monkeypatch)
+    sums = attention_sums([docs], window=spec.window, chunk=spec.chunk)
+    for layer, kind in enumerate(spec.kinds):
+        if kind == LINEAR:
+            assert layer not in pairs
+            continue
+        diagonal = sum(min(s, spec.window) for s in docs) if kind == SLIDING else sum(docs)
+        assert 2 * pairs[layer] == sums[ATTENTION_SUMS[kind].thd] + diagonal, layer
+    assert sorted(pairs) == [i for i, k in enumerate(spec.kinds) if k != LINEAR]
+
+
 # Hand-written readers whose tiny config the structural count also reads: both agree to the integer.
 BOTH = [
     name
@@ -185,16 +237,32 @@ def test_a_layer_kind_that_cannot_be_priced_is_refused_naming_it():
 
 
 def test_deepseek_v32_counts_its_top_k_as_a_window_and_its_indexer_as_full_pairs():
-    spec = spec_from_structure(STRUCTURAL["deepseek_v32"])
+    """The top-k keys of each query are the pairs of a window of index_topk; the indexer scores every
+    causal pair (q·k per index head, then the head weights), forward only (transformers runs it
+    without grad), so its projections cost 2 FLOPs per multiply-add."""
     cfg = STRUCTURAL["deepseek_v32"]
+    spec = spec_from_structure(cfg)
     assert spec.window == cfg["index_topk"]
     assert set(spec.kinds) == {"sliding"}
-    heads = cfg["num_attention_heads"]
+    heads, layers = cfg["num_attention_heads"], cfg["num_hidden_layers"]
     width = heads * (cfg["qk_nope_head_dim"] + cfg["qk_rope_head_dim"] + cfg["v_head_dim"])
-    assert spec.c_core_by_kind == {
-        "sliding": 3 * 2 * width,
-        "full": 3 * 2 * 2 * cfg["index_n_heads"] * cfg["index_head_dim"],
-    }
+    indexer = cfg["index_n_heads"] * (cfg["index_head_dim"] + 1)
+    assert spec.c_core_by_kind == {"sliding": 3 * width * layers, "full": indexer * layers}
+    model = cpu_model(cfg)
+    runs = [counted_forward(model, n) for n in LENGTHS]
+    indexer_macs = sum(
+        (
+            runs[1].get(f"model.layers.{i}.self_attn.indexer.{p}", {}).get("aten.mm", 0)
+            - runs[0].get(f"model.layers.{i}.self_attn.indexer.{p}", {}).get("aten.mm", 0)
+        )
+        / (LENGTHS[1] - LENGTHS[0])
+        / 2
+        for i in range(layers)
+        for p in ("wq_b", "wk", "weights_proj")
+    )
+    attention_macs = oracle_gemm_macs(model)["attention"]
+    expected = 6 * (attention_macs - indexer_macs) + 2 * indexer_macs
+    assert spec.c_lin_by_component["attention"] == pytest.approx(expected, rel=1e-3)
 
 
 def test_a_measured_model_survives_the_wire_dict():
