@@ -55,8 +55,7 @@ def _component(name: str, model: nn.Module) -> str | None:
         return "logits"
     if "layers" not in parts:
         return None
-    leaf = parts[-1]
-    if leaf in ROUTERS:
+    if any(p in ROUTERS for p in parts):  # the router, or a Linear inside it (Hunyuan's gate.wg)
         return None
     if any(p in ("self_attn", "attention") for p in parts):
         return "attention"
