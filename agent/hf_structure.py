@@ -70,7 +70,12 @@ MIXER_PARTS = ("linear_attn", "conv", "short_conv", "mamba", "mixer")
 MLP_PARTS = ("mlp", "feed_forward", "block_sparse_moe", "moe")
 SHARED_PARTS = ("shared_mlp", "shared_experts", "shared_expert")
 ROUTERS = ("gate", "router", "shared_expert_gate", "e_score_correction_bias")
-_HF_KINDS = {"full_attention": FULL, "sliding_attention": SLIDING, "chunked_attention": CHUNKED}
+_HF_KINDS = {
+    "full_attention": FULL,
+    "attention": FULL,  # Granite-4.0-H's name for its attention layers
+    "sliding_attention": SLIDING,
+    "chunked_attention": CHUNKED,
+}
 # Wrappers whose towers the structural count does not read yet: the decoder alone can be counted.
 _TOWERS = ("vision_config", "audio_config", "vision_tower", "audio_tower")
 # Model types whose layers hold work the count cannot price from the modules (one line each).
@@ -234,6 +239,12 @@ def _state_flops(mixer: Any) -> int:
     name = type(mixer).__name__
     if "GatedDeltaNet" in name:
         return TRAINED * 4 * mixer.num_v_heads * mixer.head_v_dim**2
+    if "DeltaAttention" in name:  # Kimi's KDA: the delta rule with a per-channel decay (elementwise)
+        return TRAINED * 4 * mixer.num_heads * mixer.head_dim**2
+    if hasattr(mixer, "ssm_state_size") and hasattr(mixer, "intermediate_size"):
+        # Mamba-2's selective scan: Megatron-LM's hybrid formula, 7 · d_inner · d_state forward
+        # FLOPs per token (mamba_layer_flops), times 3 for forward and backward (hybrid_flops)
+        return 3 * 7 * mixer.intermediate_size * mixer.ssm_state_size
     if "ShortConv" in name:
         return 0
     raise HFConfigError(f"layer kind {name} (a recurrent / state-space mixer) cannot be priced by packscope yet")
@@ -299,6 +310,11 @@ def _mtp_depth(text: Any) -> int:
     return 0
 
 
+def _is_linear_mixer(module: Any) -> bool:
+    name = type(module).__name__
+    return "DeltaAttention" in name or "GatedDeltaNet" in name
+
+
 def _layer_parts(layer: Any, text: Any) -> tuple[dict[str, int], Any, Any]:
     """(per-token multiply-adds by component, the attention module or None, the mixer or None)."""
     parts: dict[str, int] = defaultdict(int)
@@ -306,6 +322,8 @@ def _layer_parts(layer: Any, text: Any) -> tuple[dict[str, int], Any, Any]:
     attn = next((children[n] for n in ATTENTION_PARTS if n in children), None)
     mixer = next((children[n] for n in MIXER_PARTS if n in children), None)
     mlp = next((children[n] for n in MLP_PARTS if n in children), None)
+    if attn is not None and mixer is None and _is_linear_mixer(attn):  # Kimi-Linear's KDA sits in self_attn
+        attn, mixer = None, attn
     if attn is not None:
         parts["attention"] += _gemm_flops(attn)
     if mixer is not None:
@@ -435,7 +453,11 @@ def spec_from_structure(cfg: Mapping[str, Any], tp: int = 1) -> ModelSpec:
                 f"{mt} config.json: the tower in '{key}' is not counted from the structure yet; count the decoder "
                 "by giving its text_config alone (with the text model_type)"
             )
-    config = cls(**{k: v for k, v in cfg.items() if k != "model_type"})
+    try:
+        config = cls(**{k: v for k, v in cfg.items() if k != "model_type"})
+    except (ValueError, TypeError) as exc:  # transformers' own checks of the config (strict dataclasses)
+        reason = " ".join(str(exc).split())
+        raise HFConfigError(f"{mt} config.json: transformers' {cls.__name__} refuses it: {reason}") from None
     text = config.get_text_config()
     if text is not config:
         raise HFConfigError(f"{mt} config.json: a wrapper; give its text_config alone to count the decoder")

@@ -8,6 +8,7 @@ from typing import Any
 # Token ids inside the tiny vocabulary (the published ids are not).
 _IDS = {"pad_token_id": None, "bos_token_id": None, "eos_token_id": None}
 _ATTN = {"hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 96, **_IDS}
+_MAMBA = {"mamba_n_heads": 4, "mamba_d_head": 16, "mamba_d_state": 8, "mamba_n_groups": 1, "mamba_expand": 2}
 _MOE = {"n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16}
 
 STRUCTURAL: dict[str, dict[str, Any]] = {
@@ -193,5 +194,44 @@ STRUCTURAL: dict[str, dict[str, Any]] = {
         "num_experts_per_tok": 2,
         "moe_intermediate_size": 16,
         "num_dense_layers": 1,
+    },
+    "granitemoehybrid": {
+        "model_type": "granitemoehybrid",
+        **_ATTN,
+        "num_hidden_layers": 2,
+        "intermediate_size": 48,
+        "layer_types": ["mamba", "attention"],
+        **_MAMBA,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "shared_intermediate_size": 24,
+    },
+    "falcon_h1": {
+        "model_type": "falcon_h1",
+        **_ATTN,
+        "num_hidden_layers": 2,
+        "intermediate_size": 48,
+        "head_dim": 8,
+        **_MAMBA,
+        "mamba_d_ssm": 64,
+    },
+    "kimi_linear": {
+        "model_type": "kimi_linear",
+        **_ATTN,
+        "num_key_value_heads": 4,
+        "num_hidden_layers": 3,
+        "intermediate_size": 48,
+        "num_experts": 4,
+        "num_experts_per_token": 2,
+        "moe_intermediate_size": 16,
+        "num_shared_experts": 1,
+        "first_k_dense_replace": 1,
+        "kv_lora_rank": 8,
+        "qk_nope_head_dim": 8,
+        "qk_rope_head_dim": 4,
+        "v_head_dim": 8,
+        "linear_num_heads": 2,
+        "linear_head_dim": 8,
+        "linear_attn_config": {"full_attn_layers": [3], "kda_layers": [1, 2]},
     },
 }
