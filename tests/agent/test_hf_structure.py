@@ -363,3 +363,29 @@ def test_the_hf_callback_reads_a_model_without_a_hand_written_reader():
     cfg = dict(STRUCTURAL["glm4_moe"])
     config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
     assert spec_from_any_hf_config(config) == spec_from_structure(STRUCTURAL["glm4_moe"])
+
+
+def test_a_missing_core_size_takes_transformers_default_with_a_notice(caplog):
+    cfg = {k: v for k, v in STRUCTURAL["olmo2"].items() if k != "intermediate_size"}
+    with caplog.at_level("WARNING", logger="packscope.agent.hf_structure"):
+        spec = spec_from_structure(cfg)
+    notices = [r.getMessage() for r in caplog.records]
+    default = AutoConfig.for_model("olmo2").intermediate_size
+    assert notices == [
+        f"packscope FLOPs: config.json has no 'intermediate_size'; using transformers' default {default}"
+    ]
+    assert spec.c_lin_by_component["dense_mlp"] == 6 * 3 * 32 * default * 2
+
+
+def test_packscope_flops_counts_a_structural_model_and_exits_0(tmp_path, capsys):
+    import json
+
+    from packscope.commands.cli import main
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(STRUCTURAL["olmo3"]))
+    assert main(["flops", "--hf-config", str(path), "--pack", "3,9,4", "--pack-length", "16"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    spec = spec_from_structure(STRUCTURAL["olmo3"])
+    assert out["c_lin"] == spec.c_lin and out["c_core_by_kind"] == spec.c_core_by_kind
+    assert out["flops_thd"] == spec.triad_by_kind(16, 16, out["sums"])["thd"]
