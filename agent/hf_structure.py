@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import functools
 import inspect
 import logging
 import re
@@ -164,16 +163,20 @@ def _notice_missing_sizes(cfg: Mapping[str, Any], text: Any, where: str) -> None
 TRAINED, FORWARD_ONLY = 6, 2  # FLOPs per multiply-add: forward and backward, or forward alone
 
 
-@functools.cache
-def _runs_without_grad(cls: type[Any]) -> bool:
+_NO_GRAD: dict[Any, bool] = {}  # module class -> whether its forward runs without grad
+
+
+def _runs_without_grad(cls: Any) -> bool:
     """True when a module class's forward runs under ``torch.no_grad`` (DeepSeek-V3.2's indexer in
     transformers): its GEMMs have no backward, 2 FLOPs per multiply-add."""
-    try:
-        source = inspect.getsource(cls.forward)
-    except (OSError, TypeError):
-        return False
-    head = source[: source.index("def forward")] if "def forward" in source else ""
-    return "no_grad" in head
+    if cls not in _NO_GRAD:
+        try:
+            source = inspect.getsource(cls.forward)
+        except (OSError, TypeError):
+            source = ""
+        head = source[: source.index("def forward")] if "def forward" in source else ""
+        _NO_GRAD[cls] = "no_grad" in head
+    return _NO_GRAD[cls]
 
 
 def _gemm_flops(module: Any, per_mac: int = TRAINED) -> int:
@@ -382,7 +385,8 @@ def _add_mtp(model: Any, text: Any, depth: int, gemm: dict[str, int], core: dict
     from transformers.modeling_layers import MtpModel
 
     with torch.device("meta"):
-        mtp = MtpModel(model, depth)
+        mtp: Any = MtpModel(model, depth)
+    layer: Any
     for layer in mtp.layers:
         h = layer.eh_proj.out_features
         gemm["mtp"] += TRAINED * (layer.eh_proj.in_features * layer.eh_proj.out_features + 3 * h)
@@ -391,7 +395,8 @@ def _add_mtp(model: Any, text: Any, depth: int, gemm: dict[str, int], core: dict
             gemm[key] += value
         if attn is not None:
             core[kinds[-1]] += _core_flops(attn, text)
-        gemm["logits"] += TRAINED * mtp.shared_head.in_features * mtp.shared_head.out_features
+        head: Any = mtp.shared_head
+        gemm["logits"] += TRAINED * head.in_features * head.out_features
 
 
 def _build(config: Any) -> tuple[Any, frozenset[str]]:
@@ -400,14 +405,14 @@ def _build(config: Any) -> tuple[Any, frozenset[str]]:
     from transformers import AutoModelForCausalLM
 
     read: set[str] = set()
-    cls = type(config)
+    cls: Any = type(config)
     original = cls.__getattribute__
 
     def tracking(self: Any, name: str) -> Any:
         read.add(name)
         return original(self, name)
 
-    cls.__getattribute__ = tracking  # type: ignore[method-assign]
+    cls.__getattribute__ = tracking
     try:
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(config)
@@ -419,7 +424,7 @@ def _build(config: Any) -> tuple[Any, frozenset[str]]:
             f"({type(exc).__name__}: {exc}); check its sizes against the checkpoint's config.json"
         ) from None
     finally:
-        cls.__getattribute__ = original  # type: ignore[method-assign]
+        cls.__getattribute__ = original
     return model, frozenset(read)
 
 

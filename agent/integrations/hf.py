@@ -2,7 +2,8 @@
 
     trainer = SFTTrainer(..., callbacks=[PackscopeCallback(server="http://packscope:8000", run_name="sft")])
 
-* The FLOPs model comes from ``model.config`` (``spec_from_any_hf_config``: the hand-written reader, else the model's structure), unless ``model=`` gives one.
+* The FLOPs model comes from ``model.config`` (``spec_from_any_hf_config``: the hand-written reader,
+  else the model's own structure), unless ``model=`` gives one.
 * One agent step per optimizer step: ``on_step_begin`` / ``on_step_end`` (gradient accumulation
   included). Intervals default to the Trainer's ``logging_steps``.
 * Every training micro-batch is seen by a forward hook on the model, which keeps the keyword
@@ -46,6 +47,7 @@ from transformers import TrainerCallback
 
 from packscope.agent.agent import Agent
 from packscope.agent.config import AgentConfig
+from packscope.agent.hf_structure import spec_from_any_hf_config
 from packscope.agent.integrations.batches import (
     HEAVY_KEYS,
     PendingSteps,
@@ -55,7 +57,6 @@ from packscope.agent.integrations.batches import (
 )
 from packscope.agent.integrations.losses import TokenWeightedLoss
 from packscope.core.flops import ModelSpec
-from packscope.agent.hf_structure import spec_from_any_hf_config
 
 log = logging.getLogger("packscope.agent")
 Forward = tuple[tuple, dict, Any]  # one training forward: (args, kwargs, its loss detached or None)

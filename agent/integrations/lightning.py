@@ -37,10 +37,10 @@ except ImportError:  # the older package name
 
 from packscope.agent.agent import Agent
 from packscope.agent.config import AgentConfig
+from packscope.agent.hf_structure import spec_from_any_hf_config
 from packscope.agent.integrations.batches import HEAVY_KEYS, PendingSteps, image_kwargs, observe_kwargs
 from packscope.agent.integrations.losses import MeanLoss
 from packscope.core.flops import ModelSpec
-from packscope.agent.hf_structure import spec_from_any_hf_config
 
 
 def _default_form(batch: Any) -> dict[str, Any] | None:

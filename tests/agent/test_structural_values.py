@@ -13,9 +13,9 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from packscope.agent.hf_structure import spec_from_structure  # noqa: E402
-from packscope.core.flops import ModelSpec, packs_breakdown_by_kind  # noqa: E402
-from tests.core.test_worked_values import table_rows  # noqa: E402
+from packscope.agent.hf_structure import spec_from_structure
+from packscope.core.flops import ModelSpec, packs_breakdown_by_kind
+from tests.core.test_worked_values import table_rows
 
 ROOT = Path(__file__).parent.parent.parent
 DOC = (ROOT / "docs" / "flops.md").read_text()

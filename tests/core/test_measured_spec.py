@@ -20,7 +20,7 @@ def test_measured_coefficients_replace_the_formula():
     assert m.c_lin == 660
     assert m.c_core_by_kind == {"sliding": 30}
     b = packs_breakdown_by_kind(m, [[2, 5]], 8)
-    # By hand: T = 8 slots; window sums with W = 3: 2² + (2·5·3 − 9) = 25 (THD), 2·8·3 − 9 = 39 (BSHD).
+    # By hand: T = 8 slots; window sums with W = 3: 2² + (2·5·3 - 9) = 25 (THD), 2·8·3 - 9 = 39 (BSHD).
     assert (b.flops_thd, b.flops_bshd, b.flops_useful) == (8 * 660 + 25 * 30, 8 * 660 + 39 * 30, 7 * 660 + 25 * 30)
 
 
