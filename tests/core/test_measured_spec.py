@@ -53,3 +53,11 @@ def test_a_bad_measured_object_is_refused_by_name(measured, message):
     data = {**measured_model().to_dict(), "measured": measured}
     with pytest.raises(ValueError, match=message):
         ModelSpec.from_dict(data)
+
+
+def test_the_server_derives_a_measured_models_coefficients_from_its_stored_dict():
+    from packscope.core.catalogue import Coefficients
+
+    m = measured_model()
+    coefficients = Coefficients.for_run(m.to_dict(), {})
+    assert (coefficients.c_lin, coefficients.c_core, coefficients.c_window) == (660, 0, 30)
