@@ -349,6 +349,20 @@ def _layer_parts(layer: Any, text: Any) -> tuple[dict[str, int], Any, Any]:
     return parts, attn, mixer
 
 
+def _refuse_gemms_outside(model: Any, layers: list[Any], head: Any, text: Any) -> None:
+    """A GEMM outside the decoder layers and the head (Gemma 4's per-layer input projection, a
+    projector) is work the walk would drop: refuse it by name."""
+    from torch import nn
+
+    placed = {id(m) for layer in layers for m in layer.modules()} | {id(head)}
+    for name, module in model.named_modules():
+        if isinstance(module, (nn.Linear, nn.Conv1d)) and id(module) not in placed:
+            raise HFConfigError(
+                f"{text.model_type}: module {name!r} ({type(module).__name__}) runs outside the decoder layers "
+                "and the head, and packscope does not place it; this model cannot be priced yet"
+            )
+
+
 def measure(model: Any, text: Any) -> tuple[Measured, list[str], int | None, int | None]:
     """The work of a model built by transformers: (measured, layer kinds, window, chunk)."""
     gemm: dict[str, int] = defaultdict(int)
@@ -367,6 +381,7 @@ def measure(model: Any, text: Any) -> tuple[Measured, list[str], int | None, int
                 core[FULL] += _indexer_flops(attn.indexer)
     head = model.get_output_embeddings()
     gemm["logits"] += TRAINED * head.in_features * head.out_features
+    _refuse_gemms_outside(model, layers, head, text)
     mtp = _mtp_depth(text)
     if mtp:
         _add_mtp(model, text, mtp, gemm, core, kinds)

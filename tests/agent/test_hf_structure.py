@@ -389,3 +389,13 @@ def test_packscope_flops_counts_a_structural_model_and_exits_0(tmp_path, capsys)
     spec = spec_from_structure(STRUCTURAL["olmo3"])
     assert out["c_lin"] == spec.c_lin and out["c_core_by_kind"] == spec.c_core_by_kind
     assert out["flops_thd"] == spec.triad_by_kind(16, 16, out["sums"])["thd"]
+
+
+def test_a_gemm_outside_the_layers_and_the_head_is_refused_by_name():
+    from packscope.agent.hf_structure import measure
+
+    model = cpu_model(STRUCTURAL["olmo2"])
+    measure(model, model.config)  # as built: every GEMM placed
+    model.model.per_layer_model_projection = nn.Linear(32, 64)  # as Gemma 4 has one beside its layers
+    with pytest.raises(HFConfigError, match=r"module 'model\.per_layer_model_projection' \(Linear\) runs outside"):
+        measure(model, model.config)
