@@ -117,7 +117,9 @@ def oracle_core_widths(model: nn.Module) -> list[float]:
     return out
 
 
-MEASURED = [name for name in STRUCTURAL if name != "deepseek_v32"]
+# DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): its forward-only indexer has a test of its own.
+DSA = ("deepseek_v32", "glm_moe_dsa")
+MEASURED = [name for name in STRUCTURAL if name not in DSA]
 
 
 @pytest.mark.slow
@@ -181,6 +183,7 @@ KINDS_CHECKED = [
     "lfm2",
     "qwen3_5_text",
     "deepseek_v32",
+    "glm_moe_dsa",
     "glm4_moe",
     "ministral",
     "granitemoehybrid",
@@ -271,11 +274,12 @@ def test_a_layer_kind_that_cannot_be_priced_is_refused_naming_it():
         spec_from_structure({"model_type": "mllama"})
 
 
-def test_deepseek_v32_counts_its_top_k_as_a_window_and_its_indexer_as_full_pairs():
+@pytest.mark.parametrize("name", DSA)
+def test_sparse_attention_counts_its_top_k_as_a_window_and_its_indexer_as_full_pairs(name):
     """The top-k keys of each query are the pairs of a window of index_topk; the indexer scores every
     causal pair (q·k per index head, then the head weights), forward only (transformers runs it
     without grad), so its projections cost 2 FLOPs per multiply-add."""
-    cfg = STRUCTURAL["deepseek_v32"]
+    cfg = STRUCTURAL[name]
     spec = spec_from_structure(cfg)
     assert spec.window == cfg["index_topk"]
     assert set(spec.kinds) == {"sliding"}
@@ -295,9 +299,12 @@ def test_deepseek_v32_counts_its_top_k_as_a_window_and_its_indexer_as_full_pairs
         for i in range(layers)
         for p in ("wq_b", "wk", "weights_proj")
     )
-    attention_macs = oracle_gemm_macs(model)["attention"]
-    expected = 6 * (attention_macs - indexer_macs) + 2 * indexer_macs
+    oracle = oracle_gemm_macs(model)
+    expected = 6 * (oracle["attention"] - indexer_macs) + 2 * indexer_macs
     assert spec.c_lin_by_component["attention"] == pytest.approx(expected, rel=1e-3)
+    for key, macs in oracle.items():  # the MLPs and the head as every other model's
+        if key != "attention":
+            assert spec.c_lin_by_component[key] == pytest.approx(6 * macs, rel=1e-3), key
 
 
 def test_a_measured_model_survives_the_wire_dict():
