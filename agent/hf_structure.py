@@ -24,6 +24,7 @@ import logging
 import re
 from collections import defaultdict
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from packscope.core.attention import CHUNKED, FULL, LINEAR, SLIDING
@@ -535,6 +536,13 @@ def spec_from_any_hf_dict(cfg: Mapping[str, Any], tp: int = 1) -> ModelSpec:
         return spec_from_structure(cfg, tp=tp)
 
 
+def read_any_hf_config(path: str | Path, tp: int = 1) -> ModelSpec:
+    """``spec_from_any_hf_dict`` of a ``config.json`` (or a directory holding one)."""
+    from packscope.core.hf_config import load_config_json
+
+    return spec_from_any_hf_dict(load_config_json(path), tp=tp)
+
+
 def spec_from_any_hf_config(config: Any, tp: int = 1) -> ModelSpec:
     """``spec_from_any_hf_dict`` of a loaded transformers config (``model.config``) or a dict."""
     if isinstance(config, Mapping):
@@ -548,6 +556,7 @@ __all__ = [
     "HARMLESS_KEYS",
     "check_keys",
     "measure",
+    "read_any_hf_config",
     "spec_from_any_hf_config",
     "spec_from_any_hf_dict",
     "spec_from_structure",

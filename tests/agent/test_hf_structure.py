@@ -364,12 +364,27 @@ def test_an_over_deep_json_file_and_an_empty_vision_config_are_one_line_errors(t
         read_model(str(path), tp=1)
 
 
-def test_the_hf_callback_reads_a_model_without_a_hand_written_reader():
-    from packscope.agent.hf_structure import spec_from_any_hf_config
+@pytest.mark.parametrize("name", STRUCTURAL)
+def test_the_cli_the_python_api_and_the_hf_callback_agree(name, tmp_path):
+    """The CLI's reader (a file), the Python API (a file, a dict) and the callback's (``model.config``,
+    a loaded transformers config) give the same model, coefficient for coefficient."""
+    import json
 
-    cfg = dict(STRUCTURAL["glm4_moe"])
-    config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
-    assert spec_from_any_hf_config(config) == spec_from_structure(STRUCTURAL["glm4_moe"])
+    from packscope.agent import read_any_hf_config, spec_from_any_hf_config
+    from packscope.commands.flops import read_model
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(STRUCTURAL[name]))
+    cfg = dict(STRUCTURAL[name])
+    loaded = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+    specs = [read_model(str(path), tp=1), read_any_hf_config(path), spec_from_any_hf_config(loaded)]
+    reference = spec_from_structure(STRUCTURAL[name])
+    for spec in specs:
+        assert spec == reference
+        assert (spec.c_lin_by_component, spec.c_core_by_kind) == (
+            reference.c_lin_by_component,
+            reference.c_core_by_kind,
+        )
 
 
 def test_a_missing_core_size_takes_transformers_default_with_a_notice(caplog):
