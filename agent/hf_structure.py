@@ -58,6 +58,31 @@ HARMLESS_KEYS = frozenset(
         "max_position_embeddings",
         "max_window_layers",  # read where it matters: a window's layers come from layer_types here
         "_attn_implementation_autoset",
+        # training and inference knobs published configs carry: no GEMM shape, no attention pattern
+        "aux_loss_alpha",
+        "router_aux_loss_coef",
+        "output_router_logits",
+        "seq_aux",
+        "scoring_func",
+        "topk_method",
+        "norm_topk_prob",
+        "routed_scaling_factor",
+        "ep_size",
+        "pretraining_tp",
+        "cache_implementation",
+        "use_mrope",
+        "image_token_id",
+        "video_token_id",
+        "vision_token_id",
+        "vision_start_token_id",
+        "vision_end_token_id",
+        "for_llm_compressor",
+        "tie_word_embeddings",
+        "rms_norm_eps",
+        "layer_norm_eps",
+        "hidden_act",
+        "attention_bias",
+        "mlp_bias",
     }
 )
 # Core sizes: read from transformers' default when absent, with a notice saying so.
@@ -516,20 +541,14 @@ def spec_from_structure(cfg: Mapping[str, Any], tp: int = 1) -> ModelSpec:
 
 
 def spec_from_any_hf_dict(cfg: Mapping[str, Any], tp: int = 1) -> ModelSpec:
-    """The hand-written reader where there is one, after transformers' key check (a key the config
-    class does not define is refused by name); else the count from the model's structure."""
-    from packscope.core.hf_config import KNOWN, spec_from_hf_dict
+    """The hand-written reader where there is one (it refuses the count-changing fields it does not
+    read, the relabelled DeepSeek-V3.2 and Gemma 4 ones among them); else the count from the
+    model's structure, which refuses any key transformers' config class does not define."""
+    from packscope.core.hf_config import spec_from_hf_dict
     from packscope.core.hf_fields import UnknownModelType
 
     if not isinstance(cfg, Mapping):
         raise HFConfigError(f"a config is a JSON object, got {type(cfg).__name__}")
-    mt = cfg.get("model_type")
-    try:
-        known_to_transformers = isinstance(mt, str) and config_class(mt) is not None
-    except HFConfigError:
-        known_to_transformers = False
-    if known_to_transformers and mt in KNOWN:  # the structural count checks after its build (what it read)
-        check_keys(cfg, mt)
     try:
         return spec_from_hf_dict(cfg, tp=tp)
     except UnknownModelType:

@@ -5,6 +5,7 @@ module by module, and, where a hand-written reader also reads a config, that rea
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -421,3 +422,44 @@ def test_a_gemm_outside_the_layers_and_the_head_is_refused_by_name():
     model.model.per_layer_model_projection = nn.Linear(32, 64)  # as Gemma 4 has one beside its layers
     with pytest.raises(HFConfigError, match=r"module 'model\.per_layer_model_projection' \(Linear\) runs outside"):
         measure(model, model.config)
+
+
+PUBLISHED = Path(__file__).resolve().parents[1] / "fixtures" / "hf" / "published"
+# Published configs the structural count reads; the others it refuses by name (a field transformers'
+# class drops: DeepSeek-V3's moe_layer_freq, Gemma 2's sliding_window_size, GPT-OSS's
+# experts_per_token; a window without layer_types: Mistral; a vision tower).
+BOTH_PUBLISHED = [
+    "gemma3_12b_text.json",
+    "llama3_1_70b.json",
+    "llama3_1_8b.json",
+    "mixtral_8x7b.json",
+    "qwen2_5_7b.json",
+    "qwen3_30b_a3b.json",
+    "qwen3_8b.json",
+]
+
+
+@pytest.mark.parametrize("fixture", sorted(p.name for p in PUBLISHED.glob("*.json")))
+def test_on_published_configs_both_counts_agree_to_the_integer_or_the_structure_refuses(fixture):
+    import json
+
+    cfg = json.loads((PUBLISHED / fixture).read_text())
+    hand = spec_from_hf_dict(cfg)
+    if fixture not in BOTH_PUBLISHED:
+        with pytest.raises(HFConfigError):
+            spec_from_structure(cfg)
+        return
+    structural = spec_from_structure(cfg)
+    assert structural.c_lin_by_component == hand.c_lin_by_component
+    assert structural.c_core_by_kind == hand.c_core_by_kind
+    assert (structural.kinds, structural.window, structural.chunk) == (hand.kinds, hand.window, hand.chunk)
+
+
+@pytest.mark.parametrize("fixture", sorted(p.name for p in PUBLISHED.glob("*.json")))
+def test_the_callback_reads_a_published_config_as_the_cli_does(fixture):
+    import json
+
+    from packscope.agent import spec_from_any_hf_config
+
+    cfg = json.loads((PUBLISHED / fixture).read_text())
+    assert spec_from_any_hf_config(cfg) == spec_from_hf_dict(cfg)
