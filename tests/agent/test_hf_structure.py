@@ -319,7 +319,7 @@ def test_a_measured_model_survives_the_wire_dict():
 
 def test_the_cli_reads_a_type_without_a_hand_written_reader_through_its_structure(tmp_path):
     """A DeepSeek-V3 config relabelled deepseek_v2 (no hand-written reader): the CLI's reader goes to
-    the structure, which refuses the V3 field DeepseekV2Config lacks, by name; the core alone says
+    the structure, which refuses the V3 field DeepseekV2Config lacks (moe_layer_freq), by name; the core alone says
     it has no reader."""
     import json
     from pathlib import Path
@@ -330,7 +330,7 @@ def test_the_cli_reads_a_type_without_a_hand_written_reader_through_its_structur
     cfg = {**json.loads(published.read_text()), "model_type": "deepseek_v2"}
     path = tmp_path / "config.json"
     path.write_text(json.dumps(cfg))
-    with pytest.raises(HFConfigError, match="'aux_loss_alpha' is not a field of transformers' DeepseekV2Config"):
+    with pytest.raises(HFConfigError, match="'moe_layer_freq' is not a field of transformers' DeepseekV2Config"):
         read_model(str(path), tp=1)
     with pytest.raises(HFConfigError, match="DeepSeek-V2's MoE layer rule is not read yet"):
         spec_from_hf_dict(cfg)
