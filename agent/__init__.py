@@ -17,7 +17,16 @@ if not (hasattr(torch, "accelerator") and hasattr(torch, "Event")):
 
 from packscope.agent.agent import Agent
 from packscope.agent.config import AgentConfig
+from packscope.agent.hf_structure import read_any_hf_config, spec_from_any_hf_config
 from packscope.core.flops import FlopsBreakdown, ModelSpec
 from packscope.core.hf_config import read_hf_config
 
-__all__ = ["Agent", "AgentConfig", "FlopsBreakdown", "ModelSpec", "read_hf_config"]
+__all__ = [
+    "Agent",
+    "AgentConfig",
+    "FlopsBreakdown",
+    "ModelSpec",
+    "read_any_hf_config",
+    "read_hf_config",
+    "spec_from_any_hf_config",
+]

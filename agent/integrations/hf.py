@@ -2,7 +2,8 @@
 
     trainer = SFTTrainer(..., callbacks=[PackscopeCallback(server="http://packscope:8000", run_name="sft")])
 
-* The FLOPs model comes from ``model.config`` (``spec_from_hf_config``), unless ``model=`` gives one.
+* The FLOPs model comes from ``model.config`` (``spec_from_any_hf_config``: the hand-written reader,
+  else the model's own structure), unless ``model=`` gives one.
 * One agent step per optimizer step: ``on_step_begin`` / ``on_step_end`` (gradient accumulation
   included). Intervals default to the Trainer's ``logging_steps``.
 * Every training micro-batch is seen by a forward hook on the model, which keeps the keyword
@@ -52,6 +53,7 @@ from transformers.trainer_callback import CallbackHandler
 
 from packscope.agent.agent import Agent
 from packscope.agent.config import AgentConfig
+from packscope.agent.hf_structure import spec_from_any_hf_config
 from packscope.agent.integrations.batches import (
     HEAVY_KEYS,
     PendingSteps,
@@ -70,7 +72,6 @@ from packscope.agent.integrations.cross_documents import (
 from packscope.agent.integrations.losses import TokenWeightedLoss
 from packscope.agent.integrations.trainer_logs import TrainerLogs
 from packscope.core.flops import ModelSpec
-from packscope.core.hf_config import spec_from_hf_config
 
 log = logging.getLogger("packscope.agent")
 
@@ -146,7 +147,7 @@ class PackscopeCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, model=None, **kwargs):
         if model is None:
             raise ValueError("PackscopeCallback: the Trainer passed no model to on_train_begin")
-        spec = self.model_spec or spec_from_hf_config(model.config, tp=self.tp)
+        spec = self.model_spec or spec_from_any_hf_config(model.config, tp=self.tp)
         if self.check_cross_documents:  # once, on the CPU, before the first step
             self.cross_check = check_common_forms(model)
         settings = dict(self.agent_config)

@@ -37,11 +37,11 @@ except ImportError:  # the older package name
 
 from packscope.agent.agent import Agent
 from packscope.agent.config import AgentConfig
+from packscope.agent.hf_structure import spec_from_any_hf_config
 from packscope.agent.integrations.batches import HEAVY_KEYS, PendingSteps, image_kwargs, observe_kwargs
 from packscope.agent.integrations.losses import MeanLoss
 from packscope.agent.integrations.trainer_logs import TrainerLogs
 from packscope.core.flops import ModelSpec
-from packscope.core.hf_config import spec_from_hf_config
 
 
 def _default_form(batch: Any) -> dict[str, Any] | None:
@@ -63,11 +63,11 @@ def _find_spec(pl_module: Any, model: ModelSpec | Any | None, tp: int) -> ModelS
     if isinstance(model, ModelSpec):
         return model
     if model is not None:
-        return spec_from_hf_config(model, tp=tp)
+        return spec_from_any_hf_config(model, tp=tp)
     for owner in (pl_module, getattr(pl_module, "model", None)):
         config = getattr(owner, "config", None)
         if config is not None and (isinstance(config, dict) or hasattr(config, "to_dict")):
-            return spec_from_hf_config(config, tp=tp)
+            return spec_from_any_hf_config(config, tp=tp)
     raise ValueError("PackscopeCallback needs the FLOPs model: pass model=ModelSpec(...) or a Hugging Face config")
 
 

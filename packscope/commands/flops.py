@@ -13,7 +13,7 @@ from typing import Any, NoReturn
 from packscope.core.attention import ATTENTION_SUMS, FULL, LAYER_KINDS
 from packscope.core.catalogue import FLOAT_OPS, INT32_MAX, overcount
 from packscope.core.flops import KindBreakdown, ModelSpec, packs_breakdown_by_kind
-from packscope.core.hf_config import HFConfigError, read_hf_config
+from packscope.core.hf_config import HFConfigError, UnknownModelType, load_config_json, spec_from_hf_dict
 from packscope.core.vision import VISION_SUMS, VisionSpec, batch_sums, decoder_tokens, fixed_image_sums, pixels_to_grid
 
 # The most tokens one document or pack may hold: attention kernels index a pack's tokens with int32
@@ -224,6 +224,23 @@ def vocab_padding_notice(model: ModelSpec) -> str | None:
     )
 
 
+def read_model(path: str, tp: int) -> ModelSpec:
+    """The hand-written reader where there is one; else the count from the model's own structure,
+    which needs transformers (and torch): without them, an error saying to install them."""
+    cfg = load_config_json(path)
+    try:
+        return spec_from_hf_dict(cfg, tp=tp)
+    except UnknownModelType as exc:
+        try:
+            from packscope.agent.hf_structure import spec_from_structure
+        except ImportError:
+            raise HFConfigError(
+                f"{exc}; to count it from the model's own structure, install transformers and torch "
+                "(pip install transformers torch)"
+            ) from None
+        return spec_from_structure(cfg, tp=tp)
+
+
 def flops_from_args(args: argparse.Namespace) -> int:
     try:
         if args.tp < 1:
@@ -231,7 +248,7 @@ def flops_from_args(args: argparse.Namespace) -> int:
         hint = hub_id_hint(args.hf_config)
         if hint is not None:
             raise ValueError(hint)
-        model = read_hf_config(args.hf_config, tp=args.tp)
+        model = read_model(args.hf_config, tp=args.tp)
         result = packs_breakdown_by_kind(model, args.pack, args.pack_length)
         sums = vision_sums_from_args(model.vision, args)
     except (HFConfigError, ValueError) as exc:
@@ -247,4 +264,4 @@ def flops_from_args(args: argparse.Namespace) -> int:
     return 0
 
 
-__all__ = ["add_flops_arguments", "flops_from_args", "report", "vision_report", "with_vision"]
+__all__ = ["add_flops_arguments", "flops_from_args", "read_model", "report", "vision_report", "with_vision"]

@@ -185,6 +185,51 @@ class LinearAttention:
         return 4 * self.num_value_heads * self.value_head_dim**2
 
 
+# A measured coefficient may exceed the size bound of a width (a trillion-parameter model's per-token work).
+MAX_COEFFICIENT = 2**62
+
+
+def _coefficients(key: str, value: Any, known: tuple[str, ...]) -> tuple[tuple[str, int], ...]:
+    """A {name: FLOPs} object (or its pairs) as pairs in ``known``'s order, each name one of ``known``."""
+    items = list(value.items()) if isinstance(value, Mapping) else value
+    if not isinstance(items, (list, tuple)):
+        raise ValueError(f"model field {key!r} must be an object of {{name: FLOPs}}, got {value!r}")
+    pairs = {}
+    for item in items:
+        if not isinstance(item, (list, tuple)) or len(item) != 2:
+            raise ValueError(f"model field {key!r} must be an object of {{name: FLOPs}}, got {value!r}")
+        name, flops = item
+        if name not in known:
+            raise ValueError(f"model field {key!r} names {name!r}; known: {', '.join(known)}")
+        if isinstance(flops, bool) or not isinstance(flops, int) or not 0 <= flops <= MAX_COEFFICIENT:
+            raise ValueError(f"model field {key}.{name} must be an integer from 0 to {MAX_COEFFICIENT}, got {flops!r}")
+        pairs[name] = flops
+    return tuple((name, pairs[name]) for name in known if name in pairs)
+
+
+@dataclass(frozen=True)
+class Measured:
+    """The coefficients read off a model's own modules (the structural count,
+    ``packscope.agent.hf_structure``) for a model no hand-written formula describes: ``c_lin`` the
+    FLOPs per token of each C_lin component (COMPONENTS) and ``c_core`` the FLOPs per unit of each
+    attention kind's sum, both forward and backward as the model runs them. When set they replace
+    the formula's ``c_lin_by_component`` and ``c_core_by_kind``; the plain fields stay for display."""
+
+    c_lin: tuple[tuple[str, int], ...]
+    c_core: tuple[tuple[str, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "c_lin", _coefficients("measured.c_lin", self.c_lin, COMPONENTS))
+        object.__setattr__(self, "c_core", _coefficients("measured.c_core", self.c_core, ATTENTION_KINDS))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"c_lin": dict(self.c_lin), "c_core": dict(self.c_core)}
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Measured:
+        return cls(**dict_fields("model measured", cls, data, ()))
+
+
 # Fields as stored before layer kinds existed: to_dict() always writes these, and only these for
 # a model that needs nothing newer, so old and new agents send the same dict for the same model.
 _CLASSIC_FIELDS = (
@@ -246,6 +291,7 @@ class ModelSpec:
     mla: MLA | None = None  # multi-head latent attention instead of q/k/v projections
     linear_attention: LinearAttention | None = None  # shapes of the "linear" layers
     vision: VisionSpec | None = None  # a vision-language model's tower (packscope.core.vision)
+    measured: Measured | None = None  # work read off the modules, replacing the formula (structural count)
     name: str = field(default="", compare=False)
     # What the count leaves out (a vision tower, a recurrent state update), for the user to see.
     not_counted: tuple[str, ...] = field(default=(), compare=False)
@@ -276,6 +322,8 @@ class ModelSpec:
             kinds = check_kinds("layer_kinds", self.layer_kinds, self.layers, LAYER_KINDS)
             object.__setattr__(self, "layer_kinds", None if set(kinds) == {FULL} else kinds)
         self._check_kind_sizes()
+        if self.measured is not None and not isinstance(self.measured, Measured):
+            raise ValueError(f"model field 'measured' must be a Measured, got {type(self.measured).__name__}")
         if self.vision is not None and not isinstance(self.vision, VisionSpec):
             raise ValueError(f"model field 'vision' must be a VisionSpec, got {type(self.vision).__name__}")
         if isinstance(self.not_counted, str) or not all(isinstance(x, str) for x in self.not_counted):
@@ -285,6 +333,8 @@ class ModelSpec:
     def _check_kind_sizes(self) -> None:
         present = set(self.kinds)
         for kind, key in ((SLIDING, "window"), (CHUNKED, "chunk"), (LINEAR, "linear_attention")):
+            if kind == LINEAR and self.measured is not None:
+                continue  # a measured model's linear layers are in its measured work
             given = getattr(self, key) is not None
             if kind in present and not given:
                 raise ValueError(f"the model has {kind!r} layers but no {key!r}")
@@ -348,7 +398,11 @@ class ModelSpec:
     def c_lin_by_component(self) -> dict[str, int]:
         """C_lin split by what does the work (COMPONENTS), forward + backward. The MTP layers'
         attention and MLP are in ``attention`` / ``dense_mlp`` / ``moe_*``; ``mtp`` is their input
-        projection (2h → h) plus Megatron's 3h for the two norms and the final norm."""
+        projection (2h → h) plus Megatron's 3h for the two norms and the final norm. A measured
+        model (``measured``) gives its own per-component work."""
+        if self.measured is not None:
+            measured = dict(self.measured.c_lin)
+            return {key: measured.get(key, 0) for key in COMPONENTS}
         h = self.hidden
         f = 3 if self.gated else 2
         n_moe = self.moe_layer_count
@@ -387,6 +441,8 @@ class ModelSpec:
     def c_core_by_kind(self) -> dict[str, int]:
         """FLOPs per unit of each kind's attention sum (forward + backward, in the s²/2 convention):
         3 · (layers of the kind) · n · (d_qk + d_v). Kinds without layers are left out."""
+        if self.measured is not None:
+            return {kind: flops for kind, flops in self.measured.c_core if flops}
         per_layer = 3 * self.core_macs_per_pair
         counts = {kind: self.layers_of_kind(kind) for kind in ATTENTION_KINDS}
         return {kind: per_layer * n for kind, n in counts.items() if n}
@@ -452,6 +508,8 @@ class ModelSpec:
             out["linear_attention"] = {k: getattr(la, k) for k in LinearAttention.__dataclass_fields__}
         if self.vision is not None:
             out["vision"] = self.vision.to_dict()
+        if self.measured is not None:
+            out["measured"] = self.measured.to_dict()
         return out
 
     @classmethod
@@ -466,6 +524,8 @@ class ModelSpec:
         )
         if values.get("vision") is not None:
             values["vision"] = VisionSpec.from_dict(values["vision"])
+        if values.get("measured") is not None:
+            values["measured"] = Measured.from_dict(values["measured"])
         return cls(**values)
 
 
@@ -497,7 +557,7 @@ def model_json_schema() -> dict[str, Any]:
     properties["layer_kinds"] = nullable(
         {"type": "array", "items": {"type": "string", "enum": list(LAYER_KINDS)}, **per_layer}
     )
-    for key in ("mla", "linear_attention", "vision"):
+    for key in ("mla", "linear_attention", "vision", "measured"):
         properties[key] = nullable({"type": "object"})
     required = [f.name for f in dataclasses.fields(ModelSpec) if f.default is dataclasses.MISSING]
     known = set(ModelSpec.__dataclass_fields__) - {"name", "not_counted"}
@@ -609,6 +669,7 @@ def packs_breakdown_by_kind(model: ModelSpec, packs: list[list[int]], pack_lengt
 
 __all__ = [
     "COMPONENTS",
+    "MAX_COEFFICIENT",
     "MAX_MODEL_SIZE",
     "MLA",
     "TRIAD",
@@ -616,6 +677,7 @@ __all__ = [
     "FlopsBreakdown",
     "KindBreakdown",
     "LinearAttention",
+    "Measured",
     "ModelSpec",
     "flops",
     "flops_by_kind",

@@ -21,7 +21,7 @@ from typing import Any
 from packscope.core.flops import ModelSpec
 from packscope.core.hf_arch import READERS
 from packscope.core.hf_defaults import DEFAULTS
-from packscope.core.hf_fields import ConfigFields, HFConfigError
+from packscope.core.hf_fields import ConfigFields, HFConfigError, UnknownModelType
 from packscope.core.hf_vision import read_vision
 
 log = logging.getLogger(__name__)
@@ -62,6 +62,10 @@ _REFUSED = {
 }
 
 
+# Refused whatever reads them: their layers have no price yet (state-space scans).
+_UNPRICED = ("nemotron_h", "mamba", "mamba2")
+
+
 def _largest_pow2_divisor(v: int, cap: int = 128) -> int:
     div = 1
     while div < cap and v % (div * 2) == 0:
@@ -80,10 +84,12 @@ def model_type(cfg: Mapping[str, Any]) -> str:
         )
     if not isinstance(mt, str):
         raise HFConfigError(f"config.json: 'model_type' must be a string, got {mt!r}")
-    if mt in _REFUSED:
+    if mt in _UNPRICED:
         raise HFConfigError(f"model_type {mt!r} is not supported: {_REFUSED[mt]}")
+    if mt in _REFUSED:  # transformers' own structure may still be read (packscope.agent.hf_structure)
+        raise UnknownModelType(f"model_type {mt!r} is not supported: {_REFUSED[mt]}")
     if mt not in KNOWN:
-        raise HFConfigError(f"unknown model_type {mt!r}; known model types: {', '.join(KNOWN)}")
+        raise UnknownModelType(f"unknown model_type {mt!r}; known model types: {', '.join(KNOWN)}")
     return mt
 
 
@@ -139,6 +145,11 @@ def spec_from_hf_dict(cfg: Mapping[str, Any], tp: int = 1) -> ModelSpec:
 
 def read_hf_config(path: str | Path, tp: int = 1) -> ModelSpec:
     """Load ``config.json`` (or a directory holding one) into a :class:`ModelSpec`."""
+    return spec_from_hf_dict(load_config_json(path), tp=tp)
+
+
+def load_config_json(path: str | Path) -> dict[str, Any]:
+    """``config.json`` (or a directory holding one) as a dict; any failure is one HFConfigError line."""
     p = Path(path)
     if p.is_dir():
         p = p / "config.json"
@@ -148,9 +159,11 @@ def read_hf_config(path: str | Path, tp: int = 1) -> ModelSpec:
         raise HFConfigError(f"no config file at {p}") from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise HFConfigError(f"cannot read {p} as JSON: {exc}") from None
+    except RecursionError:  # json's parser recurses once per nesting level
+        raise HFConfigError(f"cannot read {p} as JSON: it nests too deeply for a config") from None
     if not isinstance(cfg, dict):
         raise HFConfigError(f"{p} does not hold a JSON object")
-    return spec_from_hf_dict(cfg, tp=tp)
+    return cfg
 
 
 def spec_from_hf_config(config: Any, tp: int = 1) -> ModelSpec:
@@ -166,4 +179,13 @@ def spec_from_hf_config(config: Any, tp: int = 1) -> ModelSpec:
     return spec_from_hf_dict(config.to_dict(), tp=tp)
 
 
-__all__ = ["KNOWN", "HFConfigError", "model_type", "read_hf_config", "spec_from_hf_config", "spec_from_hf_dict"]
+__all__ = [
+    "KNOWN",
+    "HFConfigError",
+    "UnknownModelType",
+    "load_config_json",
+    "model_type",
+    "read_hf_config",
+    "spec_from_hf_config",
+    "spec_from_hf_dict",
+]

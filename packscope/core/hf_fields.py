@@ -19,6 +19,11 @@ class HFConfigError(ValueError):
     """The config cannot be turned into a FLOPs model; the message says why, on one line."""
 
 
+class UnknownModelType(HFConfigError):
+    """No hand-written reader for the config's model_type: the structural count
+    (``packscope.agent.hf_structure``, with transformers) may still read it."""
+
+
 _ABSENT = object()
 
 # Fields that change GEMM shapes or the attention pattern of some architecture. One that is set
@@ -72,6 +77,20 @@ COUNT_FIELDS = frozenset(
         "full_attention_interval",
         "hybrid_override_pattern",
         "layers_block_type",
+        # DeepSeek-V3.2's sparse attention (its indexer and top-k), were they relabelled deepseek_v3
+        "index_topk",
+        "index_n_heads",
+        "index_head_dim",
+        "mlp_layer_types",
+        # Gemma 4's text fields, were they relabelled gemma3_text
+        "per_layer_config",
+        "hidden_size_per_layer_input",
+        "vocab_size_per_layer_input",
+        "num_kv_shared_layers",
+        "enable_moe_block",
+        "top_k_experts",
+        "attention_k_eq_v",
+        "use_double_wide_mlp",
     }
 )
 # Values that mean "this feature is off" and so change nothing when nobody reads them.

@@ -59,6 +59,11 @@ def _tower_fields(cfg: Mapping[str, Any], mt: str) -> ConfigFields:
         )
     if not isinstance(vision, Mapping):
         raise HFConfigError(f"{mt} config.json: 'vision_config' must be an object, got {vision!r}")
+    if not vision:  # every size would be transformers' default tower, not the checkpoint's
+        raise HFConfigError(
+            f"{mt} config.json: 'vision_config' is empty; transformers would build its default tower, "
+            "which is not the checkpoint's: give the checkpoint's vision_config"
+        )
     allowed = TOWER_TYPES[mt]
     tower_type = vision.get("model_type", allowed[0])
     if tower_type not in allowed:

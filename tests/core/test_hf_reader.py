@@ -92,7 +92,6 @@ BAD = [
     ("deepseek_v3.json", "num_key_value_heads", 1, "must equal num_attention_heads (128) for MLA"),
     ("deepseek_v3.json", "kv_lora_rank", None, "'kv_lora_rank' must be an integer, got None"),
     ("deepseek_v3.json", "num_mtp_layers", 2, "given under several names"),
-    ("deepseek_v3.json", "model_type", "deepseek_v2", "DeepSeek-V2's MoE layer rule is not read yet"),
     ("llama3_1_8b.json", "model_type", "nemotron_h", "Mamba-2 layers"),
     ("llama3_1_8b.json", "model_type", "bert_xyz", "unknown model_type 'bert_xyz'"),
     ("llama3_1_8b.json", "model_type", DELETE, "config.json has no 'model_type' (architectures: LlamaForCausalLM)"),

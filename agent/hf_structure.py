@@ -1,0 +1,582 @@
+"""The FLOPs model of any decoder transformers can build, read off the model's own structure
+(docs/flops.md, "The structural count").
+
+For a config whose model_type has no hand-written reader (``packscope.core.hf_arch``), the model is
+built by transformers on the meta device (no weights, no download) and walked layer by layer:
+every ``nn.Linear`` and causal ``nn.Conv1d`` of the attention, of the linear mixers (gated delta
+nets, short convolutions), of the MLP (fused experts times the config's top-k, shared experts, the
+router left out) and of the head gives C_lin; each layer's attention kind comes from the config
+(``layer_types``, the window, DeepSeek-V3.2's top-k) and the attention widths from the modules.
+The result is a :class:`ModelSpec` with ``measured`` set, so the CLI, the Python API, the HF
+callback and the server use it as any other model.
+
+Nothing is dropped silently: a config key transformers' config class does not define (and that is
+not on the short list of keys known to change no GEMM) is an error naming it, as is a part of a
+layer that holds GEMMs we do not place, and a layer kind we cannot price.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import inspect
+import logging
+import re
+from collections import defaultdict
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from packscope.core.attention import CHUNKED, FULL, LINEAR, SLIDING
+from packscope.core.flops import COMPONENTS, Measured, ModelSpec
+from packscope.core.hf_fields import HFConfigError
+
+log = logging.getLogger(__name__)
+
+# Keys published checkpoints carry that no config class defines and that change no GEMM.
+HARMLESS_KEYS = frozenset(
+    {
+        "architectures",
+        "auto_map",
+        "model_type",
+        "torch_dtype",
+        "dtype",
+        "transformers_version",
+        "_name_or_path",
+        "name_or_path",
+        "quantization_config",
+        "use_cache",
+        "initializer_range",
+        "bos_token_id",
+        "eos_token_id",
+        "pad_token_id",
+        "attention_dropout",
+        "hidden_dropout",
+        "rope_scaling",
+        "rope_theta",
+        "rope_parameters",
+        "max_position_embeddings",
+        "max_window_layers",  # read where it matters: a window's layers come from layer_types here
+        "_attn_implementation_autoset",
+        # training and inference knobs published configs carry: no GEMM shape, no attention pattern
+        "aux_loss_alpha",
+        "router_aux_loss_coef",
+        "output_router_logits",
+        "seq_aux",
+        "scoring_func",
+        "topk_method",
+        "norm_topk_prob",
+        "routed_scaling_factor",
+        "ep_size",
+        "pretraining_tp",
+        "cache_implementation",
+        "use_mrope",
+        "image_token_id",
+        "video_token_id",
+        "vision_token_id",
+        "vision_start_token_id",
+        "vision_end_token_id",
+        "for_llm_compressor",
+        "tie_word_embeddings",
+        "rms_norm_eps",
+        "layer_norm_eps",
+        "hidden_act",
+        "attention_bias",
+        "mlp_bias",
+    }
+)
+# Core sizes: read from transformers' default when absent, with a notice saying so.
+CORE_SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "intermediate_size")
+# Experts per token, under the names configs give it.
+TOPK_KEYS = ("num_experts_per_tok", "moe_topk", "top_k_experts", "num_experts_per_token", "moe_k")
+# Children of a decoder layer, by what they do.
+ATTENTION_PARTS = ("self_attn", "attention", "attn")
+MIXER_PARTS = ("linear_attn", "conv", "short_conv", "mamba", "mixer")
+MLP_PARTS = ("mlp", "feed_forward", "block_sparse_moe", "moe")
+SHARED_PARTS = ("shared_mlp", "shared_experts", "shared_expert")
+ROUTERS = ("gate", "router", "shared_expert_gate", "e_score_correction_bias")
+_HF_KINDS = {
+    "full_attention": FULL,
+    "attention": FULL,  # Granite-4.0-H's name for its attention layers
+    "sliding_attention": SLIDING,
+    "chunked_attention": CHUNKED,
+}
+# Wrappers whose towers the structural count does not read yet: the decoder alone can be counted.
+_TOWERS = ("vision_config", "audio_config", "vision_tower", "audio_tower")
+# Model types whose layers hold work the count cannot price from the modules (one line each).
+REFUSED_KINDS = {
+    "mllama": "cross-attention layers (cross_attention_layers): their (query, key) pairs are text tokens x "
+    "image tokens, which no attention sum holds",
+    "longcat_flash": "zero-computation experts (zero_expert_num): the work of a token depends on the routing",
+}
+
+
+def _transformers(model_type: str) -> Any:
+    try:
+        import torch  # noqa: F401
+        import transformers
+    except ImportError:
+        raise HFConfigError(
+            f"model_type {model_type!r} has no hand-written FLOPs reader; install transformers and torch "
+            "(pip install transformers torch) so packscope can count it from the model's own structure"
+        ) from None
+    return transformers
+
+
+def config_class(model_type: str) -> type[Any]:
+    _transformers(model_type)
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING, CONFIG_MAPPING_NAMES
+
+    if model_type not in CONFIG_MAPPING_NAMES:
+        import transformers
+
+        raise HFConfigError(
+            f"unknown model_type {model_type!r}: transformers {transformers.__version__} has no config class for it"
+        )
+    return CONFIG_MAPPING[model_type]
+
+
+def _defined_keys(cls: type[Any]) -> set[str]:
+    """The keys a config class defines: its fields, its defaults' keys, its attribute_map's names."""
+    keys = set(getattr(cls, "attribute_map", {}) or {})
+    if dataclasses.is_dataclass(cls):
+        keys |= {f.name for f in dataclasses.fields(cls)}
+    post_init = getattr(cls, "__post_init__", None)
+    if post_init is not None:  # keys consumed as kwargs there (Gemma 3's sliding_window_pattern)
+        with contextlib.suppress(OSError, TypeError):
+            keys |= set(re.findall(r"kwargs\.(?:get|pop)\(\s*[\"'](\w+)[\"']", inspect.getsource(post_init)))
+    # A config class that cannot build its defaults still has its fields above.
+    with contextlib.suppress(TypeError, ValueError):
+        keys |= set(cls().to_dict())
+    return keys
+
+
+def check_keys(cfg: Mapping[str, Any], model_type: str, where: str = "", read: frozenset[str] = frozenset()) -> None:
+    """Refuse, by name, a key transformers' config class for ``model_type`` does not define (the
+    modeling code would ignore it, and it could change the count), except the keys known to change
+    no GEMM and those the modeling code read while building the model (``read``: it kept them)."""
+    cls = config_class(model_type)
+    defined = _defined_keys(cls)
+    for key in cfg:
+        if key not in defined and key not in HARMLESS_KEYS and key not in read:
+            raise HFConfigError(
+                f"{model_type} config.json: '{where}{key}' is not a field of transformers' {cls.__name__}: "
+                "transformers would drop it, and it may change the FLOPs; remove it, or use the model_type "
+                "that defines it"
+            )
+    for name, sub in (getattr(cls, "sub_configs", None) or {}).items():
+        value = cfg.get(name)
+        if isinstance(value, Mapping) and value:
+            sub_type = value.get("model_type") or getattr(sub, "model_type", "")
+            if isinstance(sub_type, str) and sub_type:
+                check_keys(value, sub_type, f"{where}{name}.")
+
+
+def _notice_missing_sizes(cfg: Mapping[str, Any], text: Any, where: str) -> None:
+    for key in CORE_SIZES:
+        if key not in cfg and hasattr(text, key):
+            log.warning(
+                "packscope FLOPs: config.json has no '%s%s'; using transformers' default %r",
+                where,
+                key,
+                getattr(text, key),
+            )
+
+
+# -- module shapes --------------------------------------------------------------------------------
+
+
+TRAINED, FORWARD_ONLY = 6, 2  # FLOPs per multiply-add: forward and backward, or forward alone
+
+
+_NO_GRAD: dict[Any, bool] = {}  # module class -> whether its forward runs without grad
+
+
+def _runs_without_grad(cls: Any) -> bool:
+    """True when a module class's forward runs under ``torch.no_grad`` (DeepSeek-V3.2's indexer in
+    transformers): its GEMMs have no backward, 2 FLOPs per multiply-add."""
+    if cls not in _NO_GRAD:
+        try:
+            source = inspect.getsource(cls.forward)
+        except (OSError, TypeError):
+            source = ""
+        head = source[: source.index("def forward")] if "def forward" in source else ""
+        _NO_GRAD[cls] = "no_grad" in head
+    return _NO_GRAD[cls]
+
+
+def _gemm_flops(module: Any, per_mac: int = TRAINED) -> int:
+    """FLOPs per token of every nn.Linear under ``module`` and of every causal (depthwise) nn.Conv1d
+    (one output per channel and token: its weight's size), 6 per multiply-add, 2 under a module
+    whose forward runs without grad."""
+    from torch import nn
+
+    if _runs_without_grad(type(module)):
+        per_mac = FORWARD_ONLY
+    if isinstance(module, nn.Linear):
+        own = module.in_features * module.out_features
+    elif isinstance(module, nn.Conv1d):
+        own = module.weight.numel()
+    else:
+        own = 0
+    return own * per_mac + sum(_gemm_flops(child, per_mac) for child in module.children())
+
+
+def _expert_flops(experts: Any) -> int:
+    """FLOPs per token of one routed expert: fused 3-D weights (one slice each), or the first expert
+    of a module list."""
+    weights = [p for p in experts.parameters(recurse=False) if p.dim() == 3]
+    if weights:
+        return TRAINED * sum(p[0].numel() for p in weights)
+    children = list(experts.children())
+    if children:
+        return _gemm_flops(children[0])
+    raise HFConfigError(f"{type(experts).__name__}: no expert weights to count")
+
+
+def _topk(text: Any) -> int:
+    for key in TOPK_KEYS:
+        value = getattr(text, key, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    raise HFConfigError(
+        f"{text.model_type} config: an MoE layer, but no experts-per-token field ({', '.join(TOPK_KEYS)})"
+    )
+
+
+def _mlp_parts(mlp: Any, text: Any) -> dict[str, int]:
+    experts = getattr(mlp, "experts", None)
+    if experts is None:
+        return {"dense_mlp": _gemm_flops(mlp)}
+    parts = {"moe_routed": _topk(text) * _expert_flops(experts), "moe_shared": 0}
+    for name, child in mlp.named_children():
+        if name == "experts" or name in ROUTERS:
+            continue
+        if name.startswith("shared"):
+            parts["moe_shared"] += _gemm_flops(child)
+        elif _gemm_flops(child):
+            raise HFConfigError(
+                f"{text.model_type}: the MoE block's part {name!r} holds GEMMs packscope does not place"
+            )
+    return parts
+
+
+def _state_flops(mixer: Any) -> int:
+    """Per-token FLOPs of a linear mixer that no module shape holds: the delta-rule state update of
+    a gated delta net, 4 · value heads · d_v² multiply-adds (Megatron-LM's convention, as the
+    hand-written Qwen3-Next count); a short convolution has none beyond its conv."""
+    name = type(mixer).__name__
+    if "GatedDeltaNet" in name:
+        return TRAINED * 4 * mixer.num_v_heads * mixer.head_v_dim**2
+    if "DeltaAttention" in name:  # Kimi's KDA: the delta rule with a per-channel decay (elementwise)
+        return TRAINED * 4 * mixer.num_heads * mixer.head_dim**2
+    if hasattr(mixer, "ssm_state_size") and hasattr(mixer, "intermediate_size"):
+        # Mamba-2's selective scan: Megatron-LM's hybrid formula, 7 · d_inner · d_state forward
+        # FLOPs per token (mamba_layer_flops), times 3 for forward and backward (hybrid_flops)
+        return 3 * 7 * mixer.intermediate_size * mixer.ssm_state_size
+    if "ShortConv" in name:
+        return 0
+    raise HFConfigError(f"layer kind {name} (a recurrent / state-space mixer) cannot be priced by packscope yet")
+
+
+def _core_flops(attn: Any, text: Any) -> int:
+    """FLOPs per unit of s² of one attention module: 3 · n · (d_qk + d_v) (QKᵀ and P·V over
+    about s²/2 pairs, forward and backward), widths from its shapes."""
+    v = getattr(attn, "v_head_dim", None) or attn.head_dim
+    qk = getattr(attn, "qk_head_dim", None) or attn.head_dim
+    out = getattr(attn, "o_proj", None) or getattr(attn, "out_proj", None) or getattr(attn, "dense", None)
+    if out is None or out.in_features % v:
+        raise HFConfigError(
+            f"{text.model_type}: the attention {type(attn).__name__} has no output projection to size it"
+        )
+    heads = out.in_features // v
+    return 3 * heads * (qk + v)
+
+
+def _indexer_flops(indexer: Any) -> int:
+    """FLOPs per unit of s² of DeepSeek-V3.2's lightning indexer, which scores every causal (query,
+    key) pair: n_index · d_index multiply-adds for q·k and n_index for the head weights, per pair;
+    forward only where transformers runs it without grad."""
+    macs = indexer.n_heads * (indexer.head_dim + 1)
+    per_mac = FORWARD_ONLY if _runs_without_grad(type(indexer)) else TRAINED
+    return per_mac * macs // 2
+
+
+def _layer_kind(text: Any, i: int, has_attention: bool) -> str:
+    types = getattr(text, "layer_types", None)
+    if not has_attention:
+        return LINEAR
+    if types is None:
+        for key in ("sliding_window", "attention_chunk_size"):
+            if getattr(text, key, None):
+                raise HFConfigError(
+                    f"{text.model_type} config: {key!r} is set without layer_types; which layers use it is not "
+                    "known to the structural count"
+                )
+        return FULL
+    t = types[i]
+    if t in _HF_KINDS:
+        return _HF_KINDS[t]
+    if t == "indexed_attention":
+        return SLIDING  # top-k of the causal keys: the pairs of a window of index_topk
+    if t in ("hybrid",):  # attention and a mixer side by side in one layer
+        return FULL
+    raise HFConfigError(f"{text.model_type} config: layer kind {t!r} (layer_types[{i}]) cannot be priced")
+
+
+def _decoder_layers(model: Any) -> list[Any]:
+    decoder = model.get_decoder()
+    while not hasattr(decoder, "layers"):
+        decoder = decoder.model
+    return list(decoder.layers)
+
+
+def _mtp_depth(text: Any) -> int:
+    for key in ("num_nextn_predict_layers", "num_mtp_layers", "mtp_num_hidden_layers"):
+        value = getattr(text, key, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return 0
+
+
+def _is_linear_mixer(module: Any) -> bool:
+    name = type(module).__name__
+    return "DeltaAttention" in name or "GatedDeltaNet" in name
+
+
+def _layer_parts(layer: Any, text: Any) -> tuple[dict[str, int], Any, Any]:
+    """(per-token multiply-adds by component, the attention module or None, the mixer or None)."""
+    parts: dict[str, int] = defaultdict(int)
+    children = dict(layer.named_children())
+    attn = next((children[n] for n in ATTENTION_PARTS if n in children), None)
+    mixer = next((children[n] for n in MIXER_PARTS if n in children), None)
+    mlp = next((children[n] for n in MLP_PARTS if n in children), None)
+    if attn is not None and mixer is None and _is_linear_mixer(attn):  # Kimi-Linear's KDA sits in self_attn
+        attn, mixer = None, attn
+    if attn is not None:
+        parts["attention"] += _gemm_flops(attn)
+    if mixer is not None:
+        parts["linear_attention"] += _gemm_flops(mixer)
+        parts["linear_attention_state"] += _state_flops(mixer)
+    mlp_parts = _mlp_parts(mlp, text) if mlp is not None else {}
+    for key, value in mlp_parts.items():
+        parts[key] += value
+    placed = {id(m) for m in (attn, mixer, mlp) if m is not None}
+    for name, child in children.items():
+        if id(child) in placed or not _gemm_flops(child):
+            continue
+        if name in SHARED_PARTS and "moe_routed" in mlp_parts:
+            parts["moe_shared"] += _gemm_flops(child)
+        else:
+            raise HFConfigError(
+                f"{text.model_type}: layer part {name!r} ({type(child).__name__}) holds GEMMs packscope does not "
+                "place; this layer kind cannot be priced yet"
+            )
+    return parts, attn, mixer
+
+
+def _refuse_gemms_outside(model: Any, layers: list[Any], head: Any, text: Any) -> None:
+    """A GEMM outside the decoder layers and the head (Gemma 4's per-layer input projection, a
+    projector) is work the walk would drop: refuse it by name."""
+    from torch import nn
+
+    placed = {id(m) for layer in layers for m in layer.modules()} | {id(head)}
+    for name, module in model.named_modules():
+        if isinstance(module, (nn.Linear, nn.Conv1d)) and id(module) not in placed:
+            raise HFConfigError(
+                f"{text.model_type}: module {name!r} ({type(module).__name__}) runs outside the decoder layers "
+                "and the head, and packscope does not place it; this model cannot be priced yet"
+            )
+
+
+def measure(model: Any, text: Any) -> tuple[Measured, list[str], int | None, int | None]:
+    """The work of a model built by transformers: (measured, layer kinds, window, chunk)."""
+    gemm: dict[str, int] = defaultdict(int)
+    core: dict[str, int] = defaultdict(int)
+    kinds: list[str] = []
+    layers = _decoder_layers(model)
+    for i, layer in enumerate(layers):
+        parts, attn, _ = _layer_parts(layer, text)
+        for key, value in parts.items():
+            gemm[key] += value
+        kind = _layer_kind(text, i, attn is not None)
+        kinds.append(kind)
+        if attn is not None:
+            core[kind] += _core_flops(attn, text)
+            if getattr(attn, "indexer", None) is not None:
+                core[FULL] += _indexer_flops(attn.indexer)
+    head = model.get_output_embeddings()
+    gemm["logits"] += TRAINED * head.in_features * head.out_features
+    _refuse_gemms_outside(model, layers, head, text)
+    mtp = _mtp_depth(text)
+    if mtp:
+        _add_mtp(model, text, mtp, gemm, core, kinds)
+    window = text.sliding_window if SLIDING in kinds and "indexed_attention" not in (text.layer_types or []) else None
+    if SLIDING in kinds and window is None:
+        window = text.index_topk
+    chunk = text.attention_chunk_size if CHUNKED in kinds else None
+    measured = Measured(c_lin=tuple((k, gemm[k]) for k in COMPONENTS if gemm.get(k)), c_core=tuple(core.items()))
+    return measured, kinds, window, chunk
+
+
+def _add_mtp(model: Any, text: Any, depth: int, gemm: dict[str, int], core: dict[str, int], kinds: list[str]) -> None:
+    """MTP modules as transformers builds them (``MtpModel``): each one's 2h → h projection plus
+    Megatron's 3h for its norms (as the hand-written DeepSeek count), its block and the shared head."""
+    import torch
+    from transformers.modeling_layers import MtpModel
+
+    with torch.device("meta"):
+        mtp: Any = MtpModel(model, depth)
+    layer: Any
+    for layer in mtp.layers:
+        h = layer.eh_proj.out_features
+        gemm["mtp"] += TRAINED * (layer.eh_proj.in_features * layer.eh_proj.out_features + 3 * h)
+        parts, attn, _ = _layer_parts(layer.mtp_block, text)
+        for key, value in parts.items():
+            gemm[key] += value
+        if attn is not None:
+            core[kinds[-1]] += _core_flops(attn, text)
+        head: Any = mtp.shared_head
+        gemm["logits"] += TRAINED * head.in_features * head.out_features
+
+
+def _build(config: Any) -> tuple[Any, frozenset[str]]:
+    """The model on the meta device, and the config attributes its modeling code read meanwhile."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    read: set[str] = set()
+    cls: Any = type(config)
+    original = cls.__getattribute__
+
+    def tracking(self: Any, name: str) -> Any:
+        read.add(name)
+        return original(self, name)
+
+    cls.__getattribute__ = tracking
+    try:
+        with torch.device("meta"):
+            model = AutoModelForCausalLM.from_config(config)
+    except ValueError as exc:
+        raise HFConfigError(f"{config.model_type}: transformers builds no causal LM from it ({exc})") from None
+    except (TypeError, AttributeError, RuntimeError, AssertionError, IndexError, KeyError) as exc:
+        raise HFConfigError(
+            f"{config.model_type}: transformers could not build the model from this config "
+            f"({type(exc).__name__}: {exc}); check its sizes against the checkpoint's config.json"
+        ) from None
+    finally:
+        cls.__getattribute__ = original
+    return model, frozenset(read)
+
+
+def _head_dim(model: Any, text: Any) -> int | None:
+    """The head width shown with the model (the count itself is in ``measured``)."""
+    for layer in _decoder_layers(model):
+        attn = next((getattr(layer, n) for n in ATTENTION_PARTS if hasattr(layer, n)), None)
+        if attn is not None and isinstance(getattr(attn, "head_dim", None), int):
+            return int(attn.head_dim)
+    return _int_attr(text, "head_dim")
+
+
+def _int_attr(text: Any, key: str) -> int | None:
+    value = getattr(text, key, None)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def spec_from_structure(cfg: Mapping[str, Any], tp: int = 1) -> ModelSpec:
+    """A :class:`ModelSpec` for any model_type transformers builds, counted from its modules."""
+    mt = cfg.get("model_type")
+    if not isinstance(mt, str):
+        raise HFConfigError(f"config.json: 'model_type' must be a string, got {mt!r}")
+    if tp != 1:  # the head is read as built: Megatron's padding of the vocabulary per TP rank is not applied
+        raise HFConfigError(f"model_type {mt!r} is counted from its structure, with the vocabulary unpadded: give tp 1")
+    if mt in REFUSED_KINDS:
+        raise HFConfigError(f"model_type {mt!r} is not counted: the layer kind {REFUSED_KINDS[mt]}")
+    cls = config_class(mt)
+    for key in _TOWERS:
+        if isinstance(cfg.get(key), Mapping):
+            raise HFConfigError(
+                f"{mt} config.json: the tower in '{key}' is not counted from the structure yet; count the decoder "
+                "by giving its text_config alone (with the text model_type)"
+            )
+    try:
+        config = cls(**{k: v for k, v in cfg.items() if k != "model_type"})
+    except (ValueError, TypeError) as exc:  # transformers' own checks of the config (strict dataclasses)
+        reason = " ".join(str(exc).split())
+        raise HFConfigError(f"{mt} config.json: transformers' {cls.__name__} refuses it: {reason}") from None
+    text = config.get_text_config()
+    if text is not config:
+        raise HFConfigError(f"{mt} config.json: a wrapper; give its text_config alone to count the decoder")
+    _notice_missing_sizes(cfg, text, "")
+    if getattr(text, "index_topk", None) and getattr(text, "layer_types", None) is None:
+        raise HFConfigError(f"{mt} config.json: 'index_topk' is set without layer_types naming the indexed layers")
+    model, read = _build(config)
+    check_keys(cfg, mt, read=read)
+    measured, kinds, window, chunk = measure(model, text)
+    heads = text.num_attention_heads
+    hidden = text.hidden_size
+    vocab = model.get_output_embeddings().out_features
+    from packscope.core.hf_config import _largest_pow2_divisor
+
+    try:
+        spec = ModelSpec(
+            layers=len(kinds),
+            hidden=hidden,
+            heads=heads,
+            ffn=_int_attr(text, "intermediate_size") or 4 * hidden,
+            vocab=vocab,
+            head_dim=_head_dim(model, text) if hidden % heads else None,
+            layer_kinds=tuple(kinds),
+            window=window,
+            chunk=chunk,
+            mtp_depth=_mtp_depth(text),
+            measured=measured,
+            vocab_divisor=_largest_pow2_divisor(vocab),
+            tp=tp,
+            name=f"{mt} (structural)",
+        )
+    except ValueError as exc:
+        raise HFConfigError(f"{mt} config.json: {exc}") from None
+    return spec
+
+
+def spec_from_any_hf_dict(cfg: Mapping[str, Any], tp: int = 1) -> ModelSpec:
+    """The hand-written reader where there is one (it refuses the count-changing fields it does not
+    read, the relabelled DeepSeek-V3.2 and Gemma 4 ones among them); else the count from the
+    model's structure, which refuses any key transformers' config class does not define."""
+    from packscope.core.hf_config import spec_from_hf_dict
+    from packscope.core.hf_fields import UnknownModelType
+
+    if not isinstance(cfg, Mapping):
+        raise HFConfigError(f"a config is a JSON object, got {type(cfg).__name__}")
+    try:
+        return spec_from_hf_dict(cfg, tp=tp)
+    except UnknownModelType:
+        return spec_from_structure(cfg, tp=tp)
+
+
+def read_any_hf_config(path: str | Path, tp: int = 1) -> ModelSpec:
+    """``spec_from_any_hf_dict`` of a ``config.json`` (or a directory holding one)."""
+    from packscope.core.hf_config import load_config_json
+
+    return spec_from_any_hf_dict(load_config_json(path), tp=tp)
+
+
+def spec_from_any_hf_config(config: Any, tp: int = 1) -> ModelSpec:
+    """``spec_from_any_hf_dict`` of a loaded transformers config (``model.config``) or a dict."""
+    if isinstance(config, Mapping):
+        return spec_from_any_hf_dict(config, tp=tp)
+    if not hasattr(config, "to_dict"):
+        raise HFConfigError(f"expected a transformers config or a dict, got {type(config).__name__}")
+    return spec_from_any_hf_dict(config.to_dict(), tp=tp)
+
+
+__all__ = [
+    "HARMLESS_KEYS",
+    "check_keys",
+    "measure",
+    "read_any_hf_config",
+    "spec_from_any_hf_config",
+    "spec_from_any_hf_dict",
+    "spec_from_structure",
+]

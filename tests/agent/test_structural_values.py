@@ -1,0 +1,84 @@
+"""The worked values of docs/flops.md's "The structural count", recomputed, so the page cannot drift
+from the code. The structural count itself is held to torch's own counts and transformers' masks by
+test_hf_structure.py."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from packscope.agent.hf_structure import spec_from_structure
+from packscope.core.flops import ModelSpec, packs_breakdown_by_kind
+from tests.core.test_worked_values import table_rows
+
+ROOT = Path(__file__).parent.parent.parent
+DOC = (ROOT / "docs" / "flops.md").read_text()
+FIXTURES = ROOT / "tests" / "fixtures" / "hf" / "structural"
+PACK = [[4096, 2048, 1024, 512, 256, 256]]
+SLOTS = 8192
+MODELS = {
+    "qwen3_5_text.json": "Qwen3.5 (dense)",
+    "qwen3_5_moe_text.json": "Qwen3.5 (MoE)",
+    "glm4_moe.json": "GLM-4.5",
+    "deepseek_v32.json": "DeepSeek-V3.2",
+    "olmo3.json": "OLMo-3",
+    "falcon_h1.json": "Falcon-H1 (hybrid)",
+}
+HEADER = (
+    "| model | fixture | layers by kind | window | c_lin | c_core by kind | flops_bshd | flops_thd | over-count |\n"
+    "|---|---|---|---|---|---|---|---|---|"
+)
+
+
+def spec(fixture: str) -> ModelSpec:
+    return spec_from_structure(json.loads((FIXTURES / fixture).read_text()))
+
+
+def row(fixture: str) -> str:
+    """One line of the table, from the code."""
+    m = spec(fixture)
+    b = packs_breakdown_by_kind(m, PACK, SLOTS)
+    kinds = ", ".join(f"{kind} {n}" for kind, n in Counter(m.kinds[: m.layers]).items())
+    kinds += f" + {m.mtp_depth} MTP" if m.mtp_depth else ""
+    core = ", ".join(f"{kind} {value}" for kind, value in m.c_core_by_kind.items())
+    over = 100 * (b.flops_bshd - b.flops_thd) / b.flops_thd
+    return (
+        f"| {MODELS[fixture]} | `{fixture}` | {kinds} | {m.window or '—'} | {m.c_lin} | {core} "
+        f"| {b.flops_bshd:.6e} | {b.flops_thd:.6e} | {over:.2f} % |"
+    )
+
+
+def documented() -> str:
+    return DOC.split("<!-- structural-values:start -->\n")[1].split("<!-- structural-values:end -->")[0]
+
+
+def test_the_table_has_one_row_per_model():
+    rows = table_rows(documented())[1:]
+    assert [r[1].strip("`") for r in rows] == list(MODELS)
+
+
+@pytest.mark.parametrize("fixture", MODELS)
+def test_structural_worked_values(fixture):
+    lines = {line.split("|")[2].strip(): line for line in documented().splitlines() if line.startswith("| ")}
+    assert lines[f"`{fixture}`"] == row(fixture)
+
+
+def test_the_documented_pack_is_the_one_computed():
+    m = spec("olmo3.json")
+    b = packs_breakdown_by_kind(m, PACK, SLOTS)
+    # Independent of the table: the window sum of the documents by hand (W = 4096; none is longer).
+    assert m.window == 4096
+    assert b.sums["window_sq_sum_thd"] == sum(s * s for s in PACK[0])
+    assert b.sums["window_sq_sum_bshd"] == 2 * SLOTS * 4096 - 4096 * 4096
+
+
+if __name__ == "__main__":  # print the table for the doc
+    print(HEADER)
+    for name in MODELS:
+        print(row(name))
