@@ -14,6 +14,7 @@ import pytest
 
 from packscope.commands.cli import main
 from packscope.trainer.config import DataConfig, TrainConfig, add_train_arguments, config_from_args
+from packscope.trainer.faults import fault_text
 
 # Every field away from its default, so that the round trip below proves each one is mapped.
 EVERY_FIELD_CHANGED = TrainConfig(
@@ -53,6 +54,7 @@ EVERY_FIELD_CHANGED = TrainConfig(
     project="p",
     run_id="run-1",
     start_step=6,
+    faults=("slowdown:from=3,factor=2,until=5", "nan-loss:at=4"),
     data=DataConfig(min_len=4, short_share=0.5, short_median=32, long_median=256, sigma=0.5, rules=4),
 )
 
@@ -102,6 +104,9 @@ def argv_for(config: TrainConfig) -> list[str]:
         flag = dest.replace("_", "-")
         if isinstance(value, bool):
             argv.append(f"--{flag}" if value else f"--no-{flag}")
+        elif dest == "faults":  # the repeatable --fault
+            for fault in value:
+                argv += ["--fault", fault_text(fault)]
         else:
             argv += [f"--{flag}", str(value)]
     return argv
