@@ -153,9 +153,10 @@ BACKEND_LAYERS = {
     "store": ("formulas",),
     "ingest": ("formulas", "api", "store"),
     "reads": ("formulas", "api", "store"),
-    "http": ("formulas", "api", "store", "ingest", "reads"),
-    "routes": ("formulas", "api", "store", "ingest", "reads", "http"),
-    "server": ("formulas", "api", "store", "ingest", "reads", "http", "routes"),
+    "alerts": ("formulas", "api", "store", "reads"),
+    "http": ("formulas", "api", "store", "ingest", "reads", "alerts"),
+    "routes": ("formulas", "api", "store", "ingest", "reads", "alerts", "http"),
+    "server": ("formulas", "api", "store", "ingest", "reads", "alerts", "http", "routes"),
 }
 BACKEND = ROOT / "backend"
 

@@ -3,6 +3,8 @@
 from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from packscope.backend.alerts.config import AlertConfig
+
 
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="PACKSCOPE_", extra="ignore")
@@ -57,6 +59,21 @@ class Settings(BaseSettings):
     request_body_timeout_s: float = Field(default=60.0, gt=0)
     # An idle kept-alive connection is closed after this many seconds.
     keep_alive_s: int = Field(default=5, ge=1)
+    # Alerts (docs/alerts.md). Webhook URLs (comma-separated; the API can replace them), the secret
+    # that signs each message (X-Packscope-Signature), and its format: json or slack.
+    alert_webhook_url: str = ""
+    alert_webhook_secret: str | None = None
+    alert_webhook_format: str = "json"
+    # The rules' thresholds as a JSON object over their defaults, e.g. {"slowdown_pct": 30}.
+    alert_thresholds: str = ""
+    # The server's address as webhook receivers reach it (each message's run_url); "" gives a path.
+    public_url: str = ""
+    # How often live runs are judged without new data (stalled, crashed), and the outbox polled.
+    alert_sweep_s: float = Field(default=5.0, gt=0)
+    alert_delivery_poll_s: float = Field(default=1.0, gt=0)
+    # A failed webhook message waits base·2^(attempts-1) seconds before its next try, at most max.
+    alert_retry_base_s: float = Field(default=2.0, gt=0)
+    alert_retry_max_s: float = Field(default=300.0, gt=0)
 
     @field_validator("ingest_token", "read_token")
     @classmethod
@@ -73,6 +90,24 @@ class Settings(BaseSettings):
                 "(the agents and the runs page's edits send it)"
             )
         return self
+
+    @model_validator(mode="after")
+    def _alerts_readable(self) -> "Settings":
+        self.alert_config()  # raises ValueError naming what is wrong
+        return self
+
+    def alert_config(self) -> AlertConfig:
+        return AlertConfig.of(
+            self.alert_thresholds,
+            self.alert_webhook_url,
+            self.alert_webhook_secret,
+            self.alert_webhook_format,
+            self.public_url,
+            sweep_s=self.alert_sweep_s,
+            delivery_poll_s=self.alert_delivery_poll_s,
+            retry_base_s=self.alert_retry_base_s,
+            retry_max_s=self.alert_retry_max_s,
+        )
 
     @property
     def writes_open(self) -> bool:

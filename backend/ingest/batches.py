@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from typing import Any, cast
 
 import msgspec
-from sqlalchemy import Connection, Engine, Table
+from sqlalchemy import Connection, Engine, Table, insert
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.dialects.postgresql.psycopg import PGDialect_psycopg
 from sqlalchemy.exc import IntegrityError
@@ -21,7 +21,7 @@ from packscope.backend.api.schemas import IngestResult, RunCreate, RunPatch
 from packscope.backend.ingest.rows import Parsed, parsed_records
 from packscope.backend.store.aggregates import store_aggregates
 from packscope.backend.store.db import run_sql
-from packscope.backend.store.models import Run
+from packscope.backend.store.models import Run, nonfinite_losses
 from packscope.backend.store.runs import coefficients, get_run
 from packscope.backend.store.writes import driver_of, insert_intervals
 from packscope.core.catalogue import INT64_MAX, Coefficients
@@ -203,4 +203,11 @@ def _store(connection: Connection, run_pk: int, c: Coefficients, parsed: Parsed)
             run_sites[site] = INT64_MAX
     channels = [parsed.channels[at[k]] for k in new]
     store_aggregates(connection, run_pk, c, [rows[k] for k in new], run_sites, channels)
+    if parsed.nonfinite_loss:  # rare: a diverged loss, kept for the nonfinite_loss alert
+        stored = {at[k] for k in new}
+        diverged = [keys[i] for i in parsed.nonfinite_loss if i in stored]
+        if diverged:
+            connection.execute(
+                insert(nonfinite_losses), [{"run_pk": run_pk, "interval": i, "rank": r} for i, r in diverged]
+            )
     return [at[k] for k in new]

@@ -163,6 +163,9 @@ class Checked(NamedTuple):
     records: list[Any]
     ignored: list[str]
     values: list[tuple[Any, ...]]
+    # The positions of the records whose loss arrived NaN or ±inf (stored as missing): the
+    # nonfinite_loss alert's evidence (backend/alerts/rules.py).
+    nonfinite_loss: tuple[int, ...] = ()
 
 
 # A JSON number of magnitude below FLOAT_MIN (1e-300) but not 0 is written either with a negative
@@ -231,12 +234,14 @@ def _decode(body: bytes) -> Checked:
         raise RecordError([_located(exc)]) from None
     except msgspec.DecodeError:
         return _read_by_json(body)
+    nonfinite: list[int] = []
     values = check(
         records,
         strings_safe=b"\\u0000" not in body,  # msgspec refuses lone surrogates itself
         readings_checked=readings_checked and _no_tiny_numbers(body),
+        nonfinite_loss=nonfinite,
     )
-    return Checked(records, ignored, values)
+    return Checked(records, ignored, values, tuple(nonfinite))
 
 
 def _read_by_json(body: bytes) -> Checked:
@@ -258,7 +263,9 @@ def convert(document: Any) -> Checked:
         loc = _unencodable_in(document)
         message = "the string holds a lone surrogate, which is not valid UTF-8"
         raise RecordError([(loc or (), message, "value_error")]) from None
-    return Checked(records, [], check(records, strings_safe=False))
+    nonfinite: list[int] = []
+    values = check(records, strings_safe=False, nonfinite_loss=nonfinite)
+    return Checked(records, [], values, tuple(nonfinite))
 
 
 def _encodes(text: str) -> bool:
@@ -317,6 +324,7 @@ _OPTIONAL = tuple(
     if not f.required and f.kind == "float"
 )
 _FLOATS = tuple((i, f.wire_path) for i, f in enumerate(FIELDS) if f.kind == "float")
+_LOSS_PATH = next(f.wire_path for f in FIELDS if f.name == "loss")
 
 
 def _set(record: Any, path: tuple[str, ...], value: Any) -> None:
@@ -340,9 +348,12 @@ def _span_problem(first: int, last: int, steps: int, tokens: int, real: int, unc
     return None
 
 
-def _reading_problems(i: int, r: Any, values: tuple[Any, ...], problems: list[tuple[Location, str, str]]) -> bool:
+def _reading_problems(
+    i: int, r: Any, values: tuple[Any, ...], problems: list[tuple[Location, str, str]], nonfinite_loss: list[int]
+) -> bool:
     """The optional readings out of their bounds and the floats too small to store, added to
-    `problems`; True when a reading diverged (it became None in place)."""
+    `problems`; True when a reading diverged (it became None in place); `i` added to
+    `nonfinite_loss` when the loss did."""
     diverged = False
     for at, path, lower, upper in _OPTIONAL:
         value = values[at]
@@ -351,6 +362,8 @@ def _reading_problems(i: int, r: Any, values: tuple[Any, ...], problems: list[tu
         if not -FLOAT_MAX <= value <= FLOAT_MAX:  # NaN, inf, beyond any real reading: diverged
             _set(r, path, None)
             diverged = True
+            if path == _LOSS_PATH:
+                nonfinite_loss.append(i)
         else:
             bound = f">= {lower}" if value < lower else f"<= {upper}"
             problems.append((("intervals", i, *path), f"Expected `float` {bound}", "value_error"))
@@ -367,7 +380,7 @@ def _reading_problems(i: int, r: Any, values: tuple[Any, ...], problems: list[tu
 
 
 def _record_problems(
-    i: int, r: Any, strings_safe: bool, readings_checked: bool
+    i: int, r: Any, strings_safe: bool, readings_checked: bool, nonfinite_loss: list[int]
 ) -> tuple[list[tuple[Location, str, str]], tuple[Any, ...]]:
     """Every problem of record `i` (after the types and bounds msgspec checked), and its row
     values; diverged optional readings become None in place."""
@@ -381,7 +394,7 @@ def _record_problems(
         problem = f"wall_end ({wall_end}) is before wall_start ({wall_start})"
     if problem:
         problems.append((("intervals", i), problem, "value_error"))
-    if not readings_checked and _reading_problems(i, r, values, problems):
+    if not readings_checked and _reading_problems(i, r, values, problems, nonfinite_loss):
         values = row_values(r)
     sites = r.syncs.sites
     if len(sites) > 1 and len({s.site for s in sites}) != len(sites):
@@ -400,17 +413,25 @@ def _record_problems(
     return problems, values
 
 
-def check(records: Sequence[Any], *, strings_safe: bool, readings_checked: bool = False) -> list[tuple[Any, ...]]:
+def check(
+    records: Sequence[Any],
+    *,
+    strings_safe: bool,
+    readings_checked: bool = False,
+    nonfinite_loss: list[int] | None = None,
+) -> list[tuple[Any, ...]]:
     """Check what spans fields, for every record (raising one RecordError naming every problem);
     diverged optional readings become None in place. `strings_safe`: the caller knows no string
     holds a NUL byte or a lone surrogate, so the strings are not walked. `readings_checked`: the
     caller knows every optional reading (channel losses included) is within its bounds and no
     float is nonzero below FLOAT_MIN, so the readings are not walked. Every record's row values,
-    read once here for the checks and the rows alike."""
+    read once here for the checks and the rows alike; the positions of the records whose loss
+    diverged are added to `nonfinite_loss`."""
+    diverged: list[int] = [] if nonfinite_loss is None else nonfinite_loss
     problems: list[tuple[Location, str, str]] = []
     values: list[tuple[Any, ...]] = []
     for i, r in enumerate(records):
-        found, row = _record_problems(i, r, strings_safe, readings_checked)
+        found, row = _record_problems(i, r, strings_safe, readings_checked, diverged)
         problems += found
         values.append(row)
     if problems:

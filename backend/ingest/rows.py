@@ -36,7 +36,7 @@ class Parsed:
     JSON text, its sync sites and its channels as decoded. `ignored`: the fields the batch sent
     that the record does not know."""
 
-    __slots__ = ("channels", "histograms", "ignored", "sites", "values")
+    __slots__ = ("channels", "histograms", "ignored", "nonfinite_loss", "sites", "values")
 
     def __init__(
         self,
@@ -45,9 +45,11 @@ class Parsed:
         sites: list[Mapping[str, int]],
         channels: list[Channels],
         ignored: Sequence[str] = (),
+        nonfinite_loss: Sequence[int] = (),
     ) -> None:
         self.values, self.histograms, self.sites, self.channels = values, histograms, sites, channels
         self.ignored = list(ignored)
+        self.nonfinite_loss = tuple(nonfinite_loss)  # positions whose loss arrived NaN or ±inf
 
     def __len__(self) -> int:
         return len(self.values)
@@ -69,16 +71,21 @@ class Parsed:
             [{s.site: s.count for s in r.syncs.sites} for r in records],
             [(r.channel_loss, r.channel_tokens) for r in records],
             checked.ignored,
+            checked.nonfinite_loss,
         )
 
     @classmethod
     def joined(cls, parts: Sequence["Parsed"]) -> "Parsed":
+        starts = [0]
+        for p in parts:
+            starts.append(starts[-1] + len(p))
         return cls(
             [v for p in parts for v in p.values],
             [h for p in parts for h in p.histograms],
             [s for p in parts for s in p.sites],
             [c for p in parts for c in p.channels],
             sorted({name for p in parts for name in p.ignored}),
+            [start + at for p, start in zip(parts, starts, strict=False) for at in p.nonfinite_loss],
         )
 
 

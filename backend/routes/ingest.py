@@ -269,6 +269,7 @@ async def post_intervals(run_id: RunIdPath, request: Request) -> Response:
         raise await run_in_threadpool(_missing_run, request.app.state.sessionmaker, run_id)
     if result.accepted:
         request.app.state.live.stored(run_id)  # committed: the run's open pages are told now
+        request.app.state.alerts.wake(run_id)  # and its alert rules judge it, off this request
     # `ignored` only when the batch held fields the record does not know
     return Response(result.model_dump_json(exclude_defaults=True), media_type="application/json")
 
@@ -282,7 +283,7 @@ def _missing_run(make_session: sessionmaker[Session], run_id: str) -> HTTPExcept
 
 
 @router.patch("/runs/{run_id}", response_model=RunSummary)
-def update_run(run_id: RunIdPath, body: RunPatch, session: SessionDep) -> dict[str, Any]:
+def update_run(run_id: RunIdPath, body: RunPatch, session: SessionDep, request: Request) -> dict[str, Any]:
     """The agent sets status; the runs page edits name, notes, tags and archived."""
     run = run_to_write(session, run_id)
     given = body.model_fields_set
@@ -297,6 +298,7 @@ def update_run(run_id: RunIdPath, body: RunPatch, session: SessionDep) -> dict[s
     contact.apply_layout(run, body)
     if body.status is not None:
         run = patch_run(session, run, body)  # also stamps ended_at and updated_at; commits
+        request.app.state.alerts.wake(run_id)  # crashed opens (failed) or resolves (running, finished)
     else:
         session.commit()
     return run_summary(session, run)

@@ -15,6 +15,7 @@ from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
 
 from packscope import __version__
+from packscope.backend.alerts.worker import AlertWorker
 from packscope.backend.http import openapi
 from packscope.backend.http.admission import Admission, Coalescer
 from packscope.backend.http.allowed_methods import add_allowed_methods_handler
@@ -25,6 +26,7 @@ from packscope.backend.http.security import SecurityHeaders, SignInGuard, TokenG
 from packscope.backend.http.settings import Settings
 from packscope.backend.ingest.batches import ingest_together
 from packscope.backend.routes import ingest, pages, reads
+from packscope.backend.routes.alerts import router as alerts_router
 from packscope.backend.routes.ledger import router as ledger_router
 from packscope.backend.routes.ranks import router as ranks_router
 from packscope.backend.store.db import WRITES, make_engine, make_sessionmaker, upgrade_schema
@@ -79,6 +81,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     )
     upgrade_schema(engine)
     live = LiveHub(transport_for(engine))
+    alert_worker = AlertWorker(engine, settings.alert_config())
     if settings.writes_open:
         log.warning(OPEN_WRITES_WARNING)
 
@@ -90,9 +93,11 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # docs/benchmarks/2026-11-30-2core.md#dev-2026-11-30-2020-gc-freeze).
         gc.freeze()
         await live.start()
+        await alert_worker.start()
         try:
             yield
         finally:
+            await alert_worker.stop()
             await live.stop()
             gc.unfreeze()  # several apps in one process (tests): their objects collectable again
             engine.dispose()
@@ -111,6 +116,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.sessionmaker = make_sessionmaker(engine)
     app.state.write_sessionmaker = make_sessionmaker(engine, writes=True)
     app.state.live = live  # new intervals wake the open streams of every process (live.py)
+    app.state.alerts = alert_worker  # new intervals wake this process's alert rules (alerts/worker.py)
     app.state.csv_limits = CsvLimits(settings.csv_streams, settings.csv_streams_per_client, settings.retry_after_s)
     app.state.admission = Admission(
         slots=settings.db_slots,
@@ -130,6 +136,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(reads.router)
     app.include_router(ranks_router)
     app.include_router(ledger_router)
+    app.include_router(alerts_router)
     app.include_router(pages.public)
     app.include_router(pages.router)
     app.add_exception_handler(pages.SignInRequired, pages.sign_in_required)

@@ -29,6 +29,7 @@ from sqlalchemy import (
     Text,
     UniqueConstraint,
     false,
+    text,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -219,4 +220,65 @@ deleted_runs = Table(
     Base.metadata,
     Column("run_id", String(64), primary_key=True),
     Column("deleted_at", DateTime(timezone=True), nullable=False),
+)
+
+
+# Alerts (migration 0017, docs/alerts.md): one row per alert opened; at most one open alert per
+# (run, rule, subject), held by the partial unique index on the open ones, so that several server
+# processes judging the same run open it once.
+alerts = Table(
+    "alerts",
+    Base.metadata,
+    Column("id", BigId, primary_key=True),
+    Column("run_pk", ForeignKey("runs.id", ondelete="CASCADE"), nullable=False),
+    Column("rule", String(32), nullable=False),
+    Column("subject", String(500), nullable=False),  # "rank 3", a sync site, or ""
+    Column("opened_at", DateTime(timezone=True), nullable=False),
+    Column("resolved_at", DateTime(timezone=True), nullable=True),
+    Column("summary", Text, nullable=False),
+    Column("ledger_term", String(32), nullable=True),  # the loss ledger's term the rule maps to
+    Column("details", JSON, nullable=False),  # the numbers that opened it
+    Index("ix_alerts_open", "run_pk", "rule", "subject", unique=True,
+          sqlite_where=text("resolved_at IS NULL"), postgresql_where=text("resolved_at IS NULL")),
+    Index(None, "run_pk", "opened_at"),
+)  # fmt: skip
+
+# One webhook message per (alert, event, target), written in the transaction that opened or
+# resolved the alert; a process claims due rows (claimed_by, with a lease) before it sends them.
+alert_outbox = Table(
+    "alert_outbox",
+    Base.metadata,
+    Column("id", BigId, primary_key=True),
+    Column("alert_id", BigInteger, ForeignKey("alerts.id", ondelete="CASCADE"), nullable=False),
+    Column("event", String(16), nullable=False),  # "opened" or "resolved"
+    Column("target", String(2000), nullable=False),  # the webhook URL
+    Column("body", Text, nullable=False),  # the exact bytes signed and sent, the same at every retry
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("next_attempt_at", DateTime(timezone=True), nullable=False),
+    Column("attempts", Integer, nullable=False),
+    Column("claimed_by", String(64), nullable=True),
+    Column("claim_expires_at", DateTime(timezone=True), nullable=True),
+    Column("sent_at", DateTime(timezone=True), nullable=True),
+    Column("last_error", Text, nullable=True),
+    UniqueConstraint("alert_id", "event", "target"),
+    Index(None, "sent_at", "next_attempt_at"),
+)
+
+# Thresholds and webhooks set through the API: project "" holds the server-wide ones.
+alert_settings = Table(
+    "alert_settings",
+    Base.metadata,
+    Column("project", String(200), primary_key=True),
+    Column("settings", JSON, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+# The intervals whose loss arrived NaN or ±inf: the interval row stores such a loss as missing,
+# which alone could not tell a diverged loss from one never sent.
+nonfinite_losses = Table(
+    "nonfinite_losses",
+    Base.metadata,
+    Column("run_pk", ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("interval", Integer, primary_key=True, autoincrement=False),
+    Column("rank", Integer, primary_key=True, autoincrement=False),
 )

@@ -48,6 +48,11 @@ COMMANDS = {
         "packscope.commands.diagnose:diagnose_from_args",
         "where a run's step time went: the loss ledger as a table",
     ),
+    "alerts": (
+        "packscope.commands.alerts:add_alerts_arguments",
+        "packscope.commands.alerts:alerts_from_args",
+        "the server's open alerts (stalled, crashed, slowdown, straggler, ...) as a table",
+    ),
     "flops": (
         "packscope.commands.flops:add_flops_arguments",
         "packscope.commands.flops:flops_from_args",

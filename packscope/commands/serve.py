@@ -45,6 +45,28 @@ def add_serve_arguments(parser: argparse.ArgumentParser) -> None:
         "through WAL and its busy timeout",
     )
     parser.add_argument("--no-access-log", action="store_true", help="do not log every request")
+    alerts = parser.add_argument_group("alerts (docs/alerts.md; each flag sets its PACKSCOPE_* variable)")
+    alerts.add_argument(
+        "--alert-webhook-url",
+        action="append",
+        default=None,
+        metavar="URL",
+        help="a webhook to send each alert's open and resolve to (repeat for several; PACKSCOPE_ALERT_WEBHOOK_URL)",
+    )
+    alerts.add_argument("--alert-webhook-secret", default=None, help="signs each message (X-Packscope-Signature)")
+    alerts.add_argument("--alert-webhook-format", choices=("json", "slack"), default=None, help="default: json")
+    alerts.add_argument("--alert-thresholds", default=None, metavar="JSON", help="e.g. '{\"slowdown_pct\": 30}'")
+    alerts.add_argument("--public-url", default=None, help="the dashboard's address as receivers reach it (run_url)")
+
+
+# The alert flags, each as the variable the workers' settings read.
+_ALERT_FLAGS = {
+    "alert_webhook_url": "PACKSCOPE_ALERT_WEBHOOK_URL",
+    "alert_webhook_secret": "PACKSCOPE_ALERT_WEBHOOK_SECRET",
+    "alert_webhook_format": "PACKSCOPE_ALERT_WEBHOOK_FORMAT",
+    "alert_thresholds": "PACKSCOPE_ALERT_THRESHOLDS",
+    "public_url": "PACKSCOPE_PUBLIC_URL",
+}
 
 
 def default_workers() -> int:
@@ -75,6 +97,10 @@ def serve_from_args(args: argparse.Namespace) -> int:
     if args.database_url:
         # Worker processes build their app from the environment (create_app's default settings).
         os.environ["PACKSCOPE_DATABASE_URL"] = args.database_url
+    for flag, variable in _ALERT_FLAGS.items():
+        value = getattr(args, flag, None)
+        if value is not None:
+            os.environ[variable] = ",".join(value) if isinstance(value, list) else value
     try:
         settings = Settings()
     except ValidationError as exc:

@@ -1,0 +1,123 @@
+"""The alerts' background work in each server process, off the ingest path: judging runs (woken
+by each stored batch, and every sweep_s for the runs whose silence alone can open or resolve an
+alert) and sending the outbox. Ingest only sets an event (`wake`); a slow database read here or
+a slow webhook receiver never holds a request."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Iterable
+
+from sqlalchemy import Engine, select
+
+from packscope.backend.alerts.config import AlertConfig
+from packscope.backend.alerts.delivery import Deliverer
+from packscope.backend.alerts.evaluate import evaluate_run
+from packscope.backend.alerts.state import runs_with_open_alerts
+from packscope.backend.store.models import Run
+
+log = logging.getLogger("packscope.alerts")
+_RUNS = Run.__table__
+
+
+def live_runs(engine: Engine) -> set[int]:
+    """The runs a sweep judges without new data: stored running (stalled, stale, crashed come from
+    their silence) or holding an open alert (which may resolve)."""
+    with engine.connect() as connection:
+        running = connection.execute(select(_RUNS.c.id).where(_RUNS.c.status == "running")).scalars().all()
+        return {*running, *runs_with_open_alerts(connection)}
+
+
+def run_pks_of(engine: Engine, run_ids: Iterable[str]) -> set[int]:
+    ids = list(run_ids)
+    if not ids:
+        return set()
+    with engine.connect() as connection:
+        return set(connection.execute(select(_RUNS.c.id).where(_RUNS.c.run_id.in_(ids))).scalars())
+
+
+class AlertWorker:
+    def __init__(self, engine: Engine, config: AlertConfig) -> None:
+        self.engine, self.config = engine, config
+        self.deliverer = Deliverer(engine, config)
+        self._changed: set[str] = set()
+        self._judge = asyncio.Event()
+        self._send = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def wake(self, run_id: str) -> None:
+        """A batch of `run_id` was stored, or its status set: judge it soon (a set add and an event,
+        nothing else; from the event loop or from a route's worker thread)."""
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            here = asyncio.get_running_loop()
+        except RuntimeError:
+            here = None
+        if here is loop:
+            self._woken(run_id)
+        else:
+            loop.call_soon_threadsafe(self._woken, run_id)
+
+    def _woken(self, run_id: str) -> None:
+        self._changed.add(run_id)
+        self._judge.set()
+
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._tasks = [asyncio.create_task(self._judging()), asyncio.create_task(self._delivering())]
+
+    async def stop(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.deliverer.aclose()
+
+    def judge_now(self, run_pks: Iterable[int]) -> int:
+        """Judge these runs (in this thread); how many alerts opened or resolved."""
+        taken = 0
+        for run_pk in sorted(run_pks):
+            try:
+                taken += len(evaluate_run(self.engine, run_pk, self.config))
+            except Exception:  # one run's failure must not stop the others' alerts
+                log.exception("judging run %s for alerts failed", run_pk)
+        return taken
+
+    async def _judging(self) -> None:
+        next_sweep = 0.0
+        while True:
+            timeout = max(0.0, next_sweep - time.monotonic())
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._judge.wait(), timeout)
+            self._judge.clear()
+            changed, self._changed = self._changed, set()
+            try:
+                pks = await asyncio.to_thread(run_pks_of, self.engine, changed)
+                if time.monotonic() >= next_sweep:
+                    pks |= await asyncio.to_thread(live_runs, self.engine)
+                    next_sweep = time.monotonic() + self.config.sweep_s
+                taken: int = await asyncio.to_thread(self.judge_now, pks) if pks else 0
+                if taken:
+                    self._send.set()
+            except Exception:
+                log.exception("the alerts' judging round failed")
+                await asyncio.sleep(self.config.sweep_s)
+
+    async def _delivering(self) -> None:
+        while True:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._send.wait(), self.config.delivery_poll_s)
+            self._send.clear()
+            try:
+                while await self.deliverer.deliver_once():
+                    pass
+            except Exception:
+                log.exception("sending the alerts' webhooks failed")
+                await asyncio.sleep(self.config.delivery_poll_s)

@@ -1,0 +1,120 @@
+"""The alerts' API (docs/alerts.md): the alerts opened and resolved, a run's history, and the
+thresholds and webhooks set per project."""
+
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
+from pydantic import BaseModel, ConfigDict, Field
+
+from packscope.backend.alerts.config import FORMATS, WEBHOOK_KEYS, check_url, save, stored, thresholds_for, webhooks_of
+from packscope.backend.alerts.listing import list_alerts
+from packscope.backend.alerts.rules import RULES
+from packscope.backend.http.deps import RunIdPath, SessionDep, require_ingest_token, require_read_token, run_or_404
+
+router = APIRouter(prefix="/api/v1", tags=["alerts"], dependencies=[Depends(require_read_token)])
+
+
+class Alert(BaseModel):
+    id: int
+    run_id: str = Field(description="the run's client-made id")
+    run_name: str | None
+    project: str | None
+    rule: str = Field(description=", ".join(RULES))
+    subject: str = Field(description='what the rule names: "rank 3", a sync site, or ""')
+    opened_at: str
+    resolved_at: str | None = Field(description="null while the alert is open")
+    summary: str
+    ledger_term: str | None = Field(description="the loss ledger's term the alert maps to (docs/ledger.md)")
+    details: dict[str, Any] = Field(description="the numbers that opened it")
+    run_url: str
+
+
+class AlertSettings(BaseModel):
+    project: str = Field(description='"" for the server-wide settings')
+    thresholds: dict[str, Any] = Field(description="every threshold in effect for the project (docs/alerts.md)")
+    stored: dict[str, Any] = Field(description="what the API set for this project (webhook secret hidden)")
+    webhook_urls: list[str] = Field(description="server-wide")
+    webhook_format: Literal["json", "slack"]
+    webhook_secret_set: bool
+
+
+class AlertSettingsPatch(BaseModel):
+    """Thresholds to set (null removes the project's own value); webhooks only with project ""."""
+
+    model_config = ConfigDict(extra="allow")
+    webhook_urls: list[str] | None = None
+    webhook_secret: str | None = None
+    webhook_format: Literal["json", "slack"] | None = None
+
+
+def _public_url(request: Request) -> str:
+    return request.app.state.settings.alert_config().public_url
+
+
+@router.get("/alerts", response_model=list[Alert])
+def get_alerts(
+    request: Request,
+    session: SessionDep,
+    state: Annotated[Literal["open", "resolved", "all"], Query()] = "open",
+    limit: Annotated[int, Query(ge=1, le=5000)] = 500,
+) -> list[dict[str, Any]]:
+    """Alerts, newest first: open (default), resolved or all."""
+    return list_alerts(session.connection(), _public_url(request), state, limit=limit)
+
+
+@router.get("/runs/{run_id}/alerts", response_model=list[Alert])
+def get_run_alerts(run_id: RunIdPath, request: Request, session: SessionDep) -> list[dict[str, Any]]:
+    """Every alert of the run, open and resolved, newest first."""
+    run = run_or_404(session, run_id)
+    return list_alerts(session.connection(), _public_url(request), "all", run_pk=run.id)
+
+
+def _settings(request: Request, session: SessionDep, project: str) -> dict[str, Any]:
+    config = request.app.state.settings.alert_config()
+    connection = session.connection()
+    hooks = webhooks_of(connection, config)
+    own = stored(connection, project)
+    if "webhook_secret" in own:
+        own["webhook_secret"] = "(set)"
+    return {
+        "project": project,
+        "thresholds": thresholds_for(connection, config, project or None).as_dict(),
+        "stored": own,
+        "webhook_urls": list(hooks.urls),
+        "webhook_format": hooks.format,
+        "webhook_secret_set": bool(hooks.secret),
+    }
+
+
+@router.get("/alerts/settings", response_model=AlertSettings)
+def get_alert_settings(
+    request: Request, session: SessionDep, project: Annotated[str, Query(max_length=200)] = ""
+) -> dict[str, Any]:
+    return _settings(request, session, project)
+
+
+@router.patch("/alerts/settings", response_model=AlertSettings, dependencies=[Depends(require_ingest_token)])
+def patch_alert_settings(
+    body: AlertSettingsPatch,
+    request: Request,
+    session: SessionDep,
+    project: Annotated[str, Query(max_length=200)] = "",
+) -> dict[str, Any]:
+    """Set thresholds for a project ("" server-wide), and the server-wide webhooks."""
+    changes = body.model_dump(exclude_unset=True)
+    hooks = [key for key in changes if key in WEBHOOK_KEYS]
+    if project and hooks:
+        raise HTTPException(
+            status.HTTP_422_UNPROCESSABLE_CONTENT, f'webhooks are server-wide: set {hooks} with project=""'
+        )
+    try:
+        for url in changes.get("webhook_urls") or []:
+            check_url(url)
+        if changes.get("webhook_format") not in (None, *FORMATS):
+            raise ValueError(f"webhook_format must be one of {FORMATS}")
+        save(session.connection(), project, changes)
+    except ValueError as exc:
+        session.rollback()
+        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from None
+    session.commit()
+    return _settings(request, session, project)
