@@ -214,6 +214,11 @@ class TrainConfig:
         "also write each rank's run (registration and interval records) to <dir>/rank<r>.jsonl, for packscope import",
     )
     log_every: int = option(10, "steps per agent interval")
+    peak_tflops: float | None = option(
+        None,
+        "the device's dense peak in TFLOP/s, for MFU (default: looked up from the GPU's name; a CPU has "
+        "none, so its MFU is not measured)",
+    )
     progress: bool = option(True, "the progress bar")
     server: str | None = option(None, "packscope server URL (default: count, send nothing)")
     name: str | None = option(None, "run name (default: preset-layout-pack_length)")
@@ -269,6 +274,8 @@ class TrainConfig:
         for key in ("warmup_steps", "weight_decay", "start_step"):
             if getattr(self, key) < 0:
                 raise ValueError(f"{key} must be >= 0, got {getattr(self, key)}")
+        if self.peak_tflops is not None and not self.peak_tflops > 0:
+            raise ValueError(f"peak_tflops must be > 0, got {self.peak_tflops}")
         if self.lr is not None and self.lr <= 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         if self.grad_clip <= 0:

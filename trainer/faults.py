@@ -78,7 +78,18 @@ class MixChange:
     until: int | None = None
 
 
-Fault = Slowdown | Stall | SlowRank | AddedSyncs | NanLoss | MixChange
+@dataclass(frozen=True)
+class Crash:
+    """Step ``at`` raises InjectedCrash before it begins: the run ends failed, as on any exception."""
+
+    at: int
+
+
+class InjectedCrash(RuntimeError):
+    """What the crash fault raises."""
+
+
+Fault = Slowdown | Stall | SlowRank | AddedSyncs | NanLoss | MixChange | Crash
 
 # kind -> (spec, {key in the text: (field, type)}, keys required)
 _KINDS: dict[str, tuple[type, dict[str, tuple[str, type]], tuple[str, ...]]] = {
@@ -104,6 +115,7 @@ _KINDS: dict[str, tuple[type, dict[str, tuple[str, type]], tuple[str, ...]]] = {
         {"from": ("start", int), "short_share": ("short_share", float), "until": ("until", int)},
         ("from",),
     ),
+    "crash": (Crash, {"at": ("at", int)}, ("at",)),
 }
 
 FORMS = {
@@ -113,6 +125,7 @@ FORMS = {
     "syncs": "syncs:from=N,count=K[,until=M]",
     "nan-loss": "nan-loss:at=N[,steps=K]",
     "mix": "mix:from=N[,short_share=X,until=M]",
+    "crash": "crash:at=N",
 }
 
 
@@ -199,7 +212,7 @@ class DocumentSwitch:
 class FaultInjector:
     """The faults of one rank's run, applied at the loop's points:
 
-    * ``before_step(step)``, before the step's batches are drawn: the stall, the mix switch, and
+    * ``before_step(step)``, before the step's batches are drawn: the stall, the crash, the mix switch, and
       (with a slow rank among several) the barrier that keeps the others' wait out of their steps;
     * ``step_began()``, right after the agent's step_begin: the clock a slowdown scales;
     * ``inside_step(step, loss)``, after the optimizer step, before the agent's step_end (inside
@@ -219,6 +232,8 @@ class FaultInjector:
         for fault in self.faults:
             if isinstance(fault, Stall) and step == fault.at:
                 time.sleep(fault.seconds)
+            elif isinstance(fault, Crash) and step == fault.at:
+                raise InjectedCrash(f"--fault crash:at={fault.at}")
             elif isinstance(fault, MixChange) and self.documents is not None:
                 self.documents.second = active(fault, step)
         if self.world_size > 1 and any(isinstance(f, SlowRank) for f in self.faults):

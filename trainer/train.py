@@ -285,6 +285,7 @@ def run_training(cfg: TrainConfig) -> dict:
             config=dataclasses.asdict(cfg),
             sync_backend=cfg.sync_backend,
             count_syncs_every=cfg.count_syncs_every,
+            peak_tflops=cfg.peak_tflops,
             # Its THD packer makes packs of --pack-length: the baseline says so on the run page.
             pack_length=cfg.pack_length if cfg.layout == "thd" else None,
             pack_length_from="--pack-length" if cfg.layout == "thd" else None,

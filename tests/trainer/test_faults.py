@@ -27,6 +27,8 @@ from packscope.core.run_file import read_run_file
 from packscope.trainer.config import DataConfig, TrainConfig, add_train_arguments, config_from_args
 from packscope.trainer.faults import (
     AddedSyncs,
+    Crash,
+    InjectedCrash,
     MixChange,
     NanLoss,
     Slowdown,
@@ -85,6 +87,7 @@ def holding(records: list[dict[str, Any]], step: int) -> dict[str, Any]:
         ("nan-loss:at=17,steps=3", NanLoss(at=17, steps=3)),
         ("mix:from=25", MixChange(start=25)),
         ("mix:from=25,short_share=0.1,until=50", MixChange(start=25, short_share=0.1, until=50)),
+        ("crash:at=7", Crash(at=7)),
     ],
 )
 def test_each_fault_parses_from_its_text_and_back(text, fault):
@@ -159,10 +162,18 @@ def test_a_stall_leaves_a_gap_between_the_intervals(tmp_path):
 
 
 def test_a_nan_loss_is_non_finite_in_its_interval_only(tmp_path):
-    records = run_with(tmp_path, "nan-loss:at=12", steps=20)
+    records = run_with(tmp_path, "nan-loss:at=12", steps=20, peak_tflops=0.01)
+    # --peak-tflops: the run's hardware has a peak on the CPU too, so its MFU is measured.
+    assert read_run_file(tmp_path / "rank0.jsonl").run["hardware"]["peak_tflops"] == 0.01
     losses = {r["interval"]: r["loss"] for r in records}
     assert losses[2] != losses[2]  # NaN: the interval of steps 11-15
     assert all(loss == loss for interval, loss in losses.items() if interval != 2), losses
+
+
+def test_a_crash_ends_the_run_at_its_step(tmp_path):
+    with pytest.raises(InjectedCrash, match="--fault crash:at=4"):
+        run_with(tmp_path, "crash:at=4", steps=10)
+    assert not (tmp_path / "rank0.jsonl").exists()  # a failed run writes no run file
 
 
 # What PyTorch does on CUDA in sync debug mode, on the CPU: a blocking read warns from inside torch

@@ -48,13 +48,14 @@ EVERY_FIELD_CHANGED = TrainConfig(
     count_syncs_every=3,
     records_dir="records",
     log_every=5,
+    peak_tflops=0.5,
     progress=False,
     server="http://x:1",
     name="n",
     project="p",
     run_id="run-1",
     start_step=6,
-    faults=("slowdown:from=3,factor=2,until=5", "nan-loss:at=4"),
+    faults=("slowdown:from=3,factor=2,until=5", "nan-loss:at=4", "crash:at=6"),
     data=DataConfig(min_len=4, short_share=0.5, short_median=32, long_median=256, sigma=0.5, rules=4),
 )
 
