@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 
 from packscope.backend.formulas.ledger import ledger_terms, step_time_s
+from packscope.backend.reads.liveness import CRASHED_BEATS
 from packscope.core.catalogue import FLOAT_OPS, METRIC, SUM_NAMES, Coefficients, sync_counted_steps
 
 RULES = ("stalled", "crashed", "slowdown", "straggler", "sync_regression", "nonfinite_loss", "mfu_floor")
@@ -221,8 +222,11 @@ def stalled(facts: RunFacts, intervals: Sequence[Interval], t: Thresholds) -> Ve
 def crashed(facts: RunFacts, t: Thresholds) -> Verdicts:
     """The run's crashed (no contact for CRASHED_BEATS heartbeats) or failed status."""
     if facts.shown_status in ("crashed", "failed"):
-        why = "marked failed by its trainer" if facts.shown_status == "failed" else "no contact from its agent"
-        summary = f"run {facts.shown_status}: {why} (silent for {facts.silent_s:.0f} s)"
+        if facts.shown_status == "failed":
+            summary = "run failed: marked failed by its trainer (an exception, or SIGTERM)"
+        else:
+            silent = f"no new interval for {facts.silent_s:.0f} s"
+            summary = f"run crashed: no contact from its agent for {CRASHED_BEATS} heartbeats ({silent})"
         return {"": Firing(summary, {"status": facts.shown_status, "silent_s": facts.silent_s})}
     if facts.shown_status in ("running", "finished"):
         return {"": CLEAR}

@@ -159,6 +159,11 @@ class IngestResult(BaseModel):
 Totals = create_model("Totals", **dict.fromkeys(METRIC, (float | None, ...)))  # type: ignore[call-overload]
 
 
+class OpenAlert(BaseModel):
+    rule: str
+    subject: str = Field(description='"rank 3", a sync site, or ""')
+
+
 class RunListItem(BaseModel):
     """A run as the runs list gives it: what the table shows, no config (GET /api/v1/runs/{id} has it)."""
 
@@ -184,6 +189,8 @@ class RunListItem(BaseModel):
     steady: Totals | None  # type: ignore[valid-type]
     notes: str
     archived: bool
+    # The run's open alerts (docs/alerts.md), oldest first: what the runs list's badge shows.
+    open_alerts: list[OpenAlert] = Field(default_factory=list)
 
 
 class RunSummary(RunListItem):

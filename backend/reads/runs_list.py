@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session, defer
 
 from packscope.backend.reads.first_interval import first_interval_sums, steady_sums
 from packscope.backend.reads.liveness import liveness
-from packscope.backend.store.models import Run, run_totals
+from packscope.backend.store.models import Run, alerts, run_totals
 from packscope.core.catalogue import METRIC, SUM_NAMES, Coefficients, derive
 
 # Sort keys, by what the pages show. Columns of `runs` and the stored totals (records, last_step,
@@ -41,6 +41,7 @@ class RunFilters:
     q: str | None = None  # free text: a substring of the name, run_id or a tag, any case
     archived: bool = False  # include archived runs
     ids: tuple[int, ...] | None = None  # only these runs (list_runs' answer to a derived status)
+    alerting: bool = False  # only the runs with an open alert (docs/alerts.md)
 
 
 def tag_elements(dialect: str) -> Any:
@@ -58,6 +59,8 @@ def _where(query: Select[Any], f: RunFilters, dialect: str) -> Select[Any]:
             query = query.where(column == value)
     if f.ids is not None:
         query = query.where(Run.id.in_(f.ids))
+    if f.alerting:
+        query = query.where(Run.id.in_(select(alerts.c.run_pk).where(alerts.c.resolved_at.is_(None))))
     if f.tag is not None:
         tags = tag_elements(dialect)
         query = query.where(exists(select(literal(1)).select_from(tags).where(tags.c.value == f.tag)))

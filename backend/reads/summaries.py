@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 
 from packscope.backend.reads.first_interval import FirstInterval, first_interval_sums, steady_sums
 from packscope.backend.reads.liveness import as_utc, last_contact, shown_status
-from packscope.backend.store.models import Run, refused_intervals, run_totals
+from packscope.backend.store.models import Run, alerts, refused_intervals, run_totals
 from packscope.backend.store.runs import coefficients
 from packscope.core.catalogue import derive
 
@@ -53,6 +53,7 @@ def _summary(
     refused: dict[str, Any] | None,
     now: datetime,
     with_config: bool = True,
+    open_alerts: list[dict[str, str]] | None = None,
 ) -> dict[str, Any]:
     c = coefficients(run)
     totals = None if sums is None else derive(sums, c)
@@ -85,6 +86,7 @@ def _summary(
         "steady": None if steady is None else derive(steady, c),
         "steady_first_step": None if steady is None or first is None else first.last_step + 1,
         "refused": refused,
+        "open_alerts": open_alerts or [],
         "notes": run.notes,
         "archived": run.archived,
     }
@@ -105,10 +107,30 @@ def run_summaries(session: Session, runs: Sequence[Run], *, with_config: bool = 
     by_run: dict[int, Mapping[str, Any]] = {row.run_pk: dict(row._mapping) for row in found}
     firsts = first_interval_sums(session, list(by_run))
     refused = refusals(session, [r.id for r in runs])
+    alerting = open_alerts(session, [r.id for r in runs])
     now = datetime.now(UTC)
     return [
-        _summary(run, by_run.get(run.id), firsts.get(run.id), refused.get(run.id), now, with_config) for run in runs
+        _summary(
+            run, by_run.get(run.id), firsts.get(run.id), refused.get(run.id), now, with_config, alerting.get(run.id)
+        )
+        for run in runs
     ]
+
+
+_OPEN_ALERTS = (
+    select(alerts.c.run_pk, alerts.c.rule, alerts.c.subject)
+    .where(alerts.c.run_pk.in_(bindparam("pks", expanding=True)), alerts.c.resolved_at.is_(None))
+    .order_by(alerts.c.run_pk, alerts.c.opened_at, alerts.c.id)
+)
+
+
+def open_alerts(session: Session, run_pks: Sequence[int]) -> dict[int, list[dict[str, str]]]:
+    """Per run, its open alerts' rule and subject, oldest first (docs/alerts.md): the runs list's
+    badge. The alerts layer writes them; this only reads the table."""
+    out: dict[int, list[dict[str, str]]] = {}
+    for run_pk, rule, subject in session.execute(_OPEN_ALERTS, {"pks": list(run_pks)}):
+        out.setdefault(run_pk, []).append({"rule": rule, "subject": subject})
+    return out
 
 
 def run_summary(session: Session, run: Run) -> dict[str, Any]:

@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Form, Query, Request, status
 from fastapi.responses import FileResponse, HTMLResponse, RedirectResponse
 from fastapi.templating import Jinja2Templates
 
+from packscope.backend.alerts.listing import list_alerts
 from packscope.backend.http.deps import READ_COOKIE, Credentials, SessionDep, SettingsDep, read_allowed, token_matches
 from packscope.backend.http.security import read_cookie_value
 from packscope.backend.reads.summaries import run_summary
@@ -89,9 +90,10 @@ def run_page(request: Request, run_id: str, session: SessionDep):
     # The header is rendered here so the page reads right before the first fetch returns.
     summary = run_summary(session, run)
     settings = {name: _flat(summary[name]) for name in ("config", "model", "parallel", "hardware")}
-    return templates.TemplateResponse(
-        request, "run.html", {"page": "run", "run_id": run_id, "run": summary, "settings": settings}
-    )
+    public_url = request.app.state.settings.alert_config().public_url
+    alerts = list_alerts(session.connection(), public_url, "all", run_pk=run.id)
+    context = {"page": "run", "run_id": run_id, "run": summary, "settings": settings, "alerts": alerts}
+    return templates.TemplateResponse(request, "run.html", context)
 
 
 def _flat(value: Any, prefix: str = "") -> list[tuple[str, str]]:

@@ -182,6 +182,7 @@ def list_runs(
         str | None, Query(max_length=200, pattern=NO_NUL_PATTERN, description="text in the name, run_id or a tag")
     ] = None,
     archived: Annotated[bool, Query(description="include archived runs")] = False,
+    alerts: Annotated[Literal["open"] | None, Query(description="open: only the runs with an open alert")] = None,
     limit: Annotated[int, Query(ge=1, le=1000)] = 100,
     offset: Annotated[int, Query(ge=0, le=INT32_MAX)] = 0,
     config_keys: Annotated[
@@ -195,7 +196,9 @@ def list_runs(
     ] = None,
 ) -> dict[str, Any]:
     """The runs, without their configs; `config_keys` picks config values to show or group by."""
-    filters = runs_list.RunFilters(project=project, tag=tag, layout=layout, status=status, q=q, archived=archived)
+    filters = runs_list.RunFilters(
+        project=project, tag=tag, layout=layout, status=status, q=q, archived=archived, alerting=alerts == "open"
+    )
     runs, total = runs_list.list_runs(session, filters, sort, limit, offset)
     keys = list(dict.fromkeys(config_keys.split(","))) if config_keys else []
     values = runs_list.config_values(session, runs, keys)

@@ -52,6 +52,7 @@ function readView() {
   const out = { sort: params.get("sort") || DEFAULT_SORT, offset: Math.max(0, Number(params.get("offset")) || 0) };
   for (const key of FILTERS) out[key] = params.get(key) || "";
   out.archived = params.get("archived") === "true";
+  out.alerts = params.get("alerts") === "open"; // only the runs with an open alert
   out.cols = params.get("cols") ? params.get("cols").split(",").filter(Boolean) : null; // null: the defaults
   out.group = params.get("group") || "";
   return out;
@@ -62,6 +63,7 @@ function writeView() {
   if (view.sort !== DEFAULT_SORT) params.set("sort", view.sort);
   for (const key of FILTERS) if (view[key]) params.set(key, view[key]);
   if (view.archived) params.set("archived", "true");
+  if (view.alerts) params.set("alerts", "open");
   if (view.offset) params.set("offset", String(view.offset));
   if (view.cols) params.set("cols", view.cols.join(","));
   if (view.group) params.set("group", view.group);
@@ -243,6 +245,16 @@ function tagChips(tags) {
   ]);
 }
 
+// The run's open alerts (docs/alerts.md) as one badge, their rules and subjects in its title; it
+// leads to the run page's banner.
+function alertBadge(run) {
+  const open = run.open_alerts ?? [];
+  if (!open.length) return null;
+  const title = open.map((a) => (a.subject ? `${a.rule} (${a.subject})` : a.rule)).join(", ");
+  const text = `⚠ ${open.length} alert${open.length === 1 ? "" : "s"}`;
+  return el("a", { class: "badge alerting", href: `${api.runPageUrl(run.run_id)}#alerts-banner`, title, text });
+}
+
 function row(run) {
   const totals = api.shownTotals(run, catalogue);
   const cell = (text, cls = "num") => el("td", { class: cls, text });
@@ -267,7 +279,11 @@ function row(run) {
     nameCell,
     cell(run.project || "—", "col-project"),
     cell(run.layout, "col-layout"),
-    el("td", { class: "status-cell" }, [...statusCell(run), run.archived ? el("span", { class: "badge", text: "archived" }) : null]),
+    el("td", { class: "status-cell" }, [
+      ...statusCell(run),
+      alertBadge(run),
+      run.archived ? el("span", { class: "badge", text: "archived" }) : null,
+    ]),
     cell(count(run.last_step)),
     ...metrics.map((metric, i) => cell(display(metric, totals[metric.name]), metricHeads[i].className)),
     el("td", { class: "row-actions" }, actionsMenu(run, [
@@ -279,7 +295,7 @@ function row(run) {
 }
 
 function filtered() {
-  return FILTERS.some((key) => view[key]);
+  return view.alerts || FILTERS.some((key) => view[key]);
 }
 
 function render({ runs, total }) {
@@ -350,7 +366,13 @@ async function refresh() {
   if (editing) return;
   const mine = ++generation;
   try {
-    const params = { sort: view.sort, limit: PAGE_SIZE, offset: view.offset, archived: view.archived ? "true" : null };
+    const params = {
+      sort: view.sort,
+      limit: PAGE_SIZE,
+      offset: view.offset,
+      archived: view.archived ? "true" : null,
+      alerts: view.alerts ? "open" : null,
+    };
     for (const key of FILTERS) params[key] = view[key];
     if (isConfigKey(view.group)) params.config_keys = configKeyOf(view.group);
     const [page] = await Promise.all([listRuns(params), refreshMenus()]);
@@ -439,6 +461,13 @@ function setupFilters() {
   archived.checked = view.archived;
   archived.addEventListener("change", () => {
     view.archived = archived.checked;
+    view.offset = 0;
+    reload();
+  });
+  const alerting = /** @type {HTMLInputElement} */ (document.getElementById("filter-alerts"));
+  alerting.checked = view.alerts;
+  alerting.addEventListener("change", () => {
+    view.alerts = alerting.checked;
     view.offset = 0;
     reload();
   });
