@@ -31,6 +31,8 @@ import pytest
 import torch
 import torch.distributed as dist
 from alert_receiver import Receiver
+from browser_support import CHROMIUM, CHROMIUM_ARGS
+from playwright import sync_api
 
 from packscope.agent.syncs import SYNC_WARNING
 from packscope.core.ports import free_port
@@ -369,3 +371,29 @@ def test_a_change_of_document_mix_fires_no_slowdown(alerting):
     before = [lengths[i] for i in range(FAULT_INTERVAL)]
     after = [lengths[i] for i in range(FAULT_INTERVAL, max(lengths) + 1)]
     assert min(after) > max(before), lengths  # the mix did change, as the server stored it
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("alerting", ["sqlite"], indirect=True)
+def test_the_run_page_shows_the_open_alert_then_its_history(alerting):
+    if not Path(CHROMIUM).exists():
+        pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium (make test does, as root)")
+    train(alerting, "page", "--fault", "crash:at=10", steps=20, ok=False)
+    alerting.wait_for_messages("page", 1)
+    with sync_api.sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            errors: list[str] = []
+            page.on("pageerror", lambda e: errors.append(str(e)))
+            page.goto(f"{alerting.url}/runs/page")
+            banner = page.locator("#alerts-banner")
+            assert banner.is_visible()
+            assert "1 open alert" in banner.inner_text()
+            assert page.locator('#alerts-open li[data-rule="crashed"]').count() == 1
+            page.locator("#alerts-history summary").click()  # the history is folded
+            row = page.locator("#alerts-history-body tr").first.inner_text()
+            assert row.startswith("crashed") and row.split("\t")[3].strip() == "open", row
+            assert errors == []
+        finally:
+            browser.close()
