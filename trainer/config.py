@@ -9,11 +9,13 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import typing
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeGuard
 
 from packscope.core.attention import SLIDING
 from packscope.core.flops import ModelSpec
+from packscope.trainer.faults import FORMS, Fault, parse_fault
 
 
 @dataclass(frozen=True)
@@ -217,6 +219,11 @@ class TrainConfig:
         "also write each rank's run (registration and interval records) to <dir>/rank<r>.jsonl, for packscope import",
     )
     log_every: int = option(10, "steps per agent interval")
+    peak_tflops: float | None = option(
+        None,
+        "the device's dense peak in TFLOP/s, for MFU (default: looked up from the GPU's name; a CPU has "
+        "none, so its MFU is not measured)",
+    )
     progress: bool = option(True, "the progress bar")
     server: str | None = option(None, "packscope server URL (default: count, send nothing)")
     name: str | None = option(None, "run name (default: preset-layout-pack_length)")
@@ -234,9 +241,18 @@ class TrainConfig:
         "Model weights are not restored (no checkpoints), so the loss starts over, but the documents, "
         "and so every interval's tokens and FLOPs, are those the killed run would have trained on",
     )
+    faults: tuple[Fault, ...] = option(
+        (),
+        "inject a fault, to test alerts end to end (repeatable; steps count from 1): " + " · ".join(FORMS.values()),
+        parse=parse_fault,
+        flag="fault",
+        metavar="KIND:KEY=VALUE,...",
+    )
     data: DataConfig = field(default_factory=DataConfig)
 
     def __post_init__(self) -> None:
+        # A fault may be given as its --fault text too.
+        self.faults = tuple(parse_fault(f) if isinstance(f, str) else f for f in self.faults)
         ModelConfig.preset(self.preset)
         if self.loader_delay_ms < 0:
             raise ValueError(f"loader_delay_ms must be >= 0, got {self.loader_delay_ms}")
@@ -265,6 +281,8 @@ class TrainConfig:
         for key in ("warmup_steps", "weight_decay", "start_step"):
             if getattr(self, key) < 0:
                 raise ValueError(f"{key} must be >= 0, got {getattr(self, key)}")
+        if self.peak_tflops is not None and not self.peak_tflops > 0:
+            raise ValueError(f"peak_tflops must be > 0, got {self.peak_tflops}")
         if self.lr is not None and self.lr <= 0:
             raise ValueError(f"lr must be > 0, got {self.lr}")
         if self.grad_clip <= 0:
@@ -341,6 +359,18 @@ def _add_fields(parser: argparse.ArgumentParser, cls: type, prefix: str) -> None
 def _add_option(parser: argparse.ArgumentParser, dest: str, kind: Any, f: dataclasses.Field) -> None:
     flag = dest.replace("_", "-")
     help_text = f.metadata.get("help", "").replace("%", "%%")  # argparse formats help with %
+    parse = f.metadata.get("parse")
+    if parse is not None:
+        # A repeatable option whose every text `parse` turns into one item of the field's tuple.
+        parser.add_argument(
+            f"--{f.metadata.get('flag', flag)}",
+            dest=dest,
+            action="append",
+            type=_argument_type(parse),
+            metavar=f.metadata.get("metavar"),
+            help=help_text,
+        )
+        return
     if kind is bool:
         # A flag turns on what is off by default, --no-x turns off what is on.
         if f.default:
@@ -357,6 +387,18 @@ def _add_option(parser: argparse.ArgumentParser, dest: str, kind: Any, f: datacl
     parser.add_argument(
         f"--{flag}", dest=dest, type=value_type, choices=choices, default=f.default, help=help_text, metavar=metavar
     )
+
+
+def _argument_type(parse: Callable[[str], Any]) -> Callable[[str], Any]:
+    """`parse` for argparse, whose error line then says parse's ValueError, not only "invalid value"."""
+
+    def parsed(text: str) -> Any:
+        try:
+            return parse(text)
+        except ValueError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    return parsed
 
 
 def _value_type(kind: Any, where: str) -> tuple[type, list | None]:
@@ -379,7 +421,12 @@ def _build(cls: type, values: dict[str, Any], prefix: str) -> Any:
     kwargs = {}
     for f in dataclasses.fields(cls):
         dest, kind = prefix + f.name, hints[f.name]
-        kwargs[f.name] = _build(kind, values, f"{dest}_") if _is_config(kind) else values[dest]
+        if _is_config(kind):
+            kwargs[f.name] = _build(kind, values, f"{dest}_")
+        elif "parse" in f.metadata:  # a repeatable option: None when not given
+            kwargs[f.name] = tuple(values[dest] or ())
+        else:
+            kwargs[f.name] = values[dest]
     return cls(**kwargs)
 
 

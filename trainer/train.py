@@ -13,6 +13,7 @@ import json
 import math
 import sys
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import cast
@@ -34,7 +35,8 @@ from packscope.trainer.channel_loss import (
     with_channels,
 )
 from packscope.trainer.config import TrainConfig, config_from_args
-from packscope.trainer.data import CHANNELS, DocumentStream, step_documents
+from packscope.trainer.data import CHANNELS, Document, DocumentStream, step_documents
+from packscope.trainer.faults import DocumentSwitch, FaultInjector, active, injector_for, mix_data, mix_fault
 from packscope.trainer.graphs import GraphedStep
 from packscope.trainer.legacy_logging import LegacyLogging
 from packscope.trainer.model import Transformer
@@ -95,9 +97,19 @@ class Trainer:
         )
         # Mixed precision on CUDA only: parameters and optimizer state stay float32.
         self.amp_dtype = getattr(torch, cfg.dtype) if cuda and cfg.dtype != "float32" else None
-        docs = DocumentStream(cfg.data, self.model_cfg.vocab, cfg.pack_length, self.parallel.data_seed(cfg.seed))
+        seed = self.parallel.data_seed(cfg.seed)
+        docs: Iterator[Document] = iter(DocumentStream(cfg.data, self.model_cfg.vocab, cfg.pack_length, seed))
+        switch = None
+        mix = mix_fault(cfg.faults)
+        if mix is not None:  # --fault mix: a second stream, of another length mix, to switch to
+            second = DocumentStream(mix_data(mix, cfg.data), self.model_cfg.vocab, cfg.pack_length, seed + 1)
+            docs = switch = DocumentSwitch(docs, iter(second))
+        # None without --fault: the loop's one test per step.
+        self.faults: FaultInjector | None = injector_for(
+            cfg.faults, self.parallel.rank, self.parallel.world_size, switch
+        )
         self._steps = step_documents(
-            iter(docs),
+            docs,
             cfg.micro_batches,
             cfg.packs_per_micro_batch,
             cfg.pack_length,
@@ -106,7 +118,9 @@ class Trainer:
         )
         # A resumed run trains on the documents the killed run would have had next: the stream is
         # seeded, so drawing the earlier steps' documents again lands on them.
-        for _ in range(cfg.start_step):
+        for done in range(cfg.start_step):
+            if switch is not None and mix is not None:
+                switch.second = active(mix, done + 1)
             next(self._steps)
         self.step = cfg.start_step
         self.legacy_logging = LegacyLogging(self.device) if cfg.legacy_logging else None
@@ -199,8 +213,11 @@ def train_step(trainer: Trainer, batches: list[Batch], agent: Agent | None = Non
     would put them; returns the step's mean loss as a device tensor (never read here)."""
     label_tokens = sum(b.label_tokens for b in batches)
     legacy = trainer.legacy_logging
+    faults = trainer.faults
     if agent is not None:
         agent.step_begin()
+    if faults is not None:
+        faults.step_began()
     if legacy is not None:
         legacy.step_begin()
     loss = legacy.loss_accumulator() if legacy is not None else torch.zeros((), device=trainer.device)
@@ -214,6 +231,8 @@ def train_step(trainer: Trainer, batches: list[Batch], agent: Agent | None = Non
     if legacy is not None:
         legacy.check_gradients(trainer.model)
     lr, grad_norm = trainer.optimizer_step()
+    if faults is not None:  # trainer.step: the number of the step just taken, from 1
+        faults.inside_step(trainer.step, loss)
     if legacy is not None:
         legacy.step_end(loss, grad_norm)
     if agent is not None:
@@ -268,11 +287,15 @@ def run_training(cfg: TrainConfig) -> dict:
             config=dataclasses.asdict(cfg),
             sync_backend=cfg.sync_backend,
             count_syncs_every=cfg.count_syncs_every,
+            peak_tflops=cfg.peak_tflops,
             # Its THD packer makes packs of --pack-length: the baseline says so on the run page.
             pack_length=cfg.pack_length if cfg.layout == "thd" else None,
             pack_length_from="--pack-length" if cfg.layout == "thd" else None,
         ),
         model=cfg.flops_model,
+        # The trainer's device, not the agent's guess: on a GPU machine, a --device cpu run's steps
+        # are timed by the host clock, not by events of an idle GPU.
+        device=trainer.device,
     )
     agent.announce()
     readout = LossReadout(trainer.device)
@@ -291,6 +314,8 @@ def run_training(cfg: TrainConfig) -> dict:
     rate = 0.0
     try:
         for step in bar:
+            if trainer.faults is not None:
+                trainer.faults.before_step(step + 1)
             batches = trainer.next_batches()
             loss = train_step(trainer, batches, agent)
 

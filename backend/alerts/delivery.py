@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import time
 import uuid
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -36,9 +38,14 @@ class Message:
 
 
 def claim(
-    connection: Connection, claimer: str, lease_s: float, now: datetime, limit: int = CLAIM_AT_ONCE
+    connection: Connection,
+    claimer: str,
+    lease_s: float,
+    now: datetime,
+    limit: int = CLAIM_AT_ONCE,
+    resting: Collection[str] = (),
 ) -> list[Message]:
-    """Claim up to `limit` due messages for `claimer` (the caller commits)."""
+    """Claim up to `limit` due messages for `claimer`, none to a `resting` target (the caller commits)."""
     o, opened = alert_outbox, aliased(alert_outbox)
     open_unsent = exists().where(
         opened.c.alert_id == o.c.alert_id, opened.c.target == o.c.target,
@@ -51,6 +58,7 @@ def claim(
             o.c.next_attempt_at <= now,
             or_(o.c.claimed_by.is_(None), o.c.claim_expires_at < now),
             or_(o.c.event != "resolved", ~open_unsent),
+            *((o.c.target.not_in(list(resting)),) if resting else ()),
         )
         .order_by(o.c.id)
         .limit(limit)
@@ -104,10 +112,29 @@ class Deliverer:
         self.engine, self.config, self.claimer = engine, config, claimer
         self.writer = engine.execution_options(**{WRITES: True})
         self.client = httpx.AsyncClient(timeout=config.send_timeout_s, follow_redirects=False)
+        # A target that failed rests (backoff per target, doubling to retry_max_s) before this
+        # process sends it anything else: a dead receiver costs one round of tries per rest, not a
+        # try of every pending message every few seconds.
+        self._resting: dict[str, tuple[float, int]] = {}  # target -> (monotonic end of its rest, failures in a row)
+
+    def _rested(self) -> list[str]:
+        now = time.monotonic()
+        return [target for target, (until, _) in self._resting.items() if until > now]
+
+    def _note(self, results: list[tuple[Message, str | None]]) -> None:
+        failed = {m.target for m, error in results if error is not None}
+        for target in {m.target for m, _ in results}:
+            if target not in failed:
+                self._resting.pop(target, None)
+                continue
+            failures = self._resting.get(target, (0.0, 0))[1] + 1
+            rest = min(self.config.retry_max_s, self.config.retry_base_s * 2 ** (failures - 1))
+            self._resting[target] = (time.monotonic() + rest, failures)
 
     def _claim(self) -> tuple[list[Message], str | None]:
         with self.writer.begin() as connection:
-            messages = claim(connection, self.claimer, self.config.claim_s, datetime.now(UTC))
+            now = datetime.now(UTC)
+            messages = claim(connection, self.claimer, self.config.claim_s, now, resting=self._rested())
             secret = webhooks_of(connection, self.config).secret if messages else None
         return messages, secret
 
@@ -140,7 +167,9 @@ class Deliverer:
         if not messages:
             return 0
         errors = await asyncio.gather(*(self._send(m, secret) for m in messages))
-        await asyncio.to_thread(self._finish, list(zip(messages, errors, strict=True)))
+        results = list(zip(messages, errors, strict=True))
+        self._note(results)
+        await asyncio.to_thread(self._finish, results)
         return len(messages)
 
     async def aclose(self) -> None:

@@ -20,6 +20,7 @@ from packscope.backend.alerts.state import runs_with_open_alerts
 from packscope.backend.store.models import Run
 
 log = logging.getLogger("packscope.alerts")
+JUDGE_GAP_S = 0.2
 _RUNS = Run.__table__
 
 
@@ -109,6 +110,9 @@ class AlertWorker:
             except Exception:
                 log.exception("the alerts' judging round failed")
                 await asyncio.sleep(self.config.sweep_s)
+            # Batches that arrive meanwhile wait for the next round together: a run is judged at
+            # most 1/JUDGE_GAP_S times a second, however small and frequent its batches.
+            await asyncio.sleep(JUDGE_GAP_S)
 
     async def _delivering(self) -> None:
         while True:

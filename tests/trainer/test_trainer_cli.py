@@ -14,6 +14,7 @@ import pytest
 
 from packscope.commands.cli import main
 from packscope.trainer.config import DataConfig, TrainConfig, add_train_arguments, config_from_args
+from packscope.trainer.faults import fault_text
 
 # Every field away from its default, so that the round trip below proves each one is mapped.
 EVERY_FIELD_CHANGED = TrainConfig(
@@ -48,12 +49,14 @@ EVERY_FIELD_CHANGED = TrainConfig(
     count_syncs_every=3,
     records_dir="records",
     log_every=5,
+    peak_tflops=0.5,
     progress=False,
     server="http://x:1",
     name="n",
     project="p",
     run_id="run-1",
     start_step=6,
+    faults=("slowdown:from=3,factor=2,until=5", "nan-loss:at=4", "crash:at=6"),
     data=DataConfig(min_len=4, short_share=0.5, short_median=32, long_median=256, sigma=0.5, rules=4),
 )
 
@@ -103,6 +106,9 @@ def argv_for(config: TrainConfig) -> list[str]:
         flag = dest.replace("_", "-")
         if isinstance(value, bool):
             argv.append(f"--{flag}" if value else f"--no-{flag}")
+        elif dest == "faults":  # the repeatable --fault
+            for fault in value:
+                argv += ["--fault", fault_text(fault)]
         else:
             argv += [f"--{flag}", str(value)]
     return argv
