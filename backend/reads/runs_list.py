@@ -191,7 +191,7 @@ def _sorted_by_metric(
     per distinct model and hardware, not per run."""
     texts = (sql_cast(Run.model, Text), sql_cast(Run.hardware, Text))
     kinds = session.execute(select(*texts).where(Run.id.in_(ids.scalar_subquery())).distinct()).all()
-    coefficients = {pair: Coefficients.of_json(*pair) for pair in kinds}
+    coefficients = {(model, hardware): Coefficients.of_json(model, hardware) for model, hardware in kinds}
     needed = sorted(set().union(*(_metric_reads(key, c) for c in coefficients.values())) or {"steps"})
     rate = not METRIC[key].amount  # amounts count the whole run, warm-up included
     f = run_first_interval.c
@@ -221,7 +221,7 @@ def _sorted_by_metric(
         shown = totals
     metric = np.full(len(stored), np.nan)
     index_of = {pair: at for at, pair in enumerate(coefficients)}
-    group = np.array([index_of.get((row[1], row[2]), -1) for row in stored], dtype=int)  # -1: a run added since
+    group = np.array([index_of.get((row[1], row[2]), -1) for row in stored], dtype=np.int64)  # -1: a run added since
     for at, c in enumerate(coefficients.values()):
         members = group == at
         if members.any():
