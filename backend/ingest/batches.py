@@ -21,9 +21,9 @@ from packscope.backend.api.schemas import IngestResult, RunCreate, RunPatch
 from packscope.backend.ingest.rows import Parsed, parsed_records
 from packscope.backend.store.aggregates import store_aggregates
 from packscope.backend.store.db import run_sql
-from packscope.backend.store.histogram_sums import store_histogram_sums
+from packscope.backend.store.histogram_sums import interval_sums
 from packscope.backend.store.models import Run, nonfinite_losses
-from packscope.backend.store.rank_summaries import store_rank_summaries
+from packscope.backend.store.rank_summaries import keep_slowest, rank_writes
 from packscope.backend.store.runs import coefficients, get_run
 from packscope.backend.store.writes import driver_of, insert_intervals
 from packscope.core.catalogue import INT64_MAX, Coefficients
@@ -205,9 +205,13 @@ def _store(connection: Connection, run_pk: int, c: Coefficients, parsed: Parsed)
             run_sites[site] = INT64_MAX
     channels = [parsed.channels[at[k]] for k in new]
     new_rows = [rows[k] for k in new]
-    store_aggregates(connection, run_pk, c, new_rows, run_sites, channels)
-    store_rank_summaries(connection, run_pk, new_rows)  # after the run's totals row: its lock orders a run's batches
-    store_histogram_sums(connection, run_pk, new_rows, [parsed.histogram_counts[at[k]] for k in new])
+    ranks, slowest = rank_writes(run_pk, new_rows)
+    lengths = (
+        "interval_histogram_sums",
+        interval_sums(run_pk, new_rows, [parsed.histogram_counts[at[k]] for k in new]),
+    )
+    store_aggregates(connection, run_pk, c, new_rows, run_sites, channels, also=[*ranks, lengths])
+    keep_slowest(connection, run_pk, slowest)
     if parsed.nonfinite_loss:  # rare: a diverged loss, kept for the nonfinite_loss alert
         stored = {at[k] for k in new}
         diverged = [keys[i] for i in parsed.nonfinite_loss if i in stored]

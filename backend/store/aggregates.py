@@ -320,7 +320,10 @@ def _add_all(connection: Connection, writes: Writes) -> None:
     (writes.add_together: one round trip instead of one per table)."""
     if connection.dialect.name == "sqlite":
         for table_name, rows in writes:
-            _add(connection, table_name, rows)
+            if table_name in _TABLES:
+                _add(connection, table_name, rows)
+            elif rows:  # the rank summaries' and interval histograms' (writes.write's statement)
+                write(connection, table_name, "add", rows)
     else:
         add_together(connection, writes)
 
@@ -371,15 +374,18 @@ def store_aggregates(
     rows: Sequence[Sequence[Any]],
     sync_sites: Mapping[str, int],
     channels: Channels | None = None,
+    also: Sequence[tuple[str, Sequence[Sequence[Any]]]] = (),
 ) -> None:
     """Add new interval rows (sorted by interval then rank) to everything kept at ingest. Keys are
     written in sorted order, table by table, so concurrent batches of one run lock rows in the
     same order and cannot deadlock. `channels`: each row's (channel_loss, channel_tokens) as
-    decoded, which ingest has at hand (else they are read from the rows' JSON text)."""
+    decoded, which ingest has at hand (else they are read from the rows' JSON text). `also`:
+    other adding upserts of the batch (writes.write's tables: the rank summaries, the interval
+    histograms), written with these, in PostgreSQL's one statement."""
     if not rows:
         return
     intervals, per_row = _per_row(_field_matrix(rows), c)
     writes = _rollup_writes(connection.dialect.name, run_pk, rows, intervals, per_row, channels)
-    _add_all(connection, writes + _totals_writes(run_pk, intervals, per_row, sync_sites))
+    _add_all(connection, writes + _totals_writes(run_pk, intervals, per_row, sync_sites) + list(also))
     first = _first_interval_row(run_pk, intervals, per_row)
     run_sql(connection, _first_interval_upsert(driver_of(connection)), first)

@@ -8,8 +8,10 @@ For the new interval rows of a batch (each rank's step time is its row's GPU tim
 * `rank_slowest`: the SLOWEST_KEPT slowest ranks of each interval (the lowest rank first among
   equal times).
 
-The first two are upserts that add or widen, so they commute: records of one interval may come
-in any order, in any batches, from any server process, and the stored row is the same. The
+The first two are upserts that add or widen (written with the batch's other aggregates,
+store/aggregates.py: on PostgreSQL in their one statement), so they commute: records of one
+interval may come in any order, in any batches, from any server process, and the stored row is
+the same. The
 slowest ranks are kept by an insert that skips a row which SLOWEST_KEPT stored rows already beat,
 then a delete of the rows that SLOWEST_KEPT others beat: neither can drop one of the true slowest
 (a row beaten by rows that exist is beaten in the whole interval too), so concurrent writers at
@@ -22,12 +24,11 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Table
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import Connection
 
 from packscope.backend.store.db import run_sql
-from packscope.backend.store.models import COLUMN_AT, rank_summaries, rank_time_buckets
-from packscope.backend.store.writes import DRIVER_DIALECTS, adding, driver_of
+from packscope.backend.store.models import COLUMN_AT
+from packscope.backend.store.writes import driver_of
 
 BUCKETS_PER_OCTAVE = 256  # a bucket spans 0.27 %: a quantile read from one is that close
 SLOWEST_KEPT = 8
@@ -98,19 +99,6 @@ def _placeholder(database: str) -> str:
     return "?" if database == "sqlite" else "%s"
 
 
-@functools.cache
-def _upsert(database: str, table_name: str) -> str:
-    """INSERT … ON CONFLICT DO UPDATE adding counts and sums, widening least and greatest."""
-    table: Table = {t.name: t for t in (rank_summaries, rank_time_buckets)}[table_name]
-    stmt: Any = (postgresql.insert if database == "postgresql" else sqlite.insert)(table)
-    key = [c.name for c in table.primary_key.columns]
-    stmt = stmt.on_conflict_do_update(index_elements=key, set_=adding(stmt, table, key, database))
-    columns = list(table.columns.keys())
-    compiled = stmt.compile(dialect=DRIVER_DIALECTS[database](), column_keys=columns)
-    assert list(compiled.positiontup or ()) == columns, compiled.positiontup
-    return str(compiled)
-
-
 # How many of an interval's stored rows beat the row (run_pk, interval, rank, step_time_s) named `s`.
 _BEATEN_BY = (
     "(SELECT count(*) FROM rank_slowest b WHERE b.run_pk = {s}.run_pk AND b.interval = {s}.interval"
@@ -145,14 +133,20 @@ def _trim(database: str) -> str:
     )
 
 
-def store_rank_summaries(connection: Connection, run_pk: int, rows: Sequence[Sequence[Any]]) -> None:
-    """Add new interval rows (sorted by interval then rank) to the rank summaries of their
-    intervals, in the batch's transaction; keys in sorted order, as every aggregate's."""
-    if not rows:
+def rank_writes(run_pk: int, rows: Sequence[Sequence[Any]]) -> tuple[list[tuple[str, list[Any]]], list[Any]]:
+    """(the adding upserts of the rank summaries and buckets, as store/aggregates.py writes them
+    with the batch's other aggregates; the slowest-rank candidates, for keep_slowest)."""
+    summaries, buckets, candidates = summarise(run_pk, rows)
+    return [("rank_summaries", summaries), ("rank_time_buckets", buckets)], candidates
+
+
+def keep_slowest(connection: Connection, run_pk: int, candidates: Sequence[Sequence[Any]]) -> None:
+    """Insert the candidates that SLOWEST_KEPT stored rows do not beat, then delete what they push
+    out, in the batch's transaction, after its other aggregates (the run totals' row lock orders
+    a run's batches)."""
+    if not candidates:
         return
     database = driver_of(connection)
-    summaries, buckets, candidates = summarise(run_pk, rows)
-    run_sql(connection, _upsert(database, "rank_summaries"), summaries, many=True)
-    run_sql(connection, _upsert(database, "rank_time_buckets"), buckets, many=True)
     run_sql(connection, _keep_if_slow(database), candidates, many=True)
-    run_sql(connection, _trim(database), [(run_pk, s[1]) for s in summaries], many=True)
+    touched = sorted({c[1] for c in candidates})
+    run_sql(connection, _trim(database), [(run_pk, interval) for interval in touched], many=True)

@@ -32,7 +32,10 @@ from packscope.backend.store.models import (
     ROW_COLUMNS,
     channel_rollups,
     interval_details,
+    interval_histogram_sums,
     intervals,
+    rank_summaries,
+    rank_time_buckets,
     rollups,
     run_sync_sites,
     run_totals,
@@ -52,7 +55,13 @@ NOTIFY_CHANNEL = "packscope_intervals"
 #   re-parses long statements on every call, so a multi-row VALUES would too. Numbers keep their
 #   exact value: JSON holds a float's shortest round-trip text, and a non-finite one as a string
 #   that float8 reads back.
-_TABLES = {t.name: t for t in (intervals, interval_details, rollups, channel_rollups, run_totals, run_sync_sites)}
+_TABLES = {
+    t.name: t
+    for t in (
+        intervals, interval_details, rollups, channel_rollups, run_totals, run_sync_sites,
+        rank_summaries, rank_time_buckets, interval_histogram_sums,
+    )
+}  # fmt: skip
 _WRITTEN = {name: tuple(c for c in t.columns.keys() if c != "id") for name, t in _TABLES.items()}  # noqa: SIM118
 Action = Literal["insert", "add", "insert_new"]
 

@@ -1,0 +1,112 @@
+"""The runs list at --runs runs (default 10,000), one page of 100, sorted the default way (newest
+first) and by derived catalogue metrics, over HTTP against one uvicorn process, the sorts
+alternated in each round so that the machine's load weighs on all alike.
+
+Each run has --intervals intervals of 2 ranks (bench_data's records), stored in-process
+(ingest_together, many runs a transaction). Also checks that the page's order is that of the
+metric as the summaries show it (steady, else totals), descending, runs without it last.
+
+    python bench/runs_sort.py --database sqlite [--runs 10000] [--repeat 15]
+
+Prints one JSON object; progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import statistics
+import sys
+import time
+from typing import Any
+
+import httpx
+from backend_scale import start_server
+from bench_data import record, run_body, scratch_database
+from sqlalchemy.orm import Session
+
+from packscope.backend.api.schemas import RunCreate
+from packscope.backend.ingest.batches import create_or_resume_run, ingest_together
+from packscope.backend.ingest.rows import parsed_records
+from packscope.backend.store.db import WRITES, make_engine, upgrade_schema
+
+SORTS = ("-started_at", "-tflops_thd", "-mfu_thd", "step_time_s", "-loss", "-padding_pct")
+
+
+def log(message: str) -> None:
+    print(f"[runs_sort {time.strftime('%H:%M:%S')}] {message}", file=sys.stderr, flush=True)
+
+
+def fill(engine: Any, runs: int, intervals: int) -> None:
+    rng = random.Random(5)
+    with Session(engine) as session:
+        for i in range(runs):
+            body = run_body(f"run-{i:05d}") | {"started_at": f"2026-11-{1 + i % 28:02d}T{i % 24:02d}:00:00Z"}
+            create_or_resume_run(session, RunCreate.model_validate(body))
+    writes = engine.execution_options(**{WRITES: True})
+    for at in range(0, runs, 250):
+        batches = []
+        for i in range(at, min(at + 250, runs)):
+            recs = [record(k, rank, rng) for k in range(intervals) for rank in range(2)]
+            for r in recs:  # every run its own speed
+                r["gpu_time_s"] *= 0.5 + (i * 7919 % 1000) / 1000
+            batches.append((f"run-{i:05d}", parsed_records(recs)))
+        ingest_together(writes, batches)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--database", choices=["sqlite", "postgresql"], default="sqlite")
+    ap.add_argument("--runs", type=int, default=10_000)
+    ap.add_argument("--intervals", type=int, default=3)
+    ap.add_argument("--repeat", type=int, default=15)
+    args = ap.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    with scratch_database(args.database) as url:
+        engine = make_engine(url)
+        upgrade_schema(engine)
+        log(f"filling {args.runs} runs")
+        t0 = time.perf_counter()
+        fill(engine, args.runs, args.intervals)
+        out: dict[str, Any] = {
+            "database": args.database,
+            "runs": args.runs,
+            "fill_s": round(time.perf_counter() - t0, 1),
+            "cpus": os.cpu_count(),
+            "load_avg": os.getloadavg(),
+        }
+        server, base = start_server(url)
+        try:
+            http = httpx.Client(base_url=base, timeout=120)
+            times: dict[str, list[float]] = {s: [] for s in SORTS}
+            orders_ok = {}
+            for sort in SORTS:  # a first call each (warm caches), and the order checked
+                page = http.get("/api/v1/runs", params={"sort": sort, "limit": 100}).json()
+                key, descending = sort.lstrip("-"), sort.startswith("-")
+                if key != "started_at":
+                    values = [(r["steady"] or r["totals"] or {}).get(key) for r in page["runs"]]
+                    shown = [v for v in values if v is not None]
+                    orders_ok[sort] = shown == sorted(shown, reverse=descending) and page["total"] == args.runs
+            for _ in range(args.repeat):
+                for sort in SORTS:
+                    t0 = time.perf_counter()
+                    response = http.get("/api/v1/runs", params={"sort": sort, "limit": 100})
+                    times[sort].append(time.perf_counter() - t0)
+                    assert response.status_code == 200, response.text[:200]
+            default = statistics.median(times[SORTS[0]])
+            out["ms_p50"] = {s: round(statistics.median(v) * 1e3, 1) for s, v in times.items()}
+            out["over_default"] = {s: round(statistics.median(v) / default, 2) for s, v in times.items()}
+            out["order_matches_the_metric"] = orders_ok
+            out["load_avg_end"] = os.getloadavg()
+        finally:
+            server.terminate()
+            server.wait(10)
+            engine.dispose()
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
