@@ -85,15 +85,16 @@ ModelBody = Annotated[ModelSpec, PlainValidator(_model), WithJsonSchema(model_js
 
 
 # -- runs -----------------------------------------------------------------------------------------
+MemoryBytes = Annotated[int, Field(ge=1, le=2**62), BeforeValidator(_a_number)]  # 8 or 8.0, as gpu_count
+
+
 class Hardware(BaseModel):
     gpu_name: SafeStr | None = Field(default=None, max_length=200)
     gpu_count: StrictPositive = 1
     peak_tflops: Annotated[float, Field(strict=True, gt=0, le=1e9, allow_inf_nan=False)] | None = (
         None  # dense BF16, per GPU
     )
-    memory_bytes: Annotated[int, Field(strict=True, ge=1, le=2**62)] | None = (
-        None  # one GPU's total memory: the ledger's memory headroom hint
-    )
+    memory_bytes: MemoryBytes | None = None  # one GPU's total: the ledger's memory headroom hint
 
 
 class RunCreate(BaseModel):
