@@ -29,7 +29,7 @@ from typing import Any
 
 from packscope.core.attention import CHUNKED, FULL, LINEAR, SLIDING
 from packscope.core.flops import COMPONENTS, Measured, ModelSpec
-from packscope.core.hf_fields import HFConfigError
+from packscope.core.hf_fields import CORE_SIZES, HFConfigError
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +85,6 @@ HARMLESS_KEYS = frozenset(
         "mlp_bias",
     }
 )
-# Core sizes: read from transformers' default when absent, with a notice saying so.
-CORE_SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "intermediate_size")
 # Experts per token, under the names configs give it.
 TOPK_KEYS = ("num_experts_per_tok", "moe_topk", "top_k_experts", "num_experts_per_token", "moe_k")
 # Children of a decoder layer, by what they do.
