@@ -29,7 +29,7 @@ from typing import Any
 
 from packscope.core.attention import CHUNKED, FULL, LINEAR, SLIDING
 from packscope.core.flops import COMPONENTS, Measured, ModelSpec
-from packscope.core.hf_fields import HFConfigError
+from packscope.core.hf_fields import CORE_SIZES, HFConfigError
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +85,6 @@ HARMLESS_KEYS = frozenset(
         "mlp_bias",
     }
 )
-# Core sizes: read from transformers' default when absent, with a notice saying so.
-CORE_SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "intermediate_size")
 # Experts per token, under the names configs give it.
 TOPK_KEYS = ("num_experts_per_tok", "moe_topk", "top_k_experts", "num_experts_per_token", "moe_k")
 # Children of a decoder layer, by what they do.
@@ -440,6 +438,12 @@ def _add_mtp(model: Any, text: Any, depth: int, gemm: dict[str, int], core: dict
         gemm["logits"] += TRAINED * head.in_features * head.out_features
 
 
+def _one_line(exc: BaseException, limit: int = 300) -> str:
+    """An exception's message on one line (transformers' span several), cut to ``limit`` characters."""
+    text = " ".join(str(exc).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
 def _build(config: Any) -> tuple[Any, frozenset[str]]:
     """The model on the meta device, and the config attributes its modeling code read meanwhile."""
     import torch
@@ -458,11 +462,13 @@ def _build(config: Any) -> tuple[Any, frozenset[str]]:
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(config)
     except ValueError as exc:
-        raise HFConfigError(f"{config.model_type}: transformers builds no causal LM from it ({exc})") from None
+        raise HFConfigError(
+            f"{config.model_type}: transformers builds no causal LM from it ({_one_line(exc)})"
+        ) from None
     except (TypeError, AttributeError, RuntimeError, AssertionError, IndexError, KeyError) as exc:
         raise HFConfigError(
             f"{config.model_type}: transformers could not build the model from this config "
-            f"({type(exc).__name__}: {exc}); check its sizes against the checkpoint's config.json"
+            f"({type(exc).__name__}: {_one_line(exc)}); check its sizes against the checkpoint's config.json"
         ) from None
     finally:
         cls.__getattribute__ = original
@@ -499,11 +505,17 @@ def spec_from_structure(cfg: Mapping[str, Any], tp: int = 1) -> ModelSpec:
                 f"{mt} config.json: the tower in '{key}' is not counted from the structure yet; count the decoder "
                 "by giving its text_config alone (with the text model_type)"
             )
+    refusals: tuple[type[BaseException], ...] = (ValueError, TypeError)
+    try:  # transformers' strict config dataclasses raise huggingface_hub's own errors
+        from huggingface_hub.errors import StrictDataclassError
+
+        refusals += (StrictDataclassError,)
+    except ImportError:
+        pass
     try:
         config = cls(**{k: v for k, v in cfg.items() if k != "model_type"})
-    except (ValueError, TypeError) as exc:  # transformers' own checks of the config (strict dataclasses)
-        reason = " ".join(str(exc).split())
-        raise HFConfigError(f"{mt} config.json: transformers' {cls.__name__} refuses it: {reason}") from None
+    except refusals as exc:  # transformers' own checks of the config
+        raise HFConfigError(f"{mt} config.json: transformers' {cls.__name__} refuses it: {_one_line(exc)}") from None
     text = config.get_text_config()
     if text is not config:
         raise HFConfigError(f"{mt} config.json: a wrapper; give its text_config alone to count the decoder")

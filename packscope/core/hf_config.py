@@ -124,6 +124,8 @@ def spec_from_hf_dict(cfg: Mapping[str, Any], tp: int = 1) -> ModelSpec:
     fields = ConfigFields(text, text_type, DEFAULTS[text_type], where)
     args = READERS[text_type](fields)
     fields.refuse_unread()
+    for key, value in fields.defaulted.items():
+        log.warning("packscope FLOPs: config.json has no '%s'; using transformers' default %r", key, value)
     not_counted = args.pop("not_counted")
     if mt in WRAPPERS:
         args["vision"], tower_notes = read_vision(cfg, mt, args["hidden"])

@@ -103,6 +103,10 @@ def _is_off(key: str, value: Any) -> bool:
     return any(value is v or (type(value) is type(v) and value == v) for v in off)
 
 
+# Core sizes: one absent from a config takes transformers' default, and the user is told so.
+CORE_SIZES = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size", "intermediate_size")
+
+
 class ConfigFields:
     """One config dict (or a wrapper's ``text_config``) read by one architecture's reader."""
 
@@ -112,6 +116,7 @@ class ConfigFields:
         self.defaults = defaults
         self.where = where  # "text_config." for a wrapper's decoder
         self.read: set[str] = set()
+        self.defaulted: dict[str, Any] = {}  # core sizes taken from transformers' defaults
 
     # -- errors ----------------------------------------------------------------------------------
     def error(self, key: str, problem: str) -> HFConfigError:
@@ -139,6 +144,8 @@ class ConfigFields:
         value = self.defaults.get(key, _ABSENT)
         if value is _ABSENT:
             raise self.error(key, "is missing, and transformers gives it no default")
+        if key in CORE_SIZES:
+            self.defaulted[f"{self.where}{key}"] = value
         return key, value
 
     def ignore(self, *keys: str) -> None:

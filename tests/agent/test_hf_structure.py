@@ -463,3 +463,17 @@ def test_the_callback_reads_a_published_config_as_the_cli_does(fixture):
 
     cfg = json.loads((PUBLISHED / fixture).read_text())
     assert spec_from_any_hf_config(cfg) == spec_from_hf_dict(cfg)
+
+
+@pytest.mark.parametrize(
+    "cfg, message",
+    [
+        ({"model_type": "step3p5"}, "step3p5: transformers builds no causal LM from it"),
+        ({"model_type": "granitemoehybrid", "mamba_n_heads": 3}, "refuses it"),
+        ({"model_type": "ministral", **STRUCTURAL["ministral"], "head_dim": None}, "could not build the model"),
+    ],
+)
+def test_what_transformers_refuses_is_one_line(cfg, message):
+    with pytest.raises(HFConfigError, match=message) as caught:
+        spec_from_structure({**cfg, "model_type": cfg["model_type"]})
+    assert "\n" not in str(caught.value)

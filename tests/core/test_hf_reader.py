@@ -255,3 +255,17 @@ def test_kimi_k2_is_read_as_deepseek_v3():
     m = spec_from_hf_dict(kimi)
     assert m == spec_from_hf_dict({**kimi, "model_type": "deepseek_v3"})
     assert (m.mla is not None, m.moe_layers[:2], m.mtp_depth, m.heads) == (True, (0, 1), 0, 64)
+
+
+def test_a_missing_core_size_takes_transformers_default_with_a_one_line_notice(caplog):
+    from packscope.core.hf_config import spec_from_hf_dict
+    from packscope.core.hf_defaults import DEFAULTS
+
+    cfg = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 2, "vocab_size": 96}
+    with caplog.at_level("WARNING", logger="packscope.core.hf_config"):
+        spec = spec_from_hf_dict(cfg)
+    default = DEFAULTS["llama"]["intermediate_size"]
+    assert [r.getMessage() for r in caplog.records] == [
+        f"packscope FLOPs: config.json has no 'intermediate_size'; using transformers' default {default}"
+    ]
+    assert spec.ffn == default
