@@ -2,7 +2,7 @@
 by one uvicorn process, measured in alternation in one sitting so that the machine's load weighs
 on both alike.
 
-* build: every interval but the last stored in-process (ingest_together, one transaction per 1,024
+* build: every interval but the last stored in-process (ingest_together, one transaction per 1,000
   records of one interval); rows/s;
 * ingest of one interval of all ranks: the last interval stored one record per transaction, as
   a job whose every rank posts its own record (the server's work per request, without HTTP);
@@ -40,8 +40,9 @@ from packscope.backend.ingest.rows import parsed_records
 from packscope.backend.reads import ranks as ranks_read
 from packscope.backend.store.db import WRITES, make_engine, make_sessionmaker, upgrade_schema
 from packscope.backend.store.runs import get_run
+from packscope.core.catalogue import MAX_BATCH
 
-BUILD_BATCH = 1024
+BUILD_BATCH = MAX_BATCH  # records a batch may hold (1,000)
 STEPS = 10
 
 

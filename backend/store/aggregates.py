@@ -386,6 +386,12 @@ def store_aggregates(
         return
     intervals, per_row = _per_row(_field_matrix(rows), c)
     writes = _rollup_writes(connection.dialect.name, run_pk, rows, intervals, per_row, channels)
-    _add_all(connection, writes + _totals_writes(run_pk, intervals, per_row, sync_sites) + list(also))
-    first = _first_interval_row(run_pk, intervals, per_row)
+    totals = _totals_writes(run_pk, intervals, per_row, sync_sites)
+    _add_all(connection, writes + totals + list(also))
+    if intervals[0] == intervals[-1]:  # one interval (a rank's own record): its sums are the totals row's
+        _, whole, _, last_step, *sums = totals[0][1][0]
+        first: Sequence[Any] = (run_pk, int(intervals[0]), whole, int(per_row[:, _AT_GROUPED["first_step"]].min()))
+        first = (*first, last_step, *sums)
+    else:
+        first = _first_interval_row(run_pk, intervals, per_row)
     run_sql(connection, _first_interval_upsert(driver_of(connection)), first)

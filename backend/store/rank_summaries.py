@@ -147,6 +147,10 @@ def keep_slowest(connection: Connection, run_pk: int, candidates: Sequence[Seque
     if not candidates:
         return
     database = driver_of(connection)
-    run_sql(connection, _keep_if_slow(database), candidates, many=True)
+    if len(candidates) == 1:  # a rank's own record: no trim where it was not kept (most ranks of a wide run)
+        if not run_sql(connection, _keep_if_slow(database) + " RETURNING rank", candidates[0]):
+            return
+    else:
+        run_sql(connection, _keep_if_slow(database), candidates, many=True)
     touched = sorted({c[1] for c in candidates})
     run_sql(connection, _trim(database), [(run_pk, interval) for interval in touched], many=True)

@@ -14,8 +14,9 @@ from sqlalchemy import text
 
 from packscope.backend.ingest.batches import ingest_together
 from packscope.backend.ingest.rows import parsed_records
+from packscope.backend.reads.first_interval import _summed_rows, first_interval_sums
 from packscope.backend.reads.ranks import MATRIX_CELLS, MATRIX_RANKS
-from packscope.backend.store.db import WRITES, alembic_config, make_engine, upgrade_schema
+from packscope.backend.store.db import WRITES, alembic_config, make_engine, make_sessionmaker, upgrade_schema
 from packscope.backend.store.rank_summaries import BUCKETS_PER_OCTAVE, SLOWEST_KEPT
 
 RUNS = "/api/v1/runs"
@@ -161,6 +162,10 @@ def test_two_writers_one_record_a_request(database_url, make_client, new_run, re
         want = brute_force(engines[0], pk)
         assert sum(n for n, *_ in want["summaries"].values()) == len(recs)
         assert_equal(stored(engines[0], pk), want)
+        with make_sessionmaker(engines[0])() as session:  # and the run's first interval, kept one record at a time
+            kept, summed = first_interval_sums(session, [pk])[pk], _summed_rows(session, [pk], with_sites=False)[pk]
+        assert (kept.rows, kept.first_step, kept.last_step) == (summed.rows, summed.first_step, summed.last_step)
+        assert kept.sums == pytest.approx(summed.sums, rel=1e-12)
     finally:
         for engine in engines:
             engine.dispose()
