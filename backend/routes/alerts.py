@@ -53,14 +53,13 @@ _WEBHOOK_URL = Annotated[str, Field(pattern=r"^https?://[^\x00\s]+$", max_length
 _THRESHOLD_FIELDS = {name: _threshold_field(name, value) for name, value in Thresholds().as_dict().items()}
 # Thresholds to set (null removes the project's own value; mfu_floor null switches it off), and
 # the webhooks, server-wide only (project "").
-AlertSettingsPatch = create_model(
-    "AlertSettingsPatch",
-    __config__=ConfigDict(extra="forbid"),
-    webhook_urls=(list[_WEBHOOK_URL] | None, Field(default=None, max_length=20)),
-    webhook_secret=(str | None, Field(default=None, max_length=500, pattern=NO_NUL_PATTERN)),
-    webhook_format=(Literal["json", "slack"] | None, None),
+_PATCH_FIELDS: dict[str, Any] = {
+    "webhook_urls": (list[_WEBHOOK_URL] | None, Field(default=None, max_length=20)),
+    "webhook_secret": (str | None, Field(default=None, max_length=500, pattern=NO_NUL_PATTERN)),
+    "webhook_format": (Literal["json", "slack"] | None, None),
     **_THRESHOLD_FIELDS,
-)
+}
+AlertSettingsPatch = create_model("AlertSettingsPatch", __config__=ConfigDict(extra="forbid"), **_PATCH_FIELDS)
 _PROJECT = Annotated[str, Query(max_length=200, pattern=NO_NUL_PATTERN, description='"" for the server-wide settings')]
 
 
