@@ -16,7 +16,10 @@ stretches is split:
   sync's cost, charged to the site the counter recorded last before the sync began;
 * and any idle inside a step between one host sync's begin and the next one's (both in that
   step: a region the host spent bracketed by syncs) is the syncs' too, charged to the first
-  one's site. After a sync the GPU's queue is empty; when the host then runs Python and launches
+  one's site, where the next sync waited at most `queue_ns` (100 µs): the host never got ahead
+  of the GPU in the region. A region whose closing sync waited longer (the host had built a
+  queue: e.g. a whole forward and backward between a step's first sync and its last) is left
+  to the rules above and below. After a sync the GPU's queue is empty; when the host then runs Python and launches
   a few small kernels before its next sync (a per-document loop reading `.item()` per
   document), the GPU idles through the whole region, not only right after the sync: each sync
   keeps the host from getting ahead of the GPU. Without the syncs that host time would overlap
@@ -105,10 +108,13 @@ def attribute_idle(
     sites: Sequence[tuple[int, str]],
     steps: Sequence[tuple[int, int]],
     tolerance_ns: int = 2_000,
+    queue_ns: int = 100_000,
 ) -> IdleSplit:
     """Split the GPU time of the traced `steps` (each the host's (begin, end) on CUPTI's clock, in
     order) into busy, idle after a host sync (by site) and other idle, from what ran (`busy`),
-    the host's sync calls (`syncs`) and the counter's sites ((time, site), in order).
+    the host's sync calls (`syncs`) and the counter's sites ((time, site), in order). A region
+    between two syncs is the syncs' where the second waited at most `queue_ns` (a few small
+    kernels: the host never got ahead of the GPU in between).
 
     The timeline runs from the first busy stretch to the last: the GPU's wait for the first
     launch of the stretch is not inside a traced step's work. Tensor arithmetic over the records
@@ -144,7 +150,7 @@ def attribute_idle(
     charge(blocked[by_sync], inside[by_sync])
     # The other gaps' parts inside regions bracketed by syncs (regions lie inside steps, so no
     # part between steps; both sets are disjoint and sorted: one searchsorted each way).
-    regions = _bracketed(t, syncs, steps)
+    regions = _bracketed(t, syncs, steps, queue_ns)
     sync_ns = torch.where(by_sync, inside, torch.zeros_like(inside))
     if len(regions):
         r0, r1 = regions[:, 1].contiguous(), regions[:, 2].contiguous()
@@ -168,15 +174,22 @@ def _below(starts: torch.Tensor, ends: torch.Tensor, x: torch.Tensor) -> torch.T
     return torch.where(k > 0, before[last] + partial, 0)
 
 
-def _bracketed(t: torch.Tensor, syncs: Sequence[HostSync], steps: Sequence[tuple[int, int]]) -> torch.Tensor:
+def _bracketed(
+    t: torch.Tensor, syncs: Sequence[HostSync], steps: Sequence[tuple[int, int]], queue_ns: int
+) -> torch.Tensor:
     """The host regions bracketed by syncs, as an (n, 3) tensor (first sync's begin, region start,
-    region end): from each sync's begin to the next one's, where both begin in the same step. A
-    blocking copy (to pageable memory) is a sync too: the host waits for it. Disjoint, in order."""
-    begins = sorted({s.start for s in syncs} | set(t[t[:, 2] != 0, 0].tolist()))
+    region end): from each sync's begin to the next one's, where both begin in the same step and
+    the next one found at most `queue_ns` of work queued (it waited no longer): the host never got
+    ahead of the GPU in between. A blocking copy (to pageable memory) is a sync too; its wait is
+    not known, so it is taken as its own duration. Disjoint, in order."""
+    waits: dict[int, int] = {}
+    for begin, end in [(s.start, s.end) for s in syncs] + [(a, b) for a, b in t[t[:, 2] != 0, :2].tolist()]:
+        waits[begin] = max(waits.get(begin, 0), end - begin)
+    begins = sorted(waits)
     regions = []
     for begin, end in steps:
         inside = [b for b in begins if begin <= b <= end]
-        regions += [(a, a, b) for a, b in pairwise(inside)]
+        regions += [(a, a, b) for a, b in pairwise(inside) if waits[b] <= queue_ns]
     return torch.tensor(regions, dtype=torch.int64).reshape(-1, 3)
 
 

@@ -191,19 +191,26 @@ def test_idle_between_syncs_that_return_at_once_is_the_syncs_a_per_document_loop
     assert split.sync_sites["loss.py:103"] == pytest.approx((total - first_wait - 2 - 7) * 1e-6)
 
 
-def test_a_step_bracketed_by_syncs_charges_its_launch_gaps_to_them():
-    # Legacy logging: synchronize at the step's begin (host 0..1, the GPU idle) and `.item()` at
-    # its end (80..101, waiting for the last kernel). Between them the host launches slowly:
-    # gaps 10..20 and 40..50 are the syncs' (the host could not get ahead of an empty queue).
-    split = attribute_idle(
-        busy((2, 10), (20, 40), (50, 100)),
-        [HostSync(0, 1 * US), HostSync(80 * US, 101 * US)],
-        [(0, "log.py:39"), (79 * US, "log.py:53")],
-        [(0, 105 * US)],
-    )
-    assert split.sync_idle_s == pytest.approx(20e-6)
-    assert split.sync_sites == {"log.py:39": pytest.approx(20e-6)}
-    assert split.launch_idle_s == 0
+def test_a_region_whose_closing_sync_found_a_queue_stays_launch_bound():
+    # Legacy logging's step: synchronize at its begin (0..1, the GPU idle); the forward and
+    # backward, launched slowly (gaps 10..20, 40..50), with 400 µs of work queued by the time the
+    # NaN check's first read begins (600): it waits until 1000, so the host had got ahead, and
+    # those gaps are launch-bound. Then per bucket a few tiny kernels and a read that waits for
+    # them alone (≤ 100 µs): the gaps between the reads are the syncs'.
+    spans = [(2, 10), (20, 40), (50, 1000), (1010, 1012), (1030, 1032), (1050, 1052)]
+    syncs = [HostSync(0, 1 * US), HostSync(600 * US, 1001 * US), HostSync(1011 * US, 1013 * US)]
+    syncs += [HostSync(1031 * US, 1033 * US), HostSync(1051 * US, 1053 * US)]
+    sites = [(0, "log.py:39"), (599 * US, "log.py:48"), (1010 * US, "log.py:48b"), (1030 * US, "log.py:48c")]
+    split = attribute_idle(busy(*spans), syncs, sites, [(0, 1060 * US)])
+    assert split.launch_idle_s == pytest.approx(20e-6)  # 10..20 and 40..50: the region 0..600 is not the syncs'
+    # 1000..1010 follows the first read (it waited into it); 1012..1030 and 1032..1050 lie
+    # between reads that each waited 2 µs.
+    assert split.sync_idle_s == pytest.approx(46e-6)
+    assert split.sync_sites == {
+        "log.py:48": pytest.approx(10e-6),
+        "log.py:48b": pytest.approx(18e-6),
+        "log.py:48c": pytest.approx(18e-6),
+    }
 
 
 def test_syncs_in_two_steps_bracket_nothing_between_them():
