@@ -16,15 +16,15 @@ stretches is split:
   sync's cost, charged to the site the counter recorded last before the sync began;
 * and any idle inside a step between one host sync's begin and the next one's (both in that
   step: a region the host spent bracketed by syncs) is the syncs' too, charged to the first
-  one's site, where the next sync waited at most `queue_ns` (100 µs): the host never got ahead
-  of the GPU in the region. A region whose closing sync waited longer (the host had built a
-  queue: e.g. a whole forward and backward between a step's first sync and its last) is left
-  to the rules above and below. After a sync the GPU's queue is empty; when the host then runs Python and launches
-  a few small kernels before its next sync (a per-document loop reading `.item()` per
-  document), the GPU idles through the whole region, not only right after the sync: each sync
-  keeps the host from getting ahead of the GPU. Without the syncs that host time would overlap
-  the GPU's other work. Over-estimates where the host between two syncs is slower than the GPU
-  anyway (launch-bound with or without them).
+  one's site, where the next sync waited at most `queue_ns` (a few small kernels' worth): the
+  host never got ahead of the GPU in the region. After a sync the GPU's queue is empty; when
+  the host then runs Python and launches a few small kernels before its next sync (a
+  per-document loop reading `.item()` per document), the GPU idles through the whole region,
+  not only right after the sync: each sync keeps the host from getting ahead of the GPU, and
+  without them that host time would overlap the GPU's other work. A region whose closing sync
+  waited longer (the host had built a queue: e.g. a whole forward and backward between a
+  step's first sync and its last) is left to the other rules. Over-estimates where the host
+  between two syncs would be slower than the GPU anyway (launch-bound with or without them).
 * Any other idle gap inside a step is the host failing to launch fast enough: host-/launch-bound.
 
 Nothing here reads the GPU: the records become CPU tensors (a trace holds thousands), and the
