@@ -3,7 +3,7 @@
 Each pair's runs are imported into a server and its ledger read through the API. A pair's fix
 removes one term (its run files' `removes:<term>` tag, written by bench/fixes_runs.py; for files
 recorded before the tag, the pair's name says which). The realized gain is the iteration's
-(the event-timed step plus the data wait between steps, where measured) from before to after;
+(the event-timed step plus the host time between steps, where measured) from before to after;
 the predicted gain is the before-ledger's `gain.speedup_pct` of that term:
 
 * where the after is at least 10% faster, the before must name the removed term as its largest
