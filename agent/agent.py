@@ -397,8 +397,8 @@ class Agent:
             self._add_channel_loss(channel_loss, channel_names)
         if self.step >= self._last_step:
             self._close_interval()
-        if self._inflight:  # between boundaries there is nothing to poll for
-            self._poll()
+        if self._inflight and self._poll():  # between boundaries there is nothing to poll for
+            self._timer.agent_worked()  # the emission ran before the next step's begin
 
     def _add_channel_loss(self, sums: torch.Tensor, names: Sequence[str] | None) -> None:
         """Keep a reference (no kernel, no read); the interval sums them at its boundary."""
@@ -596,15 +596,19 @@ class Agent:
         self._channel_sums = []
         self._wall_start = None
 
-    def _poll(self) -> None:
+    def _poll(self) -> int:
+        """Emit the intervals whose steps and copies have completed; how many."""
         self._times.extend(self._timer.poll())
+        emitted = 0
         while self._inflight:
             p = self._inflight[0]
             timed = self._times and self._times[-1].step >= p.facts.last_step
             if not timed or (p.ready is not None and not p.ready.query()):
-                return
+                break
             self._inflight.popleft()
             self._emit(p)
+            emitted += 1
+        return emitted
 
     def _emit(self, p: _PendingInterval) -> None:
         steps = [self._times.popleft() for _ in range(p.facts.last_step - p.facts.first_step + 1)]
@@ -699,9 +703,11 @@ class Agent:
         channels' losses. `stats` holds the interval's counts by field name (accumulator.decode)."""
         durations = sorted(s.gpu_s for s in steps)
         n = len(steps)
-        # The data wait: the gaps between the interval's steps; the one before its first step
-        # holds the agent's own boundary work (the reduction, its copy), so it is left out.
-        gaps = [s.gap_before_s for s in steps[1:] if s.gap_before_s is not None]
+        # The host's time between steps: the gaps between the interval's steps. The one before
+        # its first step holds the agent's own boundary work (the reduction, its copy), and a gap
+        # where the agent emitted an interval holds the emission (the trace's read-back and
+        # pricing): both are the agent's, so they are left out.
+        gaps = [s.gap_before_s for s in steps[1:] if s.gap_before_s is not None and not s.agent_gap]
         traced = self._traced_fields(p.trace, steps) if p.trace is not None else {}
         top = sorted(p.sync_sites.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_SYNC_SITES]
         sums = {name: stats[name] for name in ATTENTION_SUM_NAMES}

@@ -13,8 +13,19 @@ stretches is split:
   GPU as it drained: a synchronization call that began before the gap (within `tolerance_ns`)
   and returned in it, or a device-to-host copy into pageable memory (which the host waits for)
   that ended the busy stretch. The host then had to refill the queue: the idle time is the
-  sync's cost, charged to the site the counter recorded last before the sync began. Any other
-  idle gap inside a step is the host failing to launch fast enough: host-/launch-bound.
+  sync's cost, charged to the site the counter recorded last before the sync began;
+* and any idle inside a step between one host sync's begin and the next one's (both in that
+  step: a region the host spent bracketed by syncs) is the syncs' too, charged to the first
+  one's site, where the next sync waited at most `queue_ns` (a few small kernels' worth): the
+  host never got ahead of the GPU in the region. After a sync the GPU's queue is empty; when
+  the host then runs Python and launches a few small kernels before its next sync (a
+  per-document loop reading `.item()` per document), the GPU idles through the whole region,
+  not only right after the sync: each sync keeps the host from getting ahead of the GPU, and
+  without them that host time would overlap the GPU's other work. A region whose closing sync
+  waited longer (the host had built a queue: e.g. a whole forward and backward between a
+  step's first sync and its last) is left to the other rules. Over-estimates where the host
+  between two syncs would be slower than the GPU anyway (launch-bound with or without them).
+* Any other idle gap inside a step is the host failing to launch fast enough: host-/launch-bound.
 
 Nothing here reads the GPU: the records become CPU tensors (a trace holds thousands), and the
 tests feed it synthetic ones.
@@ -24,6 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import NamedTuple
 
 import torch
@@ -96,14 +108,17 @@ def attribute_idle(
     sites: Sequence[tuple[int, str]],
     steps: Sequence[tuple[int, int]],
     tolerance_ns: int = 2_000,
+    queue_ns: int = 100_000,
 ) -> IdleSplit:
     """Split the GPU time of the traced `steps` (each the host's (begin, end) on CUPTI's clock, in
     order) into busy, idle after a host sync (by site) and other idle, from what ran (`busy`),
-    the host's sync calls (`syncs`) and the counter's sites ((time, site), in order).
+    the host's sync calls (`syncs`) and the counter's sites ((time, site), in order). A region
+    between two syncs is the syncs' where the second waited at most `queue_ns` (a few small
+    kernels: the host never got ahead of the GPU in between).
 
     The timeline runs from the first busy stretch to the last: the GPU's wait for the first
     launch of the stretch is not inside a traced step's work. Tensor arithmetic over the records
-    (a trace holds thousands): Python loops run over the syncs and the sync-caused gaps only."""
+    (a trace holds thousands): Python loops run over the syncs and the sites charged only."""
     t = _sorted(busy)
     if not len(t):
         return IdleSplit()
@@ -122,14 +137,60 @@ def attribute_idle(
     inside = (g1 - g0 - outside).clamp(min=0)
     blocked = _blocked_at(g0, g1, t, syncs, tolerance_ns)
     by_sync = (blocked >= 0) & (inside > 0)
-    split.sync_idle_s = int(inside[by_sync].sum()) / 1e9
-    split.launch_idle_s = int(inside[~by_sync].sum()) / 1e9
     site_times = torch.tensor([at for at, _ in sites], dtype=torch.int64)
-    at = torch.searchsorted(site_times, blocked[by_sync] + tolerance_ns, right=True) - 1
-    for k, idle in zip(at.tolist(), inside[by_sync].tolist(), strict=True):
-        site = sites[k][1] if k >= 0 else UNKNOWN_SITE
-        split.sync_sites[site] = split.sync_sites.get(site, 0.0) + idle / 1e9
+
+    def charge(began: torch.Tensor, idle: torch.Tensor) -> None:
+        """Idle time (ns) of syncs that began at `began`, to the sites recorded before them."""
+        at = torch.searchsorted(site_times, began + tolerance_ns, right=True) - 1
+        for k, ns in zip(at.tolist(), idle.tolist(), strict=True):
+            if ns > 0:
+                site = sites[k][1] if k >= 0 else UNKNOWN_SITE
+                split.sync_sites[site] = split.sync_sites.get(site, 0.0) + ns / 1e9
+
+    charge(blocked[by_sync], inside[by_sync])
+    # The other gaps' parts inside regions bracketed by syncs (regions lie inside steps, so no
+    # part between steps; both sets are disjoint and sorted: one searchsorted each way).
+    regions = _bracketed(t, syncs, steps, queue_ns)
+    sync_ns = torch.where(by_sync, inside, torch.zeros_like(inside))
+    if len(regions):
+        r0, r1 = regions[:, 1].contiguous(), regions[:, 2].contiguous()
+        in_regions = torch.where(by_sync, 0, _below(r0, r1, g1) - _below(r0, r1, g0))
+        sync_ns = sync_ns + in_regions
+        free0, free1 = g0[~by_sync], g1[~by_sync]
+        charge(regions[:, 0], _below(free0, free1, r1) - _below(free0, free1, r0))
+    split.sync_idle_s = int(sync_ns.sum()) / 1e9
+    split.launch_idle_s = int((inside - sync_ns).sum()) / 1e9
     return split
+
+
+def _below(starts: torch.Tensor, ends: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """For each x, how much of the disjoint, sorted intervals [starts, ends) lies before it."""
+    if not len(starts):
+        return torch.zeros_like(x)
+    before = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(ends - starts, 0)])
+    k = torch.searchsorted(starts, x, right=True)  # intervals starting at or before x
+    last = (k - 1).clamp(min=0)
+    partial = (torch.minimum(x, ends[last]) - starts[last]).clamp(min=0)
+    return torch.where(k > 0, before[last] + partial, 0)
+
+
+def _bracketed(
+    t: torch.Tensor, syncs: Sequence[HostSync], steps: Sequence[tuple[int, int]], queue_ns: int
+) -> torch.Tensor:
+    """The host regions bracketed by syncs, as an (n, 3) tensor (first sync's begin, region start,
+    region end): from each sync's begin to the next one's, where both begin in the same step and
+    the next one found at most `queue_ns` of work queued (it waited no longer): the host never got
+    ahead of the GPU in between. A blocking copy (to pageable memory) is a sync too; its wait is
+    not known, so it is taken as its own duration. Disjoint, in order."""
+    waits: dict[int, int] = {}
+    for begin, end in [(s.start, s.end) for s in syncs] + [(a, b) for a, b in t[t[:, 2] != 0, :2].tolist()]:
+        waits[begin] = max(waits.get(begin, 0), end - begin)
+    begins = sorted(waits)
+    regions = []
+    for begin, end in steps:
+        inside = [b for b in begins if begin <= b <= end]
+        regions += [(a, a, b) for a, b in pairwise(inside) if waits[b] <= queue_ns]
+    return torch.tensor(regions, dtype=torch.int64).reshape(-1, 3)
 
 
 def _blocked_at(

@@ -12,6 +12,10 @@ late (waiting for its next batch), the GPU idles until the begin runs. The previ
 event is kept until the next step resolves, so the gap is read like the step times: by query.
 On the CPU the host clock's gap between the two calls is the analogue.
 
+A gap is the host's time outside the step, whoever spent it. The agent marks the gaps in which
+it did its own work (``agent_worked``: an interval emitted, whose CUPTI trace it reads back and
+prices, hundreds of ms on a traced interval), so that they are not taken for the trainer's.
+
 The events are ``torch.Event``, whose ``record()`` finds the current stream in C++; the
 ``torch.cuda.Event`` wrapper builds a Python ``Stream`` object on every record, which is most of
 the timer's host cost on a slow host.
@@ -34,6 +38,7 @@ class StepTime:
     host_end: float  # perf_counter at step_end
     lag_steps: int  # how many later steps had ended when this one's time became known
     gap_before_s: float | None = None  # idle time since the previous step's end; None for a first step
+    agent_gap: bool = False  # the agent did its own work in that gap (agent_worked)
 
 
 class StepTimer:
@@ -46,6 +51,7 @@ class StepTimer:
         self.last_ended = 0  # number of the last step that ended
         # The last resolved step: its number, end event (kept for the next step's gap) and host end.
         self._previous: tuple[int, torch.Event | None, float] | None = None
+        self._agent_after: set[int] = set()  # steps after whose end the agent did its own work
 
     def _event(self) -> torch.Event:
         return self._pool.pop() if self._pool else torch.Event(self._device, enable_timing=True)
@@ -69,6 +75,11 @@ class StepTimer:
         self._pending.append((step, start, end, host_begin, time.perf_counter()))
         self.last_ended = step
 
+    def agent_worked(self) -> None:
+        """The agent did its own work after the last step's end (before the next begin): that
+        gap is the agent's, not the trainer's."""
+        self._agent_after.add(self.last_ended)
+
     def poll(self) -> list[StepTime]:
         """Steps whose timing is known now, oldest first. Never blocks."""
         done = []
@@ -86,7 +97,9 @@ class StepTimer:
             if start is not None:
                 self._pool.append(start)
             self._previous = (step, end, he)
-            done.append(StepTime(step, gpu_s, hb, he, self.last_ended - step, gap))
+            agents = step - 1 in self._agent_after
+            self._agent_after.discard(step - 1)
+            done.append(StepTime(step, gpu_s, hb, he, self.last_ended - step, gap, agents))
         return done
 
     def _gap_before(self, step: int, start: torch.Event | None, host_begin: float) -> float | None:

@@ -20,6 +20,8 @@ MEASURED: Status = "measured"
 ESTIMATED: Status = "estimated"
 NOT_MEASURED: Status = "not measured"
 NOT_APPLICABLE: Status = "not applicable"
+# The data wait's label, the catalogue's: the host's time between steps, the loader's or not.
+BETWEEN_STEPS = METRIC["data_wait_step_s"].label
 
 # The layouts (RunSummary.layout) whose rows the model ran as dense sequences: its attention
 # covered each whole row, padding included, so the baseline count is the work done. The packed
@@ -179,20 +181,26 @@ def straggler_term(rank_sums: Mapping[int, Mapping[str, float]], c: Coefficients
 
 
 def data_wait_term(sums: Mapping[str, float], step_s: float | None) -> Term:
-    """The GPU's idle time between consecutive steps, per step: outside the event-timed step, so
-    a fraction of it that can pass 1 and that the rest does not subtract."""
-    fix = "more DataLoader workers, pinned memory, a deeper prefetch (or less host work between steps)"
+    """The GPU's idle time between consecutive steps, per step: the trainer's host time outside
+    the step that the GPU's queue did not cover (a loader it waits for is one cause, any other
+    host work between steps another). Outside the event-timed step, so a fraction of it that can
+    pass 1 and that the rest does not subtract. Its key stays `data_wait` (the API's, the sums')."""
+    fix = (
+        "find the host work between steps: a loader the trainer waits for (more DataLoader workers, "
+        "pinned memory, a deeper prefetch), or logging, evaluation or preprocessing on the training thread"
+    )
     gaps = sums["data_wait_gaps"]
     if not gaps or step_s is None:
-        why = "no record of the window has two consecutive steps timed by an agent that measures the wait"
-        return Term("data_wait", "data wait", None, NOT_MEASURED, why, fix, within_step=False)
+        why = "no record of the window has two consecutive steps timed by an agent that measures the gaps"
+        return Term("data_wait", BETWEEN_STEPS, None, NOT_MEASURED, why, fix, within_step=False)
     wait = sums["data_wait_s"] / gaps
     source = (
         f"the GPU idle between a step's end and the next one's begin, over {gaps:.0f} step gaps "
-        "(CUDA events; the host clock on the CPU); outside the step: it lengthens each iteration"
+        "(CUDA events; the host clock on the CPU), gaps holding the agent's own work left out; "
+        "outside the step: it lengthens each iteration"
     )
     return Term(
-        "data_wait", "data wait", wait / step_s, MEASURED, source, fix, {"wait_ms": wait * 1e3}, within_step=False
+        "data_wait", BETWEEN_STEPS, wait / step_s, MEASURED, source, fix, {"wait_ms": wait * 1e3}, within_step=False
     )
 
 

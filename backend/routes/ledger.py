@@ -24,7 +24,8 @@ class LedgerTerm(BaseModel):
     fix: str = Field(description="the fix, in one sentence (empty for the peak and the useful work)")
     loss: bool = Field(description="false for the two ends of the walk (the peak, the useful work)")
     within_step: bool = Field(
-        default=True, description="false for time between steps (the data wait): it lengthens the iteration"
+        default=True,
+        description="false for time between steps (data_wait: the host time between steps): it lengthens the iteration",
     )
     gain: dict[str, float | None] | None = Field(
         default=None,
@@ -45,7 +46,7 @@ class Ledger(BaseModel):
     steps: int | None = Field(description="optimizer steps in the window (each once)")
     step_time_ms: float | None = Field(description="a rank's step time over the window (the catalogue's step_time_s)")
     iteration_ms: float | None = Field(
-        default=None, description="the step time plus the measured data wait between steps"
+        default=None, description="the step time plus the measured host time between steps"
     )
     gpu_hours: float | None
     terms: list[LedgerTerm] = Field(description="the peak, the losses (measured ones largest first), the useful work")

@@ -114,7 +114,7 @@ def render(ledger: dict[str, Any]) -> str:
     ]
     iteration = ledger.get("iteration_ms")
     if iteration is not None and ledger["step_time_ms"] is not None and iteration > ledger["step_time_ms"]:
-        heading.insert(2, f"iteration {iteration:.4g} ms: the step and the data wait between steps")
+        heading.insert(2, f"iteration {iteration:.4g} ms: the step and the host time between steps")
     body = [rule if row is None else line(row) for row in rows]
     over = ledger["overcount"]
     pct = over["detail"].get("overcount_pct")

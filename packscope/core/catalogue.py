@@ -712,11 +712,12 @@ METRICS: tuple[Metric, ...] = (
     ),
     Metric(
         "data_wait_step_s",
-        "data wait",
+        "host time between steps",
         "s",
         ".3s",
         "the GPU's idle time between two steps, per step gap: Σ idle ÷ Σ gaps (a step's end event to the "
-        "next one's begin; the host clock on the CPU)",
+        "next one's begin; the host clock on the CPU): the trainer's host work outside the step, its "
+        "loader's wait or other, that the GPU's queue did not cover",
         _per("data_wait_s", "data_wait_gaps"),
     ),
     Metric(

@@ -70,3 +70,43 @@ def test_a_one_step_interval_has_no_gap_to_measure(clock):
         agent.step_end()
     agent.close()
     assert [(r["data_wait_gaps"], r["data_wait_s"]) for r in agent.records] == [(0, 0.0), (0, 0.0)]
+
+
+class OneStepBehind(StepTimer):
+    """A timer whose steps resolve one step late, as on a GPU the host runs ahead of: an
+    interval is emitted at a step_end inside the next interval, not at its boundary."""
+
+    def poll(self):
+        held = [p for p in self._pending if p[0] == self.last_ended]
+        self._pending = type(self._pending)(p for p in self._pending if p[0] != self.last_ended)
+        done = super().poll()
+        self._pending.extend(held)
+        return done
+
+    def drain(self):
+        return super().poll()
+
+
+def test_a_gap_holding_the_agents_emission_is_not_the_trainers(clock, monkeypatch):
+    agent = Agent(AgentConfig(log_every=4, count_syncs=False, sample_gpu=False, run_id="late"), model=MODEL)
+    agent._timer = OneStepBehind(agent._timer._device)
+    emit = agent._emit
+
+    def slow_emit(p):  # the emission's own host time: a trace read back and priced
+        clock.now += 10.0
+        emit(p)
+
+    monkeypatch.setattr(agent, "_emit", slow_emit)
+    waits = [0.0, 0.5, 0.25, 0.75, 4.0, 1.0, 0.0, 0.5]
+    for wait in waits:
+        clock.now += wait
+        agent.step_begin()
+        agent.observe_batch(shape=(1, 64))
+        clock.now += 0.125
+        agent.step_end()
+    agent.close()
+    first, second = agent.records
+    assert (first["data_wait_gaps"], first["data_wait_s"]) == (3, pytest.approx(0.5 + 0.25 + 0.75))
+    # Interval 0 was emitted at step 5's end: the gap before step 6 (1.0 s + the emission's 10 s)
+    # is the agent's, left out; the trainer's gaps before steps 7 and 8 remain.
+    assert (second["data_wait_gaps"], second["data_wait_s"]) == (2, pytest.approx(0.0 + 0.5))

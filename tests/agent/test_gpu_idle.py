@@ -155,3 +155,73 @@ def test_the_tracer_reads_cuptis_records_as_busy_and_host_syncs():
     assert busy == [Busy(100, 200), Busy(200, 210, True), Busy(300, 310), Busy(400, 405)]
     assert syncs == [HostSync(150, 211)]
     assert tracer.dropped == 1 and tracer.take() == ([], [])
+
+
+def per_document_loop(docs: int) -> tuple[list[Busy], list[HostSync], list[tuple[int, str]]]:
+    """A step that reads `.item()` per document (trainer/channel_loss.py's loop), in µs: the forward
+    runs 0..100 and the first read waits for it (sync 60..101); then per document d (base
+    101 + 30 d) the host runs Python, launches two tiny kernels (base+12..14, base+16..18) and
+    reads again at base+25 on a GPU that is already idle (the sync returns at once). The
+    backward is launched at 500."""
+    spans, syncs, sites = [(0, 100)], [HostSync(60 * US, 101 * US)], [(59 * US, "loss.py:102")]
+    for d in range(docs):
+        base = 101 + 30 * d
+        spans += [(base + 12, base + 14), (base + 16, base + 18)]
+        syncs.append(HostSync((base + 25) * US, (base + 26) * US))  # on an idle GPU: no wait
+        sites.append(((base + 24) * US, "loss.py:103"))
+    spans.append((500, 800))
+    return busy(*spans), syncs, sites
+
+
+def test_idle_between_syncs_that_return_at_once_is_the_syncs_a_per_document_loop():
+    records, syncs, sites = per_document_loop(10)
+    split = attribute_idle(records, syncs, sites, [(0, 810 * US)])
+    # By hand: the first read waited for the forward (the gap 100..113 follows it); each
+    # document's kernels leave 2 µs between them and 24 µs before the next document's; the last
+    # read begins at 101 + 30 * 9 + 25 = 396, 7 µs after the last kernel (389). The rest of that
+    # gap, 396..500, follows a read that found the GPU idle: the host's own time, launch-bound.
+    first_wait, own, between, last = 13, 10 * 2, 9 * 24, 396 - 389
+    assert split.sync_idle_s == pytest.approx((first_wait + own + between + last) * 1e-6)
+    assert split.launch_idle_s == pytest.approx((500 - 396) * 1e-6)
+    # The old rule (only a gap the host waited into) gave the loop 13 µs and the host 347 µs.
+    # Each region's idle goes to the site recorded before the read that opened it.
+    # The first read's region runs to the second read (126): its wait, 115..117 and 119..126.
+    assert split.sync_sites["loss.py:102"] == pytest.approx((first_wait + 2 + 7) * 1e-6)
+    total = first_wait + own + between + last
+    assert split.sync_sites["loss.py:103"] == pytest.approx((total - first_wait - 2 - 7) * 1e-6)
+
+
+def test_a_region_whose_closing_sync_found_a_queue_stays_launch_bound():
+    # Legacy logging's step: synchronize at its begin (0..1, the GPU idle); the forward and
+    # backward, launched slowly (gaps 10..20, 40..50), with 400 µs of work queued by the time the
+    # NaN check's first read begins (600): it waits until 1000, so the host had got ahead, and
+    # those gaps are launch-bound. Then per bucket a few tiny kernels and a read that waits for
+    # them alone (≤ 100 µs): the gaps between the reads are the syncs'.
+    spans = [(2, 10), (20, 40), (50, 1000), (1010, 1012), (1030, 1032), (1050, 1052)]
+    syncs = [HostSync(0, 1 * US), HostSync(600 * US, 1001 * US), HostSync(1011 * US, 1013 * US)]
+    syncs += [HostSync(1031 * US, 1033 * US), HostSync(1051 * US, 1053 * US)]
+    sites = [(0, "log.py:39"), (599 * US, "log.py:48"), (1010 * US, "log.py:48b"), (1030 * US, "log.py:48c")]
+    split = attribute_idle(busy(*spans), syncs, sites, [(0, 1060 * US)])
+    assert split.launch_idle_s == pytest.approx(20e-6)  # 10..20 and 40..50: the region 0..600 is not the syncs'
+    # 1000..1010 follows the first read (it waited into it); 1012..1030 and 1032..1050 lie
+    # between reads that each waited 2 µs.
+    assert split.sync_idle_s == pytest.approx(46e-6)
+    assert split.sync_sites == {
+        "log.py:48": pytest.approx(10e-6),
+        "log.py:48b": pytest.approx(18e-6),
+        "log.py:48c": pytest.approx(18e-6),
+    }
+
+
+def test_syncs_in_two_steps_bracket_nothing_between_them():
+    # A sync near step 1's end and one at step 2's begin: the host time between the steps is the
+    # data wait's, and the launch gap inside step 2 before its first sync stays launch-bound.
+    split = attribute_idle(
+        busy((0, 10), (15, 20), (60, 70), (80, 90)),
+        [HostSync(13 * US, 14 * US), HostSync(75 * US, 76 * US)],
+        [(12 * US, "a.py:1"), (74 * US, "b.py:2")],
+        [(0, 30 * US), (50 * US, 100 * US)],
+    )
+    assert split.between_steps_s == pytest.approx(20e-6)  # 30..50
+    assert split.sync_idle_s == 0  # one sync a step: no region, and neither waited for the GPU
+    assert split.launch_idle_s == pytest.approx((5 + 10 + 10 + 10) * 1e-6)  # 10..15, 20..30, 50..60, 70..80

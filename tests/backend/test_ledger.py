@@ -186,6 +186,10 @@ def test_the_measured_terms_and_the_rest_by_hand(client, new_run, spec: ModelSpe
     assert got["step_time_ms"] == pytest.approx(50.0) and got["iteration_ms"] == pytest.approx(70.0)
     wait = terms["data_wait"]
     assert wait["status"] == MEASURED and not wait["within_step"]
+    # Host time outside the step, whoever spent it: the loader is one cause, not the name.
+    assert wait["label"] == "host time between steps" and {"loader", "logging"} <= set(
+        wait["fix"].replace(",", " ").split()
+    )
     assert wait["ms_per_step"] == pytest.approx(20.0) and wait["pct_of_step"] == pytest.approx(40.0)
     syncs, launch = terms["host_syncs"], terms["launch_bound"]
     assert syncs["status"] == ESTIMATED and syncs["ms_per_step"] == pytest.approx(10.0)  # 20% of 50 ms

@@ -114,7 +114,7 @@ def test_the_run_page_opens_with_the_ledger_priced_as_the_api_says(server, sized
     assert page.inner_text("#ledger tr[data-term=host_syncs] .sites") == "at train.py:88 (40.0/iteration)"
     # Terms the ledger cannot price are listed as such, with what would measure them.
     unmeasured = page.inner_text("#ledger .ledger-unmeasured")
-    assert unmeasured.startswith("Not measured (never shown as 0): ") and "data wait" in unmeasured
+    assert unmeasured.startswith("Not measured (never shown as 0): ") and "host time between steps" in unmeasured
     # The over-count apart: a reporting error, not time.
     over = api["overcount"]["detail"]["overcount_pct"]
     assert page.inner_text("#ledger .ledger-overcount").startswith(
@@ -205,7 +205,7 @@ def test_the_compare_page_puts_two_ledgers_side_by_side_with_predicted_and_reali
     # The after run has no loss the loop removes above 0: it says so, and names what is not measured.
     assert page.inner_text("#ledger-1 .ledger-lead") == (
         "No loss the loop can remove was measured above 0 in this window. "
-        "Not measured: data wait, host-/launch-bound steps, the rest (kernel efficiency)."
+        "Not measured: host time between steps, host-/launch-bound steps, the rest (kernel efficiency)."
     )
     # Side by side: the two cards share a row.
     tops = page.eval_on_selector_all(".ledger-pair .ledger", "cards => cards.map(c => c.getBoundingClientRect().top)")
