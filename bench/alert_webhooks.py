@@ -150,12 +150,18 @@ def case(name: str, args: argparse.Namespace, round_: int) -> dict[str, Any]:
                     time.sleep(1.0)
                 if receiver is not None:
                     out["messages"], out["distinct"] = len(receiver.ids), len(set(receiver.ids))
-                return out
         finally:
+            stopping = time.monotonic()
             server.terminate()
-            server.wait(timeout=30)
+            try:
+                server.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                server.kill()
+                server.wait()
             if receiver is not None:
                 receiver.close()
+        out["shutdown_s"] = time.monotonic() - stopping  # SIGTERM to exit (30: killed)
+        return out
 
 
 def main() -> None:
@@ -175,6 +181,8 @@ def main() -> None:
     base_cpu = statistics.median(x["cpu_us_per_row"] for x in results["none"])
     for name, rounds in results.items():
         rates, cpus = [x["rows_per_s"] for x in rounds], [x["cpu_us_per_row"] for x in rounds]
+        kept = ("messages", "distinct", "after_back_s", "shutdown_s")
+        lists: dict[str, list[Any]] = {k: [x[k] for x in rounds] for k in kept if k in rounds[0]}
         summary["cases"][name] = {
             "rows_per_s_median": statistics.median(rates),
             "rows_per_s": [round(x) for x in rates],
@@ -182,7 +190,7 @@ def main() -> None:
             "cpu_us_per_row_median": statistics.median(cpus),
             "cpu_us_per_row": [round(x, 1) for x in cpus],
             "cpu_ratio_to_none": statistics.median(cpus) / base_cpu,
-            **{k: [x[k] for x in rounds] for k in ("messages", "distinct", "after_back_s") if k in rounds[0]},
+            **lists,
         }
     print(json.dumps(summary, indent=2))
 

@@ -132,6 +132,16 @@ class Deliverer:
             self._resting[target] = (time.monotonic() + rest, failures)
 
     def _claim(self) -> tuple[list[Message], str | None]:
+        # A read first: the claim's write transaction (on SQLite, the database's write lock, which
+        # ingest waits for) is taken only when a message is due.
+        with self.engine.connect() as connection:
+            due = connection.execute(
+                select(alert_outbox.c.id)
+                .where(alert_outbox.c.sent_at.is_(None), alert_outbox.c.next_attempt_at <= datetime.now(UTC))
+                .limit(1)
+            ).first()
+        if due is None:
+            return [], None
         with self.writer.begin() as connection:
             now = datetime.now(UTC)
             messages = claim(connection, self.claimer, self.config.claim_s, now, resting=self._rested())

@@ -40,46 +40,54 @@ def run_pks_of(engine: Engine, run_ids: Iterable[str]) -> set[int]:
         return set(connection.execute(select(_RUNS.c.id).where(_RUNS.c.run_id.in_(ids))).scalars())
 
 
+class _Running:
+    """One start of the worker, in the event loop that runs it: its events, runs to judge and tasks
+    (an app's lifespan may run in more than one loop at once: tests start an app twice)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, deliverer: Deliverer) -> None:
+        self.loop, self.deliverer = loop, deliverer
+        self.judge, self.send = asyncio.Event(), asyncio.Event()
+        self.changed: set[str] = set()
+        self.tasks: list[asyncio.Task[None]] = []
+
+    def woken(self, run_id: str) -> None:
+        self.changed.add(run_id)
+        self.judge.set()
+
+
 class AlertWorker:
     def __init__(self, engine: Engine, config: AlertConfig) -> None:
         self.engine, self.config = engine, config
-        self.deliverer = Deliverer(engine, config)
-        self._changed: set[str] = set()
-        self._judge = asyncio.Event()
-        self._send = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._running: list[_Running] = []
 
     def wake(self, run_id: str) -> None:
         """A batch of `run_id` was stored, or its status set: judge it soon (a set add and an event,
         nothing else; from the event loop or from a route's worker thread)."""
-        loop = self._loop
-        if loop is None:
-            return
         try:
-            here = asyncio.get_running_loop()
+            here: asyncio.AbstractEventLoop | None = asyncio.get_running_loop()
         except RuntimeError:
             here = None
-        if here is loop:
-            self._woken(run_id)
-        else:
-            loop.call_soon_threadsafe(self._woken, run_id)
-
-    def _woken(self, run_id: str) -> None:
-        self._changed.add(run_id)
-        self._judge.set()
+        for running in list(self._running):
+            if running.loop is here:
+                running.woken(run_id)
+            else:
+                running.loop.call_soon_threadsafe(running.woken, run_id)
 
     async def start(self) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._tasks = [asyncio.create_task(self._judging()), asyncio.create_task(self._delivering())]
+        running = _Running(asyncio.get_running_loop(), Deliverer(self.engine, self.config))
+        running.tasks = [asyncio.create_task(self._judging(running)), asyncio.create_task(self._delivering(running))]
+        self._running.append(running)
 
     async def stop(self) -> None:
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
-        await self.deliverer.aclose()
+        here = asyncio.get_running_loop()
+        for running in [r for r in self._running if r.loop is here]:
+            self._running.remove(running)
+            for task in running.tasks:
+                task.cancel()
+            for task in running.tasks:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            await running.deliverer.aclose()
 
     def judge_now(self, run_pks: Iterable[int]) -> int:
         """Judge these runs (in this thread); how many alerts opened or resolved."""
@@ -91,14 +99,14 @@ class AlertWorker:
                 log.exception("judging run %s for alerts failed", run_pk)
         return taken
 
-    async def _judging(self) -> None:
+    async def _judging(self, running: _Running) -> None:
         next_sweep = 0.0
         while True:
             timeout = max(0.0, next_sweep - time.monotonic())
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._judge.wait(), timeout)
-            self._judge.clear()
-            changed, self._changed = self._changed, set()
+                await asyncio.wait_for(running.judge.wait(), timeout)
+            running.judge.clear()
+            changed, running.changed = running.changed, set()
             try:
                 pks = await asyncio.to_thread(run_pks_of, self.engine, changed)
                 if time.monotonic() >= next_sweep:
@@ -106,7 +114,7 @@ class AlertWorker:
                     next_sweep = time.monotonic() + self.config.sweep_s
                 taken: int = await asyncio.to_thread(self.judge_now, pks) if pks else 0
                 if taken:
-                    self._send.set()
+                    running.send.set()
             except Exception:
                 log.exception("the alerts' judging round failed")
                 await asyncio.sleep(self.config.sweep_s)
@@ -114,13 +122,13 @@ class AlertWorker:
             # most 1/JUDGE_GAP_S times a second, however small and frequent its batches.
             await asyncio.sleep(JUDGE_GAP_S)
 
-    async def _delivering(self) -> None:
+    async def _delivering(self, running: _Running) -> None:
         while True:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._send.wait(), self.config.delivery_poll_s)
-            self._send.clear()
+                await asyncio.wait_for(running.send.wait(), self.config.delivery_poll_s)
+            running.send.clear()
             try:
-                while await self.deliverer.deliver_once():
+                while await running.deliverer.deliver_once():
                     pass
             except Exception:
                 log.exception("sending the alerts' webhooks failed")

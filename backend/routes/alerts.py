@@ -3,12 +3,14 @@ thresholds and webhooks set per project."""
 
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, HTTPException, Query, Request, status
-from pydantic import BaseModel, ConfigDict, Field
+from fastapi import APIRouter, Depends, Query, Request
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
-from packscope.backend.alerts.config import FORMATS, WEBHOOK_KEYS, check_url, save, stored, thresholds_for, webhooks_of
+from packscope.backend.alerts.config import WEBHOOK_KEYS, save, stored, thresholds_for, webhooks_of
 from packscope.backend.alerts.listing import list_alerts
-from packscope.backend.alerts.rules import RULES
+from packscope.backend.alerts.rules import RULES, Thresholds
+from packscope.backend.api.text import NO_NUL_PATTERN
 from packscope.backend.http.deps import RunIdPath, SessionDep, require_ingest_token, require_read_token, run_or_404
 
 router = APIRouter(prefix="/api/v1", tags=["alerts"], dependencies=[Depends(require_read_token)])
@@ -38,13 +40,27 @@ class AlertSettings(BaseModel):
     webhook_secret_set: bool
 
 
-class AlertSettingsPatch(BaseModel):
-    """Thresholds to set (null removes the project's own value); webhooks only with project ""."""
+def _threshold_field(name: str, default: Any) -> tuple[Any, Any]:
+    """A threshold as the body may set it: null, or a value in the bounds Thresholds.checked holds."""
+    if isinstance(default, int):
+        kind: Any = Annotated[int, Field(ge=0 if name == "warmup_intervals" else 1, le=1_000_000)]
+    else:
+        kind = Annotated[float, Field(ge=0, le=1e300, allow_inf_nan=False)]
+    return kind | None, Field(default=None, description=f"default {default}")
 
-    model_config = ConfigDict(extra="allow")
-    webhook_urls: list[str] | None = None
-    webhook_secret: str | None = None
-    webhook_format: Literal["json", "slack"] | None = None
+
+_WEBHOOK_URL = Annotated[str, Field(pattern=r"^https?://[^\x00\s]+$", max_length=2000)]
+_THRESHOLD_FIELDS = {name: _threshold_field(name, value) for name, value in Thresholds().as_dict().items()}
+# Thresholds to set (null removes the project's own value; mfu_floor null switches it off), and
+# the webhooks, server-wide only (project "").
+_PATCH_FIELDS: dict[str, Any] = {
+    "webhook_urls": (list[_WEBHOOK_URL] | None, Field(default=None, max_length=20)),
+    "webhook_secret": (str | None, Field(default=None, max_length=500, pattern=NO_NUL_PATTERN)),
+    "webhook_format": (Literal["json", "slack"] | None, None),
+    **_THRESHOLD_FIELDS,
+}
+AlertSettingsPatch = create_model("AlertSettingsPatch", __config__=ConfigDict(extra="forbid"), **_PATCH_FIELDS)
+_PROJECT = Annotated[str, Query(max_length=200, pattern=NO_NUL_PATTERN, description='"" for the server-wide settings')]
 
 
 def _public_url(request: Request) -> str:
@@ -87,34 +103,23 @@ def _settings(request: Request, session: SessionDep, project: str) -> dict[str, 
 
 
 @router.get("/alerts/settings", response_model=AlertSettings)
-def get_alert_settings(
-    request: Request, session: SessionDep, project: Annotated[str, Query(max_length=200)] = ""
-) -> dict[str, Any]:
+def get_alert_settings(request: Request, session: SessionDep, project: _PROJECT = "") -> dict[str, Any]:
     return _settings(request, session, project)
 
 
 @router.patch("/alerts/settings", response_model=AlertSettings, dependencies=[Depends(require_ingest_token)])
 def patch_alert_settings(
-    body: AlertSettingsPatch,
+    body: AlertSettingsPatch,  # type: ignore[valid-type]
     request: Request,
     session: SessionDep,
-    project: Annotated[str, Query(max_length=200)] = "",
+    project: _PROJECT = "",
 ) -> dict[str, Any]:
     """Set thresholds for a project ("" server-wide), and the server-wide webhooks."""
-    changes = body.model_dump(exclude_unset=True)
+    changes = body.model_dump(exclude_unset=True)  # type: ignore[attr-defined]
     hooks = [key for key in changes if key in WEBHOOK_KEYS]
     if project and hooks:
-        raise HTTPException(
-            status.HTTP_422_UNPROCESSABLE_CONTENT, f'webhooks are server-wide: set {hooks} with project=""'
-        )
-    try:
-        for url in changes.get("webhook_urls") or []:
-            check_url(url)
-        if changes.get("webhook_format") not in (None, *FORMATS):
-            raise ValueError(f"webhook_format must be one of {FORMATS}")
-        save(session.connection(), project, changes)
-    except ValueError as exc:
-        session.rollback()
-        raise HTTPException(status.HTTP_422_UNPROCESSABLE_CONTENT, str(exc)) from None
+        message = f'webhooks are server-wide: set {", ".join(hooks)} with project=""'
+        raise RequestValidationError([{"type": "value_error", "loc": ("query", "project"), "msg": message}])
+    save(session.connection(), project, changes)  # the body's bounds are those Thresholds.checked holds
     session.commit()
     return _settings(request, session, project)

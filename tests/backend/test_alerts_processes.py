@@ -102,7 +102,7 @@ def test_two_processes_open_each_alert_once_and_send_each_message_once(two_serve
     # Twelve runs fail at once, half through each process: twelve crashed alerts to send together.
     for i, run_id in enumerate(runs):
         assert httpx.patch(f"{bases[i % 2]}/api/v1/runs/{run_id}", json={"status": "failed"}).status_code == 200
-    wait_until(lambda: len(receiver.messages) >= 2 + len(runs))
+    wait_until(lambda: len(receiver.messages) >= 2 + len(runs), timeout_s=60)
     time.sleep(2.0)  # ten sweeps and forty outbox polls of each process later, nothing more came
     ids = Counter(m["headers"]["X-Packscope-Event-Id"] for m in receiver.messages)
     assert set(ids.values()) == {1}, ids
