@@ -3,7 +3,7 @@ that the server's alerts can be tested end to end against a real run.
 
 A fault is a small frozen spec, parsed from one `--fault` text (``parse_fault``; a ValueError's
 one line says what is wrong); ``FaultInjector`` applies the specs of a run at a few points of the
-training loop. Without a fault the loop holds no injector at all: one ``is None`` test per step.
+training loop. Without a fault the loop holds no injector at all: three ``is None`` tests per step.
 
 Step numbers are the agent's and the dashboard's: the first step of a run is step 1.
 
@@ -273,7 +273,7 @@ def added_syncs(loss: Any, count: int) -> None:
 def injector_for(
     faults: tuple[Fault, ...], rank: int, world_size: int, documents: DocumentSwitch | None
 ) -> FaultInjector | None:
-    """None without a fault: the loop then pays one `is None` test per step."""
+    """None without a fault: the loop then pays three `is None` tests per step."""
     return FaultInjector(faults, rank, world_size, documents) if faults else None
 
 

@@ -104,7 +104,7 @@ class Trainer:
         if mix is not None:  # --fault mix: a second stream, of another length mix, to switch to
             second = DocumentStream(mix_data(mix, cfg.data), self.model_cfg.vocab, cfg.pack_length, seed + 1)
             docs = switch = DocumentSwitch(docs, iter(second))
-        # None without --fault: the loop's one test per step.
+        # None without --fault: the loop tests it, nothing more.
         self.faults: FaultInjector | None = injector_for(
             cfg.faults, self.parallel.rank, self.parallel.world_size, switch
         )
