@@ -136,7 +136,8 @@ function emptyReason(spec) {
 
 // Series charts out of view are not drawn on a live event: each drawing is a whole plotly pass,
 // and a dozen of them outlast the gap between events. One that comes into view is brought up to
-// date then (observeCharts).
+// date then (observeCharts). The headline chart is the exception: it takes each event at once even
+// below the fold (the ledger above it pushes it there at 900 px), one extension an interval.
 const inView = new Set();
 const behind = new Set();
 
@@ -149,7 +150,7 @@ function drawSeries(which = () => true, live = false) {
   for (const [id, spec] of Object.entries(state.charts)) {
     if (!which(id)) continue;
     if (spec.system && !system) continue; // a hidden plot has no size to draw into
-    if (live && !inView.has(id)) {
+    if (live && id !== HEADLINE && !inView.has(id)) {
       behind.add(id);
       continue;
     }

@@ -89,7 +89,8 @@ def test_run_page_shows_the_runs_configuration_flattened_and_escaped(client):
     config = {"lr": 0.0003, "data": {"pack_length": 4096, "rules": ["a", "b"]}, "note": "<b>x</b>", "empty": {}}
     client.post("/api/v1/runs", json=run_body("run-c", "cfg", config=config, parallel={"dp": 8}))
     page = client.get("/runs/run-c").text
-    section = page[page.index('<details class="card" id="run-settings">') : page.index("</details>")]
+    start = page.index('<details class="card" id="run-settings">')
+    section = page[start : page.index("</details>", start)]  # not the alert history's, which comes first
     rows = dict(re.findall(r"<th scope=\"row\"><code>([^<]*)</code></th><td><code>([^<]*)</code></td>", section))
     assert rows["lr"] == "0.0003"
     assert rows["data.pack_length"] == "4096"
