@@ -8,6 +8,7 @@ act on verdicts from different moments of the run's data.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -16,7 +17,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, text
 
 from packscope.backend.alerts.config import AlertConfig, thresholds_for, webhooks_of
-from packscope.backend.alerts.inputs import read_intervals, run_facts, run_row
+from packscope.backend.alerts.inputs import nonfinite_reported, read_intervals, run_facts, run_row
 from packscope.backend.alerts.rules import CLEAR, ONE_PER_RUN, Firing, judge
 from packscope.backend.alerts.state import open_alert, open_alerts, resolve_alert
 from packscope.backend.store.db import WRITES
@@ -41,7 +42,8 @@ def decide(
     if run is None:
         return None, []
     t = thresholds_for(connection, config, run["project"])
-    verdicts = judge(run_facts(run, now), read_intervals(connection, run_pk, t), t)
+    facts = dataclasses.replace(run_facts(run, now), nonfinite_reported=nonfinite_reported(connection, run_pk))
+    verdicts = judge(facts, read_intervals(connection, run_pk, t), t)
     opened = open_alerts(connection, run_pk)
     actions: list[Action] = []
     for rule, by_subject in verdicts.items():

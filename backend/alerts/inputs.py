@@ -5,6 +5,7 @@ RECENT_INTERVALS + the baseline's intervals, whatever the run's length)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -13,7 +14,7 @@ from sqlalchemy import Connection, select
 
 from packscope.backend.alerts.rules import Interval, RunFacts, Thresholds
 from packscope.backend.reads.liveness import as_utc, liveness
-from packscope.backend.store.models import Run, interval_details, intervals, nonfinite_losses
+from packscope.backend.store.models import Run, alerts, interval_details, intervals, nonfinite_losses
 from packscope.core.catalogue import FLOAT_OPS, SUM_FIELDS, SUM_NAMES, SUMS, Coefficients
 
 # The latest intervals read: enough for every rule's streak, also where the agent counts the
@@ -36,6 +37,20 @@ def run_facts(run: Mapping[str, Any], now: datetime) -> RunFacts:
         coefficients=Coefficients.for_run(run["model"], run["hardware"]),
         hosts={int(r): str(h) for r, h in enumerate(hosts)} if isinstance(hosts, list) else {},
     )
+
+
+def nonfinite_reported(connection: Connection, run_pk: int) -> float | None:
+    """The latest interval whose non-finite loss an alert of the run reported (its details name
+    it); inf while one is open (it covers every interval until it resolves); None if none did."""
+    rows = connection.execute(
+        select(alerts.c.resolved_at, alerts.c.details).where(
+            alerts.c.run_pk == run_pk, alerts.c.rule == "nonfinite_loss"
+        )
+    ).all()
+    if any(resolved is None for resolved, _ in rows):
+        return math.inf
+    named = [d.get("interval") for _, d in rows if isinstance(d, dict)]
+    return max((float(i) for i in named if isinstance(i, int)), default=None)
 
 
 def run_row(connection: Connection, run_pk: int) -> Mapping[str, Any] | None:

@@ -106,6 +106,9 @@ class RunFacts:
     layout: str | None
     coefficients: Coefficients
     hosts: Mapping[int, str] = field(default_factory=dict)  # rank -> host, where the trainer registered them
+    # The latest interval whose non-finite loss an alert has already reported (an open one covers
+    # every interval); None: none reported yet (inputs.nonfinite_reported).
+    nonfinite_reported: float | None = None
 
 
 @dataclass(frozen=True)
@@ -330,16 +333,22 @@ def sync_regression(facts: RunFacts, windows: Windows, t: Thresholds) -> Verdict
     return {"": Firing(summary, details, LEDGER_TERM["sync_regression"], subject=site)}
 
 
-def nonfinite_loss(intervals: Sequence[Interval], t: Thresholds) -> Verdicts:
-    """A loss sent as NaN or ±inf opens at once; nonfinite_resolve_intervals finite ones resolve."""
+def nonfinite_loss(intervals: Sequence[Interval], t: Thresholds, reported: float | None = None) -> Verdicts:
+    """A loss sent as NaN or ±inf opens at once; nonfinite_resolve_intervals finite ones resolve.
+
+    A non-finite loss no alert has reported (`reported`: the latest interval one did) opens even
+    where the finite ones after it already make a resolving streak: a batch may bring both, or
+    they may arrive between two judging rounds, and the next round resolves it."""
     ordered = sorted(intervals, key=lambda i: i.interval)
     breaches = [True if i.nonfinite_loss else (False if i.sums["loss_tokens"] > 0 else None) for i in ordered]
     state = streak(breaches, 1, t.nonfinite_resolve_intervals)
-    if not state:
+    latest = next((i for i in reversed(ordered) if i.nonfinite_loss), None)
+    unreported = latest is not None and (reported is None or latest.interval > reported)
+    if not state and not unreported:
         return {} if state is None else {"": CLEAR}
-    first = next(i for i in reversed(ordered) if i.nonfinite_loss)
-    summary = f"the loss is not finite (NaN or ±inf) at interval {first.interval}"
-    return {"": Firing(summary, {"interval": first.interval})}
+    assert latest is not None
+    summary = f"the loss is not finite (NaN or ±inf) at interval {latest.interval}"
+    return {"": Firing(summary, {"interval": latest.interval})}
 
 
 def mfu_floor(facts: RunFacts, windows: Windows, t: Thresholds) -> Verdicts:
@@ -372,6 +381,6 @@ def judge(facts: RunFacts, intervals: Sequence[Interval], t: Thresholds) -> dict
         "slowdown": slowdown(facts, windows, t),
         "straggler": straggler(facts, windows, t),
         "sync_regression": sync_regression(facts, windows, t),
-        "nonfinite_loss": nonfinite_loss(intervals, t),
+        "nonfinite_loss": nonfinite_loss(intervals, t, facts.nonfinite_reported),
         "mfu_floor": mfu_floor(facts, windows, t),
     }

@@ -63,8 +63,8 @@ def test_the_records_keys_are_the_catalogues_wire_fields_and_the_server_takes_th
         assert scalar_paths(second) == WIRE_FIELDS - {"gpu.energy_j"}  # an optional reading left out
         body = json.dumps({"intervals": [first, second]}).encode()
         assert unknown_fields(json.loads(body)) == []
-        decoded, ignored, _ = decode(body)  # the server's decoder: a missing or mistyped field raises
-        assert ignored == [] and len(decoded) == 2
+        checked = decode(body)  # the server's decoder: a missing or mistyped field raises
+        assert checked.ignored == [] and len(checked.records) == 2 and checked.nonfinite_loss == ()
 
 
 def test_a_field_moved_in_the_catalogue_moves_in_the_record(monkeypatch):
@@ -125,8 +125,8 @@ def test_a_vision_language_model_sends_its_towers_sums_beside_the_text():
     )
     tower = model.vision.flops(want)
     assert record["flops_thd"] == float(text["thd"] + tower) and record["flops_bshd"] == float(text["bshd"] + tower)
-    decoded, ignored, _ = decode(json.dumps({"intervals": [record]}).encode())
-    assert ignored == [] and len(decoded) == 1
+    checked = decode(json.dumps({"intervals": [record]}).encode())
+    assert checked.ignored == [] and len(checked.records) == 1
 
     text_only = Agent(AgentConfig(log_every=2, count_syncs=False), model=FULL)
     text_only.step_begin()

@@ -192,6 +192,24 @@ def test_a_nonfinite_loss_opens_at_once_and_finite_ones_resolve_it(client: TestC
     assert more[-2] == [("nonfinite_loss", "")] and more[-1] == []
 
 
+def test_a_nonfinite_loss_judged_only_after_its_resolving_streak_opens_then_resolves_once(client: TestClient):
+    """The finite intervals after a NaN may come in its batch, or before the next judging round
+    (a busy server, the agent's backlog sent at once): the NaN is still reported, once."""
+    create(client)
+    records = [interval(k) for k in range(3 + T.nonfinite_resolve_intervals)]
+    records[2]["loss"] = math.nan
+    send(client, "run-a", records)  # the NaN and its resolving streak, judged together
+    judge(client, "run-a")
+    assert open_rules(client, "run-a") == [("nonfinite_loss", "")]
+    assert alerts_of(client, "run-a")[0]["details"]["interval"] == 2
+    judge(client, "run-a")  # the next round resolves it
+    assert open_rules(client, "run-a") == []
+    judge(client, "run-a")  # and a reported NaN does not open again
+    feed(client, "run-a", [interval(k) for k in range(len(records), len(records) + 2)])
+    listed = alerts_of(client, "run-a")
+    assert [(a["rule"], a["resolved_at"] is not None) for a in listed] == [("nonfinite_loss", True)], listed
+
+
 def test_a_loss_never_sent_is_not_a_nonfinite_one(client: TestClient):
     create(client)
     records = [packed_interval(k) for k in range(8)]  # loss None
