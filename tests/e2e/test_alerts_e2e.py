@@ -40,6 +40,10 @@ from packscope.trainer.config import DataConfig, TrainConfig
 from packscope.trainer.train import run_training
 from tests.backend.conftest import postgres  # noqa: F401  (the fixture, for the two-process case)
 
+# Every test here bounds when an alert opens or resolves against the trainer's intervals, which a
+# busy machine's slow server can break: the module runs in the serial pass after the parallel one.
+pytestmark = pytest.mark.alone
+
 SECRET = "e2e-secret"
 LOG_EVERY = 4  # steps per interval: interval k holds steps 4k+1 .. 4k+4
 FAST = {
@@ -214,7 +218,6 @@ def assert_opened_on_interval(alerting: Alerting, run_id: str, alert: dict[str, 
 # -- one test per rule -------------------------------------------------------------------------------
 # The bounds on when an alert opened or resolved are wall-clock ones (the judging's lag against the
 # trainer's intervals): the parallel pass on a loaded machine once judged a slowdown past its bound.
-@pytest.mark.alone
 def test_slowdown_opens_after_its_streak_and_resolves_when_the_steps_are_fast_again(alerting):
     until = FAULT_STEP + 5 * LOG_EVERY  # intervals 5-9 slowed
     # 8 fast intervals after the fault: a busy machine's slow moment may break the first streak.
@@ -226,7 +229,6 @@ def test_slowdown_opens_after_its_streak_and_resolves_when_the_steps_are_fast_ag
     assert ends[resolved_on] <= at(alert["resolved_at"])
 
 
-@pytest.mark.alone  # its opening's bound is wall-clock (within the 12 s stall)
 def test_a_stall_opens_stalled_and_the_next_interval_resolves_it(alerting):
     # The stalled interval's FLOP/s is a tenth of the baseline's or less: with one slow interval
     # after it (a busy machine) the slowdown rule would open too; this test is about the stall.
@@ -252,7 +254,6 @@ def test_a_crash_opens_crashed_and_a_resume_resolves_it(alerting):
     assert_one_open_one_resolve(alerting, "crash", "crashed")
 
 
-@pytest.mark.alone  # its open's and resolve's bounds are wall-clock (the judging's lag)
 def test_a_nan_loss_opens_nonfinite_loss_at_once_and_finite_losses_resolve_it(alerting):
     train(alerting, "nan", "--fault", f"nan-loss:at={FAULT_STEP + 1}", steps=40)
     alert = assert_one_open_one_resolve(alerting, "nan", "nonfinite_loss")
