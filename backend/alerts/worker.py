@@ -40,6 +40,18 @@ def run_pks_of(engine: Engine, run_ids: Iterable[str]) -> set[int]:
         return set(connection.execute(select(_RUNS.c.id).where(_RUNS.c.run_id.in_(ids))).scalars())
 
 
+STOP_TIMEOUT_S = 10.0
+
+
+async def _wait(event: asyncio.Event, timeout_s: float) -> None:
+    """Until `event` is set or `timeout_s` passes. asyncio.timeout, not wait_for: on Python 3.11,
+    wait_for returns normally when a cancellation and the event arrive together, so a stopping
+    task could swallow its cancel and the server's shutdown waited for it forever."""
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(timeout_s):
+            await event.wait()
+
+
 class _Running:
     """One start of the worker, in the event loop that runs it: its events, runs to judge and tasks
     (an app's lifespan may run in more than one loop at once: tests start an app twice)."""
@@ -84,9 +96,10 @@ class AlertWorker:
             self._running.remove(running)
             for task in running.tasks:
                 task.cancel()
-            for task in running.tasks:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            # Bounded: a shutdown must end even if a task were to outlive its cancellation.
+            _, alive = await asyncio.wait(running.tasks, timeout=STOP_TIMEOUT_S)
+            if alive:
+                log.warning("alerts: %d background task(s) did not stop within %s s", len(alive), STOP_TIMEOUT_S)
             await running.deliverer.aclose()
 
     def judge_now(self, run_pks: Iterable[int]) -> int:
@@ -103,8 +116,7 @@ class AlertWorker:
         next_sweep = 0.0
         while True:
             timeout = max(0.0, next_sweep - time.monotonic())
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(running.judge.wait(), timeout)
+            await _wait(running.judge, timeout)
             running.judge.clear()
             changed, running.changed = running.changed, set()
             try:
@@ -124,8 +136,7 @@ class AlertWorker:
 
     async def _delivering(self, running: _Running) -> None:
         while True:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(running.send.wait(), self.config.delivery_poll_s)
+            await _wait(running.send, self.config.delivery_poll_s)
             running.send.clear()
             try:
                 while await running.deliverer.deliver_once():

@@ -348,8 +348,11 @@ async def _events(
                 last_sent = time.monotonic()
             last = state
             until_keepalive = max(0.0, keepalive_s - (time.monotonic() - last_sent))
+            # asyncio.timeout, not wait_for, which on Python 3.11 can swallow the cancellation of a
+            # stream whose client left (backend/alerts/worker.py's _wait says how).
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(woken.wait(), until_keepalive if live.pushes else min(poll_s, until_keepalive))
+                async with asyncio.timeout(until_keepalive if live.pushes else min(poll_s, until_keepalive)):
+                    await woken.wait()
 
 
 @router.get(
