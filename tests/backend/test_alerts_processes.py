@@ -86,6 +86,7 @@ def wait_until(condition, timeout_s: float = 20.0) -> None:
 
 @pytest.mark.postgres
 @pytest.mark.slow
+@pytest.mark.alone  # its slowdown must be judged while open: 0.1 s between intervals, 0.2 s between judging rounds
 def test_two_processes_open_each_alert_once_and_send_each_message_once(two_servers):
     bases, receiver = two_servers
     hardware = {"gpu_name": "NVIDIA H200", "gpu_count": 1, "peak_tflops": 989.0}
