@@ -576,11 +576,9 @@ def read_any_hf_config(path: str | Path, tp: int = 1) -> ModelSpec:
 
 def spec_from_any_hf_config(config: Any, tp: int = 1) -> ModelSpec:
     """``spec_from_any_hf_dict`` of a loaded transformers config (``model.config``) or a dict."""
-    if isinstance(config, Mapping):
-        return spec_from_any_hf_dict(config, tp=tp)
-    if not hasattr(config, "to_dict"):
-        raise HFConfigError(f"expected a transformers config or a dict, got {type(config).__name__}")
-    return spec_from_any_hf_dict(config.to_dict(), tp=tp)
+    from packscope.core.hf_config import config_dict
+
+    return spec_from_any_hf_dict(config_dict(config), tp=tp)
 
 
 __all__ = [

@@ -18,6 +18,19 @@ from packscope.core.ports import free_port
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
+
+
+def require_chromium() -> None:
+    """Skip where Debian's chromium is missing; under CI, which installs it, fail instead."""
+    import pytest
+
+    if not Path(CHROMIUM).exists():
+        message = f"{CHROMIUM} is missing: apt-get install -y chromium (make test does, as root)"
+        if os.environ.get("CI"):
+            pytest.fail(message)  # CI installs it: a missing browser there is a broken set-up
+        pytest.skip(message)
+
+
 MODEL = {"layers": 4, "hidden": 512, "heads": 8, "ffn": 2048, "vocab": 32000}
 
 

@@ -174,17 +174,23 @@ def spec_from_hf_config(config: Any, tp: int = 1) -> ModelSpec:
     A config object is read through ``to_dict()``, wrapper and all, exactly as its config.json would
     be (``packscope flops --hf-config`` reads the same); no import of ``transformers`` is needed.
     """
+    return spec_from_hf_dict(config_dict(config), tp=tp)
+
+
+def config_dict(config: Any) -> Mapping[str, Any]:
+    """A loaded ``transformers`` config as its config.json's dict (``to_dict()``), or a dict as it is."""
     if isinstance(config, Mapping):
-        return spec_from_hf_dict(config, tp=tp)
+        return config
     if not hasattr(config, "to_dict"):
         raise HFConfigError(f"expected a transformers config or a dict, got {type(config).__name__}")
-    return spec_from_hf_dict(config.to_dict(), tp=tp)
+    return config.to_dict()
 
 
 __all__ = [
     "KNOWN",
     "HFConfigError",
     "UnknownModelType",
+    "config_dict",
     "load_config_json",
     "model_type",
     "read_hf_config",

@@ -1,20 +1,13 @@
 """One chromium per test module, for every browser test."""
 
-import os
-from pathlib import Path
-
 import pytest
-from browser_support import CHROMIUM, CHROMIUM_ARGS
+from browser_support import CHROMIUM, CHROMIUM_ARGS, require_chromium
 from playwright import sync_api
 
 
 @pytest.fixture(scope="module")
 def browser():
-    if not Path(CHROMIUM).exists():
-        message = f"{CHROMIUM} is missing: apt-get install -y chromium (make test does, as root)"
-        if os.environ.get("CI"):
-            pytest.fail(message)  # CI installs it: a missing browser there is a broken set-up
-        pytest.skip(message)
+    require_chromium()
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
         yield browser

@@ -31,7 +31,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from alert_receiver import Receiver
-from browser_support import CHROMIUM, CHROMIUM_ARGS
+from browser_support import CHROMIUM, CHROMIUM_ARGS, require_chromium
 from playwright import sync_api
 
 from packscope.agent.syncs import SYNC_WARNING
@@ -391,8 +391,7 @@ def test_a_change_of_document_mix_fires_no_slowdown(alerting):
 @pytest.mark.browser
 @pytest.mark.parametrize("alerting", ["sqlite"], indirect=True)
 def test_the_run_page_shows_the_open_alert_then_its_history(alerting):
-    if not Path(CHROMIUM).exists():
-        pytest.skip(f"{CHROMIUM} is missing: apt-get install -y chromium (make test does, as root)")
+    require_chromium()
     train(alerting, "page", "--fault", "crash:at=10", steps=20, ok=False)
     alerting.wait_for_messages("page", 1)
     with sync_api.sync_playwright() as playwright:
