@@ -17,7 +17,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, text
 
 from packscope.backend.alerts.config import AlertConfig, thresholds_for, webhooks_of
-from packscope.backend.alerts.inputs import nonfinite_reported, read_intervals, run_facts, run_row
+from packscope.backend.alerts.inputs import read_intervals, reported_through, run_facts, run_row
 from packscope.backend.alerts.rules import CLEAR, ONE_PER_RUN, Firing, judge
 from packscope.backend.alerts.state import open_alert, open_alerts, resolve_alert
 from packscope.backend.store.db import WRITES
@@ -33,6 +33,7 @@ class Action:
     subject: str
     firing: Firing | None = None
     alert_id: int | None = None
+    through: int | None = None  # a resolve: the latest interval judged, which the alert then covers
 
 
 def decide(
@@ -42,8 +43,10 @@ def decide(
     if run is None:
         return None, []
     t = thresholds_for(connection, config, run["project"])
-    facts = dataclasses.replace(run_facts(run, now), nonfinite_reported=nonfinite_reported(connection, run_pk))
-    verdicts = judge(facts, read_intervals(connection, run_pk, t), t)
+    facts = dataclasses.replace(run_facts(run, now), reported=reported_through(connection, run_pk))
+    read = read_intervals(connection, run_pk, t)
+    through = max((i.interval for i in read), default=None)
+    verdicts = judge(facts, read, t)
     opened = open_alerts(connection, run_pk)
     actions: list[Action] = []
     for rule, by_subject in verdicts.items():
@@ -51,13 +54,13 @@ def decide(
             if rule in ONE_PER_RUN:
                 mine = [(s, i) for (r, s), i in opened.items() if r == rule]
                 if verdict == CLEAR:
-                    actions += [Action("resolve", rule, s, alert_id=i) for s, i in mine]
+                    actions += [Action("resolve", rule, s, alert_id=i, through=through) for s, i in mine]
                 elif not mine and isinstance(verdict, Firing):
                     actions.append(Action("open", rule, verdict.subject, verdict))
                 continue
             held = opened.get((rule, subject))
             if verdict == CLEAR and held is not None:
-                actions.append(Action("resolve", rule, subject, alert_id=held))
+                actions.append(Action("resolve", rule, subject, alert_id=held, through=through))
             elif isinstance(verdict, Firing) and held is None:
                 actions.append(Action("open", rule, subject, verdict))
     return run, actions
@@ -85,7 +88,7 @@ def evaluate_run(engine: Engine, run_pk: int, config: AlertConfig) -> list[Actio
                 if open_alert(connection, run, action.rule, action.subject, action.firing, hooks, config.public_url):
                     taken.append(action)
             elif action.alert_id is not None and resolve_alert(
-                connection, run, action.alert_id, hooks, config.public_url
+                connection, run, action.alert_id, hooks, config.public_url, action.through
             ):
                 taken.append(action)
         return taken

@@ -12,7 +12,7 @@ from typing import Any
 
 from sqlalchemy import Connection, select
 
-from packscope.backend.alerts.rules import Interval, RunFacts, Thresholds
+from packscope.backend.alerts.rules import ONE_PER_RUN, Interval, RunFacts, Thresholds
 from packscope.backend.reads.liveness import as_utc, liveness
 from packscope.backend.store.models import Run, alerts, interval_details, intervals, nonfinite_losses
 from packscope.core.catalogue import FLOAT_OPS, SUM_FIELDS, SUM_NAMES, SUMS, Coefficients
@@ -39,18 +39,26 @@ def run_facts(run: Mapping[str, Any], now: datetime) -> RunFacts:
     )
 
 
-def nonfinite_reported(connection: Connection, run_pk: int) -> float | None:
-    """The latest interval whose non-finite loss an alert of the run reported (its details name
-    it); inf while one is open (it covers every interval until it resolves); None if none did."""
+def reported_through(connection: Connection, run_pk: int) -> dict[tuple[str, str], float]:
+    """(rule, subject) -> the latest interval the run's alerts covered: inf while one is open, else
+    the latest of the intervals a resolved one named and the one it resolved at (RunFacts.reported).
+    A ONE_PER_RUN rule's alerts count under subject "", whatever their site."""
     rows = connection.execute(
-        select(alerts.c.resolved_at, alerts.c.details).where(
-            alerts.c.run_pk == run_pk, alerts.c.rule == "nonfinite_loss"
-        )
+        select(alerts.c.rule, alerts.c.subject, alerts.c.resolved_at, alerts.c.details).where(alerts.c.run_pk == run_pk)
     ).all()
-    if any(resolved is None for resolved, _ in rows):
-        return math.inf
-    named = [d.get("interval") for _, d in rows if isinstance(d, dict)]
-    return max((float(i) for i in named if isinstance(i, int)), default=None)
+    out: dict[tuple[str, str], float] = {}
+    for rule, subject, resolved_at, details in rows:
+        key = (rule, "" if rule in ONE_PER_RUN else subject)
+        out[key] = max(out.get(key, -math.inf), math.inf if resolved_at is None else covered(details))
+    return out
+
+
+def covered(details: Any) -> float:
+    """The latest interval a resolved alert's details name (-inf: none)."""
+    if not isinstance(details, dict):
+        return -math.inf
+    named = [*(details.get("intervals") or []), details.get("interval"), details.get("resolved_through")]
+    return max((float(i) for i in named if isinstance(i, int) and not isinstance(i, bool)), default=-math.inf)
 
 
 def run_row(connection: Connection, run_pk: int) -> Mapping[str, Any] | None:

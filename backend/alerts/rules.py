@@ -5,6 +5,11 @@ A rule answers, per subject ("" or "rank 3" or a sync site), FIRING (the alert s
 with the numbers that say why), CLEAR (it should be resolved), or nothing (undecided: too few
 measured intervals, or a streak that is neither). Open and resolve both need a streak of
 consecutive measured intervals, so one noisy interval neither opens nor resolves an alert.
+
+A rule judges the intervals' history, not only their latest state: a breaching streak that no
+alert has reported yet (RunFacts.reported) fires even where the intervals after it already clear
+it, since a slowdown may open and end between two judging rounds (a batch brings several
+intervals, or the server is busy); the next round resolves the alert it opened.
 """
 
 from __future__ import annotations
@@ -106,9 +111,13 @@ class RunFacts:
     layout: str | None
     coefficients: Coefficients
     hosts: Mapping[int, str] = field(default_factory=dict)  # rank -> host, where the trainer registered them
-    # The latest interval whose non-finite loss an alert has already reported (an open one covers
-    # every interval); None: none reported yet (inputs.nonfinite_reported).
-    nonfinite_reported: float | None = None
+    # (rule, subject) -> the latest interval the run's alerts have covered (inf while one is open;
+    # a resolved one covers up to the latest interval judged when it resolved); missing: none yet.
+    # A ONE_PER_RUN rule's alerts are all under subject "" (inputs.reported_through).
+    reported: Mapping[tuple[str, str], float] = field(default_factory=dict)
+
+    def reported_through(self, rule: str, subject: str = "") -> float | None:
+        return self.reported.get((rule, subject))
 
 
 @dataclass(frozen=True)
@@ -145,6 +154,36 @@ def streak(breaches: Sequence[bool | None], open_n: int, resolve_n: int) -> bool
     if len(measured) >= resolve_n and not any(measured[-resolve_n:]):
         return False
     return None
+
+
+def _latest_breach_streak(measured: Sequence[tuple[int, bool]], n: int) -> list[int]:
+    """The intervals of the latest run of at least `n` consecutive breaches in `measured`
+    ((interval, breach) in order), or []."""
+    run: list[int] = []
+    for index, breach in reversed(measured):
+        if breach:
+            run.append(index)
+        elif len(run) >= n:
+            break
+        else:
+            run = []
+    return sorted(run) if len(run) >= n else []
+
+
+def judged_streak(
+    indexed: Sequence[tuple[int, bool | None]], open_n: int, resolve_n: int, reported: float | None
+) -> tuple[bool | None, list[int]]:
+    """streak() over (interval, breach) pairs, with the intervals that make the firing streak: the
+    last `open_n` measured ones, or else the latest streak of `open_n` breaches after `reported`
+    (the latest interval an alert covered), which opened, and may have ended, since the last round."""
+    measured = [(i, b) for i, b in indexed if b is not None]
+    state = streak([b for _, b in measured], open_n, resolve_n)
+    if state:
+        return True, [i for i, _ in measured[-open_n:]]
+    missed = _latest_breach_streak(measured, open_n)
+    if missed and (reported is None or missed[-1] > reported):
+        return True, missed
+    return state, []
 
 
 def _window_sums(window: Sequence[Interval]) -> dict[str, float]:
@@ -246,10 +285,12 @@ def slowdown(facts: RunFacts, windows: Windows, t: Thresholds) -> Verdicts:
     baseline = statistics.median(known)
     floor = baseline * (1.0 - t.slowdown_pct / 100.0)
     later = [(i, _metric(name, i.sums, c)) for i in windows.later]
-    state = streak([None if r is None else r < floor for _, r in later], t.slowdown_intervals, t.slowdown_intervals)
+    breaches = [(i.interval, None if r is None else r < floor) for i, r in later]
+    n = t.slowdown_intervals
+    state, fired = judged_streak(breaches, n, n, facts.reported_through("slowdown"))
     if not state:
         return {} if state is None else {"": CLEAR}
-    recent = [i for i, r in later if r is not None][-t.slowdown_intervals :]
+    recent = [i for i, _ in later if i.interval in fired]
     rate = _metric(name, _window_sums(recent), c) or 0.0
     term, grew_ms = grown_term(windows.baseline, recent, facts)
     drop = 100.0 * (1.0 - rate / baseline)
@@ -271,6 +312,7 @@ def straggler(facts: RunFacts, windows: Windows, t: Thresholds) -> Verdicts:
     c = facts.coefficients
     intervals = [*windows.baseline, *windows.later]
     ranks = sorted({r for i in intervals for r in i.rank_sums})
+    limit = 1.0 + t.straggler_pct / 100.0
     out: Verdicts = {}
     for rank in ranks:
         ratios: list[float | None] = []
@@ -278,19 +320,20 @@ def straggler(facts: RunFacts, windows: Windows, t: Thresholds) -> Verdicts:
             times = {r: step_time_s(s, c) for r, s in i.rank_sums.items()}
             own, others = times.get(rank), [v for r, v in times.items() if r != rank and v is not None]
             ratios.append(None if own is None or not others else own / statistics.median(others))
-        breaches = [None if x is None else x > 1.0 + t.straggler_pct / 100.0 for x in ratios]
-        state = streak(breaches, t.straggler_intervals, t.straggler_intervals)
+        breaches = [(i.interval, None if x is None else x > limit) for i, x in zip(intervals, ratios, strict=True)]
         subject = f"rank {rank}"
+        n = t.straggler_intervals
+        state, fired = judged_streak(breaches, n, n, facts.reported_through("straggler", subject))
         if state is False:
             out[subject] = CLEAR
         elif state:
-            recent = [x for x in ratios if x is not None][-t.straggler_intervals :]
+            recent = [x for i, x in zip(intervals, ratios, strict=True) if i.interval in fired and x is not None]
             host = facts.hosts.get(rank)
             slower = 100.0 * (statistics.median(recent) - 1.0)
             where = f"on {host}" if host else "host not reported"
             summary = f"rank {rank} ({where}) is {slower:.0f}% slower than the other ranks' median step time"
             details = {"rank": rank, "host": host, "slower_pct": slower, "ratios": recent,
-                       "threshold_pct": t.straggler_pct}  # fmt: skip
+                       "threshold_pct": t.straggler_pct, "intervals": fired}  # fmt: skip
             out[subject] = Firing(summary, details, LEDGER_TERM["straggler"])
     return out
 
@@ -317,10 +360,12 @@ def sync_regression(facts: RunFacts, windows: Windows, t: Thresholds) -> Verdict
     baseline = statistics.median(base)
     limit = baseline + max(t.sync_min_increase, baseline * t.sync_increase_pct / 100.0)
     values = [per_iter(i) for i in windows.later]
-    state = streak([None if v is None else v > limit for v in values], t.sync_intervals, t.sync_intervals)
+    breaches = [(i.interval, None if v is None else v > limit) for i, v in zip(windows.later, values, strict=True)]
+    n = t.sync_intervals
+    state, fired = judged_streak(breaches, n, n, facts.reported_through("sync_regression"))
     if not state:
         return {} if state is None else {"": CLEAR}
-    recent = [i for i, v in zip(windows.later, values, strict=True) if v is not None][-t.sync_intervals :]
+    recent = [i for i in windows.later if i.interval in fired]
     now = _metric("syncs_per_iter", _window_sums(recent), c) or 0.0
     before, after = _site_rates([i for i in windows.baseline if per_iter(i) is not None]), _site_rates(recent)
     growth = {site: rate - before.get(site, 0.0) for site, rate in after.items()}
@@ -335,20 +380,17 @@ def sync_regression(facts: RunFacts, windows: Windows, t: Thresholds) -> Verdict
 
 def nonfinite_loss(intervals: Sequence[Interval], t: Thresholds, reported: float | None = None) -> Verdicts:
     """A loss sent as NaN or ±inf opens at once; nonfinite_resolve_intervals finite ones resolve.
-
-    A non-finite loss no alert has reported (`reported`: the latest interval one did) opens even
-    where the finite ones after it already make a resolving streak: a batch may bring both, or
-    they may arrive between two judging rounds, and the next round resolves it."""
+    `reported`: the latest interval an alert of the rule covered (judged_streak)."""
     ordered = sorted(intervals, key=lambda i: i.interval)
-    breaches = [True if i.nonfinite_loss else (False if i.sums["loss_tokens"] > 0 else None) for i in ordered]
-    state = streak(breaches, 1, t.nonfinite_resolve_intervals)
-    latest = next((i for i in reversed(ordered) if i.nonfinite_loss), None)
-    unreported = latest is not None and (reported is None or latest.interval > reported)
-    if not state and not unreported:
+    breaches = [
+        (i.interval, True if i.nonfinite_loss else (False if i.sums["loss_tokens"] > 0 else None)) for i in ordered
+    ]
+    state, _ = judged_streak(breaches, 1, t.nonfinite_resolve_intervals, reported)
+    if not state:
         return {} if state is None else {"": CLEAR}
-    assert latest is not None
-    summary = f"the loss is not finite (NaN or ±inf) at interval {latest.interval}"
-    return {"": Firing(summary, {"interval": latest.interval})}
+    latest = max(i.interval for i in ordered if i.nonfinite_loss)
+    summary = f"the loss is not finite (NaN or ±inf) at interval {latest}"
+    return {"": Firing(summary, {"interval": latest})}
 
 
 def mfu_floor(facts: RunFacts, windows: Windows, t: Thresholds) -> Verdicts:
@@ -359,17 +401,19 @@ def mfu_floor(facts: RunFacts, windows: Windows, t: Thresholds) -> Verdicts:
     intervals = [*windows.baseline, *windows.later]
     values = [_metric("mfu_useful", i.sums, c) for i in intervals]
     n = t.mfu_floor_intervals
-    state = streak([None if v is None else v < t.mfu_floor for v in values], n, n)
+    breaches = [(i.interval, None if v is None else v < t.mfu_floor) for i, v in zip(intervals, values, strict=True)]
+    state, fired = judged_streak(breaches, n, n, facts.reported_through("mfu_floor"))
     if not state:
         return {} if state is None else {"": CLEAR}
-    recent = [i for i, v in zip(intervals, values, strict=True) if v is not None][-n:]
+    recent = [i for i in intervals if i.interval in fired]
     mfu = _metric("mfu_useful", _window_sums(recent), c) or 0.0
     losses = _ledger_ms(recent, facts)
     term = max(losses, key=lambda k: losses[k]) if losses else None
     summary = f"useful MFU {mfu:.1%} is below the project's floor of {t.mfu_floor:.1%}"
     if term:
         summary += f"; the ledger's largest measured loss is {term}"
-    return {"": Firing(summary, {"mfu_useful": mfu, "floor": t.mfu_floor}, term)}
+    details = {"mfu_useful": mfu, "floor": t.mfu_floor, "intervals": [i.interval for i in recent]}
+    return {"": Firing(summary, details, term)}
 
 
 def judge(facts: RunFacts, intervals: Sequence[Interval], t: Thresholds) -> dict[str, Verdicts]:
@@ -381,6 +425,6 @@ def judge(facts: RunFacts, intervals: Sequence[Interval], t: Thresholds) -> dict
         "slowdown": slowdown(facts, windows, t),
         "straggler": straggler(facts, windows, t),
         "sync_regression": sync_regression(facts, windows, t),
-        "nonfinite_loss": nonfinite_loss(intervals, t, facts.nonfinite_reported),
+        "nonfinite_loss": nonfinite_loss(intervals, t, facts.reported_through("nonfinite_loss")),
         "mfu_floor": mfu_floor(facts, windows, t),
     }

@@ -117,8 +117,16 @@ def open_alert(
     return int(new_id)
 
 
-def resolve_alert(connection: Connection, run: Mapping[str, Any], alert_id: int, hooks: Webhooks, public: str) -> bool:
-    """True where this call resolved it (it was still open)."""
+def resolve_alert(
+    connection: Connection,
+    run: Mapping[str, Any],
+    alert_id: int,
+    hooks: Webhooks,
+    public: str,
+    through: int | None = None,
+) -> bool:
+    """True where this call resolved it (it was still open). `through`: the latest interval judged,
+    kept in its details as resolved_through (rules.RunFacts.reported: what it covered)."""
     now = datetime.now(UTC)
     row = (
         connection.execute(
@@ -132,7 +140,11 @@ def resolve_alert(connection: Connection, run: Mapping[str, Any], alert_id: int,
     )
     if row is None:
         return False
-    _enqueue(connection, dict(row), "resolved", run, hooks, public)
+    resolved = dict(row)
+    if through is not None:
+        resolved["details"] = {**(row["details"] or {}), "resolved_through": through}
+        connection.execute(update(alerts).where(alerts.c.id == alert_id).values(details=resolved["details"]))
+    _enqueue(connection, resolved, "resolved", run, hooks, public)
     return True
 
 

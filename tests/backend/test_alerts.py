@@ -192,6 +192,18 @@ def test_a_nonfinite_loss_opens_at_once_and_finite_ones_resolve_it(client: TestC
     assert more[-2] == [("nonfinite_loss", "")] and more[-1] == []
 
 
+def settle(client: TestClient, run_id: str, rounds: int = 4) -> None:
+    """Judging rounds until one changes nothing (the server's own worker may judge in between)."""
+    for _ in range(rounds):
+        worker = client.app.state.alerts  # type: ignore[attr-defined]
+        if worker.judge_now(run_pks_of(worker.engine, [run_id])) == 0:
+            return
+
+
+def history(client: TestClient, run_id: str) -> list[tuple[str, str, bool]]:
+    return sorted((a["rule"], a["subject"], a["resolved_at"] is not None) for a in alerts_of(client, run_id))
+
+
 def test_a_nonfinite_loss_judged_only_after_its_resolving_streak_opens_then_resolves_once(client: TestClient):
     """The finite intervals after a NaN may come in its batch, or before the next judging round
     (a busy server, the agent's backlog sent at once): the NaN is still reported, once."""
@@ -199,15 +211,36 @@ def test_a_nonfinite_loss_judged_only_after_its_resolving_streak_opens_then_reso
     records = [interval(k) for k in range(3 + T.nonfinite_resolve_intervals)]
     records[2]["loss"] = math.nan
     send(client, "run-a", records)  # the NaN and its resolving streak, judged together
-    judge(client, "run-a")
-    assert open_rules(client, "run-a") == [("nonfinite_loss", "")]
+    settle(client, "run-a")  # one round opens it, the next resolves it
+    assert history(client, "run-a") == [("nonfinite_loss", "", True)]
     assert alerts_of(client, "run-a")[0]["details"]["interval"] == 2
-    judge(client, "run-a")  # the next round resolves it
-    assert open_rules(client, "run-a") == []
-    judge(client, "run-a")  # and a reported NaN does not open again
     feed(client, "run-a", [interval(k) for k in range(len(records), len(records) + 2)])
-    listed = alerts_of(client, "run-a")
-    assert [(a["rule"], a["resolved_at"] is not None) for a in listed] == [("nonfinite_loss", True)], listed
+    settle(client, "run-a")  # a reported NaN does not open again
+    assert history(client, "run-a") == [("nonfinite_loss", "", True)]
+
+
+def test_a_slowdown_that_opened_and_ended_between_two_rounds_is_reported_once(alerting: TestClient, receiver: Receiver):
+    create(alerting)
+    n = T.slowdown_intervals
+    fast, slow = 0.5, 0.5 / 0.6
+    times = [fast] * BASE + [slow] * n + [fast] * n
+    send(alerting, "run-a", [interval(k, gpu_time_s=t) for k, t in enumerate(times)])  # judged after all came
+    settle(alerting, "run-a")
+    assert history(alerting, "run-a") == [("slowdown", "", True)]
+    (alert,) = alerts_of(alerting, "run-a")
+    assert alert["details"]["intervals"] == list(range(BASE, BASE + n))  # the slow ones, not the latest
+    assert alert["details"]["drop_pct"] == pytest.approx(100 * (1 - fast / slow))
+    assert alert["details"]["resolved_through"] == len(times) - 1
+    receiver.wait_for(2)
+    feed(alerting, "run-a", [interval(len(times) + k, gpu_time_s=fast) for k in range(2)])
+    settle(alerting, "run-a")  # later rounds see the same slow streak, reported already
+    time.sleep(0.3)
+    assert receiver.events() == [("alert.opened", "slowdown", ""), ("alert.resolved", "slowdown", "")]
+    # a second slowdown, again judged only after it ended, is a second alert
+    more = len(times) + 2
+    send(alerting, "run-a", [interval(more + k, gpu_time_s=t) for k, t in enumerate([slow] * n + [fast] * n)])
+    settle(alerting, "run-a")
+    assert history(alerting, "run-a") == [("slowdown", "", True)] * 2
 
 
 def test_a_loss_never_sent_is_not_a_nonfinite_one(client: TestClient):
