@@ -77,10 +77,10 @@ def send(base: str, run_id: str, records: list[dict]) -> None:
     assert answer.status_code == 200, answer.text
 
 
-def wait_until(condition, timeout_s: float = 20.0) -> None:
+def wait_until(condition, timeout_s: float = 20.0, seen=lambda: None) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
-        assert time.monotonic() < deadline, "timed out"
+        assert time.monotonic() < deadline, f"timed out; seen: {seen()}"
         time.sleep(0.05)
 
 
@@ -103,7 +103,7 @@ def test_two_processes_open_each_alert_once_and_send_each_message_once(two_serve
     # Twelve runs fail at once, half through each process: twelve crashed alerts to send together.
     for i, run_id in enumerate(runs):
         assert httpx.patch(f"{bases[i % 2]}/api/v1/runs/{run_id}", json={"status": "failed"}).status_code == 200
-    wait_until(lambda: len(receiver.messages) >= 2 + len(runs), timeout_s=60)
+    wait_until(lambda: len(receiver.messages) >= 2 + len(runs), timeout_s=60, seen=receiver.events)
     time.sleep(2.0)  # ten sweeps and forty outbox polls of each process later, nothing more came
     ids = Counter(m["headers"]["X-Packscope-Event-Id"] for m in receiver.messages)
     assert set(ids.values()) == {1}, ids
