@@ -3,9 +3,9 @@ not extend (slowloris), heads have a size cap, and CSV readers that do not read 
 slot. Against a real uvicorn server with `packscope serve`'s options."""
 
 import contextlib
-from collections.abc import Callable
 import socket
 import time
+from collections.abc import Callable
 
 import httpx
 import pytest
