@@ -46,8 +46,6 @@ _REFUSED = {
     **dict.fromkeys(
         (
             "qwen2_vl",
-            "qwen3_vl",
-            "qwen3_vl_moe",
             "llava_next",
             "llava_onevision",
             "paligemma",
@@ -58,6 +56,12 @@ _REFUSED = {
             "gemma3n",
         ),
         f"its vision tower (vision_config) is not counted yet; vision-language models counted: {_VLMS}",
+    ),
+    # Counted by the structural count (packscope.agent.hf_structure), which reads the tower's modules.
+    **dict.fromkeys(
+        ("qwen3_vl", "qwen3_vl_moe"),
+        f"no hand-written reader counts its vision tower (those counted: {_VLMS}); the count from the "
+        "model's structure does",
     ),
 }
 
