@@ -26,6 +26,10 @@ GRID_TOWERS = {
     "Qwen3_5VisionModel": "qwen3_5",
     "Qwen3_5MoeVisionModel": "qwen3_5",
 }
+# Tower classes of fixed-size tiles (the count is pixel_values.shape[0]), each with a class token
+# attending with the tile's patches, and the projector class the wrapper keeps beside each.
+TILE_TOWERS = {"InternVLVisionModel": "internvl"}
+PROJECTORS = {"InternVLMultiModalProjector": "InternVLVisionModel"}
 # Children of a wrapper's inner model that feed a tower's output to the decoder but are no tower.
 _DECODER_NAMES = ("language_model", "text_model")
 
@@ -70,28 +74,57 @@ def _refuse(mt: str, name: str, module: Any, why: str) -> HFConfigError:
     return HFConfigError(f"{mt}: the tower in '{name}' ({type(module).__name__}) is not counted: {why}")
 
 
-def _patch_embedding(mt: str, name: str, tower: Any) -> tuple[int, int, int]:
+def _patch_embedding(mt: str, name: str, tower: Any, conv: Any) -> tuple[int, int, int]:
     """(hidden, values one patch reads, patch side) of the patch convolution, a GEMM per patch."""
     from torch import nn
 
-    conv = getattr(getattr(tower, "patch_embed", None), "proj", None)
     if not isinstance(conv, (nn.Conv2d, nn.Conv3d)) or conv.stride != conv.kernel_size or conv.groups != 1:
         raise _refuse(mt, name, tower, "its patch embedding is not one non-overlapping convolution")
+    if len(set(conv.kernel_size[-2:])) != 1:
+        raise _refuse(mt, name, tower, f"its patches are not square ({conv.kernel_size})")
     return conv.out_channels, conv.weight[0].numel(), conv.kernel_size[-1]
 
 
-def _block_widths(mt: str, name: str, tower: Any, hidden: int) -> tuple[int, int, bool]:
+def _block_widths(mt: str, name: str, tower: Any, attn: Any, mlp: Any, hidden: int) -> tuple[int, int, bool]:
     """(heads, MLP width, gated) of the first block, whose attention must span the hidden size."""
     from torch import nn
 
-    block = tower.blocks[0]
-    attn, mlp = block.attn, block.mlp
     if attn.num_heads * attn.head_dim != hidden:
         raise _refuse(mt, name, tower, f"its attention is {attn.num_heads} x {attn.head_dim} wide, not {hidden}")
     linears = [m for m in mlp.modules() if isinstance(m, nn.Linear)]
     if len(linears) not in (2, 3):
         raise _refuse(mt, name, tower, f"its MLP ({type(mlp).__name__}) is not two or three matrices")
     return attn.num_heads, linears[0].out_features, len(linears) == 3
+
+
+def _gemm_pairs(mt: str, name: str, tower: Any, parts: list[Any], reads: int) -> tuple[tuple[int, int], ...]:
+    """(in, out) of every GEMM of the projector ``parts``, each part reading ``reads`` values first."""
+    pairs = []
+    for part in parts:
+        gemms = [m for m in part.modules() if _is_gemm(m)]
+        if not all(_is_linear(m) for m in gemms) or not gemms or gemms[0].in_features != reads:
+            raise _refuse(
+                mt, name, tower, f"its projector {type(part).__name__} does not read {reads} values per token"
+            )
+        pairs += [(m.in_features, m.out_features) for m in gemms]
+    return tuple(pairs)
+
+
+def _checked(mt: str, name: str, tower: Any, spec: dict[str, Any], blocks: list[Any], parts: list[Any]) -> VisionSpec:
+    """The VisionSpec, held to the modules: every block's GEMMs are the formula's q, k, v, o and MLP,
+    and no GEMM of the tower lies outside the patch embedding, the blocks and the projector."""
+    try:
+        vision = VisionSpec(layers=len(blocks), **spec)
+    except ValueError as exc:
+        raise _refuse(mt, name, tower, str(exc)) from None
+    for i, block in enumerate(blocks):
+        if _linear_macs(block) != vision.block_macs or any(_is_gemm(m) and not _is_linear(m) for m in block.modules()):
+            raise _refuse(mt, name, tower, f"block {i}'s GEMMs are not q, k, v, o and the MLP of the others")
+    placed = {id(m) for part in (*blocks, *parts) for m in part.modules()}
+    for sub, module in tower.named_modules():
+        if _is_gemm(module) and id(module) not in placed:
+            raise _refuse(mt, name, tower, f"its module '{sub}' ({type(module).__name__}) is not placed")
+    return vision
 
 
 def _mergers(mt: str, name: str, tower: Any) -> list[Any]:
@@ -107,57 +140,81 @@ def _mergers(mt: str, name: str, tower: Any) -> list[Any]:
 
 def grid_tower(mt: str, name: str, tower: Any) -> VisionSpec:
     """The VisionSpec of a tower of ``GRID_TOWERS``, every GEMM of it placed and checked."""
-    hidden, patch_inputs, patch_size = _patch_embedding(mt, name, tower)
-    heads, ffn, gated = _block_widths(mt, name, tower, hidden)
+    conv = tower.patch_embed.proj
+    hidden, patch_inputs, patch_size = _patch_embedding(mt, name, tower, conv)
+    blocks = list(tower.blocks)
+    heads, ffn, gated = _block_widths(mt, name, tower, blocks[0].attn, blocks[0].mlp, hidden)
     merge = tower.spatial_merge_size
     mergers = _mergers(mt, name, tower)
-    projector = [(m.in_features, m.out_features) for merger in mergers for m in merger.modules() if _is_gemm(m)]
-    for merger in mergers:  # each reads the merge x merge patches of one decoder token
-        first = next(m for m in merger.modules() if _is_gemm(m))
-        if first.in_features != hidden * merge * merge:
-            raise _refuse(mt, name, tower, f"a merger reads {first.in_features} values, not {merge}² patches")
-    try:
-        spec = VisionSpec(
-            tower=GRID_TOWERS[type(tower).__name__],
-            layers=len(tower.blocks),
-            hidden=hidden,
-            heads=heads,
-            ffn=ffn,
-            gated=gated,
-            patch_size=patch_size,
-            patch_inputs=patch_inputs,
-            spatial_merge=merge,
-            projector=tuple(projector),
-        )
-    except ValueError as exc:
-        raise _refuse(mt, name, tower, str(exc)) from None
-    for i, block in enumerate(tower.blocks):  # the formula's q, k, v, o and MLP, block by block
-        if _linear_macs(block) != spec.block_macs or any(_is_gemm(m) and not _is_linear(m) for m in block.modules()):
-            raise _refuse(mt, name, tower, f"block {i}'s GEMMs are not q, k, v, o and the MLP of the others")
-    placed = {id(m) for part in (tower.patch_embed, *tower.blocks, *mergers) for m in part.modules()}
-    for sub, module in tower.named_modules():
-        if _is_gemm(module) and id(module) not in placed:
-            raise _refuse(mt, name, tower, f"its module '{sub}' ({type(module).__name__}) is not placed")
-    return spec
+    spec = {
+        "tower": GRID_TOWERS[type(tower).__name__],
+        "hidden": hidden,
+        "heads": heads,
+        "ffn": ffn,
+        "gated": gated,
+        "patch_size": patch_size,
+        "patch_inputs": patch_inputs,
+        "spatial_merge": merge,
+        "projector": _gemm_pairs(mt, name, tower, mergers, hidden * merge * merge),
+    }
+    return _checked(mt, name, tower, spec, blocks, [conv, *mergers])
+
+
+def tile_tower(mt: str, name: str, tower: Any, projector: Any, config: Any) -> VisionSpec:
+    """InternVL's tower: fixed-size tiles of (image_size / patch)² patches and a class token, all
+    attending to each other, the class token dropped (``vision_feature_select_strategy`` default),
+    a pixel shuffle of 1 / ``downsample_ratio`` a side (no GEMM), then the projector per token."""
+    if config.vision_feature_layer != -1:
+        raise _refuse(mt, name, tower, f"vision_feature_layer {config.vision_feature_layer!r} is not read (only -1)")
+    if config.vision_feature_select_strategy != "default":
+        raise _refuse(mt, name, tower, "vision_feature_select_strategy 'full' keeps the class token: not read")
+    merge = round(1 / config.downsample_ratio)
+    if merge * config.downsample_ratio != 1:
+        raise _refuse(mt, name, tower, f"downsample_ratio {config.downsample_ratio} is not 1/k")
+    embeddings = tower.embeddings
+    conv = embeddings.patch_embeddings.projection
+    hidden, patch_inputs, patch_size = _patch_embedding(mt, name, tower, conv)
+    blocks = list(tower.encoder.layer)
+    heads, ffn, gated = _block_widths(mt, name, tower, blocks[0].attention, blocks[0].mlp, hidden)
+    spec = {
+        "tower": TILE_TOWERS[type(tower).__name__],
+        "hidden": hidden,
+        "heads": heads,
+        "ffn": ffn,
+        "gated": gated,
+        "patch_size": patch_size,
+        "patch_inputs": patch_inputs,
+        "spatial_merge": merge,
+        "projector": _gemm_pairs(mt, name, tower, [projector], hidden * merge * merge),
+        "class_tokens": 1 if getattr(embeddings, "cls_token", None) is not None else 0,
+        "image_grid": tuple(embeddings.patch_embeddings.patch_shape),
+    }
+    return _checked(mt, name, tower, spec, blocks, [conv])
 
 
 def vision_from_structure(model: Any, mt: str) -> tuple[VisionSpec | None, list[Any]]:
     """(the vision tower's spec or None, the tower modules placed) of a built model; a tower that
     cannot be counted is refused in one line naming its class (all of them, if several)."""
     found = towers(model)
-    refused = [f"'{name}' ({type(t).__name__})" for name, t in found.items() if type(t).__name__ not in GRID_TOWERS]
+    classes = {type(t).__name__ for t in found.values()}
+    known = set(GRID_TOWERS) | set(TILE_TOWERS) | {p for p, t in PROJECTORS.items() if t in classes}
+    refused = [f"'{name}' ({type(t).__name__})" for name, t in found.items() if type(t).__name__ not in known]
     if refused:
         raise HFConfigError(
             f"{mt}: the tower{'s' if len(refused) > 1 else ''} in {', '.join(refused)} "
             f"{'are' if len(refused) > 1 else 'is'} not counted yet; count the decoder by giving its text_config "
             "alone (with the text model_type)"
         )
-    if len(found) > 1:
-        raise HFConfigError(f"{mt}: {len(found)} vision towers ({', '.join(found)}); packscope counts one")
-    if not found:
+    towers_only = {n: t for n, t in found.items() if type(t).__name__ not in PROJECTORS}
+    if len(towers_only) > 1:
+        raise HFConfigError(f"{mt}: {len(towers_only)} vision towers ({', '.join(towers_only)}); packscope counts one")
+    if not towers_only:
         return None, []
-    ((name, tower),) = found.items()
-    return grid_tower(mt, name, tower), [tower]
+    ((name, tower),) = towers_only.items()
+    if type(tower).__name__ in GRID_TOWERS:
+        return grid_tower(mt, name, tower), [tower]
+    (projector,) = (t for t in found.values() if PROJECTORS.get(type(t).__name__) == type(tower).__name__)
+    return tile_tower(mt, name, tower, projector, model.config), [tower, projector]
 
 
-__all__ = ["GRID_TOWERS", "grid_tower", "towers", "vision_from_structure"]
+__all__ = ["GRID_TOWERS", "PROJECTORS", "TILE_TOWERS", "grid_tower", "tile_tower", "towers", "vision_from_structure"]

@@ -298,3 +298,18 @@ WRAPPERS: dict[str, dict[str, Any]] = {
         "vision_config": {"model_type": "qwen3_5_moe_vision", **_GRID_TOWER},
     },
 }
+# InternVL: 16-pixel tiles of 4 x 4 patches and a class token, pixel-shuffled 2 x 2 to 4 tokens.
+WRAPPERS["internvl"] = {
+    "model_type": "internvl",
+    "text_config": {"model_type": "qwen2", **_ATTN, "num_hidden_layers": 2, "intermediate_size": 48},
+    "vision_config": {
+        "model_type": "internvl_vision",
+        "hidden_size": 16,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "intermediate_size": 32,
+        "image_size": 16,
+        "patch_size": 4,
+    },
+    "downsample_ratio": 0.5,
+}

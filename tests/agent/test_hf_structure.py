@@ -117,7 +117,8 @@ def oracle_core_widths(model: nn.Module) -> list[float]:
     out = []
     for name, _ in model.named_modules():
         parts = name.split(".")
-        if parts[-1] in ("self_attn", "attention") and parts[-2].isdigit() and not _linear_layer(model, int(parts[-2])):
+        decoder = len(parts) > 2 and parts[-3] == "layers" and parts[-2].isdigit()  # not a tower's encoder.layer.N
+        if parts[-1] in ("self_attn", "attention") and decoder and not _linear_layer(model, int(parts[-2])):
             out.append(run.get(name, {}).get("aten.bmm", 0) / (2 * length * length))
     return out
 

@@ -26,8 +26,16 @@ from tests.core import hf_meta as hf  # noqa: E402
 from tests.core import vision_meta as vm  # noqa: E402
 
 # Images and videos of t x h x w patches (h, w multiples of the 2 x 2 merge): one image, a video of
-# two temporal patches beside a small image, and several frames of a non-square one.
+# two temporal patches beside a small image, and several frames of a non-square one; a fixed-size
+# tower (InternVL) takes 1, 2 and 3 tiles.
 GRIDS = [[(1, 4, 6)], [(2, 4, 4), (1, 2, 2)], [(3, 6, 2), (1, 2, 8)]]
+TILES = (1, 2, 3)
+
+
+def batch(vision: VisionSpec, index: int) -> list[tuple[int, int, int]]:
+    if vision.image_grid is not None:
+        return [(1, *vision.image_grid)] * TILES[index]
+    return GRIDS[index]
 
 
 @functools.cache
@@ -39,16 +47,20 @@ def cpu_model(name: str) -> nn.Module:
 
 
 def tower_inputs(vision: VisionSpec, grids: list[tuple[int, int, int]]) -> dict[str, torch.Tensor]:
-    """What the processor hands the model: one row of pixels per patch, and the grids."""
+    """What the processor hands the model: one row of pixels per patch and the grids, or the tiles."""
+    if vision.image_grid is not None:
+        side = vision.image_grid[0] * vision.patch_size
+        return {"pixel_values": torch.randn(len(grids), 3, side, side)}
     patches = sum(t * h * w for t, h, w in grids)
     return {"pixel_values": torch.randn(patches, vision.patch_inputs), "image_grid_thw": torch.tensor(grids)}
 
 
-@pytest.mark.parametrize("grids", GRIDS, ids=str)
+@pytest.mark.parametrize("index", range(3))
 @pytest.mark.parametrize("name", WRAPPERS)
-def test_tower_flops_per_component_are_what_the_tower_computes(name, grids):
+def test_tower_flops_per_component_are_what_the_tower_computes(name, index):
     vision = spec_from_structure(WRAPPERS[name]).vision
     assert vision is not None
+    grids = batch(vision, index)
     tally, tokens = vm.run_tower(cpu_model(name), vision.tower, tower_inputs(vision, grids), backward=True)
     sums = batch_sums(vision, grids)
     assert vision.flops_by_component(sums) == vm.measured_flops(tally, windowed_blocks=set())
@@ -91,19 +103,22 @@ def test_the_cli_and_the_hf_callback_count_the_same_images_alike(name, tmp_path,
     from packscope.backend.ingest.record import decode
     from packscope.commands.cli import main
 
-    grids = GRIDS[1]
     path = tmp_path / "config.json"
     path.write_text(json.dumps(WRAPPERS[name]))
+    model = spec_from_any_hf_config(hf.config_from_dict(WRAPPERS[name]))
+    assert model.vision is not None
+    grids = batch(model.vision, 1)
     images = [arg for t, h, w in grids for arg in ("--image", f"{t},{h},{w}")]
+    if model.vision.image_grid is not None:
+        images = ["--images", str(len(grids))]
     assert main(["flops", "--hf-config", str(path), "--pack", "10,6", "--pack-length", "16", *images]) == 0
     cli = json.loads(capsys.readouterr().out)
 
-    model = spec_from_any_hf_config(hf.config_from_dict(WRAPPERS[name]))
-    batch = {"input_ids": torch.zeros(1, 16, dtype=torch.long), "image_grid_thw": torch.tensor(grids)}
+    inputs = {"input_ids": torch.zeros(1, 16, dtype=torch.long), **tower_inputs(model.vision, grids)}
     agent = Agent(AgentConfig(log_every=1, count_syncs=False), model=model)
     agent.step_begin()
     agent.observe_batch(
-        cu_seqlens=torch.tensor([0, 10, 16], dtype=torch.int32), shape=(1, 16), **image_kwargs(batch, model.vision)
+        cu_seqlens=torch.tensor([0, 10, 16], dtype=torch.int32), shape=(1, 16), **image_kwargs(inputs, model.vision)
     )
     agent.step_end()
     agent.close()
@@ -137,8 +152,8 @@ def test_a_tower_not_priced_is_refused_in_one_line_naming_its_class(model_type, 
 def test_a_tower_the_count_does_not_know_is_refused_by_its_class_once_built():
     from transformers import AutoConfig
 
-    cfg = AutoConfig.for_model("internvl").to_dict()
-    with pytest.raises(HFConfigError, match=r"'vision_tower' \(InternVLVisionModel\)") as caught:
+    cfg = AutoConfig.for_model("qwen2_vl").to_dict()  # Qwen2-VL's ViT: no reader, hand-written or structural
+    with pytest.raises(HFConfigError, match=r"'visual' \(Qwen2VisionTransformerPretrainedModel\)") as caught:
         spec_from_any_hf_dict(cfg)
     assert "\n" not in str(caught.value)
 
@@ -179,3 +194,25 @@ def test_a_gemm_the_tower_walk_does_not_place_is_refused():
 
 def test_a_decoder_only_model_has_no_tower():
     assert spec_from_structure(STRUCTURAL["olmo2"]).vision is None
+
+
+@pytest.mark.parametrize(
+    "key, value, message",
+    [
+        ("vision_feature_layer", -2, "vision_feature_layer -2 is not read"),
+        ("vision_feature_select_strategy", "full", "keeps the class token"),
+        ("downsample_ratio", 0.4, "downsample_ratio 0.4 is not 1/k"),
+    ],
+)
+def test_internvl_fields_the_tile_reader_does_not_read_are_refused(key, value, message):
+    with pytest.raises(HFConfigError, match=message):
+        spec_from_structure({**WRAPPERS["internvl"], key: value})
+
+
+def test_an_internvl_tile_attends_with_its_class_token():
+    """Each tile's 16 patches and its class token attend to each other (17² pairs a block); the
+    class token is dropped before the pixel shuffle, so 4 decoder tokens a tile."""
+    vision = spec_from_structure(WRAPPERS["internvl"]).vision
+    assert vision is not None and vision.class_tokens == 1 and vision.projected_class_tokens == 0
+    sums = batch_sums(vision, [(1, 4, 4)] * 3)
+    assert sums["vision_sq_sum"] == 3 * 17**2 and decoder_tokens(vision, sums) == 12

@@ -36,7 +36,7 @@ from transformers.modeling_utils import AttentionInterface  # noqa: E402
 
 COUNT = "packscope_vision_count"
 COMPONENTS = ("patch_embedding", "attention", "mlp", "projector")
-_BLOCK = re.compile(r"\.(?:blocks|layers)\.(\d+)\.")
+_BLOCK = re.compile(r"\.(?:blocks|layers|layer)\.(\d+)\.")  # InternViT: encoder.layer.N
 
 
 @dataclass
@@ -128,7 +128,7 @@ def instrument(model: nn.Module) -> None:
         component = _component(name)
         if gemm and component is not None:
             module.register_forward_hook(_gemm_hook(name, component, block))
-        if block is not None and re.fullmatch(r".*\.(?:blocks|layers)\.\d+\.(attn|self_attn|attention)", name):
+        if block is not None and re.fullmatch(r".*\.(?:blocks|layers|layer)\.\d+\.(attn|self_attn|attention)", name):
             _MODULE_BLOCK[id(module)] = block
             module.register_forward_hook(_attention_output_hook(block))
     model._packscope_instrumented = True
@@ -168,7 +168,9 @@ def use_counting_attention(config: Any) -> None:
 
 
 def _flat(pooled: Any) -> torch.Tensor:
-    return torch.cat([p.reshape(-1, p.shape[-1]) for p in pooled]) if isinstance(pooled, (list, tuple)) else pooled
+    """The decoder tokens as rows, whether given per image (a list) or per tile (InternVL: 3-D)."""
+    parts = pooled if isinstance(pooled, (list, tuple)) else [pooled]
+    return torch.cat([p.reshape(-1, p.shape[-1]) for p in parts])
 
 
 def image_outputs(model: nn.Module, tower: str, inputs: dict[str, Any]) -> tuple[torch.Tensor, list[torch.Tensor]]:
