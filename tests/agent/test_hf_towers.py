@@ -55,6 +55,49 @@ def tower_inputs(vision: VisionSpec, grids: list[tuple[int, int, int]]) -> dict[
     return {"pixel_values": torch.randn(patches, vision.patch_inputs), "image_grid_thw": torch.tensor(grids)}
 
 
+def meta_inputs(model: nn.Module, vision: VisionSpec, grids: list[tuple[int, int, int]]) -> dict[str, torch.Tensor]:
+    """``tower_inputs`` on the meta device, with what a Qwen tower computes from the grid's values
+    (rotary positions, the interpolated position grid) computed on the CPU by its own helpers."""
+    from transformers.vision_utils import get_vision_interpolation_indices_and_weights, get_vision_position_ids
+
+    if vision.image_grid is not None:
+        return {k: torch.empty_like(v, device="meta") for k, v in tower_inputs(vision, grids).items()}
+    table = torch.tensor(grids)
+    visual = model.model.visual
+    indices, weights = get_vision_interpolation_indices_and_weights(
+        table,
+        num_grid_per_side=visual.num_grid_per_side,
+        mode=visual.interpolation_mode,
+        align_corners=visual.interpolation_align_corners,
+        spatial_merge_size=vision.spatial_merge,
+    )
+    return {
+        "pixel_values": torch.empty(sum(t * h * w for t, h, w in grids), vision.patch_inputs, device="meta"),
+        "image_grid_thw": table,
+        "position_ids": get_vision_position_ids(table, vision.spatial_merge).to("meta"),
+        "interp_indices": indices.to("meta"),
+        "interp_weights": weights.to("meta"),
+    }
+
+
+@pytest.mark.slow  # full-size towers, forward and backward on shapes: 10 to 20 s each
+@pytest.mark.parametrize("fixture", ["qwen3_vl.json", "qwen3_5.json", "internvl.json"])
+def test_full_size_towers_per_component_on_the_meta_device(fixture):
+    """transformers' defaults (tests/fixtures/hf/structural/, the worked values of docs/flops.md) at
+    their real size: the same images as the page, every component exact."""
+    from pathlib import Path
+
+    cfg = json.loads((Path(__file__).parents[1] / "fixtures" / "hf" / "structural" / fixture).read_text())
+    vision = spec_from_structure(cfg).vision
+    assert vision is not None
+    config = hf.config_from_dict(cfg)
+    vm.use_counting_attention(config)
+    model = hf.build(config, "meta")
+    grids = [(1, 28, 40), (4, 20, 36)] if vision.image_grid is None else [(1, *vision.image_grid)] * 3
+    tally, _ = vm.run_tower(model, vision.tower, meta_inputs(model, vision, grids), backward=True)
+    assert vision.flops_by_component(batch_sums(vision, grids)) == vm.measured_flops(tally, windowed_blocks=set())
+
+
 @pytest.mark.parametrize("index", range(3))
 @pytest.mark.parametrize("name", WRAPPERS)
 def test_tower_flops_per_component_are_what_the_tower_computes(name, index):
