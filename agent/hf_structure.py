@@ -545,7 +545,7 @@ def spec_from_structure(cfg: Mapping[str, Any], tp: int = 1) -> ModelSpec:
         raise HFConfigError(f"{mt} config.json: 'index_topk' is set without layer_types naming the indexed layers")
     model, read = _build(config)
     check_keys(cfg, mt, read=read)
-    vision, tower_modules = vision_from_structure(model, mt)
+    vision, tower_modules = vision_from_structure(model, mt) if wrapper else (None, [])
     measured, kinds, window, chunk = measure(model, text, tuple(tower_modules))
     heads = text.num_attention_heads
     hidden = text.hidden_size

@@ -1,14 +1,15 @@
 """The towers of a vision-language wrapper transformers builds, read off their modules (docs/flops.md,
 "The structural count", "Towers").
 
-A wrapper (Qwen3-VL, Qwen3.5 with its vision tower, ...) is built by transformers on the meta
+A wrapper (Qwen3-VL, Qwen3.5 with its vision tower, InternVL) is built by transformers on the meta
 device, as the structural count builds a decoder; every child of the wrapper's inner model that
-is not the decoder and holds GEMMs is a tower. A tower whose attention the count knows (the table
-``GRID_TOWERS``: every block attends in full within each frame, the images described by
-``image_grid_thw``) becomes a :class:`VisionSpec` with its widths read off the modules, and the
-formula is then held to the modules: each block's GEMMs are the formula's q, k, v, o and MLP, the
-projector is every GEMM of the merger and of the deepstack mergers, and nothing else in the tower
-runs a GEMM. Any other tower is refused in one line naming its module class.
+is not the decoder and holds GEMMs is a tower. A tower whose attention the count knows
+(``GRID_TOWERS``: every block attends in full within each frame, the images described by
+``image_grid_thw``; ``TILE_TOWERS``: fixed-size tiles with a class token) becomes a
+:class:`VisionSpec` with its widths read off the modules, and the formula is then held to the
+modules: each block's GEMMs are the formula's q, k, v, o and MLP, the projector is every GEMM of
+the mergers (the deepstack ones included) or of the projector beside the tower, and nothing else
+in the tower runs a GEMM. Any other tower is refused in one line naming its module class.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ GRID_TOWERS = {
 # attending with the tile's patches, and the projector class the wrapper keeps beside each.
 TILE_TOWERS = {"InternVLVisionModel": "internvl"}
 PROJECTORS = {"InternVLMultiModalProjector": "InternVLVisionModel"}
-# Children of a wrapper's inner model that feed a tower's output to the decoder but are no tower.
+# Names wrappers give their decoder (besides the module get_decoder() returns): never a tower.
 _DECODER_NAMES = ("language_model", "text_model")
 
 
