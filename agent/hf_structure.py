@@ -163,7 +163,8 @@ def _defined_keys(cls: type[Any]) -> set[str]:
 def check_keys(cfg: Mapping[str, Any], model_type: str, where: str = "", read: frozenset[str] = frozenset()) -> None:
     """Refuse, by name, a key transformers' config class for ``model_type`` does not define (the
     modeling code would ignore it, and it could change the count), except the keys known to change
-    no GEMM and those the modeling code read while building the model (``read``: it kept them)."""
+    no GEMM and those the modeling code read while building the model (``read``: it kept them; a
+    wrapper's sub-configs are checked the same way)."""
     cls = config_class(model_type)
     defined = _defined_keys(cls)
     for key in cfg:
@@ -178,7 +179,7 @@ def check_keys(cfg: Mapping[str, Any], model_type: str, where: str = "", read: f
         if isinstance(value, Mapping) and value:
             sub_type = value.get("model_type") or getattr(sub, "model_type", "")
             if isinstance(sub_type, str) and sub_type:
-                check_keys(value, sub_type, f"{where}{name}.")
+                check_keys(value, sub_type, f"{where}{name}.", read)
 
 
 def _notice_missing_sizes(cfg: Mapping[str, Any], text: Any, where: str) -> None:

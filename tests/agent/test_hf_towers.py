@@ -259,3 +259,10 @@ def test_an_internvl_tile_attends_with_its_class_token():
     assert vision is not None and vision.class_tokens == 1 and vision.projected_class_tokens == 0
     sums = batch_sums(vision, [(1, 4, 4)] * 3)
     assert sums["vision_sq_sum"] == 3 * 17**2 and decoder_tokens(vision, sums) == 12
+
+
+@pytest.mark.parametrize("part", ["text_config", "vision_config"])
+def test_a_key_a_sub_config_does_not_define_is_refused_by_name(part):
+    cfg = {**WRAPPERS["qwen3_vl"], part: {**WRAPPERS["qwen3_vl"][part], "moe_every_other_layer": True}}
+    with pytest.raises(HFConfigError, match=f"'{part}.moe_every_other_layer' is not a field"):
+        spec_from_structure(cfg)
