@@ -18,6 +18,7 @@ layer that holds GEMMs we do not place, and a layer kind we cannot price.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import inspect
 import logging
@@ -84,8 +85,30 @@ HARMLESS_KEYS = frozenset(
         "hidden_act",
         "attention_bias",
         "mlp_bias",
+        "mamba_ssm_dtype",  # the dtype of a recurrent state (Qwen3.5's gated delta nets)
     }
 )
+# Keys published checkpoints carry that the config class does not define, accepted with the value
+# the modeling code hardwires (another value is refused by name: the model would not be the one built).
+HARDWIRED: dict[tuple[str, str], Any] = {
+    ("qwen3_5_text", "attn_output_gate"): True,  # q_proj is always 2 · heads · head_dim wide
+    ("qwen3_5_moe_text", "attn_output_gate"): True,
+    ("qwen3_5_text", "mlp_only_layers"): [],  # every layer's MLP is the config's kind (dense / MoE)
+    ("qwen3_5_moe_text", "mlp_only_layers"): [],
+    ("qwen3_5_vision", "deepstack_visual_indexes"): [],  # Qwen3.5's tower has no deepstack mergers
+    ("qwen3_5_moe_vision", "deepstack_visual_indexes"): [],
+}
+_NOT_HARDWIRED = object()
+# Keys of a module the checkpoint holds but transformers does not build (its forward never runs it):
+# accepted, left out of the count, and named in ModelSpec.not_counted when set, as the hand-written
+# Qwen3-Next reader does for the same key.
+NOT_BUILT = {
+    (text_type, key): "the MTP module (mtp_num_hidden_layers={}), which transformers does not build"
+    if key == "mtp_num_hidden_layers"
+    else ""
+    for text_type in ("qwen3_5_text", "qwen3_5_moe_text")
+    for key in ("mtp_num_hidden_layers", "mtp_use_dedicated_embeddings")
+}
 # Experts per token, under the names configs give it.
 TOPK_KEYS = ("num_experts_per_tok", "moe_topk", "top_k_experts", "num_experts_per_token", "moe_k")
 # Children of a decoder layer, by what they do.
@@ -168,7 +191,15 @@ def check_keys(cfg: Mapping[str, Any], model_type: str, where: str = "", read: f
     cls = config_class(model_type)
     defined = _defined_keys(cls)
     for key in cfg:
+        hardwired = HARDWIRED.get((model_type, key), _NOT_HARDWIRED)
+        if cfg[key] == hardwired or (model_type, key) in NOT_BUILT:
+            continue
         if key not in defined and key not in HARMLESS_KEYS and key not in read:
+            if hardwired is not _NOT_HARDWIRED:
+                raise HFConfigError(
+                    f"{model_type} config.json: '{where}{key}' is {cfg[key]!r}, but transformers' modeling code "
+                    f"builds the model as if it were {hardwired!r} (its config class has no such field)"
+                )
             raise HFConfigError(
                 f"{model_type} config.json: '{where}{key}' is not a field of transformers' {cls.__name__}: "
                 "transformers would drop it, and it may change the FLOPs; remove it, or use the model_type "
@@ -177,7 +208,8 @@ def check_keys(cfg: Mapping[str, Any], model_type: str, where: str = "", read: f
     for name, sub in (getattr(cls, "sub_configs", None) or {}).items():
         value = cfg.get(name)
         if isinstance(value, Mapping) and value:
-            sub_type = value.get("model_type") or getattr(sub, "model_type", "")
+            # the class transformers builds for it (an old checkpoint's model_type may name the wrapper)
+            sub_type = getattr(sub, "model_type", "") or value.get("model_type")
             if isinstance(sub_type, str) and sub_type:
                 check_keys(value, sub_type, f"{where}{name}.", read)
 
@@ -343,6 +375,8 @@ def _decoder_layers(model: Any) -> list[Any]:
 
 def _mtp_depth(text: Any) -> int:
     for key in ("num_nextn_predict_layers", "num_mtp_layers", "mtp_num_hidden_layers"):
+        if (text.model_type, key) in NOT_BUILT:
+            continue
         value = getattr(text, key, None)
         if isinstance(value, int) and value > 0:
             return value
@@ -534,7 +568,8 @@ def spec_from_structure(cfg: Mapping[str, Any], tp: int = 1) -> ModelSpec:
     except ImportError:
         pass
     try:
-        config = cls(**{k: v for k, v in cfg.items() if k != "model_type"})
+        # a copy: transformers rewrites old sub-config model types in place (Qwen3.5's vision_config)
+        config = cls(**copy.deepcopy({k: v for k, v in cfg.items() if k != "model_type"}))
     except refusals as exc:  # transformers' own checks of the config
         raise HFConfigError(f"{mt} config.json: transformers' {cls.__name__} refuses it: {_one_line(exc)}") from None
     text = config.get_text_config()
@@ -570,10 +605,20 @@ def spec_from_structure(cfg: Mapping[str, Any], tp: int = 1) -> ModelSpec:
             vocab_divisor=_largest_pow2_divisor(vocab),
             tp=tp,
             name=f"{mt} (structural)",
+            not_counted=_not_built(cfg.get("text_config") if wrapper else cfg, text.model_type),
         )
     except ValueError as exc:
         raise HFConfigError(f"{mt} config.json: {exc}") from None
     return spec
+
+
+def _not_built(cfg: Any, text_type: str) -> tuple[str, ...]:
+    """What the checkpoint holds that transformers does not build (``NOT_BUILT``), as notes."""
+    if not isinstance(cfg, Mapping):
+        return ()
+    return tuple(
+        note.format(cfg[key]) for (t, key), note in NOT_BUILT.items() if t == text_type and note and cfg.get(key)
+    )
 
 
 def _check_wrapper(cfg: Mapping[str, Any], cls: type[Any], mt: str) -> None:

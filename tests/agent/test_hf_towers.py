@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 
 import pytest
 
@@ -265,4 +266,44 @@ def test_an_internvl_tile_attends_with_its_class_token():
 def test_a_key_a_sub_config_does_not_define_is_refused_by_name(part):
     cfg = {**WRAPPERS["qwen3_vl"], part: {**WRAPPERS["qwen3_vl"][part], "moe_every_other_layer": True}}
     with pytest.raises(HFConfigError, match=f"'{part}.moe_every_other_layer' is not a field"):
+        spec_from_structure(cfg)
+
+
+def published_style(name: str) -> dict:
+    """A tiny Qwen3.5 wrapper with the keys Qwen's published config.json carries and transformers'
+    config classes do not define (Qwen3.5-27B's, as quoted in ModelCloud/GPTQModel's issue threads)."""
+    cfg = WRAPPERS[name]
+    text = {
+        **cfg["text_config"],
+        "attn_output_gate": True,
+        "mlp_only_layers": [],
+        "mtp_num_hidden_layers": 1,
+        "mtp_use_dedicated_embeddings": False,
+        "mamba_ssm_dtype": "float32",
+    }
+    # old checkpoints name the tower by the wrapper's model_type; transformers renames it
+    vision = {**cfg["vision_config"], "model_type": name, "deepstack_visual_indexes": []}
+    return {**cfg, "text_config": text, "vision_config": vision}
+
+
+@pytest.mark.parametrize("name", ["qwen3_5", "qwen3_5_moe"])
+def test_a_published_qwen3_5_config_counts_as_the_model_transformers_builds(name):
+    """The output gate and the empty lists are what the modeling code hardwires; the MTP module is not
+    built by transformers: left out and named, as the hand-written Qwen3-Next reader does."""
+    cfg = published_style(name)
+    spec = spec_from_structure(cfg)
+    plain = spec_from_structure(WRAPPERS[name])
+    assert spec == plain and spec.mtp_depth == 0
+    assert spec.not_counted == ("the MTP module (mtp_num_hidden_layers=1), which transformers does not build",)
+    assert cfg["vision_config"]["model_type"] == name  # the caller's dict is left as it was
+
+
+@pytest.mark.parametrize(
+    "part, key, value",
+    [("text_config", "attn_output_gate", False), ("vision_config", "deepstack_visual_indexes", [1])],
+)
+def test_a_value_the_modeling_code_does_not_build_is_refused_by_name(part, key, value):
+    cfg = published_style("qwen3_5")
+    cfg[part] = {**cfg[part], key: value}
+    with pytest.raises(HFConfigError, match=re.escape(f"'{part}.{key}' is {value!r}, but transformers' modeling")):
         spec_from_structure(cfg)
