@@ -18,6 +18,7 @@ layer that holds GEMMs we do not place, and a layer kind we cannot price.
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import inspect
 import logging
@@ -27,6 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from packscope.agent.hf_towers import vision_from_structure
 from packscope.core.attention import CHUNKED, FULL, LINEAR, SLIDING
 from packscope.core.flops import COMPONENTS, Measured, ModelSpec
 from packscope.core.hf_fields import CORE_SIZES, HFConfigError
@@ -83,8 +85,30 @@ HARMLESS_KEYS = frozenset(
         "hidden_act",
         "attention_bias",
         "mlp_bias",
+        "mamba_ssm_dtype",  # the dtype of a recurrent state (Qwen3.5's gated delta nets)
     }
 )
+# Keys published checkpoints carry that the config class does not define, accepted with the value
+# the modeling code hardwires (another value is refused by name: the model would not be the one built).
+HARDWIRED: dict[tuple[str, str], Any] = {
+    ("qwen3_5_text", "attn_output_gate"): True,  # q_proj is always 2 · heads · head_dim wide
+    ("qwen3_5_moe_text", "attn_output_gate"): True,
+    ("qwen3_5_text", "mlp_only_layers"): [],  # every layer's MLP is the config's kind (dense / MoE)
+    ("qwen3_5_moe_text", "mlp_only_layers"): [],
+    ("qwen3_5_vision", "deepstack_visual_indexes"): [],  # Qwen3.5's tower has no deepstack mergers
+    ("qwen3_5_moe_vision", "deepstack_visual_indexes"): [],
+}
+_NOT_HARDWIRED = object()
+# Keys of a module the checkpoint holds but transformers does not build (its forward never runs it):
+# accepted, left out of the count, and named in ModelSpec.not_counted when set, as the hand-written
+# Qwen3-Next reader does for the same key.
+NOT_BUILT = {
+    (text_type, key): "the MTP module (mtp_num_hidden_layers={}), which transformers does not build"
+    if key == "mtp_num_hidden_layers"
+    else ""
+    for text_type in ("qwen3_5_text", "qwen3_5_moe_text")
+    for key in ("mtp_num_hidden_layers", "mtp_use_dedicated_embeddings")
+}
 # Experts per token, under the names configs give it.
 TOPK_KEYS = ("num_experts_per_tok", "moe_topk", "top_k_experts", "num_experts_per_token", "moe_k")
 # Children of a decoder layer, by what they do.
@@ -99,13 +123,23 @@ _HF_KINDS = {
     "sliding_attention": SLIDING,
     "chunked_attention": CHUNKED,
 }
-# Wrappers whose towers the structural count does not read yet: the decoder alone can be counted.
-_TOWERS = ("vision_config", "audio_config", "vision_tower", "audio_tower")
+# The sub-config of a counted tower: absent, transformers would build its default one (an audio
+# tower, never counted, is refused as built).
+_TOWER_CONFIGS = ("vision_config",)
 # Model types whose layers hold work the count cannot price from the modules (one line each).
 REFUSED_KINDS = {
     "mllama": "cross-attention layers (cross_attention_layers): their (query, key) pairs are text tokens x "
     "image tokens, which no attention sum holds",
     "longcat_flash": "zero-computation experts (zero_expert_num): the work of a token depends on the routing",
+}
+# Wrappers whose towers are not priced yet, refused before building (Gemma 3n's vision tower needs timm).
+REFUSED_TOWERS = {
+    "gemma3n": "its audio tower (Gemma3nAudioEncoder, a Conformer) and its vision tower (TimmWrapperModel, "
+    "timm's MobileNet-V5) are not counted yet, nor its decoder's AltUp and per-layer inputs (gemma3n_text)",
+    "qwen3_omni_moe": "its thinker's audio tower (Qwen3OmniMoeAudioEncoder) is not counted yet, nor the talker "
+    "and code2wav models beside the thinker",
+    "gemma4": "its vision tower (Gemma4VisionModel) and audio tower (Gemma4AudioModel) are not counted yet, nor "
+    "its decoder's per-layer inputs (gemma4_text: layer part 'per_layer_input_gate')",
 }
 
 
@@ -152,11 +186,20 @@ def _defined_keys(cls: type[Any]) -> set[str]:
 def check_keys(cfg: Mapping[str, Any], model_type: str, where: str = "", read: frozenset[str] = frozenset()) -> None:
     """Refuse, by name, a key transformers' config class for ``model_type`` does not define (the
     modeling code would ignore it, and it could change the count), except the keys known to change
-    no GEMM and those the modeling code read while building the model (``read``: it kept them)."""
+    no GEMM and those the modeling code read while building the model (``read``: it kept them; a
+    wrapper's sub-configs are checked the same way)."""
     cls = config_class(model_type)
     defined = _defined_keys(cls)
     for key in cfg:
+        hardwired = HARDWIRED.get((model_type, key), _NOT_HARDWIRED)
+        if cfg[key] == hardwired or (model_type, key) in NOT_BUILT:
+            continue
         if key not in defined and key not in HARMLESS_KEYS and key not in read:
+            if hardwired is not _NOT_HARDWIRED:
+                raise HFConfigError(
+                    f"{model_type} config.json: '{where}{key}' is {cfg[key]!r}, but transformers' modeling code "
+                    f"builds the model as if it were {hardwired!r} (its config class has no such field)"
+                )
             raise HFConfigError(
                 f"{model_type} config.json: '{where}{key}' is not a field of transformers' {cls.__name__}: "
                 "transformers would drop it, and it may change the FLOPs; remove it, or use the model_type "
@@ -165,9 +208,10 @@ def check_keys(cfg: Mapping[str, Any], model_type: str, where: str = "", read: f
     for name, sub in (getattr(cls, "sub_configs", None) or {}).items():
         value = cfg.get(name)
         if isinstance(value, Mapping) and value:
-            sub_type = value.get("model_type") or getattr(sub, "model_type", "")
+            # the class transformers builds for it (an old checkpoint's model_type may name the wrapper)
+            sub_type = getattr(sub, "model_type", "") or value.get("model_type")
             if isinstance(sub_type, str) and sub_type:
-                check_keys(value, sub_type, f"{where}{name}.")
+                check_keys(value, sub_type, f"{where}{name}.", read)
 
 
 def _notice_missing_sizes(cfg: Mapping[str, Any], text: Any, where: str) -> None:
@@ -331,6 +375,8 @@ def _decoder_layers(model: Any) -> list[Any]:
 
 def _mtp_depth(text: Any) -> int:
     for key in ("num_nextn_predict_layers", "num_mtp_layers", "mtp_num_hidden_layers"):
+        if (text.model_type, key) in NOT_BUILT:
+            continue
         value = getattr(text, key, None)
         if isinstance(value, int) and value > 0:
             return value
@@ -373,12 +419,12 @@ def _layer_parts(layer: Any, text: Any) -> tuple[dict[str, int], Any, Any]:
     return parts, attn, mixer
 
 
-def _refuse_gemms_outside(model: Any, layers: list[Any], head: Any, text: Any) -> None:
-    """A GEMM outside the decoder layers and the head (Gemma 4's per-layer input projection, a
-    projector) is work the walk would drop: refuse it by name."""
+def _refuse_gemms_outside(model: Any, layers: list[Any], head: Any, text: Any, towers: tuple[Any, ...] = ()) -> None:
+    """A GEMM outside the decoder layers, the head and the counted towers (Gemma 4's per-layer input
+    projection, a projector) is work the walk would drop: refuse it by name."""
     from torch import nn
 
-    placed = {id(m) for layer in layers for m in layer.modules()} | {id(head)}
+    placed = {id(m) for part in (*layers, *towers) for m in part.modules()} | {id(head)}
     for name, module in model.named_modules():
         if isinstance(module, (nn.Linear, nn.Conv1d)) and id(module) not in placed:
             raise HFConfigError(
@@ -387,8 +433,9 @@ def _refuse_gemms_outside(model: Any, layers: list[Any], head: Any, text: Any) -
             )
 
 
-def measure(model: Any, text: Any) -> tuple[Measured, list[str], int | None, int | None]:
-    """The work of a model built by transformers: (measured, layer kinds, window, chunk)."""
+def measure(model: Any, text: Any, towers: tuple[Any, ...] = ()) -> tuple[Measured, list[str], int | None, int | None]:
+    """The work of a model built by transformers: (measured, layer kinds, window, chunk); the
+    ``towers`` are counted apart (``packscope.agent.hf_towers``)."""
     gemm: dict[str, int] = defaultdict(int)
     core: dict[str, int] = defaultdict(int)
     kinds: list[str] = []
@@ -405,7 +452,7 @@ def measure(model: Any, text: Any) -> tuple[Measured, list[str], int | None, int
                 core[FULL] += _indexer_flops(attn.indexer)
     head = model.get_output_embeddings()
     gemm["logits"] += TRAINED * head.in_features * head.out_features
-    _refuse_gemms_outside(model, layers, head, text)
+    _refuse_gemms_outside(model, layers, head, text, towers)
     mtp = _mtp_depth(text)
     if mtp:
         _add_mtp(model, text, mtp, gemm, core, kinds)
@@ -444,23 +491,34 @@ def _one_line(exc: BaseException, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def _config_classes(config: Any) -> list[type[Any]]:
+    """The classes of a config and of its sub-configs (a wrapper's text and vision configs)."""
+    subs = [getattr(config, name, None) for name in (getattr(type(config), "sub_configs", None) or {})]
+    return list(dict.fromkeys([type(config), *(type(sub) for sub in subs if hasattr(sub, "to_dict"))]))
+
+
 def _build(config: Any) -> tuple[Any, frozenset[str]]:
-    """The model on the meta device, and the config attributes its modeling code read meanwhile."""
+    """The model on the meta device (a wrapper: its image-text model, towers included), and the config
+    attributes its modeling code read meanwhile."""
     import torch
-    from transformers import AutoModelForCausalLM
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
     read: set[str] = set()
-    cls: Any = type(config)
-    original = cls.__getattribute__
+    originals = {cls: cls.__getattribute__ for cls in _config_classes(config)}
 
-    def tracking(self: Any, name: str) -> Any:
-        read.add(name)
-        return original(self, name)
+    def tracking(original: Any) -> Any:
+        def get(self: Any, name: str) -> Any:
+            read.add(name)
+            return original(self, name)
 
-    cls.__getattribute__ = tracking
+        return get
+
+    for cls, original in originals.items():
+        cls.__getattribute__ = tracking(original)
+    wrapper = config.get_text_config() is not config
     try:
         with torch.device("meta"):
-            model = AutoModelForCausalLM.from_config(config)
+            model = (AutoModelForImageTextToText if wrapper else AutoModelForCausalLM).from_config(config)
     except ValueError as exc:
         raise HFConfigError(
             f"{config.model_type}: transformers builds no causal LM from it ({_one_line(exc)})"
@@ -471,7 +529,8 @@ def _build(config: Any) -> tuple[Any, frozenset[str]]:
             f"({type(exc).__name__}: {_one_line(exc)}); check its sizes against the checkpoint's config.json"
         ) from None
     finally:
-        cls.__getattribute__ = original
+        for cls, original in originals.items():
+            cls.__getattribute__ = original
     return model, frozenset(read)
 
 
@@ -498,13 +557,9 @@ def spec_from_structure(cfg: Mapping[str, Any], tp: int = 1) -> ModelSpec:
         raise HFConfigError(f"model_type {mt!r} is counted from its structure, with the vocabulary unpadded: give tp 1")
     if mt in REFUSED_KINDS:
         raise HFConfigError(f"model_type {mt!r} is not counted: the layer kind {REFUSED_KINDS[mt]}")
+    if mt in REFUSED_TOWERS:
+        raise HFConfigError(f"model_type {mt!r} is not counted: {REFUSED_TOWERS[mt]}")
     cls = config_class(mt)
-    for key in _TOWERS:
-        if isinstance(cfg.get(key), Mapping):
-            raise HFConfigError(
-                f"{mt} config.json: the tower in '{key}' is not counted from the structure yet; count the decoder "
-                "by giving its text_config alone (with the text model_type)"
-            )
     refusals: tuple[type[BaseException], ...] = (ValueError, TypeError)
     try:  # transformers' strict config dataclasses raise huggingface_hub's own errors
         from huggingface_hub.errors import StrictDataclassError
@@ -513,18 +568,21 @@ def spec_from_structure(cfg: Mapping[str, Any], tp: int = 1) -> ModelSpec:
     except ImportError:
         pass
     try:
-        config = cls(**{k: v for k, v in cfg.items() if k != "model_type"})
+        # a copy: transformers rewrites old sub-config model types in place (Qwen3.5's vision_config)
+        config = cls(**copy.deepcopy({k: v for k, v in cfg.items() if k != "model_type"}))
     except refusals as exc:  # transformers' own checks of the config
         raise HFConfigError(f"{mt} config.json: transformers' {cls.__name__} refuses it: {_one_line(exc)}") from None
     text = config.get_text_config()
-    if text is not config:
-        raise HFConfigError(f"{mt} config.json: a wrapper; give its text_config alone to count the decoder")
-    _notice_missing_sizes(cfg, text, "")
+    wrapper = text is not config
+    if wrapper:
+        _check_wrapper(cfg, cls, mt)
+    _notice_missing_sizes(cfg.get("text_config") or {} if wrapper else cfg, text, "text_config." if wrapper else "")
     if getattr(text, "index_topk", None) and getattr(text, "layer_types", None) is None:
         raise HFConfigError(f"{mt} config.json: 'index_topk' is set without layer_types naming the indexed layers")
     model, read = _build(config)
     check_keys(cfg, mt, read=read)
-    measured, kinds, window, chunk = measure(model, text)
+    vision, tower_modules = vision_from_structure(model, mt) if wrapper else (None, [])
+    measured, kinds, window, chunk = measure(model, text, tuple(tower_modules))
     heads = text.num_attention_heads
     hidden = text.hidden_size
     vocab = model.get_output_embeddings().out_features
@@ -543,13 +601,39 @@ def spec_from_structure(cfg: Mapping[str, Any], tp: int = 1) -> ModelSpec:
             chunk=chunk,
             mtp_depth=_mtp_depth(text),
             measured=measured,
+            vision=vision,
             vocab_divisor=_largest_pow2_divisor(vocab),
             tp=tp,
             name=f"{mt} (structural)",
+            not_counted=_not_built(cfg.get("text_config") if wrapper else cfg, text.model_type),
         )
     except ValueError as exc:
         raise HFConfigError(f"{mt} config.json: {exc}") from None
     return spec
+
+
+def _not_built(cfg: Any, text_type: str) -> tuple[str, ...]:
+    """What the checkpoint holds that transformers does not build (``NOT_BUILT``), as notes."""
+    if not isinstance(cfg, Mapping):
+        return ()
+    return tuple(
+        note.format(cfg[key]) for (t, key), note in NOT_BUILT.items() if t == text_type and note and cfg.get(key)
+    )
+
+
+def _check_wrapper(cfg: Mapping[str, Any], cls: type[Any], mt: str) -> None:
+    """A wrapper's decoder and towers must be the checkpoint's: a missing or empty sub-config would
+    be transformers' default one."""
+    for key in ("text_config", *_TOWER_CONFIGS):
+        if key not in (getattr(cls, "sub_configs", None) or {}):
+            continue
+        value = cfg.get(key)
+        if not isinstance(value, Mapping) or not value:
+            what = "is missing" if value is None else "is empty" if isinstance(value, Mapping) else "is no object"
+            raise HFConfigError(
+                f"{mt} config.json: '{key}' {what}; transformers would build its default, which is not the "
+                f"checkpoint's: give the checkpoint's {key}"
+            )
 
 
 def spec_from_any_hf_dict(cfg: Mapping[str, Any], tp: int = 1) -> ModelSpec:

@@ -67,6 +67,10 @@ VISION_TOWERS: dict[str, str] = {
     "siglip": FIXED,  # Gemma 3's SigLIP (896² → 64 x 64 patches, pooled 4 x 4)
     "clip": FIXED,  # Llava's CLIP, with a class token
     "llama4": FIXED,  # Llama 4's tiles (336² → 24 x 24 patches + a class token, pixel-shuffled 2 x 2)
+    # Read off the modules by the structural count (packscope.agent.hf_towers): full attention per frame
+    "qwen3_vl": GRID_THW,  # Qwen3-VL's ViT: a 2x2 patch merger and the deepstack mergers
+    "qwen3_5": GRID_THW,  # Qwen3.5's ViT: Qwen3-VL's without deepstack
+    "internvl": FIXED,  # InternViT: 448² tiles of 32 x 32 patches + a class token, pixel-shuffled 2 x 2
 }
 VISION_COMPONENTS = ("patch_embedding", "attention", "mlp", "projector")
 

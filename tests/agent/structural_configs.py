@@ -253,3 +253,63 @@ STRUCTURAL: dict[str, dict[str, Any]] = {
         "index_topk": 6,
     },
 }
+
+# Vision-language wrappers whose tower the structural count reads (packscope.agent.hf_towers): the
+# decoders above (Qwen3.5's hybrids) or their Qwen3-VL siblings, a 3-block tower on 4-pixel patches
+# merged 2 x 2, Qwen3-VL's deepstack mergers after blocks 0 and 1.
+_GRID_TOWER = {
+    "depth": 3,
+    "hidden_size": 16,
+    "intermediate_size": 24,
+    "num_heads": 2,
+    "patch_size": 4,
+    "temporal_patch_size": 2,
+    "spatial_merge_size": 2,
+    "out_hidden_size": 32,
+    "num_position_embeddings": 16,
+}
+_MROPE = {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 1, 1]}}
+_QWEN3_VL_TEXT = {**_ATTN, "num_hidden_layers": 2, "intermediate_size": 48, "head_dim": 8, **_MROPE}
+WRAPPERS: dict[str, dict[str, Any]] = {
+    "qwen3_vl": {
+        "model_type": "qwen3_vl",
+        "text_config": {"model_type": "qwen3_vl_text", **_QWEN3_VL_TEXT},
+        "vision_config": {"model_type": "qwen3_vl", **_GRID_TOWER, "deepstack_visual_indexes": [0, 1]},
+    },
+    "qwen3_vl_moe": {
+        "model_type": "qwen3_vl_moe",
+        "text_config": {
+            "model_type": "qwen3_vl_moe_text",
+            **_QWEN3_VL_TEXT,
+            "num_experts": 4,
+            "num_experts_per_tok": 2,
+            "moe_intermediate_size": 16,
+        },
+        "vision_config": {"model_type": "qwen3_vl_moe", **_GRID_TOWER, "deepstack_visual_indexes": [1]},
+    },
+    "qwen3_5": {
+        "model_type": "qwen3_5",
+        "text_config": STRUCTURAL["qwen3_5_text"],
+        "vision_config": {"model_type": "qwen3_5_vision", **_GRID_TOWER},
+    },
+    "qwen3_5_moe": {
+        "model_type": "qwen3_5_moe",
+        "text_config": STRUCTURAL["qwen3_5_moe_text"],
+        "vision_config": {"model_type": "qwen3_5_moe_vision", **_GRID_TOWER},
+    },
+}
+# InternVL: 16-pixel tiles of 4 x 4 patches and a class token, pixel-shuffled 2 x 2 to 4 tokens.
+WRAPPERS["internvl"] = {
+    "model_type": "internvl",
+    "text_config": {"model_type": "qwen2", **_ATTN, "num_hidden_layers": 2, "intermediate_size": 48},
+    "vision_config": {
+        "model_type": "internvl_vision",
+        "hidden_size": 16,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "intermediate_size": 32,
+        "image_size": 16,
+        "patch_size": 4,
+    },
+    "downsample_ratio": 0.5,
+}

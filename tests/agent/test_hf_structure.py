@@ -14,13 +14,13 @@ pytest.importorskip("transformers")
 
 from torch import nn  # noqa: E402
 from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
-from transformers import AutoConfig, AutoModelForCausalLM  # noqa: E402
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText  # noqa: E402
 
 from packscope.agent.hf_structure import spec_from_any_hf_dict, spec_from_structure  # noqa: E402
 from packscope.core.attention import LINEAR  # noqa: E402
 from packscope.core.hf_config import spec_from_hf_dict  # noqa: E402
 from packscope.core.hf_fields import HFConfigError  # noqa: E402
-from tests.agent.structural_configs import STRUCTURAL  # noqa: E402
+from tests.agent.structural_configs import STRUCTURAL, WRAPPERS  # noqa: E402
 from tests.core.tiny_configs import TINY  # noqa: E402
 
 warnings.filterwarnings("ignore", module="transformers")
@@ -29,17 +29,21 @@ ROUTERS = ("gate", "router", "shared_expert_gate")
 
 
 def cpu_model(cfg: dict) -> nn.Module:
+    """The model transformers builds (a wrapper: its image-text model, towers included), on the CPU."""
     cfg = dict(cfg)
     config = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
-    config._attn_implementation = "eager"  # QKᵀ and P·V as matmuls over every (query, key) pair
-    config._experts_implementation = "eager"  # one F.linear per expert: ops torch's counter sees
+    for part in (config, config.get_text_config()):
+        part._attn_implementation = "eager"  # QKᵀ and P·V as matmuls over every (query, key) pair
+        part._experts_implementation = "eager"  # one F.linear per expert: ops torch's counter sees
     torch.manual_seed(0)
-    return AutoModelForCausalLM.from_config(config).eval()
+    wrapper = config.get_text_config() is not config
+    return (AutoModelForImageTextToText if wrapper else AutoModelForCausalLM).from_config(config).eval()
 
 
 def counted_forward(model: nn.Module, length: int) -> dict[str, dict[str, int]]:
-    """FLOPs per module name (the class prefix dropped) and op of one forward on ``length`` tokens."""
-    ids = torch.randint(0, model.config.vocab_size, (1, length))
+    """FLOPs per module name (the class prefix dropped) and op of one forward on ``length`` tokens
+    (text only: a wrapper's towers do not run)."""
+    ids = torch.randint(0, model.config.get_text_config().vocab_size, (1, length))
     with FlopCounterMode(display=False) as counter:  # with grad: the counter's module tracker needs it
         model(input_ids=ids, use_cache=False)
     out = {}
@@ -55,7 +59,7 @@ ATTENTION_TYPES = ("full_attention", "sliding_attention", "chunked_attention", "
 def _linear_layer(model: nn.Module, index: int) -> bool:
     """Whether the config's layer_types make layer ``index`` a linear (recurrent) one, whatever its
     module is called (Kimi-Linear keeps its KDA in ``self_attn``)."""
-    types = getattr(model.config, "layer_types", None)
+    types = getattr(model.config.get_text_config(), "layer_types", None)
     return types is not None and types[index] not in ATTENTION_TYPES and "indexed" not in types[index]
 
 
@@ -113,22 +117,25 @@ def oracle_core_widths(model: nn.Module) -> list[float]:
     out = []
     for name, _ in model.named_modules():
         parts = name.split(".")
-        if parts[-1] in ("self_attn", "attention") and parts[-2].isdigit() and not _linear_layer(model, int(parts[-2])):
+        decoder = len(parts) > 2 and parts[-3] == "layers" and parts[-2].isdigit()  # not a tower's encoder.layer.N
+        if parts[-1] in ("self_attn", "attention") and decoder and not _linear_layer(model, int(parts[-2])):
             out.append(run.get(name, {}).get("aten.bmm", 0) / (2 * length * length))
     return out
 
 
 # DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5): its forward-only indexer has a test of its own.
 DSA = ("deepseek_v32", "glm_moe_dsa")
-MEASURED = [name for name in STRUCTURAL if name not in DSA]
+# The decoders, and the wrappers' decoders (their towers: test_hf_towers.py).
+CONFIGS = {**STRUCTURAL, **WRAPPERS}
+MEASURED = [name for name in CONFIGS if name not in DSA]
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("name", MEASURED)
 def test_structural_gemm_work_is_what_torch_counts_in_a_forward(name):
-    spec = spec_from_structure(STRUCTURAL[name])
+    spec = spec_from_structure(CONFIGS[name])
     ours = {k: v / 6 for k, v in spec.c_lin_by_component.items() if v and k != "linear_attention_state"}
-    oracle = oracle_gemm_macs(cpu_model(STRUCTURAL[name]))
+    oracle = oracle_gemm_macs(cpu_model(CONFIGS[name]))
     assert set(ours) == set(oracle), (ours, oracle)
     for key, value in oracle.items():
         assert ours[key] == pytest.approx(value, rel=1e-3), key
@@ -137,8 +144,8 @@ def test_structural_gemm_work_is_what_torch_counts_in_a_forward(name):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", MEASURED)
 def test_structural_attention_widths_are_the_eager_matmuls(name):
-    spec = spec_from_structure(STRUCTURAL[name])
-    widths = oracle_core_widths(cpu_model(STRUCTURAL[name]))
+    spec = spec_from_structure(CONFIGS[name])
+    widths = oracle_core_widths(cpu_model(CONFIGS[name]))
     attention_layers = [kind for kind in spec.kinds if kind != LINEAR]
     assert len(widths) == len(attention_layers)
     per_kind: dict[str, float] = {}
@@ -365,21 +372,22 @@ def test_an_over_deep_json_file_and_an_empty_vision_config_are_one_line_errors(t
         read_model(str(path), tp=1)
 
 
-@pytest.mark.parametrize("name", STRUCTURAL)
+@pytest.mark.parametrize("name", CONFIGS)
 def test_the_cli_the_python_api_and_the_hf_callback_agree(name, tmp_path):
     """The CLI's reader (a file), the Python API (a file, a dict) and the callback's (``model.config``,
-    a loaded transformers config) give the same model, coefficient for coefficient."""
+    a loaded transformers config) give the same model, coefficient for coefficient (a wrapper's
+    tower included: ModelSpec compares its ``vision``)."""
     import json
 
     from packscope.agent import read_any_hf_config, spec_from_any_hf_config
     from packscope.commands.flops import read_model
 
     path = tmp_path / "config.json"
-    path.write_text(json.dumps(STRUCTURAL[name]))
-    cfg = dict(STRUCTURAL[name])
+    path.write_text(json.dumps(CONFIGS[name]))
+    cfg = dict(CONFIGS[name])
     loaded = AutoConfig.for_model(cfg.pop("model_type"), **cfg)
     specs = [read_model(str(path), tp=1), read_any_hf_config(path), spec_from_any_hf_config(loaded)]
-    reference = spec_from_structure(STRUCTURAL[name])
+    reference = spec_from_structure(CONFIGS[name])
     for spec in specs:
         assert spec == reference
         assert (spec.c_lin_by_component, spec.c_core_by_kind) == (

@@ -15,6 +15,7 @@ pytest.importorskip("transformers")
 
 from packscope.agent.hf_structure import spec_from_structure
 from packscope.core.flops import ModelSpec, packs_breakdown_by_kind
+from packscope.core.vision import batch_sums, decoder_tokens, fixed_image_sums
 from tests.core.test_worked_values import table_rows
 
 ROOT = Path(__file__).parent.parent.parent
@@ -78,7 +79,56 @@ def test_the_documented_pack_is_the_one_computed():
     assert b.sums["window_sq_sum_bshd"] == 2 * SLOTS * 4096 - 4096 * 4096
 
 
-if __name__ == "__main__":  # print the table for the doc
+# The wrappers' towers (packscope.agent.hf_towers): a 448 x 640 px image and an 8-frame 320 x 576 px
+# video (temporal patch 2), as image_grid_thw gives them; InternVL three 448 x 448 px tiles.
+WRAPPERS = {"qwen3_vl.json": "Qwen3-VL", "qwen3_5.json": "Qwen3.5 (dense)", "internvl.json": "InternVL"}
+IMAGES = [(1, 28, 40), (4, 20, 36)]
+TILES = 3
+TOWER_HEADER = (
+    "| model | fixture | vision_patches | vision_sq_sum | decoder tokens | c_lin | C_full | patch_embedding "
+    "| attention | mlp | projector | core_full | FLOPs_vision |\n" + "|---" * 13 + "|"
+)
+
+
+def tower_row(fixture: str) -> str:
+    vision = spec(fixture).vision
+    assert vision is not None
+    sums = batch_sums(vision, IMAGES) if vision.image_grid is None else fixed_image_sums(vision, TILES)
+    parts = vision.flops_by_component(sums)
+    split = " | ".join(f"{parts[k]:.6e}" for k in ("patch_embedding", "attention", "mlp", "projector", "core_full"))
+    return (
+        f"| {WRAPPERS[fixture]} | `{fixture}` | {sums['vision_patches']} | {sums['vision_sq_sum']} "
+        f"| {decoder_tokens(vision, sums)} | {vision.c_lin} | {vision.c_core_by_kind['full']} | {split} "
+        f"| {vision.flops(sums):.6e} |"
+    )
+
+
+def documented_towers() -> str:
+    return DOC.split("<!-- structural-towers:start -->\n")[1].split("<!-- structural-towers:end -->")[0]
+
+
+@pytest.mark.parametrize("fixture", WRAPPERS)
+def test_structural_tower_worked_values(fixture):
+    lines = {line.split("|")[2].strip(): line for line in documented_towers().splitlines() if line.startswith("| ")}
+    assert lines[f"`{fixture}`"] == tower_row(fixture)
+
+
+def test_the_tower_table_has_one_row_per_wrapper_and_the_documented_images():
+    assert [r[1].strip("`") for r in table_rows(documented_towers())[1:]] == list(WRAPPERS)
+    # Independent of the table: the images' patches and per-frame squares by hand.
+    assert batch_sums(spec("qwen3_5.json").vision, IMAGES)["vision_sq_sum"] == (28 * 40) ** 2 + 4 * (20 * 36) ** 2
+    # The decoders the page names beside the table.
+    for fixture in ("qwen3_vl.json", "internvl.json"):
+        assert spec(fixture).c_lin == 68561141760 and spec(fixture).kinds == ("full",) * 32
+    assert spec("qwen3_5.json").c_lin_by_component == spec("qwen3_5_text.json").c_lin_by_component
+    tiles = fixed_image_sums(spec("internvl.json").vision, TILES)  # 32 x 32 patches and a class token each
+    assert (tiles["vision_patches"], tiles["vision_sq_sum"]) == (3 * 32 * 32, 3 * (32 * 32 + 1) ** 2)
+
+
+if __name__ == "__main__":  # print the tables for the doc
     print(HEADER)
     for name in MODELS:
         print(row(name))
+    print(TOWER_HEADER)
+    for name in WRAPPERS:
+        print(tower_row(name))

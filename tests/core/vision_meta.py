@@ -36,7 +36,7 @@ from transformers.modeling_utils import AttentionInterface  # noqa: E402
 
 COUNT = "packscope_vision_count"
 COMPONENTS = ("patch_embedding", "attention", "mlp", "projector")
-_BLOCK = re.compile(r"\.(?:blocks|layers)\.(\d+)\.")
+_BLOCK = re.compile(r"\.(?:blocks|layers|layer)\.(\d+)\.")  # InternViT: encoder.layer.N
 
 
 @dataclass
@@ -128,7 +128,7 @@ def instrument(model: nn.Module) -> None:
         component = _component(name)
         if gemm and component is not None:
             module.register_forward_hook(_gemm_hook(name, component, block))
-        if block is not None and re.fullmatch(r".*\.(?:blocks|layers)\.\d+\.(attn|self_attn|attention)", name):
+        if block is not None and re.fullmatch(r".*\.(?:blocks|layers|layer)\.\d+\.(attn|self_attn|attention)", name):
             _MODULE_BLOCK[id(module)] = block
             module.register_forward_hook(_attention_output_hook(block))
     model._packscope_instrumented = True
@@ -167,6 +167,21 @@ def use_counting_attention(config: Any) -> None:
     config.vision_config._attn_implementation = COUNT
 
 
+def _flat(pooled: Any) -> torch.Tensor:
+    """The decoder tokens as rows, whether given per image (a list) or per tile (InternVL: 3-D)."""
+    parts = pooled if isinstance(pooled, (list, tuple)) else [pooled]
+    return torch.cat([p.reshape(-1, p.shape[-1]) for p in parts])
+
+
+def image_outputs(model: nn.Module, tower: str, inputs: dict[str, Any]) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    """The tokens the tower hands to the decoder, through the model's own image path, and what else
+    the decoder takes from it (Qwen3-VL's deepstack features, added to its first layers' states)."""
+    if tower == "llama4" or (tower == "pixtral" and inputs["pixel_values"].device.type == "meta"):
+        return image_features(model, tower, inputs), []
+    out = getattr(model, "model", model).get_image_features(**inputs)
+    return _flat(out.pooler_output), [_flat(f) for f in getattr(out, "deepstack_features", None) or []]
+
+
 def image_features(model: nn.Module, tower: str, inputs: dict[str, Any]) -> torch.Tensor:
     """The tokens the tower hands to the decoder, through the model's own image path."""
     inner = getattr(model, "model", model)  # Llama 4's wrapper holds its parts itself
@@ -178,9 +193,7 @@ def image_features(model: nn.Module, tower: str, inputs: dict[str, Any]) -> torc
         return out.pooler_output.reshape(-1, out.pooler_output.shape[-1])  # projected inside, as the others
     if tower == "pixtral" and inputs["pixel_values"].device.type == "meta":
         return _mistral3_features_on_meta(inner, inputs)
-    out = inner.get_image_features(**inputs)
-    pooled = out.pooler_output
-    return torch.cat([p.reshape(-1, p.shape[-1]) for p in pooled]) if isinstance(pooled, (list, tuple)) else pooled
+    return image_outputs(model, tower, inputs)[0]
 
 
 def _mistral3_features_on_meta(inner: nn.Module, inputs: dict[str, Any]) -> torch.Tensor:
@@ -198,9 +211,9 @@ def run_tower(model: nn.Module, tower: str, inputs: dict[str, Any], backward: bo
     _ACTIVE.append(tally)
     try:
         with torch.set_grad_enabled(backward):
-            feats = image_features(model, tower, inputs)
-            if backward:
-                feats.float().sum().backward()
+            feats, extra = image_outputs(model, tower, inputs)
+            if backward:  # from every output the decoder takes: each one's GEMMs get a gradient
+                sum((f.float().sum() for f in extra), feats.float().sum()).backward()
                 tally.ran_backward = True
     finally:
         _ACTIVE.pop()

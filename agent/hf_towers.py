@@ -1,0 +1,221 @@
+"""The towers of a vision-language wrapper transformers builds, read off their modules (docs/flops.md,
+"The structural count", "Towers").
+
+A wrapper (Qwen3-VL, Qwen3.5 with its vision tower, InternVL) is built by transformers on the meta
+device, as the structural count builds a decoder; every child of the wrapper's inner model that
+is not the decoder and holds GEMMs is a tower. A tower whose attention the count knows
+(``GRID_TOWERS``: every block attends in full within each frame, the images described by
+``image_grid_thw``; ``TILE_TOWERS``: fixed-size tiles with a class token) becomes a
+:class:`VisionSpec` with its widths read off the modules, and the formula is then held to the
+modules: each block's GEMMs are the formula's q, k, v, o and MLP, the projector is every GEMM of
+the mergers (the deepstack ones included) or of the projector beside the tower, and nothing else
+in the tower runs a GEMM. Any other tower is refused in one line naming its module class.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from packscope.core.hf_fields import HFConfigError
+from packscope.core.vision import VisionSpec
+
+# Tower classes whose attention is known: full in every block, each frame within itself
+# (``get_vision_attention_seqlens`` with ``merge_temporal=False``), images from ``image_grid_thw``.
+GRID_TOWERS = {
+    "Qwen3VLVisionModel": "qwen3_vl",
+    "Qwen3VLMoeVisionModel": "qwen3_vl",
+    "Qwen3_5VisionModel": "qwen3_5",
+    "Qwen3_5MoeVisionModel": "qwen3_5",
+}
+# Tower classes of fixed-size tiles (the count is pixel_values.shape[0]), each with a class token
+# attending with the tile's patches, and the projector class the wrapper keeps beside each.
+TILE_TOWERS = {"InternVLVisionModel": "internvl"}
+PROJECTORS = {"InternVLMultiModalProjector": "InternVLVisionModel"}
+# Names wrappers give their decoder (besides the module get_decoder() returns): never a tower.
+_DECODER_NAMES = ("language_model", "text_model")
+
+
+def _is_gemm(module: Any) -> bool:
+    from torch import nn
+
+    return isinstance(module, (nn.Linear, nn.Conv1d, nn.Conv2d, nn.Conv3d))
+
+
+def _is_linear(module: Any) -> bool:
+    from torch import nn
+
+    return isinstance(module, nn.Linear)
+
+
+def _holds_gemms(module: Any) -> bool:
+    return any(_is_gemm(m) for m in module.modules())
+
+
+def _linear_macs(module: Any) -> int:
+    from torch import nn
+
+    return sum(m.in_features * m.out_features for m in module.modules() if isinstance(m, nn.Linear))
+
+
+def towers(model: Any) -> dict[str, Any]:
+    """The wrapper's towers by name: the children of its inner model, other than the decoder, that
+    hold GEMMs (none for a decoder-only model)."""
+    inner = getattr(model, "model", None)
+    decoder = model.get_decoder()
+    if inner is None or inner is decoder:
+        return {}
+    return {
+        name: child
+        for name, child in inner.named_children()
+        if child is not decoder and name not in _DECODER_NAMES and _holds_gemms(child)
+    }
+
+
+def _refuse(mt: str, name: str, module: Any, why: str) -> HFConfigError:
+    return HFConfigError(f"{mt}: the tower in '{name}' ({type(module).__name__}) is not counted: {why}")
+
+
+def _patch_embedding(mt: str, name: str, tower: Any, conv: Any) -> tuple[int, int, int]:
+    """(hidden, values one patch reads, patch side) of the patch convolution, a GEMM per patch."""
+    from torch import nn
+
+    if not isinstance(conv, (nn.Conv2d, nn.Conv3d)) or conv.stride != conv.kernel_size or conv.groups != 1:
+        raise _refuse(mt, name, tower, "its patch embedding is not one non-overlapping convolution")
+    if len(set(conv.kernel_size[-2:])) != 1:
+        raise _refuse(mt, name, tower, f"its patches are not square ({conv.kernel_size})")
+    return conv.out_channels, conv.weight[0].numel(), conv.kernel_size[-1]
+
+
+def _block_widths(mt: str, name: str, tower: Any, attn: Any, mlp: Any, hidden: int) -> tuple[int, int, bool]:
+    """(heads, MLP width, gated) of the first block, whose attention must span the hidden size."""
+    from torch import nn
+
+    if attn.num_heads * attn.head_dim != hidden:
+        raise _refuse(mt, name, tower, f"its attention is {attn.num_heads} x {attn.head_dim} wide, not {hidden}")
+    linears = [m for m in mlp.modules() if isinstance(m, nn.Linear)]
+    if len(linears) not in (2, 3):
+        raise _refuse(mt, name, tower, f"its MLP ({type(mlp).__name__}) is not two or three matrices")
+    return attn.num_heads, linears[0].out_features, len(linears) == 3
+
+
+def _gemm_pairs(mt: str, name: str, tower: Any, parts: list[Any], reads: int) -> tuple[tuple[int, int], ...]:
+    """(in, out) of every GEMM of the projector ``parts``, each part reading ``reads`` values first."""
+    pairs = []
+    for part in parts:
+        gemms = [m for m in part.modules() if _is_gemm(m)]
+        if not all(_is_linear(m) for m in gemms) or not gemms or gemms[0].in_features != reads:
+            raise _refuse(
+                mt, name, tower, f"its projector {type(part).__name__} does not read {reads} values per token"
+            )
+        pairs += [(m.in_features, m.out_features) for m in gemms]
+    return tuple(pairs)
+
+
+def _checked(mt: str, name: str, tower: Any, spec: dict[str, Any], blocks: list[Any], parts: list[Any]) -> VisionSpec:
+    """The VisionSpec, held to the modules: every block's GEMMs are the formula's q, k, v, o and MLP,
+    and no GEMM of the tower lies outside the patch embedding, the blocks and the projector."""
+    try:
+        vision = VisionSpec(layers=len(blocks), **spec)
+    except ValueError as exc:
+        raise _refuse(mt, name, tower, str(exc)) from None
+    for i, block in enumerate(blocks):
+        if _linear_macs(block) != vision.block_macs or any(_is_gemm(m) and not _is_linear(m) for m in block.modules()):
+            raise _refuse(mt, name, tower, f"block {i}'s GEMMs are not q, k, v, o and the MLP of the others")
+    placed = {id(m) for part in (*blocks, *parts) for m in part.modules()}
+    for sub, module in tower.named_modules():
+        if _is_gemm(module) and id(module) not in placed:
+            raise _refuse(mt, name, tower, f"its module '{sub}' ({type(module).__name__}) is not placed")
+    return vision
+
+
+def _mergers(mt: str, name: str, tower: Any) -> list[Any]:
+    """The merger and the deepstack mergers that run (one per index within the blocks)."""
+    indexes = list(getattr(tower, "deepstack_visual_indexes", None) or [])
+    deepstack = list(getattr(tower, "deepstack_merger_list", None) or [])
+    if len(set(indexes)) != len(indexes) or any(not 0 <= i < len(tower.blocks) for i in indexes):
+        raise _refuse(mt, name, tower, f"deepstack_visual_indexes {indexes} are not distinct blocks of the tower")
+    if len(deepstack) != len(indexes):
+        raise _refuse(mt, name, tower, "its deepstack mergers do not match deepstack_visual_indexes")
+    return [tower.merger, *deepstack]
+
+
+def grid_tower(mt: str, name: str, tower: Any) -> VisionSpec:
+    """The VisionSpec of a tower of ``GRID_TOWERS``, every GEMM of it placed and checked."""
+    conv = tower.patch_embed.proj
+    hidden, patch_inputs, patch_size = _patch_embedding(mt, name, tower, conv)
+    blocks = list(tower.blocks)
+    heads, ffn, gated = _block_widths(mt, name, tower, blocks[0].attn, blocks[0].mlp, hidden)
+    merge = tower.spatial_merge_size
+    mergers = _mergers(mt, name, tower)
+    spec = {
+        "tower": GRID_TOWERS[type(tower).__name__],
+        "hidden": hidden,
+        "heads": heads,
+        "ffn": ffn,
+        "gated": gated,
+        "patch_size": patch_size,
+        "patch_inputs": patch_inputs,
+        "spatial_merge": merge,
+        "projector": _gemm_pairs(mt, name, tower, mergers, hidden * merge * merge),
+    }
+    return _checked(mt, name, tower, spec, blocks, [conv, *mergers])
+
+
+def tile_tower(mt: str, name: str, tower: Any, projector: Any, config: Any) -> VisionSpec:
+    """InternVL's tower: fixed-size tiles of (image_size / patch)² patches and a class token, all
+    attending to each other, the class token dropped (``vision_feature_select_strategy`` default),
+    a pixel shuffle of 1 / ``downsample_ratio`` a side (no GEMM), then the projector per token."""
+    if config.vision_feature_layer != -1:
+        raise _refuse(mt, name, tower, f"vision_feature_layer {config.vision_feature_layer!r} is not read (only -1)")
+    if config.vision_feature_select_strategy != "default":
+        raise _refuse(mt, name, tower, "vision_feature_select_strategy 'full' keeps the class token: not read")
+    merge = round(1 / config.downsample_ratio)
+    if merge * config.downsample_ratio != 1:
+        raise _refuse(mt, name, tower, f"downsample_ratio {config.downsample_ratio} is not 1/k")
+    embeddings = tower.embeddings
+    conv = embeddings.patch_embeddings.projection
+    hidden, patch_inputs, patch_size = _patch_embedding(mt, name, tower, conv)
+    blocks = list(tower.encoder.layer)
+    heads, ffn, gated = _block_widths(mt, name, tower, blocks[0].attention, blocks[0].mlp, hidden)
+    spec = {
+        "tower": TILE_TOWERS[type(tower).__name__],
+        "hidden": hidden,
+        "heads": heads,
+        "ffn": ffn,
+        "gated": gated,
+        "patch_size": patch_size,
+        "patch_inputs": patch_inputs,
+        "spatial_merge": merge,
+        "projector": _gemm_pairs(mt, name, tower, [projector], hidden * merge * merge),
+        "class_tokens": 1 if getattr(embeddings, "cls_token", None) is not None else 0,
+        "image_grid": tuple(embeddings.patch_embeddings.patch_shape),
+    }
+    return _checked(mt, name, tower, spec, blocks, [conv])
+
+
+def vision_from_structure(model: Any, mt: str) -> tuple[VisionSpec | None, list[Any]]:
+    """(the vision tower's spec or None, the tower modules placed) of a built model; a tower that
+    cannot be counted is refused in one line naming its class (all of them, if several)."""
+    found = towers(model)
+    classes = {type(t).__name__ for t in found.values()}
+    known = set(GRID_TOWERS) | set(TILE_TOWERS) | {p for p, t in PROJECTORS.items() if t in classes}
+    refused = [f"'{name}' ({type(t).__name__})" for name, t in found.items() if type(t).__name__ not in known]
+    if refused:
+        raise HFConfigError(
+            f"{mt}: the tower{'s' if len(refused) > 1 else ''} in {', '.join(refused)} "
+            f"{'are' if len(refused) > 1 else 'is'} not counted yet; count the decoder by giving its text_config "
+            "alone (with the text model_type)"
+        )
+    towers_only = {n: t for n, t in found.items() if type(t).__name__ not in PROJECTORS}
+    if len(towers_only) > 1:
+        raise HFConfigError(f"{mt}: {len(towers_only)} vision towers ({', '.join(towers_only)}); packscope counts one")
+    if not towers_only:
+        return None, []
+    ((name, tower),) = towers_only.items()
+    if type(tower).__name__ in GRID_TOWERS:
+        return grid_tower(mt, name, tower), [tower]
+    (projector,) = (t for t in found.values() if PROJECTORS.get(type(t).__name__) == type(tower).__name__)
+    return tile_tower(mt, name, tower, projector, model.config), [tower, projector]
+
+
+__all__ = ["GRID_TOWERS", "PROJECTORS", "TILE_TOWERS", "grid_tower", "tile_tower", "towers", "vision_from_structure"]
