@@ -50,11 +50,16 @@ from packscope.core.ports import free_port
 GENERATOR = Path(__file__).resolve().parent / "fanin_generator.py"
 
 
-def serve(database_url: str, workers: int, log: Path) -> tuple[subprocess.Popen[bytes], str]:
+def serve(database_url: str, workers: int, log: Path, prelude: str | None) -> tuple[subprocess.Popen[bytes], str]:
     """`packscope serve` as deployed: its worker processes, no access log, no tokens; its log to
-    `log` (uvicorn's supervisor says there when it replaced a worker that missed its health check)."""
+    `log` (uvicorn's supervisor says there when it replaced a worker that missed its health check).
+    `prelude`: Python every server process runs first (a sitecustomize.py: the workers are spawned
+    afresh, so only the interpreter's start reaches them), for a side-by-side variant."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PACKSCOPE_")}
+    if prelude:
+        (log.parent / "sitecustomize.py").write_text(prelude + "\n")
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(log.parent), env.get("PYTHONPATH")]))
     command = [sys.executable, "-m", "packscope", "serve", "--port", str(port), "--workers", str(workers)]
     command += ["--database-url", database_url, "--no-access-log"]
     # Not from the checkout, whose alembic/ would shadow the library.
@@ -228,6 +233,9 @@ def one_rate(
         "stored_not_acknowledged": len(stored - acked),
         "stored_not_acknowledged_unanswered": len((stored - acked) & unanswered),
         "run_totals_rows": totals_rows,
+        # Nothing lost: every key acknowledged is stored, once; a key stored but not acknowledged
+        # must be one whose answer never came (the agent would replay it: a duplicate, not a row).
+        "nothing_lost": not (acked - stored) and (stored - acked) <= unanswered and len(keys) == totals_rows,
         "stored_equals_acknowledged": stored == acked and len(keys) == len(acknowledged) == totals_rows,
     }
 
@@ -243,6 +251,7 @@ def main() -> None:
     parser.add_argument("--loop", choices=["uvloop", "asyncio"], default="uvloop", help="the generators' loop")
     parser.add_argument("--py-spy", metavar="DIR", help="py-spy record each server worker during the first rate")
     parser.add_argument("--py-spy-bin", default="py-spy", help="the py-spy executable")
+    parser.add_argument("--server-prelude", metavar="CODE", help="Python each server process runs first (A/B)")
     parser.add_argument("--smoke", action="store_true", help="8 connections of 64 ranks, 40 req/s for 1 s")
     args = parser.parse_args()
     if args.smoke:
@@ -258,6 +267,7 @@ def main() -> None:
         "generator_processes": args.processes,
         "generator_loop": args.loop,
         "server_workers": args.workers,
+        "server_prelude": args.server_prelude,
         "ranks": args.ranks,
         "seconds_per_rate": args.seconds,
         "load_avg_at_start": os.getloadavg(),
@@ -265,7 +275,7 @@ def main() -> None:
     with scratch_database("postgresql") as database_url:
         dbname = database_url.rsplit("/", 1)[1]
         log = Path(tempfile.mkdtemp(prefix="fanin-server-")) / "server.log"
-        server, url = serve(database_url, args.workers, log)
+        server, url = serve(database_url, args.workers, log, args.server_prelude)
         try:
             out["rates"] = [one_rate(url, dbname, server, log, rate, args) for rate in rates]
         finally:
