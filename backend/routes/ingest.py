@@ -284,7 +284,7 @@ BATCH_PATH = re.compile(r"/api/v1/runs/([^/]+)/intervals")  # the route's path, 
 class BatchFastPath:
     """An ASGI middleware, the innermost: POST /api/v1/runs/{run_id}/intervals goes straight to
     the lean handler, past FastAPI's exception and exit-stack middlewares and the router (which
-    tries the app's routes one by one): about half the app's CPU a one-record request
+    tries the app's routes one by one): 0.6 to 0.7 times the app's CPU a one-record request
     (docs/benchmarks/2026-12-06-2core-ranks.md#dev-2026-12-06-fanin). Every middleware outside it
     (the security guards) still runs; what the handler raises is answered by the app's own
     handlers, looked up as Starlette's exception middleware looks them up, and what none answers
