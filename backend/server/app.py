@@ -141,7 +141,9 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.include_router(pages.router)
     app.add_exception_handler(pages.SignInRequired, pages.sign_in_required)
     app.mount("/static", StaticFiles(directory=STATIC_DIR), name="static")
-    # Outermost last: every refusal below still carries the security headers.
+    # Outermost last: every refusal below still carries the security headers. Innermost, inside
+    # every guard: the batch route served without the router (routes/ingest.py).
+    app.add_middleware(ingest.BatchFastPath)
     app.add_middleware(SignInGuard, per_minute=settings.sign_in_per_minute)
     app.add_middleware(
         TokenGuard,

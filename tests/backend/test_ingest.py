@@ -468,6 +468,32 @@ def test_the_batch_route_answers_as_fastapis_handler_without_resolving_dependenc
     assert resolved == 1  # the run's creation; no batch
 
 
+def test_the_batch_route_is_served_past_the_router_and_every_guard_still_runs(client, run, records, monkeypatch):
+    """routes.ingest.BatchFastPath: a batch never reaches FastAPI's exit-stack middleware and the
+    router behind it (a read still does), and the security middlewares outside still refuse it."""
+    import fastapi.middleware.asyncexitstack as exit_stack
+
+    routed = []
+    through = exit_stack.AsyncExitStackMiddleware.__call__
+
+    async def counted(self, scope, receive, send):
+        routed.append(scope["path"])
+        await through(self, scope, receive, send)
+
+    monkeypatch.setattr(exit_stack.AsyncExitStackMiddleware, "__call__", counted)
+    assert client.post(BATCH, json={"intervals": records(2)}).json() == {"accepted": 2, "duplicates": 0}
+    assert client.post("/api/v1/runs/nobody/intervals", json={"intervals": records(1)}).status_code == 404
+    assert client.post("/api/v1/runs/bad%20id/intervals", json={"intervals": records(1)}).status_code == 422
+    assert routed == []
+    assert client.get(RUN).status_code == 200
+    assert routed == [RUN]
+    # WriteGuard, outside: a form post is refused before the route sees it.
+    refused = client.post(BATCH, content=b"intervals=1", headers={"Content-Type": "application/x-www-form-urlencoded"})
+    assert refused.status_code == 415 and stored_intervals(client) == 2
+    # Another method on the path still meets the router's 405.
+    assert client.put(BATCH, json={}).status_code == 405 and routed[-1] == BATCH
+
+
 def test_sync_site_counts_at_the_int64_edge_are_stored_saturated(database_url, make_client, new_run, records):
     """Two records (and a second batch) with a site count of 2^63 - 1: the run's total for the
     site stops at 2^63 - 1 on both databases (SQLite raised OverflowError, a 500; across two
