@@ -17,8 +17,8 @@ from typing import Any
 from sqlalchemy import Connection, Engine, text
 
 from packscope.backend.alerts.config import AlertConfig, thresholds_for, webhooks_of
-from packscope.backend.alerts.inputs import read_intervals, reported_through, run_facts, run_row
-from packscope.backend.alerts.rules import CLEAR, ONE_PER_RUN, Firing, judge
+from packscope.backend.alerts.inputs import read_intervals, reported_through, run_facts, run_row, with_rank_details
+from packscope.backend.alerts.rules import CLEAR, NAMES_RANK_DETAILS, ONE_PER_RUN, Firing, judge
 from packscope.backend.alerts.state import open_alert, open_alerts, resolve_alert
 from packscope.backend.store.db import WRITES
 
@@ -45,9 +45,18 @@ def decide(
     t = thresholds_for(connection, config, run["project"])
     facts = dataclasses.replace(run_facts(run, now), reported=reported_through(connection, run_pk))
     read = read_intervals(connection, run_pk, t)
-    through = max((i.interval for i in read), default=None)
-    verdicts = judge(facts, read, t)
     opened = open_alerts(connection, run_pk)
+    actions = _actions(judge(facts, read, t), opened, max((i.interval for i in read), default=None))
+    if any(a.kind == "open" and a.rule in NAMES_RANK_DETAILS for a in actions):
+        # What such an alert names (the ledger term that grew, the sync site) needs every rank's row.
+        read = with_rank_details(connection, run_pk, read)
+        actions = _actions(judge(facts, read, t), opened, max((i.interval for i in read), default=None))
+    return run, actions
+
+
+def _actions(
+    verdicts: Mapping[str, Mapping[str, Any]], opened: Mapping[tuple[str, str], int], through: int | None
+) -> list[Action]:
     actions: list[Action] = []
     for rule, by_subject in verdicts.items():
         for subject, verdict in by_subject.items():
@@ -63,7 +72,7 @@ def decide(
                 actions.append(Action("resolve", rule, subject, alert_id=held, through=through))
             elif isinstance(verdict, Firing) and held is None:
                 actions.append(Action("open", rule, subject, verdict))
-    return run, actions
+    return actions
 
 
 def evaluate_run(engine: Engine, run_pk: int, config: AlertConfig) -> list[Action]:

@@ -1,20 +1,32 @@
 """What the rules read of one run: its facts (status shown, silence, layout, coefficients, hosts) and
 the intervals of two windows, the first ones (warm-up and baseline) and the latest ones, each
-interval's rows summed over its ranks with the catalogue's SUMS (a bounded read: at most
-RECENT_INTERVALS + the baseline's intervals, whatever the run's length)."""
+interval's rows summed over its ranks with the catalogue's SUMS and its ranks' step-time summaries
+(a bounded read: at most RECENT_INTERVALS + the baseline's intervals, whatever the run's length,
+and a few rows an interval, whatever its number of ranks)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Connection, func, select
 
 from packscope.backend.alerts.rules import ONE_PER_RUN, Interval, RunFacts, Thresholds
+from packscope.backend.reads.ledger import summed_columns
 from packscope.backend.reads.liveness import as_utc, liveness
-from packscope.backend.store.models import Run, alerts, interval_details, intervals, nonfinite_losses
+from packscope.backend.store.models import (
+    Run,
+    alerts,
+    interval_details,
+    intervals,
+    nonfinite_losses,
+    rank_slowest,
+    rank_time_buckets,
+)
+from packscope.backend.store.rank_summaries import SLOWEST_KEPT
 from packscope.core.catalogue import FLOAT_OPS, SUM_FIELDS, SUM_NAMES, SUMS, Coefficients
 
 # The latest intervals read: enough for every rule's streak, also where the agent counts the
@@ -75,50 +87,90 @@ def _indexes(connection: Connection, run_pk: int, first: int, last: int) -> list
 
 
 def read_intervals(connection: Connection, run_pk: int, t: Thresholds) -> list[Interval]:
-    """The run's first (warm-up and baseline) and latest intervals that every rank has sent."""
+    """The run's first (warm-up and baseline) and latest intervals that every rank has sent: each
+    one's sums over its ranks (added by the database) and its ranks' step-time summaries (kept at
+    ingest), so a judgement reads a few rows an interval at 8 ranks as at 16,384. The per-rank
+    sums and sync sites are read only where an alert that names them is about to open
+    (with_rank_details)."""
     wanted = _indexes(connection, run_pk, t.warmup_intervals + t.baseline_intervals, RECENT_INTERVALS)
     if not wanted:
         return []
-    columns = [intervals.c[name] for name in _COLUMNS]
-    rows = connection.execute(
-        select(*columns, interval_details.c.sync_sites)
-        .join(interval_details, interval_details.c.interval_id == intervals.c.id)
+    totals = connection.execute(
+        select(intervals.c.interval, func.count().label("ranks"), func.max(intervals.c.wall_end).label("wall_end"),
+               *summed_columns())
         .where(intervals.c.run_pk == run_pk, intervals.c.interval.in_(wanted))
-    ).all()
-    diverged = set(
+        .group_by(intervals.c.interval)
+    ).all()  # fmt: skip
+    complete = max((row.ranks for row in totals), default=0)
+    slowest = _per_interval(connection, rank_slowest, run_pk, wanted)
+    buckets = _per_interval(connection, rank_time_buckets, run_pk, wanted)
+    diverged = _diverged(connection, run_pk, wanted)
+    out = []
+    for row in sorted(totals, key=lambda r: r.interval):
+        if row.ranks < complete:
+            continue  # its other ranks' rows are on their way
+        kept = tuple(slowest.get(row.interval, ()))[:SLOWEST_KEPT]  # cut what concurrent writers left over
+        sums = {name: float(row._mapping[name] or 0.0) for name in SUM_NAMES}
+        index = row.interval
+        out.append(
+            Interval(index, float(row.wall_end), sums, int(row.ranks), kept, tuple(buckets.get(index, ())),
+                     nonfinite_loss=index in diverged)
+        )  # fmt: skip
+    return out
+
+
+def _per_interval(connection: Connection, table: Any, run_pk: int, wanted: list[int]) -> dict[int, list[Any]]:
+    """rank_slowest's (rank, step time), slowest first and the lowest rank among equals, or
+    rank_time_buckets' (ranks, least, greatest) in bucket order, of each wanted interval."""
+    if table is rank_slowest:
+        columns: tuple[Any, ...] = (table.c.rank, table.c.step_time_s)
+        order: tuple[Any, ...] = (table.c.step_time_s.desc(), table.c.rank)
+    else:
+        columns, order = (table.c.ranks, table.c.step_time_min, table.c.step_time_max), (table.c.bucket,)
+    found: dict[int, list[Any]] = {}
+    rows = connection.execute(
+        select(table.c.interval, *columns)
+        .where(table.c.run_pk == run_pk, table.c.interval.in_(wanted))
+        .order_by(table.c.interval, *order)
+    )
+    for interval, *rest in rows:
+        found.setdefault(interval, []).append((int(rest[0]), float(rest[1]), *(float(x) for x in rest[2:])))
+    return found
+
+
+def _diverged(connection: Connection, run_pk: int, wanted: list[int]) -> set[int]:
+    return set(
         connection.execute(
             select(nonfinite_losses.c.interval).where(
                 nonfinite_losses.c.run_pk == run_pk, nonfinite_losses.c.interval.in_(wanted)
             )
         ).scalars()
     )
-    return assembled(rows, diverged)
 
 
-def assembled(rows: Sequence[Sequence[Any]], diverged: set[int]) -> list[Interval]:
-    """Rows of (_COLUMNS..., sync_sites) as Intervals; an interval missing a rank that others sent
-    is left out (its other rows are on their way)."""
-    by_interval: dict[int, list[dict[str, Any]]] = {}
+def with_rank_details(connection: Connection, run_pk: int, read: Sequence[Interval]) -> list[Interval]:
+    """`read` with each interval's per-rank sums and sync sites: every rank's row of each, so
+    read only where an alert that names them (the ledger term that grew, the sync site) opens."""
+    if not read:
+        return []
+    columns = [intervals.c[name] for name in _COLUMNS]
+    rows = connection.execute(
+        select(*columns, interval_details.c.sync_sites)
+        .join(interval_details, interval_details.c.interval_id == intervals.c.id)
+        .where(intervals.c.run_pk == run_pk, intervals.c.interval.in_([i.interval for i in read]))
+    ).all()
+    rank_sums: dict[int, dict[int, dict[str, float]]] = {}
+    sites: dict[int, dict[str, int]] = {}
     for row in rows:
         fields = dict(zip(_COLUMNS, row[: len(_COLUMNS)], strict=True))
-        fields["sync_sites"] = row[len(_COLUMNS)]
-        by_interval.setdefault(fields["interval"], []).append(fields)
-    ranks = max((len(r) for r in by_interval.values()), default=0)
-    out = []
-    for index, members in sorted(by_interval.items()):
-        if len(members) < ranks:
-            continue
-        rank_sums = {m["rank"]: _sums(m) for m in members}
-        total = dict.fromkeys(SUM_NAMES, 0.0)
-        sites: dict[str, int] = {}
-        for m, sums in zip(members, rank_sums.values(), strict=True):
-            for name in SUM_NAMES:
-                total[name] += sums[name]
-            for site, n in (m["sync_sites"] or {}).items():
-                sites[site] = sites.get(site, 0) + int(n)
-        wall_end = max(float(m["wall_end"]) for m in members)
-        out.append(Interval(index, wall_end, total, rank_sums, sites, index in diverged))
-    return out
+        index = fields["interval"]
+        rank_sums.setdefault(index, {})[fields["rank"]] = _sums(fields)
+        into = sites.setdefault(index, {})
+        for site, n in (row[len(_COLUMNS)] or {}).items():
+            into[site] = into.get(site, 0) + int(n)
+    return [
+        dataclasses.replace(i, rank_sums=rank_sums.get(i.interval, {}), sites=sites.get(i.interval, {})) for i in read
+    ]
 
 
 def _sums(fields: Mapping[str, Any]) -> dict[str, float]:

@@ -23,6 +23,7 @@ from typing import Any
 
 from packscope.backend.formulas.ledger import ledger_terms, step_time_s
 from packscope.backend.reads.liveness import CRASHED_BEATS
+from packscope.backend.reads.ranks import order_statistic
 from packscope.core.catalogue import FLOAT_OPS, METRIC, SUM_NAMES, Coefficients, sync_counted_steps
 
 RULES = ("stalled", "crashed", "slowdown", "straggler", "sync_regression", "nonfinite_loss", "mfu_floor")
@@ -32,6 +33,9 @@ ONE_PER_RUN = frozenset({"sync_regression"})
 # The loss ledger's term each rule maps to (backend/formulas/ledger.py); slowdown and mfu_floor
 # name the term that grew (or the largest) at the time.
 LEDGER_TERM = {"straggler": "stragglers", "sync_regression": "host_syncs"}
+# Rules whose alert names what only every rank's rows tell (Interval.rank_sums, .sites): the
+# ledger term that grew or is largest, the sync site; read when one of them is about to open.
+NAMES_RANK_DETAILS = frozenset({"slowdown", "mfu_floor", "sync_regression"})
 _DENSE_LAYOUTS = frozenset({"bshd"})  # the layouts whose baseline count is the work that ran
 
 
@@ -91,13 +95,18 @@ class Thresholds:
 
 @dataclass(frozen=True)
 class Interval:
-    """One interval of a run: its catalogue sums over every rank, each rank's, its sync sites
-    ({site: count}, over the ranks) and whether a rank sent a non-finite loss."""
+    """One interval of a run: its catalogue sums over every rank, its ranks' step times as the
+    rank summaries keep them (store/rank_summaries.py), whether a rank sent a non-finite loss,
+    and, where an alert that names them is about to open (inputs.with_rank_details), each rank's
+    sums and the sync sites ({site: count}, over the ranks)."""
 
     interval: int
     wall_end: float
     sums: Mapping[str, float]
-    rank_sums: Mapping[int, Mapping[str, float]]
+    ranks: int = 1  # the ranks that sent it
+    slowest: tuple[tuple[int, float], ...] = ()  # (rank, step time) of its slowest ranks, slowest first
+    buckets: tuple[tuple[int, float, float], ...] = ()  # (ranks, least, greatest) step time per bucket
+    rank_sums: Mapping[int, Mapping[str, float]] = field(default_factory=dict)
     sites: Mapping[str, int] = field(default_factory=dict)
     nonfinite_loss: bool = False
 
@@ -307,27 +316,66 @@ def slowdown(facts: RunFacts, windows: Windows, t: Thresholds) -> Verdicts:
     return {"": Firing(summary, details, term)}
 
 
+def _order_statistic(i: Interval, k: int) -> float:
+    """The k-th smallest step time (1-based) of the interval's ranks: exact where it is one of the
+    slowest ranks kept, else from the buckets (within a bucket's width, reads/ranks.py)."""
+    from_top = i.ranks - k  # 0: the slowest
+    return i.slowest[from_top][1] if from_top < len(i.slowest) else order_statistic(i.buckets, k)
+
+
+def _others_median(i: Interval, position: int) -> float | None:
+    """statistics.median of the interval's step times but the one at `position` (1-based, ascending)."""
+    m = i.ranks - 1
+    if m < 1:
+        return None
+
+    def kth(k: int) -> float:
+        return _order_statistic(i, k if k < position else k + 1)
+
+    try:
+        return kth((m + 1) // 2) if m % 2 else (kth(m // 2) + kth(m // 2 + 1)) / 2
+    except ValueError:  # the summaries do not hold the interval's ranks (yet)
+        return None
+
+
+def rank_ratio(i: Interval, rank: int, limit: float) -> tuple[bool | None, float | None]:
+    """(breach, ratio) of `rank` in interval `i`: its step time over the median of the other ranks'.
+    A rank below the slowest kept is judged by the least of them, which bounds its ratio (its time
+    is no longer, the others' median no shorter): no breach where that bound is within the limit,
+    undecided otherwise; a rank that did not send the interval is undecided."""
+    for j, (kept_rank, time) in enumerate(i.slowest):
+        if kept_rank == rank:
+            median = _others_median(i, i.ranks - j)
+            if not median:
+                return None, None
+            return time / median > limit, time / median
+    if i.ranks <= len(i.slowest) or not i.slowest:
+        return None, None  # every rank is kept: this one did not send it
+    bound_median = _others_median(i, i.ranks - len(i.slowest) + 1)
+    if bound_median and i.slowest[-1][1] / bound_median <= limit:
+        return False, None
+    return None, None
+
+
 def straggler(facts: RunFacts, windows: Windows, t: Thresholds) -> Verdicts:
-    """A rank whose step time is above the median of the other ranks' by straggler_pct."""
-    c = facts.coefficients
+    """A rank whose step time is above the median of the other ranks' by straggler_pct. Judged
+    from the rank summaries: the ranks among an interval's slowest, and those with an open alert."""
     intervals = [*windows.baseline, *windows.later]
-    ranks = sorted({r for i in intervals for r in i.rank_sums})
     limit = 1.0 + t.straggler_pct / 100.0
+    opened = {int(s.removeprefix("rank ")) for (rule, s), v in facts.reported.items()
+              if rule == "straggler" and v == math.inf and s.startswith("rank ")}  # fmt: skip
+    ranks = sorted({r for i in intervals for r, _ in i.slowest} | opened)
     out: Verdicts = {}
     for rank in ranks:
-        ratios: list[float | None] = []
-        for i in intervals:
-            times = {r: step_time_s(s, c) for r, s in i.rank_sums.items()}
-            own, others = times.get(rank), [v for r, v in times.items() if r != rank and v is not None]
-            ratios.append(None if own is None or not others else own / statistics.median(others))
-        breaches = [(i.interval, None if x is None else x > limit) for i, x in zip(intervals, ratios, strict=True)]
+        judged = [rank_ratio(i, rank, limit) for i in intervals]
+        breaches = [(i.interval, b) for i, (b, _) in zip(intervals, judged, strict=True)]
         subject = f"rank {rank}"
         n = t.straggler_intervals
         state, fired = judged_streak(breaches, n, n, facts.reported_through("straggler", subject))
         if state is False:
             out[subject] = CLEAR
         elif state:
-            recent = [x for i, x in zip(intervals, ratios, strict=True) if i.interval in fired and x is not None]
+            recent = [x for i, (_, x) in zip(intervals, judged, strict=True) if i.interval in fired and x is not None]
             host = facts.hosts.get(rank)
             slower = 100.0 * (statistics.median(recent) - 1.0)
             where = f"on {host}" if host else "host not reported"

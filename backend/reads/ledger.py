@@ -39,6 +39,14 @@ class _ColumnOps:
 
 # Floats before any product, so that the database sums doubles, as the catalogue's sums are.
 _FIELDS = {name: cast(intervals.c[name], Float) for name in SUM_FIELDS} | {"rank": intervals.c.rank}
+
+
+def summed_columns() -> list[Any]:
+    """The catalogue's SUMS of interval rows as SQL aggregates, each labelled with its name: the
+    database adds each row's `Sum.value`, as the run's totals add them."""
+    return [func.sum(s.value(_FIELDS, _ColumnOps())).label(s.name) for s in SUMS]
+
+
 _IN_WINDOW = (
     intervals.c.run_pk == bindparam("run_pk"),
     intervals.c.interval.between(bindparam("first"), bindparam("last")),
@@ -48,7 +56,7 @@ _RANK_SUMS = (
         intervals.c.rank,
         func.min(intervals.c.first_step).label("first_step"),
         func.max(intervals.c.last_step).label("last_step"),
-        *(func.sum(s.value(_FIELDS, _ColumnOps())).label(s.name) for s in SUMS),
+        *summed_columns(),
     )
     .where(*_IN_WINDOW)
     .group_by(intervals.c.rank)

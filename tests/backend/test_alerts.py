@@ -7,6 +7,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import statistics
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -14,7 +15,7 @@ from typing import Any
 import pytest
 from alert_receiver import Receiver
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 from wire_records import packed_interval
 
 from packscope.backend.alerts.rules import Thresholds
@@ -164,6 +165,39 @@ def test_a_straggler_names_its_rank_and_host_and_resolves(client: TestClient):
     (alert,) = alerts_of(client, "run-a")
     assert alert["details"]["host"] == "node-b" and alert["ledger_term"] == "stragglers"
     assert alert["details"]["slower_pct"] == pytest.approx(60.0)
+
+
+def test_a_straggler_among_many_ranks_is_judged_from_the_rank_summaries_alone(client: TestClient):
+    """40 ranks of spread step times (more than the slowest kept per interval, several to a
+    bucket): rank 7, 40% slower for a streak, opens an alert whose figure is the one computed
+    here from every rank's times; the ranks just below the slowest kept fire nothing; and no
+    judging round reads a rank's row (only the summaries), however many ranks."""
+    ranks = 40
+    create(client, parallel={"dp": ranks})
+    n = T.straggler_intervals
+    times = [0.5 * (1 + 0.002 * r) for r in range(ranks)]  # 0.5 .. 0.539 s: up to 8% apart, no straggler
+    slow = range(BASE + 1, BASE + 1 + n)
+    records, expected = [], []
+    for k in range(BASE + 2 * n + 1):
+        these = [t * 1.4 if k in slow and r == 7 else t for r, t in enumerate(times)]
+        records += [interval(k, r, gpu_time_s=t) for r, t in enumerate(these)]
+        if k in slow:  # rank 7's time over the median of the other ranks' (steps cancel)
+            expected.append(these[7] / statistics.median(t for r, t in enumerate(these) if r != 7))
+    statements: list[str] = []
+    engine = client.app.state.alerts.engine  # type: ignore[attr-defined]
+    listen = lambda *a: statements.append(a[2])  # noqa: E731  (conn, cursor, statement, ...)
+    event.listen(engine, "before_cursor_execute", listen)
+    try:
+        seen = feed(client, "run-a", records)
+    finally:
+        event.remove(engine, "before_cursor_execute", listen)
+    assert seen[BASE + n] == [("straggler", "rank 7")] and seen[-1] == [], seen
+    (alert,) = alerts_of(client, "run-a")
+    assert alert["details"]["ratios"] == pytest.approx(expected, rel=3e-3)  # a bucket's width: 0.27%
+    assert alert["details"]["slower_pct"] == pytest.approx(100 * (statistics.median(expected) - 1), rel=1e-2)
+    judged = [q for q in statements if "rank_slowest" in q]
+    assert judged, "the judging rounds read the rank summaries"
+    assert not [q for q in statements if "interval_details" in q and "sync_sites" in q], "a rank's row was read"
 
 
 def test_a_sync_regression_names_the_new_site(client: TestClient):
