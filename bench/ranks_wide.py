@@ -11,6 +11,9 @@ on both alike.
   the per-rank matrix the endpoint read before the rank summaries (every sampled interval's raw
   rows), timed in-process;
 * the CSV export of the whole run (rows/s);
+* an alert judging round of the run (alerts/evaluate.decide: its reads and every rule), timed
+  in-process beside the read of every rank's row of the same intervals (what a round read before
+  the rounds read the rank summaries);
 * with --browser, the run page in Debian's chromium: ms from navigation until the ranks panel is
   drawn, and until the first chart is (browser_timing.py's conditions).
 
@@ -29,16 +32,23 @@ import signal
 import statistics
 import sys
 import time
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 from backend_scale import start_server
 from bench_data import record, run_body, scratch_database
+from sqlalchemy import select
 
+from packscope.backend.alerts.config import AlertConfig
+from packscope.backend.alerts.evaluate import decide
+from packscope.backend.alerts.inputs import read_intervals, with_rank_details
+from packscope.backend.alerts.rules import Thresholds
 from packscope.backend.ingest.batches import ingest_together
 from packscope.backend.ingest.rows import parsed_records
 from packscope.backend.reads import ranks as ranks_read
 from packscope.backend.store.db import WRITES, make_engine, make_sessionmaker, upgrade_schema
+from packscope.backend.store.models import Run
 from packscope.backend.store.runs import get_run
 from packscope.core.catalogue import MAX_BATCH
 
@@ -152,6 +162,22 @@ def raw_matrix_ms(make_session: Any, run_id: str, repeat: int) -> float:
     return median_ms(seconds)
 
 
+def judging_ms(engine: Any, run_id: str, repeat: int) -> dict[str, float]:
+    """An alert judging round (median ms) beside the read of every rank's row of its intervals."""
+    config, seconds, every_rank = AlertConfig(), [], []
+    with engine.connect() as connection:
+        run_pk = connection.execute(select(Run.id).where(Run.run_id == run_id)).scalar_one()
+        for _ in range(repeat):
+            t0 = time.perf_counter()
+            decide(connection, run_pk, config, datetime.now(UTC))
+            t1 = time.perf_counter()
+            with_rank_details(connection, run_pk, read_intervals(connection, run_pk, Thresholds()))
+            seconds.append(t1 - t0)
+            every_rank.append(time.perf_counter() - t1)
+        connection.rollback()
+    return {"round_ms_p50": median_ms(seconds), "every_rank_rows_ms_p50": median_ms(every_rank)}
+
+
 def csv_export(http: httpx.Client, run_id: str) -> dict[str, Any]:
     t0 = time.perf_counter()
     with http.stream("GET", f"/api/v1/runs/{run_id}/intervals.csv") as response:
@@ -208,6 +234,7 @@ def bench(database_url: str, args: argparse.Namespace) -> dict[str, Any]:
             out["runs"][run_id].update(measured)
         for run_id in run_ids:
             out["runs"][run_id]["raw_matrix_ms_p50"] = raw_matrix_ms(make_session, run_id, 3)
+            out["runs"][run_id]["alert_judging"] = judging_ms(engine, run_id, 3)
             out["runs"][run_id]["csv"] = csv_export(http, run_id)
             log(f"{run_id}: csv {out['runs'][run_id]['csv']}")
         if args.browser:
@@ -220,6 +247,7 @@ def bench(database_url: str, args: argparse.Namespace) -> dict[str, Any]:
             "ranks_ms_p50": last["ms_p50"]["ranks"] / first["ms_p50"]["ranks"],
             "ranks_bytes": last["bytes"]["ranks"] / first["bytes"]["ranks"],
             "one_interval_us_per_record": last["one_interval_us_per_record"] / first["one_interval_us_per_record"],
+            "alert_round_ms_p50": last["alert_judging"]["round_ms_p50"] / first["alert_judging"]["round_ms_p50"],
         }
         out["load_avg_end"] = os.getloadavg()
         return out
