@@ -47,6 +47,7 @@ class Thresholds:
     baseline_intervals: int = 5  # the intervals after the warm-up whose median is the run's baseline
     stalled_gap_factor: float = 5.0  # stalled: silent for this many median interval gaps...
     stalled_floor_s: float = 120.0  # ...and at least this long
+    stalled_resolve_intervals: int = 3  # intervals in a row at most the limit apart that resolve a stall
     slowdown_pct: float = 25.0  # slowdown: FLOP/s of the work that ran this much below the baseline...
     slowdown_intervals: int = 3  # ...for this many consecutive intervals (and as many to resolve)
     straggler_pct: float = 25.0  # straggler: a rank's step time this much above the other ranks' median...
@@ -250,7 +251,11 @@ class Windows:
 # -- the rules ------------------------------------------------------------------------------------
 def stalled(facts: RunFacts, intervals: Sequence[Interval], t: Thresholds) -> Verdicts:
     """No new interval for longer than the run's own cadence predicts (heartbeats do not count:
-    a trainer that hangs keeps its sender thread beating)."""
+    a trainer that hangs keeps its sender thread beating). Resolving needs a streak, as every rule
+    does: the latest stalled_resolve_intervals intervals each ended at most the limit after the one
+    before. One interval after a silence is not a run back at its cadence; a run that limps (an
+    interval now and then, each after a silence past the limit) keeps its one alert open instead
+    of opening and resolving it at every interval."""
     if facts.shown_status not in ("running", "stale"):
         return {"": CLEAR}
     ordered = sorted(intervals, key=lambda i: i.interval)
@@ -263,11 +268,18 @@ def stalled(facts: RunFacts, intervals: Sequence[Interval], t: Thresholds) -> Ve
         return {}  # no cadence yet
     median_gap = statistics.median(gaps)
     limit = max(t.stalled_floor_s, t.stalled_gap_factor * median_gap)
-    if facts.silent_s <= limit:
+    if facts.silent_s > limit:
+        summary = f"no new interval for {facts.silent_s:.0f} s (the run sends one every {median_gap:.3g} s)"
+        details = {"silent_s": facts.silent_s, "median_gap_s": median_gap, "limit_s": limit}
+        return {"": Firing(summary, details)}
+    n = t.stalled_resolve_intervals
+    # The trainer's own clock (wall_end), so an agent's backlog sent late in one batch, whose
+    # intervals ended at the run's cadence, resolves at once.
+    latest = ordered[-(n + 1) :]
+    steps = [b.wall_end - a.wall_end for a, b in itertools.pairwise(latest)]
+    if len(steps) == n and all(step <= limit for step in steps):
         return {"": CLEAR}
-    summary = f"no new interval for {facts.silent_s:.0f} s (the run sends one every {median_gap:.3g} s)"
-    details = {"silent_s": facts.silent_s, "median_gap_s": median_gap, "limit_s": limit}
-    return {"": Firing(summary, details)}
+    return {}  # back, but not yet for n intervals at its cadence: an open alert stays open
 
 
 def crashed(facts: RunFacts, t: Thresholds) -> Verdicts:

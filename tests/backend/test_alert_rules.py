@@ -1,9 +1,60 @@
 """The alert rules' building blocks, pure (backend/alerts/rules.py): the streak that opens and
-resolves, and the thresholds' checks."""
+resolves, the stalled rule's resolving streak, and the thresholds' checks."""
 
 import pytest
 
-from packscope.backend.alerts.rules import Thresholds, judged_streak, streak
+from packscope.backend.alerts.rules import CLEAR, Firing, Interval, RunFacts, Thresholds, judged_streak, stalled, streak
+from packscope.core.catalogue import Coefficients
+
+C = Coefficients(c_lin=1_234_567, c_core=89, peak_tflops=989.0)
+# A cadence of 10 s; the limit is then max(30, 3 x 10) = 30 s.
+STALL = Thresholds(stalled_floor_s=30.0, stalled_gap_factor=3.0, stalled_resolve_intervals=3)
+
+
+def stalled_history(ends: list[float], until: float, t: Thresholds = STALL) -> list[tuple[float, str]]:
+    """The stalled alert's opens and resolves when the run's intervals end (and arrive) at `ends`
+    and the server judges it every second until `until`, as the sweep does."""
+    history: list[tuple[float, str]] = []
+    is_open = False
+    for now in range(int(until) + 1):
+        arrived = [Interval(k, end, {}, {}) for k, end in enumerate(ends) if end <= now]
+        if not arrived:
+            continue
+        facts = RunFacts(shown_status="running", silent_s=now - arrived[-1].wall_end, layout="thd", coefficients=C)
+        verdict = stalled(facts, arrived, t).get("")
+        if isinstance(verdict, Firing) and not is_open:
+            is_open = True
+            history.append((now, "opened"))
+        elif verdict == CLEAR and is_open:
+            is_open = False
+            history.append((now, "resolved"))
+    return history
+
+
+def test_a_run_that_limps_keeps_one_stalled_alert_open_until_it_is_back_at_its_cadence():
+    regular = [10.0 * k for k in range(12)]  # intervals every 10 s up to 110 s
+    limping = [155.0, 200.0, 250.0, 290.0]  # then one every 40-50 s, each past the 30 s limit
+    back = [300.0, 310.0, 320.0, 330.0]
+    history = stalled_history(regular + limping + back, until=340)
+    # Each silence past 30 s, and each interval after one: the old rule (the next interval
+    # resolves) opened and resolved it four times here.
+    assert history == [(141, "opened"), (320, "resolved")]  # 320: the third interval at its cadence
+
+
+def test_a_stall_resolves_after_the_streak_not_on_the_first_interval_after_it():
+    ends = [10.0 * k for k in range(10)] + [200.0, 210.0, 220.0, 230.0]  # silent from 90 s to 200 s
+    assert stalled_history(ends, until=240) == [(121, "opened"), (230, "resolved")]
+    one = Thresholds(stalled_floor_s=30.0, stalled_gap_factor=3.0, stalled_resolve_intervals=1)
+    assert stalled_history(ends, until=240, t=one) == [(121, "opened"), (210, "resolved")]
+
+
+def test_a_backlog_whose_intervals_ended_at_the_cadence_resolves_a_stall_at_once():
+    # The agent could not send from 50 s to 150 s (the trainer ran on): its intervals arrive together.
+    facts = RunFacts(shown_status="running", silent_s=0.0, layout="thd", coefficients=C)
+    intervals = [Interval(k, 10.0 * k, {}, {}) for k in range(16)]
+    assert stalled(facts, intervals, STALL) == {"": CLEAR}
+    silent = RunFacts(shown_status="running", silent_s=95.0, layout="thd", coefficients=C)
+    assert isinstance(stalled(silent, intervals[:6], STALL)[""], Firing)
 
 
 def test_a_streak_counts_measured_intervals_only():

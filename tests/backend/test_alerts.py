@@ -309,16 +309,27 @@ def test_thresholds_are_checked(client: TestClient):
 
 
 # -- stalled and crashed ------------------------------------------------------------------------------
-def test_stalled_opens_past_the_runs_cadence_and_a_new_interval_resolves_it(make_client: Callable[..., TestClient]):
-    client = make_client(alert_thresholds=json.dumps({"stalled_floor_s": 0.5, "stalled_gap_factor": 0.1}))
+def test_stalled_opens_past_the_runs_cadence_and_its_streak_of_intervals_resolves_it(
+    make_client: Callable[..., TestClient],
+):
+    # The records' intervals end 1 s apart: the limit is the floor, 1.5 s (the factor is small).
+    client = make_client(alert_thresholds=json.dumps({"stalled_floor_s": 1.5, "stalled_gap_factor": 0.1}))
     create(client)
     feed(client, "run-a", [interval(k) for k in range(3)])
     assert open_rules(client, "run-a") == []
-    time.sleep(0.7)
+    time.sleep(1.7)
     judge(client, "run-a")
     (alert,) = alerts_of(client, "run-a")
     assert alert["rule"] == "stalled" and alert["details"]["median_gap_s"] == pytest.approx(1.0)
-    assert feed(client, "run-a", [interval(3)])[-1] == []
+    assert alert["details"]["limit_s"] == pytest.approx(1.5)
+    n = T.stalled_resolve_intervals
+    after = [interval(k) for k in range(3, 4 + n)]
+    for record in after:  # the trainer hung 10 s before interval 3 ended: its clock says so too
+        record["wall_start"] += 10.0
+        record["wall_end"] += 10.0
+    seen = feed(client, "run-a", after)
+    # Interval 3 ended 11 s after interval 2: one interval back, not a streak at the run's cadence.
+    assert seen == [[("stalled", "")]] * n + [[]], seen
 
 
 def test_a_failed_run_opens_crashed_and_a_restart_resolves_it(client: TestClient):
