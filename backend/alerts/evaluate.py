@@ -44,7 +44,7 @@ def decide(
         return None, []
     t = thresholds_for(connection, config, run["project"])
     facts = dataclasses.replace(run_facts(run, now), reported=reported_through(connection, run_pk))
-    read = read_intervals(connection, run_pk, t)
+    read = read_intervals(connection, run, t)
     opened = open_alerts(connection, run_pk)
     actions = _actions(judge(facts, read, t), opened, max((i.interval for i in read), default=None))
     if any(a.kind == "open" and a.rule in NAMES_RANK_DETAILS for a in actions):

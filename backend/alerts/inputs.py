@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import threading
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
@@ -24,6 +26,7 @@ from packscope.backend.store.models import (
     intervals,
     nonfinite_losses,
     rank_slowest,
+    rank_summaries,
     rank_time_buckets,
 )
 from packscope.backend.store.rank_summaries import SLOWEST_KEPT
@@ -79,41 +82,86 @@ def run_row(connection: Connection, run_pk: int) -> Mapping[str, Any] | None:
 
 
 def _indexes(connection: Connection, run_pk: int, first: int, last: int) -> list[int]:
-    """The first `first` and the last `last` interval indexes the run holds."""
-    distinct = select(intervals.c.interval).where(intervals.c.run_pk == run_pk).distinct()
-    head = connection.execute(distinct.order_by(intervals.c.interval).limit(first)).scalars().all()
-    tail = connection.execute(distinct.order_by(intervals.c.interval.desc()).limit(last)).scalars().all()
+    """The first `first` and the last `last` interval indexes the run holds (one rank summary row
+    each: store/rank_summaries.py)."""
+    held = select(rank_summaries.c.interval).where(rank_summaries.c.run_pk == run_pk)
+    head = connection.execute(held.order_by(rank_summaries.c.interval).limit(first)).scalars().all()
+    tail = connection.execute(held.order_by(rank_summaries.c.interval.desc()).limit(last)).scalars().all()
     return sorted({*head, *tail})
 
 
-def read_intervals(connection: Connection, run_pk: int, t: Thresholds) -> list[Interval]:
+# Each judged interval's sums over its ranks, kept between rounds in this process: an interval's
+# rows only ever grow (a replay adds none), so the sums hold while its rank summary (the ranks that
+# sent it, the sum of their step times, written in the rows' own transaction) is what it was; a
+# round then adds up only the intervals that changed. Keyed by database, run row (its id and when
+# it was created: a run deleted and created again is another) and interval.
+_SUMS_KEPT: OrderedDict[tuple[Any, ...], tuple[tuple[int, float], float, dict[str, float]]] = OrderedDict()
+SUMS_KEPT_MAX = 8192  # intervals: 38 a run for 200 runs; about 3 KB each
+_SUMS_KEPT_LOCK = threading.Lock()
+
+
+def _interval_sums(
+    connection: Connection, run: Mapping[str, Any], wanted: list[int], marks: Mapping[int, tuple[int, float]]
+) -> dict[int, tuple[int, float, dict[str, float]]]:
+    """interval -> (ranks, latest wall_end, sums over its ranks) of the wanted intervals, the
+    database adding up only those whose rank summary (`marks`) changed since this process last did."""
+    base = (str(connection.engine.url), run["id"], str(run["created_at"]))
+    out: dict[int, tuple[int, float, dict[str, float]]] = {}
+    with _SUMS_KEPT_LOCK:
+        for index in wanted:
+            kept = _SUMS_KEPT.get((*base, index))
+            if kept is not None and kept[0] == marks.get(index):
+                out[index] = (kept[0][0], kept[1], kept[2])
+    stale = [i for i in wanted if i not in out]
+    if stale:
+        rows = connection.execute(
+            select(intervals.c.interval, func.count().label("ranks"),
+                   func.max(intervals.c.wall_end).label("wall_end"), *summed_columns())
+            .where(intervals.c.run_pk == run["id"], intervals.c.interval.in_(stale))
+            .group_by(intervals.c.interval)
+        ).all()  # fmt: skip
+        with _SUMS_KEPT_LOCK:
+            for row in rows:
+                sums = {name: float(row._mapping[name] or 0.0) for name in SUM_NAMES}
+                out[row.interval] = (int(row.ranks), float(row.wall_end), sums)
+                mark = marks.get(row.interval)
+                if mark is not None and mark[0] == row.ranks:  # the summary and the rows agree: keep
+                    _SUMS_KEPT[(*base, row.interval)] = (mark, float(row.wall_end), sums)
+                    _SUMS_KEPT.move_to_end((*base, row.interval))
+            while len(_SUMS_KEPT) > SUMS_KEPT_MAX:
+                _SUMS_KEPT.popitem(last=False)
+    return out
+
+
+def read_intervals(connection: Connection, run: Mapping[str, Any], t: Thresholds) -> list[Interval]:
     """The run's first (warm-up and baseline) and latest intervals that every rank has sent: each
-    one's sums over its ranks (added by the database) and its ranks' step-time summaries (kept at
-    ingest), so a judgement reads a few rows an interval at 8 ranks as at 16,384. The per-rank
-    sums and sync sites are read only where an alert that names them is about to open
-    (with_rank_details)."""
+    one's sums over its ranks (added by the database, once per change: _interval_sums) and its
+    ranks' step-time summaries (kept at ingest), so a judgement reads a few rows an interval at 8
+    ranks as at 16,384. The per-rank sums and sync sites are read only where an alert that names
+    them is about to open (with_rank_details). `run`: the runs row."""
+    run_pk = run["id"]
     wanted = _indexes(connection, run_pk, t.warmup_intervals + t.baseline_intervals, RECENT_INTERVALS)
     if not wanted:
         return []
-    totals = connection.execute(
-        select(intervals.c.interval, func.count().label("ranks"), func.max(intervals.c.wall_end).label("wall_end"),
-               *summed_columns())
-        .where(intervals.c.run_pk == run_pk, intervals.c.interval.in_(wanted))
-        .group_by(intervals.c.interval)
-    ).all()  # fmt: skip
-    complete = max((row.ranks for row in totals), default=0)
+    s = rank_summaries.c
+    marks = {
+        int(i): (int(n), float(total))
+        for i, n, total in connection.execute(
+            select(s.interval, s.reporting_ranks, s.step_time_sum).where(s.run_pk == run_pk, s.interval.in_(wanted))
+        )
+    }
+    totals = _interval_sums(connection, run, wanted, marks)
+    complete = max((ranks for ranks, _, _ in totals.values()), default=0)
     slowest = _per_interval(connection, rank_slowest, run_pk, wanted)
     buckets = _per_interval(connection, rank_time_buckets, run_pk, wanted)
     diverged = _diverged(connection, run_pk, wanted)
     out = []
-    for row in sorted(totals, key=lambda r: r.interval):
-        if row.ranks < complete:
+    for index, (ranks, wall_end, sums) in sorted(totals.items()):
+        if ranks < complete:
             continue  # its other ranks' rows are on their way
-        kept = tuple(slowest.get(row.interval, ()))[:SLOWEST_KEPT]  # cut what concurrent writers left over
-        sums = {name: float(row._mapping[name] or 0.0) for name in SUM_NAMES}
-        index = row.interval
+        kept = tuple(slowest.get(index, ()))[:SLOWEST_KEPT]  # cut what concurrent writers left over
         out.append(
-            Interval(index, float(row.wall_end), sums, int(row.ranks), kept, tuple(buckets.get(index, ())),
+            Interval(index, wall_end, sums, ranks, kept, tuple(buckets.get(index, ())),
                      nonfinite_loss=index in diverged)
         )  # fmt: skip
     return out

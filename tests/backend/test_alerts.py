@@ -18,6 +18,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import event, func, select
 from wire_records import packed_interval
 
+from packscope.backend.alerts.inputs import read_intervals, run_row
 from packscope.backend.alerts.rules import Thresholds
 from packscope.backend.alerts.worker import run_pks_of
 from packscope.backend.store.models import alert_outbox
@@ -198,6 +199,27 @@ def test_a_straggler_among_many_ranks_is_judged_from_the_rank_summaries_alone(cl
     judged = [q for q in statements if "rank_slowest" in q]
     assert judged, "the judging rounds read the rank summaries"
     assert not [q for q in statements if "interval_details" in q and "sync_sites" in q], "a rank's row was read"
+
+
+def test_an_intervals_sums_kept_between_rounds_follow_its_late_ranks(client: TestClient):
+    """The sums a round adds up are kept for the next (inputs._interval_sums); a rank's row that
+    arrives after a round makes the next one add that interval up again."""
+    create(client, parallel={"dp": 2})
+    engine = client.app.state.alerts.engine  # type: ignore[attr-defined]
+    (run_pk,) = run_pks_of(engine, ["run-a"])
+
+    def read() -> dict[int, tuple[int, float]]:
+        with engine.connect() as connection:
+            run = run_row(connection, run_pk)
+            return {i.interval: (i.ranks, i.sums["tokens"]) for i in read_intervals(connection, run, T)}
+
+    first = [interval(k, 0, steps=10) for k in range(3)]
+    send(client, "run-a", first)
+    assert read() == {k: (1, first[k]["tokens"]) for k in range(3)}
+    assert read() == {k: (1, first[k]["tokens"]) for k in range(3)}  # kept, unchanged
+    late = interval(1, 1, steps=20)  # rank 1 of interval 1 only: interval 1 is whole, 0 and 2 are not
+    send(client, "run-a", [late])
+    assert read() == {1: (2, first[1]["tokens"] + late["tokens"])}
 
 
 def test_a_sync_regression_names_the_new_site(client: TestClient):
