@@ -13,7 +13,7 @@ from sqlalchemy.orm import Session, defer
 
 from packscope.backend.formulas.columns import derive_columns
 from packscope.backend.formulas.sums_read import ReadSums
-from packscope.backend.reads.first_interval import first_interval_sums
+from packscope.backend.store.first_interval import first_interval_sums
 from packscope.backend.reads.liveness import liveness
 from packscope.backend.store.models import Run, alerts, run_first_interval, run_totals
 from packscope.core.catalogue import FLOAT_OPS, METRIC, SUM_NAMES, Coefficients

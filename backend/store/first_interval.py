@@ -5,7 +5,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from sqlalchemy import bindparam, func, select
+from sqlalchemy import Connection, bindparam, func, select
 from sqlalchemy.orm import Session
 
 from packscope.backend.store.models import Run, interval_details, intervals, run_first_interval
@@ -50,7 +50,7 @@ _KEPT = select(run_first_interval).where(
 
 
 def first_interval_sums(
-    session: Session, run_pks: Sequence[int], *, with_sites: bool = False
+    session: Session | Connection, run_pks: Sequence[int], *, with_sites: bool = False
 ) -> dict[int, FirstInterval]:
     """Per run: its first interval's rows (every rank's) summed: their count, SUMS, steps and (with
     `with_sites`, else none) sync sites. Without sites, from the row kept at ingest
@@ -72,7 +72,9 @@ def first_interval_sums(
     return out | (_summed_rows(session, missing, with_sites=False) if missing else {})
 
 
-def _summed_rows(session: Session, run_pks: Sequence[int], *, with_sites: bool) -> dict[int, FirstInterval]:
+def _summed_rows(
+    session: Session | Connection, run_pks: Sequence[int], *, with_sites: bool
+) -> dict[int, FirstInterval]:
     """first_interval_sums from the interval rows."""
     firsts = session.execute(_FIRST_INTERVALS, {"pks": list(run_pks)})
     first_of = {pk: interval for pk, interval in firsts if interval is not None}
