@@ -1,0 +1,135 @@
+"""Each run's derived metrics as its summary shows them (rates from the steady window once the run
+has one, amounts from its totals), kept in `run_metric_values` so that the runs list sorts by any
+of them in SQL, with the page's LIMIT, instead of deriving every run's value per request (issue 39).
+
+They are the catalogue's own formulas (catalogue.derive) on the run's stored sums, recomputed in
+the batch's transaction whenever its totals change (store_aggregates), so they are always what
+the raw sums derive. Values computed by other formulas (`formulas` differs from FORMULAS: a
+formula corrected since) and runs stored before migration 0019 are recomputed when the server
+migrates (refresh): a migration may not import the catalogue.
+"""
+
+import functools
+import hashlib
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Engine
+
+from packscope.backend.store.db import WRITES, run_sql
+from packscope.backend.store.first_interval import FirstInterval, first_interval_sums, steady_sums
+from packscope.backend.store.models import KEPT_METRICS
+from packscope.backend.store.writes import driver_of
+from packscope.core.catalogue import METRIC, SUM_NAMES, Coefficients, derive
+from packscope.core.vision import VISION_SUMS
+
+_AMOUNTS = tuple(name for name in KEPT_METRICS if METRIC[name].amount)
+_RATES = tuple(name for name in KEPT_METRICS if not METRIC[name].amount)
+
+
+def metric_values(totals: Mapping[str, Any], first: FirstInterval | None, c: Coefficients) -> list[float | None]:
+    """The run's KEPT_METRICS as its summary derives them (reads/summaries.py): amounts from the
+    totals, rates from the steady sums where the run has more than its first interval; None
+    where undefined."""
+    sums = {name: float(totals[name]) for name in SUM_NAMES}
+    rates = derive(steady_sums(totals, first) or sums, c, _RATES)
+    amounts = derive(sums, c, _AMOUNTS)
+    return [amounts[name] if name in amounts else rates[name] for name in KEPT_METRICS]
+
+
+@functools.cache
+def formulas() -> str:
+    """A fingerprint of the formulas: every kept metric of fixed sums under a few coefficients
+    (full, windowed, chunked and vision FLOPs; a known and an unknown peak) and which window each
+    reads. A formula that changes changes it."""
+    probes = [{name: 1.5 + 0.37 * k for k, name in enumerate(SUM_NAMES)}]
+    probes.append({name: (0.0 if k % 3 == 0 else 2.0 + 1.1 * k) for k, name in enumerate(SUM_NAMES)})
+    vision = tuple((name, 7 + k) for k, name in enumerate(VISION_SUMS))
+    coefficients = (Coefficients(5_000, 300, 989.0, 70, 30, vision), Coefficients(4_000, 200, None))
+    derived = [derive(sums, c, KEPT_METRICS) for sums in probes for c in coefficients]
+    text = repr(([(name, METRIC[name].amount) for name in KEPT_METRICS], derived))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+# The run's totals and kept first interval, in one read of two primary keys.
+_SUMS = ", ".join(f't."{name}"' for name in SUM_NAMES)
+_FIRST = ", ".join(f'f."{name}"' for name in SUM_NAMES)
+_TOTALS_AND_FIRST = (
+    f'SELECT t.run_pk, t."rows", {_SUMS}, f."rows", f.first_step, f.last_step, {_FIRST} '
+    "FROM run_totals t LEFT JOIN run_first_interval f ON f.run_pk = t.run_pk WHERE t.run_pk IN ({})"
+)
+_WIDTH = len(SUM_NAMES)
+
+
+@functools.cache
+def _upsert(database: str) -> str:
+    p = "?" if database == "sqlite" else "%s"
+    columns = ["run_pk", "formulas", *KEPT_METRICS]
+    names = ", ".join(f'"{c}"' for c in columns)
+    sets = ", ".join(f'"{c}" = excluded."{c}"' for c in columns[1:])
+    values = ", ".join([p] * len(columns))
+    return f"INSERT INTO run_metric_values ({names}) VALUES ({values}) ON CONFLICT (run_pk) DO UPDATE SET {sets}"
+
+
+def _value_rows(connection: Connection, run_pks: Sequence[int], coefficients: Mapping[int, Coefficients]) -> list[Any]:
+    """The run_metric_values rows of these runs (those with totals), from their stored sums."""
+    p = "?" if driver_of(connection) == "sqlite" else "%s"
+    found = run_sql(connection, _TOTALS_AND_FIRST.format(", ".join([p] * len(run_pks))), tuple(run_pks))
+    unkept = [row[0] for row in found if row[2 + _WIDTH] is None or row[2 + _WIDTH] < 0]  # stored before 0016
+    summed = first_interval_sums(connection, unkept) if unkept else {}
+    out = []
+    for row in found:
+        pk, rows, first_rows = row[0], row[1], row[2 + _WIDTH]
+        totals = dict(zip(SUM_NAMES, row[2 : 2 + _WIDTH], strict=True)) | {"rows": rows}
+        if first_rows is None or first_rows < 0:
+            first = summed.get(pk)
+        else:
+            first_sums = dict(zip(SUM_NAMES, map(float, row[5 + _WIDTH :]), strict=True))
+            first = FirstInterval(int(first_rows), first_sums, int(row[3 + _WIDTH]), int(row[4 + _WIDTH]), {})
+        out.append((pk, formulas(), *metric_values(totals, first, coefficients[pk])))
+    return out
+
+
+def keep_metric_values(connection: Connection, run_pk: int, c: Coefficients) -> None:
+    """Recompute the run's kept metrics from its totals and first interval as the batch's
+    transaction has just written them (store_aggregates)."""
+    rows = _value_rows(connection, [run_pk], {run_pk: c})
+    if rows:
+        run_sql(connection, _upsert(driver_of(connection)), rows[0])
+
+
+_STALE = (
+    "SELECT t.run_pk, r.model, r.hardware FROM run_totals t JOIN runs r ON r.id = t.run_pk "
+    "LEFT JOIN run_metric_values v ON v.run_pk = t.run_pk WHERE v.run_pk IS NULL OR v.formulas <> {} "
+    "ORDER BY t.run_pk"
+)
+_CHUNK = 500
+
+
+def _stale(connection: Connection) -> list[Any]:
+    database = driver_of(connection)
+    sql = _STALE.format("?" if database == "sqlite" else "%s")
+    if database == "postgresql":
+        sql = sql.replace("r.model, r.hardware", "r.model::text, r.hardware::text")
+    return run_sql(connection, sql, (formulas(),))
+
+
+def refresh(engine: Engine) -> int:
+    """Compute the kept metrics of every run with totals whose values are missing (stored before
+    migration 0019) or were computed by other formulas; how many runs that was. Ingest is held
+    off meanwhile (SQLite's write lock; on PostgreSQL a lock on run_totals that every batch's
+    totals upsert waits for), so no batch changes a run's sums between their read and the write."""
+    with engine.connect() as connection:
+        if not _stale(connection):  # the usual start: one read, no lock
+            return 0
+    with engine.execution_options(**{WRITES: True}).begin() as connection:
+        database = driver_of(connection)
+        if database == "postgresql":
+            run_sql(connection, "LOCK TABLE run_totals IN SHARE ROW EXCLUSIVE MODE", ())
+        stale = _stale(connection)
+        for at in range(0, len(stale), _CHUNK):
+            chunk = stale[at : at + _CHUNK]
+            coefficients = {pk: Coefficients.of_json(model, hardware) for pk, model, hardware in chunk}
+            rows = _value_rows(connection, list(coefficients), coefficients)
+            run_sql(connection, _upsert(database), rows, many=True)
+        return len(stale)
