@@ -103,9 +103,10 @@ def steady_sums(totals: Mapping[str, Any], first: FirstInterval | None) -> dict[
     if first is None or int(totals["rows"]) <= first.rows:
         return None
     out = {}
+    heads, ulp = first.sums, math.ulp  # local names: ingest runs this at every batch (metric_values.py)
     for name in SUM_NAMES:
-        whole, head = float(totals[name]), float(first.sums[name])
+        whole, head = float(totals[name]), float(heads[name])
         rest = whole - head
         # The stored total was summed in another order: a remainder within its rounding is 0.
-        out[name] = 0.0 if abs(rest) <= 8 * math.ulp(max(abs(whole), abs(head))) else rest
+        out[name] = 0.0 if abs(rest) <= 8 * ulp(max(abs(whole), abs(head))) else rest
     return out

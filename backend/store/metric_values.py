@@ -32,8 +32,10 @@ def metric_values(totals: Mapping[str, Any], first: FirstInterval | None, c: Coe
     totals, rates from the steady sums where the run has more than its first interval; None
     where undefined."""
     sums = {name: float(totals[name]) for name in SUM_NAMES}
-    rates = derive(steady_sums(totals, first) or sums, c, _RATES)
-    amounts = derive(sums, c, _AMOUNTS)
+    steady = steady_sums(totals, first)
+    if steady is None:  # one window for all: its FLOPs counted once
+        return list(derive(sums, c, KEPT_METRICS).values())
+    rates, amounts = derive(steady, c, _RATES), derive(sums, c, _AMOUNTS)
     return [amounts[name] if name in amounts else rates[name] for name in KEPT_METRICS]
 
 
