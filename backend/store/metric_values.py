@@ -53,14 +53,34 @@ def formulas() -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-# The run's totals and kept first interval, in one read of two primary keys.
-_SUMS = ", ".join(f't."{name}"' for name in SUM_NAMES)
-_FIRST = ", ".join(f'f."{name}"' for name in SUM_NAMES)
-_TOTALS_AND_FIRST = (
-    f'SELECT t.run_pk, t."rows", {_SUMS}, f."rows", f.first_step, f.last_step, {_FIRST} '
-    "FROM run_totals t LEFT JOIN run_first_interval f ON f.run_pk = t.run_pk WHERE t.run_pk IN ({})"
-)
+# The run's totals and kept first interval, in one read of two primary keys. PostgreSQL hands each
+# set of sums as one float8[]: psycopg's cost is per column of a result (45 sums a set).
+_SUMS = {
+    "sqlite": lambda table: ", ".join(f'{table}."{name}"' for name in SUM_NAMES),
+    "postgresql": lambda table: "ARRAY[" + ", ".join(f'{table}."{name}"' for name in SUM_NAMES) + "]::float8[]",
+}
 _WIDTH = len(SUM_NAMES)
+
+
+@functools.cache
+def _totals_and_first(database: str, runs: int) -> str:
+    p = "?" if database == "sqlite" else "%s"
+    sums = _SUMS[database]
+    return (
+        f'SELECT t.run_pk, t."rows", f."rows", f.first_step, f.last_step, {sums("t")}, {sums("f")} '
+        "FROM run_totals t LEFT JOIN run_first_interval f ON f.run_pk = t.run_pk "
+        f"WHERE t.run_pk IN ({', '.join([p] * runs)})"
+    )
+
+
+def _read(connection: Connection, run_pks: Sequence[int]) -> list[tuple[Any, ...]]:
+    """Per run with totals: (run_pk, rows, first rows, first step, last step, its totals' SUM_NAMES,
+    its kept first interval's (None where it has none))."""
+    database = driver_of(connection)
+    found = run_sql(connection, _totals_and_first(database, len(run_pks)), tuple(run_pks))
+    if database == "postgresql":
+        return [(*row[:5], row[5], row[6]) for row in found]
+    return [(*row[:5], row[5 : 5 + _WIDTH], row[5 + _WIDTH :]) for row in found]
 
 
 @functools.cache
@@ -75,19 +95,17 @@ def _upsert(database: str) -> str:
 
 def _value_rows(connection: Connection, run_pks: Sequence[int], coefficients: Mapping[int, Coefficients]) -> list[Any]:
     """The run_metric_values rows of these runs (those with totals), from their stored sums."""
-    p = "?" if driver_of(connection) == "sqlite" else "%s"
-    found = run_sql(connection, _TOTALS_AND_FIRST.format(", ".join([p] * len(run_pks))), tuple(run_pks))
-    unkept = [row[0] for row in found if row[2 + _WIDTH] is None or row[2 + _WIDTH] < 0]  # stored before 0016
+    found = _read(connection, run_pks)
+    unkept = [row[0] for row in found if row[2] is None or row[2] < 0]  # stored before 0016
     summed = first_interval_sums(connection, unkept) if unkept else {}
     out = []
-    for row in found:
-        pk, rows, first_rows = row[0], row[1], row[2 + _WIDTH]
-        totals = dict(zip(SUM_NAMES, row[2 : 2 + _WIDTH], strict=True)) | {"rows": rows}
+    for pk, rows, first_rows, first_step, last_step, totals_sums, first_sums in found:
+        totals = dict(zip(SUM_NAMES, totals_sums, strict=True)) | {"rows": rows}
         if first_rows is None or first_rows < 0:
             first = summed.get(pk)
         else:
-            first_sums = dict(zip(SUM_NAMES, map(float, row[5 + _WIDTH :]), strict=True))
-            first = FirstInterval(int(first_rows), first_sums, int(row[3 + _WIDTH]), int(row[4 + _WIDTH]), {})
+            kept = dict(zip(SUM_NAMES, map(float, first_sums), strict=True))
+            first = FirstInterval(int(first_rows), kept, int(first_step), int(last_step), {})
         out.append((pk, formulas(), *metric_values(totals, first, coefficients[pk])))
     return out
 
