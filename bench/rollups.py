@@ -157,7 +157,7 @@ def kept_metrics_cost(engine: Any, make_session: Any, mode: str, batches: int) -
     try:
         for k, (rows, sites) in enumerate(prepared_batches(run_pk, mode, batches, 0)):
             which = "with" if k % 4 in (0, 3) else "without"
-            aggregates.keep_metric_values = real if which == "with" else (lambda *_: None)  # type: ignore[assignment]
+            aggregates.keep_metric_values = real if which == "with" else (lambda *_: None)
             with engine.begin() as connection:
                 write(connection, "intervals", "insert", rows)
                 t0, c0 = time.perf_counter(), time.process_time()
