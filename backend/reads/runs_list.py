@@ -109,13 +109,18 @@ def list_runs(
         columns = cast(Select[Any], select(Run.id, Run.status, Run.updated_at, Run.last_contact_at, Run.heartbeat_s))
         ids = _sorted_by_shown_status(session, _where(columns, filters, dialect).order_by(*newest), descending)
         return _page(session, ids, offset, limit), total
+    if key in DERIVED_SORT_KEYS:  # the page's ids first: narrow rows through the join and the sort
+        column: Any = run_metric_values.c[key]
+        order = (column.desc() if descending else column.asc()).nulls_last()
+        kept = _where(select(Run.id), filters, dialect).outerjoin(
+            run_metric_values, run_metric_values.c.run_pk == Run.id
+        )
+        kept = kept.order_by(order, *newest).offset(offset)
+        return _page(session, list(session.scalars(kept if limit is None else kept.limit(limit))), 0, None), total
     query = _where(select(Run).options(_WITHOUT_CONFIG), filters, dialect)
     if key in TOTALS_SORT_COLUMNS:
         query = query.outerjoin(run_totals, run_totals.c.run_pk == Run.id)
-        column: Any = run_totals.c[TOTALS_SORT_COLUMNS[key]]
-    elif key in DERIVED_SORT_KEYS:
-        query = query.outerjoin(run_metric_values, run_metric_values.c.run_pk == Run.id)
-        column = run_metric_values.c[key]
+        column = run_totals.c[TOTALS_SORT_COLUMNS[key]]
     else:
         column = SHOWN_LAYOUT if key == "layout" else getattr(Run, key)
     order = (column.desc() if descending else column.asc()).nulls_last()
