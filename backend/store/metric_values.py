@@ -4,9 +4,9 @@ of them in SQL, with the page's LIMIT, instead of deriving every run's value per
 
 They are the catalogue's own formulas (catalogue.derive) on the run's stored sums, recomputed in
 the batch's transaction whenever its totals change (store_aggregates), so they are always what
-the raw sums derive. Values computed by other formulas (`formulas` differs from FORMULAS: a
-formula corrected since) and runs stored before migration 0019 are recomputed when the server
-migrates (refresh): a migration may not import the catalogue.
+the raw sums derive. Values computed by other formulas (the row's `formulas` is not formulas(),
+the fingerprint of today's: a formula corrected since) and runs stored before migration 0019 are
+recomputed when the server migrates (refresh): a migration may not import the catalogue.
 """
 
 import functools
