@@ -1,6 +1,7 @@
 """`run_metric_values`: each run's derived metrics as its summary shows them, one nullable float
 column per catalogue metric that is no plain total, so the runs list sorts by any of them in SQL
-with its LIMIT (issue 39); `formulas` is the fingerprint of the formulas that computed a row.
+with its LIMIT (issue 39); `rows` is the run_totals rows a row was computed from (a cache that the
+runs list refreshes when the run has more), `formulas` the fingerprint of the formulas that did.
 
 Frozen: the metric names are written out as they are at this revision. The backfill is not this
 file's: the values are the catalogue's formulas on each run's sums, and a migration may not import
@@ -37,6 +38,7 @@ def upgrade() -> None:
         "run_metric_values",
         sa.Column("run_pk", sa.Integer(), sa.ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
         sa.Column("formulas", sa.String(16), nullable=False),
+        sa.Column("rows", sa.BigInteger(), nullable=False),
         *(sa.Column(name, sa.Float(), nullable=True) for name in KEPT_METRICS),
     )
 

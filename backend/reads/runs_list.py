@@ -10,13 +10,14 @@ from sqlalchemy import Select, exists, func, literal, or_, select
 from sqlalchemy.orm import Session, defer
 
 from packscope.backend.reads.liveness import liveness
+from packscope.backend.store.metric_values import refresh
 from packscope.backend.store.models import KEPT_METRICS, Run, alerts, run_metric_values, run_totals
 from packscope.core.catalogue import METRIC, SUM_NAMES
 
 # Sort keys, by what the pages show, all in SQL: columns of `runs`, the stored totals (records,
 # last_step, and the amounts that are plain run_totals sums) and every other metric as the run's
 # summary shows it (a rate from the steady sums once the run has more than one interval), kept
-# with the totals in run_metric_values (store/metric_values.py).
+# in run_metric_values, which a metric sort first refreshes (store/metric_values.py).
 RUN_SORT_COLUMNS = ("run_id", "name", "project", "layout", "status", "started_at", "ended_at", "updated_at")
 TOTALS_SORT_COLUMNS = {"records": "rows", "last_step": "last_step"} | {
     name: name for name in METRIC if name in SUM_NAMES and METRIC[name].amount
@@ -100,9 +101,11 @@ def list_runs(
     """One page of the runs that match `filters`, sorted by `sort` ("-" first: descending; runs
     without a value last either way; ties newest first), and how many runs match in all."""
     dialect = session.get_bind().dialect.name
+    descending, key = sort.startswith("-"), sort.lstrip("-")
+    if key in DERIVED_SORT_KEYS:  # before the session's first read: SQLite's snapshot then sees them
+        refresh(session.get_bind().engine)
     if filters.status in LIVE_STATUSES:
         filters = _with_live_status(session, filters, dialect)
-    descending, key = sort.startswith("-"), sort.lstrip("-")
     total = session.scalar(_where(select(func.count()).select_from(Run), filters, dialect)) or 0
     newest = (Run.started_at.desc(), Run.id.desc())
     if key == "status":  # the status shown: a stored "running" may be stale or crashed by now

@@ -32,7 +32,6 @@ from packscope.backend.formulas.columns import (
     sums_matrix,
 )
 from packscope.backend.store.db import run_sql
-from packscope.backend.store.metric_values import keep_metric_values
 from packscope.backend.store.models import (
     CHANNEL_LEVELS,
     COLUMN_AT,
@@ -382,8 +381,7 @@ def store_aggregates(
     same order and cannot deadlock. `channels`: each row's (channel_loss, channel_tokens) as
     decoded, which ingest has at hand (else they are read from the rows' JSON text). `also`:
     other adding upserts of the batch (writes.write's tables: the rank summaries, the interval
-    histograms), written with these, in PostgreSQL's one statement. Last, the run's kept metrics
-    (store/metric_values.py) from its new totals."""
+    histograms), written with these, in PostgreSQL's one statement."""
     if not rows:
         return
     intervals, per_row = _per_row(_field_matrix(rows), c)
@@ -397,4 +395,3 @@ def store_aggregates(
     else:
         first = _first_interval_row(run_pk, intervals, per_row)
     run_sql(connection, _first_interval_upsert(driver_of(connection)), first)
-    keep_metric_values(connection, run_pk, c)  # from the totals and first interval just written

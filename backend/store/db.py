@@ -182,7 +182,8 @@ def upgrade_schema(engine: Engine, revision: str = "head") -> None:
                 driver.execute("PRAGMA foreign_keys=ON")
     if revision == "head":
         # The runs' kept metrics, which a migration cannot compute (it may not import the
-        # catalogue): those of runs stored before 0019, or by formulas changed since.
+        # catalogue): here, so that the first metric sort after an upgrade (runs stored before
+        # 0019, formulas changed since) does not compute every run's.
         from packscope.backend.store.metric_values import refresh  # imports this module
 
         refresh(engine)

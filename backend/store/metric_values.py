@@ -2,11 +2,13 @@
 has one, amounts from its totals), kept in `run_metric_values` so that the runs list sorts by any
 of them in SQL, with the page's LIMIT, instead of deriving every run's value per request (issue 39).
 
-They are the catalogue's own formulas (catalogue.derive) on the run's stored sums, recomputed in
-the batch's transaction whenever its totals change (store_aggregates), so they are always what
-the raw sums derive. Values computed by other formulas (the row's `formulas` is not formulas(),
-the fingerprint of today's: a formula corrected since) and runs stored before migration 0019 are
-recomputed when the server migrates (refresh): a migration may not import the catalogue.
+They are the catalogue's own formulas (catalogue.derive) on the run's stored sums: a cache that the
+read side refreshes (refresh), never ingest, whose batches must not pay for the runs list. A row
+records the run_totals `rows` it was computed from; a metric sort first recomputes the rows that
+are missing, stale (the run's totals have rows since: during training, the few active runs) or
+computed by other formulas (`formulas` is not formulas(), the fingerprint of today's), so the
+sort is always what the raw sums derive. The server refreshes too right after migrating, so the
+first sort after an upgrade does not compute every run (a migration may not import the catalogue).
 """
 
 import functools
@@ -85,16 +87,22 @@ def _read(connection: Connection, run_pks: Sequence[int]) -> list[tuple[Any, ...
 
 @functools.cache
 def _upsert(database: str) -> str:
+    """Insert or replace a run's values, unless a concurrent refresh already wrote them from more
+    rows (a run's rows only grow): two readers may refresh the same run at once."""
     p = "?" if database == "sqlite" else "%s"
-    columns = ["run_pk", "formulas", *KEPT_METRICS]
+    columns = ["run_pk", "formulas", "rows", *KEPT_METRICS]
     names = ", ".join(f'"{c}"' for c in columns)
     sets = ", ".join(f'"{c}" = excluded."{c}"' for c in columns[1:])
     values = ", ".join([p] * len(columns))
-    return f"INSERT INTO run_metric_values ({names}) VALUES ({values}) ON CONFLICT (run_pk) DO UPDATE SET {sets}"
+    return (
+        f"INSERT INTO run_metric_values ({names}) VALUES ({values}) ON CONFLICT (run_pk) DO UPDATE SET {sets} "
+        'WHERE run_metric_values."rows" <= excluded."rows"'
+    )
 
 
 def _value_rows(connection: Connection, run_pks: Sequence[int], coefficients: Mapping[int, Coefficients]) -> list[Any]:
-    """The run_metric_values rows of these runs (those with totals), from their stored sums."""
+    """The run_metric_values rows of these runs (those with totals), from their stored sums and
+    marked with the totals' rows read with them (one statement: one snapshot)."""
     found = _read(connection, run_pks)
     unkept = [row[0] for row in found if row[2] is None or row[2] < 0]  # stored before 0016
     summed = first_interval_sums(connection, unkept) if unkept else {}
@@ -106,22 +114,16 @@ def _value_rows(connection: Connection, run_pks: Sequence[int], coefficients: Ma
         else:
             kept = dict(zip(SUM_NAMES, map(float, first_sums), strict=True))
             first = FirstInterval(int(first_rows), kept, int(first_step), int(last_step), {})
-        out.append((pk, formulas(), *metric_values(totals, first, coefficients[pk])))
+        out.append((pk, formulas(), rows, *metric_values(totals, first, coefficients[pk])))
     return out
 
 
-def keep_metric_values(connection: Connection, run_pk: int, c: Coefficients) -> None:
-    """Recompute the run's kept metrics from its totals and first interval as the batch's
-    transaction has just written them (store_aggregates)."""
-    rows = _value_rows(connection, [run_pk], {run_pk: c})
-    if rows:
-        run_sql(connection, _upsert(driver_of(connection)), rows[0])
-
-
+# The runs whose values are missing, stale or of other formulas: a join of run_totals on the
+# primary key, narrow rows (a sort's cost at 10,000 runs: docs/benchmarks/2026-12-06-2core-ranks.md).
 _STALE = (
     "SELECT t.run_pk, r.model, r.hardware FROM run_totals t JOIN runs r ON r.id = t.run_pk "
-    "LEFT JOIN run_metric_values v ON v.run_pk = t.run_pk WHERE v.run_pk IS NULL OR v.formulas <> {} "
-    "ORDER BY t.run_pk"
+    'LEFT JOIN run_metric_values v ON v.run_pk = t.run_pk WHERE v.run_pk IS NULL OR v."rows" <> t."rows" '
+    "OR v.formulas <> {} ORDER BY t.run_pk"
 )
 _CHUNK = 500
 
@@ -135,21 +137,19 @@ def _stale(connection: Connection) -> list[Any]:
 
 
 def refresh(engine: Engine) -> int:
-    """Compute the kept metrics of every run with totals whose values are missing (stored before
-    migration 0019) or were computed by other formulas; how many runs that was. Ingest is held
-    off meanwhile (SQLite's write lock; on PostgreSQL a lock on run_totals that every batch's
-    totals upsert waits for), so no batch changes a run's sums between their read and the write."""
+    """Compute the kept metrics of every run with totals whose values are missing, stale or of other
+    formulas; how many runs that was. Read in one transaction, written in a short one (on SQLite
+    the write lock is held for the upsert alone). A batch that lands in between leaves its run
+    stale again, for the next refresh: each row is marked with the rows it was computed from."""
     with engine.connect() as connection:
-        if not _stale(connection):  # the usual start: one read, no lock
-            return 0
-    with engine.execution_options(**{WRITES: True}).begin() as connection:
-        database = driver_of(connection)
-        if database == "postgresql":
-            run_sql(connection, "LOCK TABLE run_totals IN SHARE ROW EXCLUSIVE MODE", ())
         stale = _stale(connection)
+        if not stale:  # the usual sort: one read
+            return 0
+        rows = []
         for at in range(0, len(stale), _CHUNK):
             chunk = stale[at : at + _CHUNK]
             coefficients = {pk: Coefficients.of_json(model, hardware) for pk, model, hardware in chunk}
-            rows = _value_rows(connection, list(coefficients), coefficients)
-            run_sql(connection, _upsert(database), rows, many=True)
-        return len(stale)
+            rows += _value_rows(connection, list(coefficients), coefficients)
+    with engine.execution_options(**{WRITES: True}).begin() as connection:
+        run_sql(connection, _upsert(driver_of(connection)), rows, many=True)
+    return len(stale)

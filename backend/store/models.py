@@ -12,7 +12,8 @@
   ranks, kept at ingest (store/rank_summaries.py), so the ranks panel never reads every rank;
   `interval_histogram_sums` its length histograms summed over its ranks (store/histogram_sums.py).
 * `run_metric_values`: each run's derived metrics as its summary shows them, recomputed from its
-  sums with its totals (store/metric_values.py), so the runs list sorts by any in SQL.
+  sums by the read side when its totals have changed (store/metric_values.py), so the runs list
+  sorts by any in SQL.
 """
 
 from datetime import datetime
@@ -221,14 +222,15 @@ run_first_interval = Table(
 KEPT_METRICS = tuple(m.name for m in METRICS if not (m.amount and m.name in SUM_NAMES))
 
 # Each run's KEPT_METRICS as its summary shows them (rates from the steady window once it has one,
-# amounts from the totals), NULL where undefined: the runs list's sort keys (store/metric_values.py),
-# recomputed from the run's sums whenever its totals change. `formulas`: the fingerprint of the
-# catalogue's formulas they were computed by (a changed formula recomputes them at migration).
+# amounts from the totals), NULL where undefined: the runs list's sort keys, a cache that a metric
+# sort refreshes (store/metric_values.py). `rows`: the run_totals rows they were computed from (a
+# run with more is stale); `formulas`: the fingerprint of the catalogue's formulas that computed them.
 run_metric_values = Table(
     "run_metric_values",
     Base.metadata,
     Column("run_pk", ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True, autoincrement=False),
     Column("formulas", String(16), nullable=False),
+    Column("rows", BigInteger, nullable=False),
     *(Column(name, Float(), nullable=True) for name in KEPT_METRICS),
 )
 

@@ -4,8 +4,9 @@ each run's own summary derives it in Python (steady once the run has it, else to
 from the totals): two models, two ranks a run, runs without intervals, runs without a reading
 (no loss after the first interval: the steady loss is undefined; telemetry on some runs only),
 and a run stored before migration 0016 (its first interval marked, summed from its rows) that
-goes on receiving intervals. And the values kept: equal to the summaries' own, rebuilt after an
-upgrade from before 0019 and recomputed when the formulas that computed them changed."""
+goes on receiving intervals. And the values kept: equal to the summaries' own, recomputed by the
+first sort after a run's new intervals, rebuilt after an upgrade from before 0019 and recomputed
+when the formulas that computed them changed."""
 
 import random
 from typing import Any
@@ -102,10 +103,35 @@ def test_every_metric_sorts_as_the_summaries_derive_it(many):
 
 
 def test_the_kept_values_are_the_summaries_own(many, database_url):
+    assert kept(database_url) == {}  # ingest keeps none: the first metric sort computes them
+    many.get(RUNS, params={"sort": "loss"}).raise_for_status()
     summary, values = summaries(many), kept(database_url)
     assert set(values) == {r for r, s in summary.items() if s["totals"] is not None}  # a row per run with totals
     for run_id, row in values.items():
         assert {key: row[key] for key in KEPT_METRICS} == {key: shown(summary[run_id], key) for key in KEPT_METRICS}
+
+
+def test_a_sort_right_after_new_intervals_recomputes_those_runs(many, database_url, records):
+    before = summaries(many)
+    assert_sorted_as_the_summaries(many, before)  # every run's values computed
+    for run_id, seed in (("r01", 71), ("r13", 72)):  # more intervals, other readings
+        recs = [r for rank in range(2) for r in records(3, start=9, seed=seed + rank, rank=rank, gpus=2, steps=9)]
+        many.post(f"{RUNS}/{run_id}/intervals", json={"intervals": recs}).raise_for_status()
+    after = summaries(many)
+    assert_sorted_as_the_summaries(many, after)
+    values = kept(database_url)
+    for run_id in ("r01", "r13"):
+        assert {key: values[run_id][key] for key in KEPT_METRICS} == {
+            key: shown(after[run_id], key) for key in KEPT_METRICS
+        }
+        assert shown(after[run_id], "tokens_per_gpu_s") != shown(before[run_id], "tokens_per_gpu_s")  # they changed
+    moved = [
+        k
+        for k in DERIVED_SORT_KEYS
+        if sorted(before, key=lambda r: shown(before[r], k) or 0)
+        != sorted(after, key=lambda r: shown(after[r], k) or 0)
+    ]
+    assert moved  # and some order with them: stale values would have sorted wrong
 
 
 def _set_up(database_url: str, sql: str) -> None:
@@ -120,6 +146,7 @@ def _set_up(database_url: str, sql: str) -> None:
 def test_an_upgrade_from_before_0019_computes_every_runs_values(many, database_url):
     from alembic import command
 
+    many.get(RUNS, params={"sort": "loss"}).raise_for_status()  # every run's values computed
     before = kept(database_url)
     engine = make_engine(database_url)
     try:
@@ -135,6 +162,7 @@ def test_an_upgrade_from_before_0019_computes_every_runs_values(many, database_u
 
 
 def test_values_of_other_formulas_are_recomputed_at_upgrade(many, database_url):
+    many.get(RUNS, params={"sort": "loss"}).raise_for_status()  # every run's values computed
     before = kept(database_url)
     _set_up(database_url, "UPDATE run_metric_values SET formulas = 'older', tflops_thd = 1, loss = NULL")
     engine = make_engine(database_url)
