@@ -9,6 +9,11 @@ Each run has --intervals intervals of 2 ranks (bench_data's records), stored in-
 (ingest_together, many runs a transaction). Also checks that the page's order is that of the
 metric as the summaries show it (steady, else totals), runs without it last.
 
+The kept metrics are a cache that a metric sort refreshes (store/metric_values.py): the first
+in-process sort computes every run's (timed: first_sort_s, what the server's start does after an
+upgrade), and `after_ingest` times, each round after a new interval into --stale runs, the
+default sort, the first metric sort (which recomputes those runs) and the same sort again.
+
     python bench/runs_sort.py --database sqlite [--runs 10000] [--repeat 15]
 
 Prints one JSON object; progress goes to stderr.
@@ -88,9 +93,14 @@ def ratios(times: dict[str, list[float]]) -> dict[str, Any]:
 
 
 def in_process(engine: Any, repeat: int) -> dict[str, Any]:
-    """list_runs alone (the query and the page's Run objects), every sort, alternated per round."""
+    """list_runs alone (the query and the page's Run objects), every sort, alternated per round;
+    and the first metric sort's seconds (every run's values computed)."""
     times: dict[str, list[float]] = {s: [] for s in SORTS}
     with make_sessionmaker(engine)() as session:
+        t0 = time.perf_counter()
+        list_runs(session, sort=SORTS[2], limit=100)
+        first_sort_s = round(time.perf_counter() - t0, 2)
+        session.rollback()
         for sort in SORTS:  # warm
             list_runs(session, sort=request_sort(sort), limit=100)
         for _ in range(repeat):
@@ -100,7 +110,33 @@ def in_process(engine: Any, repeat: int) -> dict[str, Any]:
                 list_runs(session, sort=request_sort(sort), limit=100)
                 times[sort].append(time.perf_counter() - t0)
                 session.rollback()
-    return ratios(times)
+    return ratios(times) | {"first_sort_s": first_sort_s}
+
+
+def after_ingest(engine: Any, base: str, runs: int, intervals: int, stale: int, repeat: int) -> dict[str, Any]:
+    """Per round: one new interval (2 ranks) into `stale` runs, then over HTTP the default sort, a
+    metric sort (the first after the batches: it recomputes those runs) and that sort again."""
+    http = httpx.Client(base_url=base, timeout=120)
+    writes = engine.execution_options(**{WRITES: True})
+    rng = random.Random(9)
+    times: dict[str, list[float]] = {"default": [], "first metric sort": [], "again": []}
+    keys = [f"-{key}" for key in DERIVED_SORT_KEYS]
+    for k in range(repeat):
+        chosen = rng.sample(range(runs), stale)
+        recs = [record(intervals + k, rank, rng) for rank in range(2)]
+        ingest_together(writes, [(f"run-{i:05d}", parsed_records(recs)) for i in chosen])
+        metric = keys[k % len(keys)]
+        for name, sort in (("default", DEFAULT), ("first metric sort", metric), ("again", metric)):
+            t0 = time.perf_counter()
+            response = http.get("/api/v1/runs", params={"sort": sort, "limit": 100})
+            times[name].append(time.perf_counter() - t0)
+            assert response.status_code == 200, response.text[:200]
+    default = statistics.median(times["default"])
+    return {
+        "stale_runs": stale,
+        "ms_p50": {name: round(statistics.median(v) * 1e3, 1) for name, v in times.items()},
+        "over_default": {name: round(statistics.median(v) / default, 2) for name, v in times.items()},
+    }
 
 
 def shown_value(run: dict[str, Any], key: str) -> float | None:
@@ -135,6 +171,7 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=10_000)
     ap.add_argument("--intervals", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=15)
+    ap.add_argument("--stale", type=int, default=5, help="runs given a new interval before each after_ingest sort")
     args = ap.parse_args()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     with scratch_database(args.database) as url:
@@ -157,6 +194,7 @@ def main() -> None:
         server, base = start_server(url)
         try:
             out["http"] = over_http(base, args.runs, args.repeat)
+            out["after_ingest"] = after_ingest(engine, base, args.runs, args.intervals, args.stale, args.repeat)
             out["load_avg_end"] = os.getloadavg()
         finally:
             server.terminate()
