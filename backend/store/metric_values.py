@@ -118,22 +118,29 @@ def _value_rows(connection: Connection, run_pks: Sequence[int], coefficients: Ma
     return out
 
 
-# The runs whose values are missing, stale or of other formulas: a join of run_totals on the
-# primary key, narrow rows (a sort's cost at 10,000 runs: docs/benchmarks/2026-12-06-2core-ranks.md).
+# The runs whose values are missing, stale or of other formulas: run_totals joined on the primary
+# key, narrow rows; their models and hardware are read for those alone (a scan of runs' wide rows
+# cost as much again: docs/benchmarks/2026-12-06-2core-ranks.md#dev-2026-12-06-runs-sort-cache).
 _STALE = (
-    "SELECT t.run_pk, r.model, r.hardware FROM run_totals t JOIN runs r ON r.id = t.run_pk "
-    'LEFT JOIN run_metric_values v ON v.run_pk = t.run_pk WHERE v.run_pk IS NULL OR v."rows" <> t."rows" '
-    "OR v.formulas <> {} ORDER BY t.run_pk"
+    "SELECT t.run_pk FROM run_totals t LEFT JOIN run_metric_values v ON v.run_pk = t.run_pk "
+    'WHERE v.run_pk IS NULL OR v."rows" <> t."rows" OR v.formulas <> {} ORDER BY t.run_pk'
 )
+_COEFFICIENTS = {
+    "sqlite": "SELECT id, model, hardware FROM runs WHERE id IN ({})",
+    "postgresql": "SELECT id, model::text, hardware::text FROM runs WHERE id IN ({})",
+}
 _CHUNK = 500
 
 
-def _stale(connection: Connection) -> list[Any]:
+def _stale(connection: Connection) -> list[int]:
+    p = "?" if driver_of(connection) == "sqlite" else "%s"
+    return [pk for (pk,) in run_sql(connection, _STALE.format(p), (formulas(),))]
+
+
+def _coefficients(connection: Connection, run_pks: Sequence[int]) -> dict[int, Coefficients]:
     database = driver_of(connection)
-    sql = _STALE.format("?" if database == "sqlite" else "%s")
-    if database == "postgresql":
-        sql = sql.replace("r.model, r.hardware", "r.model::text, r.hardware::text")
-    return run_sql(connection, sql, (formulas(),))
+    sql = _COEFFICIENTS[database].format(", ".join(["?" if database == "sqlite" else "%s"] * len(run_pks)))
+    return {pk: Coefficients.of_json(model, hardware) for pk, model, hardware in run_sql(connection, sql, run_pks)}
 
 
 def refresh(engine: Engine) -> int:
@@ -147,8 +154,7 @@ def refresh(engine: Engine) -> int:
             return 0
         rows = []
         for at in range(0, len(stale), _CHUNK):
-            chunk = stale[at : at + _CHUNK]
-            coefficients = {pk: Coefficients.of_json(model, hardware) for pk, model, hardware in chunk}
+            coefficients = _coefficients(connection, stale[at : at + _CHUNK])
             rows += _value_rows(connection, list(coefficients), coefficients)
     with engine.execution_options(**{WRITES: True}).begin() as connection:
         run_sql(connection, _upsert(driver_of(connection)), rows, many=True)
