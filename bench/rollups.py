@@ -1,6 +1,7 @@
 """The aggregates kept at ingest, in this process: CPU per ingested row of `store_aggregates`
-(rollups, channel rollups, run totals, sync sites) for batches of 64 consecutive intervals with
-1 and with 8 ranks, and the latency of series reads on a long run.
+(rollups, channel rollups, run totals, sync sites, the first interval) for batches of 64
+consecutive intervals with 1 and with 8 ranks and for batches of one record, and the latency of
+series reads on a long run.
 
     python bench/rollups.py --database sqlite|postgresql [--batches 300] [--channels 0]
         [--series-intervals 1000000] [--repeat 15] [--packscope DIR]
@@ -16,6 +17,8 @@ aside so that nothing is imported from this checkout.
   intervals of one rank with 8 ranks taking turns (as 8 agents send); the batches are cut into 5
   groups and each group's per-row figure reported (median, min, max). On PostgreSQL the
   CPU is this process's only (the server's is not counted), so the wall time is reported too.
+* kept_metrics: the same batches with and without a refresh of the run's kept metrics (as a
+  metric sort of the runs list does) between them: the batches' own cost should not differ.
 * series: a run of --series-intervals intervals (1 rank) filled through the same two calls in
   batches of 4096, then series.series with max_points=1000 over the whole run and over windows
   of several widths (p50 / p95 ms of --repeat calls each), and the same for 8 ranks over
@@ -45,6 +48,11 @@ from sqlalchemy import select
 from packscope.backend.ingest.rows import parsed_records
 from packscope.backend.store.aggregates import store_aggregates
 from packscope.backend.store.db import make_engine, make_sessionmaker, upgrade_schema
+
+try:
+    from packscope.backend.store.metric_values import refresh
+except ImportError:  # --packscope of a backend without kept metrics
+    refresh = None  # type: ignore[assignment]
 from packscope.backend.store.models import COLUMN_AT, Run
 from packscope.backend.store.runs import coefficients
 from packscope.backend.store.writes import write
@@ -89,22 +97,32 @@ def batch_rows(
     return [(run_pk, *values) for values in parsed.values], sites
 
 
-def store(engine: Any, make_session: Any, mode: str, batches: int, channels: int) -> dict[str, Any]:
-    """CPU and wall time of store_aggregates per row. Modes: "1 rank" (64 consecutive intervals a
-    batch), "8 ranks" (8 consecutive intervals x 8 ranks a batch), "8 senders" (64 consecutive
-    intervals of one rank a batch, the ranks in turn, as 8 agents send them)."""
-    run_pk, c = make_run(make_session, f"store-{mode.replace(' ', '-')}-{channels}")
+def prepared_batches(run_pk: int, mode: str, batches: int, channels: int) -> list[tuple[list[Any], dict[str, int]]]:
+    """The batches of `mode` (store's modes) as (ROW_COLUMNS rows, their sync sites)."""
     rng = random.Random(mode)
     prepared = []
     for b in range(batches):
         if mode == "1 rank":
             prepared.append(batch_rows(run_pk, range(b * BATCH, (b + 1) * BATCH), 1, channels, rng))
+        elif mode == "1 record":
+            prepared.append(batch_rows(run_pk, range(b, b + 1), 1, channels, rng))
         elif mode == "8 ranks":
             prepared.append(batch_rows(run_pk, range(b * 8, (b + 1) * 8), 8, channels, rng))
         else:
             rows, sites = batch_rows(run_pk, range((b // 8) * BATCH, (b // 8 + 1) * BATCH), 1, channels, rng)
             rank_at = COLUMN_AT["rank"]
             prepared.append(([(*row[:rank_at], b % 8, *row[rank_at + 1 :]) for row in rows], sites))
+    return prepared
+
+
+def store(engine: Any, make_session: Any, mode: str, batches: int, channels: int) -> dict[str, Any]:
+    """CPU and wall time of store_aggregates per row. Modes: "1 rank" (64 consecutive intervals a
+    batch), "8 ranks" (8 consecutive intervals x 8 ranks a batch), "8 senders" (64 consecutive
+    intervals of one rank a batch, the ranks in turn, as 8 agents send them), "1 record" (one
+    interval of one rank a batch, as a one-rank agent sends at each interval: the cost a batch
+    pays whatever its size)."""
+    run_pk, c = make_run(make_session, f"store-{mode.replace(' ', '-')}-{channels}")
+    prepared = prepared_batches(run_pk, mode, batches, channels)
     cpu: list[float] = []
     wall: list[float] = []
     for rows, sites in prepared:
@@ -116,17 +134,51 @@ def store(engine: Any, make_session: Any, mode: str, batches: int, channels: int
             wall.append(time.perf_counter() - t0)
     groups = 5
     size = len(cpu) // groups
-    cpu_us = [sum(cpu[g * size : (g + 1) * size]) / (size * BATCH) * 1e6 for g in range(groups)]
-    wall_us = [sum(wall[g * size : (g + 1) * size]) / (size * BATCH) * 1e6 for g in range(groups)]
+    per_batch = len(prepared[0][0])
+    cpu_us = [sum(cpu[g * size : (g + 1) * size]) / (size * per_batch) * 1e6 for g in range(groups)]
+    wall_us = [sum(wall[g * size : (g + 1) * size]) / (size * per_batch) * 1e6 for g in range(groups)]
     return {
         "mode": mode,
         "channels": channels,
-        "rows": batches * BATCH,
+        "rows": batches * per_batch,
         "cpu_us_per_row": round(statistics.median(cpu_us), 2),
         "cpu_us_per_row_min_max": [round(min(cpu_us), 2), round(max(cpu_us), 2)],
         "wall_us_per_row": round(statistics.median(wall_us), 2),
         "wall_us_per_row_min_max": [round(min(wall_us), 2), round(max(wall_us), 2)],
     }
+
+
+def kept_metrics_cost(engine: Any, make_session: Any, mode: str, batches: int) -> dict[str, Any]:
+    """Whether ingest pays for the runs list's kept metrics (store/metric_values.py): CPU and wall
+    µs a batch of store_aggregates when a reader refreshes the run's values after every batch (as
+    a metric sort does: "sorted") and when none does ("unsorted"), on one run's batches in one
+    process, the two taking turns (ABBA), so the machine's load weighs on both alike; and what
+    that refresh costs the reader (one stale run)."""
+    run_pk, c = make_run(make_session, f"kept-{mode.replace(' ', '-')}")
+    refresh(engine)  # the runs stored before: fresh
+    cpu: dict[str, list[float]] = {"sorted": [], "unsorted": [], "refresh": []}
+    wall: dict[str, list[float]] = {"sorted": [], "unsorted": [], "refresh": []}
+    for k, (rows, sites) in enumerate(prepared_batches(run_pk, mode, batches, 0)):
+        which = "sorted" if k % 4 in (0, 3) else "unsorted"
+        with engine.begin() as connection:
+            write(connection, "intervals", "insert", rows)
+            t0, c0 = time.perf_counter(), time.process_time()
+            store_aggregates(connection, run_pk, c, rows, sites)
+            cpu[which].append(time.process_time() - c0)
+            wall[which].append(time.perf_counter() - t0)
+        if which == "sorted":
+            t0, c0 = time.perf_counter(), time.process_time()
+            refreshed = refresh(engine)
+            cpu["refresh"].append(time.process_time() - c0)
+            wall["refresh"].append(time.perf_counter() - t0)
+            assert refreshed == 1, refreshed
+    out: dict[str, Any] = {"mode": mode, "rows_a_batch": len(rows)}
+    for name, times in (("cpu", cpu), ("wall", wall)):  # PostgreSQL: the server's CPU is in the wall time alone
+        sorted_us, unsorted_us, refresh_us = (statistics.median(times[w]) * 1e6 for w in times)
+        out[f"{name}_us_a_batch"] = {"sorted": round(sorted_us, 1), "unsorted": round(unsorted_us, 1)}
+        out[f"{name}_sorted_over_unsorted"] = round(sorted_us / unsorted_us, 3)
+        out[f"{name}_us_a_refresh"] = round(refresh_us, 1)
+    return out
 
 
 def fill(engine: Any, make_session: Any, run_id: str, intervals: int, ranks: int) -> int:
@@ -188,8 +240,11 @@ def main() -> None:
         try:
             upgrade_schema(engine)
             make_session = make_sessionmaker(engine)
-            modes = ("1 rank", "8 ranks", "8 senders")
+            modes = ("1 rank", "8 ranks", "8 senders", "1 record")
             out["store"] = [store(engine, make_session, mode, args.batches, args.channels) for mode in modes]
+            if refresh is not None:
+                kept_modes = ("1 record", "1 rank")
+                out["kept_metrics"] = [kept_metrics_cost(engine, make_session, m, args.batches) for m in kept_modes]
             if args.series_intervals:
                 t0 = time.perf_counter()
                 fill(engine, make_session, "long", args.series_intervals, 1)

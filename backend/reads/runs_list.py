@@ -6,27 +6,24 @@ from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, cast
 
-import numpy as np
-from sqlalchemy import Select, Text, exists, func, literal, or_, select
-from sqlalchemy import cast as sql_cast
+from sqlalchemy import Select, exists, func, literal, or_, select
 from sqlalchemy.orm import Session, defer
 
-from packscope.backend.formulas.columns import derive_columns
-from packscope.backend.formulas.sums_read import ReadSums
-from packscope.backend.reads.first_interval import first_interval_sums
 from packscope.backend.reads.liveness import liveness
-from packscope.backend.store.models import Run, alerts, run_first_interval, run_totals
-from packscope.core.catalogue import FLOAT_OPS, METRIC, SUM_NAMES, Coefficients
+from packscope.backend.store.metric_values import refresh
+from packscope.backend.store.models import KEPT_METRICS, Run, alerts, run_metric_values, run_totals
+from packscope.core.catalogue import METRIC, SUM_NAMES
 
-# Sort keys, by what the pages show. Columns of `runs` and the stored totals (records, last_step,
-# and the amounts that are plain run_totals sums) sort in SQL; every other metric depends on the
-# run's FLOPs coefficients, which live in the run's model JSON, so it is derived here over the
-# filtered set (_sorted_by_metric): a rate from the steady sums once the run has more than one interval.
+# Sort keys, by what the pages show, all in SQL: columns of `runs`, the stored totals (records,
+# last_step, and the amounts that are plain run_totals sums) and every other metric as the run's
+# summary shows it (a rate from the steady sums once the run has more than one interval), kept
+# in run_metric_values, which a metric sort first refreshes (store/metric_values.py).
 RUN_SORT_COLUMNS = ("run_id", "name", "project", "layout", "status", "started_at", "ended_at", "updated_at")
 TOTALS_SORT_COLUMNS = {"records": "rows", "last_step": "last_step"} | {
     name: name for name in METRIC if name in SUM_NAMES and METRIC[name].amount
 }
-DERIVED_SORT_KEYS = tuple(name for name in METRIC if name not in TOTALS_SORT_COLUMNS)
+DERIVED_SORT_KEYS = KEPT_METRICS
+assert set(DERIVED_SORT_KEYS) == set(METRIC) - set(TOTALS_SORT_COLUMNS), "every metric sorts"
 SORT_KEYS = (*RUN_SORT_COLUMNS, *TOTALS_SORT_COLUMNS, *DERIVED_SORT_KEYS)
 SORT_PATTERN = "^-?(" + "|".join(SORT_KEYS) + ")$"
 DEFAULT_SORT = "-started_at"
@@ -102,29 +99,31 @@ def list_runs(
     offset: int = 0,
 ) -> tuple[list[Run], int]:
     """One page of the runs that match `filters`, sorted by `sort` ("-" first: descending; runs
-    without a value last either way; ties newest first), and how many runs match in all.
-
-    A derived metric is sorted here (_sorted_by_metric): the sums it reads of the filtered runs
-    as numpy columns, one evaluation per distinct model, so the cost grows with the filtered set,
-    not with its runs' lengths or ranks.
-    """
+    without a value last either way; ties newest first), and how many runs match in all."""
     dialect = session.get_bind().dialect.name
+    descending, key = sort.startswith("-"), sort.lstrip("-")
+    if key in DERIVED_SORT_KEYS:  # before the session's first read: SQLite's snapshot then sees them
+        refresh(session.get_bind().engine)
     if filters.status in LIVE_STATUSES:
         filters = _with_live_status(session, filters, dialect)
-    descending, key = sort.startswith("-"), sort.lstrip("-")
     total = session.scalar(_where(select(func.count()).select_from(Run), filters, dialect)) or 0
     newest = (Run.started_at.desc(), Run.id.desc())
-    if key in DERIVED_SORT_KEYS:
-        ids = _sorted_by_metric(session, _where(select(Run.id), filters, dialect), key, descending, newest)
-        return _page(session, ids, offset, limit), total
     if key == "status":  # the status shown: a stored "running" may be stale or crashed by now
         columns = cast(Select[Any], select(Run.id, Run.status, Run.updated_at, Run.last_contact_at, Run.heartbeat_s))
         ids = _sorted_by_shown_status(session, _where(columns, filters, dialect).order_by(*newest), descending)
         return _page(session, ids, offset, limit), total
+    if key in DERIVED_SORT_KEYS:  # the page's ids first: narrow rows through the join and the sort
+        column: Any = run_metric_values.c[key]
+        order = (column.desc() if descending else column.asc()).nulls_last()
+        kept = _where(select(Run.id), filters, dialect).outerjoin(
+            run_metric_values, run_metric_values.c.run_pk == Run.id
+        )
+        kept = kept.order_by(order, *newest).offset(offset)
+        return _page(session, list(session.scalars(kept if limit is None else kept.limit(limit))), 0, None), total
     query = _where(select(Run).options(_WITHOUT_CONFIG), filters, dialect)
     if key in TOTALS_SORT_COLUMNS:
         query = query.outerjoin(run_totals, run_totals.c.run_pk == Run.id)
-        column: Any = run_totals.c[TOTALS_SORT_COLUMNS[key]]
+        column = run_totals.c[TOTALS_SORT_COLUMNS[key]]
     else:
         column = SHOWN_LAYOUT if key == "layout" else getattr(Run, key)
     order = (column.desc() if descending else column.asc()).nulls_last()
@@ -167,74 +166,6 @@ def _with_live_status(session: Session, filters: RunFilters, dialect: str) -> Ru
         if liveness("running", updated_at, contact_at, beat, now) == filters.status
     )
     return replace(stored, ids=ids)
-
-
-def _metric_reads(key: str, c: Coefficients) -> frozenset[str]:
-    """The SUMS the metric `key` reads for a run of these coefficients."""
-    reads = ReadSums(1.0)
-    METRIC[key].formula(reads, c, FLOAT_OPS)
-    return frozenset(reads.read)
-
-
-def _steady_columns(totals: np.ndarray, first: np.ndarray, has_steady: np.ndarray) -> np.ndarray:
-    """steady_sums on columns: the totals minus the first interval's sums where the run has more
-    than its first interval (a remainder within the totals' rounding is 0), else the totals."""
-    rest = totals - first
-    rounding = 8 * np.spacing(np.maximum(np.abs(totals), np.abs(first)))
-    rest = np.where(np.abs(rest) <= rounding, 0.0, rest)
-    return np.where(has_steady[:, None], rest, totals)
-
-
-def _sorted_by_metric(
-    session: Session, ids: Select[Any], key: str, descending: bool, newest: tuple[Any, ...]
-) -> list[int]:
-    """The ids of `ids` (in default order) sorted by the derived metric `key`, stably: the sums it
-    reads (its rate from the steady window, the totals less the first interval kept at ingest,
-    where the run has one; an amount from the totals) as columns, one formula evaluation (numpy)
-    per distinct model and hardware, not per run."""
-    texts = (sql_cast(Run.model, Text), sql_cast(Run.hardware, Text))
-    kinds = session.execute(select(*texts).where(Run.id.in_(ids.scalar_subquery())).distinct()).all()
-    coefficients = {(model, hardware): Coefficients.of_json(model, hardware) for model, hardware in kinds}
-    needed = sorted(set().union(*(_metric_reads(key, c) for c in coefficients.values())) or {"steps"})
-    rate = not METRIC[key].amount  # amounts count the whole run, warm-up included
-    f = run_first_interval.c
-    query = (
-        select(Run.id, *texts, run_totals.c.rows, f.rows, *(run_totals.c[n] for n in needed), *(f[n] for n in needed))
-        .outerjoin(run_totals, run_totals.c.run_pk == Run.id)
-        .outerjoin(run_first_interval, f.run_pk == Run.id)
-        .where(Run.id.in_(ids.scalar_subquery()))
-        .order_by(*newest)
-    )
-    found = session.execute(query).all()
-    stored = [row for row in found if row[3] is not None]  # runs without totals yet sort last
-    width = len(needed)
-    values = np.array([row[5:] for row in stored], dtype=float).reshape(len(stored), 2 * width)
-    totals, first = values[:, :width], np.nan_to_num(values[:, width:])
-    rows = np.array([row[3] for row in stored], dtype=float)
-    first_rows = np.array([-1 if row[4] is None else row[4] for row in stored], dtype=float)
-    if rate:
-        unkept = [k for k, row in enumerate(stored) if row[4] is None or row[4] < 0]  # stored before 0016
-        summed = first_interval_sums(session, [stored[k][0] for k in unkept]) if unkept else {}
-        for k in unkept:
-            one = summed.get(stored[k][0])
-            if one is not None:
-                first[k], first_rows[k] = [one.sums[n] for n in needed], one.rows
-        shown = _steady_columns(totals, first, (first_rows >= 0) & (rows > first_rows))
-    else:
-        shown = totals
-    metric = np.full(len(stored), np.nan)
-    index_of = {pair: at for at, pair in enumerate(coefficients)}
-    group = np.array([index_of.get((row[1], row[2]), -1) for row in stored], dtype=np.int64)  # -1: a run added since
-    for at, c in enumerate(coefficients.values()):
-        members = group == at
-        if members.any():
-            columns = {n: shown[members, j] for j, n in enumerate(needed)}
-            columns.setdefault("steps", np.zeros(int(members.sum())))
-            metric[members] = derive_columns(columns, c, [key])[key]
-    order = [(stored[k][0], float(metric[k])) for k in range(len(stored)) if not np.isnan(metric[k])]
-    order.sort(key=lambda item: item[1], reverse=descending)  # stable: ties stay newest first
-    ranked = {pk for pk, _ in order}
-    return [pk for pk, _ in order] + [row[0] for row in found if row[0] not in ranked]
 
 
 def find_runs(session: Session, run_ids: Sequence[str]) -> tuple[list[Run], list[str]]:

@@ -6,7 +6,7 @@ from typing import Any
 from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session
 
-from packscope.backend.reads.first_interval import first_interval_sums, steady_sums
+from packscope.backend.store.first_interval import first_interval_sums, steady_sums
 from packscope.backend.store.models import Run, intervals, run_sync_sites, run_totals
 from packscope.backend.store.runs import coefficients
 from packscope.core.catalogue import FLOAT_OPS, METRIC, SUM_NAMES, sync_counted_steps

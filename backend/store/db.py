@@ -159,6 +159,7 @@ def upgrade_schema(engine: Engine, revision: str = "head") -> None:
     On SQLite, foreign keys are off while migrating: a batch migration rebuilds a table (create,
     copy, drop the old one), and with foreign keys on, dropping the old `runs` or `intervals`
     would cascade-delete every row that refers to it. The keys are checked before committing.
+    At head, the runs' kept metrics are then brought up to date (store/metric_values.refresh).
     """
     config = alembic_config()
     sqlite = engine.dialect.name == "sqlite"
@@ -179,3 +180,10 @@ def upgrade_schema(engine: Engine, revision: str = "head") -> None:
         finally:
             if sqlite:
                 driver.execute("PRAGMA foreign_keys=ON")
+    if revision == "head":
+        # The runs' kept metrics, which a migration cannot compute (it may not import the
+        # catalogue): here, so that the first metric sort after an upgrade (runs stored before
+        # 0019, formulas changed since) does not compute every run's.
+        from packscope.backend.store.metric_values import refresh  # imports this module
+
+        refresh(engine)

@@ -11,6 +11,9 @@
   summed up (count, least, greatest), counted in fine log buckets (quantiles) and its slowest
   ranks, kept at ingest (store/rank_summaries.py), so the ranks panel never reads every rank;
   `interval_histogram_sums` its length histograms summed over its ranks (store/histogram_sums.py).
+* `run_metric_values`: each run's derived metrics as its summary shows them, recomputed from its
+  sums by the read side when its totals have changed (store/metric_values.py), so the runs list
+  sorts by any in SQL.
 """
 
 from datetime import datetime
@@ -37,7 +40,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from packscope.core.catalogue import BAND_METRICS, FIELDS, SUM_NAMES, Field
+from packscope.core.catalogue import BAND_METRICS, FIELDS, METRICS, SUM_NAMES, Field
 from packscope.core.histograms import KINDS, NUM_BUCKETS
 
 # Deterministic constraint names, so later migrations can refer to them on every database.
@@ -200,7 +203,7 @@ run_totals = Table(
 )
 
 # The run's first interval (its lowest index) summed over the ranks that sent it: what the steady
-# rates leave out (reads/first_interval.py), one row per run however many ranks sent it. Kept at
+# rates leave out (store/first_interval.py), one row per run however many ranks sent it. Kept at
 # ingest (store/aggregates.py): a lower interval replaces it, the same one adds to it. `rows` -1:
 # stored before migration 0016, whose rows the reads sum themselves.
 run_first_interval = Table(
@@ -212,6 +215,23 @@ run_first_interval = Table(
     Column("first_step", BigInteger, nullable=False),
     Column("last_step", BigInteger, nullable=False),
     *_sum_columns(),
+)
+
+# The metrics the runs list sorts by that are no plain total: every catalogue metric but the amounts
+# that are a sum of run_totals (those sort on run_totals itself).
+KEPT_METRICS = tuple(m.name for m in METRICS if not (m.amount and m.name in SUM_NAMES))
+
+# Each run's KEPT_METRICS as its summary shows them (rates from the steady window once it has one,
+# amounts from the totals), NULL where undefined: the runs list's sort keys, a cache that a metric
+# sort refreshes (store/metric_values.py). `rows`: the run_totals rows they were computed from (a
+# run with more is stale); `formulas`: the fingerprint of the catalogue's formulas that computed them.
+run_metric_values = Table(
+    "run_metric_values",
+    Base.metadata,
+    Column("run_pk", ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True, autoincrement=False),
+    Column("formulas", String(16), nullable=False),
+    Column("rows", BigInteger, nullable=False),
+    *(Column(name, Float(), nullable=True) for name in KEPT_METRICS),
 )
 
 # Intervals that never became rows: refused by the agent (its batch input was inconsistent) or by

@@ -1,5 +1,5 @@
 """The run's first interval kept at ingest (run_first_interval, store/aggregates.py) against the
-sums of its rows read back (reads/first_interval.py's _summed_rows): records in any order (a
+sums of its rows read back (store/first_interval.py's _summed_rows): records in any order (a
 lower interval arriving after higher ones), the first interval's ranks split over batches,
 replays; and the row migration 0016 marks for runs stored before it."""
 
@@ -8,8 +8,8 @@ import random
 import pytest
 from sqlalchemy import text
 
-from packscope.backend.reads.first_interval import _summed_rows, first_interval_sums
 from packscope.backend.store.db import alembic_config, make_engine, make_sessionmaker, upgrade_schema
+from packscope.backend.store.first_interval import _summed_rows, first_interval_sums
 from packscope.core.catalogue import SUM_NAMES
 
 RUNS = "/api/v1/runs"

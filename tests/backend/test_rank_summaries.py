@@ -14,9 +14,9 @@ from sqlalchemy import text
 
 from packscope.backend.ingest.batches import ingest_together
 from packscope.backend.ingest.rows import parsed_records
-from packscope.backend.reads.first_interval import _summed_rows, first_interval_sums
 from packscope.backend.reads.ranks import MATRIX_CELLS, MATRIX_RANKS
 from packscope.backend.store.db import WRITES, alembic_config, make_engine, make_sessionmaker, upgrade_schema
+from packscope.backend.store.first_interval import _summed_rows, first_interval_sums
 from packscope.backend.store.rank_summaries import BUCKETS_PER_OCTAVE, SLOWEST_KEPT
 
 RUNS = "/api/v1/runs"

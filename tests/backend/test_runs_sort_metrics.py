@@ -1,8 +1,12 @@
-"""The runs list sorted by every derived catalogue metric (reads/runs_list.py: the sums as numpy
-columns, one evaluation per distinct model) against the order of that metric as each run's own
-summary derives it in Python (steady once the run has it, else totals; amounts from the totals):
-two models, two ranks a run, runs without intervals, and a run stored before migration 0016
-(its first interval marked, summed from its rows)."""
+"""The runs list sorted by every derived catalogue metric (reads/runs_list.py: in SQL, on the
+values kept in run_metric_values, store/metric_values.py) against the order of that metric as
+each run's own summary derives it in Python (steady once the run has it, else totals; amounts
+from the totals): two models, two ranks a run, runs without intervals, runs without a reading
+(no loss after the first interval: the steady loss is undefined; telemetry on some runs only),
+and a run stored before migration 0016 (its first interval marked, summed from its rows) that
+goes on receiving intervals. And the values kept: equal to the summaries' own, recomputed by the
+first sort after a run's new intervals, rebuilt after an upgrade from before 0019 and recomputed
+when the formulas that computed them changed."""
 
 import random
 from typing import Any
@@ -11,10 +15,20 @@ import pytest
 from sqlalchemy import text
 
 from packscope.backend.reads.runs_list import DERIVED_SORT_KEYS
-from packscope.backend.store.db import make_engine
+from packscope.backend.store.db import alembic_config, make_engine, upgrade_schema
+from packscope.backend.store.models import KEPT_METRICS
 from packscope.core.catalogue import METRIC
 
 RUNS = "/api/v1/runs"
+
+
+def _readings(recs: list[dict[str, Any]], i: int, rng: random.Random) -> list[dict[str, Any]]:
+    for r in recs:
+        if i % 4 == 1 and r["interval"] > 0:  # the loss of the first interval alone
+            del r["loss"]
+        if i % 5 == 2:
+            r["gpu"] = {"util_pct": rng.uniform(20, 99), "power_w": rng.uniform(100, 700)}
+    return recs
 
 
 @pytest.fixture
@@ -30,7 +44,7 @@ def many(make_client, database_url, new_run, records):
             continue  # no interval yet
         n = rng.randint(1, 4)
         recs = [r for rank in range(2) for r in records(n, seed=i * 10 + rank, rank=rank, gpus=1, steps=5 + i % 4)]
-        client.post(f"{RUNS}/r{i:02d}/intervals", json={"intervals": recs}).raise_for_status()
+        client.post(f"{RUNS}/r{i:02d}/intervals", json={"intervals": _readings(recs, i, rng)}).raise_for_status()
     engine = make_engine(database_url)
     try:
         with engine.begin() as connection:  # as migration 0016 leaves a run stored before it
@@ -41,6 +55,9 @@ def many(make_client, database_url, new_run, records):
             )
     finally:
         engine.dispose()
+    # Its later batch keeps its values from the first interval's rows, summed.
+    later = [r for rank in range(2) for r in records(1, start=7, seed=90 + rank, rank=rank, gpus=1, steps=5)]
+    client.post(f"{RUNS}/r04/intervals", json={"intervals": later}).raise_for_status()
     return client
 
 
@@ -49,15 +66,108 @@ def shown(summary: dict[str, Any], key: str) -> float | None:
     return None if window is None else window[key]
 
 
-def test_every_metric_sorts_as_the_summaries_derive_it(many):
-    summaries = {r["run_id"]: many.get(f"{RUNS}/{r['run_id']}").json() for r in many.get(RUNS).json()["runs"]}
-    newest = sorted(summaries, key=lambda r: summaries[r]["started_at"], reverse=True)
+def summaries(client) -> dict[str, dict[str, Any]]:
+    return {r["run_id"]: client.get(f"{RUNS}/{r['run_id']}").json() for r in client.get(RUNS).json()["runs"]}
+
+
+def assert_sorted_as_the_summaries(client, summary: dict[str, dict[str, Any]]) -> None:
+    newest = sorted(summary, key=lambda r: summary[r]["started_at"], reverse=True)
     for key in DERIVED_SORT_KEYS:
         for descending in (False, True):
-            got = [
-                r["run_id"] for r in many.get(RUNS, params={"sort": ("-" if descending else "") + key}).json()["runs"]
-            ]
-            valued = [r for r in newest if shown(summaries[r], key) is not None]
-            want = sorted(valued, key=lambda r: shown(summaries[r], key), reverse=descending)  # stable: newest first
-            want += [r for r in newest if shown(summaries[r], key) is None]
+            sort = ("-" if descending else "") + key
+            got = [r["run_id"] for r in client.get(RUNS, params={"sort": sort}).json()["runs"]]
+            valued = [r for r in newest if shown(summary[r], key) is not None]
+            want = sorted(valued, key=lambda r: shown(summary[r], key), reverse=descending)  # stable: newest first
+            want += [r for r in newest if shown(summary[r], key) is None]
             assert got == want, (key, descending)
+
+
+def kept(database_url: str) -> dict[str, dict[str, Any]]:
+    """run_id -> its run_metric_values row (formulas and every metric)."""
+    engine = make_engine(database_url)
+    try:
+        with engine.connect() as connection:
+            rows = connection.execute(
+                text("SELECT r.run_id, v.* FROM run_metric_values v JOIN runs r ON r.id = v.run_pk")
+            ).mappings()
+            return {row["run_id"]: dict(row) for row in rows}
+    finally:
+        engine.dispose()
+
+
+def test_every_metric_sorts_as_the_summaries_derive_it(many):
+    summary = summaries(many)
+    some = [key for key in ("loss", "gpu_util_pct") if len({shown(s, key) is None for s in summary.values()}) == 2]
+    assert some == ["loss", "gpu_util_pct"]  # both with runs that have the value and runs that do not
+    assert_sorted_as_the_summaries(many, summary)
+
+
+def test_the_kept_values_are_the_summaries_own(many, database_url):
+    assert kept(database_url) == {}  # ingest keeps none: the first metric sort computes them
+    many.get(RUNS, params={"sort": "loss"}).raise_for_status()
+    summary, values = summaries(many), kept(database_url)
+    assert set(values) == {r for r, s in summary.items() if s["totals"] is not None}  # a row per run with totals
+    for run_id, row in values.items():
+        assert {key: row[key] for key in KEPT_METRICS} == {key: shown(summary[run_id], key) for key in KEPT_METRICS}
+
+
+def test_a_sort_right_after_new_intervals_recomputes_those_runs(many, database_url, records):
+    before = summaries(many)
+    assert_sorted_as_the_summaries(many, before)  # every run's values computed
+    for run_id, seed in (("r01", 71), ("r13", 72)):  # more intervals, other readings
+        recs = [r for rank in range(2) for r in records(3, start=9, seed=seed + rank, rank=rank, gpus=2, steps=9)]
+        many.post(f"{RUNS}/{run_id}/intervals", json={"intervals": recs}).raise_for_status()
+    after = summaries(many)
+    assert_sorted_as_the_summaries(many, after)
+    values = kept(database_url)
+    for run_id in ("r01", "r13"):
+        assert {key: values[run_id][key] for key in KEPT_METRICS} == {
+            key: shown(after[run_id], key) for key in KEPT_METRICS
+        }
+        assert shown(after[run_id], "tokens_per_gpu_s") != shown(before[run_id], "tokens_per_gpu_s")  # they changed
+    moved = [
+        k
+        for k in DERIVED_SORT_KEYS
+        if sorted(before, key=lambda r: shown(before[r], k) or 0)
+        != sorted(after, key=lambda r: shown(after[r], k) or 0)
+    ]
+    assert moved  # and some order with them: stale values would have sorted wrong
+
+
+def _set_up(database_url: str, sql: str) -> None:
+    engine = make_engine(database_url)
+    try:
+        with engine.begin() as connection:
+            connection.execute(text(sql))
+    finally:
+        engine.dispose()
+
+
+def test_an_upgrade_from_before_0019_computes_every_runs_values(many, database_url):
+    from alembic import command
+
+    many.get(RUNS, params={"sort": "loss"}).raise_for_status()  # every run's values computed
+    before = kept(database_url)
+    engine = make_engine(database_url)
+    try:
+        config = alembic_config()
+        with engine.begin() as connection:
+            config.attributes["connection"] = connection
+            command.downgrade(config, "0018")
+        upgrade_schema(engine)
+    finally:
+        engine.dispose()
+    assert kept(database_url) == before
+    assert_sorted_as_the_summaries(many, summaries(many))
+
+
+def test_values_of_other_formulas_are_recomputed_at_upgrade(many, database_url):
+    many.get(RUNS, params={"sort": "loss"}).raise_for_status()  # every run's values computed
+    before = kept(database_url)
+    _set_up(database_url, "UPDATE run_metric_values SET formulas = 'older', tflops_thd = 1, loss = NULL")
+    engine = make_engine(database_url)
+    try:
+        upgrade_schema(engine)
+    finally:
+        engine.dispose()
+    assert kept(database_url) == before

@@ -5,7 +5,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from sqlalchemy import bindparam, func, select
+from sqlalchemy import Connection, bindparam, func, select
 from sqlalchemy.orm import Session
 
 from packscope.backend.store.models import Run, interval_details, intervals, run_first_interval
@@ -50,7 +50,7 @@ _KEPT = select(run_first_interval).where(
 
 
 def first_interval_sums(
-    session: Session, run_pks: Sequence[int], *, with_sites: bool = False
+    session: Session | Connection, run_pks: Sequence[int], *, with_sites: bool = False
 ) -> dict[int, FirstInterval]:
     """Per run: its first interval's rows (every rank's) summed: their count, SUMS, steps and (with
     `with_sites`, else none) sync sites. Without sites, from the row kept at ingest
@@ -72,7 +72,9 @@ def first_interval_sums(
     return out | (_summed_rows(session, missing, with_sites=False) if missing else {})
 
 
-def _summed_rows(session: Session, run_pks: Sequence[int], *, with_sites: bool) -> dict[int, FirstInterval]:
+def _summed_rows(
+    session: Session | Connection, run_pks: Sequence[int], *, with_sites: bool
+) -> dict[int, FirstInterval]:
     """first_interval_sums from the interval rows."""
     firsts = session.execute(_FIRST_INTERVALS, {"pks": list(run_pks)})
     first_of = {pk: interval for pk, interval in firsts if interval is not None}
@@ -101,9 +103,10 @@ def steady_sums(totals: Mapping[str, Any], first: FirstInterval | None) -> dict[
     if first is None or int(totals["rows"]) <= first.rows:
         return None
     out = {}
+    heads, ulp = first.sums, math.ulp  # local names: ingest runs this at every batch (metric_values.py)
     for name in SUM_NAMES:
-        whole, head = float(totals[name]), float(first.sums[name])
+        whole, head = float(totals[name]), float(heads[name])
         rest = whole - head
         # The stored total was summed in another order: a remainder within its rounding is 0.
-        out[name] = 0.0 if abs(rest) <= 8 * math.ulp(max(abs(whole), abs(head))) else rest
+        out[name] = 0.0 if abs(rest) <= 8 * ulp(max(abs(whole), abs(head))) else rest
     return out
