@@ -65,7 +65,8 @@ def app_middlewares() -> list[Middleware]:
     with tempfile.TemporaryDirectory() as folder:
         app = create_app(Settings(database_url=f"sqlite:///{Path(folder) / 'guards.db'}", ingest_token="bench"))
         app.state.engine.dispose()
-    return [m for m in reversed(app.user_middleware) if m.cls is not BatchFastPath]
+    dispatch: object = BatchFastPath
+    return [m for m in reversed(app.user_middleware) if m.cls is not dispatch]
 
 
 # The middlewares of each stack, by class name; None: every one create_app adds.
