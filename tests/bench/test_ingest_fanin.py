@@ -4,6 +4,7 @@ made it shed one) and the database holds exactly the keys acknowledged, each onc
 count each once."""
 
 import json
+import os
 import random
 import subprocess
 import sys
@@ -31,6 +32,8 @@ def test_the_smoke_run_stores_what_it_acknowledged():
     try:
         psycopg.connect("host=127.0.0.1 port=5432 user=postgres dbname=postgres", connect_timeout=3).close()
     except psycopg.OperationalError as exc:
+        if os.environ.get("CI"):  # as the postgres fixture: CI starts PostgreSQL, so its absence fails
+            raise
         pytest.skip(f"PostgreSQL is not reachable on 127.0.0.1:5432 ({exc})")
     done = subprocess.run(
         [sys.executable, str(BENCH / "ingest_fanin.py"), "--smoke"], capture_output=True, text=True, timeout=240
