@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -42,12 +42,18 @@ class Stall:
 
 @dataclass(frozen=True)
 class SlowRank:
-    """Rank ``rank``'s steps take ``factor`` times as long, from step ``start`` (until ``until``)."""
+    """Rank ``rank``'s steps take ``factor`` times as long, from step ``start`` (until ``until``).
+
+    ``apart`` (the default) keeps the other ranks' wait out of their timed steps with a barrier
+    between steps, so each rank's step time shows its own work. ``apart=off`` leaves the barrier out,
+    as a real data-parallel job has none: the others then wait inside their own steps (the gradient
+    all-reduce) and every rank's step times the same (docs/ledger.md, "Stragglers")."""
 
     rank: int
     factor: float
     start: int = 1
     until: int | None = None
+    apart: bool = True
 
 
 @dataclass(frozen=True)
@@ -89,10 +95,22 @@ class InjectedCrash(RuntimeError):
     """What the crash fault raises."""
 
 
+def _switch(value: str) -> bool:
+    if value in ("on", "1", "yes"):
+        return True
+    if value in ("off", "0", "no"):
+        return False
+    raise ValueError(value)
+
+
+def _text(value: Any) -> str:
+    return ("on" if value else "off") if isinstance(value, bool) else str(value)
+
+
 Fault = Slowdown | Stall | SlowRank | AddedSyncs | NanLoss | MixChange | Crash
 
 # kind -> (spec, {key in the text: (field, type)}, keys required)
-_KINDS: dict[str, tuple[type, dict[str, tuple[str, type]], tuple[str, ...]]] = {
+_KINDS: dict[str, tuple[type, dict[str, tuple[str, Callable[[str], Any]]], tuple[str, ...]]] = {
     "slowdown": (
         Slowdown,
         {"from": ("start", int), "factor": ("factor", float), "until": ("until", int)},
@@ -101,7 +119,13 @@ _KINDS: dict[str, tuple[type, dict[str, tuple[str, type]], tuple[str, ...]]] = {
     "stall": (Stall, {"at": ("at", int), "seconds": ("seconds", float)}, ("at", "seconds")),
     "slow-rank": (
         SlowRank,
-        {"rank": ("rank", int), "factor": ("factor", float), "from": ("start", int), "until": ("until", int)},
+        {
+            "rank": ("rank", int),
+            "factor": ("factor", float),
+            "from": ("start", int),
+            "until": ("until", int),
+            "apart": ("apart", _switch),
+        },
         ("rank", "factor"),
     ),
     "syncs": (
@@ -121,7 +145,7 @@ _KINDS: dict[str, tuple[type, dict[str, tuple[str, type]], tuple[str, ...]]] = {
 FORMS = {
     "slowdown": "slowdown:from=N,factor=F[,until=M]",
     "stall": "stall:at=N,seconds=S",
-    "slow-rank": "slow-rank:rank=R,factor=F[,from=N,until=M]",
+    "slow-rank": "slow-rank:rank=R,factor=F[,from=N,until=M,apart=on|off]",
     "syncs": "syncs:from=N,count=K[,until=M]",
     "nan-loss": "nan-loss:at=N[,steps=K]",
     "mix": "mix:from=N[,short_share=X,until=M]",
@@ -144,7 +168,7 @@ def parse_fault(text: str) -> Fault:
         try:
             values[field] = kind_of(value)
         except ValueError:
-            what = "an integer" if kind_of is int else "a number"
+            what = "an integer" if kind_of is int else "a number" if kind_of is float else "on or off"
             raise ValueError(f"{kind}: {key} must be {what}, got {value!r}") from None
     missing = [k for k in required if keys[k][0] not in values]
     if missing:
@@ -180,7 +204,8 @@ def fault_text(fault: Fault) -> str:
     """The `--fault` text of a spec: parse_fault(fault_text(f)) == f."""
     kind = next(k for k, (spec, _, _) in _KINDS.items() if spec is type(fault))
     keys = _KINDS[kind][1]
-    parts = [f"{key}={getattr(fault, field)}" for key, (field, _) in keys.items() if getattr(fault, field) is not None]
+    values = {key: getattr(fault, field) for key, (field, _) in keys.items()}
+    parts = [f"{key}={_text(value)}" for key, value in values.items() if value is not None]
     return f"{kind}:{','.join(parts)}"
 
 
@@ -236,7 +261,7 @@ class FaultInjector:
                 raise InjectedCrash(f"--fault crash:at={fault.at}")
             elif isinstance(fault, MixChange) and self.documents is not None:
                 self.documents.second = active(fault, step)
-        if self.world_size > 1 and any(isinstance(f, SlowRank) for f in self.faults):
+        if self.world_size > 1 and any(isinstance(f, SlowRank) and f.apart for f in self.faults):
             # In data parallelism every rank waits for the slowest inside its own step (the
             # gradient all-reduce), so every rank's step would time the same. Waiting here, between
             # steps, the others' timed steps hold their own work and the slow rank's shows longer.

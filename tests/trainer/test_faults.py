@@ -28,6 +28,7 @@ from packscope.trainer.config import DataConfig, TrainConfig, add_train_argument
 from packscope.trainer.faults import (
     AddedSyncs,
     Crash,
+    FaultInjector,
     InjectedCrash,
     MixChange,
     NanLoss,
@@ -82,6 +83,7 @@ def holding(records: list[dict[str, Any]], step: int) -> dict[str, Any]:
         ("stall:at=30,seconds=12.5", Stall(at=30, seconds=12.5)),
         ("slow-rank:rank=1,factor=1.4", SlowRank(rank=1, factor=1.4)),
         ("slow-rank:rank=0,factor=3,from=5,until=9", SlowRank(rank=0, factor=3.0, start=5, until=9)),
+        ("slow-rank:rank=1,factor=2,apart=off", SlowRank(rank=1, factor=2.0, apart=False)),
         ("syncs:from=20,count=4", AddedSyncs(start=20, count=4)),
         ("nan-loss:at=17", NanLoss(at=17)),
         ("nan-loss:at=17,steps=3", NanLoss(at=17, steps=3)),
@@ -93,6 +95,17 @@ def holding(records: list[dict[str, Any]], step: int) -> dict[str, Any]:
 def test_each_fault_parses_from_its_text_and_back(text, fault):
     assert parse_fault(text) == fault
     assert parse_fault(fault_text(fault)) == fault
+
+
+@pytest.mark.parametrize(("apart", "barriers"), [(True, 1), (False, 0)])
+def test_a_slow_rank_apart_waits_between_steps_and_one_not_apart_does_not(monkeypatch, apart, barriers):
+    # apart=off is the real job's case: no barrier, so the others wait inside their own steps.
+    import torch.distributed as dist
+
+    calls = []
+    monkeypatch.setattr(dist, "barrier", lambda *a, **k: calls.append(1))
+    FaultInjector((SlowRank(rank=1, factor=2.0, apart=apart),), rank=0, world_size=2).before_step(3)
+    assert len(calls) == barriers
 
 
 @pytest.mark.parametrize(
@@ -108,6 +121,7 @@ def test_each_fault_parses_from_its_text_and_back(text, fault):
         ("stall:at=3,seconds=0", "stall: seconds must be > 0, got 0.0"),
         ("stall:at=3", "stall needs seconds=: stall:at=N,seconds=S"),
         ("slow-rank:rank=-1,factor=2", "slow-rank: rank must be >= 0, got -1"),
+        ("slow-rank:rank=1,factor=2,apart=maybe", "slow-rank: apart must be on or off, got 'maybe'"),
         ("syncs:from=3,count=0", "syncs: count must be >= 1 (steps count from 1), got 0"),
         ("mix:from=3,short_share=2", "mix: short_share must be between 0 and 1, got 2.0"),
         ("nan-loss", "nan-loss needs at=: nan-loss:at=N[,steps=K]"),
