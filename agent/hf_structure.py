@@ -138,8 +138,11 @@ AUDIO_NOTE = (
 )
 # Model types whose layers hold work the count cannot price from the modules (one line each).
 REFUSED_KINDS = {
-    "mllama": "cross-attention layers (cross_attention_layers): their (query, key) pairs are text tokens x "
-    "image tokens, which no attention sum holds",
+    # transformers skips these layers in a micro-batch without images, and attends densely within one
+    # with them: each row's text positions x its images' tile tokens (images x tiles x (patches + 1))
+    "mllama": "cross-attention layers (cross_attention_layers): they run only in micro-batches with images, on "
+    "each row's text tokens x its images' tile tokens; the interval record has no sums for them "
+    "(cross_attention_tokens, cross_attention_pairs)",
     "longcat_flash": "zero-computation experts (zero_expert_num): the work of a token depends on the routing",
 }
 # Wrappers whose towers are not priced yet, refused before building (Gemma 3n's vision tower needs timm).

@@ -283,6 +283,15 @@ def test_a_layer_kind_that_cannot_be_priced_is_refused_naming_it():
         spec_from_structure({"model_type": "mllama"})
 
 
+def test_mllama_is_refused_naming_the_record_sums_its_cross_attention_needs():
+    """Its cross-attention layers' work is text-token work in micro-batches with images only, and
+    text x image-token pairs: neither is a sum of the record, so the refusal names both."""
+    with pytest.raises(HFConfigError) as caught:
+        spec_from_structure({"model_type": "mllama"})
+    message = str(caught.value)
+    assert "\n" not in message and "cross_attention_tokens, cross_attention_pairs" in message, message
+
+
 @pytest.mark.parametrize("name", DSA)
 def test_sparse_attention_counts_its_top_k_as_a_window_and_its_indexer_as_full_pairs(name):
     """The top-k keys of each query are the pairs of a window of index_topk; the indexer scores every
