@@ -214,3 +214,81 @@ def test_the_cli_refuses_clips_for_a_model_without_an_audio_tower(tmp_path, caps
     path.write_text(json.dumps(WRAPPERS["qwen3_vl"]))
     assert main(["flops", "--hf-config", str(path), "--pack", "10", "--audio", "100"]) == 2
     assert "no audio tower" in capsys.readouterr().err
+
+
+# -- the worked value of docs/flops.md's "Audio towers" ---------------------------------------------
+
+FIXTURE = "qwen3_omni_moe.json"
+WORKED_CLIPS = [[3000, 1000], [3000], [1000, 50]]  # 30 s and 10 s together, 30 s alone, 10 s and 0.5 s
+
+
+def worked_rows() -> str:
+    """The page's table, from the code: transformers' default Qwen3-Omni, one micro-batch a row."""
+    from pathlib import Path
+
+    root = Path(__file__).parents[2]
+    audio = spec_from_structure(
+        json.loads((root / "tests" / "fixtures" / "hf" / "structural" / FIXTURE).read_text())
+    ).audio
+    assert audio is not None
+    lines = []
+    for clips in WORKED_CLIPS:
+        sums = call_sums(audio, clips)
+        parts = audio.flops_by_component(sums)
+        frames = ", ".join(str(sums[k]) for k in ("audio_conv1_frames", "audio_conv2_frames", "audio_conv3_frames"))
+        lines.append(
+            f"| {', '.join(map(str, clips))} | {sums['audio_chunks']} | {frames} | {sums['audio_tokens']} "
+            f"| {sums['audio_sq_sum']} | "
+            + " | ".join(f"{parts[k]:.6e}" for k in ("conv", "attention", "mlp", "projector", "core_full"))
+            + f" | {audio.flops(sums):.6e} |"
+        )
+    return "\n".join(lines)
+
+
+def test_the_pages_worked_audio_values_are_the_codes():
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[2] / "docs" / "flops.md").read_text()
+    table = doc.split("<!-- omni-audio:start -->\n")[1].split("<!-- omni-audio:end -->")[0]
+    assert worked_rows() in table, worked_rows()
+
+
+def test_the_pages_command_gives_the_pages_figures(capsys):
+    from pathlib import Path
+
+    from packscope.commands.cli import main
+
+    root = Path(__file__).parents[2]
+    doc = (root / "docs" / "flops.md").read_text()
+    path = root / "tests" / "fixtures" / "hf" / "structural" / FIXTURE
+    assert main(["flops", "--hf-config", str(path), "--pack", "1000", "--audio", "3000,1000", "--audio", "3000"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert f'"audio": {{"flops": {out["audio"]["flops"]}, ...}}' in doc
+    assert f"`flops_thd` {out['flops_thd']} for the 1000 tokens" in doc
+
+
+def test_the_hf_callback_counts_the_batch_without_its_clips_and_says_so_once(caplog):
+    """A batch with clips: the record's counts are those of the same batch without them (the record
+    has no audio sums), and one warning says the audio tower's work is left out."""
+    from packscope.agent import Agent, AgentConfig
+    from packscope.agent.integrations.hf import PackscopeCallback
+
+    model = spec_from_structure(THINKER)
+    clips = am.clip_inputs([250, 70], OMNI_AUDIO["num_mel_bins"])
+    records = []
+    for with_clips in (True, False):
+        batch = {"input_ids": torch.zeros(1, 16, dtype=torch.long), **(clips if with_clips else {})}
+        callback = PackscopeCallback(check_cross_documents=False)
+        agent = Agent(AgentConfig(log_every=1, count_syncs=False), model=model)
+        caplog.clear()
+        with caplog.at_level("WARNING", logger="packscope.agent"):
+            agent.step_begin()
+            callback._observe_batch(agent, (), batch)
+            callback._observe_batch(agent, (), batch)
+            agent.step_end()
+            agent.close()
+        warned = [r for r in caplog.records if "audio tower" in r.getMessage()]
+        assert len(warned) == (1 if with_clips else 0)
+        (record,) = agent.records
+        records.append({k: v for k, v in record.items() if k.startswith(("flops_", "tokens", "vision_"))})
+    assert records[0] == records[1] and records[0]["flops_thd"] > 0
