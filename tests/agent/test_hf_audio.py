@@ -292,3 +292,37 @@ def test_the_hf_callback_counts_the_batch_without_its_clips_and_says_so_once(cap
         (record,) = agent.records
         records.append({k: v for k, v in record.items() if k.startswith(("flops_", "tokens", "vision_"))})
     assert records[0] == records[1] and records[0]["flops_thd"] > 0
+
+
+class _AudioOnly(nn.Module):
+    """The thinker's audio path alone (its own get_audio_features), without its 30B-parameter decoder."""
+
+    def __init__(self, config) -> None:
+        from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import Qwen3OmniMoeAudioEncoder
+
+        super().__init__()
+        self.config = config
+        self.audio_tower = Qwen3OmniMoeAudioEncoder._from_config(config.audio_config)
+
+    def get_audio_features(self, **inputs):
+        from transformers.models.qwen3_omni_moe.modeling_qwen3_omni_moe import Qwen3OmniMoeThinkerModel
+
+        return Qwen3OmniMoeThinkerModel.get_audio_features(self, **inputs)
+
+
+@pytest.mark.slow  # the published size on the CPU: 650M parameters, forward and backward, 1 to 3 min
+def test_the_full_size_audio_tower_per_component():
+    """transformers' default audio tower (the worked value's) on a 12.5 s and a 1.5 s clip: 163 and
+    20 tokens, windows of 104, every component exact."""
+    from pathlib import Path
+
+    cfg = json.loads((Path(__file__).parents[2] / "tests" / "fixtures" / "hf" / "structural" / FIXTURE).read_text())
+    audio = spec_from_structure(cfg).audio
+    assert audio is not None
+    torch.manual_seed(0)
+    model = _AudioOnly(hf.config_from_dict(cfg).thinker_config)
+    clips = [1250, 150]
+    tally, feats = am.run_audio(model, am.clip_inputs(clips, audio.mel_bins))
+    sums = call_sums(audio, clips)
+    assert audio.flops_by_component(sums) == am.measured_flops(tally)
+    assert feats.shape[0] == sums[AUDIO_TOKENS] == 183 and sorted(set(tally.calls)) == [(20, 20), (59, 59), (104, 104)]
