@@ -643,8 +643,10 @@ def _thinker_spec(cfg: Mapping[str, Any], mt: str, tp: int) -> ModelSpec:
     given = thinker.get("model_type", thinker_type)
     if given != thinker_type:
         raise HFConfigError(f"{mt} config.json: '{key}.model_type' is {given!r}, not {thinker_type!r}")
-    # the talker's and code2wav's keys are read as fields of their config classes, like any key
-    check_keys({k: v for k, v in cfg.items() if k != key}, mt)
+    # the wrapper's own keys as any model's; the talker's and code2wav's configs are not read: nothing
+    # of them runs in training, so no key of theirs can change the count
+    subs = set(getattr(config_class(mt), "sub_configs", None) or {})
+    check_keys({k: v for k, v in cfg.items() if k not in subs}, mt)
     spec = spec_from_structure({**thinker, "model_type": thinker_type}, tp=tp)
     return dataclasses.replace(spec, name=f"{mt} (structural: the thinker)")
 

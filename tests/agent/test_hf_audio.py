@@ -118,6 +118,16 @@ def test_an_omni_model_counts_as_its_thinker():
     assert published.audio is not None and published.vision is not None and published.layers == 28
 
 
+def test_the_talkers_config_is_not_read_but_the_wrappers_own_keys_are():
+    """A key of talker_config the class lacks changes no training work: accepted; one of the
+    wrapper's own is refused by name, as for any model."""
+    cfg = {"model_type": "qwen3_omni_moe", "thinker_config": THINKER}
+    talker = {"model_type": "qwen3_omni_moe_talker", "codec_vocab_size": 64}
+    assert spec_from_structure({**cfg, "talker_config": talker}) == spec_from_structure(THINKER)
+    with pytest.raises(HFConfigError, match=r"'speaker_embedding_size' is not a field"):
+        spec_from_structure({**cfg, "speaker_embedding_size": 8})
+
+
 def test_the_audio_tower_is_named_as_left_out_of_the_record():
     spec = spec_from_structure(THINKER)
     (note,) = spec.not_counted
