@@ -124,8 +124,8 @@ _HF_KINDS = {
     "sliding_attention": SLIDING,
     "chunked_attention": CHUNKED,
 }
-# The sub-config of a counted tower: absent, transformers would build its default one (an audio
-# tower, never counted, is refused as built).
+# The sub-configs of the towers a wrapper may hold: absent, transformers would build its default
+# one, not the checkpoint's (a wrapper's class that has no such sub-config needs none).
 _TOWER_CONFIGS = ("vision_config", "audio_config")
 # Omni wrappers whose training forward is the thinker's alone (config key, thinker model_type): the
 # top-level class has no forward, its talker and code2wav run in generate() only, so a fine-tune
