@@ -28,7 +28,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from packscope.agent.hf_towers import vision_from_structure
+from packscope.agent.hf_audio import audio_from_structure
+from packscope.agent.hf_towers import towers, vision_from_structure
 from packscope.core.attention import CHUNKED, FULL, LINEAR, SLIDING
 from packscope.core.flops import COMPONENTS, Measured, ModelSpec
 from packscope.core.hf_fields import CORE_SIZES, HFConfigError
@@ -123,21 +124,31 @@ _HF_KINDS = {
     "sliding_attention": SLIDING,
     "chunked_attention": CHUNKED,
 }
-# The sub-config of a counted tower: absent, transformers would build its default one (an audio
-# tower, never counted, is refused as built).
-_TOWER_CONFIGS = ("vision_config",)
+# The sub-configs of the towers a wrapper may hold: absent, transformers would build its default
+# one, not the checkpoint's (a wrapper's class that has no such sub-config needs none).
+_TOWER_CONFIGS = ("vision_config", "audio_config")
+# Omni wrappers whose training forward is the thinker's alone (config key, thinker model_type): the
+# top-level class has no forward, its talker and code2wav run in generate() only, so a fine-tune
+# runs the thinker (decoder, vision and audio towers) and they do no work in training.
+THINKERS = {"qwen3_omni_moe": ("thinker_config", "qwen3_omni_moe_thinker")}
+# What ModelSpec.not_counted says of an audio tower: priced, but not carried by the interval record.
+AUDIO_NOTE = (
+    "the audio tower's work ({}): priced by `packscope flops --audio` and ModelSpec.audio, but the interval "
+    "record has no audio sums yet, so the agent and the server leave it out"
+)
 # Model types whose layers hold work the count cannot price from the modules (one line each).
 REFUSED_KINDS = {
-    "mllama": "cross-attention layers (cross_attention_layers): their (query, key) pairs are text tokens x "
-    "image tokens, which no attention sum holds",
+    # transformers skips these layers in a micro-batch without images, and attends densely within one
+    # with them: each row's text positions x its images' tile tokens (images x tiles x (patches + 1))
+    "mllama": "cross-attention layers (cross_attention_layers): they run only in micro-batches with images, on "
+    "each row's text tokens x its images' tile tokens; the interval record has no sums for them "
+    "(cross_attention_tokens, cross_attention_pairs)",
     "longcat_flash": "zero-computation experts (zero_expert_num): the work of a token depends on the routing",
 }
 # Wrappers whose towers are not priced yet, refused before building (Gemma 3n's vision tower needs timm).
 REFUSED_TOWERS = {
     "gemma3n": "its audio tower (Gemma3nAudioEncoder, a Conformer) and its vision tower (TimmWrapperModel, "
     "timm's MobileNet-V5) are not counted yet, nor its decoder's AltUp and per-layer inputs (gemma3n_text)",
-    "qwen3_omni_moe": "its thinker's audio tower (Qwen3OmniMoeAudioEncoder) is not counted yet, nor the talker "
-    "and code2wav models beside the thinker",
     "gemma4": "its vision tower (Gemma4VisionModel) and audio tower (Gemma4AudioModel) are not counted yet, nor "
     "its decoder's per-layer inputs (gemma4_text: layer part 'per_layer_input_gate')",
 }
@@ -559,6 +570,8 @@ def spec_from_structure(cfg: Mapping[str, Any], tp: int = 1) -> ModelSpec:
         raise HFConfigError(f"model_type {mt!r} is not counted: the layer kind {REFUSED_KINDS[mt]}")
     if mt in REFUSED_TOWERS:
         raise HFConfigError(f"model_type {mt!r} is not counted: {REFUSED_TOWERS[mt]}")
+    if mt in THINKERS:
+        return _thinker_spec(cfg, mt, tp)
     cls = config_class(mt)
     refusals: tuple[type[BaseException], ...] = (ValueError, TypeError)
     try:  # transformers' strict config dataclasses raise huggingface_hub's own errors
@@ -582,7 +595,11 @@ def spec_from_structure(cfg: Mapping[str, Any], tp: int = 1) -> ModelSpec:
     model, read = _build(config)
     check_keys(cfg, mt, read=read)
     vision, tower_modules = vision_from_structure(model, mt) if wrapper else (None, [])
-    measured, kinds, window, chunk = measure(model, text, tuple(tower_modules))
+    audio, audio_modules = audio_from_structure(model, mt, towers(model)) if wrapper else (None, [])
+    measured, kinds, window, chunk = measure(model, text, (*tower_modules, *audio_modules))
+    notes = _not_built(cfg.get("text_config") if wrapper else cfg, text.model_type)
+    if audio is not None:
+        notes += (AUDIO_NOTE.format(type(audio_modules[0]).__name__),)
     heads = text.num_attention_heads
     hidden = text.hidden_size
     vocab = model.get_output_embeddings().out_features
@@ -605,11 +622,33 @@ def spec_from_structure(cfg: Mapping[str, Any], tp: int = 1) -> ModelSpec:
             vocab_divisor=_largest_pow2_divisor(vocab),
             tp=tp,
             name=f"{mt} (structural)",
-            not_counted=_not_built(cfg.get("text_config") if wrapper else cfg, text.model_type),
+            not_counted=notes,
+            audio=audio,
         )
     except ValueError as exc:
         raise HFConfigError(f"{mt} config.json: {exc}") from None
     return spec
+
+
+def _thinker_spec(cfg: Mapping[str, Any], mt: str, tp: int) -> ModelSpec:
+    """An omni model counted as its thinker (``THINKERS``), the keys beside it checked as for any model."""
+    key, thinker_type = THINKERS[mt]
+    thinker = cfg.get(key)
+    if not isinstance(thinker, Mapping) or not thinker:
+        what = "is missing" if thinker is None else "is empty" if isinstance(thinker, Mapping) else "is no object"
+        raise HFConfigError(
+            f"{mt} config.json: '{key}' {what}; transformers would build its default, which is not the "
+            f"checkpoint's: give the checkpoint's {key}"
+        )
+    given = thinker.get("model_type", thinker_type)
+    if given != thinker_type:
+        raise HFConfigError(f"{mt} config.json: '{key}.model_type' is {given!r}, not {thinker_type!r}")
+    # the wrapper's own keys as any model's; the talker's and code2wav's configs are not read: nothing
+    # of them runs in training, so no key of theirs can change the count
+    subs = set(getattr(config_class(mt), "sub_configs", None) or {})
+    check_keys({k: v for k, v in cfg.items() if k not in subs}, mt)
+    spec = spec_from_structure({**thinker, "model_type": thinker_type}, tp=tp)
+    return dataclasses.replace(spec, name=f"{mt} (structural: the thinker)")
 
 
 def _not_built(cfg: Any, text_type: str) -> tuple[str, ...]:

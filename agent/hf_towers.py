@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from packscope.agent.hf_audio import AUDIO_TOWERS
 from packscope.core.hf_fields import HFConfigError
 from packscope.core.vision import VisionSpec
 
@@ -26,6 +27,7 @@ GRID_TOWERS = {
     "Qwen3VLMoeVisionModel": "qwen3_vl",
     "Qwen3_5VisionModel": "qwen3_5",
     "Qwen3_5MoeVisionModel": "qwen3_5",
+    "Qwen3OmniMoeVisionEncoder": "qwen3_vl",  # Qwen3-Omni's thinker: Qwen3-VL's tower, deepstack included
 }
 # Tower classes of fixed-size tiles (the count is pixel_values.shape[0]), each with a class token
 # attending with the tile's patches, and the projector class the wrapper keeps beside each.
@@ -199,6 +201,7 @@ def vision_from_structure(model: Any, mt: str) -> tuple[VisionSpec | None, list[
     found = towers(model)
     classes = {type(t).__name__ for t in found.values()}
     known = set(GRID_TOWERS) | set(TILE_TOWERS) | {p for p, t in PROJECTORS.items() if t in classes}
+    known |= set(AUDIO_TOWERS)  # counted apart (packscope.agent.hf_audio)
     refused = [f"'{name}' ({type(t).__name__})" for name, t in found.items() if type(t).__name__ not in known]
     if refused:
         raise HFConfigError(
@@ -206,7 +209,7 @@ def vision_from_structure(model: Any, mt: str) -> tuple[VisionSpec | None, list[
             f"{'are' if len(refused) > 1 else 'is'} not counted yet; count the decoder by giving its text_config "
             "alone (with the text model_type)"
         )
-    towers_only = {n: t for n, t in found.items() if type(t).__name__ not in PROJECTORS}
+    towers_only = {n: t for n, t in found.items() if type(t).__name__ not in (*PROJECTORS, *AUDIO_TOWERS)}
     if len(towers_only) > 1:
         raise HFConfigError(f"{mt}: {len(towers_only)} vision towers ({', '.join(towers_only)}); packscope counts one")
     if not towers_only:

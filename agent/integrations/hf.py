@@ -134,6 +134,7 @@ class PackscopeCallback(TrainerCallback):
         self._pending = PendingSteps[list[Forward]](self._observe_step, observe_full_at_step_end=False)
         self._lr: float | None = None
         self._warned_unknown = False
+        self._warned_audio = False
         # Set at a step's end when the next training forward has work to do first (an ended
         # interval to reduce, a full store to read): the hook reads one flag, not two objects.
         self._work_waiting = False
@@ -247,6 +248,13 @@ class PackscopeCallback(TrainerCallback):
         packed = form_of(batch) if self.cross_check is not None else None
         crossed = packed is not None and self._verdict(agent, packed).crossed
         agent.observe_batch(**form, **image_kwargs(batch, agent.model.vision), whole_row_attention=crossed)
+        if agent.model.audio is not None and not self._warned_audio and batch.get("input_features") is not None:
+            # the record has no audio sums yet (docs/flops.md, "Audio towers"): say so once
+            log.warning(
+                "packscope: this batch's audio clips run the audio tower, whose work the interval record "
+                "has no sums for yet; it is left out of the counts (docs/flops.md, 'Audio towers')"
+            )
+            self._warned_audio = True
 
     def _verdict(self, agent: Agent, packed: tuple[str, ...]) -> Verdict:
         """The check's verdict for a packed batch form; said once per form when first seen (in the

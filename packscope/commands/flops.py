@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from packscope.core.attention import ATTENTION_SUMS, FULL, LAYER_KINDS
+from packscope.core.audio import AUDIO_TOKENS, AudioSpec
+from packscope.core.audio import batch_sums as audio_batch_sums
 from packscope.core.catalogue import FLOAT_OPS, INT32_MAX, overcount
 from packscope.core.flops import KindBreakdown, ModelSpec, packs_breakdown_by_kind
 from packscope.core.hf_config import HFConfigError, UnknownModelType, load_config_json, spec_from_hf_dict
@@ -80,6 +82,16 @@ def _pixels(text: str) -> tuple[int, ...]:
     return _integers(text, 2, "an image size H,W")
 
 
+def _clips(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"an audio batch is comma-separated mel-frame counts, got {text!r}") from None
+    if min(values) < 1:
+        raise argparse.ArgumentTypeError(f"an audio batch's clips are mel-frame counts >= 1, got {text!r}")
+    return values
+
+
 def add_flops_arguments(p: argparse.ArgumentParser) -> None:
     p.error = lambda message: _one_line_error(p.prog, message)  # type: ignore[method-assign]
     p.add_argument("--hf-config", required=True, metavar="PATH", help="a Hugging Face config.json (or its folder)")
@@ -123,6 +135,16 @@ def add_flops_arguments(p: argparse.ArgumentParser) -> None:
         default=0,
         metavar="N",
         help="N images of a fixed-size tower (Gemma 3, Llava, Llama 4 tiles)",
+    )
+    p.add_argument_group("audio (an omni model's audio tower: Qwen3-Omni's thinker)").add_argument(
+        "--audio",
+        type=_clips,
+        action="append",
+        default=[],
+        metavar="F1,F2,...",
+        help="one micro-batch's audio clips, in mel frames (feature_attention_mask.sum(1)); one call of the "
+        "tower, which pads every chunk to the batch's longest; repeat for more micro-batches. Reported "
+        "beside the totals: the interval record has no audio sums yet",
     )
 
 
@@ -200,6 +222,20 @@ def with_vision(out: dict[str, Any], vision: VisionSpec, sums: dict[str, int]) -
     return out
 
 
+def audio_report(audio: AudioSpec, calls: list[tuple[int, ...]]) -> dict[str, Any]:
+    """The audio tower's sums and FLOPs for these micro-batches, beside the decoder's totals."""
+    sums = audio_batch_sums(audio, calls)
+    return {
+        "tower": audio.tower,
+        "sums": sums,
+        "decoder_tokens": sums[AUDIO_TOKENS],
+        "c_by_sum": audio.c_by_sum,
+        "flops": audio.flops(sums),
+        "flops_by_component": audio.flops_by_component(sums),
+        "in_totals": False,  # the interval record has no audio sums: the agent and the server leave it out
+    }
+
+
 def hub_id_hint(path: str) -> str | None:
     """How to fetch config.json when `path` is no file but looks like a Hub model id (no network here)."""
     if Path(path).exists() or not HUB_ID.fullmatch(path):
@@ -251,6 +287,8 @@ def flops_from_args(args: argparse.Namespace) -> int:
         model = read_model(args.hf_config, tp=args.tp)
         result = packs_breakdown_by_kind(model, args.pack, args.pack_length)
         sums = vision_sums_from_args(model.vision, args)
+        if args.audio and model.audio is None:
+            raise ValueError("audio clips were given, but the model has no audio tower packscope counts")
     except (HFConfigError, ValueError) as exc:
         print(f"packscope flops: error: {exc}", file=sys.stderr)
         return 2
@@ -260,6 +298,8 @@ def flops_from_args(args: argparse.Namespace) -> int:
     out = report(model, result)
     if sums is not None and model.vision is not None:
         out = with_vision(out, model.vision, sums)
+    if args.audio and model.audio is not None:
+        out["audio"] = audio_report(model.audio, args.audio)
     print(json.dumps(out, indent=2))
     return 0
 

@@ -31,6 +31,7 @@ from packscope.core.attention import (
     attention_sums,
     check_packs,
 )
+from packscope.core.audio import AudioSpec
 from packscope.core.model_fields import (
     MAX_MODEL_SIZE,
     check_bool,
@@ -295,6 +296,9 @@ class ModelSpec:
     name: str = field(default="", compare=False)
     # What the count leaves out (a vision tower, a recurrent state update), for the user to see.
     not_counted: tuple[str, ...] = field(default=(), compare=False)
+    # An omni model's audio tower (packscope.core.audio), for the calculator and the Python API: not
+    # on the wire (the interval record has no audio sums yet), so not in to_dict, like name.
+    audio: AudioSpec | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         for key in _POSITIVE:
@@ -326,6 +330,8 @@ class ModelSpec:
             raise ValueError(f"model field 'measured' must be a Measured, got {type(self.measured).__name__}")
         if self.vision is not None and not isinstance(self.vision, VisionSpec):
             raise ValueError(f"model field 'vision' must be a VisionSpec, got {type(self.vision).__name__}")
+        if self.audio is not None and not isinstance(self.audio, AudioSpec):
+            raise ValueError(f"model field 'audio' must be an AudioSpec, got {type(self.audio).__name__}")
         if isinstance(self.not_counted, str) or not all(isinstance(x, str) for x in self.not_counted):
             raise ValueError("'not_counted' must be a sequence of strings")
         object.__setattr__(self, "not_counted", tuple(self.not_counted))
@@ -517,7 +523,9 @@ class ModelSpec:
         """A model from its JSON dict, strictly: integers are integers (not bools, not strings,
         within 0..2**24; positive where 0 makes no sense), flags are bools, unknown keys are refused
         by name. Every dict ``to_dict()`` ever wrote loads and gives the same coefficients."""
-        values = dict_fields("model", cls, data, ("moe_layers", "layer_kinds"), leave_out=("not_counted", "name"))
+        values = dict_fields(
+            "model", cls, data, ("moe_layers", "layer_kinds"), leave_out=("not_counted", "name", "audio")
+        )
         values["mla"] = nested_from_dict(MLA, "mla", values.get("mla"))
         values["linear_attention"] = nested_from_dict(
             LinearAttention, "linear_attention", values.get("linear_attention")
@@ -560,7 +568,7 @@ def model_json_schema() -> dict[str, Any]:
     for key in ("mla", "linear_attention", "vision", "measured"):
         properties[key] = nullable({"type": "object"})
     required = [f.name for f in dataclasses.fields(ModelSpec) if f.default is dataclasses.MISSING]
-    known = set(ModelSpec.__dataclass_fields__) - {"name", "not_counted"}
+    known = set(ModelSpec.__dataclass_fields__) - {"name", "not_counted", "audio"}
     assert set(properties) == known, sorted(set(properties) ^ known)  # a field added to ModelSpec is added here
     return {
         "title": "Model",

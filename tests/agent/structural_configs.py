@@ -313,3 +313,31 @@ WRAPPERS["internvl"] = {
     },
     "downsample_ratio": 0.5,
 }
+# Qwen3-Omni's thinker (what a fine-tune runs): a Qwen3-VL-like tower with deepstack after blocks 0
+# and 1, an MoE decoder, and the audio tower: 2 layers of width 16 over 16 mel bins, 4 conv channels,
+# chunks of 100 frames (n_window 50, the width transformers' constant 13 tokens a chunk is for) and
+# attention windows of 2 chunks (26 tokens).
+OMNI_AUDIO = {
+    "model_type": "qwen3_omni_moe_audio_encoder",
+    "d_model": 16,
+    "encoder_attention_heads": 2,
+    "encoder_ffn_dim": 24,
+    "encoder_layers": 2,
+    "num_mel_bins": 16,
+    "downsample_hidden_size": 4,
+    "n_window": 50,
+    "n_window_infer": 200,
+    "output_dim": 32,
+}
+WRAPPERS["qwen3_omni_moe_thinker"] = {
+    "model_type": "qwen3_omni_moe_thinker",
+    "text_config": {
+        "model_type": "qwen3_omni_moe_text",
+        **_QWEN3_VL_TEXT,
+        "num_experts": 4,
+        "num_experts_per_tok": 2,
+        "moe_intermediate_size": 16,
+    },
+    "vision_config": {"model_type": "qwen3_omni_moe_vision_encoder", **_GRID_TOWER, "deepstack_visual_indexes": [0, 1]},
+    "audio_config": OMNI_AUDIO,
+}

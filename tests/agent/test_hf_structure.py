@@ -118,6 +118,7 @@ def oracle_core_widths(model: nn.Module) -> list[float]:
     for name, _ in model.named_modules():
         parts = name.split(".")
         decoder = len(parts) > 2 and parts[-3] == "layers" and parts[-2].isdigit()  # not a tower's encoder.layer.N
+        decoder = decoder and "audio_tower" not in parts  # Qwen3-Omni's audio encoder: test_hf_audio.py
         if parts[-1] in ("self_attn", "attention") and decoder and not _linear_layer(model, int(parts[-2])):
             out.append(run.get(name, {}).get("aten.bmm", 0) / (2 * length * length))
     return out
@@ -280,6 +281,15 @@ def test_a_model_type_transformers_does_not_know_is_refused_in_one_line():
 def test_a_layer_kind_that_cannot_be_priced_is_refused_naming_it():
     with pytest.raises(HFConfigError, match="cross-attention"):
         spec_from_structure({"model_type": "mllama"})
+
+
+def test_mllama_is_refused_naming_the_record_sums_its_cross_attention_needs():
+    """Its cross-attention layers' work is text-token work in micro-batches with images only, and
+    text x image-token pairs: neither is a sum of the record, so the refusal names both."""
+    with pytest.raises(HFConfigError) as caught:
+        spec_from_structure({"model_type": "mllama"})
+    message = str(caught.value)
+    assert "\n" not in message and "cross_attention_tokens, cross_attention_pairs" in message, message
 
 
 @pytest.mark.parametrize("name", DSA)

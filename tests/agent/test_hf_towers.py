@@ -180,7 +180,6 @@ def test_the_cli_and_the_hf_callback_count_the_same_images_alike(name, tmp_path,
     "model_type, names",
     [
         ("gemma3n", ("Gemma3nAudioEncoder", "TimmWrapperModel")),
-        ("qwen3_omni_moe", ("Qwen3OmniMoeAudioEncoder",)),
         ("gemma4", ("Gemma4VisionModel", "Gemma4AudioModel", "per_layer_input_gate")),
     ],
 )
