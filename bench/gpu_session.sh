@@ -37,6 +37,8 @@
 #                                     # ground-truth test over them (tests/backend/test_gallery_ledger.py) and
 #                                     # agent_overhead's on/off ratios with the CUPTI trace on. `ledger --dry-run`:
 #                                     # the same commands on the CPU (tiny preset, few steps, no CUPTI), no install
+#   bash bench/gpu_session.sh ledger-small  # issue 36: the 1b legacy-logging and CUDA-graphs (4096x4) pairs, fixes
+#                                     # that gain little, with the CUPTI trace, into $OUT/gallery
 #   bash bench/gpu_session.sh gaps    # bench/step_gaps.py: the HF callback's switched steps under
 #                                     # torch.profiler, where an on-step's extra GPU time sits, gap by gap (ROUNDS,
 #                                     # default 12, VARIANTS, default full,core,hook,methods; SEED; GAPS_TIMEOUT)
@@ -310,6 +312,22 @@ print("ledger fields of full+cupti:", json.dumps(r["ledger_fields"].get("full+cu
 EOF
     fi
     ;;
+  ledger-small)
+    # Issue 36's other direction: fixes that gain little (1b legacy logging, 1b CUDA graphs at 4096x4)
+    # recorded with the CUPTI trace, for the ground-truth test's "predict little too".
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpus.txt"
+    main=/tmp/cupti130; [ -d "$main" ] || main=/tmp/cupti134
+    export PYTHONPATH=$main
+    gallery="$OUT/gallery"; mkdir -p "$gallery"
+    for fix in logging graphs; do
+      extra=(); [ "$fix" = logging ] && extra=(--eager-only)
+      t0=$SECONDS
+      timeout 200 python3 bench/fixes_runs.py "$fix" --device cuda --sync-backend cupti --count-syncs-every 1 \
+        --presets 1b --steps 40 --log-every 5 "${extra[@]}" --gallery "$gallery" --out "$OUT/ledger_${fix}_1b.json" \
+        2> "$OUT/ledger_${fix}_1b.err"
+      echo "[$fix 1b] exit $? in $((SECONDS - t0)) s" | tee -a "$OUT/sections.log"
+    done
+    ;;
   sync-cost)
     install_integration_wheels
     timeout "${SYNC_COST_TIMEOUT:-300}" python3 bench/sync_cost.py --steps "${STEPS:-48}" --out "$OUT/sync_cost.json" \
@@ -317,7 +335,7 @@ EOF
     echo "sync-cost exit ${PIPESTATUS[0]}"
     ;;
   *)
-    echo "usage: bash bench/gpu_session.sh tests|fixes|graphs|graphs-compiled|mfu|multi|mixed|window|integrations|gaps|sync-cost|ledger [--dry-run]" >&2
+    echo "usage: bash bench/gpu_session.sh tests|fixes|graphs|graphs-compiled|mfu|multi|mixed|window|integrations|gaps|sync-cost|ledger [--dry-run]|ledger-small" >&2
     exit 2
     ;;
 esac
