@@ -87,6 +87,11 @@ HARMLESS_KEYS = frozenset(
         "attention_bias",
         "mlp_bias",
         "mamba_ssm_dtype",  # the dtype of a recurrent state (Qwen3.5's gated delta nets)
+        # Gemma 3n's published text_config, keys transformers 5.25's class dropped: the local layers'
+        # RoPE base, the attention's query scaling (hardwired to 1) and an optimizer knob
+        "rope_local_base_freq",
+        "query_pre_attn_scalar",
+        "altup_lr_multiplier",
     }
 )
 # Keys published checkpoints carry that the config class does not define, accepted with the value

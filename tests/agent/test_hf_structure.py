@@ -313,6 +313,20 @@ def test_gemma4_attending_both_ways_everywhere_is_refused_by_name():
         spec_from_structure({**STRUCTURAL["gemma4_text"], "use_bidirectional_attention": "all"})
 
 
+def test_gemma3n_published_text_config_keys_are_read():
+    """Keys Gemma 3n's published text_config carries (E4B's layout, as older transformers wrote it)
+    and 5.25's class dropped change no GEMM: counted, the same as without them."""
+    published = {
+        **STRUCTURAL["gemma3n_text"],
+        "rope_local_base_freq": 10000.0,
+        "rope_theta": 1000000.0,
+        "query_pre_attn_scalar": 256,
+        "altup_lr_multiplier": 1.0,
+        "final_logit_softcapping": 30.0,
+    }
+    assert spec_from_structure(published) == spec_from_structure(STRUCTURAL["gemma3n_text"])
+
+
 def test_fused_expert_weights_no_part_reads_are_refused_by_name():
     """A layer child holding 3-D expert weights and no nn.Linear (Gemma 4's layer-level experts, were
     nothing to read them) is work the walk would drop: refused, not counted as nothing."""
