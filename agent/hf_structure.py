@@ -568,6 +568,12 @@ def _head_dim(model: Any, text: Any) -> int | None:
     return _int_attr(text, "head_dim")
 
 
+def _first_width(text: Any) -> int | None:
+    """The first layer's MLP width where the config lists one per layer (Gemma 3n), for display."""
+    widths = getattr(text, "intermediate_size", None)
+    return widths[0] if isinstance(widths, list) and widths and isinstance(widths[0], int) else None
+
+
 def _int_attr(text: Any, key: str) -> int | None:
     value = getattr(text, key, None)
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
@@ -618,7 +624,7 @@ def spec_from_structure(cfg: Mapping[str, Any], tp: int = 1) -> ModelSpec:
             layers=len(kinds),
             hidden=hidden,
             heads=heads,
-            ffn=_int_attr(text, "intermediate_size") or 4 * hidden,
+            ffn=_int_attr(text, "intermediate_size") or _first_width(text) or 4 * hidden,
             vocab=vocab,
             head_dim=_head_dim(model, text) if hidden % heads else None,
             layer_kinds=tuple(kinds),

@@ -345,6 +345,7 @@ def test_gemma_parts_by_hand():
     MLP, from the config's sizes (the forward's counts are the other check)."""
     g = STRUCTURAL["gemma3n_text"]
     h, n, r, p, layers = g["hidden_size"], g["altup_num_inputs"], g["laurel_rank"], 8, g["num_hidden_layers"]
+    assert spec_from_structure(g).ffn == g["intermediate_size"][0]  # shown: the first layer's of a list
     spec = spec_from_structure(g).c_lin_by_component
     # per layer: the router twice, n → n², n → n, the n x n mixing of h; beside: 2 (n - 1) h x h
     assert spec["altup"] == 6 * (layers * (2 * h * n + n**3 + n**2 + h * n * n) + 2 * (n - 1) * h * h)
