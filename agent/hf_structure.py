@@ -28,6 +28,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from packscope.agent import hf_gemma
 from packscope.agent.hf_audio import audio_from_structure
 from packscope.agent.hf_towers import towers, vision_from_structure
 from packscope.core.attention import CHUNKED, FULL, LINEAR, SLIDING
@@ -87,6 +88,11 @@ HARMLESS_KEYS = frozenset(
         "attention_bias",
         "mlp_bias",
         "mamba_ssm_dtype",  # the dtype of a recurrent state (Qwen3.5's gated delta nets)
+        # Gemma 3n's published text_config, keys transformers 5.25's class dropped: the local layers'
+        # RoPE base, the attention's query scaling (hardwired to 1) and an optimizer knob
+        "rope_local_base_freq",
+        "query_pre_attn_scalar",
+        "altup_lr_multiplier",
     }
 )
 # Keys published checkpoints carry that the config class does not define, accepted with the value
@@ -145,12 +151,17 @@ REFUSED_KINDS = {
     "(cross_attention_tokens, cross_attention_pairs)",
     "longcat_flash": "zero-computation experts (zero_expert_num): the work of a token depends on the routing",
 }
-# Wrappers whose towers are not priced yet, refused before building (Gemma 3n's vision tower needs timm).
+# Wrappers whose towers are not priced yet, refused before building; their decoders are counted
+# alone (the text model_type with text_config). Gemma 3n's vision tower is timm's MobileNet-V5
+# (TimmWrapperModel): timm needs torchvision, which does not import beside the torch packscope is
+# tested with, so no count of it could be held to the tower transformers builds.
 REFUSED_TOWERS = {
-    "gemma3n": "its audio tower (Gemma3nAudioEncoder, a Conformer) and its vision tower (TimmWrapperModel, "
-    "timm's MobileNet-V5) are not counted yet, nor its decoder's AltUp and per-layer inputs (gemma3n_text)",
-    "gemma4": "its vision tower (Gemma4VisionModel) and audio tower (Gemma4AudioModel) are not counted yet, nor "
-    "its decoder's per-layer inputs (gemma4_text: layer part 'per_layer_input_gate')",
+    "gemma3n": "its audio tower (Gemma3nAudioEncoder, a Conformer) is not counted yet, and its vision tower "
+    "(TimmWrapperModel, timm's MobileNet-V5) is not counted: timm needs torchvision, which does not import beside "
+    "the torch packscope is tested with, so no count of it is checked; count the decoder with text_config alone "
+    "(model_type gemma3n_text)",
+    "gemma4": "its vision tower (Gemma4VisionModel) and audio tower (Gemma4AudioModel) are not counted yet; count "
+    "the decoder with text_config alone (model_type gemma4_text)",
 }
 
 
@@ -377,11 +388,15 @@ def _layer_kind(text: Any, i: int, has_attention: bool) -> str:
     raise HFConfigError(f"{text.model_type} config: layer kind {t!r} (layer_types[{i}]) cannot be priced")
 
 
-def _decoder_layers(model: Any) -> list[Any]:
+def _decoder(model: Any) -> Any:
     decoder = model.get_decoder()
     while not hasattr(decoder, "layers"):
         decoder = decoder.model
-    return list(decoder.layers)
+    return decoder
+
+
+def _decoder_layers(model: Any) -> list[Any]:
+    return list(_decoder(model).layers)
 
 
 def _mtp_depth(text: Any) -> int:
@@ -403,9 +418,11 @@ def _layer_parts(layer: Any, text: Any) -> tuple[dict[str, int], Any, Any]:
     """(per-token multiply-adds by component, the attention module or None, the mixer or None)."""
     parts: dict[str, int] = defaultdict(int)
     children = dict(layer.named_children())
+    # parts only Gemma 3n / Gemma 4 have (AltUp, Laurel, per-layer inputs, Gemma 4's MoE block)
+    extra, claimed = hf_gemma.layer_parts(layer, text, _topk)
     attn = next((children[n] for n in ATTENTION_PARTS if n in children), None)
     mixer = next((children[n] for n in MIXER_PARTS if n in children), None)
-    mlp = next((children[n] for n in MLP_PARTS if n in children), None)
+    mlp = next((children[n] for n in MLP_PARTS if n in children and id(children[n]) not in claimed), None)
     if attn is not None and mixer is None and _is_linear_mixer(attn):  # Kimi-Linear's KDA sits in self_attn
         attn, mixer = None, attn
     if attn is not None:
@@ -414,11 +431,11 @@ def _layer_parts(layer: Any, text: Any) -> tuple[dict[str, int], Any, Any]:
         parts["linear_attention"] += _gemm_flops(mixer)
         parts["linear_attention_state"] += _state_flops(mixer)
     mlp_parts = _mlp_parts(mlp, text) if mlp is not None else {}
-    for key, value in mlp_parts.items():
+    for key, value in (*mlp_parts.items(), *extra.items()):
         parts[key] += value
-    placed = {id(m) for m in (attn, mixer, mlp) if m is not None}
+    placed = {id(m) for m in (attn, mixer, mlp) if m is not None} | claimed
     for name, child in children.items():
-        if id(child) in placed or not _gemm_flops(child):
+        if id(child) in placed or not (_gemm_flops(child) or _has_expert_weights(child)):
             continue
         if name in SHARED_PARTS and "moe_routed" in mlp_parts:
             parts["moe_shared"] += _gemm_flops(child)
@@ -428,6 +445,11 @@ def _layer_parts(layer: Any, text: Any) -> tuple[dict[str, int], Any, Any]:
                 "place; this layer kind cannot be priced yet"
             )
     return parts, attn, mixer
+
+
+def _has_expert_weights(module: Any) -> bool:
+    """Fused expert weights (3-D parameters) anywhere under ``module``: GEMMs no nn.Linear shows."""
+    return any(p.dim() == 3 for p in module.parameters())
 
 
 def _refuse_gemms_outside(model: Any, layers: list[Any], head: Any, text: Any, towers: tuple[Any, ...] = ()) -> None:
@@ -463,7 +485,10 @@ def measure(model: Any, text: Any, towers: tuple[Any, ...] = ()) -> tuple[Measur
                 core[FULL] += _indexer_flops(attn.indexer)
     head = model.get_output_embeddings()
     gemm["logits"] += TRAINED * head.in_features * head.out_features
-    _refuse_gemms_outside(model, layers, head, text, towers)
+    beside, beside_modules = hf_gemma.model_parts(_decoder(model), text)  # GEMMs once per token beside the layers
+    for key, value in beside.items():
+        gemm[key] += value
+    _refuse_gemms_outside(model, layers, head, text, (*towers, *beside_modules))
     mtp = _mtp_depth(text)
     if mtp:
         _add_mtp(model, text, mtp, gemm, core, kinds)
@@ -554,6 +579,12 @@ def _head_dim(model: Any, text: Any) -> int | None:
     return _int_attr(text, "head_dim")
 
 
+def _first_width(text: Any) -> int | None:
+    """The first layer's MLP width where the config lists one per layer (Gemma 3n), for display."""
+    widths = getattr(text, "intermediate_size", None)
+    return widths[0] if isinstance(widths, list) and widths and isinstance(widths[0], int) else None
+
+
 def _int_attr(text: Any, key: str) -> int | None:
     value = getattr(text, key, None)
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
@@ -610,7 +641,7 @@ def spec_from_structure(cfg: Mapping[str, Any], tp: int = 1) -> ModelSpec:
             layers=len(kinds),
             hidden=hidden,
             heads=heads,
-            ffn=_int_attr(text, "intermediate_size") or 4 * hidden,
+            ffn=_int_attr(text, "intermediate_size") or _first_width(text) or 4 * hidden,
             vocab=vocab,
             head_dim=_head_dim(model, text) if hidden % heads else None,
             layer_kinds=tuple(kinds),

@@ -90,6 +90,15 @@ def form_text(form: tuple[str, ...]) -> str:
 def _shrink(config: Any, hidden: int | None = None) -> None:
     """Small sizes, in place, for every width the config has; its layers, kinds, windows, flags and
     head dimension stay (rotary sections, partial rotary and the like depend on the head dim)."""
+    # Per-layer widths (transformers' per_layer_config: Gemma 4's full layers' head_dim and KV heads)
+    # raise on the global config unless asked for: read the global values, keep the per-layer head
+    # widths, and give the per-layer KV heads one head, which divides the two query heads below.
+    per_layer = vars(config).get("_heterogeneity_spec")
+    if per_layer is not None:
+        config.allow_global_per_layer_attribute_access = True
+        for overrides in per_layer.per_layer_overrides.values():
+            if "num_key_value_heads" in overrides:
+                overrides["num_key_value_heads"] = 1
     heads = getattr(config, "num_attention_heads", None)
     if isinstance(heads, int) and heads > 0:
         head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
@@ -113,14 +122,17 @@ def _shrink(config: Any, hidden: int | None = None) -> None:
         ("linear_num_key_heads", 1),
         ("linear_num_value_heads", 2),
         ("vocab_size", 128),
+        ("vocab_size_per_layer_input", 128),  # Gemma 3n / 4: looked up with the same token ids
+        ("hidden_size_per_layer_input", 8),
     ):
         if isinstance(getattr(config, key, None), int) and getattr(config, key) > 0:
             setattr(config, key, small)
     for key in ("num_experts", "num_local_experts", "n_routed_experts"):
         if isinstance(getattr(config, key, None), int) and getattr(config, key) > 4:
             setattr(config, key, 4)
-    if isinstance(getattr(config, "num_experts_per_tok", None), int):
-        config.num_experts_per_tok = min(config.num_experts_per_tok, 2)
+    for key in ("num_experts_per_tok", "top_k_experts"):  # Gemma 4 names its top-k top_k_experts
+        if isinstance(getattr(config, key, None), int):
+            setattr(config, key, min(getattr(config, key), 2))
     for key in ("n_group", "topk_group"):  # DeepSeek's grouped routing needs groups dividing the experts
         if isinstance(getattr(config, key, None), int):
             setattr(config, key, 1)

@@ -52,6 +52,9 @@ COMPONENTS = (
     "dense_mlp",
     "moe_routed",
     "moe_shared",
+    "per_layer_inputs",  # Gemma 3n / Gemma 4: the per-layer embedding's projection and gates
+    "altup",  # Gemma 3n: AltUp's router, coefficients, stream mixing and stream projections
+    "laurel",  # Gemma 3n: the low-rank residual
     "mtp",
     "logits",
 )
@@ -428,7 +431,7 @@ class ModelSpec:
             "mtp": self.mtp_depth * (3 * h + 2 * h * h),
             "logits": h * self.padded_vocab * (self.mtp_depth + 1),
         }
-        return {key: 6 * value for key, value in macs.items()}
+        return {key: 6 * macs.get(key, 0) for key in COMPONENTS}  # Gemma 3n's parts: measured only
 
     @property
     def c_lin(self) -> int:

@@ -11,6 +11,16 @@ _ATTN = {"hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2, 
 _MAMBA = {"mamba_n_heads": 4, "mamba_d_head": 16, "mamba_d_state": 8, "mamba_n_groups": 1, "mamba_expand": 2}
 _MOE = {"n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16}
 
+_GEMMA_LAYERS = {
+    "head_dim": 8,
+    "num_hidden_layers": 6,
+    "sliding_window": 5,
+    "layer_types": ["sliding_attention"] * 2 + ["full_attention"] + ["sliding_attention"] * 2 + ["full_attention"],
+    "num_kv_shared_layers": 2,
+    "hidden_size_per_layer_input": 8,
+    "vocab_size_per_layer_input": 96,
+}
+
 STRUCTURAL: dict[str, dict[str, Any]] = {
     "olmo2": {"model_type": "olmo2", **_ATTN, "num_hidden_layers": 2, "intermediate_size": 48},
     "olmo3": {
@@ -251,6 +261,45 @@ STRUCTURAL: dict[str, dict[str, Any]] = {
         "index_n_heads": 2,
         "index_head_dim": 8,
         "index_topk": 6,
+    },
+    # Gemma 3n: AltUp over 3 streams, Laurel, per-layer inputs, per-layer MLP widths and activation
+    # sparsity, the last two layers reusing the K/V of the last sliding and full layers before them.
+    "gemma3n_text": {
+        "model_type": "gemma3n_text",
+        **_ATTN,
+        **_GEMMA_LAYERS,
+        "intermediate_size": [48, 48, 64, 64, 48, 48],
+        "activation_sparsity_pattern": [0.95, 0.95, 0.0, 0.0, 0.0, 0.0],
+        "altup_num_inputs": 3,
+        "laurel_rank": 4,
+    },
+    # Gemma 4 (E2B-like): per-layer inputs, KV-shared layers with double-wide MLPs, wider full layers
+    # whose values are their keys (attention_k_eq_v); 'vision' bidirectional attention, which text
+    # alone leaves causal.
+    "gemma4_text": {
+        "model_type": "gemma4_text",
+        **_ATTN,
+        **_GEMMA_LAYERS,
+        "use_bidirectional_attention": "vision",
+        "intermediate_size": 48,
+        "global_head_dim": 16,
+        "num_global_key_value_heads": 1,
+        "attention_k_eq_v": True,
+        "use_double_wide_mlp": True,
+    },
+    # Gemma 4 (26B-A4B-like): every layer's dense MLP beside its routed experts, no per-layer inputs.
+    "gemma4_text_moe": {
+        "model_type": "gemma4_text",
+        **_ATTN,
+        **_GEMMA_LAYERS,
+        "num_kv_shared_layers": 0,
+        "hidden_size_per_layer_input": 0,
+        "intermediate_size": 48,
+        "global_head_dim": 16,
+        "enable_moe_block": True,
+        "num_experts": 4,
+        "top_k_experts": 2,
+        "moe_intermediate_size": 16,
     },
 }
 

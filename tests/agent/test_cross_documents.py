@@ -278,6 +278,29 @@ def test_the_verdict_is_what_transformers_masks_let_through(name):
         assert verdict.crossed == masks_cross, (verdict.detail, packed, undivided)
 
 
+@pytest.mark.parametrize("name", ["gemma3n_text", "gemma4_text", "gemma4_text_moe"])
+def test_gemma_copies_are_built_small_and_their_verdict_is_the_masks(name):
+    """Gemma 4's full layers have their own head width and KV heads (transformers' per_layer_config,
+    which refuses a global read) and its top-k is top_k_experts: the small copy is still built, and
+    its verdict is what transformers' masks let through, as for every other model."""
+    from tests.agent.structural_configs import STRUCTURAL
+    from tests.core import hf_meta as hf
+
+    def config(attention: str):
+        cfg = {**STRUCTURAL[name], "use_cache": False}
+        made = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+        made._attn_implementation = attention
+        return made
+
+    verdict = check_of_class(config("sdpa"), transformers.AutoModelForCausalLM._model_mapping[type(config("sdpa"))])
+    verdict = verdict.verdict(FLAT)
+    assert verdict.status != cd.NOT_CHECKED, verdict.detail
+    torch.manual_seed(0)
+    model = hf.build(config(hf.COUNT), "cpu").eval()
+    packed, undivided = (hf.count_pairs_in_forward(model, docs) for docs in (list(cd.DOCS), [sum(cd.DOCS)]))
+    assert packed and verdict.crossed == (packed == undivided), (verdict.detail, packed, undivided)
+
+
 def test_the_check_runs_on_the_cpu_whatever_the_default_device(monkeypatch):
     """A trainer may set a default device (torch.set_default_device): the copy and its batch stay on
     the CPU. Checked with the meta device, which runs nothing: a tensor made there would fail."""

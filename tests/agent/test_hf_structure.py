@@ -68,10 +68,20 @@ def _component(name: str, model: nn.Module) -> str | None:
     parts = name.split(".")
     if name == "lm_head":
         return "logits"
+    # Gemma 3n / Gemma 4's parts of their own, by their modules' names
+    if any(p.startswith("altup") for p in parts):  # a layer's AltUp, the decoder's stream projections
+        return "altup"
+    if "laurel" in parts:
+        return "laurel"
+    if any(p.startswith("per_layer_") for p in parts):  # the decoder's projection, each layer's gates
+        return "per_layer_inputs"
     if "layers" not in parts:
         return None
     if any(p in ROUTERS for p in parts):  # the router, or a Linear inside it (Hunyuan's gate.wg)
         return None
+    layer = ".".join(parts[: parts.index("layers") + 2])
+    if "mlp" in parts and hasattr(model.get_submodule(layer), "experts"):  # Gemma 4: the MLP beside the experts
+        return "moe_shared"
     if any(p in ("self_attn", "attention") for p in parts):
         return "linear_attention" if _linear_layer(model, int(parts[parts.index("layers") + 1])) else "attention"
     if any(p in ("linear_attn", "conv", "mamba") for p in parts):
@@ -81,6 +91,13 @@ def _component(name: str, model: nn.Module) -> str | None:
     if any(p.startswith("shared") for p in parts):
         return "moe_shared"
     return "dense_mlp"
+
+
+def _outermost_counted(run: dict[str, dict[str, int]], name: str) -> list[int]:
+    """The FLOPs of the modules under ``name`` that the counter saw called, each counted once (the
+    outermost of nested ones: AltUp's coefficients are called from its methods, never its forward)."""
+    called = [k for k in run if k.startswith(name + ".")]
+    return [sum(run[k].values()) for k in called if not any(k.startswith(o + ".") for o in called)]
 
 
 def oracle_gemm_macs(model: nn.Module) -> dict[str, float]:
@@ -106,6 +123,10 @@ def oracle_gemm_macs(model: nn.Module) -> dict[str, float]:
         if mixer and parts[-2].isdigit():
             flops = [run.get(name, {}).get("aten.convolution", 0) for run in runs]
             totals["linear_attention"] += (flops[1] - flops[0]) / (LENGTHS[1] - LENGTHS[0]) / 2
+    for name, module in modules.items():  # AltUp's stream mixing: a matmul of the layer itself, in no child
+        if hasattr(module, "altup") and name.split(".")[-2] == "layers":
+            own = [sum(run.get(name, {}).values()) - sum(_outermost_counted(run, name)) for run in runs]
+            totals["altup"] += (own[1] - own[0]) / (LENGTHS[1] - LENGTHS[0]) / 2
     return {k: v for k, v in totals.items() if v}
 
 
@@ -185,6 +206,9 @@ def pairs_in_forward(model: nn.Module, docs: list[int], monkeypatch) -> dict[int
 
 
 KINDS_CHECKED = [
+    "gemma3n_text",
+    "gemma4_text",
+    "gemma4_text_moe",
     "olmo3",
     "cohere2",
     "exaone4",
@@ -290,6 +314,58 @@ def test_mllama_is_refused_naming_the_record_sums_its_cross_attention_needs():
         spec_from_structure({"model_type": "mllama"})
     message = str(caught.value)
     assert "\n" not in message and "cross_attention_tokens, cross_attention_pairs" in message, message
+
+
+def test_gemma4_attending_both_ways_everywhere_is_refused_by_name():
+    """use_bidirectional_attention 'all': every pair of a document, not the causal half; 'vision' on
+    text alone is causal (the pairs test holds the gemma4_text fixture, which sets it, to the masks)."""
+    with pytest.raises(HFConfigError, match="use_bidirectional_attention 'all'"):
+        spec_from_structure({**STRUCTURAL["gemma4_text"], "use_bidirectional_attention": "all"})
+
+
+def test_gemma3n_published_text_config_keys_are_read():
+    """Keys Gemma 3n's published text_config carries (E4B's layout, as older transformers wrote it)
+    and 5.25's class dropped change no GEMM: counted, the same as without them."""
+    published = {
+        **STRUCTURAL["gemma3n_text"],
+        "rope_local_base_freq": 10000.0,
+        "rope_theta": 1000000.0,
+        "query_pre_attn_scalar": 256,
+        "altup_lr_multiplier": 1.0,
+        "final_logit_softcapping": 30.0,
+    }
+    assert spec_from_structure(published) == spec_from_structure(STRUCTURAL["gemma3n_text"])
+
+
+def test_fused_expert_weights_no_part_reads_are_refused_by_name():
+    """A layer child holding 3-D expert weights and no nn.Linear (Gemma 4's layer-level experts, were
+    nothing to read them) is work the walk would drop: refused, not counted as nothing."""
+    from packscope.agent.hf_structure import measure
+
+    model = cpu_model(STRUCTURAL["olmo2"])
+    experts = nn.Module()
+    experts.gate_up_proj = nn.Parameter(torch.zeros(4, 32, 32))
+    model.model.layers[0].experts = experts
+    with pytest.raises(HFConfigError, match=r"layer part 'experts' \(Module\) holds GEMMs"):
+        measure(model, model.config)
+
+
+def test_gemma_parts_by_hand():
+    """The tiny Gemma 3n's AltUp, Laurel and per-layer inputs, and the Gemma 4 MoE's experts and dense
+    MLP, from the config's sizes (the forward's counts are the other check)."""
+    g = STRUCTURAL["gemma3n_text"]
+    h, n, r, p, layers = g["hidden_size"], g["altup_num_inputs"], g["laurel_rank"], 8, g["num_hidden_layers"]
+    assert spec_from_structure(g).ffn == g["intermediate_size"][0]  # shown: the first layer's of a list
+    spec = spec_from_structure(g).c_lin_by_component
+    # per layer: the router twice, n → n², n → n, the n x n mixing of h; beside: 2 (n - 1) h x h
+    assert spec["altup"] == 6 * (layers * (2 * h * n + n**3 + n**2 + h * n * n) + 2 * (n - 1) * h * h)
+    assert spec["laurel"] == 6 * layers * 2 * h * r
+    assert spec["per_layer_inputs"] == 6 * (h * layers * p + layers * 2 * h * p)
+    moe = STRUCTURAL["gemma4_text_moe"]
+    spec = spec_from_structure(moe).c_lin_by_component
+    assert spec["moe_routed"] == 6 * layers * moe["top_k_experts"] * 3 * h * moe["moe_intermediate_size"]
+    assert spec["moe_shared"] == 6 * layers * 3 * h * moe["intermediate_size"]
+    assert spec["dense_mlp"] == 0 and spec["per_layer_inputs"] == 0
 
 
 @pytest.mark.parametrize("name", DSA)

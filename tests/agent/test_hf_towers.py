@@ -179,8 +179,8 @@ def test_the_cli_and_the_hf_callback_count_the_same_images_alike(name, tmp_path,
 @pytest.mark.parametrize(
     "model_type, names",
     [
-        ("gemma3n", ("Gemma3nAudioEncoder", "TimmWrapperModel")),
-        ("gemma4", ("Gemma4VisionModel", "Gemma4AudioModel", "per_layer_input_gate")),
+        ("gemma3n", ("Gemma3nAudioEncoder", "TimmWrapperModel", "torchvision", "gemma3n_text")),
+        ("gemma4", ("Gemma4VisionModel", "Gemma4AudioModel", "gemma4_text")),
     ],
 )
 def test_a_tower_not_priced_is_refused_in_one_line_naming_its_class(model_type, names):

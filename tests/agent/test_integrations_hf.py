@@ -479,3 +479,46 @@ def test_a_vision_batchs_images_are_kept_as_shapes_and_its_steps_wait_for_the_bo
         grids = [g for batch in collator.grids[i * 4 : (i + 1) * 4] for g in batch]  # 2 steps x 2 micro-batches
         expected = batch_sums(cb.agent.model.vision, grids)
         assert {k: record[k] for k in VISION_SUMS} == {k: expected[k] for k in VISION_SUMS}
+
+
+@pytest.mark.parametrize("name", ["gemma3n_text", "gemma4_text", "gemma4_text_moe"])
+def test_a_gemma_decoder_is_counted_by_the_callback_from_its_structure(name):
+    """Gemma 3n and Gemma 4, which no hand-written reader reads: the callback takes the structural
+    count from model.config (the one packscope flops gives for the same file), and each interval's
+    FLOPs are that model's on the documents the collator packed, sliding windows included."""
+    from packscope.agent.hf_structure import spec_from_structure
+    from packscope.core.attention import attention_sums
+    from tests.agent.structural_configs import STRUCTURAL
+
+    cfg = {**STRUCTURAL[name], "vocab_size": VOCAB, "vocab_size_per_layer_input": VOCAB}
+    config = transformers.AutoConfig.for_model(**cfg)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config)
+    recorded = Recorded(transformers.DataCollatorWithFlattening(), flattens=True)
+    args = transformers.TrainingArguments(
+        output_dir="hf-test",
+        per_device_train_batch_size=3,
+        gradient_accumulation_steps=2,
+        max_steps=4,
+        logging_steps=2,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        disable_tqdm=True,
+    )
+    callback = PackscopeCallback(run_name="hf-test")
+    Trainer(model=model, args=args, data_collator=recorded, callbacks=[callback], train_dataset=dataset()).train()
+    spec = spec_from_structure(cfg)
+    assert callback.agent.model == spec and spec.window == cfg["sliding_window"]
+    records = list(callback.agent.records)
+    assert len(records) == 2
+    for i, r in enumerate(records):
+        trained = recorded.batches[i * 4 : (i + 1) * 4]
+        assert counted(r) == brute(trained)
+        docs = [row for rows, _ in trained for row in rows]
+        sums = dict.fromkeys(attention_sums([[1]], window=spec.window), 0)
+        for rows, n in trained:  # each micro-batch's own row length (the BSHD view)
+            for key, value in attention_sums(rows, n, window=spec.window).items():
+                sums[key] += value
+        expected = spec.triad_by_kind(r["tokens"], r["real_tokens"], sums)
+        assert (r["flops_thd"], r["flops_bshd"]) == (float(expected["thd"]), float(expected["bshd"])), docs

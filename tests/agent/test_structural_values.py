@@ -30,6 +30,8 @@ MODELS = {
     "deepseek_v32.json": "DeepSeek-V3.2",
     "olmo3.json": "OLMo-3",
     "falcon_h1.json": "Falcon-H1 (hybrid)",
+    "gemma3n_text.json": "Gemma 3n",
+    "gemma4_text.json": "Gemma 4",
 }
 HEADER = (
     "| model | fixture | layers by kind | window | c_lin | c_core by kind | flops_bshd | flops_thd | over-count |\n"
@@ -132,3 +134,29 @@ if __name__ == "__main__":  # print the tables for the doc
     print(TOWER_HEADER)
     for name in WRAPPERS:
         print(tower_row(name))
+
+
+def test_gemma3n_by_hand():
+    """docs/flops.md's Gemma 3n paragraph: each of its own components from the fixture's sizes by
+    hand, against the structural count, and the figures the page prints."""
+    cfg = json.loads((FIXTURES / "gemma3n_text.json").read_text())
+    h, layers, shared = cfg["hidden_size"], cfg["num_hidden_layers"], cfg["num_kv_shared_layers"]
+    n, r, p = cfg["altup_num_inputs"], cfg["laurel_rank"], cfg["hidden_size_per_layer_input"]
+    q, kv = cfg["num_attention_heads"] * cfg["head_dim"], cfg["num_key_value_heads"] * cfg["head_dim"]
+    by_hand = {
+        "altup": 6 * (layers * (2 * h * n + n**3 + n**2 + h * n * n) + 2 * (n - 1) * h * h),
+        "laurel": 6 * layers * 2 * h * r,
+        "per_layer_inputs": 6 * (h * layers * p + layers * 2 * h * p),
+        "attention": 6 * ((layers - shared) * (2 * h * q + 2 * h * kv) + shared * 2 * h * q),
+    }
+    measured = spec("gemma3n_text.json").c_lin_by_component
+    section = DOC.split('<a id="gemma-3n-worked"></a>')[1].split("\n\n## ")[0]
+    for key, value in by_hand.items():
+        assert measured[key] == value, key
+        assert f"= {value}" in " ".join(section.split()), key
+    # the command's output, as the page quotes it
+    m = spec("gemma3n_text.json")
+    b = packs_breakdown_by_kind(m, PACK, SLOTS)
+    quoted = ", ".join(f"{k} {v}" for k, v in measured.items() if v)
+    assert f"# c_lin {m.c_lin}: " in section and f"flops_thd {b.flops_thd}" in section
+    assert quoted in " ".join(line.strip("# ") for line in section.splitlines() if line.strip().startswith("#"))
