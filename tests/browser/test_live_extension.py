@@ -101,3 +101,31 @@ def test_live_events_draw_what_a_fresh_load_draws(server, page, context):
     kinds = [t["kind"] for t in live["tflops"]]
     assert kinds.count("smoothed") == 3 and kinds.count("line") == 3
     assert {t["name"] for t in live["channels"]} == {"code", "math"}
+
+
+def test_the_headline_draws_a_posted_interval_from_the_event_alone(server, page):
+    """The event carries the new intervals' series (issue 39): the page draws them without asking.
+    Here every request for a part of the series (step_min) is answered with nothing new, so what
+    the chart gains can come from the events only; it must equal the series endpoint's values."""
+    run = "unasked"
+    assert httpx.post(f"{server}/api/v1/runs", json=run_body(run)).status_code == 201
+    body = {"intervals": [interval(k) for k in range(3)]}
+    assert httpx.post(f"{server}/api/v1/runs/{run}/intervals", json=body).status_code == 200
+    nothing_new = httpx.get(f"{server}/api/v1/runs/{run}/series", params={"step_min": 10**12}).text
+
+    def answer_nothing_new(route):  # the status poll's too (every 10 s): it adds nothing either
+        route.fulfill(status=200, content_type="application/json", body=nothing_new)
+
+    page.route("**/series?*step_min=*", answer_nothing_new)
+    page.goto(f"{server}/runs/{run}")
+    until(page, f"{HEADLINE}.data?.some(t => t.x.length === 3)")
+    page.wait_for_selector("#live.on")
+    for k in range(3, 6):
+        body = {"intervals": [interval(k)]}
+        assert httpx.post(f"{server}/api/v1/runs/{run}/intervals", json=body).status_code == 200
+        until(page, f"{HEADLINE}.data.every(t => t.x.length === {k + 1})", timeout=10_000)
+    held = httpx.get(f"{server}/api/v1/runs/{run}/series", params={"max_points": 500}).json()["columns"]
+    drawn = page.evaluate(f"{HEADLINE}.data.map(t => [t.meta.column, t.x, t.y])")
+    assert {column for column, _, _ in drawn} >= {"tflops_useful", "tflops_useful_min", "tflops_thd", "tflops_bshd"}
+    for column, x, y in drawn:
+        assert x == held["step"] and y == held[column], column
