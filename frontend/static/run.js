@@ -164,11 +164,37 @@ function drawSeries(which = () => true, live = false) {
   }
 }
 
+// The lengths and ranks panels (plotly charts too, a request and a drawing or two each) likewise:
+// a live refresh passes over one out of view, which is brought up to date once it is seen. A
+// hidden one is refreshed, so that it can show itself (the ranks once a second rank reports).
+const PANEL_CHARTS = { lengths: ["chart-histogram", "chart-length_heatmap"], ranks: ["ranks"] };
+const panelsInView = new Set(); // element ids
+const panelsBehind = new Set();
+
+function refreshPanel(name, run, live = true) {
+  const ids = PANEL_CHARTS[name];
+  const seen = ids.some((id) => panelsInView.has(id) || document.getElementById(id).hidden);
+  if (live && !seen) {
+    panelsBehind.add(name);
+    return Promise.resolve();
+  }
+  panelsBehind.delete(name);
+  return name === "lengths" ? lengthsPanel.load(run) : ranksPanel.load(run);
+}
+
 function observeCharts() {
   const observer = new IntersectionObserver((entries) => {
     for (const entry of entries) {
-      const id = /** @type {HTMLElement} */ (entry.target).dataset.series;
-      if (!entry.isIntersecting) inView.delete(id);
+      const target = /** @type {HTMLElement} */ (entry.target);
+      const id = target.dataset.series;
+      if (id === undefined) {
+        if (!entry.isIntersecting) panelsInView.delete(target.id);
+        else {
+          panelsInView.add(target.id);
+          const name = Object.keys(PANEL_CHARTS).find((key) => PANEL_CHARTS[key].includes(target.id));
+          if (panelsBehind.has(name) && state.run) refreshPanel(name, state.run, false).catch(showError);
+        }
+      } else if (!entry.isIntersecting) inView.delete(id);
       else {
         inView.add(id);
         if (behind.has(id)) drawSeries((other) => other === id, true);
@@ -179,6 +205,7 @@ function observeCharts() {
     panel.element.dataset.series = id;
     observer.observe(panel.element);
   }
+  for (const id of Object.values(PANEL_CHARTS).flat()) observer.observe(document.getElementById(id));
 }
 
 // The channel chart's lines, one per channel column held, coloured in the channels' sorted order.
@@ -363,7 +390,7 @@ async function refreshSummary() {
   renderTotals(catalogue, run);
   live.follow(run);
   await headlineLane.idle(); // the panels' requests and drawings after a headline refresh begun meanwhile
-  await Promise.all([lengthsPanel.load(run), loadSyncSites(catalogue, run), ranksPanel.load(run), showRunLedger(runId, plotlyLoaded)]);
+  await Promise.all([refreshPanel("lengths", run), loadSyncSites(catalogue, run), refreshPanel("ranks", run), showRunLedger(runId, plotlyLoaded)]);
 }
 
 // Coalesces bursts of SSE events: at most one run of `work` at a time, and at most one waiting
