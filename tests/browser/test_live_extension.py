@@ -129,3 +129,28 @@ def test_the_headline_draws_a_posted_interval_from_the_event_alone(server, page)
     assert {column for column, _, _ in drawn} >= {"tflops_useful", "tflops_useful_min", "tflops_thd", "tflops_bshd"}
     for column, x, y in drawn:
         assert x == held["step"] and y == held[column], column
+
+
+def test_a_live_extension_keeps_the_margins_and_every_tick_label(server, page):
+    """The headline's margins stay put while it grows (a margin that changes makes plotly draw the
+    chart a second time, issue 39), and every tick label inside the plot shows: none is hidden now
+    that plotly no longer checks for labels past the div."""
+    run = "margins"
+    assert httpx.post(f"{server}/api/v1/runs", json=run_body(run)).status_code == 201
+    body = {"intervals": [interval(k) for k in range(8)]}
+    assert httpx.post(f"{server}/api/v1/runs/{run}/intervals", json=body).status_code == 200
+    page.goto(f"{server}/runs/{run}")
+    until(page, f"{HEADLINE}.data?.some(t => t.x.length === 8)")
+    page.wait_for_selector("#live.on")
+    size = f"(({{l, r, t, b}}) => [l, r, t, b])({HEADLINE}._fullLayout._size)"
+    labels = f"[...{HEADLINE}.querySelectorAll('.xtick text, .ytick text')]"
+    sizes, last_ticks = [page.evaluate(size)], []
+    for k in range(8, 12):  # steps 90-120: the x ticks reach the right end at 100 and 120
+        assert httpx.post(f"{server}/api/v1/runs/{run}/intervals", json={"intervals": [interval(k)]}).status_code == 200
+        until(page, f"{HEADLINE}.data.every(t => t.x.length === {k + 1})", timeout=10_000)
+        page.evaluate("new Promise(r => requestAnimationFrame(() => r()))")
+        sizes.append(page.evaluate(size))
+        last_ticks.append(page.evaluate(f"{labels}.filter(t => t.closest('.xtick')).map(t => t.textContent).at(-1)"))
+        assert page.evaluate(f"{labels}.every(t => getComputedStyle(t).display !== 'none')")
+    assert {tuple(s) for s in sizes} == {tuple(sizes[0])}, sizes
+    assert "100" in last_ticks and "120" in last_ticks  # the right end reached a labelled tick
