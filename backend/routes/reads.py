@@ -324,7 +324,7 @@ async def intervals_csv(run_id: RunIdPath, request: Request) -> StreamingRespons
 
 
 # An event that announces at most this many new intervals carries their series, so the run page
-# draws them without asking (a JSON of about 4 kB an interval, sent to every stream of the run);
+# draws them without asking (about 2 kB of JSON an interval, sent to every stream of the run);
 # after a larger gap the page asks for them, as it does after a reconnect.
 EVENT_SERIES_INTERVALS = 64
 EVENT_SERIES_POINTS = 500  # the run page's max_points (frontend/static/run_sizes.js' SERIES_POINTS)
