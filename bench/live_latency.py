@@ -70,7 +70,12 @@ def serve(database_url: str, workers: int) -> tuple[subprocess.Popen[bytes], str
     # Not from the checkout, whose alembic/ would shadow the library.
     server = subprocess.Popen(command, env=env, cwd=tempfile.gettempdir(), stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
-    wait_until_serving(server, url)
+    try:
+        wait_until_serving(server, url)
+    except BaseException:  # not answering in time (a loaded machine): not left running behind the bench
+        server.terminate()
+        server.wait(20)
+        raise
     return server, url
 
 
