@@ -18,17 +18,23 @@ processes the wake-up travels by what the database offers:
 Where neither works (no unix sockets), streams fall back to polling every PACKSCOPE_STREAM_POLL_S.
 Every stream also re-reads its run's state with each keep-alive, so a lost wake-up costs at most
 one keep-alive interval.
+
+An event carries the chart series of the intervals it announces (routes/reads.py), made once per
+process however many streams send it (EventTexts).
 """
 
 import asyncio
+import concurrent.futures
 import hashlib
 import logging
 import os
 import secrets
 import socket
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Iterator
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any, Protocol
@@ -69,6 +75,7 @@ class LiveHub:
         self._waiting: dict[str, set[tuple[asyncio.Event, asyncio.AbstractEventLoop]]] = {}
         self._starts = 0
         self.loop: asyncio.AbstractEventLoop | None = None
+        self.texts = EventTexts()  # what the streams send, made once per event (routes/reads.py)
 
     @property
     def pushes(self) -> bool:
@@ -85,6 +92,7 @@ class LiveHub:
         self._starts -= 1
         if self._starts == 0:
             await self.transport.stop()
+            self.texts.close()
 
     def publish(self, run_id: str) -> None:
         """After a commit that changed `run_id`'s intervals (or removed the run); from any thread."""
@@ -136,6 +144,52 @@ class LiveHub:
         for waiting in list(self._waiting.values()):
             for entry in list(waiting):
                 _set(*entry)
+
+
+class EventTexts:
+    """What streams send for a change of a run's state, made once in this process however many
+    streams send it (a run page open in a thousand browsers is a thousand streams woken together):
+    the first stream to ask makes it in a worker thread, the others await that same answer. Kept
+    by a key that names everything the text depends on; the last `keep` kept.
+
+    The making does not belong to the stream that started it: a stream whose client leaves meanwhile
+    stops waiting, the others still get the text. Streams may live in different event loops (a
+    test's second client), hence concurrent futures rather than asyncio's."""
+
+    def __init__(self, keep: int = 256, threads: int = 2) -> None:
+        self._keep = keep
+        self._threads = threads
+        self._made: OrderedDict[Hashable, concurrent.futures.Future[str]] = OrderedDict()
+        self._lock = threading.Lock()
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+
+    async def text(self, key: Hashable, make: Callable[[], str]) -> str:
+        """`make()`'s text, made once per key; raises what making it raised."""
+        with self._lock:
+            future = self._made.get(key)
+            if future is None:
+                if self._pool is None:
+                    self._pool = concurrent.futures.ThreadPoolExecutor(self._threads, thread_name_prefix="live-event")
+                future = self._made[key] = self._pool.submit(make)
+                future.add_done_callback(lambda done: self._forget_failed(key, done))
+                while len(self._made) > self._keep:
+                    self._made.popitem(last=False)
+        # shield: a stream cancelled while waiting must not cancel the making the others await.
+        return await asyncio.shield(asyncio.wrap_future(future))
+
+    def _forget_failed(self, key: Hashable, done: concurrent.futures.Future[str]) -> None:
+        """A failure is not kept: the next stream to ask tries again."""
+        if done.cancelled() or done.exception() is not None:
+            with self._lock:
+                if self._made.get(key) is done:
+                    del self._made[key]
+
+    def close(self) -> None:
+        with self._lock:
+            pool, self._pool = self._pool, None
+            self._made.clear()
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _running_loop() -> asyncio.AbstractEventLoop | None:

@@ -3,6 +3,7 @@
 import asyncio
 import contextlib
 import json
+import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
@@ -52,6 +53,8 @@ from packscope.backend.reads import (
 from packscope.backend.store.runs import get_run as stored_run  # get_run is this module's route
 from packscope.core import catalogue
 from packscope.core.catalogue import INT32_MAX, INT64_MAX
+
+log = logging.getLogger("packscope.backend")
 
 router = APIRouter(prefix="/api/v1", tags=["reads"], dependencies=[Depends(require_read_token)])
 
@@ -320,8 +323,68 @@ async def intervals_csv(run_id: RunIdPath, request: Request) -> StreamingRespons
     )
 
 
+# An event that announces at most this many new intervals carries their series, so the run page
+# draws them without asking (about 2 kB of JSON an interval, sent to every stream of the run);
+# after a larger gap the page asks for them, as it does after a reconnect.
+EVENT_SERIES_INTERVALS = 64
+EVENT_SERIES_POINTS = 500  # the run page's max_points (frontend/static/run_sizes.js' SERIES_POINTS)
+
+# What a stream watches: (the run's primary key, stream_state's rows, latest interval, latest
+# step). The key tells a run deleted and made again under the same id from the one before.
+StreamState = tuple[int, int, int | None, int | None]
+
+
+def _event(data: dict[str, Any]) -> str:
+    return f"event: interval\ndata: {json.dumps(data)}\n\n"
+
+
+async def _event_text(
+    run_id: str,
+    before: StreamState | None,
+    state: StreamState,
+    live: LiveHub,
+    read_series: Callable[[int, int], dict[str, Any] | None],
+) -> str:
+    """The event for `state`, after `before` (what the stream saw last; None: nothing yet).
+
+    Where the stream saw the run up to a step and a few intervals followed, the event carries
+    their series (`after_step`, `series`): the series endpoint's answer for step_min=after_step+1,
+    step_max=last_step, made by the same code, once in this process for all its streams of the run
+    (EventTexts). Else, or where it cannot be read, the event names the new state alone and the
+    page asks for the series."""
+    pk, _, interval, last_step = state
+    data = {"run_id": run_id, "interval": interval, "last_step": last_step}
+    if (
+        before is None
+        or before[0] != pk
+        or before[2] is None
+        or before[3] is None
+        or interval is None
+        or last_step is None
+        or last_step <= before[3]
+        or interval - before[2] > EVENT_SERIES_INTERVALS
+    ):
+        return _event(data)
+    after = before[3]
+
+    def make() -> str:
+        found = read_series(after, last_step)
+        return _event(data if found is None else {**data, "after_step": after, "series": found})
+
+    try:
+        return await live.texts.text((run_id, after, state), make)
+    except Exception as exc:  # noqa: BLE001 - the page asks for what the event lacks
+        log.warning("live stream of %s: the event's series could not be read (%s); sent without it", run_id, exc)
+        return _event(data)
+
+
 async def _events(
-    run_id: str, read_state: Callable[[], Any], live: LiveHub, poll_s: float, keepalive_s: float
+    run_id: str,
+    read_state: Callable[[], StreamState | None],
+    read_series: Callable[[int, int], dict[str, Any] | None],
+    live: LiveHub,
+    poll_s: float,
+    keepalive_s: float,
 ) -> AsyncIterator[str]:
     """SSE: an `interval` event whenever the stored intervals change, comments in between.
 
@@ -331,17 +394,15 @@ async def _events(
     moment the stream opened.
     """
     with live.subscribe(run_id) as woken:
-        last: Any = None
+        last: StreamState | None = None
         last_sent = time.monotonic()
         while True:
             woken.clear()  # before reading: a wake-up during the read means read again
             state = await run_in_threadpool(read_state)
             if state is None:  # the run is gone
                 return
-            count, interval, last_step = state
-            if count and state != last:
-                data = {"run_id": run_id, "interval": interval, "last_step": last_step}
-                yield f"event: interval\ndata: {json.dumps(data)}\n\n"
+            if state[1] and state != last:
+                yield await _event_text(run_id, last, state, live, read_series)
                 last_sent = time.monotonic()
             elif time.monotonic() - last_sent >= keepalive_s:
                 yield ": keep-alive\n\n"  # proxies close connections that stay silent
@@ -363,15 +424,25 @@ async def _events(
 async def stream(run_id: RunIdPath, request: Request, settings: SettingsDep) -> StreamingResponse:
     make_session: sessionmaker[Session] = request.app.state.sessionmaker
 
-    def read_state() -> tuple[int, int | None, int | None] | None:
+    def read_state() -> StreamState | None:
         with make_session() as session:
             run = stored_run(session, run_id)
-            return None if run is None else stream_state.stream_state(session, run)
+            return None if run is None else (run.id, *stream_state.stream_state(session, run))
+
+    def read_series(after_step: int, last_step: int) -> dict[str, Any] | None:
+        """What GET series?max_points=EVENT_SERIES_POINTS&step_min=after_step+1&step_max=last_step answers."""
+        with make_session() as session:
+            run = stored_run(session, run_id)
+            if run is None:
+                return None
+            found = series.series(session, run, EVENT_SERIES_POINTS, after_step + 1, last_step)
+            return SeriesRead.model_validate(found).model_dump(mode="json")
 
     if await run_in_threadpool(read_state) is None:
         raise run_not_found(run_id)
+    live = request.app.state.live
     return StreamingResponse(
-        _events(run_id, read_state, request.app.state.live, settings.stream_poll_s, settings.stream_keepalive_s),
+        _events(run_id, read_state, read_series, live, settings.stream_poll_s, settings.stream_keepalive_s),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )

@@ -29,7 +29,10 @@ export function layout({ yTitle, metric, yFormat, xTitle = "step", barmode, xTyp
   return {
     ...(unitAxis ? { meta: { unitAxis: metric, fromZero } } : {}),
     font: { family: FONT, size: 12, color: "#1f2937" },
-    margin: { l: 64, r: 16, t: 8, b: 44 },
+    // r: room for half the last x tick label, which automargin would otherwise make by growing
+    // the margin whenever a tick reaches the right end and shrinking it back after: on a live
+    // chart, a second whole plotly pass on every other extension (docs/benchmarks/2026-12-06-2core-live.md).
+    margin: { l: 64, r: 24, t: 8, b: 44 },
     paper_bgcolor: "rgba(0,0,0,0)",
     plot_bgcolor: "rgba(0,0,0,0)",
     hovermode: "x unified",
@@ -37,7 +40,10 @@ export function layout({ yTitle, metric, yFormat, xTitle = "step", barmode, xTyp
     // "normal" keeps legend order = trace order; fill traces would otherwise reverse it.
     legend: { orientation: "h", x: 0, y: 1.02, yanchor: "bottom", font: { size: 11 }, traceorder: "normal" },
     // The standoffs keep the y "0" and the first x tick apart where they meet at the origin.
-    xaxis: { title: { text: xTitle }, gridcolor: "#e5e7eb", zeroline: false, type: xType, automargin: true, ticklabelstandoff: 6 },
+    // ticklabeloverflow "allow": the margins hold every tick label (automargin, and r above), so
+    // plotly's default ("hide past div") hid none, yet measured each label's box on each drawing
+    // to find out, a third of a live extension's time.
+    xaxis: { title: { text: xTitle }, gridcolor: "#e5e7eb", zeroline: false, type: xType, automargin: true, ticklabelstandoff: 6, ticklabeloverflow: "allow" },
     yaxis: {
       title: { text: yTitle },
       gridcolor: "#e5e7eb",
@@ -46,6 +52,7 @@ export function layout({ yTitle, metric, yFormat, xTitle = "step", barmode, xTyp
       ticksuffix: metric && !unitAxis ? unitSuffix(metric) : "",
       tickformat: unitAxis ? "" : (yFormat ?? tickFormat(metric?.format)),
       ticklabelstandoff: 6,
+      ticklabeloverflow: "allow",
       automargin: true,
     },
     barmode,

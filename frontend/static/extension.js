@@ -2,11 +2,13 @@
 // What a live event adds to a drawn series chart: for each trace plotly holds, the points of the
 // held columns from index `from` on (Plotly.extendTraces' update), so the chart grows by what
 // arrived instead of being drawn anew. A smoothed line's new points are the tail of the EMA over
-// the whole grown column, the values a full drawing of the grown series gives them.
+// the whole grown column, the values a full drawing of the grown series gives them. And which new
+// parts of the series the events carry themselves (carriedParts), so that none is asked for.
 
 import { ema } from "./smoothing.js";
 
 /**
+ * @typedef {{ last_step?: unknown, after_step?: unknown, series?: { points: number } }} LiveEvent
  * @typedef {{ meta?: { column?: string, kind?: string }, x?: unknown[] }} DrawnTrace
  * @typedef {{ update: { x: unknown[][], y: unknown[][] }, indices: number[] }} Extension
  */
@@ -35,4 +37,31 @@ export function extension(drawn, columns, from, xColumn, smoothing) {
     out.indices.push(i);
   }
   return out;
+}
+
+// The new parts of the series that live events carry (docs/api.md, the stream: each event's
+// series covers the steps after its after_step up to its last_step), in order, where they continue
+// what the page holds up to `lastStep` one after the other; an event announcing nothing past it is
+// passed over. null where one does not continue it (a gap after a reconnect, more intervals than
+// an event carries, an event not read) or there is no event (the status poll): the page then asks
+// for the series.
+/**
+ * @template {LiveEvent} E
+ * @param {(E | null)[]} events the events not taken yet, in the order they came
+ * @param {number} lastStep the last step of the series held
+ * @returns {NonNullable<E["series"]>[] | null}
+ */
+export function carriedParts(events, lastStep) {
+  if (!events.length) return null;
+  /** @type {NonNullable<E["series"]>[]} */
+  const parts = [];
+  let held = lastStep;
+  for (const event of events) {
+    if (event === null || typeof event.last_step !== "number") return null;
+    if (event.last_step <= held) continue;
+    if (!event.series || event.after_step !== held) return null;
+    parts.push(/** @type {NonNullable<E["series"]>} */ (event.series));
+    held = event.last_step;
+  }
+  return parts;
 }

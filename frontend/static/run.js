@@ -11,6 +11,7 @@ import { count, display, formatNumber } from "./format.js";
 import { ChartPanel, band, fill, layout, line } from "./charts.js";
 import { appendColumns, channelColumns, channelMetric, channelOf, isChannel } from "./channels.js";
 import { X_AXES, readSettings, renderControls, xColumns } from "./controls.js";
+import { carriedParts } from "./extension.js";
 import { metricLabel, renderDefinitions } from "./definitions.js";
 import { el, showError } from "./dom.js";
 import { LengthsPanel } from "./lengths.js";
@@ -163,11 +164,37 @@ function drawSeries(which = () => true, live = false) {
   }
 }
 
+// The lengths and ranks panels (plotly charts too, a request and a drawing or two each) likewise:
+// a live refresh passes over one out of view, which is brought up to date once it is seen. A
+// hidden one is refreshed, so that it can show itself (the ranks once a second rank reports).
+const PANEL_CHARTS = { lengths: ["chart-histogram", "chart-length_heatmap"], ranks: ["ranks"] };
+const panelsInView = new Set(); // element ids
+const panelsBehind = new Set();
+
+function refreshPanel(name, run, live = true) {
+  const ids = PANEL_CHARTS[name];
+  const seen = ids.some((id) => panelsInView.has(id) || document.getElementById(id).hidden);
+  if (live && !seen) {
+    panelsBehind.add(name);
+    return Promise.resolve();
+  }
+  panelsBehind.delete(name);
+  return name === "lengths" ? lengthsPanel.load(run) : ranksPanel.load(run);
+}
+
 function observeCharts() {
   const observer = new IntersectionObserver((entries) => {
     for (const entry of entries) {
-      const id = /** @type {HTMLElement} */ (entry.target).dataset.series;
-      if (!entry.isIntersecting) inView.delete(id);
+      const target = /** @type {HTMLElement} */ (entry.target);
+      const id = target.dataset.series;
+      if (id === undefined) {
+        if (!entry.isIntersecting) panelsInView.delete(target.id);
+        else {
+          panelsInView.add(target.id);
+          const name = Object.keys(PANEL_CHARTS).find((key) => PANEL_CHARTS[key].includes(target.id));
+          if (panelsBehind.has(name) && state.run) refreshPanel(name, state.run, false).catch(showError);
+        }
+      } else if (!entry.isIntersecting) inView.delete(id);
       else {
         inView.add(id);
         if (behind.has(id)) drawSeries((other) => other === id, true);
@@ -178,6 +205,7 @@ function observeCharts() {
     panel.element.dataset.series = id;
     observer.observe(panel.element);
   }
+  for (const id of Object.values(PANEL_CHARTS).flat()) observer.observe(document.getElementById(id));
 }
 
 // The channel chart's lines, one per channel column held, coloured in the channels' sorted order.
@@ -202,18 +230,29 @@ async function loadHeadline() {
   await painted();
 }
 
-// A live refresh fetches the new part and draws the headline chart in a frame of its own, alone
-// (no other request competing with it), so that the new interval shows there first.
+// Appends a part of the series that continues the held one (its step_min past state.lastStep).
+function appendSeries(series) {
+  const fresh = { ...series.columns, ...xColumns(series, state.columns.tokens_seen.at(-1)), ...channelColumns(series) };
+  appendColumns(state.columns, state.points, fresh, series.points);
+  state.points += series.points;
+  state.lastStep = series.columns.step.at(-1);
+}
+
+// The stream's events not taken yet, in the order they came (null: one that could not be read).
+/** @type {(import("./extension.js").LiveEvent | null)[]} */
+const arrived = [];
+
+// A live refresh draws the headline chart alone, with the new part of the series as the events
+// carried it (no request), or as fetched where they do not.
 async function extendWithNewIntervals() {
+  const events = arrived.splice(0);
   if (state.lastStep === null || state.points > REDRAW_POINTS) {
     remember(await api.getSeries(runId, { max_points: MAX_POINTS }));
   } else {
-    const series = await api.getSeries(runId, { max_points: MAX_POINTS, step_min: state.lastStep + 1 });
-    if (!series.points) return;
-    const fresh = { ...series.columns, ...xColumns(series, state.columns.tokens_seen.at(-1)), ...channelColumns(series) };
-    appendColumns(state.columns, state.points, fresh, series.points);
-    state.points += series.points;
-    state.lastStep = series.columns.step.at(-1);
+    const parts = carriedParts(events, state.lastStep) ?? [await api.getSeries(runId, { max_points: MAX_POINTS, step_min: state.lastStep + 1 })];
+    const grown = parts.filter((series) => series.points);
+    if (!grown.length) return;
+    for (const series of grown) appendSeries(series);
     state.charts.channels.traces = channelTraces(state.loss);
   }
   drawSeries((id) => id === HEADLINE, true);
@@ -293,6 +332,14 @@ async function loadSyncSites(catalogue, run) {
   body.replaceChildren(...(rows.length ? rows : [el("tr", { class: "placeholder" }, el("td", { colspan: 3, text: none }))]));
 }
 
+function parsed(text) {
+  try {
+    return JSON.parse(text);
+  } catch {
+    return null;
+  }
+}
+
 // "● live" only while the run is running and the stream is open. A stale run (its agent missed
 // heartbeats) keeps its stream but says since when it is silent; a crashed one is only polled, so
 // that a resumed run comes back; a finished or failed run closes both, so the badge cannot outlive it.
@@ -323,7 +370,10 @@ const live = {
     this.source = new EventSource(api.streamUrl(runId));
     this.source.addEventListener("open", () => this.status === "running" && this.show("on", "● live"));
     this.source.addEventListener("error", () => this.status === "running" && this.show("off", "reconnecting…"));
-    this.source.addEventListener("interval", scheduleRefresh);
+    this.source.addEventListener("interval", (/** @type {MessageEvent} */ message) => {
+      arrived.push(parsed(message.data));
+      scheduleRefresh();
+    });
   },
   closeStream() {
     this.source.close();
@@ -340,7 +390,7 @@ async function refreshSummary() {
   renderTotals(catalogue, run);
   live.follow(run);
   await headlineLane.idle(); // the panels' requests and drawings after a headline refresh begun meanwhile
-  await Promise.all([lengthsPanel.load(run), loadSyncSites(catalogue, run), ranksPanel.load(run), showRunLedger(runId, plotlyLoaded)]);
+  await Promise.all([refreshPanel("lengths", run), loadSyncSites(catalogue, run), refreshPanel("ranks", run), showRunLedger(runId, plotlyLoaded)]);
 }
 
 // Coalesces bursts of SSE events: at most one run of `work` at a time, and at most one waiting

@@ -50,11 +50,110 @@ def test_stream_sends_an_event_when_intervals_arrive(server, new_run, records):
                     break
             elif line.startswith(":"):
                 comments += 1
+    # The second event follows one the stream sent: it carries the new intervals' series.
+    series = events[1].pop("series")
     assert events == [
         {"run_id": "run-1", "interval": 1, "last_step": 20},
-        {"run_id": "run-1", "interval": 4, "last_step": 50},
+        {"run_id": "run-1", "interval": 4, "last_step": 50, "after_step": 20},
     ]
+    assert series["columns"]["step"] == [30, 40, 50]
     http.close()
+
+
+def read_events(url: str, run_id: str, into: "queue.Queue[dict]", opened: threading.Event) -> None:
+    """Every event of the run's stream into `into`, until the server stops."""
+    with (
+        contextlib.suppress(httpx.HTTPError),
+        httpx.stream("GET", f"{url}/api/v1/runs/{run_id}/stream", timeout=30) as answer,
+    ):
+        opened.set()
+        lines = answer.iter_lines()
+        for line in lines:
+            if line == "event: interval":
+                into.put(json.loads(next(lines).removeprefix("data: ")))
+
+
+def test_an_event_carries_what_the_series_endpoint_answers_for_its_intervals(database_url, new_run, records):
+    """The run page extends its charts from the event's series without asking (issue 39): they
+    must be the series endpoint's values for the same intervals, and the page's own request
+    (step_min past what it holds) must answer them too."""
+    with serving(Settings(database_url=database_url, **NO_POLL)) as url:
+        http = httpx.Client(base_url=url, timeout=10)
+        assert http.post("/api/v1/runs", json=new_run()).status_code == 201
+        http.post("/api/v1/runs/run-1/intervals", json={"intervals": records(3)})
+        got: queue.Queue[dict] = queue.Queue()
+        opened = threading.Event()
+        threading.Thread(target=read_events, args=(url, "run-1", got, opened), daemon=True).start()
+        assert opened.wait(10)
+        assert "series" not in got.get(timeout=10)  # the state when it opened: the page has it
+        for start, n in ((3, 1), (4, 5), (9, 2)):
+            batch = {"intervals": records(n, start=start, seed=start)}
+            assert http.post("/api/v1/runs/run-1/intervals", json=batch).status_code == 200
+            event = got.get(timeout=10)
+            assert (event["interval"], event["after_step"]) == (start + n - 1, start * 10)
+            asked = {"max_points": 500, "step_min": event["after_step"] + 1}
+            exact = http.get("/api/v1/runs/run-1/series", params={**asked, "step_max": event["last_step"]}).json()
+            pages = http.get("/api/v1/runs/run-1/series", params=asked).json()
+            assert event["series"] == exact == pages
+            assert event["series"]["points"] == n
+            assert event["series"]["columns"]["tflops_useful"][-1] is not None
+        whole = http.get("/api/v1/runs/run-1/series", params={"max_points": 500}).json()
+        assert whole["columns"]["step"] == [10 * (k + 1) for k in range(11)]
+        http.close()
+
+
+def test_an_event_without_its_series_past_a_long_gap(sqlite_url, new_run, records):
+    """More new intervals than an event carries: the event names the state alone (the page asks)."""
+    from packscope.backend.routes.reads import EVENT_SERIES_INTERVALS
+
+    with serving(Settings(database_url=sqlite_url, **NO_POLL)) as url:
+        assert httpx.post(f"{url}/api/v1/runs", json=new_run()).status_code == 201
+        httpx.post(f"{url}/api/v1/runs/run-1/intervals", json={"intervals": records(1)})
+        got: queue.Queue[dict] = queue.Queue()
+        opened = threading.Event()
+        threading.Thread(target=read_events, args=(url, "run-1", got, opened), daemon=True).start()
+        assert opened.wait(10)
+        got.get(timeout=10)
+        batch = {"intervals": records(EVENT_SERIES_INTERVALS + 1, start=1)}
+        assert httpx.post(f"{url}/api/v1/runs/run-1/intervals", json=batch).status_code == 200
+        assert got.get(timeout=10) == {"run_id": "run-1", "interval": EVENT_SERIES_INTERVALS + 1, "last_step": 660}
+
+
+def test_an_events_series_is_read_once_for_all_the_streams_of_a_server(sqlite_url, new_run, records, monkeypatch):
+    """A run page open in many browsers: the event's series is read once per event in a server
+    process, not once per stream."""
+    from packscope.backend.reads import series as series_module
+
+    read = series_module.series
+    calls: list[tuple[int | None, int | None]] = []
+
+    def counted(session, run, max_points, step_min=None, step_max=None):
+        calls.append((step_min, step_max))
+        return read(session, run, max_points, step_min, step_max)
+
+    monkeypatch.setattr(series_module, "series", counted)
+    streams = 40
+    with serving(Settings(database_url=sqlite_url, **NO_POLL)) as url:
+        assert httpx.post(f"{url}/api/v1/runs", json=new_run()).status_code == 201
+        httpx.post(f"{url}/api/v1/runs/run-1/intervals", json={"intervals": records(1)})
+        queues: list[queue.Queue[dict]] = []
+        for _ in range(streams):
+            got: queue.Queue[dict] = queue.Queue()
+            opened = threading.Event()
+            threading.Thread(target=read_events, args=(url, "run-1", got, opened), daemon=True).start()
+            assert opened.wait(10)
+            got.get(timeout=10)
+            queues.append(got)
+        for start in (1, 2):
+            assert (
+                httpx.post(
+                    f"{url}/api/v1/runs/run-1/intervals", json={"intervals": records(1, start=start)}
+                ).status_code
+                == 200
+            )
+            events = [q.get(timeout=20) for q in queues]
+            assert all(e == events[0] for e in events) and events[0]["series"]["points"] == 1
+        assert calls == [(11, 20), (21, 30)]
 
 
 def test_stream_keeps_the_connection_alive(server, new_run):

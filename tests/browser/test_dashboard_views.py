@@ -247,6 +247,8 @@ def test_live_intervals_extend_channels_time_axis_and_picker(server, page):
     assert drawn["math"]["y"][4:] == pytest.approx([r["channel_loss"]["math"] for r in GROWING[4:]], rel=1e-12)
     elapsed = [r["wall_end"] - GROWING[0]["wall_start"] for r in GROWING]
     assert drawn["code"]["x"] == pytest.approx(elapsed, rel=1e-12)  # relative time continues from the run's start
-    # The picker followed the latest interval, and its range grew.
+    # The picker followed the latest interval, and its range grew (the lengths panel, like a
+    # chart, is brought up to date once it is seen).
+    page.locator("#chart-histogram").scroll_into_view_if_needed()
     until(page, "document.getElementById('hist-picked').textContent.startsWith('interval 6 ')")
     assert page.get_attribute("#hist-interval", "max") == "6"

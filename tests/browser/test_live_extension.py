@@ -101,3 +101,56 @@ def test_live_events_draw_what_a_fresh_load_draws(server, page, context):
     kinds = [t["kind"] for t in live["tflops"]]
     assert kinds.count("smoothed") == 3 and kinds.count("line") == 3
     assert {t["name"] for t in live["channels"]} == {"code", "math"}
+
+
+def test_the_headline_draws_a_posted_interval_from_the_event_alone(server, page):
+    """The event carries the new intervals' series (issue 39): the page draws them without asking.
+    Here every request for a part of the series (step_min) is answered with nothing new, so what
+    the chart gains can come from the events only; it must equal the series endpoint's values."""
+    run = "unasked"
+    assert httpx.post(f"{server}/api/v1/runs", json=run_body(run)).status_code == 201
+    body = {"intervals": [interval(k) for k in range(3)]}
+    assert httpx.post(f"{server}/api/v1/runs/{run}/intervals", json=body).status_code == 200
+    nothing_new = httpx.get(f"{server}/api/v1/runs/{run}/series", params={"step_min": 10**12}).text
+
+    def answer_nothing_new(route):  # the status poll's too (every 10 s): it adds nothing either
+        route.fulfill(status=200, content_type="application/json", body=nothing_new)
+
+    page.route("**/series?*step_min=*", answer_nothing_new)
+    page.goto(f"{server}/runs/{run}")
+    until(page, f"{HEADLINE}.data?.some(t => t.x.length === 3)")
+    page.wait_for_selector("#live.on")
+    for k in range(3, 6):
+        body = {"intervals": [interval(k)]}
+        assert httpx.post(f"{server}/api/v1/runs/{run}/intervals", json=body).status_code == 200
+        until(page, f"{HEADLINE}.data.every(t => t.x.length === {k + 1})", timeout=10_000)
+    held = httpx.get(f"{server}/api/v1/runs/{run}/series", params={"max_points": 500}).json()["columns"]
+    drawn = page.evaluate(f"{HEADLINE}.data.map(t => [t.meta.column, t.x, t.y])")
+    assert {column for column, _, _ in drawn} >= {"tflops_useful", "tflops_useful_min", "tflops_thd", "tflops_bshd"}
+    for column, x, y in drawn:
+        assert x == held["step"] and y == held[column], column
+
+
+def test_a_live_extension_keeps_the_margins_and_every_tick_label(server, page):
+    """The headline's margins stay put while it grows (a margin that changes makes plotly draw the
+    chart a second time, issue 39), and every tick label inside the plot shows: none is hidden now
+    that plotly no longer checks for labels past the div."""
+    run = "margins"
+    assert httpx.post(f"{server}/api/v1/runs", json=run_body(run)).status_code == 201
+    body = {"intervals": [interval(k) for k in range(8)]}
+    assert httpx.post(f"{server}/api/v1/runs/{run}/intervals", json=body).status_code == 200
+    page.goto(f"{server}/runs/{run}")
+    until(page, f"{HEADLINE}.data?.some(t => t.x.length === 8)")
+    page.wait_for_selector("#live.on")
+    size = f"(({{l, r, t, b}}) => [l, r, t, b])({HEADLINE}._fullLayout._size)"
+    labels = f"[...{HEADLINE}.querySelectorAll('.xtick text, .ytick text')]"
+    sizes, last_ticks = [page.evaluate(size)], []
+    for k in range(8, 12):  # steps 90-120: the x ticks reach the right end at 100 and 120
+        assert httpx.post(f"{server}/api/v1/runs/{run}/intervals", json={"intervals": [interval(k)]}).status_code == 200
+        until(page, f"{HEADLINE}.data.every(t => t.x.length === {k + 1})", timeout=10_000)
+        page.evaluate("new Promise(r => requestAnimationFrame(() => r()))")
+        sizes.append(page.evaluate(size))
+        last_ticks.append(page.evaluate(f"{labels}.filter(t => t.closest('.xtick')).map(t => t.textContent).at(-1)"))
+        assert page.evaluate(f"{labels}.every(t => getComputedStyle(t).display !== 'none')")
+    assert {tuple(s) for s in sizes} == {tuple(sizes[0])}, sizes
+    assert "100" in last_ticks and "120" in last_ticks  # the right end reached a labelled tick

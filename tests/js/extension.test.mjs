@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { extension } from "../../frontend/static/extension.js";
+import { carriedParts, extension } from "../../frontend/static/extension.js";
 import { ema } from "../../frontend/static/smoothing.js";
 
 const grown = { step: [10, 20, 30, 40, 50], a: [1, 2, null, 4, 5], a_max: [2, 3, null, 5, 6] };
@@ -44,4 +44,30 @@ test("a trace that does not end where the chart was drawn, or a column not held,
   assert.equal(extension(drawn, grown, 9, "step", 0), null);
   assert.equal(extension(drawn, { step: grown.step, a: grown.a }, 2, "step", 0), null);
   assert.equal(extension(drawn, grown, 2, "tokens_seen", 0), null);
+});
+
+// carriedParts: the events' own series where they continue the held one, else null (ask).
+const part = (points) => ({ points });
+const event = (after, last, series = part(1)) => ({ after_step: after, last_step: last, ...(series ? { series } : {}) });
+
+test("events that continue the held series one after the other give their parts in order", () => {
+  const [a, b] = [part(1), part(2)];
+  assert.deepEqual(carriedParts([event(50, 60, a), event(60, 80, b)], 50), [a, b]);
+});
+
+test("an event announcing nothing past what is held is passed over", () => {
+  const a = part(1);
+  // the state when the stream opened (no series), then a rank's late row (no new step), then news
+  const opened = { last_step: 50 };
+  assert.deepEqual(carriedParts([opened, event(40, 50, null), event(50, 60, a)], 50), [a]);
+  assert.deepEqual(carriedParts([opened], 50), []); // nothing to draw, nothing to ask
+});
+
+test("a gap, a missing series, an unread event or no event at all means asking", () => {
+  assert.equal(carriedParts([event(40, 60)], 50), null); // it continues a step the page is past
+  assert.equal(carriedParts([event(60, 70)], 50), null); // steps 51-60 never came (a reconnect)
+  assert.equal(carriedParts([event(50, 60), event(70, 80)], 50), null); // the second one skips 61-70
+  assert.equal(carriedParts([{ last_step: 60 }], 50), null); // more intervals than an event carries
+  assert.equal(carriedParts([null], 50), null); // not JSON
+  assert.equal(carriedParts([], 50), null); // the status poll, not an event
 });
