@@ -15,13 +15,26 @@ export function shownTotals(run, catalogue) {
 
 const BASE = "/api/v1";
 
-async function fetchJSON(path) {
-  const response = await fetch(BASE + path, { headers: { Accept: "application/json" } });
-  if (!response.ok) {
-    // The status travels with the error: a 404 names missing runs, which pages handle.
-    throw Object.assign(new Error(`GET ${BASE}${path} answered HTTP ${response.status}`), { status: response.status });
+// A busy server sheds a read with 503 and Retry-After (docs/api.md): the page
+// waits as told and asks again, a few times, instead of leaving a panel empty.
+export const BUSY_RETRIES = 4;
+const BUSY_WAIT_MAX_S = 5;
+
+export async function fetchJSON(path) {
+  for (let attempt = 0; ; attempt++) {
+    const response = await fetch(BASE + path, { headers: { Accept: "application/json" } });
+    if (response.status === 503 && attempt < BUSY_RETRIES) {
+      const told = Number.parseFloat(response.headers.get("Retry-After") ?? "");
+      const wait = Math.min(Number.isFinite(told) && told >= 0 ? told : 1, BUSY_WAIT_MAX_S);
+      await new Promise((resolve) => setTimeout(resolve, wait * 1000));
+      continue;
+    }
+    if (!response.ok) {
+      // The status travels with the error: a 404 names missing runs, which pages handle.
+      throw Object.assign(new Error(`GET ${BASE}${path} answered HTTP ${response.status}`), { status: response.status });
+    }
+    return response.json();
   }
-  return response.json();
 }
 
 // Answers asked for before the page's module ran (run_early.js, while plotly.js compiles), each
