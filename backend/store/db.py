@@ -186,4 +186,4 @@ def upgrade_schema(engine: Engine, revision: str = "head") -> None:
         # 0019, formulas changed since) does not compute every run's.
         from packscope.backend.store.metric_values import refresh  # imports this module
 
-        refresh(engine)
+        refresh(engine, everything=True)
