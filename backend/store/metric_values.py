@@ -129,7 +129,13 @@ def _value_rows(connection: Connection, run_pks: Sequence[int], coefficients: Ma
 # {since}: every run, or (on the `changed` index) only those whose totals were written since a mark.
 _STALE = (
     "SELECT t.run_pk FROM run_totals t LEFT JOIN run_metric_values v ON v.run_pk = t.run_pk "
-    'WHERE {since}(v.run_pk IS NULL OR v."rows" <> t."rows" OR v.formulas <> {p}) ORDER BY t.run_pk'
+    'WHERE v.run_pk IS NULL OR v."rows" <> t."rows" OR v.formulas <> {p} ORDER BY t.run_pk'
+)
+# The runs whose totals were written since the mark (on the `changed` index), each with whether
+# its values are stale.
+_WRITTEN_SINCE = (
+    'SELECT t.run_pk, (v.run_pk IS NULL OR v."rows" <> t."rows" OR v.formulas <> {p}) FROM run_totals t '
+    "LEFT JOIN run_metric_values v ON v.run_pk = t.run_pk WHERE t.changed >= {p} ORDER BY t.run_pk"
 )
 # Before the runs are read: the bound of this refresh's stamps (every run written with a lower
 # stamp is visible to the reads that follow, models.run_totals), the stored mark, and whether any
@@ -156,17 +162,20 @@ _CHUNK = 500
 
 
 def _stale(connection: Connection, everything: bool) -> tuple[list[int], int, bool]:
-    """The runs to recompute, the mark that holds once they are, and whether every run was
-    checked: where `everything`, where no mark is stored or where some row is of other formulas;
-    else only the runs whose totals were written since the mark (the `changed` index: O(runs
-    changed), not O(runs))."""
+    """The runs to recompute, the mark that holds once they are, and whether to store it. Every
+    run is checked where `everything`, where no mark is stored or where some row is of other
+    formulas; else only the runs whose totals were written since the mark (the `changed` index:
+    O(runs changed), not O(runs)). The mark is stored after a full check, with values, or where
+    some run read was up to date already (PostgreSQL's mark lagged behind a transaction still
+    running at the last refresh): so the same runs are not read again at every sort."""
     database = driver_of(connection)
     p = "?" if database == "sqlite" else "%s"
     bound, mark, other = run_sql(connection, _STATE.format(bound=_BOUND[database], p=p), (formulas(),) * 2)[0]
     if everything or mark is None or other:
-        return [pk for (pk,) in run_sql(connection, _STALE.format(since="", p=p), (formulas(),))], int(bound), True
-    sql = _STALE.format(since=f"t.changed >= {p} AND ", p=p)
-    return [pk for (pk,) in run_sql(connection, sql, (int(mark), formulas()))], int(bound), False
+        return [pk for (pk,) in run_sql(connection, _STALE.format(p=p), (formulas(),))], int(bound), True
+    found = run_sql(connection, _WRITTEN_SINCE.format(p=p), (formulas(), int(mark)))
+    stale = [pk for pk, is_stale in found if is_stale]
+    return stale, int(bound), bool(stale) or (len(found) > 0 and int(bound) > int(mark))
 
 
 def _coefficients(connection: Connection, run_pks: Sequence[int]) -> dict[int, Coefficients]:
@@ -184,9 +193,9 @@ def refresh(engine: Engine, everything: bool = False) -> int:
     next refresh: each row is marked with the rows it was computed from, and the batch's stamp is
     at or above the new mark."""
     with engine.connect() as connection:
-        stale, bound, checked_all = _stale(connection, everything)
-        if not stale and not checked_all:  # the usual sort: two short reads, no write
-            return 0  # (the mark moves on with the next recompute)
+        stale, bound, store_mark = _stale(connection, everything)
+        if not store_mark:  # the usual sort: two short reads, no write
+            return 0
         rows = []
         for at in range(0, len(stale), _CHUNK):
             coefficients = _coefficients(connection, stale[at : at + _CHUNK])

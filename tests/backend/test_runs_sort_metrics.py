@@ -15,7 +15,7 @@ import pytest
 from sqlalchemy import text
 
 from packscope.backend.reads.runs_list import DERIVED_SORT_KEYS
-from packscope.backend.store.db import alembic_config, make_engine, upgrade_schema
+from packscope.backend.store.db import WRITES, alembic_config, make_engine, upgrade_schema
 from packscope.backend.store.metric_values import refresh
 from packscope.backend.store.models import KEPT_METRICS
 from packscope.core.catalogue import METRIC
@@ -152,7 +152,9 @@ def test_an_upgrade_from_before_0019_computes_every_runs_values(many, database_u
     engine = make_engine(database_url)
     try:
         config = alembic_config()
-        with engine.begin() as connection:
+        # IMMEDIATE on SQLite: a deferred transaction that reads, then writes, fails at once where
+        # the app's background work wrote in between (as upgrade_schema's is, this one was flaky).
+        with engine.execution_options(**{WRITES: True}).begin() as connection:
             config.attributes["connection"] = connection
             command.downgrade(config, "0018")
         upgrade_schema(engine)
@@ -238,6 +240,22 @@ def test_a_sort_rechecks_only_the_runs_written_since_the_mark(many, database_url
     # ...and the server's start checks every run.
     assert _refresh(database_url, everything=True) == 1
     assert kept(database_url)["r02"] == before["r02"]
+
+
+def test_a_mark_that_lagged_moves_on_past_runs_up_to_date(many, database_url):
+    """A mark below runs already up to date (PostgreSQL's, behind a transaction that was running
+    at the last refresh): the next sort reads them, recomputes none, and moves the mark on, so
+    the sorts after it do not read them again."""
+    many.get(RUNS, params={"sort": "loss"}).raise_for_status()
+    _set_up(database_url, "UPDATE run_metric_values_mark SET changed = 0")
+    assert _refresh(database_url) == 0
+    engine = make_engine(database_url)
+    try:
+        with engine.connect() as connection:
+            mark = connection.execute(text("SELECT changed FROM run_metric_values_mark")).scalar_one()
+    finally:
+        engine.dispose()
+    assert mark > 0  # (not past every stamp: on PostgreSQL no further than the oldest transaction running)
 
 
 def test_values_of_other_formulas_written_since_are_recomputed_by_a_sort(many, database_url):
