@@ -5,9 +5,9 @@ list recheck only the runs whose totals changed since its last refresh, and ask 
 other formulas?" by one index probe, instead of joining every run's totals (issue 39).
 
 The stamp is the database's own, so no writer of run_totals (ingest, a migration) can forget it:
-* PostgreSQL: the writing transaction's id (pg_current_xact_id, 64 bits with its epoch), set by a
-  BEFORE row trigger. A reader's snapshot xmin bounds it: every transaction with a lower id has
-  ended, so its rows are visible to any later read (store/metric_values.py).
+* PostgreSQL (13 or later): the writing transaction's id (pg_current_xact_id, 64 bits with its
+  epoch), set by a BEFORE row trigger. A reader's snapshot xmin bounds it: every transaction with
+  a lower id has ended, so its rows are visible to any later read (store/metric_values.py).
 * SQLite: one more than the greatest stamp stored, set by AFTER triggers (SQLite's cannot change
   NEW). Writers are serialised, so a later commit always stamps higher than any row a reader saw.
 
