@@ -89,18 +89,32 @@ LEVEL_0_ROWS_PER_POINT = 8
 
 _ROWS_UP_TO = select(func.count()).select_from(
     select(literal(1))
-    .where(
-        intervals.c.run_pk == bindparam("run_pk"), intervals.c.interval.between(bindparam("first"), bindparam("last"))
-    )
+    .where(intervals.c.run_pk == bindparam("run_pk"), intervals.c.interval.in_(bindparam("chosen", expanding=True)))
     .limit(bindparam("limit"))
     .subquery()
 )
 
 
 def _more_rows_than(session: Session, run: Run, first: int, last: int, limit: int) -> bool:
-    """Does the run hold more than `limit` interval rows in [first, last]? (reads at most limit + 1)"""
-    found = session.scalar(_ROWS_UP_TO, {"run_pk": run.id, "first": first, "last": last, "limit": limit + 1})
-    return (found or 0) > limit
+    """Does the run hold more than `limit` interval rows in [first, last]? Counted from the
+    rollups' `rows` of the blocks that tile the range (one row per level's blocks, whatever the
+    run's ranks), and the interval rows of the level-0 tiles (at most 3 intervals at each end)
+    only where the blocks hold `limit` or fewer, reading at most limit + 1. Not a LIMIT count of
+    the range's interval rows: its reads grew with the ranks up to limit + 1 rows, and on
+    PostgreSQL a plan made without statistics (a bitmap scan, which cannot stop at the LIMIT)
+    read every index entry of the run first: 100 ms at 16,384 ranks, see
+    docs/benchmarks/2026-12-06-2core-ranks.md#dev-2026-12-06-series-flat."""
+    tiling = _tiling(first, last, ROLLUP_LEVELS[-1])
+    stored = 0
+    if any(level > 0 for level in tiling):
+        selects, params = _tile_selects(run, "rollups", '"rows"', tiling, ROLLUP_LEVELS[-1])
+        driver, postgresql = _driver(session)
+        sql = f'SELECT COALESCE(SUM("rows"), 0) FROM ({" UNION ALL ".join(selects)}) AS tiles'
+        stored = int(driver.execute(sql.replace("?", "%s") if postgresql else sql, params).fetchone()[0])
+    if stored > limit or 0 not in tiling:
+        return stored > limit
+    wanted = {"run_pk": run.id, "chosen": list(tiling[0]), "limit": limit - stored + 1}
+    return stored + (session.scalar(_ROWS_UP_TO, wanted) or 0) > limit
 
 
 Tiling = dict[int, Sequence[int]]  # level -> its blocks, in the order the tiles meet them

@@ -35,6 +35,7 @@ from packscope.backend.store.db import run_sql
 from packscope.backend.store.models import (
     CHANNEL_LEVELS,
     COLUMN_AT,
+    STAMPED,
     STORED_LEVELS,
     channel_rollups,
     rollups,
@@ -155,7 +156,7 @@ def _table_rows(
 # statement: docs/benchmarks/2026-11-30-2core.md, "Ingest"), on
 # PostgreSQL through writes.write. The columns each SQLite statement lists, in its rows' order.
 _TABLES = {t.name: t for t in (rollups, channel_rollups, run_totals, run_sync_sites)}
-_COLUMNS = {name: tuple(t.columns.keys()) for name, t in _TABLES.items()}
+_COLUMNS = {name: tuple(c for c in t.columns.keys() if c not in STAMPED) for name, t in _TABLES.items()}  # noqa: SIM118
 _COLUMNS["rollups"] = ("run_pk", "level", "block", *_GROUPED)
 
 

@@ -163,7 +163,10 @@ def upgrade_schema(engine: Engine, revision: str = "head") -> None:
     """
     config = alembic_config()
     sqlite = engine.dialect.name == "sqlite"
-    with _sqlite_migration_lock(engine) if sqlite else nullcontext(), engine.connect() as connection:
+    # WRITES: BEGIN IMMEDIATE on SQLite (_begin): a migration writes, and a deferred transaction
+    # that has read fails at once where another connection wrote in between (a running app's).
+    writes = engine.execution_options(**{WRITES: True})
+    with _sqlite_migration_lock(engine) if sqlite else nullcontext(), writes.connect() as connection:
         # On the driver's connection, before SQLAlchemy begins: inside a transaction it is a no-op.
         driver = connection.connection.driver_connection
         assert driver is not None  # a live connection from the pool
@@ -186,4 +189,4 @@ def upgrade_schema(engine: Engine, revision: str = "head") -> None:
         # 0019, formulas changed since) does not compute every run's.
         from packscope.backend.store.metric_values import refresh  # imports this module
 
-        refresh(engine)
+        refresh(engine, everything=True)

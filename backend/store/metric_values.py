@@ -9,6 +9,11 @@ are missing, stale (the run's totals have rows since: during training, the few a
 computed by other formulas (`formulas` is not formulas(), the fingerprint of today's), so the
 sort is always what the raw sums derive. The server refreshes too right after migrating, so the
 first sort after an upgrade does not compute every run (a migration may not import the catalogue).
+
+A sort's check reads only the runs whose totals were written since the last refresh: run_totals
+`changed` is a stamp the database's trigger sets at every write (migration 0020), and the mark
+(run_metric_values_mark) the stamp below which every run was up to date at the last refresh.
+The server's start checks every run (values changed by hand, an upgrade).
 """
 
 import functools
@@ -121,10 +126,36 @@ def _value_rows(connection: Connection, run_pks: Sequence[int], coefficients: Ma
 # The runs whose values are missing, stale or of other formulas: run_totals joined on the primary
 # key, narrow rows; their models and hardware are read for those alone (a scan of runs' wide rows
 # cost as much again: docs/benchmarks/2026-12-06-2core-ranks.md#dev-2026-12-06-runs-sort-cache).
+# {since}: every run, or (on the `changed` index) only those whose totals were written since a mark.
 _STALE = (
     "SELECT t.run_pk FROM run_totals t LEFT JOIN run_metric_values v ON v.run_pk = t.run_pk "
-    'WHERE v.run_pk IS NULL OR v."rows" <> t."rows" OR v.formulas <> {} ORDER BY t.run_pk'
+    'WHERE v.run_pk IS NULL OR v."rows" <> t."rows" OR v.formulas <> {p} ORDER BY t.run_pk'
 )
+# The runs whose totals were written since the mark (on the `changed` index), each with whether
+# its values are stale.
+_WRITTEN_SINCE = (
+    'SELECT t.run_pk, (v.run_pk IS NULL OR v."rows" <> t."rows" OR v.formulas <> {p}) FROM run_totals t '
+    "LEFT JOIN run_metric_values v ON v.run_pk = t.run_pk WHERE t.changed >= {p} ORDER BY t.run_pk"
+)
+# Before the runs are read: the bound of this refresh's stamps (every run written with a lower
+# stamp is visible to the reads that follow, models.run_totals), the stored mark, and the least
+# and greatest formulas of any row (two servers of other versions at once): each one probe of the
+# `formulas` index whatever the planner's statistics (a range test was planned as a scan of
+# every row, 1.4 ms at 10,000 runs, where the table was analysed before it was filled).
+_BOUND = {
+    "postgresql": "pg_snapshot_xmin(pg_current_snapshot())::text::bigint",
+    "sqlite": "(SELECT coalesce(max(changed), 0) + 1 FROM run_totals)",
+}
+_STATE = (
+    "SELECT {bound}, (SELECT changed FROM run_metric_values_mark WHERE id = 1), "
+    "(SELECT min(formulas) FROM run_metric_values), (SELECT max(formulas) FROM run_metric_values)"
+)
+_MARK = {
+    "postgresql": "INSERT INTO run_metric_values_mark (id, changed) VALUES (1, %s) "
+    "ON CONFLICT (id) DO UPDATE SET changed = greatest(run_metric_values_mark.changed, excluded.changed)",
+    "sqlite": "INSERT INTO run_metric_values_mark (id, changed) VALUES (1, ?) "
+    "ON CONFLICT (id) DO UPDATE SET changed = max(run_metric_values_mark.changed, excluded.changed)",
+}
 _COEFFICIENTS = {
     "sqlite": "SELECT id, model, hardware FROM runs WHERE id IN ({})",
     "postgresql": "SELECT id, model::text, hardware::text FROM runs WHERE id IN ({})",
@@ -132,9 +163,22 @@ _COEFFICIENTS = {
 _CHUNK = 500
 
 
-def _stale(connection: Connection) -> list[int]:
-    p = "?" if driver_of(connection) == "sqlite" else "%s"
-    return [pk for (pk,) in run_sql(connection, _STALE.format(p), (formulas(),))]
+def _stale(connection: Connection, everything: bool) -> tuple[list[int], int, bool]:
+    """The runs to recompute, the mark that holds once they are, and whether to store it. Every
+    run is checked where `everything`, where no mark is stored or where some row is of other
+    formulas; else only the runs whose totals were written since the mark (the `changed` index:
+    O(runs changed), not O(runs)). The mark is stored after a full check, with values, or where
+    some run read was up to date already (PostgreSQL's mark lagged behind a transaction still
+    running at the last refresh): so the same runs are not read again at every sort."""
+    database = driver_of(connection)
+    p = "?" if database == "sqlite" else "%s"
+    bound, mark, least, greatest = run_sql(connection, _STATE.format(bound=_BOUND[database]), ())[0]
+    other = least is not None and (least != formulas() or greatest != formulas())
+    if everything or mark is None or other:
+        return [pk for (pk,) in run_sql(connection, _STALE.format(p=p), (formulas(),))], int(bound), True
+    found = run_sql(connection, _WRITTEN_SINCE.format(p=p), (formulas(), int(mark)))
+    stale = [pk for pk, is_stale in found if is_stale]
+    return stale, int(bound), bool(stale) or (len(found) > 0 and int(bound) > int(mark))
 
 
 def _coefficients(connection: Connection, run_pks: Sequence[int]) -> dict[int, Coefficients]:
@@ -143,19 +187,25 @@ def _coefficients(connection: Connection, run_pks: Sequence[int]) -> dict[int, C
     return {pk: Coefficients.of_json(model, hardware) for pk, model, hardware in run_sql(connection, sql, run_pks)}
 
 
-def refresh(engine: Engine) -> int:
+def refresh(engine: Engine, everything: bool = False) -> int:
     """Compute the kept metrics of every run with totals whose values are missing, stale or of other
-    formulas; how many runs that was. Read in one transaction, written in a short one (on SQLite
-    the write lock is held for the upsert alone). A batch that lands in between leaves its run
-    stale again, for the next refresh: each row is marked with the rows it was computed from."""
+    formulas; how many runs that was. Only the runs whose totals were written since the stored
+    mark are checked, unless `everything` (the server's start: rows changed by hand, an upgrade).
+    Read in one transaction, written in a short one with the new mark (on SQLite the write lock is
+    held for the upsert alone). A batch that lands in between leaves its run stale again, for the
+    next refresh: each row is marked with the rows it was computed from, and the batch's stamp is
+    at or above the new mark."""
     with engine.connect() as connection:
-        stale = _stale(connection)
-        if not stale:  # the usual sort: one read
+        stale, bound, store_mark = _stale(connection, everything)
+        if not store_mark:  # the usual sort: two short reads, no write
             return 0
         rows = []
         for at in range(0, len(stale), _CHUNK):
             coefficients = _coefficients(connection, stale[at : at + _CHUNK])
             rows += _value_rows(connection, list(coefficients), coefficients)
     with engine.execution_options(**{WRITES: True}).begin() as connection:
-        run_sql(connection, _upsert(driver_of(connection)), rows, many=True)
+        database = driver_of(connection)
+        if rows:
+            run_sql(connection, _upsert(database), rows, many=True)
+        run_sql(connection, _MARK[database], (bound,))
     return len(stale)

@@ -192,6 +192,11 @@ channel_rollups = Table(
     Column("tokens", Float(), nullable=False),
 )
 
+# `changed`: a stamp that grows with every write of the row, kept by the database's own trigger
+# (migration 0020), never written by ingest: on PostgreSQL the writing transaction's id, on SQLite
+# one more than the greatest stamp stored. Its index answers "which runs' totals changed since
+# mark M?" (store/metric_values.py) without reading every run. (A batch migration that rebuilds
+# the table must recreate the trigger.)
 run_totals = Table(
     "run_totals",
     Base.metadata,
@@ -200,7 +205,11 @@ run_totals = Table(
     Column("last_interval", Integer, nullable=False),
     Column("last_step", BigInteger, nullable=False),
     *_sum_columns(),
+    Column("changed", BigInteger, nullable=False, server_default="0"),
+    Index(None, "changed"),
 )
+# Columns the database writes itself (its triggers): the write statements leave them out.
+STAMPED = ("changed",)
 
 # The run's first interval (its lowest index) summed over the ranks that sent it: what the steady
 # rates leave out (store/first_interval.py), one row per run however many ranks sent it. Kept at
@@ -232,6 +241,17 @@ run_metric_values = Table(
     Column("formulas", String(16), nullable=False),
     Column("rows", BigInteger, nullable=False),
     *(Column(name, Float(), nullable=True) for name in KEPT_METRICS),
+    Index(None, "formulas"),  # "any row of other formulas?": one index probe
+)
+
+# The mark of the kept metrics (one row, id 1): every run whose run_totals `changed` is below
+# `changed` has its run_metric_values row up to date, so a metric sort rechecks only the runs
+# changed since (store/metric_values.py). Absent: every run is checked.
+run_metric_values_mark = Table(
+    "run_metric_values_mark",
+    Base.metadata,
+    Column("id", Integer, primary_key=True, autoincrement=False),
+    Column("changed", BigInteger, nullable=False),
 )
 
 # Intervals that never became rows: refused by the agent (its batch input was inconsistent) or by

@@ -30,6 +30,7 @@ from packscope.backend.formulas.columns import merged_by
 from packscope.backend.store.db import run_sql
 from packscope.backend.store.models import (
     ROW_COLUMNS,
+    STAMPED,
     channel_rollups,
     interval_details,
     interval_histogram_sums,
@@ -62,7 +63,8 @@ _TABLES = {
         rank_summaries, rank_time_buckets, interval_histogram_sums,
     )
 }  # fmt: skip
-_WRITTEN = {name: tuple(c for c in t.columns.keys() if c != "id") for name, t in _TABLES.items()}  # noqa: SIM118
+# Every column but the id and the stamps that the database's triggers write (models.STAMPED).
+_WRITTEN = {name: tuple(c for c in t.columns.keys() if c != "id" and c not in STAMPED) for name, t in _TABLES.items()}  # noqa: SIM118
 Action = Literal["insert", "add", "insert_new"]
 
 
@@ -87,7 +89,7 @@ def adding(stmt: Any, target: Any, key: Sequence[str], database: str) -> dict[st
     changes: dict[str, Any] = {}
     for column in target.columns:
         stored, new = column, stmt.excluded[column.name]
-        if column.name in key:
+        if column.name in key or column.name in STAMPED:  # a stamp: the database's trigger writes it
             continue
         how = merged_by(column.name)
         if how == "min":

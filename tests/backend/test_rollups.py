@@ -4,9 +4,11 @@ computation over the raw records (conftest's oracle, which does not use the cata
 import random
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
+from sqlalchemy.orm import Session
 
-from packscope.backend.store.models import STORED_LEVELS, rollups, run_totals
+from packscope.backend.reads import series
+from packscope.backend.store.models import STORED_LEVELS, Run, rollups, run_totals
 
 RUNS = "/api/v1/runs"
 
@@ -129,6 +131,45 @@ def test_level_0_groups_the_ranks_of_each_interval(any_client, new_run, records,
     check_series(any_client, "wide", recs, oracle, close, 10, points=points)
     check_series(any_client, "wide", recs, oracle, close, 100)  # one bucket per interval
     check_series(any_client, "wide", recs, oracle, close, 3, step_min=45, step_max=251)  # level-0 edges
+
+
+def test_the_row_count_that_picks_level_0_is_the_interval_rows(any_client, new_run, records):
+    """Whether a range holds more interval rows than level 0 may group (series._more_rows_than),
+    counted from the rollups' blocks and the level-0 edges, against a count of the interval rows:
+    ranks that sent some intervals only, a gap, ranges that start and end anywhere."""
+    assert any_client.post(RUNS, json=new_run("counted")).status_code == 201
+    recs = [r for rank in range(3) for r in records(70 - 20 * rank, seed=rank, gpus=2, rank=rank)]
+    recs += records(25, start=90, seed=9, gpus=2)  # intervals 70..89 sent by no rank
+    post_all(any_client, "counted", recs, random.Random(4))
+    rng = random.Random(5)
+    spans = [(0, 114), (0, 0), (3, 3), (69, 90), (70, 89), (16, 79), (1, 114)]
+    spans += [(a, a + rng.randrange(40)) for a in (rng.randrange(115) for _ in range(40))]
+    with Session(any_client.app.state.engine) as session:
+        run = session.scalars(select(Run).where(Run.run_id == "counted")).one()
+        for first, last in spans:
+            rows = sum(first <= r["interval"] <= last for r in recs)
+            for limit in {0, rows - 1, rows, rows + 1, rng.randrange(200)} - {-1}:
+                assert series._more_rows_than(session, run, first, last, limit) == (rows > limit), (first, last, limit)
+
+
+def test_a_wide_run_counts_its_rows_from_the_blocks_alone(any_client, new_run, records, monkeypatch):
+    """Where the rollup blocks of a range hold more rows than level 0 may group (many ranks), the
+    series reads no interval row to know it: a LIMIT count of them grew with the ranks (and on
+    PostgreSQL, under a bitmap scan, read every index entry of the run)."""
+    assert any_client.post(RUNS, json=new_run("wide")).status_code == 201
+    recs = [r for rank in range(9) for r in records(64, seed=rank, gpus=2, rank=rank)]
+    post_all(any_client, "wide", recs, random.Random(6))
+    issued: list[str] = []
+    engine = any_client.app.state.engine
+    listen = lambda *args: issued.append(args[2])  # noqa: E731
+    event.listen(engine, "before_cursor_execute", listen)
+    try:
+        answer = any_client.get(f"{RUNS}/wide/series", params={"max_points": 70}).json()
+    finally:
+        event.remove(engine, "before_cursor_execute", listen)
+    assert answer["points"] == 16  # 576 rows > 8 a point: level-1 blocks
+    counts = [sql for sql in issued if "count(" in sql.lower() and "FROM intervals" in sql and "LIMIT" in sql]
+    assert issued and not counts  # (the app's other statements, alert rounds, count no LIMIT)
 
 
 def stored_rollup_sums(client, run_pk=1):
