@@ -20,6 +20,13 @@ until each has run. Prints one JSON object.
     python bench/browser_timing.py                      # 1,000,000 intervals: minutes to fill
     python bench/browser_timing.py --intervals 20000    # a quick try
     python bench/browser_timing.py --keep /tmp/long.db  # filled once, reused by later runs
+
+`--before DIR` (DIR: an earlier commit's frontend/ folder, `git archive REV frontend | tar -x -C
+TMP`, DIR = TMP/frontend) measures the run page side by side: a second server, this checkout's
+backend with DIR's templates, static modules and plotly bundle, on the same database; `--rounds`
+rounds, each a fresh browser context per frontend (a cold load, then warm ones), the two
+alternating (before first in odd rounds). `--only-run-page` leaves out the runs page and the full
+bundle's run page (the plotly.js floor stays).
 """
 
 from __future__ import annotations
@@ -101,12 +108,32 @@ def fill_runs(make_session: Any, http: httpx.Client, args: argparse.Namespace) -
     return fill_run(make_session, http, "long", args.intervals)
 
 
-def start_server(db: Path) -> tuple[subprocess.Popen[bytes], str]:
+# A server whose pages come from another frontend/ folder (argv[1]): packscope.frontend's paths
+# are set before the backend imports them.
+OTHER_FRONTEND = """
+import sys
+from pathlib import Path
+import uvicorn
+import packscope.frontend as f
+d = Path(sys.argv[1])
+f.TEMPLATES_DIR, f.STATIC_DIR = d / "templates", d / "static"
+if (d / "vendor" / f.PLOTLY_JS.name).exists():
+    f.PLOTLY_JS = d / "vendor" / f.PLOTLY_JS.name
+from packscope.backend.server.app import create_app
+uvicorn.run(create_app(), host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
+"""
+
+
+def start_server(db: Path, frontend: Path | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """uvicorn serving `db`; frontend: another frontend/ folder whose pages it serves."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("PACKSCOPE_")}
     env["PACKSCOPE_DATABASE_URL"] = f"sqlite:///{db}"
-    command = [sys.executable, "-m", "uvicorn", "--factory", "packscope.backend.server.app:create_app"]
-    command += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+    if frontend is None:
+        command = [sys.executable, "-m", "uvicorn", "--factory", "packscope.backend.server.app:create_app"]
+        command += ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
+    else:
+        command = [sys.executable, "-c", OTHER_FRONTEND, str(frontend.resolve()), str(port)]
     server = subprocess.Popen(command, env=env, cwd=db.parent)  # not the checkout: alembic/ would shadow
     url = f"http://127.0.0.1:{port}"
     backend_scale.wait_until_serving(server, url)
@@ -148,6 +175,23 @@ def summary(ms: list[float]) -> dict[str, Any]:
     }
 
 
+def summary_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """page_times' answers of several rounds, per condition: the median and range of the cold
+    loads (one a round) and of the warm ones (all rounds together)."""
+    out = {}
+    for name in rounds[0]:
+        loads = [r[name]["all_ms"] for r in rounds]
+        cold, warm = [ms[0] for ms in loads], [x for ms in loads for x in ms[1:]]
+        out[name] = {
+            "cold_median_ms": statistics.median(cold),
+            "cold_range_ms": [min(cold), max(cold)],
+            "warm_median_ms": statistics.median(warm) if warm else None,
+            "warm_range_ms": [min(warm), max(warm)] if warm else None,
+            "all_ms": loads,
+        }
+    return out
+
+
 def plotly_alone(browser: sync_api.Browser, url: str, repeat: int, bundle: Path | None = None) -> dict[str, Any]:
     """The floor under the run page: ms from navigation until a page holding nothing but a
     plotly.js bundle has run it (same context rules as page_times): the server's, or `bundle`,
@@ -177,13 +221,23 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=200, help="runs on the runs page (the long one included)")
     ap.add_argument("--repeat", type=int, default=6, help="loads of each page (the first one cold)")
     ap.add_argument("--keep", type=Path, help="SQLite file to keep; if it exists (same sizes), reused")
+    ap.add_argument("--before", type=Path, help="an earlier commit's frontend/ folder: its run page beside this one's")
+    ap.add_argument("--rounds", type=int, default=1, help="with --before: rounds of the two run pages, alternating")
+    ap.add_argument(
+        "--only-run-page", action="store_true", help="leave out the runs page and the full bundle's run page"
+    )
     args = ap.parse_args()
+    if args.before is not None and not (args.before / "templates" / "run.html").exists():
+        raise SystemExit(f"--before {args.before}: not a frontend/ folder (no templates/run.html)")
+    if args.rounds < 1 or args.repeat < 1:
+        raise SystemExit("--rounds and --repeat must be at least 1")
     with tempfile.TemporaryDirectory() as tmp:
         db = args.keep.resolve() if args.keep else Path(tmp) / "bench.db"
         reuse = db.exists()
         engine = make_engine(f"sqlite:///{db}")
         upgrade_schema(engine)
         server, url = start_server(db)
+        before_server = None
         try:
             http = httpx.Client(base_url=url, timeout=300)
             fill_s = None
@@ -193,23 +247,44 @@ def main() -> None:
                     raise SystemExit(f"{db} holds other sizes than --intervals/--runs ask for")
             else:
                 fill_s = fill_runs(make_sessionmaker(engine), http, args)
+            if args.before is not None:
+                before_server, before_url = start_server(db, args.before)
+            run_conditions = {
+                "first_chart": FIRST_CHART,
+                "first_plotly_chart": FIRST_PLOTLY_CHART,
+                "all_charts": ALL_CHARTS,
+            }
+            out: dict[str, Any] = {}
             with sync_api.sync_playwright() as playwright:
                 browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-                runs_page = page_times(browser, url, {"rows_shown": RUNS_SHOWN}, args.repeat)
-                run_page = page_times(
-                    browser,
-                    f"{url}/runs/long",
-                    {"first_chart": FIRST_CHART, "first_plotly_chart": FIRST_PLOTLY_CHART, "all_charts": ALL_CHARTS},
-                    args.repeat,
-                )
-                # The same page with the full bundle in the partial one's place: what it cost before.
-                run_page_full = page_times(
-                    browser,
-                    f"{url}/runs/long",
-                    {"first_chart": FIRST_CHART, "first_plotly_chart": FIRST_PLOTLY_CHART},
-                    args.repeat,
-                    FULL_PLOTLY_JS,
-                )
+                if not args.only_run_page:
+                    out["runs_page"] = {
+                        "runs": args.runs,
+                        **page_times(browser, url, {"rows_shown": RUNS_SHOWN}, args.repeat),
+                    }
+                if args.before is None:
+                    run_page = page_times(browser, f"{url}/runs/long", run_conditions, args.repeat)
+                else:
+                    fronts = {"after": url, "before": before_url}
+                    seen: dict[str, list[dict[str, Any]]] = {name: [] for name in fronts}
+                    loads = []
+                    for r in range(args.rounds):
+                        for name in ["before", "after"] if r % 2 == 0 else ["after", "before"]:
+                            times = page_times(browser, f"{fronts[name]}/runs/long", run_conditions, args.repeat)
+                            seen[name].append(times)
+                            loads.append(round(os.getloadavg()[0], 2))
+                    run_page = summary_rounds(seen["after"])
+                    out["run_page_before"] = {"frontend": str(args.before), **summary_rounds(seen["before"])}
+                    out["load_avg_each_page"] = loads
+                if not args.only_run_page:
+                    # The same page with the full bundle in the partial one's place: what it cost before.
+                    out["run_page_full_plotly_js"] = page_times(
+                        browser,
+                        f"{url}/runs/long",
+                        {"first_chart": FIRST_CHART, "first_plotly_chart": FIRST_PLOTLY_CHART},
+                        args.repeat,
+                        FULL_PLOTLY_JS,
+                    )
                 plotly_only = plotly_alone(browser, url, args.repeat)
                 plotly_full = plotly_alone(browser, url, args.repeat, FULL_PLOTLY_JS)
                 browser.close()
@@ -219,9 +294,8 @@ def main() -> None:
                 "load_avg": os.getloadavg(),
                 "database": "sqlite",
                 "chromium": CHROMIUM,
-                "runs_page": {"runs": args.runs, **runs_page},
                 "run_page": {"intervals": args.intervals, "channels": len(CHANNELS), **run_page},
-                "run_page_full_plotly_js": run_page_full,
+                **out,
                 "plotly_js_alone": {"bundle": "cartesian (served)", "bytes": PLOTLY_JS.stat().st_size, **plotly_only},
                 "plotly_js_full_alone": {
                     "bundle": "full (plotly wheel)",
@@ -231,8 +305,10 @@ def main() -> None:
                 "fill_in_process_s": None if fill_s is None else round(fill_s, 1),
             }
         finally:
-            server.terminate()
-            server.wait(10)
+            for each in (server, before_server):
+                if each is not None:
+                    each.terminate()
+                    each.wait(30)
             engine.dispose()
     print(json.dumps(out, indent=2))
 
