@@ -151,6 +151,10 @@ def stop(server: subprocess.Popen[bytes]) -> None:
         server.wait(10)
 
 
+class PageTimeout(Exception):
+    """A page's condition did not hold in time (a round of --before's is then left out, and counted)."""
+
+
 def page_times(
     browser: sync_api.Browser, url: str, conditions: dict[str, str], repeat: int, bundle: Path | None = None
 ) -> dict[str, Any]:
@@ -163,15 +167,20 @@ def page_times(
     if bundle is not None:
         body = bundle.read_bytes()
         context.route("**/vendor/plotly.min.js", lambda route: route.fulfill(body=body, content_type="text/javascript"))
-    for _ in range(repeat):
-        page = context.new_page()
-        page.goto(url, wait_until="commit")
-        for name, condition in conditions.items():
-            held = f"() => ({condition}) ? performance.now() : false"
-            handle = page.wait_for_function(held, polling="raf", timeout=120_000)
-            seen[name].append(round(float(handle.json_value()), 1))
-        page.close()
-    context.close()
+    try:
+        for load in range(repeat):
+            page = context.new_page()
+            page.goto(url, wait_until="commit")
+            for name, condition in conditions.items():
+                held = f"() => ({condition}) ? performance.now() : false"
+                try:
+                    handle = page.wait_for_function(held, polling="raf", timeout=120_000)
+                except sync_api.TimeoutError:
+                    raise PageTimeout(f"{url}, load {load} (0: cold): {name} did not hold within 120 s") from None
+                seen[name].append(round(float(handle.json_value()), 1))
+            page.close()
+    finally:
+        context.close()
     return {name: summary(ms) for name, ms in seen.items()}
 
 
@@ -279,11 +288,20 @@ def main() -> None:
                     fronts = {"after": url, "before": before_url}
                     seen: dict[str, list[dict[str, Any]]] = {name: [] for name in fronts}
                     loads = []
+                    failed: dict[str, list[str]] = {name: [] for name in fronts}
                     for r in range(args.rounds):
                         for name in ["before", "after"] if r % 2 == 0 else ["after", "before"]:
-                            times = page_times(browser, f"{fronts[name]}/runs/long", run_conditions, args.repeat)
+                            try:
+                                times = page_times(browser, f"{fronts[name]}/runs/long", run_conditions, args.repeat)
+                            except PageTimeout as timeout:  # left out, but counted and said
+                                print(f"{name}, round {r}: {timeout}", file=sys.stderr)
+                                failed[name].append(str(timeout))
+                                continue
                             seen[name].append(times)
                             loads.append(round(os.getloadavg()[0], 2))
+                    if not seen["after"] or not seen["before"]:
+                        raise SystemExit(f"every round of a frontend timed out: {failed}")
+                    out["rounds_timed_out"] = failed
                     run_page = summary_rounds(seen["after"])
                     out["run_page_before"] = {"frontend": str(args.before), **summary_rounds(seen["before"])}
                     out["load_avg_each_page"] = loads
