@@ -5,7 +5,8 @@
   histograms): until the first chart is drawn (`first_chart`: the headline chart's still SVG
   drawn before plotly.js runs, or any plotly chart), until plotly has drawn a chart (the first
   interactive one: `first_plotly_chart`), and until every series chart, the per-channel loss
-  chart and the length heatmap are (`all_charts`).
+  chart and the length heatmap are (`all_charts`); beside them, when the headline's series answer
+  had arrived (`series_answered`) and how long after it plotly's first chart came.
 
 The database is filled in-process through backend.ingest.ingest_batch (batches of 1000 validated
 records, as bench/backend_scale.py's fill_run), then served by uvicorn on 127.0.0.1. Times are
@@ -72,6 +73,9 @@ FIRST_CHART = f"{PLOTS}.some(p => {SKETCHED}(p) || {DRAWN}(p))"
 FIRST_PLOTLY_CHART = f"{PLOTS}.some({DRAWN})"
 SERIES_CHARTS = ("tflops", "step_time", "tokens", "loss", "channels", "length_heatmap")
 ALL_CHARTS = " && ".join(f"{DRAWN}(document.querySelector('#chart-{c} .plot'))" for c in SERIES_CHARTS)
+# Read once the conditions held: when the run page's series answer (the headline's data) had
+# arrived, ms from navigation; the first plotly chart's lag behind it is reported beside it.
+SERIES_ANSWERED = "performance.getEntriesByType('resource').find(r => r.name.includes('/series?')).responseEnd"
 
 
 def run_body(run_id: str, **extra: Any) -> dict[str, Any]:
@@ -156,13 +160,20 @@ class PageTimeout(Exception):
 
 
 def page_times(
-    browser: sync_api.Browser, url: str, conditions: dict[str, str], repeat: int, bundle: Path | None = None
+    browser: sync_api.Browser,
+    url: str,
+    conditions: dict[str, str],
+    repeat: int,
+    bundle: Path | None = None,
+    readings: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """Per condition: ms from navigation until it held. The loads share one browser context, as a
     person's visits share a cache: the first is cold (plotly.js fetched and compiled), the rest
     reuse the HTTP and compiled-code caches; the median is of those. bundle: a plotly.js served
-    in place of the server's."""
-    seen: dict[str, list[float]] = {name: [] for name in conditions}
+    in place of the server's. readings: JS expressions (ms) read once the conditions held; with
+    series_answered and first_plotly_chart, their difference is reported too."""
+    readings = readings or {}
+    seen: dict[str, list[float]] = {name: [] for name in [*conditions, *readings]}
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     if bundle is not None:
         body = bundle.read_bytes()
@@ -178,9 +189,14 @@ def page_times(
                 except sync_api.TimeoutError:
                     raise PageTimeout(f"{url}, load {load} (0: cold): {name} did not hold within 120 s") from None
                 seen[name].append(round(float(handle.json_value()), 1))
+            for name, expression in readings.items():
+                seen[name].append(round(float(page.evaluate(f"() => {expression}")), 1))
             page.close()
     finally:
         context.close()
+    if "series_answered" in seen and "first_plotly_chart" in seen:
+        lag = zip(seen["first_plotly_chart"], seen["series_answered"], strict=True)
+        seen["first_plotly_chart_after_series_answered"] = [round(a - b, 1) for a, b in lag]
     return {name: summary(ms) for name, ms in seen.items()}
 
 
@@ -274,6 +290,7 @@ def main() -> None:
                 "first_plotly_chart": FIRST_PLOTLY_CHART,
                 "all_charts": ALL_CHARTS,
             }
+            answered = {"series_answered": SERIES_ANSWERED}
             out: dict[str, Any] = {}
             with sync_api.sync_playwright() as playwright:
                 browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
@@ -283,7 +300,7 @@ def main() -> None:
                         **page_times(browser, url, {"rows_shown": RUNS_SHOWN}, args.repeat),
                     }
                 if args.before is None:
-                    run_page = page_times(browser, f"{url}/runs/long", run_conditions, args.repeat)
+                    run_page = page_times(browser, f"{url}/runs/long", run_conditions, args.repeat, readings=answered)
                 else:
                     fronts = {"after": url, "before": before_url}
                     seen: dict[str, list[dict[str, Any]]] = {name: [] for name in fronts}
@@ -292,7 +309,9 @@ def main() -> None:
                     for r in range(args.rounds):
                         for name in ["before", "after"] if r % 2 == 0 else ["after", "before"]:
                             try:
-                                times = page_times(browser, f"{fronts[name]}/runs/long", run_conditions, args.repeat)
+                                times = page_times(
+                                    browser, f"{fronts[name]}/runs/long", run_conditions, args.repeat, readings=answered
+                                )
                             except PageTimeout as timeout:  # left out, but counted and said
                                 print(f"{name}, round {r}: {timeout}", file=sys.stderr)
                                 failed[name].append(str(timeout))
