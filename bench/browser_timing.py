@@ -181,13 +181,18 @@ def page_times(
     try:
         for load in range(repeat):
             page = context.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda error, errors=errors: errors.append(str(error)))
+            page.on("response", lambda r, errors=errors: r.status >= 500 and errors.append(f"{r.status} {r.url}"))
             page.goto(url, wait_until="commit")
             for name, condition in conditions.items():
                 held = f"() => ({condition}) ? performance.now() : false"
                 try:
                     handle = page.wait_for_function(held, polling="raf", timeout=120_000)
                 except sync_api.TimeoutError:
-                    raise PageTimeout(f"{url}, load {load} (0: cold): {name} did not hold within 120 s") from None
+                    drawn = page.evaluate(f"() => {PLOTS}.filter({DRAWN}).map(p => p.closest('.chart').id)")
+                    said = f"{url}, load {load} (0: cold): {name} did not hold within 120 s"
+                    raise PageTimeout(f"{said}; drawn: {drawn}; errors: {errors}") from None
                 seen[name].append(round(float(handle.json_value()), 1))
             for name, expression in readings.items():
                 seen[name].append(round(float(page.evaluate(f"() => {expression}")), 1))
