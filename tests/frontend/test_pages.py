@@ -141,6 +141,21 @@ def test_plotly_bundle_is_served_from_the_package(client):
     assert b"plotly.js (cartesian - minified) v" in bundle.content[:200]
 
 
+def test_plotly_bundle_answers_a_revalidation_with_its_etag_by_304(client):
+    """Once its week of caching is over, a browser asks again with the ETag it holds; an
+    unchanged bundle is not sent again (Chromium keeps its compiled code with the cached copy)."""
+    first = client.get("/vendor/plotly.min.js")
+    etag = first.headers["etag"]
+    assert first.headers["last-modified"]
+    for held in (etag, f"W/{etag}", f'"other", {etag}', "*"):
+        again = client.get("/vendor/plotly.min.js", headers={"If-None-Match": held})
+        assert again.status_code == 304, held
+        assert again.content == b""
+        assert again.headers["etag"] == etag and again.headers["cache-control"] == first.headers["cache-control"]
+    changed = client.get("/vendor/plotly.min.js", headers={"If-None-Match": '"another-bundle"'})
+    assert changed.status_code == 200 and changed.content == first.content
+
+
 def test_useful_tflops_is_the_runs_lists_headline_column(client):
     page = client.get("/")
     metrics = re.findall(r'<th class="([^"]*)" data-metric="(\w+)"', page.text)
