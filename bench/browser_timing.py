@@ -159,6 +159,14 @@ class PageTimeout(Exception):
     """A page's condition did not hold in time (a round of --before's is then left out, and counted)."""
 
 
+def collect_errors(page: sync_api.Page) -> list[str]:
+    """The page's errors and its 5xx answers, as they come (said when a page times out)."""
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.on("response", lambda r: errors.append(f"{r.status} {r.url}") if r.status >= 500 else None)
+    return errors
+
+
 def page_times(
     browser: sync_api.Browser,
     url: str,
@@ -181,9 +189,7 @@ def page_times(
     try:
         for load in range(repeat):
             page = context.new_page()
-            errors: list[str] = []
-            page.on("pageerror", lambda error, errors=errors: errors.append(str(error)))
-            page.on("response", lambda r, errors=errors: r.status >= 500 and errors.append(f"{r.status} {r.url}"))
+            errors = collect_errors(page)
             page.goto(url, wait_until="commit")
             for name, condition in conditions.items():
                 held = f"() => ({condition}) ? performance.now() : false"
