@@ -664,13 +664,7 @@ def spec_from_structure(cfg: Mapping[str, Any], tp: int = 1) -> ModelSpec:
 def _thinker_spec(cfg: Mapping[str, Any], mt: str, tp: int) -> ModelSpec:
     """An omni model counted as its thinker (``THINKERS``), the keys beside it checked as for any model."""
     key, thinker_type = THINKERS[mt]
-    thinker = cfg.get(key)
-    if not isinstance(thinker, Mapping) or not thinker:
-        what = "is missing" if thinker is None else "is empty" if isinstance(thinker, Mapping) else "is no object"
-        raise HFConfigError(
-            f"{mt} config.json: '{key}' {what}; transformers would build its default, which is not the "
-            f"checkpoint's: give the checkpoint's {key}"
-        )
+    thinker = _given_sub_config(cfg, key, mt)
     given = thinker.get("model_type", thinker_type)
     if given != thinker_type:
         raise HFConfigError(f"{mt} config.json: '{key}.model_type' is {given!r}, not {thinker_type!r}")
@@ -695,15 +689,21 @@ def _check_wrapper(cfg: Mapping[str, Any], cls: type[Any], mt: str) -> None:
     """A wrapper's decoder and towers must be the checkpoint's: a missing or empty sub-config would
     be transformers' default one."""
     for key in ("text_config", *_TOWER_CONFIGS):
-        if key not in (getattr(cls, "sub_configs", None) or {}):
-            continue
-        value = cfg.get(key)
-        if not isinstance(value, Mapping) or not value:
-            what = "is missing" if value is None else "is empty" if isinstance(value, Mapping) else "is no object"
-            raise HFConfigError(
-                f"{mt} config.json: '{key}' {what}; transformers would build its default, which is not the "
-                f"checkpoint's: give the checkpoint's {key}"
-            )
+        if key in (getattr(cls, "sub_configs", None) or {}):
+            _given_sub_config(cfg, key, mt)
+
+
+def _given_sub_config(cfg: Mapping[str, Any], key: str, mt: str) -> Mapping[str, Any]:
+    """The sub-config ``key`` as the checkpoint gives it: a missing or empty one would be
+    transformers' default, not the checkpoint's."""
+    value = cfg.get(key)
+    if not isinstance(value, Mapping) or not value:
+        what = "is missing" if value is None else "is empty" if isinstance(value, Mapping) else "is no object"
+        raise HFConfigError(
+            f"{mt} config.json: '{key}' {what}; transformers would build its default, which is not the "
+            f"checkpoint's: give the checkpoint's {key}"
+        )
+    return value
 
 
 def spec_from_any_hf_dict(cfg: Mapping[str, Any], tp: int = 1) -> ModelSpec:

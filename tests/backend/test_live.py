@@ -60,8 +60,9 @@ def test_stream_sends_an_event_when_intervals_arrive(server, new_run, records):
     http.close()
 
 
-def read_events(url: str, run_id: str, into: "queue.Queue[dict]", opened: threading.Event) -> None:
-    """Every event of the run's stream into `into`, until the server stops."""
+def read_events(url: str, run_id: str, into: queue.Queue, opened: threading.Event, stamped: bool = False) -> None:
+    """Every event of the run's stream into `into` (with its arrival time if `stamped`), until the
+    server stops."""
     with (
         contextlib.suppress(httpx.HTTPError),
         httpx.stream("GET", f"{url}/api/v1/runs/{run_id}/stream", timeout=30) as answer,
@@ -70,7 +71,8 @@ def read_events(url: str, run_id: str, into: "queue.Queue[dict]", opened: thread
         lines = answer.iter_lines()
         for line in lines:
             if line == "event: interval":
-                into.put(json.loads(next(lines).removeprefix("data: ")))
+                event = json.loads(next(lines).removeprefix("data: "))
+                into.put((time.monotonic(), event) if stamped else event)
 
 
 def test_an_event_carries_what_the_series_endpoint_answers_for_its_intervals(database_url, new_run, records):
@@ -172,15 +174,7 @@ NO_POLL = {"stream_poll_s": 60.0, "stream_keepalive_s": 60.0, "ingest_token": No
 
 def events_of(url: str, run_id: str, into: "queue.Queue[tuple[float, dict]]", opened: threading.Event) -> None:
     """Put (arrival time, event) of the run's stream into `into` until the server stops."""
-    with (
-        contextlib.suppress(httpx.HTTPError),
-        httpx.stream("GET", f"{url}/api/v1/runs/{run_id}/stream", timeout=30) as answer,
-    ):
-        opened.set()
-        lines = answer.iter_lines()
-        for line in lines:
-            if line == "event: interval":
-                into.put((time.monotonic(), json.loads(next(lines).removeprefix("data: "))))
+    read_events(url, run_id, into, opened, stamped=True)
 
 
 @pytest.mark.parametrize("servers", [1, 2])
