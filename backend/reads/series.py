@@ -102,8 +102,8 @@ def _more_rows_than(session: Session, run: Run, first: int, last: int, limit: in
     only where the blocks hold `limit` or fewer, reading at most limit + 1. Not a LIMIT count of
     the range's interval rows: its reads grew with the ranks up to limit + 1 rows, and on
     PostgreSQL a plan made without statistics (a bitmap scan, which cannot stop at the LIMIT)
-    read every index entry of the run first: 100 ms at 16,384 ranks, see
-    docs/benchmarks/2026-12-06-2core-ranks.md#dev-2026-12-06-series-flat."""
+    read every index entry of the run first (its cost at 16,384 ranks:
+    docs/benchmarks/2026-12-06-2core-ranks.md#dev-2026-12-06-series-flat)."""
     tiling = _tiling(first, last, ROLLUP_LEVELS[-1])
     stored = 0
     if any(level > 0 for level in tiling):

@@ -141,7 +141,8 @@ _WRITTEN_SINCE = (
 # stamp is visible to the reads that follow, models.run_totals), the stored mark, and the least
 # and greatest formulas of any row (two servers of other versions at once): each one probe of the
 # `formulas` index whatever the planner's statistics (a range test was planned as a scan of
-# every row, 1.4 ms at 10,000 runs, where the table was analysed before it was filled).
+# every row where the table was analysed before it was filled:
+# docs/benchmarks/2026-12-06-2core-ranks.md#dev-2026-12-06-pg).
 _BOUND = {
     "postgresql": "pg_snapshot_xmin(pg_current_snapshot())::text::bigint",
     "sqlite": "(SELECT coalesce(max(changed), 0) + 1 FROM run_totals)",
