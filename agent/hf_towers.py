@@ -144,13 +144,21 @@ def _mergers(mt: str, name: str, tower: Any) -> list[Any]:
 def grid_tower(mt: str, name: str, tower: Any) -> VisionSpec:
     """The VisionSpec of a tower of ``GRID_TOWERS``, every GEMM of it placed and checked."""
     conv = tower.patch_embed.proj
-    hidden, patch_inputs, patch_size = _patch_embedding(mt, name, tower, conv)
     blocks = list(tower.blocks)
-    heads, ffn, gated = _block_widths(mt, name, tower, blocks[0].attn, blocks[0].mlp, hidden)
     merge = tower.spatial_merge_size
+    spec = _tower_widths(mt, name, tower, conv, blocks[0].attn, blocks[0].mlp, merge)
     mergers = _mergers(mt, name, tower)
-    spec = {
-        "tower": GRID_TOWERS[type(tower).__name__],
+    spec["tower"] = GRID_TOWERS[type(tower).__name__]
+    spec["projector"] = _gemm_pairs(mt, name, tower, mergers, spec["hidden"] * merge * merge)
+    return _checked(mt, name, tower, spec, blocks, [conv, *mergers])
+
+
+def _tower_widths(mt: str, name: str, tower: Any, conv: Any, attn: Any, mlp: Any, merge: int) -> dict[str, Any]:
+    """The widths every tower kind's spec holds: its patch embedding's, its blocks' (read off the
+    first block's attention and MLP) and its spatial merge."""
+    hidden, patch_inputs, patch_size = _patch_embedding(mt, name, tower, conv)
+    heads, ffn, gated = _block_widths(mt, name, tower, attn, mlp, hidden)
+    return {
         "hidden": hidden,
         "heads": heads,
         "ffn": ffn,
@@ -158,9 +166,7 @@ def grid_tower(mt: str, name: str, tower: Any) -> VisionSpec:
         "patch_size": patch_size,
         "patch_inputs": patch_inputs,
         "spatial_merge": merge,
-        "projector": _gemm_pairs(mt, name, tower, mergers, hidden * merge * merge),
     }
-    return _checked(mt, name, tower, spec, blocks, [conv, *mergers])
 
 
 def tile_tower(mt: str, name: str, tower: Any, projector: Any, config: Any) -> VisionSpec:
@@ -176,22 +182,12 @@ def tile_tower(mt: str, name: str, tower: Any, projector: Any, config: Any) -> V
         raise _refuse(mt, name, tower, f"downsample_ratio {config.downsample_ratio} is not 1/k")
     embeddings = tower.embeddings
     conv = embeddings.patch_embeddings.projection
-    hidden, patch_inputs, patch_size = _patch_embedding(mt, name, tower, conv)
     blocks = list(tower.encoder.layer)
-    heads, ffn, gated = _block_widths(mt, name, tower, blocks[0].attention, blocks[0].mlp, hidden)
-    spec = {
-        "tower": TILE_TOWERS[type(tower).__name__],
-        "hidden": hidden,
-        "heads": heads,
-        "ffn": ffn,
-        "gated": gated,
-        "patch_size": patch_size,
-        "patch_inputs": patch_inputs,
-        "spatial_merge": merge,
-        "projector": _gemm_pairs(mt, name, tower, [projector], hidden * merge * merge),
-        "class_tokens": 1 if getattr(embeddings, "cls_token", None) is not None else 0,
-        "image_grid": tuple(embeddings.patch_embeddings.patch_shape),
-    }
+    spec = _tower_widths(mt, name, tower, conv, blocks[0].attention, blocks[0].mlp, merge)
+    spec["tower"] = TILE_TOWERS[type(tower).__name__]
+    spec["projector"] = _gemm_pairs(mt, name, tower, [projector], spec["hidden"] * merge * merge)
+    spec["class_tokens"] = 1 if getattr(embeddings, "cls_token", None) is not None else 0
+    spec["image_grid"] = tuple(embeddings.patch_embeddings.patch_shape)
     return _checked(mt, name, tower, spec, blocks, [conv])
 
 

@@ -14,6 +14,8 @@ pytest.importorskip("transformers")
 from transformers import AutoConfig, AutoModelForImageTextToText  # noqa: E402
 from transformers.modeling_utils import AttentionInterface  # noqa: E402
 
+from tests.core.vision_meta import attend  # noqa: E402
+
 COUNT = "packscope_mllama_count"
 CALLS: list[tuple[str, int, int, int]] = []  # (attention class, rows, query length, key length)
 
@@ -22,11 +24,7 @@ def counting_attention(module, query, key, value, attention_mask, scaling=None, 
     CALLS.append((type(module).__name__, query.shape[0], query.shape[-2], key.shape[-2]))
     groups = query.shape[1] // key.shape[1]
     key, value = key.repeat_interleave(groups, 1), value.repeat_interleave(groups, 1)
-    mask = attention_mask
-    if mask is not None and mask.dtype != torch.bool:
-        mask = mask > torch.finfo(mask.dtype).min / 2
-    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling)
-    return out.transpose(1, 2).contiguous(), None
+    return attend(query, key, value, attention_mask, scaling), None
 
 
 AttentionInterface.register(COUNT, counting_attention)

@@ -188,6 +188,15 @@ def _refresh(database_url: str, everything: bool = False) -> int:
         engine.dispose()
 
 
+def _mark(database_url: str) -> int:
+    engine = make_engine(database_url)
+    try:
+        with engine.connect() as connection:
+            return connection.execute(text("SELECT changed FROM run_metric_values_mark")).scalar_one()
+    finally:
+        engine.dispose()
+
+
 def _stamps(database_url: str) -> dict[str, int]:
     engine = make_engine(database_url)
     try:
@@ -203,12 +212,7 @@ def _stamps(database_url: str) -> dict[str, int]:
 def test_every_write_of_a_runs_totals_raises_its_stamp_past_the_mark(many, database_url, records):
     assert _refresh(database_url) > 0  # every run's values computed, the mark set
     before = _stamps(database_url)
-    engine = make_engine(database_url)
-    try:
-        with engine.connect() as connection:
-            mark = connection.execute(text("SELECT changed FROM run_metric_values_mark")).scalar_one()
-    finally:
-        engine.dispose()
+    mark = _mark(database_url)
     # (PostgreSQL's mark is the oldest transaction still running, in any database of the
     # server: it may lag behind the stamps of runs written before; never the other way.)
     recs = [r for rank in range(2) for r in records(1, start=20, seed=5 + rank, rank=rank, gpus=1, steps=5)]
@@ -249,12 +253,7 @@ def test_a_mark_that_lagged_moves_on_past_runs_up_to_date(many, database_url):
     many.get(RUNS, params={"sort": "loss"}).raise_for_status()
     _set_up(database_url, "UPDATE run_metric_values_mark SET changed = 0")
     assert _refresh(database_url) == 0
-    engine = make_engine(database_url)
-    try:
-        with engine.connect() as connection:
-            mark = connection.execute(text("SELECT changed FROM run_metric_values_mark")).scalar_one()
-    finally:
-        engine.dispose()
+    mark = _mark(database_url)
     assert mark > 0  # (not past every stamp: on PostgreSQL no further than the oldest transaction running)
 
 
@@ -274,7 +273,7 @@ def test_a_batch_that_commits_after_a_later_one_is_still_seen(many, database_url
     mark of the greatest stamp seen would pass it over). (SQLite serialises writers: a later
     batch cannot commit while one is open.)"""
     if not database_url.startswith("postgresql"):
-        pytest.skip("PostgreSQL's concurrent writers")
+        pytest.skip("SQLite serialises writers: no batch can commit after a later one began")
     assert _refresh(database_url) > 0
     engine = make_engine(database_url)
     try:

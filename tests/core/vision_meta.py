@@ -153,11 +153,17 @@ def counting_attention(module, query, key, value, attention_mask, scaling=None, 
         else:
             tally.pairs[block] += _allowed_pairs(query, key, attention_mask)
         tally.pair_macs[block].add(query.shape[1] * query.shape[-1] + value.shape[1] * value.shape[-1])
+    return attend(query, key, value, attention_mask, scaling), None
+
+
+def attend(query, key, value, attention_mask, scaling=None) -> torch.Tensor:
+    """What an eager attention returns, by SDPA with transformers' additive mask read as allowed
+    pairs: (batch, length, heads, head dim)."""
     mask = attention_mask
     if mask is not None and mask.dtype != torch.bool:
         mask = mask > torch.finfo(mask.dtype).min / 2
     out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, scale=scaling)
-    return out.transpose(1, 2).contiguous(), None
+    return out.transpose(1, 2).contiguous()
 
 
 AttentionInterface.register(COUNT, counting_attention)
