@@ -8,9 +8,10 @@ import random
 import pytest
 from sqlalchemy import text
 
-from packscope.backend.store.db import alembic_config, make_engine, make_sessionmaker, upgrade_schema
+from packscope.backend.store.db import make_engine, make_sessionmaker, upgrade_schema
 from packscope.backend.store.first_interval import _summed_rows, first_interval_sums
 from packscope.core.catalogue import SUM_NAMES
+from tests.backend.migrating import downgrade
 
 RUNS = "/api/v1/runs"
 RUN = f"{RUNS}/run-1"
@@ -55,8 +56,6 @@ def test_the_kept_first_interval_equals_its_rows_in_any_order(make_client, datab
 
 
 def test_a_run_stored_before_0016_is_marked_and_summed_from_its_rows(make_client, database_url, new_run, records):
-    from alembic import command
-
     client = make_client(database_url)
     assert client.post(RUNS, json=new_run()).status_code == 201
     recs = [r for rank in range(3) for r in records(4, start=2, seed=rank, rank=rank, gpus=1)]
@@ -64,10 +63,7 @@ def test_a_run_stored_before_0016_is_marked_and_summed_from_its_rows(make_client
     before = client.get(RUN).json()["steady"]
     engine = make_engine(database_url)
     try:
-        config = alembic_config()
-        with engine.begin() as connection:
-            config.attributes["connection"] = connection
-            command.downgrade(config, "0014")
+        downgrade(engine, "0014")
         upgrade_schema(engine)
     finally:
         engine.dispose()

@@ -4,8 +4,9 @@ the heatmap's columns and the bar view read them; the migration sums stored rows
 
 import random
 
-from packscope.backend.store.db import alembic_config, make_engine, upgrade_schema
+from packscope.backend.store.db import make_engine, upgrade_schema
 from packscope.core.histograms import KINDS, NUM_BUCKETS
+from tests.backend.migrating import downgrade
 
 RUNS = "/api/v1/runs"
 RUN = f"{RUNS}/run-1"
@@ -48,16 +49,11 @@ def test_the_sums_equal_the_records_in_any_order_and_replayed(make_client, datab
 
 
 def test_migration_0016_sums_stored_rows(make_client, database_url, new_run, records):
-    from alembic import command
-
     client = make_client(database_url)
     recs = posted(client, new_run, records)
     engine = make_engine(database_url)
     try:
-        config = alembic_config()
-        with engine.begin() as connection:
-            config.attributes["connection"] = connection
-            command.downgrade(config, "0014")
+        downgrade(engine, "0014")
         upgrade_schema(engine)
     finally:
         engine.dispose()

@@ -8,6 +8,7 @@ from sqlalchemy import inspect, text
 
 from packscope.backend.store.db import alembic_config, make_engine, upgrade_schema
 from packscope.backend.store.models import Base
+from tests.backend.migrating import downgrade
 
 
 def test_upgrade_head_equals_the_models(database_url):
@@ -43,7 +44,6 @@ def test_0013_keeps_every_row_and_rows_stored_before_it_count_every_step(make_cl
     """0013 adds syncs_uncounted_steps to the intervals, rollups and totals in place: down, the
     rows stay; up again, the rows stored without it hold 0, so their syncs per iteration divide by
     every step, as the agents before it counted them."""
-    from alembic import command
 
     client = make_client(database_url)
     assert client.post("/api/v1/runs", json=new_run()).status_code == 201
@@ -54,10 +54,7 @@ def test_0013_keeps_every_row_and_rows_stored_before_it_count_every_step(make_cl
     assert client.get("/api/v1/runs/run-1").json()["totals"]["syncs_per_iter"] == pytest.approx(syncs / counted)
     engine = make_engine(database_url)
     try:
-        config = alembic_config()
-        with engine.begin() as connection:
-            config.attributes["connection"] = connection
-            command.downgrade(config, "0012")
+        downgrade(engine, "0012")
         with engine.connect() as connection:
             for table in ("intervals", "rollups", "run_totals"):
                 assert "syncs_uncounted_steps" not in {c["name"] for c in inspect(connection).get_columns(table)}
@@ -73,7 +70,6 @@ def test_0013_keeps_every_row_and_rows_stored_before_it_count_every_step(make_cl
 def test_0014_backfills_the_lr_and_grad_norm_sums_of_stored_rows(make_client, database_url, new_run, records):
     """0014 adds Σ lr·steps, Σ grad_norm·steps and their steps to the rollups and totals: rows
     stored before it are summed in by its own SQL, so their charts read as a fresh ingest's."""
-    from alembic import command
 
     client = make_client(database_url)
     assert client.post("/api/v1/runs", json=new_run()).status_code == 201
@@ -95,10 +91,7 @@ def test_0014_backfills_the_lr_and_grad_norm_sums_of_stored_rows(make_client, da
     assert len(before[0]) > 1 and None not in before[0] + before[1]
     engine = make_engine(database_url)
     try:
-        config = alembic_config()
-        with engine.begin() as connection:
-            config.attributes["connection"] = connection
-            command.downgrade(config, "0013")
+        downgrade(engine, "0013")
         with engine.connect() as connection:
             assert "lr_x_steps" not in {c["name"] for c in inspect(connection).get_columns("rollups")}
         upgrade_schema(engine)
@@ -112,7 +105,6 @@ def test_0014_backfills_the_lr_and_grad_norm_sums_of_stored_rows(make_client, da
 def test_0015_leaves_rows_stored_before_it_not_measured(make_client, database_url, new_run, records):
     """0015 adds the ledger's measurements to the intervals, rollups and totals: rows stored
     before it hold NULL, so their data wait and launch-bound idle are "not measured", never 0."""
-    from alembic import command
 
     client = make_client(database_url)
     assert client.post("/api/v1/runs", json=new_run()).status_code == 201
@@ -129,10 +121,7 @@ def test_0015_leaves_rows_stored_before_it_not_measured(make_client, database_ur
     assert terms()["data_wait"] == "measured" and terms()["launch_bound"] == "estimated"
     engine = make_engine(database_url)
     try:
-        config = alembic_config()
-        with engine.begin() as connection:
-            config.attributes["connection"] = connection
-            command.downgrade(config, "0014")
+        downgrade(engine, "0014")
         with engine.connect() as connection:
             assert "data_wait_s" not in {c["name"] for c in inspect(connection).get_columns("intervals")}
         upgrade_schema(engine)

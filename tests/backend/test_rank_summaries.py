@@ -15,9 +15,10 @@ from sqlalchemy import text
 from packscope.backend.ingest.batches import ingest_together
 from packscope.backend.ingest.rows import parsed_records
 from packscope.backend.reads.ranks import MATRIX_CELLS, MATRIX_RANKS
-from packscope.backend.store.db import WRITES, alembic_config, make_engine, make_sessionmaker, upgrade_schema
+from packscope.backend.store.db import WRITES, make_engine, make_sessionmaker, upgrade_schema
 from packscope.backend.store.first_interval import _summed_rows, first_interval_sums
 from packscope.backend.store.rank_summaries import BUCKETS_PER_OCTAVE, SLOWEST_KEPT
+from tests.backend.migrating import downgrade
 
 RUNS = "/api/v1/runs"
 RUN = f"{RUNS}/run-1"
@@ -226,8 +227,6 @@ def test_the_answer_does_not_grow_with_the_ranks(make_client, tmp_path, new_run,
 
 
 def test_migration_0016_backfills_stored_rows_as_ingest_keeps_them(make_client, database_url, new_run, records):
-    from alembic import command
-
     client = make_client(database_url)
     assert client.post(RUNS, json=new_run()).status_code == 201
     recs = as_records(records, step_times(ranks=11, intervals=5, seed=8))
@@ -238,10 +237,7 @@ def test_migration_0016_backfills_stored_rows_as_ingest_keeps_them(make_client, 
     try:
         pk = run_pk_of(engine)
         kept = stored(engine, pk)
-        config = alembic_config()
-        with engine.begin() as connection:
-            config.attributes["connection"] = connection
-            command.downgrade(config, "0014")
+        downgrade(engine, "0014")
         upgrade_schema(engine)
         backfilled = stored(engine, pk)
         assert_equal(backfilled, brute_force(engine, pk))

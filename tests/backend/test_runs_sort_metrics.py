@@ -15,10 +15,11 @@ import pytest
 from sqlalchemy import text
 
 from packscope.backend.reads.runs_list import DERIVED_SORT_KEYS
-from packscope.backend.store.db import WRITES, alembic_config, make_engine, upgrade_schema
+from packscope.backend.store.db import make_engine, upgrade_schema
 from packscope.backend.store.metric_values import refresh
 from packscope.backend.store.models import KEPT_METRICS
 from packscope.core.catalogue import METRIC
+from tests.backend.migrating import downgrade
 
 RUNS = "/api/v1/runs"
 
@@ -145,18 +146,11 @@ def _set_up(database_url: str, sql: str) -> None:
 
 
 def test_an_upgrade_from_before_0019_computes_every_runs_values(many, database_url):
-    from alembic import command
-
     many.get(RUNS, params={"sort": "loss"}).raise_for_status()  # every run's values computed
     before = kept(database_url)
     engine = make_engine(database_url)
     try:
-        config = alembic_config()
-        # IMMEDIATE on SQLite: a deferred transaction that reads, then writes, fails at once where
-        # the app's background work wrote in between (as upgrade_schema's is, this one was flaky).
-        with engine.execution_options(**{WRITES: True}).begin() as connection:
-            config.attributes["connection"] = connection
-            command.downgrade(config, "0018")
+        downgrade(engine, "0018")
         upgrade_schema(engine)
     finally:
         engine.dispose()
