@@ -224,7 +224,7 @@ class _MaskReader:
             module: Any, query: Any, key: Any, value: Any, attention_mask: Any, *args: Any, **kwargs: Any
         ) -> Any:
             if id(module) in self._modules:
-                self.meets.append(_documents_meet(module, query, key, attention_mask, kwargs))
+                self.meets.append(_documents_meet(query, key, attention_mask))
             return attend(module, query, key, value, attention_mask, *args, **kwargs)
 
         return reading
@@ -251,12 +251,10 @@ class _MaskReader:
                     setattr(home, name, original)
 
 
-def _documents_meet(module: Any, query: torch.Tensor, key: torch.Tensor, mask: Any, kwargs: dict) -> bool:
+def _documents_meet(query: torch.Tensor, key: torch.Tensor, mask: Any) -> bool:
     """Whether an attention call's mask lets a query of the packed row's second document see a key
     of its first (the row alone: keys and queries at positions 0..len-1)."""
-    if mask is None:  # sdpa's causal flag or eager's no mask: the whole row
-        return True
-    if not isinstance(mask, torch.Tensor):  # a mask the CPU implementations do not take
+    if not isinstance(mask, torch.Tensor):  # None: sdpa's causal flag or eager's no mask, the whole row
         return True
     q, k = query.shape[-2], key.shape[-2]
     mask = mask[..., :q, :k]
