@@ -314,7 +314,8 @@ class Agent:
         Llava), ``pixel_values`` (a fixed-size tower: Gemma 3, Llava's CLIP, Llama 4).
 
         ``whole_row_attention=True``: the model attends across the packed documents of each row (the
-        HF callback's cross-document check found it does, in this batch form), so the per-document
+        HF callback's cross-document check found its attention masks let them meet, in this batch
+        form; a crossing through a linear-attention layer's state alone is not this), so the per-document
         attention sums count each row as one sequence of its real tokens: the work the model did.
         """
         if images:

@@ -12,8 +12,17 @@ The check asks the model itself, whatever its architecture: a copy of its config
 (same config class, the same layers, attention implementation, windows and flags; a few thousand
 parameters a layer) is built on the CPU, run on one packed row of two documents in the batch form,
 then run again with the first document's tokens changed. If the second document's logits move, the
-documents attend to each other. Once per batch form, at train begin for the forms data collators
+documents reach each other. Once per batch form, at train begin for the forms data collators
 make (``COMMON_FORMS``) and on first sight for any other; never on a training step's path.
+
+Where they reach each other matters for the count: the masks that the copy's softmax-attention
+calls receive are read (``_MaskReader``). A mask that lets the second document's queries see the
+first one's keys is whole-row attention work; masks that all split the row while the logits still
+move mean a layer carrying state along the row (a gated delta-net or another linear-attention or
+convolutional mixer without the kernels that read document boundaries): a training bug, but the
+attention work stays per document. With transformers 5.25 a forward that builds a KV cache gets no
+per-document mask; the Trainer turns off only the top-level ``config.use_cache``, and the language
+models of Qwen3-VL, Qwen3.5, InternVL, Qwen3-Omni and Qwen2.5-VL read their text config's, on by default.
 
 A model that cannot be built small, an attention implementation that does not run on the CPU
 (flash attention) or a forward that fails gives "not checked" and the reason, never an exception.
@@ -21,11 +30,13 @@ A model that cannot be built small, an attention implementation that does not ru
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import itertools
 import logging
+import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,17 +59,22 @@ COMMON_FORMS = (
 CPU_ATTENTION = ("eager", "sdpa")  # the implementations the check runs
 DOCS = (7, 9)  # the packed row: two documents
 # Relative change of the second document's logits above which the first one reached it: on the
-# tiny configs of tests/core a crossing moved them by 0.11 to 1.2 of their largest value, and kept
+# tiny configs of tests/core a crossing moved them by 0.11 to 1.2 of their largest value (through a
+# gated delta-net's state alone, Qwen3-Next's and Qwen3.5's, by 0.026 to 0.039), and kept
 # masks by exactly 0 (masked keys get a weight of exactly 0).
 THRESHOLD = 1e-4
+EAGER = "eager_attention_forward"  # each modeling file's own eager attention, looked up when called
 
 
 @dataclass(frozen=True)
 class Verdict:
-    """What the check found for one batch form: KEPT, CROSSED or NOT_CHECKED, and why."""
+    """What the check found for one batch form: KEPT, CROSSED or NOT_CHECKED, and why.
+    ``whole_rows``: the attention masks let documents see each other, so each packed row is one
+    sequence of attention work (False for a crossing through a layer's state alone)."""
 
     status: str
     detail: str
+    whole_rows: bool = False
 
     @property
     def crossed(self) -> bool:
@@ -193,6 +209,60 @@ def _without_dropout(model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
+class _MaskReader:
+    """While the tiny copy runs, every softmax-attention call of its modules (transformers' sdpa
+    function and each modeling file's eager one) is passed on unchanged, and whether the mask it
+    received lets a query of the second document see a key of the first is kept in ``meets``."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        self._modules = {id(m) for m in model.modules()}
+        self._homes = {sys.modules[type(m).__module__] for m in model.modules()}
+        self.meets: list[bool] = []
+
+    def _reading(self, attend: Any) -> Any:
+        def reading(
+            module: Any, query: Any, key: Any, value: Any, attention_mask: Any, *args: Any, **kwargs: Any
+        ) -> Any:
+            if id(module) in self._modules:
+                self.meets.append(_documents_meet(query, key, attention_mask))
+            return attend(module, query, key, value, attention_mask, *args, **kwargs)
+
+        return reading
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[None]:
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+        sdpa_home = ALL_ATTENTION_FUNCTIONS._global_mapping  # the class's mapping: every instance reads it
+        undo: list[tuple[Any, str, Any]] = [(sdpa_home, "sdpa", sdpa_home["sdpa"])]
+        sdpa_home["sdpa"] = self._reading(sdpa_home["sdpa"])
+        for home in self._homes:
+            eager = getattr(home, EAGER, None)
+            if callable(eager):
+                undo.append((home, EAGER, eager))
+                setattr(home, EAGER, self._reading(eager))
+        try:
+            yield
+        finally:
+            for home, name, original in reversed(undo):
+                if isinstance(home, dict):
+                    home[name] = original
+                else:
+                    setattr(home, name, original)
+
+
+def _documents_meet(query: torch.Tensor, key: torch.Tensor, mask: Any) -> bool:
+    """Whether an attention call's mask lets a query of the packed row's second document see a key
+    of its first (the row alone: keys and queries at positions 0..len-1)."""
+    if not isinstance(mask, torch.Tensor):  # None: sdpa's causal flag or eager's no mask, the whole row
+        return True
+    q, k = query.shape[-2], key.shape[-2]
+    mask = mask[..., :q, :k]
+    allowed = mask if mask.dtype == torch.bool else mask > torch.finfo(mask.dtype).min / 2
+    first = DOCS[0]
+    return bool(allowed[..., first:, :first].any())
+
+
 def _logits(output: Any) -> torch.Tensor:
     for name in ("logits", "last_hidden_state"):
         value = getattr(output, name, None)
@@ -297,6 +367,36 @@ class CrossDocumentCheck:
     def _check(self, form: tuple[str, ...]) -> Verdict:
         if self._tiny is None:
             return Verdict(NOT_CHECKED, self._why_not or "the check was not built")
+        try:
+            run = self._run(form)
+        except Exception as exc:  # noqa: BLE001 - a model that cannot run small is not checked
+            return Verdict(NOT_CHECKED, f"a forward of a small {self.name} failed ({type(exc).__name__}: {exc})"[:300])
+        if not run.first_moved > 0 or not run.scale > 0:
+            return Verdict(NOT_CHECKED, f"a small {self.name}'s logits do not depend on its tokens")
+        where = f"{self.name} with {form_text(form)} batches"
+        if not run.crossed:
+            return Verdict(KEPT, f"{where}: each packed document attends only to itself")
+        if run.masks_split:
+            return Verdict(
+                CROSSED,
+                f"{where}: packed documents reach each other (changing one document changes the next one's "
+                "logits) through a layer that carries state along the row (linear attention or a "
+                "convolution without kernels that read document boundaries), not through attention: every "
+                "attention mask splits the row, so the attention work is per document",
+            )
+        why = "" if run.meets else " (no attention mask was seen: counted whole)"
+        return Verdict(
+            CROSSED,
+            f"{where}: packed documents attend to each other (changing one document changes the next "
+            f"one's logits; the attention masks do not split the row{self._cache_hint(form)}), so the model "
+            f"trains across document boundaries and does whole-row attention{why}",
+            whole_rows=True,
+        )
+
+    def _run(self, form: tuple[str, ...]) -> _Run:
+        """Two training forwards of the packed row in `form`, the second with the first document's
+        tokens changed (gradient checkpointing acts only with grad); the trainer's random state is
+        left as it was (a router's jitter would draw from it)."""
         vocab = self._tiny.config.get_text_config().vocab_size
         generator = torch.Generator().manual_seed(0)
         total = sum(DOCS)
@@ -304,28 +404,64 @@ class CrossDocumentCheck:
         changed = ids.clone()
         changed[0, : DOCS[0]] = torch.randint(1, vocab, (DOCS[0],), generator=generator)
         kwargs = form_kwargs(form)
-        try:
-            # A training forward (gradient checkpointing acts only with grad); the trainer's random
-            # state is left as it was (a router's jitter would draw from it).
-            with torch.enable_grad(), torch.random.fork_rng(devices=[]):
-                before = _logits(self._tiny(input_ids=ids, **kwargs)).float()
-                after = _logits(self._tiny(input_ids=changed, **kwargs)).float()
-            before, after = before.detach(), after.detach()
-        except Exception as exc:  # noqa: BLE001 - a model that cannot run small is not checked
-            return Verdict(NOT_CHECKED, f"a forward of a small {self.name} failed ({type(exc).__name__}: {exc})"[:300])
+        masks = _MaskReader(self._tiny)
+        with torch.enable_grad(), torch.random.fork_rng(devices=[]), masks.reading():
+            before = _logits(self._tiny(input_ids=ids, **kwargs)).float().detach()
+            after = _logits(self._tiny(input_ids=changed, **kwargs)).float().detach()
         first, second = slice(0, DOCS[0]), slice(DOCS[0], total)
-        scale = before[0, second].abs().max().item()
-        moved = (after[0, second] - before[0, second]).abs().max().item()
-        if not (after[0, first] - before[0, first]).abs().max().item() > 0 or not scale > 0:
-            return Verdict(NOT_CHECKED, f"a small {self.name}'s logits do not depend on its tokens")
-        where = f"{self.name} with {form_text(form)} batches"
-        if moved > THRESHOLD * scale:
-            return Verdict(
-                CROSSED,
-                f"{where}: packed documents attend to each other (changing one document changes the next "
-                "one's logits), so the model trains across document boundaries and does whole-row attention",
-            )
-        return Verdict(KEPT, f"{where}: each packed document attends only to itself")
+        return _Run(
+            first_moved=(after[0, first] - before[0, first]).abs().max().item(),
+            moved=(after[0, second] - before[0, second]).abs().max().item(),
+            scale=before[0, second].abs().max().item(),
+            meets=tuple(masks.meets),
+        )
+
+    def _cache_hint(self, form: tuple[str, ...]) -> str:
+        """Why the masks may not split: transformers builds no per-document mask beside a KV cache,
+        which a forward builds from use_cache (a wrapper's language model from its text config's,
+        which the Trainer leaves on). Said with what the copy does once it is off."""
+        text = self._tiny.config.get_text_config()
+        if self._checkpointing or not getattr(text, "use_cache", False):
+            return ""
+        wrapper = text is not self._tiny.config
+        setting = "model.config.get_text_config().use_cache" if wrapper else "model.config.use_cache"
+        text.use_cache = False
+        try:
+            run = self._run(form)
+        except Exception:  # noqa: BLE001 - only a hint: said without what follows
+            return f": the forward builds a KV cache ({setting} is on), beside which no per-document mask is built"
+        finally:
+            text.use_cache = True
+        if not run.crossed:
+            then = "the documents stay apart"
+        elif run.masks_split:
+            then = "the masks split the row but a layer's state still carries documents along it"
+        else:
+            then = "the masks still do not split the row"
+        trainer = "; the Trainer turns off only the top-level one" if wrapper else ""
+        return (
+            f": the forward builds a KV cache ({setting} is on{trainer}), beside which transformers builds "
+            f"no per-document mask; with it off, {then}"
+        )
+
+
+@dataclass(frozen=True)
+class _Run:
+    """What two forwards of the packed row showed: how much the first and second documents' logits
+    moved, the second's largest logit, and per attention call whether its mask let them meet."""
+
+    first_moved: float
+    moved: float
+    scale: float
+    meets: tuple[bool, ...]
+
+    @property
+    def crossed(self) -> bool:
+        return self.moved > THRESHOLD * self.scale
+
+    @property
+    def masks_split(self) -> bool:
+        return bool(self.meets) and not any(self.meets)
 
 
 def check_common_forms(model: Any) -> CrossDocumentCheck:

@@ -19,8 +19,9 @@
 * The learning rate is read from the optimizer before the scheduler steps, as the Trainer logs it.
 * At train begin, on the CPU, a tiny copy of the model says whether packed documents attend to
   each other in each batch form (``cross_documents.py``; docs/flops.md, "Attention across
-  documents"). A form that crosses is a warning in the log and on the run page, and its batches'
-  attention is counted whole-row (``observe_batch(whole_row_attention=True)``).
+  documents"). A form that crosses is a warning in the log and on the run page, and where the
+  attention masks let its documents meet, its batches' attention is counted whole-row
+  (``observe_batch(whole_row_attention=True)``); a crossing through a layer's state alone is not.
 
 What a step costs: one forward hook keeps a reference to each training forward's arguments and
 loss; the steps' forwards are read (their batch form, labels, num_items_in_batch) in one loop
@@ -246,8 +247,10 @@ class PackscopeCallback(TrainerCallback):
                 self._warned_unknown = True
             return
         packed = form_of(batch) if self.cross_check is not None else None
-        crossed = packed is not None and self._verdict(agent, packed).crossed
-        agent.observe_batch(**form, **image_kwargs(batch, agent.model.vision), whole_row_attention=crossed)
+        # Whole rows where the masks let documents meet; a crossing through a layer's state alone
+        # leaves the attention work per document.
+        whole_rows = packed is not None and self._verdict(agent, packed).whole_rows
+        agent.observe_batch(**form, **image_kwargs(batch, agent.model.vision), whole_row_attention=whole_rows)
         if agent.model.audio is not None and not self._warned_audio and batch.get("input_features") is not None:
             # the record has no audio sums yet (docs/flops.md, "Audio towers"): say so once
             log.warning(
@@ -265,12 +268,20 @@ class PackscopeCallback(TrainerCallback):
         if packed in self._told_forms:
             return verdict
         self._told_forms.add(packed)
-        if verdict.crossed:
+        if verdict.whole_rows:
             log.warning(
                 "packscope: %s. This is a training bug: each document should attend only to itself. Use a "
                 "batch form or attention implementation that keeps documents apart (e.g. position_ids "
                 "without an attention mask on a model whose masks read them, or flash-attention with "
                 "cu_seq_lens). packscope counts the whole-row attention these batches do.",
+                verdict.detail,
+            )
+        elif verdict.crossed:
+            log.warning(
+                "packscope: %s. This is a training bug: each document should see only itself. A linear-"
+                "attention or convolutional layer keeps documents apart only with kernels that read their "
+                "boundaries (e.g. flash-linear-attention and causal-conv1d given cu_seq_lens). packscope "
+                "counts these batches' attention per document, the work their masks let through.",
                 verdict.detail,
             )
         else:

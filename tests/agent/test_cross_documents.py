@@ -70,6 +70,7 @@ def test_fires_on_gpt_oss_whose_masks_ignore_the_positions():
     for form in (FLAT, FLASH, ("position_ids", "attention_mask")):
         verdict = check.verdict(form)
         assert verdict.crossed and "attend to each other" in verdict.detail, verdict.detail
+        assert verdict.whole_rows and "masks do not split the row" in verdict.detail
 
 
 def test_fires_where_the_batch_form_loses_the_boundaries_on_any_model():
@@ -84,7 +85,10 @@ def test_fires_where_the_batch_form_loses_the_boundaries_on_any_model():
 def test_the_verdict_follows_a_forward_that_builds_a_cache():
     """transformers builds a cache from config.use_cache (and then no per-document mask): a loop
     that leaves it on attends across documents, which the copy, built from the same config, sees."""
-    assert check_of(config_of("llama", use_cache=True)).verdict(FLAT).crossed
+    verdict = check_of(config_of("llama", use_cache=True)).verdict(FLAT)
+    assert verdict.crossed and verdict.whole_rows
+    assert "(model.config.use_cache is on), beside which transformers builds no per-document mask" in verdict.detail
+    assert "with it off, the documents stay apart" in verdict.detail
 
 
 def test_the_copy_trains_as_the_model_does_with_activation_checkpointing():
@@ -243,39 +247,154 @@ def test_a_crossing_reaches_the_run_page_facts(tmp_path):
 
 
 # The verdict, from logits, against transformers' own masks: the (query, key) pairs each attention
-# layer's mask lets through in a real forward of the packed row (tests/core/hf_meta.py, the
-# independent check's instrument) equal those of one undivided row exactly when the masks ignore
-# the documents. Qwen3-Next's masks split the row, but its gated delta-net layers carry state
-# across it (without flash-linear-attention): documents reach each other there, not in attention
-# (docs/flops.md says the count then takes the attention whole too: thin).
-STATE_LEAKS = {"qwen3_next"}
+# layer's mask lets through in a real forward of the packed row, fed as the HF Trainer feeds a
+# DataCollatorWithFlattening row (tests/core/hf_meta.py, the independent check's instrument, with
+# as_trained), equal those of one undivided row exactly when the masks ignore the documents: then the
+# verdict is a crossing counted whole-row. The gated delta-nets of Qwen3-Next and Qwen3.5 (without
+# flash-linear-attention and causal-conv1d) carry state across a row that their masks split: a
+# crossing whose attention work stays per document.
+STATE_LEAKS = {"qwen3_next", "qwen3_5", "qwen3_5_moe"}
 NO_FORWARD = {"llama4"}  # as in tests/core/test_independent_tiny.py
 EAGER_ONLY = {"gpt_oss", "gemma2"}  # transformers 5.25 refuses sdpa for them
+# The five wrappers (and Qwen3-Omni's thinker) whose language model reads its text config's
+# use_cache, which the Trainer leaves on: a KV cache is built, and beside it no per-document mask.
+TEXT_CACHE = ["qwen3_vl", "qwen3_vl_moe", "qwen3_5", "qwen3_5_moe", "internvl", "qwen3_omni_moe_thinker"]
+
+
+def config_from(cfg: dict, attention: str, text_cache: bool | None = None):
+    """A config as the Trainer leaves it (``model.config.use_cache = False``, the top-level one
+    only); ``text_cache`` sets the text config's use_cache too (False: a user who turns it off)."""
+    cfg = dict(cfg)
+    config = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
+    config.use_cache = False
+    config._attn_implementation = attention
+    config.get_text_config()._attn_implementation = attention
+    if text_cache is not None:
+        config.get_text_config().use_cache = text_cache
+    return config
+
+
+def model_class(config):
+    wrapper = config.get_text_config() is not config
+    return (transformers.AutoModelForImageTextToText if wrapper else transformers.AutoModelForCausalLM)._model_mapping[
+        type(config)
+    ]
+
+
+def verdict_and_masks(cfg: dict, attention: str = "sdpa", text_cache: bool | None = None):
+    """The check's verdict for flattened rows, and whether transformers' masks let the documents
+    meet in a forward fed as the Trainer feeds it (packed pairs == those of one undivided row)."""
+    from tests.core import hf_meta as hf
+
+    config = config_from(cfg, attention, text_cache)
+    verdict = check_of_class(config, model_class(config)).verdict(FLAT)
+    torch.manual_seed(0)
+    model = hf.build(config_from(cfg, hf.COUNT, text_cache), "cpu").eval()
+    packed, undivided = (
+        hf.count_pairs_in_forward(model, docs, as_trained=True) for docs in (list(cd.DOCS), [sum(cd.DOCS)])
+    )
+    assert packed, "no attention layer was counted"
+    return verdict, packed == undivided
+
+
+def assert_verdict_is_the_masks(name: str, verdict, masks_cross: bool) -> None:
+    assert verdict.whole_rows == masks_cross, verdict.detail
+    if name in STATE_LEAKS:
+        assert verdict.crossed, verdict.detail
+    else:
+        assert verdict.crossed == masks_cross, verdict.detail
 
 
 @pytest.mark.parametrize("name", sorted(set(TINY) - NO_FORWARD))
 def test_the_verdict_is_what_transformers_masks_let_through(name):
-    from tests.core import hf_meta as hf
+    verdict, masks_cross = verdict_and_masks(TINY[name], "eager" if name in EAGER_ONLY else "sdpa")
+    assert_verdict_is_the_masks(name, verdict, masks_cross)
 
-    config = config_of(name, "eager" if name in EAGER_ONLY else "sdpa")
-    wrapper = config.get_text_config() is not config
-    cls = (transformers.AutoModelForImageTextToText if wrapper else transformers.AutoModelForCausalLM)._model_mapping[
-        type(config)
-    ]
-    # count_pairs_in_forward hands Qwen2.5-VL its [4, batch, length] positions, the form it packs with.
-    form = ("position_ids[4]",) if name == "qwen2_5_vl" else FLAT
-    verdict = check_of_class(config, cls).verdict(form)
-    counting = config_of(name, hf.COUNT)
-    counting.get_text_config()._attn_implementation = hf.COUNT
+
+@pytest.mark.parametrize("text_cache", [None, False], ids=["as-the-trainer-leaves-it", "text-cache-off"])
+@pytest.mark.parametrize("name", TEXT_CACHE)
+def test_the_wrappers_verdict_is_what_their_masks_let_through(name, text_cache):
+    from tests.agent.structural_configs import WRAPPERS
+
+    verdict, masks_cross = verdict_and_masks(WRAPPERS[name], text_cache=text_cache)
+    assert masks_cross == (text_cache is None)  # the cache the language model builds, and only it
+    assert_verdict_is_the_masks(name, verdict, masks_cross)
+
+
+@pytest.mark.parametrize("name", TEXT_CACHE)
+def test_fires_on_wrappers_whose_language_model_builds_a_cache_and_says_how_to_stop_it(name):
+    from tests.agent.structural_configs import WRAPPERS
+
+    config = config_from(WRAPPERS[name], "sdpa")
+    assert config.use_cache is False and config.get_text_config().use_cache is True  # what the Trainer leaves
+    verdict = check_of_class(config, model_class(config)).verdict(FLAT)
+    assert verdict.crossed and verdict.whole_rows, verdict.detail
+    assert "attend to each other" in verdict.detail
+    # The reason, and what the copy does with the text cache off: Qwen3.5's state still leaks.
+    assert "(model.config.get_text_config().use_cache is on; the Trainer turns off only" in verdict.detail
+    then = (
+        "the masks split the row but a layer's state still carries"
+        if name in STATE_LEAKS
+        else "the documents stay apart"
+    )
+    assert f"with it off, {then}" in verdict.detail, verdict.detail
+
+
+def test_qwen2_5_vl_packs_with_its_four_row_positions_only_with_its_text_cache_off():
+    """Flat Qwen2.5-VL configs (its checkpoints') hand use_cache to the text config at construction;
+    the Trainer's later model.config.use_cache = False does not reach it: even the [4, batch,
+    length] positions it packs with cross then, and plain 2-D positions cross either way."""
+    four = ("position_ids[4]",)
+    config = config_from(TINY["qwen2_5_vl"], "sdpa")
+    check = check_of_class(config, model_class(config))
+    assert check.verdict(four).whole_rows and "with it off, the documents stay apart" in check.verdict(four).detail
+    assert check.verdict(FLAT).whole_rows and "with it off, the masks still do not split" in check.verdict(FLAT).detail
+    config = config_from(TINY["qwen2_5_vl"], "sdpa", text_cache=False)
+    check = check_of_class(config, model_class(config))
+    assert check.verdict(four).status == cd.KEPT
+    assert check.verdict(FLAT).whole_rows and "KV cache" not in check.verdict(FLAT).detail
+
+
+@pytest.mark.parametrize("name", ["qwen3_vl", "qwen3_vl_moe", "internvl"])
+def test_silent_on_those_wrappers_with_their_text_cache_off(name):
+    from tests.agent.structural_configs import WRAPPERS
+
+    for attention in ("sdpa", "eager"):
+        config = config_from(WRAPPERS[name], attention, text_cache=False)
+        verdict = check_of_class(config, model_class(config)).verdict(FLAT)
+        assert verdict.status == cd.KEPT and not verdict.whole_rows, verdict.detail
+
+
+@pytest.mark.parametrize("name", ["qwen3_5", "qwen3_5_moe"])
+def test_a_state_leak_fires_but_keeps_the_attention_per_document(name):
+    """Qwen3.5's masks split the row once its text cache is off, but its gated delta-net layers
+    (the torch fallback, which reads no document boundaries) still carry the first document into
+    the second: crossed, said to be a layer's state, attention counted per document."""
+    from tests.agent.structural_configs import WRAPPERS
+
+    for attention in ("sdpa", "eager"):
+        config = config_from(WRAPPERS[name], attention, text_cache=False)
+        verdict = check_of_class(config, model_class(config)).verdict(FLAT)
+        assert verdict.crossed and not verdict.whole_rows, verdict.detail
+        assert "carries state along the row" in verdict.detail and "attention work is per document" in verdict.detail
+
+
+def test_in_the_trainer_a_state_leak_is_logged_and_its_attention_counted_per_document(caplog):
+    """Qwen3-Next's gated delta-net (the torch fallback) carries the first document into the next;
+    its masks split the row: one warning naming a layer's state, and per-document attention sums."""
     torch.manual_seed(0)
-    model = hf.build(counting, "cpu").eval()
-    packed, undivided = (hf.count_pairs_in_forward(model, docs) for docs in (list(cd.DOCS), [sum(cd.DOCS)]))
-    masks_cross = packed == undivided
-    assert packed, "no attention layer was counted"
-    if name in STATE_LEAKS:
-        assert verdict.crossed and not masks_cross
-    else:
-        assert verdict.crossed == masks_cross, (verdict.detail, packed, undivided)
+    model = transformers.AutoModelForCausalLM.from_config(config_of("qwen3_next", vocab_size=64))
+    recorded = Recorded(transformers.DataCollatorWithFlattening(), flattens=True)
+    with caplog.at_level(logging.INFO, logger="packscope.agent"):
+        _, cb = train(model, recorded, train_dataset=dataset())
+    warnings = [
+        r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "reach each other" in r.getMessage()
+    ]
+    assert len(warnings) == 1 and "carries state along the row" in warnings[0], warnings
+    assert "counts these batches' attention per document" in warnings[0]
+    docs = [d for rows, _ in recorded.batches[:8] for row in rows for d in row]
+    assert sum(r["seqlen_sq_sum_thd"] for r in cb.agent.records) == sum(d * d for d in docs)
+    assert cb.agent.records and all(r["flops_thd"] < r["flops_bshd"] for r in cb.agent.records)
 
 
 @pytest.mark.parametrize("name", ["gemma3n_text", "gemma4_text", "gemma4_text_moe"])
@@ -284,21 +403,10 @@ def test_gemma_copies_are_built_small_and_their_verdict_is_the_masks(name):
     which refuses a global read) and its top-k is top_k_experts: the small copy is still built, and
     its verdict is what transformers' masks let through, as for every other model."""
     from tests.agent.structural_configs import STRUCTURAL
-    from tests.core import hf_meta as hf
 
-    def config(attention: str):
-        cfg = {**STRUCTURAL[name], "use_cache": False}
-        made = transformers.AutoConfig.for_model(cfg.pop("model_type"), **cfg)
-        made._attn_implementation = attention
-        return made
-
-    verdict = check_of_class(config("sdpa"), transformers.AutoModelForCausalLM._model_mapping[type(config("sdpa"))])
-    verdict = verdict.verdict(FLAT)
+    verdict, masks_cross = verdict_and_masks(STRUCTURAL[name])
     assert verdict.status != cd.NOT_CHECKED, verdict.detail
-    torch.manual_seed(0)
-    model = hf.build(config(hf.COUNT), "cpu").eval()
-    packed, undivided = (hf.count_pairs_in_forward(model, docs) for docs in (list(cd.DOCS), [sum(cd.DOCS)]))
-    assert packed and verdict.crossed == (packed == undivided), (verdict.detail, packed, undivided)
+    assert_verdict_is_the_masks(name, verdict, masks_cross)
 
 
 def test_the_check_runs_on_the_cpu_whatever_the_default_device(monkeypatch):

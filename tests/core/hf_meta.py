@@ -3,7 +3,8 @@
 Nothing here uses packscope's formula. ``gemm_components`` reads the GEMM work per token off the
 module shapes of a model built by transformers (on the meta device: no weights, no downloads);
 ``count_pairs_in_forward`` runs a tiny model on the CPU and counts, layer by layer, the (query,
-key) pairs that the mask each attention call actually received lets through; ``mask_pairs``
+key) pairs that the mask each attention call actually received lets through (in the form a model
+splits documents with, or as the HF Trainer feeds a flattened row); ``mask_pairs``
 counts the pairs of transformers' own mask builders (``create_*_mask``) for packed rows, in query
 blocks so that real window and chunk sizes fit in memory.
 """
@@ -230,18 +231,29 @@ def mask_pairs(config: Any, kind: str, docs: list[int], pack_length: int | None 
     return _CREATE[kind](config=text, inputs_embeds=embeds, attention_mask=None, cache=None, position_ids=pos)
 
 
-def count_pairs_in_forward(model: nn.Module, docs: list[int]) -> dict[int, int]:
-    """Run the model on one packed row of ``docs`` and return the pairs each layer's mask allowed."""
+def count_pairs_in_forward(model: nn.Module, docs: list[int], as_trained: bool = False) -> dict[int, int]:
+    """Run the model on one packed row of ``docs`` and return the pairs each layer's mask allowed.
+
+    By default the row comes in the form the model splits documents with: no cache, and
+    Qwen2.5-VL's ``[4, batch, length]`` positions (what the per-document sums are checked against).
+    ``as_trained``: as the HF Trainer hands a DataCollatorWithFlattening row to the model, 2-D
+    ``position_ids`` and no ``use_cache`` argument, the top-level ``config.use_cache`` off as the
+    Trainer sets it (a wrapper's language model reads its text config's instead: with transformers
+    5.25 Qwen3-VL, Qwen3.5, InternVL then build a KV cache and, beside it, no per-document mask)."""
     CALLS.clear()
     length = sum(docs)
     ids = torch.randint(0, model.config.get_text_config().vocab_size, (1, length))
     pos = position_ids(docs, length)
-    if model.config.model_type == "qwen2_5_vl":
+    kwargs: dict[str, Any] = {"use_cache": False}
+    if as_trained:
+        model.config.use_cache = False  # transformers.Trainer: model.config.use_cache = args.use_cache
+        kwargs = {}
+    elif model.config.model_type == "qwen2_5_vl":
         # Qwen2.5-VL packs only with [4, batch, length] positions: text positions, then the three
         # M-RoPE grids (modeling_qwen2_5_vl.py says so); plain 2-D positions attend across documents.
         pos = pos.expand(4, 1, length)
     with torch.no_grad():
-        model(input_ids=ids, position_ids=pos, use_cache=False)
+        model(input_ids=ids, position_ids=pos, **kwargs)
     out: dict[int, int] = {}
     for layer, pairs in CALLS:
         assert layer not in out, f"layer {layer} attended twice"
