@@ -75,12 +75,14 @@ export function axisOf(spec, values, { length, isY }) {
   if (isY) {
     const toZero = !log && spec.rangemode === "tozero";
     if (toZero) [lo, hi] = [Math.min(lo, 0), Math.max(hi, 0)];
-    if (hi === lo) [lo, hi] = [lo - 1, hi + 1];
-    const span = hi - lo;
-    const padLo = toZero && lo === 0 ? 0 : PAD;
-    const padHi = toZero && hi === 0 ? 0 : PAD;
-    const full = span / (1 - padLo - padHi);
-    [lo, hi] = [lo - padLo * full, hi + padHi * full];
+    if (hi === lo) [lo, hi] = [lo - 1, hi + 1]; // one value: a unit either side, unpadded, as plotly
+    else {
+      const span = hi - lo;
+      const padLo = toZero && lo === 0 ? 0 : PAD;
+      const padHi = toZero && hi === 0 ? 0 : PAD;
+      const full = span / (1 - padLo - padHi);
+      [lo, hi] = [lo - padLo * full, hi + padHi * full];
+    }
   } else if (hi === lo) [lo, hi] = [lo - 1, hi + 1];
   const target = Math.max(3, Math.min(10, length / (isY ? 40 : 80)));
   let ticks;

@@ -55,6 +55,7 @@ def server(tmp_path_factory):
         )
         run("seventy", ranked_intervals(70, 3, lambda r, k: 1.5 if r == 33 else 1 + r / 100))
         run("single", ranked_intervals(1, 6, lambda r, k: 1.0))
+        run("flat", ranked_intervals(4, 6, lambda r, k: 1.4 if r == 2 else 1.0))  # one spread throughout
         yield base
 
 
@@ -238,3 +239,17 @@ def test_a_one_rank_run_never_asks_for_the_ranks_nor_shows_the_panel(sized_page,
     until(page, "document.querySelector('#chart-length_heatmap .plot')?._fullData?.[0]", timeout=30_000)
     assert page.eval_on_selector("#ranks", "e => e.hidden") and asked == []
     assert page.evaluate("document.querySelectorAll('#ranks svg.sketch').length") == 0
+
+
+def test_a_spread_of_one_value_is_ranged_as_plotly_ranges_it(sized_page, server):
+    spreads = ranks_answer(server, "flat")["spread"]
+    assert len(set(spreads)) == 1
+    page = sized_page(1280, 800)
+    held = HeldPlotly(page)
+    page.goto(f"{server}/runs/flat", wait_until=HELD)
+    until(page, f"{SPREAD}.{STILL}?.querySelector('path.line') != null")
+    still = still_of(page, SPREAD)
+    assert still["y"] == pytest.approx([spreads[0] - 1, spreads[0] + 1])
+    held.release(page)
+    until(page, f"{SPREAD}._fullLayout !== undefined && {SPREAD}.{STILL} === null", timeout=30_000)
+    assert page.evaluate(f"{SPREAD}._fullLayout.yaxis.range") == pytest.approx(still["y"], rel=1e-9)
