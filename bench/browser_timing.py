@@ -68,6 +68,11 @@ SKETCHED = (
     "(p => !p.closest('.chart').classList.contains('is-empty')"
     " && p.querySelector(':scope > svg.sketch path.line') !== null)"
 )
+# Any still (the ranks panel's too): sketch.js's lines or heatmap_sketch.js's cells (a canvas).
+STILL = (
+    "(p => p !== null && !p.closest('.chart').classList.contains('is-empty')"
+    " && p.querySelector(':scope > svg.sketch :is(path.line, canvas.cells)') !== null)"
+)
 PLOTS = "[...document.querySelectorAll('.chart .plot')]"
 FIRST_CHART = f"{PLOTS}.some(p => {SKETCHED}(p) || {DRAWN}(p))"
 FIRST_PLOTLY_CHART = f"{PLOTS}.some({DRAWN})"

@@ -15,7 +15,9 @@ on both alike.
   in-process beside the read of every rank's row of the same intervals (what a round read before
   the rounds read the rank summaries);
 * with --browser, the run page in Debian's chromium: ms from navigation until the ranks panel is
-  drawn, and until the first chart is (browser_timing.py's conditions).
+  drawn (`ranks_panel`: both its charts, as the stills drawn before plotly.js loads or as plotly's),
+  until plotly has drawn both (`ranks_interactive`), and until the first chart is drawn
+  (browser_timing.py's conditions).
 
     python bench/ranks_wide.py --database sqlite --ranks 8,16384 --intervals 64 [--repeat 10] [--browser]
 
@@ -199,13 +201,17 @@ def browser(url: str, run_ids: list[str], repeat: int) -> dict[str, Any]:
     import browser_timing
     from playwright import sync_api
 
-    drawn = browser_timing.DRAWN
-    ranks_drawn = (
-        "!document.getElementById('ranks').hidden"
-        f" && {drawn}(document.querySelector('#chart-rank_heatmap .plot'))"
-        f" && {drawn}(document.querySelector('#chart-rank_spread .plot'))"
-    )
-    conditions = {"first_chart": browser_timing.FIRST_CHART, "ranks_panel": ranks_drawn}
+    drawn, still = browser_timing.DRAWN, browser_timing.STILL
+    plots = [f"document.querySelector('#chart-rank_{chart} .plot')" for chart in ("heatmap", "spread")]
+    shown = "!document.getElementById('ranks').hidden"
+    # Drawn: both charts as stills (ranks_sketch.js, before plotly.js has loaded) or as plotly's.
+    ranks_drawn = shown + "".join(f" && (p => {still}(p) || {drawn}(p))({plot})" for plot in plots)
+    ranks_interactive = shown + "".join(f" && {drawn}({plot})" for plot in plots)
+    conditions = {
+        "first_chart": browser_timing.FIRST_CHART,
+        "ranks_panel": ranks_drawn,
+        "ranks_interactive": ranks_interactive,
+    }
     out = {}
     with sync_api.sync_playwright() as playwright:
         chromium = playwright.chromium.launch(

@@ -90,3 +90,49 @@ def until(page: sync_api.Page, expression: str, timeout: float = 15_000) -> None
         page.screenshot(path=shot, full_page=True)
         errors = getattr(page, "errors", [])
         raise AssertionError(f"never true: {expression}; page errors: {errors}; screenshot: {shot}") from None
+
+
+# With plotly.js held, a page that asks for it before its load event never fires that event:
+# wait for the document only (the tests then wait for what they check).
+HELD = "domcontentloaded"
+
+
+class HeldPlotly:
+    """Holds the page's request for plotly.js until release()."""
+
+    def __init__(self, page):
+        self.routes = []
+        page.route("**/vendor/plotly.min.js", self.hold)
+
+    def hold(self, route):
+        self.routes.append(route)
+
+    def release(self, page):
+        until(page, "document.querySelector('script[src=\"/vendor/plotly.min.js\"]') !== null")
+        # The route handler runs in this process when Playwright next hands it events: wait for it
+        # (a fixed pause lost that race on a loaded machine).
+        for _ in range(750):
+            if self.routes:
+                break
+            page.wait_for_timeout(20)
+        assert self.routes, "the page never asked for plotly.js"
+        for route in self.routes:
+            route.continue_()
+
+
+def vertices(d):
+    """An SVG path's points as flat [x0, y0, x1, y1, ...], one list per "M"-started run."""
+    return [[float(v) for p in run.split("L") for v in p.split()] for run in d.split("M") if run]
+
+
+def flat(points):
+    return [v for point in points for v in point]
+
+
+def sketch_scale(sketch):
+    left, top, width, height = sketch["area"]
+    (x0, x1), (y0, y1) = sketch["x"], sketch["y"]
+    return (
+        lambda x: round(left + (x - x0) / (x1 - x0) * width, 2),
+        lambda y: round(top + height - (y - y0) / (y1 - y0) * height, 2),
+    )

@@ -1,6 +1,8 @@
 // @ts-check
 // Fetch helpers for the JSON read API (docs/api.md).
 
+import { RANK_POINTS } from "./run_sizes.js";
+
 // What the pages show of a run's totals: its rates from `steady`, the metrics without the run's
 // first interval (warm-up: allocation, compilation, graph capture), once it has a second, so that
 // half a minute of compiling does not stand for the run's speed; its amounts (steps, tokens,
@@ -81,6 +83,7 @@ export const paths = {
   run: (runId) => runPath(runId),
   series: (runId, params = {}) => runPath(runId) + "/series" + query(params),
   histogramColumns: (runId, columns) => runPath(runId) + "/histograms/over-time" + query({ columns }),
+  ranks: (runId) => runPath(runId) + "/ranks" + query({ max_points: RANK_POINTS }),
 };
 
 export const getCatalogue = () => getJSON(paths.catalogue());
@@ -88,6 +91,9 @@ export const listRuns = () => getJSON("/runs");
 export const getRun = (runId) => getJSON(paths.run(runId));
 export const getSeries = (runId, params = {}) => getJSON(paths.series(runId, params));
 export const getHistograms = (runId, interval = null) => getJSON(runPath(runId) + "/histograms" + query({ interval }));
+// The Ranks panel's answer (backend/routes/ranks.py): the stragglers of each interval, and each
+// rank's step time where the run has few ranks.
+export const getRanks = (runId) => getJSON(paths.ranks(runId));
 export const getHistogramColumns = (runId, columns) => getJSON(paths.histogramColumns(runId, columns));
 export const getFacets = (archived = false) => getJSON("/facets" + query({ archived: archived ? "true" : null }));
 // window "steady": over the steps of the run's rates (its first interval left out), as the tiles.

@@ -49,6 +49,21 @@ export const SHARE_SCALE = [
   [1, "#1e3a8a"],
 ];
 
+// Step times on the ranks heatmap: ColorBrewer's YlOrRd, light for the fastest ranks, dark red for
+// the slowest. Plotly's chart and the still drawn before it (heatmap_sketch.js) both take it from here.
+/** @type {[number, string][]} */
+export const STEP_TIME_SCALE = [
+  [0, "rgb(255, 255, 204)"],
+  [0.125, "rgb(255, 237, 160)"],
+  [0.25, "rgb(254, 217, 118)"],
+  [0.375, "rgb(254, 178, 76)"],
+  [0.5, "rgb(253, 141, 60)"],
+  [0.625, "rgb(252, 78, 42)"],
+  [0.75, "rgb(227, 26, 28)"],
+  [0.875, "rgb(189, 0, 38)"],
+  [1, "rgb(128, 0, 38)"],
+];
+
 for (const [name, value] of Object.entries(COLORS)) {
   document.documentElement.style.setProperty(`--${name}`, value);
 }

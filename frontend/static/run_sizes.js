@@ -3,3 +3,4 @@
 
 export const SERIES_POINTS = 500;
 export const HEATMAP_COLUMNS = 200; // each one interval's JSON row per rank to read
+export const RANK_POINTS = 200; // intervals sampled for the Ranks panel (up to 64 ranks x 200 heatmap cells)

@@ -3,6 +3,7 @@
 // SVG: grid, ticks, axis titles, legend, shaded bands and lines, at the size of the element that
 // plotly's chart will take. The run page shows it while plotly.js loads (run_early.js); plotly's
 // chart replaces it (ChartPanel.draw). No hover, zoom or resize: it lives for about a second.
+// heatmap_sketch.js draws the Ranks panel's heatmap with the nodes, ticks and axes exported here.
 // Every vertex is a point of the figure's traces, on axes ranged as plotly ranges lines: x exactly
 // over the data, y padded 5% of its length beyond the data (not below zero with rangemode "tozero").
 
@@ -14,7 +15,7 @@ const LEGEND_ROW = 34; // px above the plot area, as plotly's horizontal legend 
 const PAD = 0.05;
 const TIME_STEPS_S = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
 
-function node(name, attributes = {}, text) {
+export function node(name, attributes = {}, text) {
   const made = document.createElementNS(SVG, name);
   for (const [key, value] of Object.entries(attributes)) made.setAttribute(key, value);
   if (text !== undefined) made.textContent = text;
@@ -27,21 +28,23 @@ const round = (v) => Math.round(v * 100) / 100;
 // Plotly's d3 "~" trims insignificant trailing zeros: ".4~g" draws 400 as "400", not "400.0".
 const trimZeros = (text) => text.replace(/\.(\d*?)0+(\D*)$/, (_, digits, rest) => (digits ? `.${digits}` : "") + rest);
 
-function numberLabel(spec, v, ticks) {
+export function numberLabel(spec, v, ticks) {
   if (spec) return spec.includes("~") ? trimZeros(formatNumber(spec.replace("~", ""), v)) : formatNumber(spec, v);
   // Plotly's default: SI suffixes ("2M") for large ticks, plain numbers otherwise.
   const large = Math.max(...ticks.map(Math.abs)) >= 1e4;
   return trimZeros(formatNumber(large ? "s" : "g", v));
 }
 
-// About `target` ticks on 1, 2 or 5 × 10^k.
-function niceTicks(lo, hi, target) {
+// About `target` ticks on 1, 2 or 5 × 10^k; none over a range too narrow for doubles to step
+// through (values equal but for their last bits, as a straggler spread of 1.0 can be).
+export function niceTicks(lo, hi, target) {
   const raw = (hi - lo) / Math.max(target, 1);
   const magnitude = 10 ** Math.floor(Math.log10(raw));
   const step = [1, 2, 5, 10].map((f) => f * magnitude).find((s) => s >= raw * 0.999);
-  const ticks = [];
-  for (let k = Math.ceil(lo / step - 1e-9); k * step <= hi + step * 1e-9; k++) ticks.push(Number((k * step).toPrecision(12)));
-  return ticks;
+  const first = Math.ceil(lo / step - 1e-9);
+  const count = Math.floor(hi / step + 1e-9) - first + 1;
+  if (!(step > Math.max(Math.abs(lo), Math.abs(hi)) * 1e-12) || !(count > 0)) return [];
+  return Array.from({ length: count }, (_, i) => Number(((first + i) * step).toPrecision(12)));
 }
 
 // Wall-clock ticks (ms) on whole local seconds, minutes or hours.
@@ -58,7 +61,7 @@ function timeTicks(lo, hi, target) {
 }
 
 // An axis of the layout: how its data maps to numbers, its range and its ticks.
-function axisOf(spec, values, { length, isY }) {
+export function axisOf(spec, values, { length, isY }) {
   const date = spec.type === "date";
   const log = spec.type === "log";
   const toNumber = (v) => {
@@ -72,12 +75,14 @@ function axisOf(spec, values, { length, isY }) {
   if (isY) {
     const toZero = !log && spec.rangemode === "tozero";
     if (toZero) [lo, hi] = [Math.min(lo, 0), Math.max(hi, 0)];
-    if (hi === lo) [lo, hi] = [lo - 1, hi + 1];
-    const span = hi - lo;
-    const padLo = toZero && lo === 0 ? 0 : PAD;
-    const padHi = toZero && hi === 0 ? 0 : PAD;
-    const full = span / (1 - padLo - padHi);
-    [lo, hi] = [lo - padLo * full, hi + padHi * full];
+    if (hi === lo) [lo, hi] = [lo - 1, hi + 1]; // one value: a unit either side, unpadded, as plotly
+    else {
+      const span = hi - lo;
+      const padLo = toZero && lo === 0 ? 0 : PAD;
+      const padHi = toZero && hi === 0 ? 0 : PAD;
+      const full = span / (1 - padLo - padHi);
+      [lo, hi] = [lo - padLo * full, hi + padHi * full];
+    }
   } else if (hi === lo) [lo, hi] = [lo - 1, hi + 1];
   const target = Math.max(3, Math.min(10, length / (isY ? 40 : 80)));
   let ticks;

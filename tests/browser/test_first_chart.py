@@ -8,7 +8,7 @@ import re
 
 import httpx
 import pytest
-from browser_support import run_body, running_server, until
+from browser_support import HELD, HeldPlotly, flat, run_body, running_server, sketch_scale, until, vertices
 from wire_records import packed_interval
 
 pytestmark = pytest.mark.browser
@@ -38,46 +38,9 @@ def server(tmp_path_factory):
         yield base
 
 
-# With plotly.js held, a page that asks for it before its load event never fires that event:
-# wait for the document only (the tests then wait for what they check).
-HELD = "domcontentloaded"
-
-
-class HeldPlotly:
-    """Holds the page's request for plotly.js until release()."""
-
-    def __init__(self, page):
-        self.routes = []
-        page.route("**/vendor/plotly.min.js", self.hold)
-
-    def hold(self, route):
-        self.routes.append(route)
-
-    def release(self, page):
-        until(page, "document.querySelector('script[src=\"/vendor/plotly.min.js\"]') !== null")
-        # The route handler runs in this process when Playwright next hands it events: wait for it
-        # (a fixed pause lost that race on a loaded machine).
-        for _ in range(750):
-            if self.routes:
-                break
-            page.wait_for_timeout(20)
-        assert self.routes, "the page never asked for plotly.js"
-        for route in self.routes:
-            route.continue_()
-
-
 def hms(seconds):
     whole = round(abs(seconds))
     return f"{whole // 3600}:{whole // 60 % 60:02d}:{whole % 60:02d}"
-
-
-def vertices(d):
-    """An SVG path's points as flat [x0, y0, x1, y1, ...], one list per "M"-started run."""
-    return [[float(v) for p in run.split("L") for v in p.split()] for run in d.split("M") if run]
-
-
-def flat(points):
-    return [v for point in points for v in point]
 
 
 def sketch_of(page):
@@ -102,15 +65,6 @@ def sketch_of(page):
     )
 
 
-def scale(sketch):
-    left, top, width, height = sketch["area"]
-    (x0, x1), (y0, y1) = sketch["x"], sketch["y"]
-    return (
-        lambda x: round(left + (x - x0) / (x1 - x0) * width, 2),
-        lambda y: round(top + height - (y - y0) / (y1 - y0) * height, 2),
-    )
-
-
 def test_the_headline_chart_is_drawn_from_the_series_answer_before_plotly_and_replaced_by_it(page, server):
     series = httpx.get(f"{server}/api/v1/runs/long/series", params={"max_points": 500}).json()
     catalogue = {m["name"]: m for m in httpx.get(f"{server}/api/v1/catalogue").json()["metrics"]}
@@ -129,7 +83,7 @@ def test_the_headline_chart_is_drawn_from_the_series_answer_before_plotly_and_re
     assert {"TFLOP/s per GPU", "step"} <= set(sketch["texts"])
 
     # Every line is the series' own points, at their place on the drawn axes: one vertex a point.
-    px, py = scale(sketch)
+    px, py = sketch_scale(sketch)
     assert sketch["x"] == [min(columns["step"]), max(columns["step"])]  # lines: x exactly over the data
     drawn = {line["name"]: line for line in sketch["lines"]}
     for name in LINES:
@@ -174,7 +128,7 @@ def test_the_first_drawing_follows_the_linked_settings_and_plotly_hovers_read_h_
     # Smoothing: each line twice, faded raw points under the smoothed ones (as plotly draws them).
     assert len(sketch["lines"]) == 6 and [line["opacity"] for line in sketch["lines"][:3]] == ["0.3"] * 3
     elapsed = [t - series["wall_origin"] for t in series["columns"]["wall_end_max"]]
-    px, _ = scale(sketch)
+    px, _ = sketch_scale(sketch)
     (points,) = vertices(sketch["lines"][2]["d"])  # useful, raw
     assert points[::2] == pytest.approx([px(x) for x in elapsed], abs=0.011)
     ticks = [t for t in sketch["texts"] if re.fullmatch(r"\d+:\d\d:\d\d", t)]
@@ -219,7 +173,7 @@ def test_the_first_drawing_places_points_at_their_wall_clock_time(page, server):
     until(page, f"{SKETCH}?.querySelector('path.line') != null")
     sketch = sketch_of(page)
     assert sketch["x"] == pytest.approx([1000 * min(ends), 1000 * max(ends)], abs=1)  # ms, read back from local times
-    px, _ = scale(sketch)
+    px, _ = sketch_scale(sketch)
     (points,) = vertices(sketch["lines"][0]["d"])
     assert points[::2] == pytest.approx([px(1000 * t) for t in ends], abs=0.02)
     assert len([t for t in sketch["texts"] if re.fullmatch(r"\d\d:\d\d", t)]) >= 3  # hh:mm ticks over 10 hours

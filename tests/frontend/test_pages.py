@@ -55,6 +55,7 @@ def test_run_page_renders_the_run(client):
     assert page.status_code == 200
     assert "<title>thd-demo · packscope</title>" in page.text
     assert 'data-run-id="run-a"' in page.text
+    assert 'data-ranks="1"' in page.text  # run_early.js asks for the ranks of a run of several only
     assert "project demo" in page.text and "1 × NVIDIA H200" in page.text
     assert 'href="/api/v1/runs/run-a/intervals.csv"' in page.text
     # run_early.js asks for the first answers and draws the headline chart before plotly.js runs:
