@@ -160,8 +160,6 @@ REFUSED_TOWERS = {
     "(TimmWrapperModel, timm's MobileNet-V5) is not counted: timm needs torchvision, which does not import beside "
     "the torch packscope is tested with, so no count of it is checked; count the decoder with text_config alone "
     "(model_type gemma3n_text)",
-    "gemma4": "its vision tower (Gemma4VisionModel) and audio tower (Gemma4AudioModel) are not counted yet; count "
-    "the decoder with text_config alone (model_type gemma4_text)",
 }
 
 
@@ -687,8 +685,12 @@ def _not_built(cfg: Any, text_type: str) -> tuple[str, ...]:
 
 def _check_wrapper(cfg: Mapping[str, Any], cls: type[Any], mt: str) -> None:
     """A wrapper's decoder and towers must be the checkpoint's: a missing or empty sub-config would
-    be transformers' default one."""
+    be transformers' default one. A tower the class marks optional (Gemma 4's) is not built when
+    its sub-config is absent."""
+    optional = getattr(cls, "sub_configs_defaults", None) or {}
     for key in ("text_config", *_TOWER_CONFIGS):
+        if getattr(optional.get(key), "optional", False) and cfg.get(key) is None:
+            continue
         if key in (getattr(cls, "sub_configs", None) or {}):
             _given_sub_config(cfg, key, mt)
 
