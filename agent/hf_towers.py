@@ -212,10 +212,14 @@ def row_tower(mt: str, name: str, tower: Any, projector: Any) -> VisionSpec:
     hidden, heads = embed.out_features, config.num_attention_heads
     if heads * attn.head_dim != hidden or config.num_key_value_heads != heads:
         raise _refuse(
-            mt, name, tower, f"its attention ({heads} heads, {config.num_key_value_heads} key/value heads of "
-            f"{attn.head_dim}) is not q, k, v, o of {hidden} x {hidden}"
+            mt,
+            name,
+            tower,
+            f"its attention ({heads} heads, {config.num_key_value_heads} key/value heads of "
+            f"{attn.head_dim}) is not q, k, v, o of {hidden} x {hidden}",
         )
-    _, ffn, gated = _block_widths(mt, name, tower, SimpleNamespace(num_heads=heads, head_dim=attn.head_dim), blocks[0].mlp, hidden)
+    layout = SimpleNamespace(num_heads=heads, head_dim=attn.head_dim)  # kept in its config, not the module
+    _, ffn, gated = _block_widths(mt, name, tower, layout, blocks[0].mlp, hidden)
     merge = config.pooling_kernel_size
     patch = config.patch_size
     if embed.in_features != 3 * patch * patch:
@@ -239,7 +243,8 @@ def vision_from_structure(model: Any, mt: str) -> tuple[VisionSpec | None, list[
     cannot be counted is refused in one line naming its class (all of them, if several)."""
     found = towers(model)
     classes = {type(t).__name__ for t in found.values()}
-    known = set(GRID_TOWERS) | set(TILE_TOWERS) | set(ROW_TOWERS) | {p for p, t in PROJECTORS.items() if t in classes}
+    known = set(GRID_TOWERS) | set(TILE_TOWERS) | set(ROW_TOWERS)
+    known |= {p for p, t in PROJECTORS.items() if t in classes}
     known |= set(AUDIO_TOWERS)  # counted apart (packscope.agent.hf_audio)
     projectors = {n for n, t in NAMED_PROJECTORS.items() if n in found and t in classes}
     refused = [

@@ -35,7 +35,6 @@ from packscope.core.vision import (
     VisionSpec,
     batch_sums,
     fixed_image_sums,
-    padded_rows_sums,
     pixels_to_grid,
 )
 
