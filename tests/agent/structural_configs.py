@@ -394,7 +394,7 @@ WRAPPERS["qwen3_omni_moe_thinker"] = {
 # 2 x 2, and the E2B-like decoder above.
 WRAPPERS["gemma4"] = {
     "model_type": "gemma4",
-    "text_config": STRUCTURAL["gemma4_text"],
+    "text_config": {**STRUCTURAL["gemma4_text"], "pad_token_id": 0},  # the wrapper pads its image slots with it
     "vision_config": {
         "model_type": "gemma4_vision",
         "hidden_size": 16,
