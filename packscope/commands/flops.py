@@ -204,7 +204,7 @@ def vision_sums_from_args(vision: VisionSpec | None, args: argparse.Namespace) -
         raise ValueError("images were given, but the model has no vision tower (no vision_config)")
     if args.images < 0:
         raise ValueError(f"--images must be >= 0, got {args.images}")
-    grids = [*args.image, *(pixels_to_grid(vision, h, w) for h, w in args.image_pixels)]
+    grids = [*args.image, *map_pixels(vision, args.image_pixels)]
     if args.image_slots is not None and VISION_TOWERS[vision.tower] != PADDED_ROWS:
         raise ValueError(f"--image-slots is for a padded-rows tower (Gemma 4), not a {vision.tower} tower")
     if VISION_TOWERS[vision.tower] == PADDED_ROWS:
@@ -219,13 +219,24 @@ def vision_sums_from_args(vision: VisionSpec | None, args: argparse.Namespace) -
     return sums
 
 
-def vision_report(vision: VisionSpec, sums: dict[str, int]) -> dict[str, Any]:
+def real_patches_from_args(vision: VisionSpec | None, args: argparse.Namespace) -> int | None:
+    """A padded-rows tower's real patches (its decoder tokens' source); None for any other tower."""
+    if vision is None or VISION_TOWERS[vision.tower] != PADDED_ROWS:
+        return None
+    return sum(h * w for _, h, w in args.image) + sum(h * w for _, h, w in map_pixels(vision, args.image_pixels))
+
+
+def map_pixels(vision: VisionSpec, sizes: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
+    return [pixels_to_grid(vision, h, w) for h, w in sizes]
+
+
+def vision_report(vision: VisionSpec, sums: dict[str, int], real_patches: int | None = None) -> dict[str, Any]:
     """The tower's term: the sums, the coefficients, and the FLOPs by term and by component. It is
     the same in all three views: a tower attends within each image, packed or not."""
     return {
         "tower": vision.tower,
         "sums": sums,
-        "decoder_tokens": decoder_tokens(vision, sums),
+        "decoder_tokens": decoder_tokens(vision, sums, real_patches),
         "c_lin": vision.c_lin,
         "c_lin_by_component": vision.c_lin_by_component,
         "c_image": vision.c_image,
@@ -236,9 +247,11 @@ def vision_report(vision: VisionSpec, sums: dict[str, int]) -> dict[str, Any]:
     }
 
 
-def with_vision(out: dict[str, Any], vision: VisionSpec, sums: dict[str, int]) -> dict[str, Any]:
+def with_vision(
+    out: dict[str, Any], vision: VisionSpec, sums: dict[str, int], real_patches: int | None = None
+) -> dict[str, Any]:
     """The decoder's report with the tower's term added to each view's total and split."""
-    part = vision_report(vision, sums)
+    part = vision_report(vision, sums, real_patches)
     for view in ("bshd", "thd", "useful"):
         out[f"flops_{view}"] += part["flops"]
         out["flops_split"][view]["vision"] = part["flops"]
@@ -322,7 +335,7 @@ def flops_from_args(args: argparse.Namespace) -> int:
         print(f"packscope flops: {notice}", file=sys.stderr)
     out = report(model, result)
     if sums is not None and model.vision is not None:
-        out = with_vision(out, model.vision, sums)
+        out = with_vision(out, model.vision, sums, real_patches_from_args(model.vision, args))
     if args.audio and model.audio is not None:
         out["audio"] = audio_report(model.audio, args.audio)
     print(json.dumps(out, indent=2))

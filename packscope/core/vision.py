@@ -376,9 +376,12 @@ def padded_rows_sums(vision: VisionSpec, grids: Iterable[tuple[int, int]], slots
     return out
 
 
-def decoder_tokens(vision: VisionSpec, sums: Mapping[str, int]) -> int:
+def decoder_tokens(vision: VisionSpec, sums: Mapping[str, int], real_patches: int | None = None) -> int:
     """The tokens the tower hands the decoder for images of these sums: one per spatial_merge²
-    patches, plus the class tokens the projector keeps (they are the images' share of the packs)."""
+    patches, plus the class tokens the projector keeps (they are the images' share of the packs). A
+    padded-rows tower hands over its real patches' pooled tokens only: give ``real_patches``."""
+    if real_patches is not None:
+        return real_patches // vision.spatial_merge**2
     return sums[VISION_PATCHES] // vision.spatial_merge**2 + sums[VISION_IMAGES] * vision.projected_class_tokens
 
 

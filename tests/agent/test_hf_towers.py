@@ -161,6 +161,49 @@ def test_gemma4_padding_slots_are_counted_as_the_tower_runs_them(slots):
     }
 
 
+@pytest.mark.slow  # the default tower's full widths on the CPU (small images): about 10 s
+def test_gemma4_default_tower_per_component_at_full_width():
+    """gemma4.json's tower (docs/flops.md's worked value) at its real widths: its own modules, built
+    alone on the CPU with the wrapper's projector and image path (Gemma4Model.get_image_features: on
+    the meta device its split per image reads values back), on a 6 x 9 and a 6 x 6 patch image padded to
+    63 slots. Every component as the tower computes it; the projector over by the padding's tokens."""
+    from pathlib import Path
+
+    from transformers.models.gemma4 import modeling_gemma4 as g4
+
+    cfg = json.loads((Path(__file__).parents[1] / "fixtures" / "hf" / "structural" / "gemma4.json").read_text())
+    vision = spec_from_structure(cfg).vision
+    assert vision is not None
+    config = hf.config_from_dict(cfg)
+    vm.use_counting_attention(config)
+
+    class ImagePath(nn.Module):  # the parts of Gemma4Model that get_image_features reads
+        get_image_features = g4.Gemma4Model.get_image_features
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.config = config
+            self.vision_tower = g4.Gemma4VisionModel(config.vision_config)
+            self.embed_vision = g4.Gemma4MultimodalEmbedder(config.vision_config, config.text_config)
+
+    torch.manual_seed(0)
+    model = ImagePath().requires_grad_(False)  # input gradients only: every GEMM still gets its own
+    grids, slots = [(6, 9), (6, 6)], 63
+    inputs = row_inputs(vision, grids, slots)
+    inputs["pixel_values"].requires_grad_(True)
+    tally, tokens = vm.run_tower(model, vision.tower, inputs, backward=True)
+    counted, measured = (
+        vision.flops_by_component(padded_rows_sums(vision, grids, slots)),
+        vm.measured_flops(tally, windowed_blocks=set()),
+    )
+    padding_tokens = (2 * slots - 54 - 36) // 9
+    assert tokens.shape[0] == (54 + 36) // 9 and padding_tokens == 4
+    assert counted["projector"] - measured["projector"] == 6 * padding_tokens * vision.projector_macs
+    assert {k: v for k, v in counted.items() if k != "projector"} == {
+        k: v for k, v in measured.items() if k != "projector"
+    }
+
+
 def test_the_deepstack_mergers_are_in_the_projector():
     """Qwen3-VL's mergers after blocks 0 and 1 each run once per decoder token beside the final one:
     three times the merger's work; Qwen3.5's tower has the final merger only."""
