@@ -140,7 +140,8 @@ def batch_vision_sums(vision: VisionSpec, batch: Mapping[str, Any]) -> dict[str,
         if kind == FIXED:
             total = _add(total, fixed_sums(vision, value))
         elif kind == PADDED_ROWS:
-            total = _add(total, rows_sums(vision, torch.as_tensor(value)))
+            if len(value):  # an empty host list has no shape to read
+                total = _add(total, rows_sums(vision, torch.as_tensor(value)))
         elif not isinstance(value, torch.Tensor):  # a host list of sizes or grids: count on the host
             rows = [tuple(int(x) for x in row) for row in value]
             grids = [pixels_to_grid(vision, h, w) for h, w in rows] if kind == IMAGE_SIZES else rows
