@@ -32,9 +32,9 @@ from packscope.agent.batch_forms import (
     host_table,
 )
 from packscope.agent.histograms import NUM_BUCKETS, SLOTS, bucket_of, edges_on, slot_of
-from packscope.agent.vision import BATCH_KEYS, batch_vision_sums
+from packscope.agent.vision import BATCH_KEYS, SHAPE_KINDS, batch_vision_sums
 from packscope.core.attention import ATTENTION_SUMS, CHUNKED, FULL, SLIDING, SUM_NAMES, chunk_sq, window_sq
-from packscope.core.vision import FIXED, VISION_SUMS, VISION_TOWERS, VisionSpec
+from packscope.core.vision import VISION_SUMS, VISION_TOWERS, VisionSpec
 
 # Layout of the reduced int64 vector: the histograms, then the THD attention sums.
 DOC_COUNT = slice(0, SLOTS)
@@ -129,7 +129,7 @@ class IntervalAccumulator:
             value = images.get(key)
             if value is None:
                 continue
-            if isinstance(value, torch.Tensor) and VISION_TOWERS[self.vision.tower] != FIXED:
+            if isinstance(value, torch.Tensor) and VISION_TOWERS[self.vision.tower] not in SHAPE_KINDS:
                 if value.device.type != "cpu":
                     self._vision_tables.setdefault(key, []).append(value)
                     continue
@@ -145,9 +145,12 @@ class IntervalAccumulator:
         out = out.to(device)
         if self._vision_tables:
             assert self.vision is not None
-            tables = {key: torch.cat(parts) for key, parts in self._vision_tables.items()}
-            for name, value in batch_vision_sums(self.vision, tables).items():
-                out[SUM_AT[name]] += value
+            for key, parts in self._vision_tables.items():
+                # Gemma 4's position tables differ in width (slots) from batch to batch: not concatenated
+                tables = [torch.cat(parts)] if parts[0].dim() == 2 else parts
+                for table in tables:
+                    for name, value in batch_vision_sums(self.vision, {key: table}).items():
+                        out[SUM_AT[name]] += value
         return out
 
     def _fold(self, device: torch.device | None) -> None:

@@ -153,15 +153,15 @@ REFUSED_KINDS = {
 }
 # Wrappers whose towers are not priced yet, refused before building; their decoders are counted
 # alone (the text model_type with text_config). Gemma 3n's vision tower is timm's MobileNet-V5
-# (TimmWrapperModel): timm needs torchvision, which does not import beside the torch packscope is
-# tested with, so no count of it could be held to the tower transformers builds.
+# (TimmWrapperModel): transformers builds it through timm, which needs torchvision, and neither is
+# installed beside the torch packscope is tested with, so no count of it could be held to the tower.
 REFUSED_TOWERS = {
-    "gemma3n": "its audio tower (Gemma3nAudioEncoder, a Conformer) is not counted yet, and its vision tower "
-    "(TimmWrapperModel, timm's MobileNet-V5) is not counted: timm needs torchvision, which does not import beside "
-    "the torch packscope is tested with, so no count of it is checked; count the decoder with text_config alone "
-    "(model_type gemma3n_text)",
-    "gemma4": "its vision tower (Gemma4VisionModel) and audio tower (Gemma4AudioModel) are not counted yet; count "
-    "the decoder with text_config alone (model_type gemma4_text)",
+    "gemma3n": "its audio tower (Gemma3nAudioEncoder, a USM Conformer: chunked local attention with relative "
+    "positions, depthwise convolutions) is not counted yet, and its vision tower (TimmWrapperModel, timm's "
+    "mobilenetv5_300m_enc: universal inverted-residual convolution blocks, multi-query attention blocks, a "
+    "multi-scale fusion adapter) is not counted: transformers builds it through timm, which needs torchvision, and "
+    "neither is installed beside the torch packscope is tested with, so no count of it could be checked against "
+    "the tower; count the decoder with text_config alone (model_type gemma3n_text)",
 }
 
 
@@ -687,8 +687,12 @@ def _not_built(cfg: Any, text_type: str) -> tuple[str, ...]:
 
 def _check_wrapper(cfg: Mapping[str, Any], cls: type[Any], mt: str) -> None:
     """A wrapper's decoder and towers must be the checkpoint's: a missing or empty sub-config would
-    be transformers' default one."""
+    be transformers' default one. A tower the class marks optional (Gemma 4's) is not built when
+    its sub-config is absent."""
+    optional = getattr(cls, "sub_configs_defaults", None) or {}
     for key in ("text_config", *_TOWER_CONFIGS):
+        if getattr(optional.get(key), "optional", False) and cfg.get(key) is None:
+            continue
         if key in (getattr(cls, "sub_configs", None) or {}):
             _given_sub_config(cfg, key, mt)
 

@@ -14,6 +14,7 @@ in the tower runs a GEMM. Any other tower is refused in one line naming its modu
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 from packscope.agent.hf_audio import AUDIO_TOWERS
@@ -32,7 +33,12 @@ GRID_TOWERS = {
 # Tower classes of fixed-size tiles (the count is pixel_values.shape[0]), each with a class token
 # attending with the tile's patches, and the projector class the wrapper keeps beside each.
 TILE_TOWERS = {"InternVLVisionModel": "internvl"}
+# Tower classes that take pre-cut patches padded per image ([images, slots, patch values]), every
+# slot attending to every other of its image, then pooled k x k (no GEMM) and projected per token.
+ROW_TOWERS = {"Gemma4VisionModel": "gemma4"}
 PROJECTORS = {"InternVLMultiModalProjector": "InternVLVisionModel"}
+# Projectors that share a class across towers, told apart by the wrapper's name for them.
+NAMED_PROJECTORS = {"embed_vision": "Gemma4VisionModel"}
 # Names wrappers give their decoder (besides the module get_decoder() returns): never a tower.
 _DECODER_NAMES = ("language_model", "text_model")
 
@@ -191,21 +197,70 @@ def tile_tower(mt: str, name: str, tower: Any, projector: Any, config: Any) -> V
     return _checked(mt, name, tower, spec, blocks, [conv])
 
 
+def row_tower(mt: str, name: str, tower: Any, projector: Any) -> VisionSpec:
+    """Gemma 4's tower: each image's patches, pre-cut (3 · p² values each) and padded to the batch's
+    slots, through ``patch_embedder.input_proj`` (one Linear), the encoder layers (q, k, v, o, gated
+    MLP, every slot attending to every other of its image), an average pooling of k x k patches
+    (``pooling_kernel_size``: a weighted sum, no GEMM), then ``embed_vision`` once per pooled token."""
+    from torch import nn
+
+    embed = tower.patch_embedder.input_proj
+    if not isinstance(embed, nn.Linear):
+        raise _refuse(mt, name, tower, "its patch embedding is not one Linear over pre-cut patches")
+    blocks = list(tower.encoder.layers)
+    attn, config = blocks[0].self_attn, tower.config
+    hidden, heads = embed.out_features, config.num_attention_heads
+    if heads * attn.head_dim != hidden or config.num_key_value_heads != heads:
+        raise _refuse(
+            mt,
+            name,
+            tower,
+            f"its attention ({heads} heads, {config.num_key_value_heads} key/value heads of "
+            f"{attn.head_dim}) is not q, k, v, o of {hidden} x {hidden}",
+        )
+    layout = SimpleNamespace(num_heads=heads, head_dim=attn.head_dim)  # kept in its config, not the module
+    _, ffn, gated = _block_widths(mt, name, tower, layout, blocks[0].mlp, hidden)
+    merge = config.pooling_kernel_size
+    patch = config.patch_size
+    if embed.in_features != 3 * patch * patch:
+        raise _refuse(mt, name, tower, f"its patch embedding reads {embed.in_features} values, not 3 x {patch}²")
+    spec = {
+        "tower": ROW_TOWERS[type(tower).__name__],
+        "hidden": hidden,
+        "heads": heads,
+        "ffn": ffn,
+        "gated": gated,
+        "patch_size": patch,
+        "patch_inputs": embed.in_features,
+        "spatial_merge": merge,
+        "projector": _gemm_pairs(mt, name, tower, [projector], hidden),
+    }
+    return _checked(mt, name, tower, spec, blocks, [embed])
+
+
 def vision_from_structure(model: Any, mt: str) -> tuple[VisionSpec | None, list[Any]]:
     """(the vision tower's spec or None, the tower modules placed) of a built model; a tower that
     cannot be counted is refused in one line naming its class (all of them, if several)."""
     found = towers(model)
     classes = {type(t).__name__ for t in found.values()}
-    known = set(GRID_TOWERS) | set(TILE_TOWERS) | {p for p, t in PROJECTORS.items() if t in classes}
+    known = set(GRID_TOWERS) | set(TILE_TOWERS) | set(ROW_TOWERS)
+    known |= {p for p, t in PROJECTORS.items() if t in classes}
     known |= set(AUDIO_TOWERS)  # counted apart (packscope.agent.hf_audio)
-    refused = [f"'{name}' ({type(t).__name__})" for name, t in found.items() if type(t).__name__ not in known]
+    projectors = {n for n, t in NAMED_PROJECTORS.items() if n in found and t in classes}
+    refused = [
+        f"'{name}' ({type(t).__name__})"
+        for name, t in found.items()
+        if type(t).__name__ not in known and name not in projectors
+    ]
     if refused:
         raise HFConfigError(
             f"{mt}: the tower{'s' if len(refused) > 1 else ''} in {', '.join(refused)} "
             f"{'are' if len(refused) > 1 else 'is'} not counted yet; count the decoder by giving its text_config "
             "alone (with the text model_type)"
         )
-    towers_only = {n: t for n, t in found.items() if type(t).__name__ not in (*PROJECTORS, *AUDIO_TOWERS)}
+    towers_only = {
+        n: t for n, t in found.items() if type(t).__name__ not in (*PROJECTORS, *AUDIO_TOWERS) and n not in projectors
+    }
     if len(towers_only) > 1:
         raise HFConfigError(f"{mt}: {len(towers_only)} vision towers ({', '.join(towers_only)}); packscope counts one")
     if not towers_only:
@@ -213,8 +268,22 @@ def vision_from_structure(model: Any, mt: str) -> tuple[VisionSpec | None, list[
     ((name, tower),) = towers_only.items()
     if type(tower).__name__ in GRID_TOWERS:
         return grid_tower(mt, name, tower), [tower]
+    if type(tower).__name__ in ROW_TOWERS:
+        (projector,) = (found[n] for n in projectors if NAMED_PROJECTORS[n] == type(tower).__name__)
+        return row_tower(mt, name, tower, projector), [tower, projector]
     (projector,) = (t for t in found.values() if PROJECTORS.get(type(t).__name__) == type(tower).__name__)
     return tile_tower(mt, name, tower, projector, model.config), [tower, projector]
 
 
-__all__ = ["GRID_TOWERS", "PROJECTORS", "TILE_TOWERS", "grid_tower", "tile_tower", "towers", "vision_from_structure"]
+__all__ = [
+    "GRID_TOWERS",
+    "NAMED_PROJECTORS",
+    "PROJECTORS",
+    "ROW_TOWERS",
+    "TILE_TOWERS",
+    "grid_tower",
+    "row_tower",
+    "tile_tower",
+    "towers",
+    "vision_from_structure",
+]

@@ -9,7 +9,9 @@ would read them back), the reference ``packscope.core.vision.grid_sums`` states 
 
 A fixed-size tower (Gemma 3's SigLIP, Llava's CLIP, Llama 4's tiles) needs no device work: its
 sums follow from the number of images, a static shape (``pixel_values.shape[0]``), and are
-returned as host ints, like the accumulator's other shape-known counts.
+returned as host ints, like the accumulator's other shape-known counts. A padded-rows tower (Gemma
+4) is read from its ``image_position_ids`` [images, slots, 2] (-1 marks a padding slot): images and
+slots from the shape, the real patches (the keys every slot attends to) on the device.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from packscope.core.vision import (
     FIXED,
     GRID_THW,
     IMAGE_SIZES,
+    PADDED_ROWS,
     VISION_IMAGES,
     VISION_PATCHES,
     VISION_SQ_SUM,
@@ -40,7 +43,10 @@ BATCH_KEYS: dict[str, tuple[str, ...]] = {
     GRID_THW: ("image_grid_thw", "video_grid_thw"),
     IMAGE_SIZES: ("image_sizes",),
     FIXED: ("pixel_values",),
+    PADDED_ROWS: ("image_position_ids", "video_position_ids"),  # video frames are rows like images
 }
+# The kinds whose sums follow from a static shape: counted on the host, nothing read from the device.
+SHAPE_KINDS = (FIXED,)
 
 
 def _check_table(name: str, table: torch.Tensor, columns: int) -> torch.Tensor:
@@ -105,6 +111,18 @@ def fixed_sums(vision: VisionSpec, pixel_values: torch.Tensor) -> dict[str, int]
     return fixed_image_sums(vision, int(pixel_values.shape[0]))
 
 
+def rows_sums(vision: VisionSpec, position_ids: torch.Tensor) -> dict[str, Any]:
+    """The four sums of a padded-rows tower's images given as ``image_position_ids`` [images, slots, 2]
+    ((x, y) of each patch, (-1, -1) for a padding slot): images and slots · images as host ints from
+    the shape, and slots · Σ real patches (every slot's query against its image's real keys) as a 0-d
+    int64 tensor on the device (``packscope.core.vision.padded_rows_sums`` is the reference)."""
+    if position_ids.dim() != 3 or position_ids.shape[-1] != 2:
+        raise ValueError(f"image_position_ids must be [images, slots, 2], got shape {tuple(position_ids.shape)}")
+    images, slots = int(position_ids.shape[0]), int(position_ids.shape[1])
+    real = (position_ids != -1).all(dim=-1).sum(dtype=torch.int64)
+    return {VISION_IMAGES: images, VISION_PATCHES: images * slots, VISION_SQ_SUM: real * slots, VISION_WINDOW_SQ_SUM: 0}
+
+
 def _add(total: dict[str, Any], part: Mapping[str, Any]) -> dict[str, Any]:
     return {name: total[name] + part[name] for name in VISION_SUMS}
 
@@ -121,6 +139,9 @@ def batch_vision_sums(vision: VisionSpec, batch: Mapping[str, Any]) -> dict[str,
             continue
         if kind == FIXED:
             total = _add(total, fixed_sums(vision, value))
+        elif kind == PADDED_ROWS:
+            if len(value):  # an empty host list has no shape to read
+                total = _add(total, rows_sums(vision, torch.as_tensor(value)))
         elif not isinstance(value, torch.Tensor):  # a host list of sizes or grids: count on the host
             rows = [tuple(int(x) for x in row) for row in value]
             grids = [pixels_to_grid(vision, h, w) for h, w in rows] if kind == IMAGE_SIZES else rows
@@ -132,4 +153,12 @@ def batch_vision_sums(vision: VisionSpec, batch: Mapping[str, Any]) -> dict[str,
     return total
 
 
-__all__ = ["BATCH_KEYS", "batch_vision_sums", "fixed_sums", "grid_thw_sums", "image_sizes_sums"]
+__all__ = [
+    "BATCH_KEYS",
+    "SHAPE_KINDS",
+    "batch_vision_sums",
+    "fixed_sums",
+    "grid_thw_sums",
+    "image_sizes_sums",
+    "rows_sums",
+]

@@ -16,7 +16,17 @@ from packscope.core.audio import batch_sums as audio_batch_sums
 from packscope.core.catalogue import FLOAT_OPS, INT32_MAX, overcount
 from packscope.core.flops import KindBreakdown, ModelSpec, packs_breakdown_by_kind
 from packscope.core.hf_config import HFConfigError, UnknownModelType, load_config_json, spec_from_hf_dict
-from packscope.core.vision import VISION_SUMS, VisionSpec, batch_sums, decoder_tokens, fixed_image_sums, pixels_to_grid
+from packscope.core.vision import (
+    PADDED_ROWS,
+    VISION_SUMS,
+    VISION_TOWERS,
+    VisionSpec,
+    batch_sums,
+    decoder_tokens,
+    fixed_image_sums,
+    padded_rows_sums,
+    pixels_to_grid,
+)
 
 # The most tokens one document or pack may hold: attention kernels index a pack's tokens with int32
 # (flash-attention's cu_seqlens), so no trainer runs a longer one.
@@ -130,6 +140,14 @@ def add_flops_arguments(p: argparse.ArgumentParser) -> None:
         help="one image of H x W pixels, cut into the tower's patches; repeat for more",
     )
     images.add_argument(
+        "--image-slots",
+        type=int,
+        default=None,
+        metavar="S",
+        help="a padded-rows tower (Gemma 4): every --image padded to S patch slots, as its processor pads to "
+        "max_soft_tokens x pooling_kernel_size² (default: each image fills its own slots)",
+    )
+    images.add_argument(
         "--images",
         type=int,
         default=0,
@@ -180,27 +198,45 @@ def report(model: ModelSpec, result: KindBreakdown) -> dict[str, Any]:
 
 def vision_sums_from_args(vision: VisionSpec | None, args: argparse.Namespace) -> dict[str, int] | None:
     """The images' sums, or None when none is given."""
-    if not (args.image or args.image_pixels or args.images):
+    if not (args.image or args.image_pixels or args.images or args.image_slots is not None):
         return None
     if vision is None:
         raise ValueError("images were given, but the model has no vision tower (no vision_config)")
     if args.images < 0:
         raise ValueError(f"--images must be >= 0, got {args.images}")
-    grids = [*args.image, *(pixels_to_grid(vision, h, w) for h, w in args.image_pixels)]
-    sums = batch_sums(vision, grids)
+    grids = [*args.image, *map_pixels(vision, args.image_pixels)]
+    if args.image_slots is not None and VISION_TOWERS[vision.tower] != PADDED_ROWS:
+        raise ValueError(f"--image-slots is for a padded-rows tower (Gemma 4), not a {vision.tower} tower")
+    if VISION_TOWERS[vision.tower] == PADDED_ROWS:
+        if any(t != 1 for t, _, _ in grids):
+            raise ValueError(f"a {vision.tower} tower takes images (and video frames) one frame each: T = 1")
+        sums = padded_rows_sums(vision, [(h, w) for _, h, w in grids], args.image_slots)
+    else:
+        sums = batch_sums(vision, grids)
     if args.images:
         fixed = fixed_image_sums(vision, args.images)
         sums = {name: sums[name] + fixed[name] for name in VISION_SUMS}
     return sums
 
 
-def vision_report(vision: VisionSpec, sums: dict[str, int]) -> dict[str, Any]:
+def real_patches_from_args(vision: VisionSpec | None, args: argparse.Namespace) -> int | None:
+    """A padded-rows tower's real patches (its decoder tokens' source); None for any other tower."""
+    if vision is None or VISION_TOWERS[vision.tower] != PADDED_ROWS:
+        return None
+    return sum(h * w for _, h, w in args.image) + sum(h * w for _, h, w in map_pixels(vision, args.image_pixels))
+
+
+def map_pixels(vision: VisionSpec, sizes: list[tuple[int, int]]) -> list[tuple[int, int, int]]:
+    return [pixels_to_grid(vision, h, w) for h, w in sizes]
+
+
+def vision_report(vision: VisionSpec, sums: dict[str, int], real_patches: int | None = None) -> dict[str, Any]:
     """The tower's term: the sums, the coefficients, and the FLOPs by term and by component. It is
     the same in all three views: a tower attends within each image, packed or not."""
     return {
         "tower": vision.tower,
         "sums": sums,
-        "decoder_tokens": decoder_tokens(vision, sums),
+        "decoder_tokens": decoder_tokens(vision, sums, real_patches),
         "c_lin": vision.c_lin,
         "c_lin_by_component": vision.c_lin_by_component,
         "c_image": vision.c_image,
@@ -211,9 +247,11 @@ def vision_report(vision: VisionSpec, sums: dict[str, int]) -> dict[str, Any]:
     }
 
 
-def with_vision(out: dict[str, Any], vision: VisionSpec, sums: dict[str, int]) -> dict[str, Any]:
+def with_vision(
+    out: dict[str, Any], vision: VisionSpec, sums: dict[str, int], real_patches: int | None = None
+) -> dict[str, Any]:
     """The decoder's report with the tower's term added to each view's total and split."""
-    part = vision_report(vision, sums)
+    part = vision_report(vision, sums, real_patches)
     for view in ("bshd", "thd", "useful"):
         out[f"flops_{view}"] += part["flops"]
         out["flops_split"][view]["vision"] = part["flops"]
@@ -297,7 +335,7 @@ def flops_from_args(args: argparse.Namespace) -> int:
         print(f"packscope flops: {notice}", file=sys.stderr)
     out = report(model, result)
     if sums is not None and model.vision is not None:
-        out = with_vision(out, model.vision, sums)
+        out = with_vision(out, model.vision, sums, real_patches_from_args(model.vision, args))
     if args.audio and model.audio is not None:
         out["audio"] = audio_report(model.audio, args.audio)
     print(json.dumps(out, indent=2))

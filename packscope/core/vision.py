@@ -59,8 +59,10 @@ VISION_SUMS = (VISION_IMAGES, VISION_PATCHES, VISION_SQ_SUM, VISION_WINDOW_SQ_SU
 # How each tower's batch describes its images (what the agent reads):
 #   grid_thw:     an int tensor [images, 3] of (t, h, w) in patches (``image_grid_thw``, ``video_grid_thw``);
 #   image_sizes:  an int tensor [images, 2] of (height, width) in pixels (``image_sizes``);
-#   fixed:        every image (or tile, or crop) is ``image_grid``: the count is pixel_values.shape[0].
-GRID_THW, IMAGE_SIZES, FIXED = "grid_thw", "image_sizes", "fixed"
+#   fixed:        every image (or tile, or crop) is ``image_grid``: the count is pixel_values.shape[0];
+#   padded_rows:  ``pixel_values`` [images, slots, patch values], every image's patches padded to the
+#                 batch's slots (Gemma 4's processor pads each to ``max_soft_tokens`` · pooling²).
+GRID_THW, IMAGE_SIZES, FIXED, PADDED_ROWS = "grid_thw", "image_sizes", "fixed", "padded_rows"
 VISION_TOWERS: dict[str, str] = {
     "qwen2_5_vl": GRID_THW,  # Qwen2.5-VL's ViT with windowed blocks and a 2x2 patch merger
     "pixtral": IMAGE_SIZES,  # Mistral 3's Pixtral: variable-size images, block-diagonal attention
@@ -71,6 +73,7 @@ VISION_TOWERS: dict[str, str] = {
     "qwen3_vl": GRID_THW,  # Qwen3-VL's ViT: a 2x2 patch merger and the deepstack mergers
     "qwen3_5": GRID_THW,  # Qwen3.5's ViT: Qwen3-VL's without deepstack
     "internvl": FIXED,  # InternViT: 448² tiles of 32 x 32 patches + a class token, pixel-shuffled 2 x 2
+    "gemma4": PADDED_ROWS,  # Gemma 4's ViT: pre-cut patches padded per image, pooled 3 x 3
 }
 VISION_COMPONENTS = ("patch_embedding", "attention", "mlp", "projector")
 
@@ -347,9 +350,38 @@ def fixed_image_sums(vision: VisionSpec, images: int) -> dict[str, int]:
     return {name: images * value for name, value in one.items()}
 
 
-def decoder_tokens(vision: VisionSpec, sums: Mapping[str, int]) -> int:
+def padded_rows_sums(vision: VisionSpec, grids: Iterable[tuple[int, int]], slots: int | None = None) -> dict[str, int]:
+    """The four sums of a padded-rows tower's images (Gemma 4), each of h x w patches padded to
+    ``slots`` (None: each image fills its own h · w slots, unpadded). Every slot goes through the
+    GEMMs; every slot's query attends to its image's h · w real keys (the padding keys are masked);
+    the projector is priced per slot / merge² (it runs on the real pooled tokens only: docs/flops.md,
+    "Vision towers", says what that over-counts on a padded image)."""
+    if VISION_TOWERS[vision.tower] != PADDED_ROWS:
+        raise ValueError(f"a {vision.tower} tower's images are not padded rows of patches")
+    out = dict.fromkeys(VISION_SUMS, 0)
+    m2 = vision.spatial_merge**2
+    for grid in grids:
+        if not isinstance(grid, (list, tuple)) or len(grid) != 2:
+            raise ValueError(f"an image is (h, w) in patches, got {grid!r}")
+        h, w = (_positive(x, f"an image's {axis}") for x, axis in zip(grid, "hw", strict=True))
+        n = h * w if slots is None else _positive(slots, "a slot count")
+        if n < h * w or n % m2:
+            raise ValueError(
+                f"an image of {h} x {w} patches in {n} slots: the slots must hold it and pool into the tower's "
+                f"{vision.spatial_merge} x {vision.spatial_merge} blocks (max_soft_tokens · pooling_kernel_size²)"
+            )
+        out[VISION_IMAGES] += 1
+        out[VISION_PATCHES] += n
+        out[VISION_SQ_SUM] += n * h * w
+    return out
+
+
+def decoder_tokens(vision: VisionSpec, sums: Mapping[str, int], real_patches: int | None = None) -> int:
     """The tokens the tower hands the decoder for images of these sums: one per spatial_merge²
-    patches, plus the class tokens the projector keeps (they are the images' share of the packs)."""
+    patches, plus the class tokens the projector keeps (they are the images' share of the packs). A
+    padded-rows tower hands over its real patches' pooled tokens only: give ``real_patches``."""
+    if real_patches is not None:
+        return real_patches // vision.spatial_merge**2
     return sums[VISION_PATCHES] // vision.spatial_merge**2 + sums[VISION_IMAGES] * vision.projected_class_tokens
 
 
@@ -364,6 +396,7 @@ __all__ = [
     "FIXED",
     "GRID_THW",
     "IMAGE_SIZES",
+    "PADDED_ROWS",
     "VISION_COMPONENTS",
     "VISION_IMAGES",
     "VISION_PATCHES",
@@ -377,6 +410,7 @@ __all__ = [
     "fixed_image_sums",
     "frame_window_sq",
     "grid_sums",
+    "padded_rows_sums",
     "pixels_to_grid",
     "vision_flops",
 ]

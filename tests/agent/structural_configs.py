@@ -390,3 +390,21 @@ WRAPPERS["qwen3_omni_moe_thinker"] = {
     "vision_config": {"model_type": "qwen3_omni_moe_vision_encoder", **_GRID_TOWER, "deepstack_visual_indexes": [0, 1]},
     "audio_config": OMNI_AUDIO,
 }
+# Gemma 4 with its vision tower: 2 layers of width 16 on 4-pixel patches (48 values each), pooled
+# 2 x 2, and the E2B-like decoder above.
+WRAPPERS["gemma4"] = {
+    "model_type": "gemma4",
+    "text_config": {**STRUCTURAL["gemma4_text"], "pad_token_id": 0},  # the wrapper pads its image slots with it
+    "vision_config": {
+        "model_type": "gemma4_vision",
+        "hidden_size": 16,
+        "intermediate_size": 24,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 2,
+        "head_dim": 8,
+        "patch_size": 4,
+        "pooling_kernel_size": 2,
+        "position_embedding_size": 64,
+    },
+}

@@ -139,7 +139,8 @@ def oracle_core_widths(model: nn.Module) -> list[float]:
     for name, _ in model.named_modules():
         parts = name.split(".")
         decoder = len(parts) > 2 and parts[-3] == "layers" and parts[-2].isdigit()  # not a tower's encoder.layer.N
-        decoder = decoder and "audio_tower" not in parts  # Qwen3-Omni's audio encoder: test_hf_audio.py
+        # Qwen3-Omni's audio encoder (test_hf_audio.py), Gemma 4's vision encoder (test_hf_towers.py)
+        decoder = decoder and not {"audio_tower", "vision_tower"} & set(parts)
         if parts[-1] in ("self_attn", "attention") and decoder and not _linear_layer(model, int(parts[-2])):
             out.append(run.get(name, {}).get("aten.bmm", 0) / (2 * length * length))
     return out

@@ -21,7 +21,14 @@ from packscope.agent.hf_structure import spec_from_any_hf_dict, spec_from_struct
 from packscope.agent.hf_towers import grid_tower  # noqa: E402
 from packscope.core.flops import ModelSpec  # noqa: E402
 from packscope.core.hf_fields import HFConfigError  # noqa: E402
-from packscope.core.vision import VisionSpec, batch_sums, decoder_tokens  # noqa: E402
+from packscope.core.vision import (  # noqa: E402
+    PADDED_ROWS,
+    VISION_TOWERS,
+    VisionSpec,
+    batch_sums,
+    decoder_tokens,
+    padded_rows_sums,
+)
 from tests.agent.structural_configs import STRUCTURAL, WRAPPERS  # noqa: E402
 from tests.core import hf_meta as hf  # noqa: E402
 from tests.core import vision_meta as vm  # noqa: E402
@@ -31,11 +38,16 @@ from tests.core import vision_meta as vm  # noqa: E402
 # tower (InternVL) takes 1, 2 and 3 tiles.
 GRIDS = [[(1, 4, 6)], [(2, 4, 4), (1, 2, 2)], [(3, 6, 2), (1, 2, 8)]]
 TILES = (1, 2, 3)
+# A padded-rows tower (Gemma 4) stacks its images in one tensor: same-size images here, unpadded
+# (each fills its slots); test_gemma4_padding_slots_* pads them.
+ROWS = [[(1, 4, 6)], [(1, 4, 4)] * 2, [(1, 2, 8)] * 3]
 
 
 def batch(vision: VisionSpec, index: int) -> list[tuple[int, int, int]]:
     if vision.image_grid is not None:
         return [(1, *vision.image_grid)] * TILES[index]
+    if VISION_TOWERS[vision.tower] == PADDED_ROWS:
+        return ROWS[index]
     return GRIDS[index]
 
 
@@ -47,8 +59,21 @@ def cpu_model(name: str) -> nn.Module:
     return hf.build(config, "cpu")
 
 
+def row_inputs(vision: VisionSpec, grids: list[tuple[int, int]], slots: int) -> dict[str, torch.Tensor]:
+    """What Gemma 4's processor hands the model: each image's patches (row-major) padded to ``slots``,
+    and their (x, y) positions, (-1, -1) on the padding."""
+    pixels = torch.randn(len(grids), slots, vision.patch_inputs)
+    positions = torch.full((len(grids), slots, 2), -1, dtype=torch.long)
+    for i, (h, w) in enumerate(grids):
+        ys, xs = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
+        positions[i, : h * w] = torch.stack([xs.reshape(-1), ys.reshape(-1)], dim=1)
+    return {"pixel_values": pixels, "image_position_ids": positions}
+
+
 def tower_inputs(vision: VisionSpec, grids: list[tuple[int, int, int]]) -> dict[str, torch.Tensor]:
     """What the processor hands the model: one row of pixels per patch and the grids, or the tiles."""
+    if VISION_TOWERS[vision.tower] == PADDED_ROWS:
+        return row_inputs(vision, [(h, w) for _, h, w in grids], max(h * w for _, h, w in grids))
     if vision.image_grid is not None:
         side = vision.image_grid[0] * vision.patch_size
         return {"pixel_values": torch.randn(len(grids), 3, side, side)}
@@ -110,6 +135,73 @@ def test_tower_flops_per_component_are_what_the_tower_computes(name, index):
     assert vision.flops_by_component(sums) == vm.measured_flops(tally, windowed_blocks=set())
     assert not any(tally.forward_only_macs.values())  # every GEMM that ran is model work
     assert tokens.shape[0] == decoder_tokens(vision, sums)
+
+
+@pytest.mark.parametrize("slots", [24, 32])
+def test_gemma4_padding_slots_are_counted_as_the_tower_runs_them(slots):
+    """Images of 4 x 4 and 2 x 4 patches padded to the batch's slots: every slot goes through the GEMMs,
+    every slot's query attends to its image's real keys (SDPA's mask hides the padding keys). The
+    projector runs on the real pooled tokens only, and the count prices it per slot: its one known
+    excess, exactly the padding's pooled tokens through embed_vision (docs/flops.md)."""
+    from packscope.agent.vision import rows_sums
+
+    vision = spec_from_structure(WRAPPERS["gemma4"]).vision
+    assert vision is not None
+    grids = [(4, 4), (2, 4)]
+    inputs = row_inputs(vision, grids, slots)
+    tally, tokens = vm.run_tower(cpu_model("gemma4"), vision.tower, inputs, backward=True)
+    sums = padded_rows_sums(vision, grids, slots)
+    assert {k: int(v) for k, v in rows_sums(vision, inputs["image_position_ids"]).items()} == sums
+    counted, measured = vision.flops_by_component(sums), vm.measured_flops(tally, windowed_blocks=set())
+    padding_tokens = (2 * slots - 16 - 8) // vision.spatial_merge**2
+    assert padding_tokens > 0 and tokens.shape[0] == (16 + 8) // vision.spatial_merge**2
+    assert counted["projector"] - measured["projector"] == 6 * padding_tokens * vision.projector_macs
+    assert {k: v for k, v in counted.items() if k != "projector"} == {
+        k: v for k, v in measured.items() if k != "projector"
+    }
+
+
+@pytest.mark.slow  # the default tower's full widths on the CPU (small images): about 10 s
+def test_gemma4_default_tower_per_component_at_full_width():
+    """gemma4.json's tower (docs/flops.md's worked value) at its real widths: its own modules, built
+    alone on the CPU with the wrapper's projector and image path (Gemma4Model.get_image_features: on
+    the meta device its split per image reads values back), on a 6 x 9 and a 6 x 6 patch image padded to
+    63 slots. Every component as the tower computes it; the projector over by the padding's tokens."""
+    from pathlib import Path
+
+    from transformers.models.gemma4 import modeling_gemma4 as g4
+
+    cfg = json.loads((Path(__file__).parents[1] / "fixtures" / "hf" / "structural" / "gemma4.json").read_text())
+    vision = spec_from_structure(cfg).vision
+    assert vision is not None
+    config = hf.config_from_dict(cfg)
+    vm.use_counting_attention(config)
+
+    class ImagePath(nn.Module):  # the parts of Gemma4Model that get_image_features reads
+        get_image_features = g4.Gemma4Model.get_image_features
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.config = config
+            self.vision_tower = g4.Gemma4VisionModel(config.vision_config)
+            self.embed_vision = g4.Gemma4MultimodalEmbedder(config.vision_config, config.text_config)
+
+    torch.manual_seed(0)
+    model = ImagePath().requires_grad_(False)  # input gradients only: every GEMM still gets its own
+    grids, slots = [(6, 9), (6, 6)], 63
+    inputs = row_inputs(vision, grids, slots)
+    inputs["pixel_values"].requires_grad_(True)
+    tally, tokens = vm.run_tower(model, vision.tower, inputs, backward=True)
+    counted, measured = (
+        vision.flops_by_component(padded_rows_sums(vision, grids, slots)),
+        vm.measured_flops(tally, windowed_blocks=set()),
+    )
+    padding_tokens = (2 * slots - 54 - 36) // 9
+    assert tokens.shape[0] == (54 + 36) // 9 and padding_tokens == 4
+    assert counted["projector"] - measured["projector"] == 6 * padding_tokens * vision.projector_macs
+    assert {k: v for k, v in counted.items() if k != "projector"} == {
+        k: v for k, v in measured.items() if k != "projector"
+    }
 
 
 def test_the_deepstack_mergers_are_in_the_projector():
@@ -180,14 +272,15 @@ def test_the_cli_and_the_hf_callback_count_the_same_images_alike(name, tmp_path,
     "model_type, names",
     [
         ("gemma3n", ("Gemma3nAudioEncoder", "TimmWrapperModel", "torchvision", "gemma3n_text")),
-        ("gemma4", ("Gemma4VisionModel", "Gemma4AudioModel", "gemma4_text")),
+        ("gemma4", ("Gemma4AudioModel", "text_config alone")),
     ],
 )
 def test_a_tower_not_priced_is_refused_in_one_line_naming_its_class(model_type, names):
     from transformers import AutoConfig
 
+    kwargs = {"vision_config": {}, "audio_config": {}} if model_type == "gemma4" else {}
     with pytest.raises(HFConfigError) as caught:
-        spec_from_any_hf_dict(AutoConfig.for_model(model_type).to_dict())
+        spec_from_any_hf_dict(AutoConfig.for_model(model_type, **kwargs).to_dict())
     message = str(caught.value)
     assert "\n" not in message and all(name in message for name in names), message
 

@@ -15,7 +15,7 @@ pytest.importorskip("transformers")
 
 from packscope.agent.hf_structure import spec_from_structure
 from packscope.core.flops import ModelSpec, packs_breakdown_by_kind
-from packscope.core.vision import batch_sums, decoder_tokens, fixed_image_sums
+from packscope.core.vision import batch_sums, decoder_tokens, fixed_image_sums, padded_rows_sums
 from tests.core.test_worked_values import table_rows
 
 ROOT = Path(__file__).parent.parent.parent
@@ -83,9 +83,18 @@ def test_the_documented_pack_is_the_one_computed():
 
 # The wrappers' towers (packscope.agent.hf_towers): a 448 x 640 px image and an 8-frame 320 x 576 px
 # video (temporal patch 2), as image_grid_thw gives them; InternVL three 448 x 448 px tiles.
-WRAPPERS = {"qwen3_vl.json": "Qwen3-VL", "qwen3_5.json": "Qwen3.5 (dense)", "internvl.json": "InternVL"}
+WRAPPERS = {
+    "qwen3_vl.json": "Qwen3-VL",
+    "qwen3_5.json": "Qwen3.5 (dense)",
+    "internvl.json": "InternVL",
+    "gemma4.json": "Gemma 4",
+}
 IMAGES = [(1, 28, 40), (4, 20, 36)]
 TILES = 3
+# Gemma 4: a 768 x 1024 px and an 896 x 896 px image as its processor resizes them for the default
+# max_soft_tokens 280 (672 x 912 and 768 x 768 px: 42 x 57 and 48 x 48 patches of 16 px, sides in
+# multiples of 3 patches), each padded to 280 · 3² = 2520 slots.
+GEMMA4_IMAGES, GEMMA4_SLOTS = [(42, 57), (48, 48)], 2520
 TOWER_HEADER = (
     "| model | fixture | vision_patches | vision_sq_sum | decoder tokens | c_lin | C_full | patch_embedding "
     "| attention | mlp | projector | core_full | FLOPs_vision |\n" + "|---" * 13 + "|"
@@ -95,12 +104,17 @@ TOWER_HEADER = (
 def tower_row(fixture: str) -> str:
     vision = spec(fixture).vision
     assert vision is not None
-    sums = batch_sums(vision, IMAGES) if vision.image_grid is None else fixed_image_sums(vision, TILES)
+    real = None
+    if vision.tower == "gemma4":
+        sums = padded_rows_sums(vision, GEMMA4_IMAGES, GEMMA4_SLOTS)
+        real = sum(h * w for h, w in GEMMA4_IMAGES)
+    else:
+        sums = batch_sums(vision, IMAGES) if vision.image_grid is None else fixed_image_sums(vision, TILES)
     parts = vision.flops_by_component(sums)
     split = " | ".join(f"{parts[k]:.6e}" for k in ("patch_embedding", "attention", "mlp", "projector", "core_full"))
     return (
         f"| {WRAPPERS[fixture]} | `{fixture}` | {sums['vision_patches']} | {sums['vision_sq_sum']} "
-        f"| {decoder_tokens(vision, sums)} | {vision.c_lin} | {vision.c_core_by_kind['full']} | {split} "
+        f"| {decoder_tokens(vision, sums, real)} | {vision.c_lin} | {vision.c_core_by_kind['full']} | {split} "
         f"| {vision.flops(sums):.6e} |"
     )
 
@@ -125,6 +139,10 @@ def test_the_tower_table_has_one_row_per_wrapper_and_the_documented_images():
     assert spec("qwen3_5.json").c_lin_by_component == spec("qwen3_5_text.json").c_lin_by_component
     tiles = fixed_image_sums(spec("internvl.json").vision, TILES)  # 32 x 32 patches and a class token each
     assert (tiles["vision_patches"], tiles["vision_sq_sum"]) == (3 * 32 * 32, 3 * (32 * 32 + 1) ** 2)
+    # Gemma 4: every slot through the GEMMs, every slot's query against its image's real patches
+    rows = padded_rows_sums(spec("gemma4.json").vision, GEMMA4_IMAGES, GEMMA4_SLOTS)
+    assert (rows["vision_patches"], rows["vision_sq_sum"]) == (2 * 2520, 2520 * (42 * 57 + 48 * 48))
+    assert spec("gemma4.json").c_lin_by_component == spec("gemma4_text.json").c_lin_by_component
 
 
 if __name__ == "__main__":  # print the tables for the doc

@@ -8,9 +8,16 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from packscope.agent.vision import batch_vision_sums, fixed_sums, grid_thw_sums, image_sizes_sums
+from packscope.agent.vision import batch_vision_sums, fixed_sums, grid_thw_sums, image_sizes_sums, rows_sums
 from packscope.core.hf_config import read_hf_config
-from packscope.core.vision import VISION_SUMS, VisionSpec, batch_sums, fixed_image_sums, pixels_to_grid
+from packscope.core.vision import (
+    VISION_SUMS,
+    VisionSpec,
+    batch_sums,
+    fixed_image_sums,
+    padded_rows_sums,
+    pixels_to_grid,
+)
 from tests.core.published_vision import PUBLISHED_VISION
 
 QWEN = read_hf_config(PUBLISHED_VISION["qwen2_5_vl_7b.json"]).vision  # window 4 merged tokens, 2 x 2 merge
@@ -22,6 +29,22 @@ ODD = VisionSpec(
     tower="qwen2_5_vl", layers=4, hidden=32, heads=4, ffn=48, gated=True, patch_size=4, patch_inputs=96,
     spatial_merge=3, projector=((288, 288), (288, 64)), window=3, windowed_layers=(1, 0, 1, 1),
 )  # fmt: skip
+
+
+# Gemma 4's tower as the structural count reads it (defaults: 768 wide, 16 px patches pooled 3 x 3).
+GEMMA4 = VisionSpec(
+    tower="gemma4", layers=16, hidden=768, heads=12, ffn=3072, gated=True, patch_size=16, patch_inputs=768,
+    spatial_merge=3, projector=((768, 2304),),
+)  # fmt: skip
+
+
+def position_table(grids: list[tuple[int, int]], slots: int) -> torch.Tensor:
+    """Gemma 4's image_position_ids: each image's (x, y) patch positions, then (-1, -1) padding."""
+    table = torch.full((len(grids), slots, 2), -1, dtype=torch.int64)
+    for i, (h, w) in enumerate(grids):
+        ys, xs = torch.meshgrid(torch.arange(h), torch.arange(w), indexing="ij")
+        table[i, : h * w] = torch.stack([xs.reshape(-1), ys.reshape(-1)], dim=1)
+    return table
 
 
 def values(sums: dict) -> dict[str, int]:
@@ -69,6 +92,29 @@ def test_a_fixed_size_tower_counts_from_the_shape(vision):
         fixed_sums(vision, torch.empty(5, 3, side, side + vision.patch_size, device="meta"))
 
 
+@settings(max_examples=100, deadline=None)
+@given(grids=st.lists(st.tuples(*[st.integers(1, 8).map(lambda k: 3 * k)] * 2), max_size=5), extra=st.integers(0, 6))
+def test_padded_rows_sums_are_the_reference(grids, extra):
+    slots = max([h * w for h, w in grids], default=9) + 9 * extra
+    table = position_table(grids, slots)
+    assert values(rows_sums(GEMMA4, table)) == padded_rows_sums(GEMMA4, grids, slots)
+    batch = {"image_position_ids": table, "video_position_ids": table}
+    assert values(batch_vision_sums(GEMMA4, batch)) == padded_rows_sums(GEMMA4, grids + grids, slots)
+    host = batch_vision_sums(GEMMA4, {"image_position_ids": table.tolist()})  # a host list
+    assert values(host) == padded_rows_sums(GEMMA4, grids, slots)
+
+
+def test_padded_rows_refuse_bad_shapes_and_slots():
+    with pytest.raises(ValueError, match=r"image_position_ids must be \[images, slots, 2\]"):
+        rows_sums(GEMMA4, torch.zeros(2, 9, dtype=torch.int64))
+    with pytest.raises(ValueError, match="slots must hold it and pool"):
+        padded_rows_sums(GEMMA4, [(3, 6)], 12)  # 18 patches in 12 slots
+    with pytest.raises(ValueError, match="slots must hold it and pool"):
+        padded_rows_sums(GEMMA4, [(3, 3)], 10)  # 10 slots do not pool 3 x 3
+    with pytest.raises(ValueError, match="not padded rows"):
+        padded_rows_sums(QWEN, [(2, 2)], 4)
+
+
 def test_images_and_videos_of_one_batch_add_up():
     images, videos = [(1, 28, 40), (1, 14, 14)], [(6, 16, 22)]
     batch = {"image_grid_thw": torch.tensor(images), "video_grid_thw": torch.tensor(videos)}
@@ -102,6 +148,7 @@ def test_no_value_is_read_back(monkeypatch):
     for name in ("item", "tolist", "__bool__", "__int__", "__float__", "__index__", "cpu", "numpy", "nonzero"):
         monkeypatch.setattr(torch.Tensor, name, refuse)
     on_device = grid_thw_sums(QWEN, table)
+    rows = rows_sums(GEMMA4, position_table([(3, 6), (6, 6)], 45))
     from_batch = batch_vision_sums(QWEN, {"image_grid_thw": table, "video_grid_thw": table})
     pixtral = image_sizes_sums(MISTRAL3, sizes)
     with pytest.raises(AssertionError, match="read on the host"):
@@ -109,6 +156,7 @@ def test_no_value_is_read_back(monkeypatch):
     monkeypatch.undo()
     assert all(v.dim() == 0 and v.dtype == torch.int64 for v in on_device.values())
     assert values(on_device) == batch_sums(QWEN, grids)
+    assert values(rows) == padded_rows_sums(GEMMA4, [(3, 6), (6, 6)], 45)
     assert values(from_batch) == batch_sums(QWEN, grids + grids)
     assert values(pixtral) == batch_sums(MISTRAL3, [pixels_to_grid(MISTRAL3, h, w) for h, w in sizes.tolist()])
 
@@ -123,3 +171,15 @@ def test_no_sync_on_cuda():
     finally:
         torch.cuda.set_sync_debug_mode("default")
     assert values(sums) == batch_sums(QWEN, [(1, 36, 52), (2, 20, 28)])
+
+
+@pytest.mark.gpu
+def test_padded_rows_no_sync_on_cuda():
+    table = position_table([(42, 57), (48, 48)], 2520).to("cuda")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        sums = batch_vision_sums(GEMMA4, {"image_position_ids": table})
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert values(sums) == padded_rows_sums(GEMMA4, [(42, 57), (48, 48)], 2520)

@@ -32,6 +32,7 @@ from torch import nn
 
 warnings.filterwarnings("ignore", module="transformers")
 
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask  # noqa: E402
 from transformers.modeling_utils import AttentionInterface  # noqa: E402
 
 COUNT = "packscope_vision_count"
@@ -59,7 +60,7 @@ _MODULE_BLOCK: dict[int, int] = {}  # id(attention module) -> block index
 
 def _component(name: str) -> str | None:
     """Where a module sits, from its qualified name in the model."""
-    if any(part in name for part in ("merger", "multi_modal_projector", "vision_adapter")):
+    if any(part in name for part in ("merger", "multi_modal_projector", "vision_adapter", "embed_vision")):
         return "projector"
     if "patch_embed" in name or "patch_conv" in name:
         return "patch_embedding"
@@ -167,6 +168,9 @@ def attend(query, key, value, attention_mask, scaling=None) -> torch.Tensor:
 
 
 AttentionInterface.register(COUNT, counting_attention)
+# The masks the counting attention receives are SDPA's (a tower built with create_bidirectional_mask,
+# Gemma 4's, masks its padding slots as keys): without one registered, transformers builds none.
+AttentionMaskInterface.register(COUNT, sdpa_mask)
 
 
 def use_counting_attention(config: Any) -> None:

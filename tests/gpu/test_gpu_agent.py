@@ -194,6 +194,37 @@ def test_vision_sums_on_cuda_add_no_sync_and_equal_the_reference():
     assert all(r[name] == n * r["steps"] for r in agent.records for name, n in reference.items())
 
 
+def test_padded_rows_vision_sums_on_cuda_add_no_sync_and_equal_the_reference():
+    """Gemma 4's image_position_ids on the device, micro-batches of two slot widths in one interval
+    (their tables are not concatenated), counted at the boundary with no host sync."""
+    from packscope.core.flops import ModelSpec
+    from packscope.core.vision import VisionSpec, padded_rows_sums
+    from tests.agent.test_vision import position_table
+
+    dev = torch.device("cuda")
+    vision = VisionSpec(
+        tower="gemma4", layers=16, hidden=768, heads=12, ffn=3072, gated=True, patch_size=16, patch_inputs=768,
+        spatial_merge=3, projector=((768, 2304),),
+    )  # fmt: skip
+    model = ModelSpec(layers=2, hidden=256, heads=4, ffn=512, vocab=1024, vision=vision)
+    batches = [([(42, 57), (48, 48)], 2520), ([(12, 15)], 630)]
+    tables = [position_table(grids, slots).to(dev) for grids, slots in batches]
+    cu = torch.tensor([0, 300, 1024, 1500, 2048], dtype=torch.int32, device=dev)
+    agent = Agent(AgentConfig(log_every=4, count_syncs=True, count_syncs_every=1), model=model, device=dev)
+    x = torch.randn(512, 512, device=dev)
+    for _ in range(8):
+        agent.step_begin()
+        for table in tables:
+            agent.observe_batch(cu_seqlens=cu, shape=(1, 2048), image_position_ids=table)
+        agent.step_end(loss=x.sum(), grad_norm=x.norm())
+    agent.close()
+    per_batch = [padded_rows_sums(vision, grids, slots) for grids, slots in batches]
+    one_step = {name: sum(sums[name] for sums in per_batch) for name in per_batch[0]}
+    assert len(agent.records) == 2
+    assert sum(r["syncs"]["total"] for r in agent.records) == 0
+    assert all(r[name] == n * r["steps"] for r in agent.records for name, n in one_step.items())
+
+
 def test_gpu_sums_equal_cpu_sums():
     """The device reduction must give the same integers as the CPU path."""
     cu, shape = thd_batch("cpu", packs=8, pack_len=4096)
