@@ -119,8 +119,10 @@ def test_a_sync_at_the_steps_end_owns_the_idle_between_steps_that_follows():
     wait = sum(r["data_wait_s"] for r in traced) / sum(r["data_wait_gaps"] for r in traced)
     assert 0.002 < per_gap < 0.006, (per_gap, wait)
     assert per_gap == pytest.approx(wait, rel=0.25), (per_gap, wait)
+    # The host runs ahead here, so a later interval's trace may wait for an unread one: the first
+    # interval's (nothing unread before it) is enough.
     recs = run_steps(cupti_agent(log_every=6, trace_idle_steps=3), plain_step, 24, between=next_batch)
-    traced = [r for r in recs[1:] if r.get("traced_gaps")]
+    traced = [r for r in recs if r.get("traced_gaps")]
     assert traced and all(r["sync_idle_between_s"] == 0 for r in traced), traced
 
 
