@@ -496,14 +496,20 @@ class Agent:
         if taken is None:
             return {}
         busy, host_syncs = taken
-        split = attribute_idle(busy, host_syncs, trace.marks, list(zip(trace.begins, trace.ends, strict=True)))
         traced = [s for s in steps if trace.first <= s.step <= trace.last]
+        # The gap before traced step first + k + 1 is the trace's gap k; the agent's own work in
+        # it (an emission) is not the trainer's, as the data wait leaves it out.
+        agent_gaps = {s.step - trace.first - 1 for s in traced if s.agent_gap and s.step > trace.first}
+        spans = list(zip(trace.begins, trace.ends, strict=True))
+        split = attribute_idle(busy, host_syncs, trace.marks, spans, agent_gaps=agent_gaps)
         return {
             "traced_steps": len(traced),
             "traced_step_time_s": sum(s.gpu_s for s in traced),
             "traced_busy_s": split.busy_s,
             "sync_idle_s": split.sync_idle_s,
             "launch_idle_s": split.launch_idle_s,
+            "traced_gaps": split.traced_gaps,
+            "sync_idle_between_s": split.sync_idle_between_s,
         }
 
     def _end_interval(self) -> _EndedInterval:

@@ -8,7 +8,12 @@ stretches is split:
 
 * the part that overlaps the host's time between two steps (a step's end to the next one's
   begin) is *between steps*: the event-timed data wait measures it (agent/timing.py), so it is
-  left out here and not counted twice;
+  not counted again as idle inside a step. Of it, the part in gaps that a host sync began (the
+  GPU drained into the sync before the step's end and idled on past it: a logger's `.item()` at
+  the end of the step, then the host's work for the next one) is summed apart, per gap between
+  the traced steps, so that the ledger can charge that much of the data wait to the syncs: without
+  the sync the host's work between steps would have overlapped the GPU's queue. Gaps that hold
+  the agent's own work are left out of it, as the data wait leaves them out;
 * the rest is inside a step. It follows a host sync when the host was blocked waiting for the
   GPU as it drained: a synchronization call that began before the gap (within `tolerance_ns`)
   and returned in it, or a device-to-host copy into pageable memory (which the host waits for)
@@ -33,7 +38,7 @@ tests feed it synthetic ones.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 from typing import NamedTuple
@@ -68,6 +73,10 @@ class IdleSplit:
     sync_idle_s: float = 0.0
     launch_idle_s: float = 0.0
     between_steps_s: float = 0.0  # measured as the data wait, not counted again
+    # Of the time between steps, the part in idle gaps a host sync began, over `traced_gaps` gaps
+    # between the traced steps (those holding the agent's own work left out).
+    sync_idle_between_s: float = 0.0
+    traced_gaps: int = 0
     sync_sites: dict[str, float] = field(default_factory=dict)  # sync idle by the counter's site
 
 
@@ -109,33 +118,40 @@ def attribute_idle(
     steps: Sequence[tuple[int, int]],
     tolerance_ns: int = 2_000,
     queue_ns: int = 100_000,
+    agent_gaps: Collection[int] = (),
 ) -> IdleSplit:
     """Split the GPU time of the traced `steps` (each the host's (begin, end) on CUPTI's clock, in
     order) into busy, idle after a host sync (by site) and other idle, from what ran (`busy`),
     the host's sync calls (`syncs`) and the counter's sites ((time, site), in order). A region
     between two syncs is the syncs' where the second waited at most `queue_ns` (a few small
-    kernels: the host never got ahead of the GPU in between).
+    kernels: the host never got ahead of the GPU in between). `agent_gaps`: the gaps between
+    steps (k: between steps[k] and steps[k + 1]) in which the agent did its own work, left out
+    of the syncs' time between steps.
 
     The timeline runs from the first busy stretch to the last: the GPU's wait for the first
     launch of the stretch is not inside a traced step's work. Tensor arithmetic over the records
     (a trace holds thousands): Python loops run over the syncs and the sites charged only."""
+    counted = [k for k in range(len(steps) - 1) if k not in agent_gaps]  # the gaps between steps
     t = _sorted(busy)
     if not len(t):
-        return IdleSplit()
+        return IdleSplit(traced_gaps=len(counted))
     starts, ends = _stretches(t)
-    split = IdleSplit(busy_s=int((ends - starts).sum()) / 1e9)
+    split = IdleSplit(busy_s=int((ends - starts).sum()) / 1e9, traced_gaps=len(counted))
     g0, g1 = ends[:-1], starts[1:]  # the idle gaps
     if not len(g0):
         return split
     windows = torch.tensor([(steps[i][1], steps[i + 1][0]) for i in range(len(steps) - 1)], dtype=torch.int64)
-    outside = torch.zeros_like(g0)
+    between = torch.zeros((len(g0), len(windows)), dtype=torch.int64)  # each idle gap's part in each window
     if len(windows):
         lo = torch.maximum(g0[:, None], windows[None, :, 0])
         hi = torch.minimum(g1[:, None], windows[None, :, 1])
-        outside = (hi - lo).clamp(min=0).sum(1)
+        between = (hi - lo).clamp(min=0)
+    outside = between.sum(1)
     split.between_steps_s = int(outside.sum()) / 1e9
     inside = (g1 - g0 - outside).clamp(min=0)
     blocked = _blocked_at(g0, g1, t, syncs, tolerance_ns)
+    began_by_sync = between[blocked >= 0][:, counted]
+    split.sync_idle_between_s = int(began_by_sync.sum()) / 1e9
     by_sync = (blocked >= 0) & (inside > 0)
     site_times = torch.tensor([at for at, _ in sites], dtype=torch.int64)
 

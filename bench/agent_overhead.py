@@ -135,7 +135,10 @@ VARIANTS: dict[str, dict[str, Any]] = {
 CUPTI_VARIANT = {"full+cupti": dict(count_syncs=True, sample_gpu=True, sync_backend="cupti", trace_idle_steps=1)}
 
 
-LEDGER_FIELDS = ("data_wait_s", "data_wait_gaps", "traced_steps", "traced_step_time_s", "sync_idle_s", "launch_idle_s")
+LEDGER_FIELDS = (
+    "data_wait_s", "data_wait_gaps", "traced_steps", "traced_step_time_s", "sync_idle_s", "launch_idle_s",
+    "traced_gaps", "sync_idle_between_s",
+)  # fmt: skip
 
 
 def step_time_ratio(preset: str, steps_per_mode: int, warmup: int, compile: bool, cupti: bool = False) -> dict:

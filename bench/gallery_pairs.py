@@ -3,7 +3,9 @@
 For each `pair:<name>` (one `before` and one `after` run file), the per-interval step time
 (gpu_time_s / steps, first interval dropped: allocation, compile, capture) of each run; the
 difference of the means after minus before, relative to before, with a 95% percentile-bootstrap
-interval (intervals resampled within each run), and syncs per iteration of each. Prints JSON.
+interval (intervals resampled within each run), syncs per iteration of each, and the time between steps per
+gap: the data wait and the part of it a host sync began (`sync_idle_between_s` over the traced
+gaps; null in files recorded before the agent sent it). Prints JSON.
 
     python bench/gallery_pairs.py [gallery/*.jsonl]
 """
@@ -29,6 +31,12 @@ def step_times(records: list[dict]) -> list[float]:
 
 def syncs_per_iter(records: list[dict]) -> float | None:
     return syncs_per_step(sorted(records, key=lambda r: r["interval"])[1:])
+
+
+def per_gap_ms(records: list[dict], idle: str, gaps: str) -> float | None:
+    """Σ idle ÷ Σ gaps in ms over the steady intervals that carry both, or None."""
+    carrying = [r for r in sorted(records, key=lambda r: r["interval"])[1:] if r.get(idle) is not None and r.get(gaps)]
+    return 1e3 * sum(r[idle] for r in carrying) / sum(r[gaps] for r in carrying) if carrying else None
 
 
 def relative_change(before: list[float], after: list[float], resamples: int = 4000, seed: int = 0) -> dict:
@@ -66,6 +74,10 @@ def main() -> int:
             "intervals": {"before": len(before), "after": len(after)},
             "step_time_change": relative_change(before, after),
             "syncs_per_iter": {"before": syncs_per_iter(runs["before"]), "after": syncs_per_iter(runs["after"])},
+            "data_wait_ms_per_gap": {role: per_gap_ms(runs[role], "data_wait_s", "data_wait_gaps") for role in runs},
+            "sync_idle_between_ms_per_gap": {
+                role: per_gap_ms(runs[role], "sync_idle_between_s", "traced_gaps") for role in runs
+            },
         }
     print(json.dumps(out, indent=2))
     return 0

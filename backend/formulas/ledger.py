@@ -46,6 +46,19 @@ class Term:
     # False for time outside the event-timed step (the data wait between steps): it lengthens the
     # iteration, not the step that the peak and the useful work are priced over.
     within_step: bool = True
+    # Of a within-step term's fraction, the part that lies between steps (the syncs' idle that
+    # runs on past the step's end): it lengthens the iteration, as the data wait does.
+    between: float = 0.0
+
+    @property
+    def in_step(self) -> float:
+        """The part of the fraction inside the event-timed step (0 for none or no value)."""
+        return (self.fraction or 0.0) - self.between if self.within_step else 0.0
+
+    @property
+    def outside_step(self) -> float:
+        """The part of the fraction between steps: it lengthens the iteration, not the step."""
+        return self.between if self.within_step else (self.fraction or 0.0)
 
 
 def _metric(name: str, sums: Mapping[str, float], c: Coefficients) -> float | None:
@@ -122,10 +135,25 @@ def _traced(sums: Mapping[str, float]) -> str:
     return f"{n:.0f} step{'s' * (n != 1)} traced by CUPTI, scaled to every step"
 
 
-def sync_term(sums: Mapping[str, float], c: Coefficients, sites: Sequence[tuple[str, float]]) -> Term:
+def sync_wait_s(sums: Mapping[str, float]) -> float | None:
+    """Per step gap, the part of the data wait that host syncs began: the GPU's idle time in the
+    traced gaps between steps that a sync began (it drained into the sync before the step's end
+    and idled on past it), per traced gap, at most the data wait per gap (its share of all the
+    window's gaps). None where not measured: no traced gap (records of an agent before this
+    split, or no trace), or no data wait measured."""
+    if not sums["traced_gaps"] or not sums["data_wait_gaps"] or sums["traced_step_time_s"] <= 0:
+        return None
+    return min(sums["sync_idle_between_s"] / sums["traced_gaps"], sums["data_wait_s"] / sums["data_wait_gaps"])
+
+
+def sync_term(
+    sums: Mapping[str, float], c: Coefficients, sites: Sequence[tuple[str, float]], step_s: float | None = None
+) -> Term:
     """Host synchronizations: their count per iteration is measured on the counted steps; their
     time is the GPU's idle time after them in the steps CUPTI traced, as a share of those steps
-    (estimated: a sample of the steps). Without a trace only a count of none is a time (0)."""
+    (estimated: a sample of the steps), plus, per step gap, its idle time between steps in the
+    gaps a sync began (`sync_wait_s`), which the data wait gives up. Without a trace only a
+    count of none is a time (0)."""
     per_iter = _metric("syncs_per_iter", sums, c)
     if per_iter is None:
         return Term(
@@ -143,13 +171,24 @@ def sync_term(sums: Mapping[str, float], c: Coefficients, sites: Sequence[tuple[
     traced = sums["traced_step_time_s"]
     if traced > 0:
         share = sums["sync_idle_s"] / traced
-        detail["time"] = share
+        wait = sync_wait_s(sums)
+        between = wait / step_s if wait is not None and step_s else 0.0
+        detail["time"] = share + between
+        detail["inside_step"] = share
+        # Its idle time between steps, in % of the step: None where the agent did not split it.
+        detail["between_steps"] = None if wait is None or not step_s else between
         for entry, (_, count) in zip(detail["sites"], sites, strict=True):
             # Each site's share of the sync time by its share of the syncs: estimated.
             entry["share_of_time"] = count / total if total else None
             entry["fix"] = f"at {entry['site']}: {SYNC_FIX.split(': ', 1)[1]}"
         source = f"{per_iter:.3g} syncs/iteration; the GPU's idle time after them in {_traced(sums)}"
-        return Term("host_syncs", "host synchronizations", share, ESTIMATED, source, SYNC_FIX, detail)
+        if wait is None:
+            source += "; its idle time between steps not measured (kept in the data wait)"
+        else:
+            source += f", and between steps in the gaps they began ({wait * 1e3:.3g} ms a gap, out of the data wait)"
+        return Term(
+            "host_syncs", "host synchronizations", share + between, ESTIMATED, source, SYNC_FIX, detail, between=between
+        )
     if per_iter == 0:
         detail["time"] = 0.0
         return Term("host_syncs", "host synchronizations", 0.0, MEASURED, "no host sync counted", "", detail)
@@ -193,15 +232,23 @@ def data_wait_term(sums: Mapping[str, float], step_s: float | None) -> Term:
     if not gaps or step_s is None:
         why = "no record of the window has two consecutive steps timed by an agent that measures the gaps"
         return Term("data_wait", BETWEEN_STEPS, None, NOT_MEASURED, why, fix, within_step=False)
-    wait = sums["data_wait_s"] / gaps
+    measured = sums["data_wait_s"] / gaps
+    to_syncs = sync_wait_s(sums)
+    wait = measured - (to_syncs or 0.0)
     source = (
         f"the GPU idle between a step's end and the next one's begin, over {gaps:.0f} step gaps "
         "(CUDA events; the host clock on the CPU), gaps holding the agent's own work left out; "
         "outside the step: it lengthens each iteration"
     )
-    return Term(
-        "data_wait", BETWEEN_STEPS, wait / step_s, MEASURED, source, fix, {"wait_ms": wait * 1e3}, within_step=False
-    )
+    if to_syncs:
+        source += f"; less {to_syncs * 1e3:.3g} ms a gap that host syncs began (the host syncs' term)"
+    detail = {"wait_ms": wait * 1e3, "measured_ms": measured * 1e3, "to_host_syncs_ms": _ms(to_syncs)}
+    status = ESTIMATED if to_syncs else MEASURED  # the syncs' part is scaled from the traced gaps
+    return Term("data_wait", BETWEEN_STEPS, wait / step_s, status, source, fix, detail, within_step=False)
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else seconds * 1e3
 
 
 def launch_bound_term(sums: Mapping[str, float]) -> Term:
@@ -230,7 +277,7 @@ def remainder_term(useful: Term, losses: Sequence[Term]) -> Term:
         missing.insert(0, useful.label)
     if missing:
         return Term("remainder", "the rest (kernel efficiency)", None, NOT_MEASURED, f"needs {', '.join(missing)}", fix)
-    rest = 1.0 - useful.fraction - sum(t.fraction or 0.0 for t in within)  # type: ignore[operator]
+    rest = 1.0 - useful.fraction - sum(t.in_step for t in within)  # type: ignore[operator]
     return Term("remainder", "the rest (kernel efficiency)", rest, ESTIMATED, "estimated: the rest", fix)
 
 
@@ -259,7 +306,7 @@ def ledger_terms(
     useful = useful_term(sums, c)
     losses = [
         padding_term(sums, c, layout),
-        sync_term(sums, c, sites),
+        sync_term(sums, c, sites, step_s),
         straggler_term(rank_sums, c, step_s),
         data_wait_term(sums, step_s),
         launch_bound_term(sums),
@@ -289,10 +336,11 @@ def as_time(term: Term, step_s: float | None, gpu_seconds: float) -> dict[str, f
 
 
 def wait_s(terms: Sequence[Term], step_s: float | None) -> float:
-    """The measured time outside the step per iteration (the data wait), 0 where not measured."""
+    """The measured time outside the step per iteration (the data wait, and the part of it the
+    host syncs took), 0 where not measured."""
     if step_s is None:
         return 0.0
-    return sum((t.fraction or 0.0) * step_s for t in terms if not t.within_step)
+    return sum(t.outside_step * step_s for t in terms)
 
 
 def gain(
@@ -304,7 +352,7 @@ def gain(
     if not term.loss or term.name == "remainder" or term.fraction is None or step_s is None:
         return None
     x = term.fraction * step_s
-    step_after = step_s - x if term.within_step else step_s
+    step_after = step_s - term.in_step * step_s
     iteration = step_s + outside_s
     return {
         "step_ms_after": step_after * 1e3,

@@ -189,6 +189,13 @@ FIELDS: tuple[Field, ...] = (
     _seconds("traced_busy_s", "GPU busy (kernels, copies, memsets) in the traced steps", required=False),
     _seconds("sync_idle_s", "GPU idle in the traced steps after a host sync", required=False),
     _seconds("launch_idle_s", "GPU idle in the traced steps not after a sync: host-/launch-bound", required=False),
+    # Between the traced steps: the gaps the trace split (those holding the agent's own work left
+    # out) and the GPU's idle time in them that a host sync began (it drained into the sync before
+    # a step's end and idled on past it): the part of the data wait that the syncs cost.
+    _int(
+        "traced_gaps", "gaps", "step gaps between the traced steps (the agent's left out)", required=False, small=True
+    ),
+    _seconds("sync_idle_between_s", "GPU idle between the traced steps in gaps a host sync began", required=False),
     _float("loss", "", "mean training loss", required=False, minimum=None),
     _float("lr", "", "learning rate", required=False, minimum=None),
     _float("grad_norm", "", "gradient norm", required=False),
@@ -317,6 +324,8 @@ SUMS: tuple[Sum, ...] = (
         Sum(name, (name,), present="traced_steps")
         for name in ("traced_steps", "traced_step_time_s", "traced_busy_s", "sync_idle_s", "launch_idle_s")
     ),
+    Sum("traced_gaps", ("traced_gaps",), present="traced_gaps"),
+    Sum("sync_idle_between_s", ("sync_idle_between_s",), present="traced_gaps"),
 )
 SUM_NAMES = tuple(s.name for s in SUMS)
 # The fields any sum reads, in catalogue order: what a row needs to carry for `sums_of_rows`.

@@ -82,6 +82,31 @@ def test_a_sync_at_a_steps_end_then_a_data_wait_splits_the_gap():
     assert split.between_steps_s == pytest.approx(36e-6)
     assert split.sync_idle_s == pytest.approx(6e-6)
     assert split.launch_idle_s == 0
+    # The sync began the gap that crosses the step's end: its part between the steps is the
+    # syncs' too (the ledger moves it out of the data wait), over the one gap between the steps.
+    assert (split.sync_idle_between_s, split.traced_gaps) == (pytest.approx(36e-6), 1)
+
+
+def test_idle_between_steps_that_no_sync_began_stays_the_data_waits():
+    # Step 1's last kernel ends at 20 with no sync: the host ends the step at 22 and waits for its
+    # batch until 45. The gap is the loader's, not the syncs'.
+    split = attribute_idle(busy((0, 20), (50, 70)), [], [], [(0, 22 * US), (45 * US, 80 * US)])
+    assert (split.between_steps_s, split.sync_idle_between_s, split.traced_gaps) == (pytest.approx(23e-6), 0, 1)
+
+
+def test_a_gap_between_steps_holding_the_agents_work_is_left_out_of_the_syncs_between_steps():
+    # Three steps, each ending with a sync (at 15..21 and 115..121) into a gap across the step's
+    # end (20..40, 120..140 between steps at 24..36 and 124..136). The agent emitted an interval
+    # in the second gap (agent_gaps={1}): only the first one's 12 µs count, over one gap.
+    steps = [(0, 24 * US), (36 * US, 124 * US), (136 * US, 200 * US)]
+    timeline = busy((0, 20), (40, 120), (140, 160))
+    syncs = [HostSync(15 * US, 21 * US), HostSync(115 * US, 121 * US)]
+    every = attribute_idle(timeline, syncs, [], steps)
+    assert (every.sync_idle_between_s, every.traced_gaps) == (pytest.approx(24e-6), 2)
+    left_out = attribute_idle(timeline, syncs, [], steps, agent_gaps={1})
+    assert (left_out.sync_idle_between_s, left_out.traced_gaps) == (pytest.approx(12e-6), 1)
+    # The rest of the split is the same: the agent's gap is still between steps, not inside one.
+    assert (left_out.between_steps_s, left_out.sync_idle_s) == (every.between_steps_s, every.sync_idle_s)
 
 
 def test_the_parts_add_up_to_the_span_on_random_timelines():
@@ -105,6 +130,7 @@ def test_the_parts_add_up_to_the_span_on_random_timelines():
         assert total == pytest.approx(span, abs=1e-12)
         assert sum(split.sync_sites.values()) == pytest.approx(split.sync_idle_s, abs=1e-12)
         assert min(split.busy_s, split.sync_idle_s, split.launch_idle_s, split.between_steps_s) >= 0
+        assert 0 <= split.sync_idle_between_s <= split.between_steps_s + 1e-12
 
 
 class FakeCupti:

@@ -41,7 +41,10 @@ def _records(model: ModelSpec) -> list[dict]:
 # The record's parts that are no scalar field of the catalogue (docs/wire.md).
 OTHER_PARTS = {"syncs.sites", "histograms", "channel_loss", "channel_tokens"}
 # What only CUPTI's activity trace measures (a CUDA run with sync_backend="cupti": tests/gpu).
-TRACED = {"traced_steps", "traced_step_time_s", "traced_busy_s", "sync_idle_s", "launch_idle_s"}
+TRACED = {
+    "traced_steps", "traced_step_time_s", "traced_busy_s", "sync_idle_s", "launch_idle_s", "traced_gaps",
+    "sync_idle_between_s",
+}  # fmt: skip
 WIRE_FIELDS = {".".join(f.wire_path) for f in FIELDS} - TRACED
 
 

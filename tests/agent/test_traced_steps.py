@@ -59,15 +59,34 @@ def traced_agent(monkeypatch, **config) -> tuple[Agent, FakeTracer]:
     return agent, tracer
 
 
-def run(agent: Agent, tracer: FakeTracer, steps: int) -> dict[int, list[str]]:
+class LoggerTracer(FakeTracer):
+    """A legacy logger's timeline: each step busy from 10 µs to 150 µs, where a sync at its end
+    (140..151 µs) drains the GPU, which then idles through the host's time between steps until
+    the next step's first launch."""
+
+    def delivered(self):
+        busy = [Busy(begin + 10_000, begin + 150_000) for begin, _ in self.windows]
+        syncs = [HostSync(begin + 140_000, begin + 151_000) for begin, _ in self.windows]
+        self.windows = []
+        return busy, syncs
+
+
+def run(
+    agent: Agent, tracer: FakeTracer, steps: int, between_ns: int = 0, agent_after: int | None = None
+) -> dict[int, list[str]]:
+    """`between_ns`: the host's time between steps; `agent_after`: a step after whose end the
+    agent does its own work (as an emission would)."""
     calls = {}
     for _ in range(steps):
         before = len(tracer.calls)
+        tracer.now += between_ns  # the host's work between steps (the next batch)
         agent.step_begin()
         begin = tracer.now
         agent.observe_batch(shape=(1, 64))
         tracer.now += 200_000  # the step's host time: 200 µs
         agent.step_end()
+        if agent.step == agent_after:
+            agent._timer.agent_worked()
         if "start" in tracer.calls[before:] or tracer.on or "stop" in tracer.calls[before:]:
             tracer.windows.append((begin, tracer.now))
         calls[agent.step] = tracer.calls[before:]
@@ -101,6 +120,32 @@ def test_the_record_carries_the_split_of_the_traced_steps(monkeypatch):
     assert r["sync_idle_s"] == pytest.approx(3 * 30e-6)
     assert r["launch_idle_s"] == 0
     assert r["traced_busy_s"] == pytest.approx(3 * 170e-6, rel=0.02)
+    # Each step's sync returned 100 µs before its end: none began a gap between the steps.
+    assert (r["traced_gaps"], r["sync_idle_between_s"]) == (2, 0)
+
+
+def test_the_record_carries_the_syncs_idle_between_the_traced_steps(monkeypatch):
+    agent, tracer = traced_agent(monkeypatch, log_every=5, trace_idle_steps=3)
+    tracer.__class__ = LoggerTracer
+    run(agent, tracer, 10, between_ns=50_000)
+    r = agent.records[0]
+    # Between two traced steps: 50 µs of the host's own (a clock tick each side of it), all of
+    # it after the sync that drained the GPU; two such gaps. The data wait measures the same gaps
+    # (on the CPU by the host clock) over every pair of steps.
+    assert (r["traced_gaps"], r["sync_idle_between_s"]) == (2, pytest.approx(2 * 51e-6, rel=0.05))
+    assert r["data_wait_s"] / r["data_wait_gaps"] == pytest.approx(r["sync_idle_between_s"] / 2, rel=0.05)
+    # Inside the steps, in the same two gaps: from 150 µs to the step's end (201: a clock tick),
+    # and the next step's first 10 µs (the timeline ends with the last step's last kernel).
+    assert r["sync_idle_s"] == pytest.approx(2 * (51e-6 + 10e-6), rel=0.05)
+
+
+def test_a_gap_the_agent_worked_in_is_not_the_syncs_between_steps(monkeypatch):
+    agent, tracer = traced_agent(monkeypatch, log_every=5, trace_idle_steps=3)
+    tracer.__class__ = LoggerTracer
+    run(agent, tracer, 10, between_ns=50_000, agent_after=3)  # traced steps 2, 3, 4: the gap before 4
+    r = agent.records[0]
+    assert (r["traced_gaps"], r["sync_idle_between_s"]) == (1, pytest.approx(51e-6, rel=0.05))
+    assert r["data_wait_gaps"] == 3  # the data wait leaves the same gap out
 
 
 def test_a_trace_waits_while_the_last_one_is_unread(monkeypatch):

@@ -221,6 +221,8 @@ def _records(make: Any, seed: int) -> list[dict[str, Any]]:
             if rng.random() < 0.3:
                 r.update(traced_steps=3, traced_step_time_s=0.3, traced_busy_s=rng.uniform(0.1, 0.3))
                 r.update(sync_idle_s=rng.uniform(0, 0.05), launch_idle_s=rng.uniform(0, 0.05))
+                if rng.random() < 0.5:  # the syncs' idle between the traced steps (a later agent's)
+                    r.update(traced_gaps=2, sync_idle_between_s=rng.uniform(0, 0.02))
             if rng.random() < 0.6:
                 gpu = {
                     "util_pct": rng.choice([rng.uniform(0, 100), 100.0, None]),

@@ -165,16 +165,18 @@ def test_the_rest_is_what_measured_losses_leave_else_not_measured():
 
 
 # -- the ledger's own measurements (migration 0015): data wait, traced idle ----------------------
-def measured_run(client, new_run, hardware=None):
+def measured_run(client, new_run, hardware=None, **between):
     """One rank, 3 intervals of 10 steps of 50 ms: 9 gaps of 20 ms of data wait each; 3 steps
-    traced per interval, 150 ms of them, 30 ms idle after syncs and 15 ms otherwise (20% and 10%)."""
+    traced per interval, 150 ms of them, 30 ms idle after syncs and 15 ms otherwise (20% and 10%).
+    `between`: the syncs' idle between the traced steps (traced_gaps, sync_idle_between_s), which
+    an agent before it does not send."""
     body = new_run(parallel={"dp": 1}, **({"hardware": hardware} if hardware else {}))
     assert client.post(RUNS, json=body).status_code == 201
     batch = []
     for k in range(3):
         r = packed_interval(k, docs_per_pack=DOCS, doc_len=DOC, pack=PACK, gpu_time_s=0.5)
         r.update(data_wait_s=0.18, data_wait_gaps=9, traced_steps=3, traced_step_time_s=0.15)
-        r.update(traced_busy_s=0.105, sync_idle_s=0.03, launch_idle_s=0.015)
+        r.update(traced_busy_s=0.105, sync_idle_s=0.03, launch_idle_s=0.015, **between)
         batch.append(r)
     assert client.post(f"{RUNS}/run-1/intervals", json={"intervals": batch}).json()["accepted"] == 3
     return client.get(LEDGER).json()
@@ -197,6 +199,9 @@ def test_the_measured_terms_and_the_rest_by_hand(client, new_run, spec: ModelSpe
     (site,) = syncs["detail"]["sites"]  # one site: all of the sync time, by its share of the syncs
     assert (site["site"], site["per_iter"], site["share_of_time"]) == ("train.py:88", pytest.approx(3.0), 1.0)
     assert site["fix"].startswith("at train.py:88: ")
+    # Records without the syncs' idle between steps: the whole gap stays the data wait's, as before.
+    assert syncs["detail"]["between_steps"] is None and "between steps not measured" in syncs["source"]
+    assert wait["detail"]["to_host_syncs_ms"] is None
     # The rest: 1 - useful - padding - syncs - launch-bound; the data wait lies outside the step.
     computed = PACK * spec.c_lin + DOCS * DOC**2 * spec.c_core
     padding = (PACK - DOCS * DOC) * spec.c_lin / computed
@@ -219,6 +224,50 @@ def test_each_loss_says_what_removing_it_gains(client, new_run, spec: ModelSpec)
     assert wait["speedup_pct"] == pytest.approx(100 * 20 / 70) and wait["mfu_useful_after"] == pytest.approx(mfu)
     assert terms["peak"]["gain"] is None and terms["useful"]["gain"] is None and terms["remainder"]["gain"] is None
     assert terms["stragglers"]["gain"] is None  # not applicable on one rank
+
+
+def test_the_idle_between_steps_that_syncs_began_moves_from_the_data_wait_to_the_syncs(client, new_run, spec):
+    """Of the 20 ms a gap, the trace found 10 ms a gap (2 traced gaps an interval, 20 ms) in gaps
+    a host sync began: that much of the data wait is the syncs'. The iteration stays 70 ms; the
+    syncs cost 10 ms inside the step and 10 ms between steps; the rest is as before."""
+    got = measured_run(client, new_run, traced_gaps=2, sync_idle_between_s=0.02)
+    terms = by_name(got)
+    assert got["step_time_ms"] == pytest.approx(50.0) and got["iteration_ms"] == pytest.approx(70.0)
+    syncs, wait = terms["host_syncs"], terms["data_wait"]
+    assert syncs["status"] == ESTIMATED and syncs["within_step"]
+    assert syncs["ms_per_step"] == pytest.approx(20.0) and syncs["pct_of_step"] == pytest.approx(40.0)
+    assert syncs["detail"]["inside_step"] == pytest.approx(0.2) and syncs["detail"]["between_steps"] == pytest.approx(
+        0.2
+    )
+    assert wait["status"] == ESTIMATED and not wait["within_step"]  # less a part scaled from the traced gaps
+    assert wait["ms_per_step"] == pytest.approx(10.0)
+    assert wait["detail"]["measured_ms"] == pytest.approx(20.0) and wait["detail"]["to_host_syncs_ms"] == pytest.approx(
+        10.0
+    )
+    # Removing the syncs: the step loses its 10 ms, the iteration 20 ms; MFU gains by the step's only.
+    mfu = terms["useful"]["pct_of_step"] / 100
+    gain = syncs["gain"]
+    assert gain["step_ms_after"] == pytest.approx(40.0) and gain["iteration_ms_after"] == pytest.approx(50.0)
+    assert gain["speedup_pct"] == pytest.approx(100 * 20 / 70) and gain["mfu_useful_after"] == pytest.approx(
+        mfu * 50 / 40
+    )
+    assert wait["gain"]["iteration_ms_after"] == pytest.approx(60.0) and wait["gain"]["step_ms_after"] == pytest.approx(
+        50.0
+    )
+    # The rest subtracts the syncs' time inside the step only (the data wait's never).
+    computed = PACK * spec.c_lin + DOCS * DOC**2 * spec.c_core
+    padding = (PACK - DOCS * DOC) * spec.c_lin / computed
+    useful = (computed - (PACK - DOCS * DOC) * spec.c_lin) / (989e12 * 0.05)
+    assert terms["remainder"]["pct_of_step"] == pytest.approx(100 * (1 - useful - padding - 0.2 - 0.1))
+
+
+def test_the_syncs_between_steps_take_at_most_the_data_wait(client, new_run):
+    """The traced gaps are a sample: where they held more idle after syncs (30 ms a gap) than the
+    data wait measured over every gap (20 ms), the syncs take the whole data wait and no more."""
+    got = measured_run(client, new_run, traced_gaps=2, sync_idle_between_s=0.06)
+    terms = by_name(got)
+    assert terms["data_wait"]["ms_per_step"] == 0 and terms["host_syncs"]["ms_per_step"] == pytest.approx(30.0)
+    assert got["iteration_ms"] == pytest.approx(70.0)
 
 
 def test_old_records_leave_the_new_terms_not_measured_never_0(two_ranks):

@@ -128,3 +128,42 @@ def test_0015_leaves_rows_stored_before_it_not_measured(make_client, database_ur
     finally:
         engine.dispose()
     assert terms()["data_wait"] == "not measured" and terms()["launch_bound"] == "not measured"
+
+
+def test_0021_leaves_rows_stored_before_it_with_the_whole_data_wait(make_client, database_url, new_run, records):
+    """0021 adds the syncs' idle between the traced steps (traced_gaps, sync_idle_between_s) to the
+    intervals, rollups, totals and first intervals: rows stored before it hold NULL, so the
+    ledger keeps their whole data wait, its between-steps part of the syncs "not measured"."""
+
+    client = make_client(database_url)
+    assert client.post("/api/v1/runs", json=new_run()).status_code == 201
+    recs = records(8)
+    for r in recs:
+        r.update(data_wait_s=0.09, data_wait_gaps=9, traced_steps=3, traced_step_time_s=0.3)
+        r.update(traced_busy_s=0.2, sync_idle_s=0.05, launch_idle_s=0.05, traced_gaps=2, sync_idle_between_s=0.012)
+    assert client.post("/api/v1/runs/run-1/intervals", json={"intervals": recs}).json()["accepted"] == 8
+
+    def terms():
+        ledger = make_client(database_url).get("/api/v1/runs/run-1/ledger").json()
+        return {t["name"]: t for t in ledger["terms"]}
+
+    moved = terms()
+    assert moved["data_wait"]["detail"]["to_host_syncs_ms"] == pytest.approx(6.0)  # 12 ms over 2 gaps
+    assert moved["data_wait"]["detail"]["wait_ms"] == pytest.approx(10.0 - 6.0)
+    assert moved["host_syncs"]["detail"]["between_steps"] is not None
+    engine = make_engine(database_url)
+    try:
+        downgrade(engine, "0020")
+        with engine.connect() as connection:
+            for table in ("intervals", "rollups", "run_totals", "run_first_interval"):
+                columns = {c["name"] for c in inspect(connection).get_columns(table)}
+                assert not {"traced_gaps", "sync_idle_between_s"} & columns, table
+            assert connection.execute(text("SELECT count(*) FROM intervals")).scalar_one() == 8
+        upgrade_schema(engine)
+    finally:
+        engine.dispose()
+    kept = terms()
+    assert kept["data_wait"]["status"] == "measured" and kept["data_wait"]["detail"]["wait_ms"] == pytest.approx(10.0)
+    assert kept["data_wait"]["detail"]["to_host_syncs_ms"] is None
+    assert kept["host_syncs"]["detail"]["between_steps"] is None
+    assert kept["host_syncs"]["ms_per_step"] < moved["host_syncs"]["ms_per_step"]

@@ -42,6 +42,8 @@ ROWS = [
         "traced_busy_s": 0.45,
         "sync_idle_s": 0.12,
         "launch_idle_s": 0.03,
+        "traced_gaps": 2,
+        "sync_idle_between_s": 0.02,
     },
     {
         "rank": 0,
@@ -71,6 +73,8 @@ ROWS = [
         **dict.fromkeys(("data_wait_s", "data_wait_gaps", "traced_steps", "traced_step_time_s", "traced_busy_s"), None),
         "sync_idle_s": None,
         "launch_idle_s": None,
+        "traced_gaps": None,
+        "sync_idle_between_s": None,
     },
 ]
 C = Coefficients(c_lin=1_000_000, c_core=100, peak_tflops=1e-3)
@@ -108,6 +112,9 @@ def test_metrics_of_two_intervals_match_hand_computed_values():
     assert got["data_wait_step_s"] == pytest.approx(0.09 / 9)
     assert got["sync_idle_pct"] == pytest.approx(100 * 0.12 / 0.6)
     assert got["launch_idle_pct"] == pytest.approx(100 * 0.03 / 0.6)
+    # The syncs' idle between the traced steps: its sums over the interval that split it only.
+    sums = sums_of_rows(ROWS)
+    assert (sums["traced_gaps"], sums["sync_idle_between_s"]) == (2, pytest.approx(0.02))
 
 
 def test_steps_count_once_per_step_and_per_rank_means_divide_by_every_ranks_steps():

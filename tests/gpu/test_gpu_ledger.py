@@ -26,12 +26,15 @@ def matmuls(x, w, n):
     return x
 
 
-def run_steps(agent, step, steps):
+def run_steps(agent, step, steps, between=None):
+    """`between(i)`: the host's work after step i's end (the next batch, a logger's output)."""
     for i in range(steps):
         agent.step_begin()
         agent.observe_batch(shape=(1, 64))
         step(i)
         agent.step_end()
+        if between is not None:
+            between(i)
     agent.close()
     return list(agent.records)
 
@@ -91,6 +94,36 @@ def test_the_trace_charges_a_syncs_idle_to_its_line_and_adds_no_sync():
         assert r["traced_busy_s"] <= r["traced_step_time_s"] * 1.01
     sites = {s["site"] for r in recs for s in r["syncs"]["sites"]}
     assert any(site.startswith(f"{HERE}:") for site in sites), sites
+
+
+def test_a_sync_at_the_steps_end_owns_the_idle_between_steps_that_follows():
+    """A legacy logger: `.item()` at the end of the step drains the GPU, then the host spends
+    ~3 ms before the next step: the gap between steps is the sync's (sync_idle_between_s), about
+    the data wait per gap, while the same host time behind no sync is not."""
+    dev = torch.device("cuda")
+    x, w = torch.randn(4096, 4096, device=dev), torch.randn(4096, 4096, device=dev) / 64
+
+    def logged_step(i):
+        matmuls(x, w, 4).sum().item()  # the host waits for the GPU to drain, inside the step
+
+    def plain_step(i):
+        matmuls(x, w, 4)
+
+    def next_batch(i):
+        time.sleep(0.003)
+
+    recs = run_steps(cupti_agent(log_every=6, trace_idle_steps=3), logged_step, 24, between=next_batch)
+    traced = [r for r in recs[1:] if r.get("traced_gaps")]
+    assert traced, "no interval traced two steps"
+    per_gap = sum(r["sync_idle_between_s"] for r in traced) / sum(r["traced_gaps"] for r in traced)
+    wait = sum(r["data_wait_s"] for r in traced) / sum(r["data_wait_gaps"] for r in traced)
+    assert 0.002 < per_gap < 0.006, (per_gap, wait)
+    assert per_gap == pytest.approx(wait, rel=0.25), (per_gap, wait)
+    # The host runs ahead here, so a later interval's trace may wait for an unread one: the first
+    # interval's (nothing unread before it) is enough.
+    recs = run_steps(cupti_agent(log_every=6, trace_idle_steps=3), plain_step, 24, between=next_batch)
+    traced = [r for r in recs if r.get("traced_gaps")]
+    assert traced and all(r["sync_idle_between_s"] == 0 for r in traced), traced
 
 
 def test_a_launch_bound_step_is_launch_idle_not_sync_idle():
