@@ -111,6 +111,20 @@ def test_sums_add_across_micro_batches_but_each_call_pads_to_its_own_longest():
         call_sums(audio, [30, 250], padded=200)
 
 
+def test_the_feature_extractor_can_pad_a_call_a_frame_past_its_longest_clip():
+    """It pads the waveform to a multiple of 128 samples: 16133 samples give 100 valid frames of 101,
+    and the tower runs on 101 (the padded= of call_sums; the CLI takes the longest clip)."""
+    import numpy as np
+    from transformers.models.gemma4.feature_extraction_gemma4 import Gemma4AudioFeatureExtractor
+
+    out = Gemma4AudioFeatureExtractor()([np.full(16133, 0.1, dtype=np.float32)], sampling_rate=16000)
+    frames, valid = len(out["input_features"][0]), int(np.sum(out["input_features_mask"][0]))
+    assert (frames, valid) == (101, 100)
+    audio = spec("with_vision")
+    padded, longest = call_sums(audio, [valid], padded=frames), call_sums(audio, [valid])
+    assert (padded["audio_conv1_frames"], longest["audio_conv1_frames"]) == (51, 50)
+
+
 def test_the_audio_tower_is_named_as_left_out_of_the_record():
     (note,) = spec_from_structure(WITH_VISION).not_counted
     assert "Gemma4AudioModel" in note and "no audio sums" in note
