@@ -6,18 +6,23 @@ and decoder. Its widths are read off the modules and the formula (``packscope.co
 held to them: the three front-end convolutions are 3 x 3, stride 2, padding 1, one group; every
 layer's GEMMs are q, k, v, o, fc1 and fc2 of the first; ``conv_out`` reads what the convolutions
 leave of the mel axis; ``proj1`` and ``proj2`` run once per token; no other GEMM is in the tower.
-Any other audio tower is refused in one line naming its class.
+Gemma 4's tower and its ``embed_audio`` are read in ``packscope.agent.hf_audio_gemma4``. Any other
+audio tower is refused in one line naming its class.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from packscope.agent.hf_audio_gemma4 import gemma4_audio_tower
 from packscope.core.audio import CONV_KERNEL, AudioSpec
+from packscope.core.audio_gemma4 import Gemma4AudioSpec
 from packscope.core.hf_fields import HFConfigError
 
-# Audio tower classes the count reads, by the AudioSpec tower name they become.
-AUDIO_TOWERS = {"Qwen3OmniMoeAudioEncoder": "qwen3_omni"}
+# Audio tower classes the count reads, by the tower name their spec takes.
+AUDIO_TOWERS = {"Qwen3OmniMoeAudioEncoder": "qwen3_omni", "Gemma4AudioModel": "gemma4"}
+# The projector a wrapper keeps beside an audio tower, by the wrapper's name for it.
+AUDIO_PROJECTORS = {"Gemma4AudioModel": "embed_audio"}
 
 
 def _refuse(mt: str, tower: Any, why: str) -> HFConfigError:
@@ -102,7 +107,9 @@ def audio_tower(mt: str, tower: Any) -> AudioSpec:
     return spec
 
 
-def audio_from_structure(model: Any, mt: str, towers: dict[str, Any]) -> tuple[AudioSpec | None, list[Any]]:
+def audio_from_structure(
+    model: Any, mt: str, towers: dict[str, Any]
+) -> tuple[AudioSpec | Gemma4AudioSpec | None, list[Any]]:
     """(the audio tower's spec or None, the tower modules placed) among a built wrapper's towers."""
     found = [(name, t) for name, t in towers.items() if type(t).__name__ in AUDIO_TOWERS]
     if not found:
@@ -110,7 +117,12 @@ def audio_from_structure(model: Any, mt: str, towers: dict[str, Any]) -> tuple[A
     if len(found) > 1:
         raise HFConfigError(f"{mt}: {len(found)} audio towers ({', '.join(n for n, _ in found)}); packscope counts one")
     ((_, tower),) = found
-    return audio_tower(mt, tower), [tower]
+    projector = AUDIO_PROJECTORS.get(type(tower).__name__)
+    if projector is None:
+        return audio_tower(mt, tower), [tower]
+    if projector not in towers:
+        raise HFConfigError(f"{mt}: the audio tower ({type(tower).__name__}) has no '{projector}' beside it")
+    return gemma4_audio_tower(mt, tower, towers[projector]), [tower, towers[projector]]
 
 
-__all__ = ["AUDIO_TOWERS", "audio_from_structure", "audio_tower"]
+__all__ = ["AUDIO_PROJECTORS", "AUDIO_TOWERS", "audio_from_structure", "audio_tower"]

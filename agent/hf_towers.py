@@ -17,7 +17,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 from typing import Any
 
-from packscope.agent.hf_audio import AUDIO_TOWERS
+from packscope.agent.hf_audio import AUDIO_PROJECTORS, AUDIO_TOWERS
 from packscope.core.hf_fields import HFConfigError
 from packscope.core.vision import VisionSpec
 
@@ -245,8 +245,9 @@ def vision_from_structure(model: Any, mt: str) -> tuple[VisionSpec | None, list[
     classes = {type(t).__name__ for t in found.values()}
     known = set(GRID_TOWERS) | set(TILE_TOWERS) | set(ROW_TOWERS)
     known |= {p for p, t in PROJECTORS.items() if t in classes}
-    known |= set(AUDIO_TOWERS)  # counted apart (packscope.agent.hf_audio)
+    known |= set(AUDIO_TOWERS)  # counted apart (packscope.agent.hf_audio), with their projectors
     projectors = {n for n, t in NAMED_PROJECTORS.items() if n in found and t in classes}
+    projectors |= {n for t, n in AUDIO_PROJECTORS.items() if n in found and t in classes}
     refused = [
         f"'{name}' ({type(t).__name__})"
         for name, t in found.items()
@@ -269,7 +270,7 @@ def vision_from_structure(model: Any, mt: str) -> tuple[VisionSpec | None, list[
     if type(tower).__name__ in GRID_TOWERS:
         return grid_tower(mt, name, tower), [tower]
     if type(tower).__name__ in ROW_TOWERS:
-        (projector,) = (found[n] for n in projectors if NAMED_PROJECTORS[n] == type(tower).__name__)
+        (projector,) = (found[n] for n in projectors if NAMED_PROJECTORS.get(n) == type(tower).__name__)
         return row_tower(mt, name, tower, projector), [tower, projector]
     (projector,) = (t for t in found.values() if PROJECTORS.get(type(t).__name__) == type(tower).__name__)
     return tile_tower(mt, name, tower, projector, model.config), [tower, projector]

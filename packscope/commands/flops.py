@@ -12,7 +12,7 @@ from typing import Any, NoReturn
 
 from packscope.core.attention import ATTENTION_SUMS, FULL, LAYER_KINDS
 from packscope.core.audio import AUDIO_TOKENS, AudioSpec
-from packscope.core.audio import batch_sums as audio_batch_sums
+from packscope.core.audio_gemma4 import Gemma4AudioSpec
 from packscope.core.catalogue import FLOAT_OPS, INT32_MAX, overcount
 from packscope.core.flops import KindBreakdown, ModelSpec, packs_breakdown_by_kind
 from packscope.core.hf_config import HFConfigError, UnknownModelType, load_config_json, spec_from_hf_dict
@@ -154,15 +154,16 @@ def add_flops_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="N images of a fixed-size tower (Gemma 3, Llava, Llama 4 tiles)",
     )
-    p.add_argument_group("audio (an omni model's audio tower: Qwen3-Omni's thinker)").add_argument(
+    p.add_argument_group("audio (an audio tower: Qwen3-Omni's thinker, Gemma 4)").add_argument(
         "--audio",
         type=_clips,
         action="append",
         default=[],
         metavar="F1,F2,...",
-        help="one micro-batch's audio clips, in mel frames (feature_attention_mask.sum(1)); one call of the "
-        "tower, which pads every chunk to the batch's longest; repeat for more micro-batches. Reported "
-        "beside the totals: the interval record has no audio sums yet",
+        help="one micro-batch's audio clips, in mel frames (feature_attention_mask.sum(1), Gemma 4's "
+        "input_features_mask.sum(1)); one call of the tower, which pads to the batch's longest (Qwen3-Omni: "
+        "every chunk); repeat for more micro-batches. Reported beside the totals: the interval record has "
+        "no audio sums yet",
     )
 
 
@@ -260,9 +261,9 @@ def with_vision(
     return out
 
 
-def audio_report(audio: AudioSpec, calls: list[tuple[int, ...]]) -> dict[str, Any]:
+def audio_report(audio: AudioSpec | Gemma4AudioSpec, calls: list[tuple[int, ...]]) -> dict[str, Any]:
     """The audio tower's sums and FLOPs for these micro-batches, beside the decoder's totals."""
-    sums = audio_batch_sums(audio, calls)
+    sums = audio.batch_sums(calls)
     return {
         "tower": audio.tower,
         "sums": sums,

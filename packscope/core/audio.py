@@ -156,6 +156,10 @@ class AudioSpec:
             total = total + value
         return total
 
+    def batch_sums(self, calls: Iterable[Iterable[int]]) -> dict[str, int]:
+        """The sums of these micro-batches (``batch_sums``)."""
+        return batch_sums(self, calls)
+
     # -- (de)serialisation -------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}

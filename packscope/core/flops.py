@@ -32,6 +32,7 @@ from packscope.core.attention import (
     check_packs,
 )
 from packscope.core.audio import AudioSpec
+from packscope.core.audio_gemma4 import Gemma4AudioSpec
 from packscope.core.model_fields import (
     MAX_MODEL_SIZE,
     check_bool,
@@ -299,9 +300,10 @@ class ModelSpec:
     name: str = field(default="", compare=False)
     # What the count leaves out (a vision tower, a recurrent state update), for the user to see.
     not_counted: tuple[str, ...] = field(default=(), compare=False)
-    # An omni model's audio tower (packscope.core.audio), for the calculator and the Python API: not
-    # on the wire (the interval record has no audio sums yet), so not in to_dict, like name.
-    audio: AudioSpec | None = field(default=None, compare=False)
+    # An audio tower (packscope.core.audio: Qwen3-Omni's; packscope.core.audio_gemma4: Gemma 4's), for
+    # the calculator and the Python API: not on the wire (the interval record has no audio sums yet),
+    # so not in to_dict, like name.
+    audio: AudioSpec | Gemma4AudioSpec | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         for key in _POSITIVE:
@@ -333,8 +335,10 @@ class ModelSpec:
             raise ValueError(f"model field 'measured' must be a Measured, got {type(self.measured).__name__}")
         if self.vision is not None and not isinstance(self.vision, VisionSpec):
             raise ValueError(f"model field 'vision' must be a VisionSpec, got {type(self.vision).__name__}")
-        if self.audio is not None and not isinstance(self.audio, AudioSpec):
-            raise ValueError(f"model field 'audio' must be an AudioSpec, got {type(self.audio).__name__}")
+        if self.audio is not None and not isinstance(self.audio, (AudioSpec, Gemma4AudioSpec)):
+            raise ValueError(
+                f"model field 'audio' must be an AudioSpec or a Gemma4AudioSpec, got {type(self.audio).__name__}"
+            )
         if isinstance(self.not_counted, str) or not all(isinstance(x, str) for x in self.not_counted):
             raise ValueError("'not_counted' must be a sequence of strings")
         object.__setattr__(self, "not_counted", tuple(self.not_counted))

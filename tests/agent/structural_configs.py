@@ -390,6 +390,17 @@ WRAPPERS["qwen3_omni_moe_thinker"] = {
     "vision_config": {"model_type": "qwen3_omni_moe_vision_encoder", **_GRID_TOWER, "deepstack_visual_indexes": [0, 1]},
     "audio_config": OMNI_AUDIO,
 }
+# Gemma 4's audio tower: 2 layers of width 16, convolutions of 8 and 4 channels (8 mel bins, as
+# input_proj_linear reads 8 // 4 x 4 values: transformers ties the mel width to the first's channels),
+# output dims 24, the published attention (blocks of 12 over 24 slots).
+GEMMA4_AUDIO = {
+    "model_type": "gemma4_audio",
+    "hidden_size": 16,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 2,
+    "subsampling_conv_channels": [8, 4],
+    "output_proj_dims": 24,
+}
 # Gemma 4 with its vision tower: 2 layers of width 16 on 4-pixel patches (48 values each), pooled
 # 2 x 2, and the E2B-like decoder above.
 WRAPPERS["gemma4"] = {
