@@ -149,17 +149,6 @@ def start_server(db: Path, frontend: Path | None = None) -> tuple[subprocess.Pop
     return server, url
 
 
-def stop(server: subprocess.Popen[bytes]) -> None:
-    """Ends a server; uvicorn waits for the requests in flight (a closed page's heavy ones go on
-    being answered on a busy machine), so past 30 s it is killed."""
-    server.terminate()
-    try:
-        server.wait(30)
-    except subprocess.TimeoutExpired:
-        server.kill()
-        server.wait(10)
-
-
 class PageTimeout(Exception):
     """A page's condition did not hold in time (a round of --before's is then left out, and counted)."""
 
@@ -371,7 +360,7 @@ def main() -> None:
         finally:
             for each in (server, before_server):
                 if each is not None:
-                    stop(each)
+                    backend_scale.stop_server(each)
             engine.dispose()
     print(json.dumps(out, indent=2))
 

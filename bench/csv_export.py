@@ -50,7 +50,7 @@ from typing import Any
 
 import httpx
 import numpy as np
-from backend_scale import cpu_seconds, start_server, store_renumbered
+from backend_scale import cpu_seconds, start_server, stop_server, store_renumbered
 from bench_data import record, run_body, scratch_database
 
 from packscope.backend.reads import csv_export
@@ -278,8 +278,7 @@ def bench(database_url: str, args: argparse.Namespace) -> dict[str, Any]:
         return out
     finally:
         for server, _ in servers.values():
-            server.terminate()
-            server.wait(10)
+            stop_server(server)
         engine.dispose()
 
 

@@ -25,7 +25,7 @@ import time
 from typing import Any
 
 import httpx
-from backend_scale import BATCH, cpu_seconds, p, start_server
+from backend_scale import BATCH, cpu_seconds, p, start_server, stop_server
 from bench_data import record, run_body
 
 from packscope.backend.store.db import make_engine, upgrade_schema
@@ -79,8 +79,7 @@ def serve_load(args: argparse.Namespace, freeze: bool, bodies: list[bytes]) -> d
                 t.join()
             cpu = cpu_seconds(server.pid) - cpu0
         finally:
-            server.terminate()
-            server.wait(10)
+            stop_server(server)
         with open(log) as lines:
             pauses = [float(ms) for start, ms in (line.split() for line in lines) if float(start) >= began]
     return {

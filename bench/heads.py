@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from backend_scale import start_server
+from backend_scale import start_server, stop_server
 from bench_data import record, run_body, scratch_database
 
 from packscope.core.catalogue import MAX_BATCH
@@ -165,8 +165,7 @@ def csv_of(pkg: Path | None, database: str, intervals: int) -> tuple[list[str], 
             header, digests, rows = csv_columns(url, "csv-check")
             return header, digests, rows, post_s
         finally:
-            server.terminate()
-            server.wait(10)
+            stop_server(server)
 
 
 def csv_check(pkg: Path, database: str, intervals: int) -> dict[str, Any]:

@@ -44,7 +44,7 @@ from collections.abc import Callable
 from typing import Any
 
 import httpx
-from backend_scale import BATCH, fill_run, p, run_senders, start_server
+from backend_scale import BATCH, fill_run, p, run_senders, start_server, stop_server
 from bench_data import record, run_body
 
 from packscope.backend.store.db import make_engine, make_sessionmaker, upgrade_schema
@@ -198,8 +198,7 @@ def bench_packscope(folder: str, args: argparse.Namespace) -> dict[str, Any]:
         out["runs_list"]["runs"] = len(http.get("/api/v1/runs?limit=200").json()["runs"])
         return out
     finally:
-        server.terminate()
-        server.wait(10)
+        stop_server(server)
         engine.dispose()
 
 

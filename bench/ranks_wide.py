@@ -38,7 +38,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx
-from backend_scale import start_server
+from backend_scale import start_server, stop_server
 from bench_data import record, run_body, scratch_database
 from sqlalchemy import select
 
@@ -266,8 +266,7 @@ def bench(database_url: str, args: argparse.Namespace) -> dict[str, Any]:
         out["load_avg_end"] = os.getloadavg()
         return out
     finally:
-        server.terminate()
-        server.wait(10)
+        stop_server(server)
         engine.dispose()
 
 

@@ -32,7 +32,7 @@ import time
 from typing import Any
 
 import httpx
-from backend_scale import start_server
+from backend_scale import start_server, stop_server
 from bench_data import record, run_body, scratch_database
 from sqlalchemy.orm import Session
 
@@ -197,8 +197,7 @@ def main() -> None:
             out["after_ingest"] = after_ingest(engine, base, args.runs, args.intervals, args.stale, args.repeat)
             out["load_avg_end"] = os.getloadavg()
         finally:
-            server.terminate()
-            server.wait(10)
+            stop_server(server)
             engine.dispose()
     print(json.dumps(out, indent=2))
 

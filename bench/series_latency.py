@@ -37,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from backend_scale import start_server, store_renumbered
+from backend_scale import start_server, stop_server, store_renumbered
 from bench_data import PG_ADMIN, record, run_body
 
 from packscope.backend.store.db import make_engine, make_sessionmaker, upgrade_schema
@@ -119,8 +119,7 @@ def ensure_run(url: str, intervals: int) -> float | None:
         with httpx.Client(base_url=base, timeout=60) as http:
             assert http.post("/api/v1/runs", json=run_body(RUN_ID)).status_code == 201
     finally:
-        server.terminate()
-        server.wait(10)
+        stop_server(server)
     rng = random.Random(RUN_ID)
     template = [record(i, 0, rng) for i in range(64)]
     seconds = store_renumbered(make_session, RUN_ID, template, intervals)
