@@ -48,7 +48,7 @@ def decide(
     opened = open_alerts(connection, run_pk)
     actions = _actions(judge(facts, read, t), opened, max((i.interval for i in read), default=None))
     if any(a.kind == "open" and a.rule in NAMES_RANK_DETAILS for a in actions):
-        # What such an alert names (the ledger term that grew, the sync site) needs every rank's row.
+        # What such an alert names (the sync site) needs every rank's row.
         read = with_rank_details(connection, run_pk, read)
         actions = _actions(judge(facts, read, t), opened, max((i.interval for i in read), default=None))
     return run, actions

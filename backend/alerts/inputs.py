@@ -30,13 +30,12 @@ from packscope.backend.store.models import (
     rank_time_buckets,
 )
 from packscope.backend.store.rank_summaries import SLOWEST_KEPT
-from packscope.core.catalogue import FLOAT_OPS, SUM_FIELDS, SUM_NAMES, SUMS, Coefficients
+from packscope.core.catalogue import SUM_NAMES, Coefficients
 
 # The latest intervals read: enough for every rule's streak, also where the agent counts the
 # syncs of one interval in several (its sampling) or a rank's rows arrive late.
 RECENT_INTERVALS = 32
 _RUNS = Run.__table__
-_COLUMNS = ("interval", "rank", "wall_end", *(f for f in SUM_FIELDS if f not in ("interval", "rank", "wall_end")))
 
 
 def run_facts(run: Mapping[str, Any], now: datetime) -> RunFacts:
@@ -161,10 +160,15 @@ def read_intervals(connection: Connection, run: Mapping[str, Any], t: Thresholds
             continue  # its other ranks' rows are on their way
         kept = tuple(slowest.get(index, ()))[:SLOWEST_KEPT]  # cut what concurrent writers left over
         out.append(
-            Interval(index, wall_end, sums, ranks, kept, tuple(buckets.get(index, ())),
+            Interval(index, wall_end, sums, ranks, kept, _mean(marks.get(index)), tuple(buckets.get(index, ())),
                      nonfinite_loss=index in diverged)
         )  # fmt: skip
     return out
+
+
+def _mean(mark: tuple[int, float] | None) -> float | None:
+    """An interval's mean step time over its ranks from its rank summary (reporting ranks, Σ)."""
+    return None if mark is None or mark[0] < 1 else mark[1] / mark[0]
 
 
 def _per_interval(connection: Connection, table: Any, run_pk: int, wanted: list[int]) -> dict[int, list[Any]]:
@@ -197,29 +201,18 @@ def _diverged(connection: Connection, run_pk: int, wanted: list[int]) -> set[int
 
 
 def with_rank_details(connection: Connection, run_pk: int, read: Sequence[Interval]) -> list[Interval]:
-    """`read` with each interval's per-rank sums and sync sites: every rank's row of each, so
-    read only where an alert that names them (the ledger term that grew, the sync site) opens."""
+    """`read` with each interval's sync sites, summed over every rank's row of it: read only where
+    an alert that names a site opens."""
     if not read:
         return []
-    columns = [intervals.c[name] for name in _COLUMNS]
     rows = connection.execute(
-        select(*columns, interval_details.c.sync_sites)
+        select(intervals.c.interval, interval_details.c.sync_sites)
         .join(interval_details, interval_details.c.interval_id == intervals.c.id)
         .where(intervals.c.run_pk == run_pk, intervals.c.interval.in_([i.interval for i in read]))
     ).all()
-    rank_sums: dict[int, dict[int, dict[str, float]]] = {}
     sites: dict[int, dict[str, int]] = {}
-    for row in rows:
-        fields = dict(zip(_COLUMNS, row[: len(_COLUMNS)], strict=True))
-        index = fields["interval"]
-        rank_sums.setdefault(index, {})[fields["rank"]] = _sums(fields)
+    for index, found in rows:
         into = sites.setdefault(index, {})
-        for site, n in (row[len(_COLUMNS)] or {}).items():
+        for site, n in (found or {}).items():
             into[site] = into.get(site, 0) + int(n)
-    return [
-        dataclasses.replace(i, rank_sums=rank_sums.get(i.interval, {}), sites=sites.get(i.interval, {})) for i in read
-    ]
-
-
-def _sums(fields: Mapping[str, Any]) -> dict[str, float]:
-    return {s.name: float(s.value(fields, FLOAT_OPS)) for s in SUMS}
+    return [dataclasses.replace(i, sites=sites.get(i.interval, {})) for i in read]

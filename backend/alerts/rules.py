@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from packscope.backend.formulas.ledger import ledger_terms, step_time_s
+from packscope.backend.formulas.ledger import IntervalRanks, ledger_terms, step_time_s
 from packscope.backend.reads.liveness import CRASHED_BEATS
 from packscope.backend.reads.ranks import order_statistic
 from packscope.core.catalogue import FLOAT_OPS, METRIC, SUM_NAMES, Coefficients, sync_counted_steps
@@ -33,9 +33,10 @@ ONE_PER_RUN = frozenset({"sync_regression"})
 # The loss ledger's term each rule maps to (backend/formulas/ledger.py); slowdown and mfu_floor
 # name the term that grew (or the largest) at the time.
 LEDGER_TERM = {"straggler": "stragglers", "sync_regression": "host_syncs"}
-# Rules whose alert names what only every rank's rows tell (Interval.rank_sums, .sites): the
-# ledger term that grew or is largest, the sync site; read when one of them is about to open.
-NAMES_RANK_DETAILS = frozenset({"slowdown", "mfu_floor", "sync_regression"})
+# Rules whose alert names what only every rank's rows tell (Interval.sites): the sync site; read
+# when one of them is about to open. The ledger terms that slowdown and mfu_floor name come from
+# the interval sums and the rank summaries, which every round reads.
+NAMES_RANK_DETAILS = frozenset({"sync_regression"})
 _DENSE_LAYOUTS = frozenset({"bshd"})  # the layouts whose baseline count is the work that ran
 
 
@@ -98,16 +99,16 @@ class Thresholds:
 class Interval:
     """One interval of a run: its catalogue sums over every rank, its ranks' step times as the
     rank summaries keep them (store/rank_summaries.py), whether a rank sent a non-finite loss,
-    and, where an alert that names them is about to open (inputs.with_rank_details), each rank's
-    sums and the sync sites ({site: count}, over the ranks)."""
+    and, where an alert that names one is about to open (inputs.with_rank_details), the sync
+    sites ({site: count}, over the ranks)."""
 
     interval: int
     wall_end: float
     sums: Mapping[str, float]
     ranks: int = 1  # the ranks that sent it
     slowest: tuple[tuple[int, float], ...] = ()  # (rank, step time) of its slowest ranks, slowest first
+    mean_step_s: float | None = None  # its ranks' mean step time (the rank summary's Σ ÷ ranks)
     buckets: tuple[tuple[int, float, float], ...] = ()  # (ranks, least, greatest) step time per bucket
-    rank_sums: Mapping[int, Mapping[str, float]] = field(default_factory=dict)
     sites: Mapping[str, int] = field(default_factory=dict)
     nonfinite_loss: bool = False
 
@@ -204,14 +205,13 @@ def _window_sums(window: Sequence[Interval]) -> dict[str, float]:
     return out
 
 
-def _rank_window_sums(window: Sequence[Interval]) -> dict[int, dict[str, float]]:
-    out: dict[int, dict[str, float]] = {}
-    for i in window:
-        for rank, sums in i.rank_sums.items():
-            into = out.setdefault(rank, dict.fromkeys(SUM_NAMES, 0.0))
-            for name in SUM_NAMES:
-                into[name] += sums[name]
-    return out
+def _rank_window(window: Sequence[Interval]) -> list[IntervalRanks]:
+    """The window's intervals as the ledger's straggler term reads them (the rank summaries)."""
+    return [
+        IntervalRanks(i.sums["steps"], i.ranks, i.mean_step_s, i.slowest[0][1], i.slowest[0][0])
+        for i in window
+        if i.slowest and i.mean_step_s is not None
+    ]
 
 
 def _ledger_ms(window: Sequence[Interval], facts: RunFacts) -> dict[str, float]:
@@ -220,7 +220,7 @@ def _ledger_ms(window: Sequence[Interval], facts: RunFacts) -> dict[str, float]:
     step_s = step_time_s(sums, c)
     if step_s is None:
         return {}
-    terms = ledger_terms(sums, c, facts.layout, _rank_window_sums(window), ())
+    terms = ledger_terms(sums, c, facts.layout, _rank_window(window), ())
     return {t.name: t.fraction * step_s * 1e3 for t in terms if t.loss and t.fraction is not None}
 
 

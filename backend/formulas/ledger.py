@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from packscope.core.catalogue import FLOAT_OPS, METRIC, SUM_NAMES, Coefficients, flops_count, sync_counted_steps
 
@@ -200,23 +200,53 @@ def sync_term(
     return Term("host_syncs", "host synchronizations", None, NOT_MEASURED, source, SYNC_FIX, detail)
 
 
-def straggler_term(rank_sums: Mapping[int, Mapping[str, float]], c: Coefficients, step_s: float | None) -> Term:
-    """The time a rank waits for the slowest, per step, averaged over the ranks: the slowest
-    rank's step time minus the window's (every rank's) step time."""
-    if len(rank_sums) < 2:
+class IntervalRanks(NamedTuple):
+    """One interval's ranks, from the rank summaries kept at ingest (store/rank_summaries.py)."""
+
+    steps: float  # the interval's steps: its last step less the one before it
+    ranks: int  # the ranks that sent it
+    mean_s: float  # their mean step time
+    slowest_s: float  # the slowest one's
+    slowest_rank: int | None  # which rank that was (None where its row was not kept)
+
+
+def straggler_term(per_interval: Sequence[IntervalRanks], step_s: float | None) -> Term:
+    """The time a rank waits for the slowest, per step, averaged over the ranks: in each interval
+    the slowest rank's step time minus the mean of its ranks', weighted by the interval's steps.
+    Read from the per-interval rank summaries, so it costs the same at 8 and 16,384 ranks."""
+    if max((i.ranks for i in per_interval), default=0) < 2:
         return Term("stragglers", "stragglers", None, NOT_APPLICABLE, "one rank")
-    times = {rank: step_time_s(sums, c) for rank, sums in rank_sums.items()}
-    timed = {rank: t for rank, t in times.items() if t is not None}
-    if not timed or not step_s:
-        return Term("stragglers", "stragglers", None, NOT_MEASURED, "no rank has a timed step in the window")
-    slowest = max(timed, key=lambda r: (timed[r], -r))  # the lowest rank among equals
-    wait = timed[slowest] - step_s
-    return Term(
-        "stragglers", "stragglers", wait / step_s, MEASURED,
-        f"rank {slowest}'s step time ({timed[slowest] * 1e3:.4g} ms) minus every rank's mean, from each rank's events",
-        f"look at rank {slowest}: its data, its GPU's clocks, or balance the tokens per rank",
-        {"slowest_rank": slowest, "rank_step_ms": {str(r): t * 1e3 for r, t in sorted(timed.items())}},
-    )  # fmt: skip
+    shared = [i for i in per_interval if i.ranks >= 2 and i.steps > 0]
+    steps = sum(i.steps for i in shared)
+    if not steps or not step_s:
+        return Term("stragglers", "stragglers", None, NOT_MEASURED, "no interval of several ranks has a timed step")
+    waited: dict[int, float] = {}  # each slowest rank's share of the waiting (rank-steps x seconds)
+    for i in shared:
+        if i.slowest_rank is not None:
+            waited[i.slowest_rank] = waited.get(i.slowest_rank, 0.0) + i.steps * (i.slowest_s - i.mean_s)
+    wait = sum(i.steps * (i.slowest_s - i.mean_s) for i in shared) / steps
+    slowest = max(waited, key=lambda r: (waited[r], -r)) if waited else None  # the lowest rank among equals
+    slowest_ms = sum(i.steps * i.slowest_s for i in shared) / steps * 1e3
+    mean_ms = sum(i.steps * i.mean_s for i in shared) / steps * 1e3
+    source = (
+        f"each interval's slowest rank's step time minus its ranks' mean ({slowest_ms:.4g} against {mean_ms:.4g} ms "
+        f"over {len(shared)} interval{'s' * (len(shared) != 1)}), from the ranks' events"
+    )
+    fix = (
+        f"look at rank {slowest}: its data, its GPU's clocks, or balance the tokens per rank"
+        if slowest is not None
+        else "balance the tokens per rank"
+    )
+    total_wait = sum(waited.values())
+    detail = {
+        "slowest_rank": slowest,
+        # Its share of the waiting, where the waiting is named (the slowest rows kept).
+        "slowest_rank_share": waited[slowest] / total_wait if slowest is not None and total_wait else None,
+        "slowest_ms": slowest_ms,
+        "mean_ms": mean_ms,
+        "intervals": len(shared),
+    }
+    return Term("stragglers", "stragglers", wait / step_s, MEASURED, source, fix, detail)
 
 
 def data_wait_term(sums: Mapping[str, float], step_s: float | None) -> Term:
@@ -297,7 +327,7 @@ def ledger_terms(
     sums: Mapping[str, float],
     c: Coefficients,
     layout: str | None,
-    rank_sums: Mapping[int, Mapping[str, float]],
+    per_interval: Sequence[IntervalRanks],
     sites: Sequence[tuple[str, float]],
 ) -> list[Term]:
     """The walk of one window: the peak, the losses (the measured ones largest first, then the
@@ -307,7 +337,7 @@ def ledger_terms(
     losses = [
         padding_term(sums, c, layout),
         sync_term(sums, c, sites, step_s),
-        straggler_term(rank_sums, c, step_s),
+        straggler_term(per_interval, step_s),
         data_wait_term(sums, step_s),
         launch_bound_term(sums),
     ]
@@ -318,7 +348,7 @@ def ledger_terms(
 
 def without_intervals(c: Coefficients, layout: str | None) -> list[Term]:
     """The ledger of a window that holds no interval: every term not measured."""
-    terms = ledger_terms(dict.fromkeys(SUM_NAMES, 0.0), c, layout, {}, ())
+    terms = ledger_terms(dict.fromkeys(SUM_NAMES, 0.0), c, layout, (), ())
     return [
         replace(t, fraction=None, status=NOT_MEASURED, source="no interval in the window", detail={}) for t in terms
     ]

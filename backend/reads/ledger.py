@@ -1,22 +1,25 @@
-"""A run's loss ledger (GET /api/v1/runs/{run_id}/ledger, docs/ledger.md): the window's sums per
-rank in one GROUP BY, its sync sites, and the terms of backend/formulas/ledger.py.
+"""A run's loss ledger (GET /api/v1/runs/{run_id}/ledger, docs/ledger.md): the window's sums, its
+ranks' step times per interval, its sync sites, and the terms of backend/formulas/ledger.py.
 
 The window is the run's steady part (every interval after the first, as RunSummary.steady) or
-the intervals that meet a step range. Each rank's sums are the catalogue's SUMS, each summed by
-the database from its `Sum.value` (evaluated on columns here), so the window's sums are every
-rank's added, as the run's totals are.
+the intervals that meet a step range. The steady window's sums are the run's totals less its
+first interval, both kept at ingest (as RunSummary.steady); a step range's are summed by the
+database from the rows in it, each catalogue Sum from its `Sum.value` (evaluated on columns
+here). The ranks are read from the rank summaries kept at ingest (store/rank_summaries.py): one
+row and the slowest ranks per interval, so the answer costs the same at 8 and 16,384 ranks.
 """
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
-from sqlalchemy import Float, Row, bindparam, case, cast, func, literal, select
+from sqlalchemy import Float, bindparam, case, cast, func, literal, select
 from sqlalchemy.orm import Session
 
 from packscope.backend.formulas import ledger
 from packscope.backend.reads.series import _interval_range as interval_range
 from packscope.backend.reads.sync_sites import sync_sites
-from packscope.backend.store.models import Run, interval_details, intervals
+from packscope.backend.store.first_interval import first_interval_sums, steady_sums
+from packscope.backend.store.models import Run, interval_details, intervals, rank_slowest, rank_summaries, run_totals
 from packscope.backend.store.runs import coefficients
 from packscope.core.catalogue import MAX_SYNC_SITES, SUM_FIELDS, SUM_NAMES, SUMS
 
@@ -51,15 +54,32 @@ _IN_WINDOW = (
     intervals.c.run_pk == bindparam("run_pk"),
     intervals.c.interval.between(bindparam("first"), bindparam("last")),
 )
-_RANK_SUMS = (
+_WINDOW_SUMS = select(
+    func.count().label("rows"),
+    func.min(intervals.c.first_step).label("first_step"),
+    func.max(intervals.c.last_step).label("last_step"),
+    *summed_columns(),
+).where(*_IN_WINDOW)
+_TOTALS = select(run_totals.c.rows, run_totals.c.last_step, *(run_totals.c[name] for name in SUM_NAMES)).where(
+    run_totals.c.run_pk == bindparam("run_pk")
+)
+# From the interval before the window (its last step bounds the window's first interval's steps).
+_RANK_SUMMARIES = (
     select(
-        intervals.c.rank,
-        func.min(intervals.c.first_step).label("first_step"),
-        func.max(intervals.c.last_step).label("last_step"),
-        *summed_columns(),
+        rank_summaries.c.interval,
+        rank_summaries.c.reporting_ranks,
+        rank_summaries.c.last_step,
+        rank_summaries.c.step_time_sum,
+        rank_summaries.c.step_time_max,
     )
-    .where(*_IN_WINDOW)
-    .group_by(intervals.c.rank)
+    .where(
+        rank_summaries.c.run_pk == bindparam("run_pk"),
+        rank_summaries.c.interval.between(bindparam("first") - 1, bindparam("last")),
+    )
+    .order_by(rank_summaries.c.interval)
+)
+_SLOWEST = select(rank_slowest.c.interval, rank_slowest.c.rank, rank_slowest.c.step_time_s).where(
+    rank_slowest.c.run_pk == bindparam("run_pk"), rank_slowest.c.interval.between(bindparam("first"), bindparam("last"))
 )
 _SITES = (
     select(interval_details.c.sync_sites)
@@ -81,6 +101,42 @@ def _window_sites(session: Session, run: Run, window: str, span: tuple[int, int]
     return sorted(((site, float(n)) for site, n in counts.items() if n), key=lambda item: (-item[1], item[0]))
 
 
+def _window_ranks(session: Session, run: Run, span: tuple[int, int], first_step: int) -> list[ledger.IntervalRanks]:
+    """The window's intervals' ranks from the rank summaries: each interval's steps are its last
+    step less the previous stored interval's (`first_step` - 1 before the run's first)."""
+    bounds = {"run_pk": run.id, "first": span[0], "last": span[1]}
+    slowest: dict[int, tuple[float, int]] = {}
+    for interval, rank, step_s in session.execute(_SLOWEST, bounds):
+        kept = slowest.get(interval)
+        if kept is None or (step_s, -rank) > (kept[0], -kept[1]):  # the lowest rank among equals
+            slowest[interval] = (step_s, rank)
+    out, before = [], first_step - 1
+    for interval, ranks, last_step, time_sum, time_max in session.execute(_RANK_SUMMARIES, bounds):
+        if interval >= span[0] and ranks:
+            top = slowest.get(interval)
+            out.append(ledger.IntervalRanks(last_step - before, ranks, time_sum / ranks, time_max, top and top[1]))
+        before = last_step
+    return out
+
+
+def _window_sums(
+    session: Session, run: Run, window: str, span: tuple[int, int]
+) -> tuple[dict[str, float], int, int, int]:
+    """(the window's sums, its rows, first step, last step): the steady window's and the whole
+    run's from what ingest keeps, a step range's from its rows."""
+    if window == "steps":
+        row = session.execute(_WINDOW_SUMS, {"run_pk": run.id, "first": span[0], "last": span[1]}).one()
+        sums = {name: float(row._mapping[name] or 0.0) for name in SUM_NAMES}
+        return sums, int(row.rows), int(row.first_step), int(row.last_step)
+    totals = session.execute(_TOTALS, {"run_pk": run.id}).one()
+    first = first_interval_sums(session, [run.id])[run.id]
+    whole = {name: float(totals._mapping[name]) for name in SUM_NAMES}
+    steady = steady_sums(dict(totals._mapping), first) if window == "steady" else None
+    if steady is None:
+        return whole, int(totals.rows), first.first_step, int(totals.last_step)
+    return steady, int(totals.rows) - first.rows, first.last_step + 1, int(totals.last_step)
+
+
 def run_ledger(
     session: Session, run: Run, first_step: int | None = None, last_step: int | None = None
 ) -> dict[str, Any]:
@@ -93,32 +149,28 @@ def run_ledger(
             span = (span[0] + 1, span[1])  # warm-up left out, as RunSummary.steady
         else:
             window = "run"
-    rows: Iterable[Row[Any]] = (
-        [] if span is None else session.execute(_RANK_SUMS, {"run_pk": run.id, "first": span[0], "last": span[1]})
-    )
-    rank_sums: dict[int, dict[str, float]] = {}
-    steps_covered: list[tuple[int, int]] = []
-    for row in rows:
-        rank_sums[int(row.rank)] = {name: float(row._mapping[name] or 0.0) for name in SUM_NAMES}
-        steps_covered.append((int(row.first_step), int(row.last_step)))
-    sums = {name: sum(r[name] for r in rank_sums.values()) for name in SUM_NAMES}
+    if span is None:
+        sums, rows, steps_from, steps_to = dict.fromkeys(SUM_NAMES, 0.0), 0, None, None
+    else:
+        sums, rows, steps_from, steps_to = _window_sums(session, run, window, span)
+    per_interval = _window_ranks(session, run, span, steps_from) if span is not None and steps_from is not None else []
     sites = _window_sites(session, run, window, span) if span is not None else []
-    terms = ledger.ledger_terms(sums, c, layout, rank_sums, sites) if rank_sums else ledger.without_intervals(c, layout)
+    terms = ledger.ledger_terms(sums, c, layout, per_interval, sites) if rows else ledger.without_intervals(c, layout)
     step_s = ledger.step_time_s(sums, c)
     outside_s = ledger.wait_s(terms, step_s)
     mfu = next((t.fraction for t in terms if t.name == "useful"), None)
     return {
         "run_id": run.run_id,
         "window": window,
-        "first_step": min((f for f, _ in steps_covered), default=None),
-        "last_step": max((last for _, last in steps_covered), default=None),
+        "first_step": steps_from if rows else None,
+        "last_step": steps_to if rows else None,
         "layout": layout,
-        "ranks": sorted(rank_sums),
-        "steps": int(sums["steps"]) if rank_sums else None,
+        "ranks": max((i.ranks for i in per_interval), default=1 if rows else 0),
+        "steps": int(sums["steps"]) if rows else None,
         "step_time_ms": None if step_s is None else step_s * 1e3,
         # The step and the measured time between steps (the data wait): what the gains are of.
         "iteration_ms": None if step_s is None else (step_s + outside_s) * 1e3,
-        "gpu_hours": sums["gpu_seconds"] / 3600.0 if rank_sums else None,
+        "gpu_hours": sums["gpu_seconds"] / 3600.0 if rows else None,
         "terms": [_shown(t, step_s, sums["gpu_seconds"], ledger.gain(t, step_s, outside_s, mfu)) for t in terms],
         "overcount": _shown(ledger.overcount_term(sums, c), None, 0.0),
         "memory": ledger.memory_headroom(sums, c, (run.hardware or {}).get("memory_bytes")),

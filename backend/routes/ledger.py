@@ -42,7 +42,10 @@ class Ledger(BaseModel):
     first_step: int | None
     last_step: int | None
     layout: str
-    ranks: list[int]
+    ranks: int = Field(
+        description="the most ranks that sent an interval of the window (its rank summaries; 0 for none): a count, "
+        "not a list, so the answer is as small at 16,384 ranks as at 8"
+    )
     steps: int | None = Field(description="optimizer steps in the window (each once)")
     step_time_ms: float | None = Field(description="a rank's step time over the window (the catalogue's step_time_s)")
     iteration_ms: float | None = Field(

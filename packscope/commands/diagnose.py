@@ -106,7 +106,7 @@ def render(ledger: dict[str, Any]) -> str:
     rule = "  ".join("-" * w for w in widths)
     window = "steady window" if ledger["window"] == "steady" else "window"
     span = "no intervals" if ledger["first_step"] is None else f"steps {ledger['first_step']}-{ledger['last_step']}"
-    ranks = len(ledger["ranks"])
+    ranks = ledger["ranks"]
     heading = [
         f"run {ledger['run_id']}: {window}, {span}, {ranks} rank{'s' * (ranks != 1)}, layout {ledger['layout']}",
         f"step time {_number(ledger['step_time_ms'], '.4g')} ms, {_number(ledger['gpu_hours'], '.3g')} GPU-hours",

@@ -38,7 +38,7 @@ def two_ranks(client, new_run):
 def test_the_straggler_term_names_the_slow_rank_and_the_others_wait(two_ranks):
     got = two_ranks.get(LEDGER).json()
     assert got["window"] == "steady" and (got["first_step"], got["last_step"]) == (11, 30)  # interval 0 left out
-    assert got["ranks"] == [0, 1] and got["steps"] == 20
+    assert got["ranks"] == 2 and got["steps"] == 20
     # By hand: a rank's step is (50 + 150) / 2 = 100 ms; rank 0 waits 100 ms a step for rank 1,
     # rank 1 waits 0: 50 ms per rank-step, half the step; 2 ranks x 20 steps x 50 ms = 2 GPU-s.
     assert got["step_time_ms"] == pytest.approx(100.0)
@@ -47,7 +47,48 @@ def test_the_straggler_term_names_the_slow_rank_and_the_others_wait(two_ranks):
     assert stragglers["ms_per_step"] == pytest.approx(50.0)
     assert stragglers["pct_of_step"] == pytest.approx(50.0)
     assert stragglers["gpu_hours"] == pytest.approx(2.0 / 3600)
-    assert stragglers["detail"]["rank_step_ms"] == pytest.approx({"0": 50.0, "1": 150.0})
+    detail = stragglers["detail"]
+    assert (detail["slowest_ms"], detail["mean_ms"], detail["intervals"]) == (
+        pytest.approx(150.0),
+        pytest.approx(100.0),
+        2,
+    )
+    assert detail["slowest_rank_share"] == pytest.approx(1.0)
+
+
+def test_the_straggler_term_is_each_intervals_slowest_rank_less_its_mean_brute_force(
+    make_client, database_url, new_run
+):
+    """Four ranks whose slowest changes from interval to interval: the term is the mean over the
+    steady window's intervals of (slowest - mean) step time, worked out here from the posted
+    records themselves, and it names the rank behind most of that waiting (not the rank slowest
+    on average)."""
+    import random
+
+    client = make_client(database_url)
+    assert client.post(RUNS, json=new_run(parallel={"dp": 4})).status_code == 201
+    rng = random.Random(7)
+    times = {k: {rank: rng.uniform(0.04, 0.06) for rank in range(4)} for k in range(6)}
+    for k in (1, 2, 3):
+        times[k][2] = 0.2  # rank 2 straggles hard in three intervals
+    for k in (4, 5):
+        times[k][1] = 0.09  # rank 1 a little in two
+    batch = [
+        {**packed_interval(k, docs_per_pack=DOCS, doc_len=DOC, pack=PACK, gpu_time_s=t * STEPS), "rank": rank}
+        for k, by_rank in times.items()
+        for rank, t in by_rank.items()
+    ]
+    rng.shuffle(batch)
+    assert client.post(f"{RUNS}/run-1/intervals", json={"intervals": batch}).json()["accepted"] == len(batch)
+    steady = [times[k] for k in range(1, 6)]  # the first interval is warm-up
+    wait = sum(max(t.values()) - sum(t.values()) / 4 for t in steady) / len(steady)
+    step = sum(sum(t.values()) / 4 for t in steady) / len(steady)
+    got = client.get(LEDGER).json()
+    stragglers = by_name(got)["stragglers"]
+    assert got["ranks"] == 4 and got["step_time_ms"] == pytest.approx(step * 1e3)
+    assert stragglers["ms_per_step"] == pytest.approx(wait * 1e3)
+    assert stragglers["pct_of_step"] == pytest.approx(100 * wait / step)
+    assert stragglers["detail"]["slowest_rank"] == 2 and stragglers["detail"]["intervals"] == 5
 
 
 def test_padding_syncs_peak_and_useful_by_hand(two_ranks, spec: ModelSpec):
@@ -88,13 +129,15 @@ def test_measured_losses_come_first_largest_first(two_ranks):
 
 
 def test_both_databases_sum_the_window_alike(make_client, database_url, new_run):
-    """The window's GROUP BY (CASE, NULLIF, float casts) on SQLite and PostgreSQL."""
+    """The steady window (the kept totals less the first interval, the rank summaries) and a step
+    range's sum over its rows (CASE, NULLIF, float casts) on SQLite and PostgreSQL."""
     client = make_client(database_url)
     assert client.post(RUNS, json=new_run(parallel={"dp": 2})).status_code == 201
     post_ranks(client, {0: 0.05, 1: 0.15}, loss=2.0)
-    got = client.get(LEDGER).json()
-    assert got["step_time_ms"] == pytest.approx(100.0) and got["steps"] == 20
-    assert by_name(got)["stragglers"]["ms_per_step"] == pytest.approx(50.0)
+    for params, steps in (({}, 20), ({"first_step": 11, "last_step": 30}, 20), ({"last_step": 30}, 30)):
+        got = client.get(LEDGER, params=params).json()
+        assert got["step_time_ms"] == pytest.approx(100.0) and got["steps"] == steps, params
+        assert by_name(got)["stragglers"]["ms_per_step"] == pytest.approx(50.0), params
 
 
 def test_a_step_range_is_its_own_window(two_ranks):
@@ -135,7 +178,7 @@ def test_an_old_record_without_uncounted_steps_counts_its_syncs(client, new_run)
 def test_a_run_without_intervals_has_every_term_not_measured(client, new_run):
     assert client.post(RUNS, json=new_run()).status_code == 201
     got = client.get(LEDGER).json()
-    assert got["steps"] is None and got["first_step"] is None and got["ranks"] == []
+    assert got["steps"] is None and got["first_step"] is None and got["ranks"] == 0
     assert {t["status"] for t in got["terms"]} == {NOT_MEASURED}
     assert all(t["ms_per_step"] is None for t in got["terms"])
     assert got["overcount"]["status"] == NOT_MEASURED
