@@ -6,8 +6,9 @@ on both alike.
   records of one interval); rows/s;
 * ingest of one interval of all ranks: the last interval stored one record per transaction, as
   a job whose every rank posts its own record (the server's work per request, without HTTP);
-* the run page's data: the requests the page makes before it is drawn (summary, series, length
-  heatmap columns, sync sites, ranks), each timed and summed; the ranks endpoint's time and size;
+* the run page's data: the requests the page makes before it is drawn (page_paths: catalogue,
+  summary, series, length heatmap columns, last interval's histograms, steady sync sites, ledger,
+  ranks, alerts), each timed and summed; the ranks endpoint's time and size;
   the per-rank matrix the endpoint read before the rank summaries (every sampled interval's raw
   rows), timed in-process;
 * the CSV export of the whole run (rows/s);
@@ -112,15 +113,21 @@ def build(engine: Any, run_id: str, records: Records, intervals: int) -> dict[st
     }
 
 
-def page_paths(run_id: str) -> dict[str, str]:
-    """What the run page asks before it is drawn (run_early.js, run.js, ranks.js)."""
+def page_paths(run_id: str, last_interval: int) -> dict[str, str]:
+    """What the run page asks before it is drawn: run_early.js (catalogue, summary, series, length
+    heatmap columns, ranks), run.js (sync sites of the steady window), ledger_run.js (the ledger),
+    lengths.js (the last interval's histograms), run_alerts.js (the run's alerts)."""
     base = f"/api/v1/runs/{run_id}"
     return {
+        "catalogue": "/api/v1/catalogue",
         "summary": base,
         "series": f"{base}/series?max_points=500",
         "heatmap_columns": f"{base}/histograms/over-time?columns=200",
-        "sync_sites": f"{base}/sync-sites?limit=10",
+        "histogram": f"{base}/histograms?interval={last_interval}",
+        "sync_sites": f"{base}/sync-sites?limit=10&window=steady",
+        "ledger": f"{base}/ledger",
         "ranks": f"{base}/ranks?max_points=200",
+        "alerts": f"{base}/alerts",
     }
 
 
@@ -128,13 +135,13 @@ def median_ms(values: list[float]) -> float:
     return round(statistics.median(values) * 1e3, 2)
 
 
-def reads(http: httpx.Client, run_ids: list[str], repeat: int) -> dict[str, dict[str, Any]]:
+def reads(http: httpx.Client, run_ids: list[str], last_interval: int, repeat: int) -> dict[str, dict[str, Any]]:
     """Every page path of every run, in alternation, `repeat` times."""
-    times: dict[str, dict[str, list[float]]] = {r: {name: [] for name in page_paths(r)} for r in run_ids}
+    times: dict[str, dict[str, list[float]]] = {r: {name: [] for name in page_paths(r, last_interval)} for r in run_ids}
     sizes: dict[str, dict[str, int]] = {r: {} for r in run_ids}
     for _ in range(repeat):
         for run_id in run_ids:
-            for name, path in page_paths(run_id).items():
+            for name, path in page_paths(run_id, last_interval).items():
                 t0 = time.perf_counter()
                 response = http.get(path)
                 times[run_id][name].append(time.perf_counter() - t0)
@@ -244,7 +251,7 @@ def bench(database_url: str, args: argparse.Namespace) -> dict[str, Any]:
             out["runs"][run_id] = {"ranks": n, **build(engine, run_id, Records(n), args.intervals)}
             log(f"built {run_id}: {out['runs'][run_id]}")
         log("reads")
-        for run_id, measured in reads(http, run_ids, args.repeat).items():
+        for run_id, measured in reads(http, run_ids, args.intervals - 1, args.repeat).items():
             out["runs"][run_id].update(measured)
         for run_id in run_ids:
             out["runs"][run_id]["raw_matrix_ms_p50"] = raw_matrix_ms(make_session, run_id, 3)
@@ -260,6 +267,8 @@ def bench(database_url: str, args: argparse.Namespace) -> dict[str, Any]:
             "page_ms_p50": last["page_ms_p50"] / first["page_ms_p50"],
             "ranks_ms_p50": last["ms_p50"]["ranks"] / first["ms_p50"]["ranks"],
             "ranks_bytes": last["bytes"]["ranks"] / first["bytes"]["ranks"],
+            "sync_sites_ms_p50": last["ms_p50"]["sync_sites"] / first["ms_p50"]["sync_sites"],
+            "ledger_ms_p50": last["ms_p50"]["ledger"] / first["ms_p50"]["ledger"],
             "one_interval_us_per_record": last["one_interval_us_per_record"] / first["one_interval_us_per_record"],
             "alert_round_ms_p50": last["alert_judging"]["round_ms_p50"] / first["alert_judging"]["round_ms_p50"],
         }

@@ -30,12 +30,14 @@ Prints one JSON object.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import os
 import random
 import statistics
 import sys
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 if "--packscope" in sys.argv:  # before anything imports packscope
@@ -76,10 +78,12 @@ def make_run(make_session: Any, run_id: str) -> tuple[int, Any]:
         return run.id, coefficients(run)
 
 
-def batch_rows(
-    run_pk: int, intervals: range, ranks: int, channels: int, rng: random.Random
-) -> tuple[list[tuple[Any, ...]], dict[str, int]]:
-    """ROW_COLUMNS tuples sorted by (interval, rank), and their sync sites summed."""
+Batch = tuple[list[tuple[Any, ...]], dict[str, int], dict[str, int]]
+
+
+def batch_rows(run_pk: int, intervals: range, ranks: int, channels: int, rng: random.Random) -> Batch:
+    """ROW_COLUMNS tuples sorted by (interval, rank), their sync sites summed, and those of the
+    rows of their lowest interval (the first `ranks`) summed."""
     recs = []
     for i in intervals:
         for rank in range(ranks):
@@ -90,15 +94,31 @@ def batch_rows(
                 r["channel_tokens"] = {c: rng.randint(1, 5000) for c in names}
             recs.append(r)
     parsed = parsed_records(recs)
+    return [(run_pk, *values) for values in parsed.values], summed(parsed.sites), summed(parsed.sites[:ranks])
+
+
+def summed(per_row: Sequence[Mapping[str, int]]) -> dict[str, int]:
     sites: dict[str, int] = {}
-    for per in parsed.sites:
+    for per in per_row:
         for site, n in per.items():
             sites[site] = sites.get(site, 0) + n
-    return [(run_pk, *values) for values in parsed.values], sites
+    return sites
 
 
-def prepared_batches(run_pk: int, mode: str, batches: int, channels: int) -> list[tuple[list[Any], dict[str, int]]]:
-    """The batches of `mode` (store's modes) as (ROW_COLUMNS rows, their sync sites)."""
+# A backend from before the first interval's sync sites were kept (--packscope DIR) takes no lowest_sites.
+_LOWEST_SITES = "lowest_sites" in inspect.signature(store_aggregates).parameters
+
+
+def aggregate(connection: Any, run_pk: int, c: Any, batch: Batch) -> None:
+    rows, sites, lowest_sites = batch
+    if _LOWEST_SITES:
+        store_aggregates(connection, run_pk, c, rows, sites, lowest_sites=lowest_sites)
+    else:
+        store_aggregates(connection, run_pk, c, rows, sites)  # type: ignore[call-arg]
+
+
+def prepared_batches(run_pk: int, mode: str, batches: int, channels: int) -> list[Batch]:
+    """The batches of `mode` (store's modes) as batch_rows gives them."""
     rng = random.Random(mode)
     prepared = []
     for b in range(batches):
@@ -109,9 +129,9 @@ def prepared_batches(run_pk: int, mode: str, batches: int, channels: int) -> lis
         elif mode == "8 ranks":
             prepared.append(batch_rows(run_pk, range(b * 8, (b + 1) * 8), 8, channels, rng))
         else:
-            rows, sites = batch_rows(run_pk, range((b // 8) * BATCH, (b // 8 + 1) * BATCH), 1, channels, rng)
+            rows, sites, lowest = batch_rows(run_pk, range((b // 8) * BATCH, (b // 8 + 1) * BATCH), 1, channels, rng)
             rank_at = COLUMN_AT["rank"]
-            prepared.append(([(*row[:rank_at], b % 8, *row[rank_at + 1 :]) for row in rows], sites))
+            prepared.append(([(*row[:rank_at], b % 8, *row[rank_at + 1 :]) for row in rows], sites, lowest))
     return prepared
 
 
@@ -125,11 +145,11 @@ def store(engine: Any, make_session: Any, mode: str, batches: int, channels: int
     prepared = prepared_batches(run_pk, mode, batches, channels)
     cpu: list[float] = []
     wall: list[float] = []
-    for rows, sites in prepared:
+    for batch in prepared:
         with engine.begin() as connection:
-            write(connection, "intervals", "insert", rows)
+            write(connection, "intervals", "insert", batch[0])
             t0, c0 = time.perf_counter(), time.process_time()
-            store_aggregates(connection, run_pk, c, rows, sites)
+            aggregate(connection, run_pk, c, batch)
             cpu.append(time.process_time() - c0)
             wall.append(time.perf_counter() - t0)
     groups = 5
@@ -158,12 +178,13 @@ def kept_metrics_cost(engine: Any, make_session: Any, mode: str, batches: int) -
     refresh(engine)  # the runs stored before: fresh
     cpu: dict[str, list[float]] = {"sorted": [], "unsorted": [], "refresh": []}
     wall: dict[str, list[float]] = {"sorted": [], "unsorted": [], "refresh": []}
-    for k, (rows, sites) in enumerate(prepared_batches(run_pk, mode, batches, 0)):
+    for k, batch in enumerate(prepared_batches(run_pk, mode, batches, 0)):
         which = "sorted" if k % 4 in (0, 3) else "unsorted"
+        rows = batch[0]
         with engine.begin() as connection:
             write(connection, "intervals", "insert", rows)
             t0, c0 = time.perf_counter(), time.process_time()
-            store_aggregates(connection, run_pk, c, rows, sites)
+            aggregate(connection, run_pk, c, batch)
             cpu[which].append(time.process_time() - c0)
             wall[which].append(time.perf_counter() - t0)
         if which == "sorted":
@@ -184,7 +205,7 @@ def kept_metrics_cost(engine: Any, make_session: Any, mode: str, batches: int) -
 def fill(engine: Any, make_session: Any, run_id: str, intervals: int, ranks: int) -> int:
     """A run of `intervals` intervals x `ranks` ranks, in batches of 4096 rows re-numbered from a template."""
     run_pk, c = make_run(make_session, run_id)
-    template, _ = batch_rows(run_pk, range(BATCH), 1, 2, random.Random(0))
+    template, _, _ = batch_rows(run_pk, range(BATCH), 1, 2, random.Random(0))
     at_i, at_r, at_f, at_l = (COLUMN_AT[k] for k in ("interval", "rank", "first_step", "last_step"))
     per = 4096 // ranks
     for start in range(0, intervals, per):
@@ -196,7 +217,7 @@ def fill(engine: Any, make_session: Any, run_id: str, intervals: int, ranks: int
                 rows.append(tuple(row))
         with engine.begin() as connection:
             write(connection, "intervals", "insert", rows)
-            store_aggregates(connection, run_pk, c, rows, {"train.py:1": len(rows)})
+            aggregate(connection, run_pk, c, (rows, {"train.py:1": len(rows)}, {"train.py:1": ranks}))
     return run_pk
 
 

@@ -173,6 +173,20 @@ def store_records(connection: Connection, run_pk: int, c: Coefficients, parsed: 
     return IngestResult(accepted=accepted, duplicates=len(parsed) - accepted, ignored=parsed.ignored)
 
 
+def _summed_sites(per_row: Iterable[Mapping[str, int]], start: Mapping[str, int] | None = None) -> dict[str, int]:
+    """Each site's count over the rows (added to `start`'s), stopping at INT64_MAX as the stored
+    sums do (every count is >= 0)."""
+    out = dict(start or {})
+    counted = out.get
+    for sites in per_row:
+        for site, n in sites.items():
+            out[site] = counted(site, 0) + n
+    for site, n in out.items():
+        if n > INT64_MAX:
+            out[site] = INT64_MAX
+    return out
+
+
 def _store(connection: Connection, run_pk: int, c: Coefficients, parsed: Parsed) -> list[int]:
     """store_records' work; the positions in `parsed` of the records stored."""
     keys = parsed.keys()
@@ -195,14 +209,12 @@ def _store(connection: Connection, run_pk: int, c: Coefficients, parsed: Parsed)
     else:
         new_ids = {(interval, rank) for _, interval, rank in inserted}
         new = [k for k, key in enumerate(ordered) if key in new_ids]  # still in key order
-    run_sites: dict[str, int] = {}
-    counted = run_sites.get
-    for k in new:
-        for site, n in sites[at[k]].items():
-            run_sites[site] = counted(site, 0) + n
-    for site, n in run_sites.items():  # as the stored sum saturates (every count is >= 0)
-        if n > INT64_MAX:
-            run_sites[site] = INT64_MAX
+    # The new rows of the batch's lowest interval come first (key order): their sites are that
+    # interval's share of the run's first-interval sites, should it be the run's first.
+    lowest = ordered[new[0]][0]
+    split = next((j for j, k in enumerate(new) if ordered[k][0] != lowest), len(new))
+    lowest_sites = _summed_sites(sites[at[k]] for k in new[:split])
+    run_sites = lowest_sites if split == len(new) else _summed_sites((sites[at[k]] for k in new[split:]), lowest_sites)
     channels = [parsed.channels[at[k]] for k in new]
     new_rows = [rows[k] for k in new]
     ranks, slowest = rank_writes(run_pk, new_rows)
@@ -210,7 +222,9 @@ def _store(connection: Connection, run_pk: int, c: Coefficients, parsed: Parsed)
         "interval_histogram_sums",
         interval_sums(run_pk, new_rows, [parsed.histogram_counts[at[k]] for k in new]),
     )
-    store_aggregates(connection, run_pk, c, new_rows, run_sites, channels, also=[*ranks, lengths])
+    store_aggregates(
+        connection, run_pk, c, new_rows, run_sites, channels, also=[*ranks, lengths], lowest_sites=lowest_sites
+    )
     keep_slowest(connection, run_pk, slowest)
     if parsed.nonfinite_loss:  # rare: a diverged loss, kept for the nonfinite_loss alert
         stored = {at[k] for k in new}

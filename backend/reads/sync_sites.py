@@ -7,21 +7,27 @@ from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session
 
 from packscope.backend.store.first_interval import first_interval_sums, steady_sums
-from packscope.backend.store.models import Run, intervals, run_sync_sites, run_totals
+from packscope.backend.store.models import Run, intervals, run_first_interval, run_sync_sites, run_totals
 from packscope.backend.store.runs import coefficients
 from packscope.core.catalogue import FLOAT_OPS, METRIC, SUM_NAMES, sync_counted_steps
 
 
 def _first_step(run_pk: Any) -> Any:
     """The run's first stored step, as first_interval_sums gives it (the least first_step of its
-    first interval's rows), as a scalar subquery: one seek on the unique (run_pk, interval, rank)
-    index."""
+    first interval's rows), as a scalar subquery: the kept first-interval row's, else (a run stored
+    before migration 0016) one seek on the unique (run_pk, interval, rank) index."""
+    kept = (
+        select(run_first_interval.c.first_step)
+        .where(run_first_interval.c.run_pk == run_pk, run_first_interval.c.rows >= 0)
+        .scalar_subquery()
+    )
     lowest = select(func.min(intervals.c.interval)).where(intervals.c.run_pk == run_pk).scalar_subquery()
-    return (
+    from_rows = (
         select(func.min(intervals.c.first_step))
         .where(intervals.c.run_pk == run_pk, intervals.c.interval == lowest)
         .scalar_subquery()
     )
+    return func.coalesce(kept, from_rows)  # both databases evaluate the second only when the first is NULL
 
 
 _SITES_TOTALS = select(

@@ -1,4 +1,5 @@
-"""Rollups, channel rollups, run totals, the run's first interval and run sync sites of a set of new interval rows,
+"""Rollups, channel rollups, run totals, run sync sites and the run's first interval (its sums and sync
+sites) of a set of new interval rows,
 aggregated with numpy and upserted (adding) once per touched key: what the reads answer from
 without scanning intervals.
 
@@ -18,6 +19,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+from pydantic_core import to_json
 from sqlalchemy import Connection
 from sqlalchemy import column as sa_column
 from sqlalchemy import table as sa_table
@@ -44,7 +46,7 @@ from packscope.backend.store.models import (
     run_totals,
 )
 from packscope.backend.store.writes import DRIVER_DIALECTS, add_together, adding, driver_of, write
-from packscope.core.catalogue import BAND_METRICS, SUM_FIELDS, SUM_NAMES, Coefficients
+from packscope.core.catalogue import BAND_METRICS, INT64_MAX, SUM_FIELDS, SUM_NAMES, Coefficients
 
 # What a row contributes, read in one C-level call per row: the key and step columns, the wall
 # clock and every field a SUM reads (None -> NaN in the float matrix).
@@ -338,7 +340,7 @@ def _first_interval_upsert(database: str) -> str:
     """The run's first-interval row: a lower interval replaces the stored one, the same interval
     adds to it (steps widen), a later one leaves it; a row marked by migration 0016 (rows -1:
     summed by the reads) is replaced only by a lower interval. Every SET reads the stored row as
-    it was, on both databases."""
+    it was, on both databases. Returns the row's interval and rows as they are now."""
     p = "?" if database == "sqlite" else "%s"
     least, greatest = ("min", "max") if database == "sqlite" else ("least", "greatest")
     t, ex = "run_first_interval", "excluded"
@@ -354,7 +356,8 @@ def _first_interval_upsert(database: str) -> str:
     sets += [merged(name, f'{t}."{name}" + {ex}."{name}"') for name in SUM_NAMES]
     columns = ", ".join(f'"{c}"' for c in _FIRST_COLUMNS)
     values = ", ".join([p] * len(_FIRST_COLUMNS))
-    return f"INSERT INTO {t} ({columns}) VALUES ({values}) ON CONFLICT (run_pk) DO UPDATE SET {', '.join(sets)}"
+    upsert = f"INSERT INTO {t} ({columns}) VALUES ({values}) ON CONFLICT (run_pk) DO UPDATE SET {', '.join(sets)}"
+    return f'{upsert} RETURNING "interval", "rows"'
 
 
 def _first_interval_row(run_pk: int, intervals: np.ndarray, per_row: np.ndarray) -> tuple[Any, ...]:
@@ -376,13 +379,17 @@ def store_aggregates(
     sync_sites: Mapping[str, int],
     channels: Channels | None = None,
     also: Sequence[tuple[str, Sequence[Sequence[Any]]]] = (),
+    *,
+    lowest_sites: Mapping[str, int],
 ) -> None:
     """Add new interval rows (sorted by interval then rank) to everything kept at ingest. Keys are
     written in sorted order, table by table, so concurrent batches of one run lock rows in the
-    same order and cannot deadlock. `channels`: each row's (channel_loss, channel_tokens) as
-    decoded, which ingest has at hand (else they are read from the rows' JSON text). `also`:
-    other adding upserts of the batch (writes.write's tables: the rank summaries, the interval
-    histograms), written with these, in PostgreSQL's one statement."""
+    same order and cannot deadlock. `sync_sites`: the rows' sites summed; `lowest_sites`: those
+    of the rows of their lowest interval, kept should that be the run's first. `channels`: each
+    row's (channel_loss, channel_tokens) as decoded, which ingest has at hand (else they are read
+    from the rows' JSON text). `also`: other adding upserts of the batch (writes.write's tables:
+    the rank summaries, the interval histograms), written with these, in PostgreSQL's one
+    statement."""
     if not rows:
         return
     intervals, per_row = _per_row(_field_matrix(rows), c)
@@ -395,4 +402,39 @@ def store_aggregates(
         first = (*first, last_step, *sums)
     else:
         first = _first_interval_row(run_pk, intervals, per_row)
-    run_sql(connection, _first_interval_upsert(driver_of(connection)), first)
+    # The first interval's sites after its row, as the row says: the run's totals row, written
+    # above in this transaction, holds the run's other batches off until it commits, so one batch
+    # at a time writes them and sees the last one's.
+    database = driver_of(connection)
+    if database == "postgresql":  # one round trip
+        sites = to_json(sorted(lowest_sites.items())).decode()
+        run_sql(connection, _first_interval_with_sites(), (*first, run_pk, first[1], first[2], run_pk, sites, first[1]))
+        return
+    ((kept, kept_rows),) = run_sql(connection, _first_interval_upsert(database), first)
+    if kept == first[1]:  # the batch's lowest interval is the run's first (for now)
+        # The row holds this batch's rows alone: the run's first batch, or a lower interval
+        # that replaced the kept one (whose sites go).
+        if kept_rows == first[2]:
+            run_sql(connection, 'DELETE FROM run_first_sync_sites WHERE run_pk = ? AND "interval" > ?', (run_pk, kept))
+        if lowest_sites:
+            rows = [(run_pk, kept, site, n) for site, n in sorted(lowest_sites.items())]
+            write(connection, "run_first_sync_sites", "add", rows)
+
+
+@functools.cache
+def _first_interval_with_sites() -> str:
+    """PostgreSQL: the first-interval upsert, then, where it left the batch's lowest interval the
+    run's first, that interval's sites added (a JSON array of [site, count], sorted) and, where the
+    row holds this batch's rows alone (the run's first batch, or a lower interval that replaced the
+    kept one), the sites of higher intervals deleted; as SQLite's statements do one by one."""
+    add = f"CASE WHEN s.count > {INT64_MAX} - excluded.count THEN {INT64_MAX} ELSE s.count + excluded.count END"
+    return (
+        f"WITH kept AS ({_first_interval_upsert('postgresql')}), "
+        "dropped AS (DELETE FROM run_first_sync_sites d USING kept WHERE d.run_pk = %s "
+        'AND d."interval" > kept."interval" AND kept."interval" = %s AND kept."rows" = %s), '
+        'added AS (INSERT INTO run_first_sync_sites AS s (run_pk, "interval", site, count) '
+        'SELECT %s, kept."interval", e.value ->> 0, CAST(e.value ->> 1 AS BIGINT) '
+        'FROM kept, jsonb_array_elements(%s::JSONB) AS e WHERE kept."interval" = %s '
+        f'ON CONFLICT (run_pk, "interval", site) DO UPDATE SET count = {add}) '
+        'SELECT "interval", "rows" FROM kept'
+    )

@@ -5,10 +5,16 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
-from sqlalchemy import Connection, bindparam, func, select
+from sqlalchemy import Connection, and_, bindparam, func, select
 from sqlalchemy.orm import Session
 
-from packscope.backend.store.models import Run, interval_details, intervals, run_first_interval
+from packscope.backend.store.models import (
+    Run,
+    interval_details,
+    intervals,
+    run_first_interval,
+    run_first_sync_sites,
+)
 from packscope.core.catalogue import SUM_FIELDS, SUM_NAMES, sums_of_rows
 
 
@@ -47,20 +53,33 @@ _FIRST_ROWS_WITH_SITES = _FIRST_ROWS.add_columns(interval_details.c.sync_sites).
 _KEPT = select(run_first_interval).where(
     run_first_interval.c.run_pk.in_(bindparam("pks", expanding=True)), run_first_interval.c.rows >= 0
 )
+# Every run with a first-interval row, and the sites kept for that interval (none: NULL): the
+# rows of an interval since replaced by a lower one are not its.
+_KEPT_SITES = (
+    select(run_first_interval.c.run_pk, run_first_sync_sites.c.site, run_first_sync_sites.c.count)
+    .select_from(
+        run_first_interval.outerjoin(
+            run_first_sync_sites,
+            and_(
+                run_first_sync_sites.c.run_pk == run_first_interval.c.run_pk,
+                run_first_sync_sites.c.interval == run_first_interval.c.interval,
+            ),
+        )
+    )
+    .where(run_first_interval.c.run_pk.in_(bindparam("pks", expanding=True)))
+)
 
 
 def first_interval_sums(
     session: Session | Connection, run_pks: Sequence[int], *, with_sites: bool = False
 ) -> dict[int, FirstInterval]:
     """Per run: its first interval's rows (every rank's) summed: their count, SUMS, steps and (with
-    `with_sites`, else none) sync sites. Without sites, from the row kept at ingest
-    (store/aggregates.py: one row a run, however many ranks); else, and for runs stored before
-    migration 0016, from the rows themselves on the unique (run_pk, interval, rank) index: a few
-    rows per rank whatever the run's length."""
+    `with_sites`, else none) sync sites. From the rows kept at ingest (store/aggregates.py: a row
+    a run and a row a site, however many ranks); for runs stored before migration 0016, the sums
+    from the rows themselves on the unique (run_pk, interval, rank) index (a few rows per rank
+    whatever the run's length), their sites still the kept ones (migration 0022 summed them)."""
     if not run_pks:
         return {}
-    if with_sites:
-        return _summed_rows(session, run_pks, with_sites=True)
     out = {
         row.run_pk: FirstInterval(
             int(row.rows), {name: float(row._mapping[name]) for name in SUM_NAMES}, int(row.first_step),
@@ -69,7 +88,27 @@ def first_interval_sums(
         for row in session.execute(_KEPT, {"pks": list(run_pks)})
     }  # fmt: skip
     missing = [pk for pk in run_pks if pk not in out]  # no interval yet, or stored before 0016
-    return out | (_summed_rows(session, missing, with_sites=False) if missing else {})
+    if missing:
+        out |= _summed_rows(session, missing, with_sites=False)
+    if not with_sites:
+        return out
+    sites = _kept_sites(session, list(out))
+    unkept = [pk for pk in out if pk not in sites]  # no first-interval row: summed from the rows
+    return {pk: first._replace(sync_sites=sites[pk]) for pk, first in out.items() if pk in sites} | (
+        _summed_rows(session, unkept, with_sites=True) if unkept else {}
+    )
+
+
+def _kept_sites(session: Session | Connection, run_pks: Sequence[int]) -> dict[int, dict[str, int]]:
+    """The kept first-interval sites of each run that has a first-interval row."""
+    out: dict[int, dict[str, int]] = {}
+    if not run_pks:
+        return out
+    for run_pk, site, count in session.execute(_KEPT_SITES, {"pks": list(run_pks)}):
+        kept = out.setdefault(run_pk, {})
+        if site is not None:
+            kept[site] = int(count)
+    return out
 
 
 def _summed_rows(

@@ -6,7 +6,8 @@
   level ≥ 1, kept at ingest, so a chart reads about max_points rows whatever the run's length.
 * `channel_rollups`: the same blocks' per-channel loss sums (loss·tokens) and tokens.
 * `run_totals` and `run_sync_sites`: the whole run's sums and sync sites, kept at ingest, so the
-  runs list and the run page never scan a run's intervals.
+  runs list and the run page never scan a run's intervals; `run_first_interval` and
+  `run_first_sync_sites` the same of its first interval, which the steady window leaves out.
 * `rank_summaries`, `rank_time_buckets` and `rank_slowest`: per interval, its ranks' step times
   summed up (count, least, greatest), counted in fine log buckets (quantiles) and its slowest
   ranks, kept at ingest (store/rank_summaries.py), so the ranks panel never reads every rank;
@@ -224,6 +225,20 @@ run_first_interval = Table(
     Column("first_step", BigInteger, nullable=False),
     Column("last_step", BigInteger, nullable=False),
     *_sum_columns(),
+)
+
+# The sync sites of the run's first interval (run_first_interval's), summed over its ranks: what the
+# steady window's sites leave out (reads/sync_sites.py), a few rows per run however many ranks sent
+# that interval. Kept at ingest (store/aggregates.py) for the interval run_first_interval holds, whose
+# rows the reads take (a lower interval that replaces it deletes the higher one's). Migration 0022
+# summed them from the rows of runs stored before it.
+run_first_sync_sites = Table(
+    "run_first_sync_sites",
+    Base.metadata,
+    Column("run_pk", ForeignKey("runs.id", ondelete="CASCADE"), primary_key=True),
+    Column("interval", Integer, primary_key=True, autoincrement=False),
+    Column("site", String(500), primary_key=True),
+    Column("count", BigInteger, nullable=False),
 )
 
 # The metrics the runs list sorts by that are no plain total: every catalogue metric but the amounts

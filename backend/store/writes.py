@@ -38,6 +38,7 @@ from packscope.backend.store.models import (
     rank_summaries,
     rank_time_buckets,
     rollups,
+    run_first_sync_sites,
     run_sync_sites,
     run_totals,
 )
@@ -60,7 +61,7 @@ _TABLES = {
     t.name: t
     for t in (
         intervals, interval_details, rollups, channel_rollups, run_totals, run_sync_sites,
-        rank_summaries, rank_time_buckets, interval_histogram_sums,
+        rank_summaries, rank_time_buckets, interval_histogram_sums, run_first_sync_sites,
     )
 }  # fmt: skip
 # Every column but the id and the stamps that the database's triggers write (models.STAMPED).
