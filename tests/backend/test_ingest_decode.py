@@ -139,6 +139,8 @@ def reference_row(r: Any) -> tuple[Any, ...]:
         raise Refused
     if row["real_tokens"] > row["tokens"] or row["wall_end"] < row["wall_start"]:
         raise Refused
+    if row["syncs_uncounted_steps"] > row["steps"]:  # more steps left uncounted than the interval has
+        raise Refused
     syncs = r["syncs"]
     sites = syncs.get("sites", [])
     if not isinstance(sites, list) or len(sites) > 100:
