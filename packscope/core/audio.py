@@ -51,6 +51,25 @@ FULL_CHUNK_TOKENS = 13
 CONV_KERNEL = 3  # every convolution of the front end: 3 x 3, stride 2, padding 1
 
 
+def priced(
+    c_by_sum: Mapping[str, Mapping[str, int]], components: Iterable[str], sums: Mapping[str, Any]
+) -> dict[str, Any]:
+    """An audio tower's FLOPs by component: each sum times its coefficients (ints or tensors alike)."""
+    out: dict[str, Any] = dict.fromkeys(components, 0)
+    for name, parts in c_by_sum.items():
+        for component, c in parts.items():
+            out[component] = out[component] + sums[name] * c
+    return out
+
+
+def total(by_component: Mapping[str, Any]) -> Any:
+    """The sum of the components' FLOPs, in their order (ints or tensors alike)."""
+    out: Any = 0
+    for value in by_component.values():
+        out = out + value
+    return out
+
+
 def halve(x: int) -> int:
     """The length a 3-wide, stride-2, padding-1 convolution leaves of x: (x - 1) // 2 + 1."""
     return (x - 1) // 2 + 1
@@ -144,17 +163,10 @@ class AudioSpec:
         }
 
     def flops_by_component(self, sums: Mapping[str, Any]) -> dict[str, Any]:
-        out: dict[str, Any] = dict.fromkeys(AUDIO_COMPONENTS, 0)
-        for name, parts in self.c_by_sum.items():
-            for component, c in parts.items():
-                out[component] = out[component] + sums[name] * c
-        return out
+        return priced(self.c_by_sum, AUDIO_COMPONENTS, sums)
 
     def flops(self, sums: Mapping[str, Any]) -> Any:
-        total: Any = 0
-        for value in self.flops_by_component(sums).values():
-            total = total + value
-        return total
+        return total(self.flops_by_component(sums))
 
     def batch_sums(self, calls: Iterable[Iterable[int]]) -> dict[str, int]:
         """The sums of these micro-batches (``batch_sums``)."""

@@ -38,7 +38,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from packscope.core.audio import CONV_KERNEL, halve
+from packscope.core.audio import CONV_KERNEL, halve, priced, total
 from packscope.core.model_fields import check_int, dict_fields
 
 AUDIO_CLIPS = "audio_clips"
@@ -137,17 +137,10 @@ class Gemma4AudioSpec:
         }
 
     def flops_by_component(self, sums: Mapping[str, Any]) -> dict[str, Any]:
-        out: dict[str, Any] = dict.fromkeys(GEMMA4_AUDIO_COMPONENTS, 0)
-        for name, parts in self.c_by_sum.items():
-            for component, c in parts.items():
-                out[component] = out[component] + sums[name] * c
-        return out
+        return priced(self.c_by_sum, GEMMA4_AUDIO_COMPONENTS, sums)
 
     def flops(self, sums: Mapping[str, Any]) -> Any:
-        total: Any = 0
-        for value in self.flops_by_component(sums).values():
-            total = total + value
-        return total
+        return total(self.flops_by_component(sums))
 
     def batch_sums(self, calls: Iterable[Iterable[int]]) -> dict[str, int]:
         """The sums of these micro-batches, each padded to its longest clip (``batch_sums``)."""

@@ -78,13 +78,17 @@ def test_packscope_alerts_lists_the_open_alerts(
     deadline = time.monotonic() + 15
     while not get(server, "/api/v1/alerts") and time.monotonic() < deadline:  # judged off the request
         time.sleep(0.05)
-    (alert,) = get(server, "/api/v1/alerts")
+    opened = get(server, "/api/v1/alerts")
+    # The records are a CPU run's: on a busy machine a few of its steps can be really slow, and a
+    # true slowdown alert then stands beside the crash (test_no_rule_fires_... checks those).
+    (alert,) = [a for a in opened if a["rule"] != "slowdown"]
     assert alert["rule"] == "crashed" and alert["run_id"] == "cli-alerts-failed"
     assert main(["alerts", "--server", server]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert lines[0].split() == ["opened", "run", "rule", "subject", "summary"]
-    assert "broken (cli-alerts-failed)" in lines[1] and " crashed " in lines[1] and alert["summary"] in lines[1]
-    assert len(lines) == 2
+    crashed = [line for line in lines[1:] if " crashed " in line]
+    assert len(crashed) == 1 and "broken (cli-alerts-failed)" in crashed[0] and alert["summary"] in crashed[0]
+    assert len(lines) == 1 + len(opened)
 
 
 def test_packscope_alerts_says_when_no_server_answers(capsys: pytest.CaptureFixture[str]):
