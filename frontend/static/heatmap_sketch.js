@@ -9,7 +9,7 @@
 // spans k ± 0.5, the first at the bottom; the colours span the finite z values.
 
 import { cellColors, valueRange } from "./colorscale.js";
-import { axisOf, niceTicks, node, numberLabel } from "./sketch.js";
+import { axisOf, niceTicks, node, numberLabel, sketchSvg } from "./sketch.js";
 
 // Plotly's colorbar, as ranks_figures.js sets it: 10 px of padding around a bar 12 px wide, its
 // tick labels right of it, its title above it; placed a fiftieth of the plot's width past it.
@@ -45,22 +45,7 @@ const round = (/** @type {number} */ v) => Math.round(v * 100) / 100;
 // Draws the heatmap `trace` under `layout` into `element` (emptied first) as one
 // <svg class="sketch" role="img">; label: what a screen reader hears. Returns the svg.
 export function drawHeatmapSketch(element, trace, layout, { label }) {
-  const width = element.clientWidth;
-  const height = element.clientHeight;
-  const font = layout.font ?? {};
-  const svg = node("svg", {
-    class: "sketch",
-    role: "img",
-    "aria-label": label,
-    width,
-    height,
-    viewBox: `0 0 ${width} ${height}`,
-    "font-family": font.family ?? "sans-serif",
-    "font-size": font.size ?? 12,
-    fill: font.color ?? "currentColor",
-  });
-  element.replaceChildren(svg);
-  const margin = { l: 64, r: 16, t: 8, b: 44, ...layout.margin };
+  const { svg, width, height, margin } = sketchSvg(element, layout, label);
   const top = margin.t;
   const plotHeight = height - top - margin.b;
   const categories = trace.y;

@@ -148,9 +148,9 @@ function legend(svg, traces, { x, y, size }) {
   }
 }
 
-// Draws `traces` under `layout` into `element` (emptied first) as one <svg class="sketch" role="img">.
-// label: what a screen reader hears. Returns the svg.
-export function drawSketch(element, traces, layout, { label }) {
+// A still's <svg class="sketch" role="img"> in `element` (emptied first), at the element's size and
+// in the layout's font, with plotly's margins; label: what a screen reader hears.
+export function sketchSvg(element, layout, label) {
   const width = element.clientWidth;
   const height = element.clientHeight;
   const font = layout.font ?? {};
@@ -166,7 +166,13 @@ export function drawSketch(element, traces, layout, { label }) {
     fill: font.color ?? "currentColor",
   });
   element.replaceChildren(svg);
-  const margin = { l: 64, r: 16, t: 8, b: 44, ...layout.margin };
+  return { svg, width, height, margin: { l: 64, r: 16, t: 8, b: 44, ...layout.margin } };
+}
+
+// Draws `traces` under `layout` into `element` (emptied first) as one <svg class="sketch" role="img">.
+// label: what a screen reader hears. Returns the svg.
+export function drawSketch(element, traces, layout, { label }) {
+  const { svg, width, height, margin } = sketchSvg(element, layout, label);
   const shown = traces.filter((t) => t.visible !== false);
   const top = margin.t + (layout.showlegend === false ? 0 : LEGEND_ROW);
   const plotHeight = height - top - margin.b;
