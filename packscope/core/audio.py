@@ -31,7 +31,7 @@ Pure Python, like the rest of ``packscope.core``.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -222,13 +222,21 @@ def call_sums(audio: AudioSpec, frames: Iterable[int]) -> dict[str, int]:
     return out
 
 
-def batch_sums(audio: AudioSpec, calls: Iterable[Iterable[int]]) -> dict[str, int]:
-    """The sums of several calls (micro-batches), each a list of clips' mel-frame counts."""
-    out = dict.fromkeys(AUDIO_SUMS, 0)
+def summed_calls(
+    one_call: Callable[[Iterable[int]], Mapping[str, int]], names: Iterable[str], calls: Iterable[Iterable[int]]
+) -> dict[str, int]:
+    """The sums `names` of several calls (micro-batches), each a list of clips' mel-frame counts,
+    from one call's sums (any audio tower's `call_sums`)."""
+    out = dict.fromkeys(names, 0)
     for frames in calls:
-        for name, value in call_sums(audio, frames).items():
+        for name, value in one_call(frames).items():
             out[name] += value
     return out
+
+
+def batch_sums(audio: AudioSpec, calls: Iterable[Iterable[int]]) -> dict[str, int]:
+    """The sums of several calls (micro-batches), each a list of clips' mel-frame counts."""
+    return summed_calls(lambda frames: call_sums(audio, frames), AUDIO_SUMS, calls)
 
 
 __all__ = [

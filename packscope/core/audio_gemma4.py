@@ -38,7 +38,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from packscope.core.audio import CONV_KERNEL, halve, priced, total
+from packscope.core.audio import CONV_KERNEL, halve, priced, summed_calls, total
 from packscope.core.model_fields import check_int, dict_fields
 
 AUDIO_CLIPS = "audio_clips"
@@ -187,11 +187,7 @@ def call_sums(audio: Gemma4AudioSpec, frames: Iterable[int], padded: int | None 
 
 def batch_sums(audio: Gemma4AudioSpec, calls: Iterable[Iterable[int]]) -> dict[str, int]:
     """The sums of several calls (micro-batches), each a list of clips' mel-frame counts."""
-    out = dict.fromkeys(GEMMA4_AUDIO_SUMS, 0)
-    for frames in calls:
-        for name, value in call_sums(audio, frames).items():
-            out[name] += value
-    return out
+    return summed_calls(lambda frames: call_sums(audio, frames), GEMMA4_AUDIO_SUMS, calls)
 
 
 __all__ = [

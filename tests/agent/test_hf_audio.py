@@ -22,6 +22,7 @@ from packscope.agent.hf_structure import spec_from_any_hf_dict, spec_from_struct
 from packscope.core.audio import AUDIO_TOKENS, AudioSpec, batch_sums, call_sums  # noqa: E402
 from packscope.core.flops import ModelSpec  # noqa: E402
 from packscope.core.hf_fields import HFConfigError  # noqa: E402
+from tests.agent.audio_callback import records_with_and_without_clips  # noqa: E402
 from tests.agent.structural_configs import OMNI_AUDIO, WRAPPERS  # noqa: E402
 from tests.core import audio_meta as am  # noqa: E402
 from tests.core import hf_meta as hf  # noqa: E402
@@ -253,27 +254,8 @@ def test_the_pages_command_gives_the_pages_figures(capsys):
 def test_the_hf_callback_counts_the_batch_without_its_clips_and_says_so_once(caplog):
     """A batch with clips: the record's counts are those of the same batch without them (the record
     has no audio sums), and one warning says the audio tower's work is left out."""
-    from packscope.agent import Agent, AgentConfig
-    from packscope.agent.integrations.hf import PackscopeCallback
-
-    model = spec_from_structure(THINKER)
     clips = am.clip_inputs([250, 70], OMNI_AUDIO["num_mel_bins"])
-    records = []
-    for with_clips in (True, False):
-        batch = {"input_ids": torch.zeros(1, 16, dtype=torch.long), **(clips if with_clips else {})}
-        callback = PackscopeCallback(check_cross_documents=False)
-        agent = Agent(AgentConfig(log_every=1, count_syncs=False), model=model)
-        caplog.clear()
-        with caplog.at_level("WARNING", logger="packscope.agent"):
-            agent.step_begin()
-            callback._observe_batch(agent, (), batch)
-            callback._observe_batch(agent, (), batch)
-            agent.step_end()
-            agent.close()
-        warned = [r for r in caplog.records if "audio tower" in r.getMessage()]
-        assert len(warned) == (1 if with_clips else 0)
-        (record,) = agent.records
-        records.append({k: v for k, v in record.items() if k.startswith(("flops_", "tokens", "vision_"))})
+    records = records_with_and_without_clips(spec_from_structure(THINKER), clips, caplog)
     assert records[0] == records[1] and records[0]["flops_thd"] > 0
 
 
