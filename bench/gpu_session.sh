@@ -35,7 +35,8 @@
 #                                     # CUPTI counter and its trace (legacy logging, channel loss loop, CUDA graphs at
 #                                     # 2048x8 = launch-bound, padded vs packed, a slow loader = data wait), the
 #                                     # ground-truth test over them (tests/backend/test_gallery_ledger.py) and
-#                                     # agent_overhead's on/off ratios with the CUPTI trace on. `ledger --dry-run`:
+#                                     # agent_overhead's on/off ratios with the CUPTI trace on (LEDGER_PAIRS picks
+#                                     # pairs by name: logging channel-loss graphs padding data-wait). `ledger --dry-run`:
 #                                     # the same commands on the CPU (tiny preset, few steps, no CUPTI), no install
 #   bash bench/gpu_session.sh ledger-small  # issue 36: the 1b legacy-logging and CUDA-graphs (4096x4) pairs, fixes
 #                                     # that gain little, with the CUPTI trace, into $OUT/gallery
@@ -283,6 +284,7 @@ case "${1:-}" in
     gallery="$OUT/gallery"; mkdir -p "$gallery"
     ledger_pair() {  # ledger_pair FIX SECONDS args...: one before/after pair into $OUT/gallery
       local fix=$1 limit=$2; shift 2
+      [[ " ${LEDGER_PAIRS:-$fix} " == *" $fix "* ]] || return 0  # LEDGER_PAIRS="logging data-wait" picks some
       local t0=$SECONDS
       timeout "$limit" $py bench/fixes_runs.py "$fix" --device $device $backend --count-syncs-every 1 \
         --gallery "$gallery" --out "$OUT/ledger_$fix.json" "$@" 2> "$OUT/ledger_$fix.err"
