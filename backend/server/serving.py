@@ -10,6 +10,7 @@ deadline of its own that arriving bytes do not extend.
 import ctypes
 import ctypes.util
 import functools
+import inspect
 import os
 import signal
 import sys
@@ -18,6 +19,7 @@ import time
 from asyncio import TimerHandle, Transport
 from typing import Any
 
+import uvicorn
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from packscope.backend.http.settings import Settings
@@ -25,6 +27,7 @@ from packscope.backend.http.settings import Settings
 SUPERVISOR_PID = "PACKSCOPE_SUPERVISOR_PID"  # set by `packscope serve` for its worker processes
 MAX_HEAD_BYTES = 64 * 1024  # a request line and headers; beyond it the client is answered 431
 TIMED_OUT = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
+WORKER_HEALTHCHECK_S = 120  # a worker's startup or health check; uvicorn's own 5 s is too short under load
 HEAD_TOO_LARGE = b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 
 
@@ -117,7 +120,14 @@ def uvicorn_options(settings: Settings, *, workers: int = 1) -> dict[str, Any]:
     """uvicorn.run / uvicorn.Config options that `packscope serve` (and the tests' servers) use;
     worker processes read the deadlines from the environment, as they read every setting."""
     trusted = settings.trusted_proxy_list
+    supervised = {}
+    if workers > 1 and "timeout_worker_healthcheck" in inspect.signature(uvicorn.Config).parameters:
+        # uvicorn kills a worker that has not answered its health check in this many seconds, its
+        # startup included (5 by default): on a loaded machine the app's imports alone take longer,
+        # and every worker was killed and started again, for ever, the server never answering.
+        supervised["timeout_worker_healthcheck"] = WORKER_HEALTHCHECK_S
     return {
+        **supervised,
         "http": GuardedHttpToolsProtocol if workers > 1 else protocol_for(settings),
         "timeout_keep_alive": settings.keep_alive_s,
         # uvicorn believes X-Forwarded-For from 127.0.0.1 unless told otherwise, so that any local

@@ -59,8 +59,8 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def serve(url: str, port: int) -> subprocess.Popen[bytes]:
-    env = {**os.environ, "PACKSCOPE_INGEST_TOKEN": "", "PACKSCOPE_READ_TOKEN": ""}
+def serve(url: str, port: int, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    env = {**(env or os.environ), "PACKSCOPE_INGEST_TOKEN": "", "PACKSCOPE_READ_TOKEN": ""}
     command = [sys.executable, "-m", "packscope", "serve", "--port", str(port), "--workers", "2"]
     return subprocess.Popen([*command, "--database-url", url, "--no-access-log"], env=env, stderr=subprocess.PIPE)
 
@@ -122,3 +122,28 @@ def test_serve_on_a_busy_port_says_so_before_it_touches_a_database(tmp_path):
     assert f"cannot listen on 127.0.0.1:{port}" in done.stderr and "pass --port" in done.stderr
     assert "dashboard at" not in done.stderr
     assert list(tmp_path.iterdir()) == []  # no packscope.db, no lock file
+
+
+# Run first by every Python process of the test's server (through PYTHONPATH): the spawned worker
+# processes start this much slower than uvicorn's own 5 s health check allows.
+SLOW_WORKER_START = """
+import sys, time
+if "--multiprocessing-fork" in sys.argv:
+    time.sleep(7)
+"""
+
+
+@pytest.mark.slow
+def test_workers_that_start_slower_than_uvicorns_health_check_still_serve(sqlite_url, tmp_path):
+    # The issue: on a loaded machine (load 13-17) `packscope serve --workers 2` never answered:
+    # uvicorn killed each worker that was not ready within 5 s and started another, for ever.
+    (tmp_path / "sitecustomize.py").write_text(SLOW_WORKER_START)
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")]))}
+    server = serve(sqlite_url, port, env=env)
+    try:
+        wait_until_serving(server, port)
+    finally:
+        server.terminate()
+        server.wait(20)
+    assert b"died" not in (server.stderr.read() if server.stderr else b"")
