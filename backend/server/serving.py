@@ -27,7 +27,7 @@ from packscope.backend.http.settings import Settings
 SUPERVISOR_PID = "PACKSCOPE_SUPERVISOR_PID"  # set by `packscope serve` for its worker processes
 MAX_HEAD_BYTES = 64 * 1024  # a request line and headers; beyond it the client is answered 431
 TIMED_OUT = b"HTTP/1.1 408 Request Timeout\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
-WORKER_HEALTHCHECK_S = 120  # a worker's startup or health check; uvicorn's own 5 s is too short under load
+WORKER_HEALTHCHECK_S = 120  # a worker's startup or health check; uvicorn's default is too short under load
 HEAD_TOO_LARGE = b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
 
 
@@ -123,7 +123,7 @@ def uvicorn_options(settings: Settings, *, workers: int = 1) -> dict[str, Any]:
     supervised = {}
     if workers > 1 and "timeout_worker_healthcheck" in inspect.signature(uvicorn.Config).parameters:
         # uvicorn kills a worker that has not answered its health check in this many seconds, its
-        # startup included (5 by default): on a loaded machine the app's imports alone take longer,
+        # startup included (a few by default): on a loaded machine the app's imports alone take longer,
         # and every worker was killed and started again, for ever, the server never answering.
         supervised["timeout_worker_healthcheck"] = WORKER_HEALTHCHECK_S
     return {
