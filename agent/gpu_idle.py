@@ -13,7 +13,10 @@ stretches is split:
   the end of the step, then the host's work for the next one) is summed apart, per gap between
   the traced steps, so that the ledger can charge that much of the data wait to the syncs: without
   the sync the host's work between steps would have overlapped the GPU's queue. Gaps that hold
-  the agent's own work are left out of it, as the data wait leaves them out;
+  the agent's own work are left out of it, as the data wait leaves them out. Where the step's
+  last host sync returned with at most a few small kernels after it (`queue_ns`), the step left
+  the GPU's queue empty, and all the idle between it and the next step counts so, even past
+  small work at the step's end (the agent's own kernels there split the idle gap in two);
 * the rest is inside a step. It follows a host sync when the host was blocked waiting for the
   GPU as it drained: a synchronization call that began before the gap (within `tolerance_ns`)
   and returned in it, or a device-to-host copy into pageable memory (which the host waits for)
@@ -150,8 +153,10 @@ def attribute_idle(
     split.between_steps_s = int(outside.sum()) / 1e9
     inside = (g1 - g0 - outside).clamp(min=0)
     blocked = _blocked_at(g0, g1, t, syncs, tolerance_ns)
-    began_by_sync = between[blocked >= 0][:, counted]
-    split.sync_idle_between_s = int(began_by_sync.sum()) / 1e9
+    began_by_sync = between[blocked >= 0].sum(0)
+    drained = _drained_windows(t, starts, ends, syncs, steps, queue_ns)
+    by_window = torch.where(drained, between.sum(0), began_by_sync)
+    split.sync_idle_between_s = int(by_window[counted].sum()) / 1e9
     by_sync = (blocked >= 0) & (inside > 0)
     site_times = torch.tensor([at for at, _ in sites], dtype=torch.int64)
 
@@ -207,6 +212,31 @@ def _bracketed(
         inside = [b for b in begins if begin <= b <= end]
         regions += [(a, a, b) for a, b in pairwise(inside) if waits[b] <= queue_ns]
     return torch.tensor(regions, dtype=torch.int64).reshape(-1, 3)
+
+
+def _drained_windows(
+    t: torch.Tensor,
+    starts: torch.Tensor,
+    ends: torch.Tensor,
+    syncs: Sequence[HostSync],
+    steps: Sequence[tuple[int, int]],
+    queue_ns: int,
+) -> torch.Tensor:
+    """Per gap between steps (k: after steps[k]), whether step k left the GPU's queue empty: its
+    last host wait (a sync, or a blocking copy) returned, and the GPU then ran at most `queue_ns`
+    before the step's end. A wait returns only once the GPU has drained, so the host crossed to
+    the next step with nothing queued: all the idle between the steps is the sync's (small work
+    of its own at the step's end, such as the agent's, does not hide that from it)."""
+    waits = [(s.start, s.end) for s in syncs] + [(a, b) for a, b in t[t[:, 2] != 0, :2].tolist()]
+    drained = torch.zeros(max(len(steps) - 1, 0), dtype=torch.bool)
+    for k, (begin, end) in enumerate(steps[:-1]):
+        returned = [b for a, b in waits if begin <= a <= end]
+        if not returned:
+            continue
+        r = torch.tensor([min(max(returned), end), end], dtype=torch.int64)
+        after = _below(starts, ends, r)
+        drained[k] = bool(after[1] - after[0] <= queue_ns)
+    return drained
 
 
 def _blocked_at(

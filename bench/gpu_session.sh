@@ -36,7 +36,8 @@
 #                                     # 2048x8 = launch-bound, padded vs packed, a slow loader = data wait), the
 #                                     # ground-truth test over them (tests/backend/test_gallery_ledger.py) and
 #                                     # agent_overhead's on/off ratios with the CUPTI trace on (LEDGER_PAIRS picks
-#                                     # pairs by name: logging channel-loss graphs padding data-wait). `ledger --dry-run`:
+#                                     # pairs by name: logging channel-loss graphs padding data-wait; LEDGER_OVERHEAD_STEPS
+#                                     # the on/off steps per mode, default 150). `ledger --dry-run`:
 #                                     # the same commands on the CPU (tiny preset, few steps, no CUPTI), no install
 #   bash bench/gpu_session.sh ledger-small  # issue 36: the 1b legacy-logging and CUDA-graphs (4096x4) pairs, fixes
 #                                     # that gain little, with the CUPTI trace, into $OUT/gallery
@@ -302,7 +303,7 @@ case "${1:-}" in
       -p no:cacheprovider > "$OUT/gallery_ledger_test.log" 2>&1
     echo "[gallery ledger test] exit $?"; grep -E "PASS|FAIL|SKIP|Error|predicted" "$OUT/gallery_ledger_test.log" | head -20
     if [ -n "$overhead" ]; then
-      timeout 200 python3 bench/agent_overhead.py --no-compile --steps-per-mode 150 --warmup 16 --cupti \
+      timeout 300 python3 bench/agent_overhead.py --no-compile --steps-per-mode "${LEDGER_OVERHEAD_STEPS:-150}" --warmup 16 --cupti \
         --out "$OUT/agent_overhead_ledger.json" > /dev/null 2> "$OUT/agent_overhead_ledger.err"
       echo "[agent_overhead] exit $?"
       python3 - "$OUT/agent_overhead_ledger.json" <<'EOF' 2>&1 | tail -30

@@ -109,6 +109,24 @@ def test_a_gap_between_steps_holding_the_agents_work_is_left_out_of_the_syncs_be
     assert (left_out.between_steps_s, left_out.sync_idle_s) == (every.between_steps_s, every.sync_idle_s)
 
 
+def test_a_sync_that_drained_the_queue_owns_the_idle_between_steps_past_small_work_at_the_steps_end():
+    # The legacy logger: `.item()` at the end of step 1 returns at 21 (the GPU drained at 20); the
+    # agent's own small kernels run at the step's end (24..26); the host's work for the next step
+    # keeps it until 60, and step 2 launches at 62. The idle gap 26..62 began with no sync, but
+    # the queue was empty since the sync: the whole 36 µs between the steps is the sync's.
+    steps = [(0, 24 * US), (60 * US, 90 * US)]
+    syncs = [HostSync(10 * US, 21 * US)]
+    split = attribute_idle(busy((0, 20), (24, 26), (62, 80)), syncs, [], steps)
+    assert split.between_steps_s == pytest.approx(34e-6)
+    assert (split.sync_idle_between_s, split.traced_gaps) == (pytest.approx(34e-6), 1)
+    # After the sync the host queued more than a few small kernels (a backward: 21..200 µs
+    # busy) before the step's end: the host got ahead again, and the gap is the data wait's.
+    steps = [(0, 204 * US), (240 * US, 300 * US)]
+    split = attribute_idle(busy((0, 20), (21, 200), (242, 260)), syncs, [], steps)
+    assert split.between_steps_s == pytest.approx(36e-6)
+    assert split.sync_idle_between_s == 0
+
+
 def test_the_parts_add_up_to_the_span_on_random_timelines():
     rng = random.Random(3)
     for _ in range(200):
