@@ -1,0 +1,181 @@
+"""LongCat-Flash (model_type longcat_flash): its fixed work counted from its structure, its routed
+experts priced per assignment to a real expert, both held to what torch counts (FlopCounterMode)
+in a real forward and backward of a tiny model on the CPU, with the real assignments read off the
+routers' own outputs."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from torch import nn  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
+from packscope.agent.hf_structure import spec_from_structure  # noqa: E402
+from packscope.core.flops import ModelSpec  # noqa: E402
+from packscope.core.hf_fields import HFConfigError  # noqa: E402
+from tests.agent.longcat import LONGCAT, cpu_model, real_assignments, zero_experts_skipped  # noqa: E402
+
+warnings.filterwarnings("ignore", module="transformers")
+LENGTH = 32
+
+
+def _component(name: str) -> str | None:
+    """The C_lin component of a GEMM module of LongcatFlashForCausalLM, by where it sits."""
+    parts = name.split(".")
+    if name == "lm_head":
+        return "logits"
+    if "router" in parts or "layers" not in parts:
+        return None
+    if "self_attn" in parts:
+        return "attention"
+    if "mlps" in parts:
+        return "dense_mlp"
+    if "experts" in parts:
+        return "moe_routed"
+    raise AssertionError(f"a GEMM module no component holds: {name}")
+
+
+def counted(model: nn.Module, skip_zero: bool) -> tuple[dict[str, int], int, int, int]:
+    """One forward on LENGTH tokens under FlopCounterMode: (FLOPs by component, the attention's
+    eager matmuls, the real assignments the routers made); then the forward and backward of the same
+    batch: (total FLOPs of that step)."""
+    ids = torch.randint(0, model.config.vocab_size, (1, LENGTH))
+    modules = dict(model.named_modules())
+    with zero_experts_skipped(model) if skip_zero else contextlib.nullcontext(), real_assignments(model) as found:
+        with FlopCounterMode(display=False) as forward:
+            model(input_ids=ids, use_cache=False)
+        assignments = int(sum(found))
+        with FlopCounterMode(display=False) as step:
+            model(input_ids=ids, labels=ids, use_cache=False).loss.backward()
+    by_component: dict[str, int] = {}
+    core = 0
+    for key, ops in forward.get_flop_counts().items():
+        name = key.split(".", 1)[1] if "." in key else ""
+        module = modules.get(name)
+        gemm = isinstance(module, nn.Linear) or name.endswith("mlp.experts")
+        component = _component(name) if gemm else None
+        if component is not None:
+            by_component[component] = by_component.get(component, 0) + sum(ops.values())
+        parts = name.split(".")
+        if len(parts) > 1 and parts[-2] == "self_attn":  # one of a layer's two attentions
+            core += int(ops.get(torch.ops.aten.bmm, 0))
+    router = sum(sum(ops.values()) for key, ops in forward.get_flop_counts().items() if key.endswith("router"))
+    total_forward = sum(forward.get_flop_counts()["Global"].values())
+    total_step = sum(step.get_flop_counts()["Global"].values())
+    assert total_step == 3 * total_forward  # every GEMM's backward is twice its forward: x3 holds
+    return by_component, core, assignments, total_step - 3 * router
+
+
+@pytest.fixture(scope="module")
+def spec() -> ModelSpec:
+    return spec_from_structure(LONGCAT)
+
+
+def test_fixed_work_and_the_real_assignments_are_what_torch_counts(spec):
+    """Per component, forward x 3 (the step's backward is checked to be twice its forward): the
+    attention and dense MLPs per token, the routed experts per real assignment (zero-computation
+    slots skipped, as the model prices them), the attention's matmuls per s²."""
+    model = cpu_model()
+    oracle, bmm, assignments, step = counted(model, skip_zero=True)
+    slots = LENGTH * spec.measured.routed_slots
+    assert 0 < assignments < slots  # the tiny router sends some slots to each kind of expert
+    priced = spec.with_routed_fraction(assignments / slots)
+    ours = {k: v * LENGTH for k, v in priced.c_lin_by_component.items() if v}
+    assert set(ours) == set(oracle), (ours, oracle)
+    for key, value in oracle.items():
+        assert ours[key] == pytest.approx(3 * value, rel=1e-3), key
+    assert spec.c_assignment * assignments == 3 * oracle["moe_routed"]  # exactly, per assignment
+    assert spec.c_core_by_kind["full"] * LENGTH**2 == pytest.approx(1.5 * bmm, rel=1e-3)
+    # the whole step: the GEMMs, and the eager matmuls over all s² pairs (the count's s²/2, twice)
+    gemms = (spec.c_lin_fixed + priced.c_lin_by_component["moe_routed"]) * LENGTH
+    assert gemms + 2 * spec.c_core_by_kind["full"] * LENGTH**2 == pytest.approx(step, rel=1e-3)
+
+
+def test_transformers_runs_every_slot_through_a_real_expert(spec):
+    """As transformers runs it, a slot routed to a zero-computation expert goes through a real
+    expert at weight 0: the experts' GEMMs are those of a routed fraction of 1."""
+    oracle, _, assignments, _ = counted(cpu_model(), skip_zero=False)
+    assert assignments < LENGTH * spec.measured.routed_slots
+    executed = spec.with_routed_fraction(1.0).c_lin_by_component["moe_routed"]
+    assert executed * LENGTH == pytest.approx(3 * oracle["moe_routed"], rel=1e-3)
+
+
+def test_without_a_routed_fraction_the_count_says_what_it_needs(spec):
+    assert spec.routing_dependent
+    with pytest.raises(ValueError, match=r"routed fraction|fraction of top-k slots"):
+        _ = spec.c_lin
+    with pytest.raises(ValueError, match="fraction of top-k slots"):
+        spec.flops_by_kind(10, {"seqlen_sq_sum_thd": 100, "seqlen_sq_sum_bshd": 100})
+    for bad in (-0.1, 1.5, True, "0.5"):
+        with pytest.raises(ValueError, match="from 0 to 1"):
+            spec.with_routed_fraction(bad)
+    other = spec_from_structure({**LONGCAT, "zero_expert_num": 0})
+    assert not other.routing_dependent and other.c_lin_by_component["moe_routed"]
+    with pytest.raises(ValueError, match="no zero-computation experts"):
+        other.with_routed_fraction(0.5)
+
+
+def test_the_assignment_price_survives_the_wire_dict(spec):
+    again = ModelSpec.from_dict(json.loads(json.dumps(spec.to_dict())))
+    assert again == spec and again.routing_dependent
+    assert (again.c_assignment, again.measured.routed_slots) == (spec.c_assignment, spec.measured.routed_slots)
+    plain = spec_from_structure({**LONGCAT, "zero_expert_num": 0}).to_dict()
+    assert set(plain["measured"]) == {"c_lin", "c_core"}  # other models' dicts are unchanged
+
+
+FIXTURE = Path(__file__).parent.parent / "fixtures" / "hf" / "structural" / "longcat_flash.json"
+
+
+def test_the_published_widths_on_meta_by_hand():
+    """LongCat-Flash's published widths (transformers' LongcatFlashConfig defaults, with the keys its
+    checkpoints carry), built on the meta device, against the shapes written out by hand."""
+    cfg = json.loads(FIXTURE.read_text())
+    spec = spec_from_structure(cfg)
+    h, n, layers, e, top_k = 6144, 64, 28, 2048, 12
+    q_lora, kv_lora, nope, rope, v = 1536, 512, 128, 64, 128
+    mla = h * q_lora + q_lora * n * (nope + rope) + h * (kv_lora + rope) + kv_lora * n * (nope + v) + n * v * h
+    assert spec.c_lin_fixed_by_component == {
+        **dict.fromkeys(spec.c_lin_fixed_by_component, 0),
+        "attention": 6 * 2 * mla * layers,  # two MLA attentions a layer
+        "dense_mlp": 6 * 2 * 3 * h * 12288 * layers,  # two dense SwiGLU MLPs a layer
+        "logits": 6 * h * 131072,
+    }
+    assert spec.c_core_by_kind == {"full": 3 * 2 * n * (nope + rope + v) * layers}
+    assert (spec.c_assignment, spec.measured.routed_slots) == (6 * 3 * h * e, top_k * layers)
+    with pytest.raises(HFConfigError, match="'zero_expert_type' is 'none'"):
+        spec_from_structure({**cfg, "zero_expert_type": "none"})
+
+
+def test_the_cli_needs_a_routed_fraction_and_agrees_with_the_python_api(tmp_path, capsys):
+    from packscope.agent import read_any_hf_config, spec_from_any_hf_config
+    from packscope.commands.cli import main
+
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(LONGCAT))
+    args = ["flops", "--hf-config", str(path), "--pack", "3,9,4", "--pack-length", "16"]
+    assert main(args) == 2
+    assert "give --routed-fraction F" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main([*args, "--routed-fraction", "1.5"])
+    assert "from 0 to 1" in capsys.readouterr().err
+    assert main([*args, "--routed-fraction", "0.25"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    cfg = dict(LONGCAT)
+    loaded = cpu_model().config
+    for spec in (read_any_hf_config(path, routed_fraction=0.25), spec_from_any_hf_config(loaded, routed_fraction=0.25)):
+        assert out["c_lin_by_component"] == {k: v for k, v in spec.c_lin_by_component.items() if v}
+        assert out["flops_thd"] == spec.triad_by_kind(16, 16, out["sums"])["thd"]
+    fixed = spec_from_structure(cfg)
+    assert out["c_lin_by_component"]["moe_routed"] == round(0.25 * fixed.measured.routed_slots * fixed.c_assignment)
+    plain = tmp_path / "plain.json"
+    plain.write_text(json.dumps({**LONGCAT, "zero_expert_num": 0}))
+    assert main(["flops", "--hf-config", str(plain), "--pack", "4", "--routed-fraction", "0.5"]) == 2
+    assert "no zero-computation experts" in capsys.readouterr().err
