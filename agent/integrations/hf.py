@@ -179,6 +179,9 @@ class PackscopeCallback(TrainerCallback):
         """Put the hook that sees every micro-batch on `model` (on_train_begin does)."""
         self.detach()
         self._hooks = [model.register_forward_hook(self._keep_forward, with_kwargs=True)]
+        agent = self._running()
+        if agent.model.routing_dependent:  # zero-computation experts: the routed work is the routing's
+            agent.count_routing(model)
 
     def detach(self) -> None:
         for hook in self._hooks:

@@ -9,6 +9,7 @@ import contextlib
 import json
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -179,3 +180,78 @@ def test_the_cli_needs_a_routed_fraction_and_agrees_with_the_python_api(tmp_path
     plain.write_text(json.dumps({**LONGCAT, "zero_expert_num": 0}))
     assert main(["flops", "--hf-config", str(plain), "--pack", "4", "--routed-fraction", "0.5"]) == 2
     assert "no zero-computation experts" in capsys.readouterr().err
+
+
+def _train_with_callback(gradient_checkpointing: bool) -> tuple[Any, list[torch.Tensor], list[int]]:
+    """Four optimizer steps of two micro-batches of the tiny model in the HF Trainer with the
+    callback, two steps an interval; the routers' own assignments of every training forward."""
+    datasets = pytest.importorskip("datasets")
+    import transformers
+
+    from packscope.agent.integrations.hf import PackscopeCallback
+
+    g = torch.Generator().manual_seed(1)
+    lengths = torch.randint(2, 30, (24,), generator=g).tolist()
+    data = datasets.Dataset.from_dict(
+        {"input_ids": [torch.randint(3, 64, (k,), generator=g).tolist() for k in lengths]}
+    )
+    model = cpu_model()
+    args = transformers.TrainingArguments(
+        output_dir="hf-test",
+        per_device_train_batch_size=3,
+        gradient_accumulation_steps=2,
+        max_steps=4,
+        logging_steps=2,
+        report_to=[],
+        use_cpu=True,
+        save_strategy="no",
+        disable_tqdm=True,
+        gradient_checkpointing=gradient_checkpointing,
+    )
+    callback = PackscopeCallback(run_name="hf-longcat", server=None, spool_dir="runs")
+    collator = transformers.DataCollatorWithFlattening()
+    with real_assignments(model) as found:
+        transformers.Trainer(
+            model=model, args=args, data_collator=collator, callbacks=[callback], train_dataset=data
+        ).train()
+        forwards = list(found)
+    return callback, forwards, lengths
+
+
+@pytest.fixture
+def in_tmp(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_the_callbacks_record_counts_the_routing_and_equals_the_api_at_that_fraction(in_tmp, spec):
+    """The record's expert_assignments are the routers' own, interval by interval, and its FLOPs
+    are those the Python API and the CLI's reader give at the routed fraction they make."""
+    from packscope.agent import read_any_hf_config
+
+    callback, forwards, _ = _train_with_callback(gradient_checkpointing=False)
+    records = list(callback.agent.records)
+    assert len(records) == 2
+    per_interval = 2 * 2 * 2  # steps x micro-batches x MoE layers
+    path = in_tmp / "config.json"
+    path.write_text(json.dumps(LONGCAT))
+    for i, r in enumerate(records):
+        assignments = int(sum(forwards[i * per_interval : (i + 1) * per_interval]))
+        assert r["expert_assignments"] == assignments
+        fraction = assignments / (r["tokens"] * spec.measured.routed_slots)
+        sums = {k: r[k] for k in ("seqlen_sq_sum_thd", "seqlen_sq_sum_bshd")}
+        for other in (read_any_hf_config(path, routed_fraction=fraction), spec.with_routed_fraction(fraction)):
+            expected = other.triad_by_kind(r["tokens"], r["real_tokens"], sums)
+            for view in ("bshd", "thd"):  # the API's routed work per token is rounded to the FLOP
+                assert abs(r[f"flops_{view}"] - expected[view]) <= r["tokens"] / 2
+
+
+def test_gradient_checkpointing_counts_each_training_forward_once(in_tmp):
+    """Checkpointing re-runs each layer's forward in the backward, routers included: those are not
+    counted again."""
+    plain, forwards, _ = _train_with_callback(gradient_checkpointing=False)
+    again, rerun, _ = _train_with_callback(gradient_checkpointing=True)
+    assert len(rerun) == 2 * len(forwards)  # every router ran again in the backward
+    first = [r["expert_assignments"] for r in plain.agent.records]
+    assert first == [r["expert_assignments"] for r in again.agent.records]
+    assert sum(first) == int(sum(forwards))
