@@ -151,6 +151,15 @@ def test_the_published_widths_on_meta_by_hand():
     }
     assert spec.c_core_by_kind == {"full": 3 * 2 * n * (nope + rope + v) * layers}
     assert (spec.c_assignment, spec.measured.routed_slots) == (6 * 3 * h * e, top_k * layers)
+    doc = " ".join((Path(__file__).parents[2] / "docs" / "flops.md").read_text().split())
+    fixed = spec.c_lin_fixed_by_component
+    worked = (
+        f"c_lin_fixed = {spec.c_lin_fixed:,} FLOPs per token (attention {fixed['attention']:,}, dense MLPs "
+        f"{fixed['dense_mlp']:,}, logits {fixed['logits']:,}), c_assignment = {spec.c_assignment:,} per assignment, "
+        f"routed_slots = {spec.measured.routed_slots}, c_core = {spec.c_core_by_kind['full']:,}; at F = 1, C_lin = "
+        f"{spec.with_routed_fraction(1).c_lin:,}, at F = 0.5, {spec.with_routed_fraction(0.5).c_lin:,}"
+    )
+    assert worked in doc  # docs/flops.md's worked value, "Zero-computation experts"
     with pytest.raises(HFConfigError, match="'zero_expert_type' is 'none'"):
         spec_from_structure({**cfg, "zero_expert_type": "none"})
 
