@@ -264,3 +264,37 @@ def test_gradient_checkpointing_counts_each_training_forward_once(in_tmp):
     first = [r["expert_assignments"] for r in plain.agent.records]
     assert first == [r["expert_assignments"] for r in again.agent.records]
     assert sum(first) == int(sum(forwards))
+
+
+def test_an_agent_of_its_own_counts_the_routing_it_was_given_and_says_when_it_was_not(spec):
+    """A trainer without the HF callback: Agent.count_routing(model) before training; without it
+    the first interval's end names it. Evaluation forwards are not counted."""
+    from packscope.agent import Agent, AgentConfig
+
+    model = cpu_model()
+    ids = torch.randint(0, 96, (2, 16))
+
+    def steps(agent: Agent, n: int) -> None:
+        for _ in range(n):
+            agent.step_begin()
+            model(input_ids=ids, labels=ids, use_cache=False).loss.backward()
+            with torch.no_grad():
+                model(input_ids=ids, use_cache=False)  # an evaluation forward between steps
+            agent.observe_batch(shape=(2, 16))
+            agent.step_end()
+
+    agent = Agent(AgentConfig(log_every=2, count_syncs=False), model=spec)
+    agent.count_routing(model)
+    with real_assignments(model) as found:
+        model.train()
+        steps(agent, 4)
+        agent.close()
+    training = [n for i, n in enumerate(found) if (i // 2) % 2 == 0]  # a step: training, then evaluation
+    records = list(agent.records)
+    assert [r["expert_assignments"] for r in records] == [int(sum(training[:4])), int(sum(training[4:]))]
+    assert all(r["flops_thd"] > spec.c_lin_fixed * r["tokens"] for r in records)
+    bare = Agent(AgentConfig(log_every=1, count_syncs=False), model=spec)
+    with pytest.raises(ValueError, match=r"call Agent.count_routing\(model\)"):
+        steps(bare, 1)
+    with pytest.raises(ValueError, match="no zero-computation experts"):
+        Agent(AgentConfig(count_syncs=False), model=spec.with_routed_fraction(0.5)).count_routing(model)
