@@ -41,7 +41,10 @@ DOC_COUNT = slice(0, SLOTS)
 DOC_TOKENS = slice(SLOTS, 2 * SLOTS)
 PACK_COUNT = slice(2 * SLOTS, 3 * SLOTS)
 PACK_TOKENS = slice(3 * SLOTS, 4 * SLOTS)
-DEVICE_SUMS = (*(names.thd for names in ATTENTION_SUMS.values()), *VISION_SUMS)
+# A model with zero-computation experts: the assignments its routers made to real experts
+# (agent/routing.py), handed to the interval at its end (add_device_sum).
+EXPERT_ASSIGNMENTS = "expert_assignments"
+DEVICE_SUMS = (*(names.thd for names in ATTENTION_SUMS.values()), *VISION_SUMS, EXPERT_ASSIGNMENTS)
 SUM_AT = {name: 4 * SLOTS + i for i, name in enumerate(DEVICE_SUMS)}
 # Entries of the interval's cu_seqlens tensors with each of batch_forms.PROBLEMS.
 PROBLEM_COUNTS = slice(4 * SLOTS + len(DEVICE_SUMS), 4 * SLOTS + len(DEVICE_SUMS) + len(PROBLEMS))
@@ -51,7 +54,7 @@ DEVICE_LEN = PROBLEM_COUNTS.stop
 # is one fold every 400 micro-batches.
 FOLD_SLOTS = 1 << 22
 # Host statics (then the four host histograms), in the order HostCounts.as_list lays them out.
-HOST_FIELDS = ("tokens", "packs", *SUM_NAMES, *VISION_SUMS)
+HOST_FIELDS = ("tokens", "packs", *SUM_NAMES, *VISION_SUMS, EXPERT_ASSIGNMENTS)
 
 
 @dataclass
@@ -82,6 +85,7 @@ class IntervalAccumulator:
     def __init__(self, window: int | None = None, chunk: int | None = None, vision: VisionSpec | None = None) -> None:
         self.window, self.chunk, self.vision = window, chunk, vision
         self._vision_tables: dict[str, list[torch.Tensor]] = {}  # device grids / sizes, by batch key
+        self._device_sums: dict[str, torch.Tensor] = {}  # counted elsewhere on the device (add_device_sum)
         self._cu: list[CuBatch] = []  # counted and canonicalised all together at the log boundary
         self._tokens: list[TokenBatch] = []  # the same for the per-token forms
         self._held_slots = 0  # token slots of the tensors held in _tokens and in cu token masks
@@ -137,6 +141,11 @@ class IntervalAccumulator:
             for name, n in batch_vision_sums(self.vision, {key: value}).items():
                 self.host.add(name, int(n))
 
+    def add_device_sum(self, name: str, value: torch.Tensor) -> None:
+        """A 0-d device count of one of DEVICE_SUMS made outside the batches (the routing's), added at
+        the boundary: kept by reference, nothing read."""
+        self._device_sums[name] = value if name not in self._device_sums else self._device_sums[name] + value
+
     def reduce(self, device: torch.device) -> torch.Tensor:
         """The interval's device statistics as one int64 vector (DEVICE_LEN long); completes
         ``host`` with the held batches' shapes."""
@@ -151,6 +160,8 @@ class IntervalAccumulator:
                 for table in tables:
                     for name, value in batch_vision_sums(self.vision, {key: table}).items():
                         out[SUM_AT[name]] += value
+        for name, value in self._device_sums.items():
+            out[SUM_AT[name]] += value.to(device, torch.int64)
         return out
 
     def _fold(self, device: torch.device | None) -> None:

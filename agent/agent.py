@@ -41,17 +41,18 @@ import torch
 import torch.distributed as dist
 
 from packscope.agent import batch_forms, lifecycle, payload
-from packscope.agent.accumulator import IntervalAccumulator, decode, problems
+from packscope.agent.accumulator import EXPERT_ASSIGNMENTS, IntervalAccumulator, decode, problems
 from packscope.agent.config import DEFAULT_SPOOL_DIR, AgentConfig
 from packscope.agent.gpu_idle import attribute_idle
 from packscope.agent.hardware import describe
+from packscope.agent.routing import RoutingCounter
 from packscope.agent.sender import Sender
 from packscope.agent.syncs import SyncCounter
 from packscope.agent.timing import StepTime, StepTimer
 from packscope.agent.vision import BATCH_KEYS
 from packscope.core.attention import SUM_NAMES as ATTENTION_SUM_NAMES
 from packscope.core.catalogue import wire_record
-from packscope.core.flops import ModelSpec
+from packscope.core.flops import ModelSpec, flops_triad_by_kind
 from packscope.core.vision import VISION_SUMS, VISION_TOWERS
 
 log = logging.getLogger("packscope.agent")
@@ -157,6 +158,7 @@ class Agent:
 
         self.step = config.start_step
         self.records: deque[dict] = deque(maxlen=1000)  # recent records, also without a server
+        self._routing: RoutingCounter | None = None  # a model with zero-computation experts (count_routing)
         self._acc = self._new_accumulator()
         self._timer = StepTimer(self.device)
         self._times: deque[StepTime] = deque()
@@ -512,8 +514,32 @@ class Agent:
             "sync_idle_between_s": split.sync_idle_between_s,
         }
 
+    def count_routing(self, model: torch.nn.Module) -> None:
+        """Count the routing of a model with zero-computation experts (``ModelSpec.routing_dependent``,
+        LongCat-Flash) on the device, for its routed experts' work: hooks on ``model``'s routers
+        (agent/routing.py). The HF callback calls it; a trainer of its own calls it once, before
+        training, with the model it trains."""
+        if not self.model.routing_dependent:
+            raise ValueError(f"{self.model.name or 'the model'} has no zero-computation experts: no routing to count")
+        if self._routing is None:
+            self._routing = RoutingCounter(model)
+
+    def _take_routing(self) -> None:
+        """The assignments the routers made in the ending interval, to its accumulator (a host swap)."""
+        if not self.model.routing_dependent:
+            return
+        if self._routing is None:
+            raise ValueError(
+                f"{self.model.name or 'the model'} routes tokens to zero-computation experts, so its FLOPs need the "
+                "routing: call Agent.count_routing(model) before training (the HF callback does)"
+            )
+        taken = self._routing.take()
+        if taken is not None and self.counts_batches:  # one rank per replica counts its tokens, as its batches
+            self._acc.add_device_sum(EXPERT_ASSIGNMENTS, taken)
+
     def _end_interval(self) -> _EndedInterval:
         """The interval's host facts as of its last step (no device op), then the next one opens."""
+        self._take_routing()
         syncs, sites = self._sync_delta()
         if self._trace is not None:  # cut short (close): its records are dropped unread
             self._stop_trace()
@@ -718,7 +744,15 @@ class Agent:
         traced = self._traced_fields(p.trace, steps) if p.trace is not None else {}
         top = sorted(p.sync_sites.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_SYNC_SITES]
         sums = {name: stats[name] for name in ATTENTION_SUM_NAMES}
-        flops = self.model.triad_by_kind(stats["tokens"], stats["real_tokens"], sums)
+        if self.model.routing_dependent:  # the routed experts at the assignments counted, in every view
+            flops = flops_triad_by_kind(
+                stats["tokens"], stats["real_tokens"], sums, self.model.c_lin_fixed, self.model.c_core_by_sum
+            )
+            routed = self.model.c_assignment * stats[EXPERT_ASSIGNMENTS]
+            flops = {view: value + routed for view, value in flops.items()}
+        else:  # the field is for such a model alone
+            stats = {name: value for name, value in stats.items() if name != EXPERT_ASSIGNMENTS}
+            flops = self.model.triad_by_kind(stats["tokens"], stats["real_tokens"], sums)
         if self.model.vision is not None:  # the tower's work, the same in every view
             tower = self.model.vision.flops({name: stats[name] for name in VISION_SUMS})
             flops = {view: value + tower for view, value in flops.items()}

@@ -104,6 +104,12 @@ HARDWIRED: dict[tuple[str, str], Any] = {
     ("qwen3_5_moe_text", "mlp_only_layers"): [],
     ("qwen3_5_vision", "deepstack_visual_indexes"): [],  # Qwen3.5's tower has no deepstack mergers
     ("qwen3_5_moe_vision", "deepstack_visual_indexes"): [],
+    # LongCat-Flash's checkpoints name what transformers always builds: MLA with its LoRA scaling on
+    # both latents, and zero-computation experts that pass the token through (identity)
+    ("longcat_flash", "attention_method"): "MLA",
+    ("longcat_flash", "mla_scale_q_lora"): True,
+    ("longcat_flash", "mla_scale_kv_lora"): True,
+    ("longcat_flash", "zero_expert_type"): "identity",
 }
 _NOT_HARDWIRED = object()
 # Keys of a module the checkpoint holds but transformers does not build (its forward never runs it):
@@ -149,7 +155,6 @@ REFUSED_KINDS = {
     "mllama": "cross-attention layers (cross_attention_layers): they run only in micro-batches with images, on "
     "each row's text tokens x its images' tile tokens; the interval record has no sums for them "
     "(cross_attention_tokens, cross_attention_pairs)",
-    "longcat_flash": "zero-computation experts (zero_expert_num): the work of a token depends on the routing",
 }
 # Wrappers whose towers are not priced yet, refused before building; their decoders are counted
 # alone (the text model_type with text_config). Gemma 3n's vision tower is timm's MobileNet-V5
@@ -236,9 +241,15 @@ def check_keys(cfg: Mapping[str, Any], model_type: str, where: str = "", read: f
                 check_keys(value, sub_type, f"{where}{name}.", read)
 
 
+# Core sizes a config class reads under another name that no attribute_map gives (a property).
+SIZE_ALIASES = {("longcat_flash", "num_hidden_layers"): "num_layers"}  # 2 · num_layers attentions
+
+
 def _notice_missing_sizes(cfg: Mapping[str, Any], text: Any, where: str) -> None:
+    aliases = getattr(type(text), "attribute_map", None) or {}  # the name transformers reads: the real field
     for key in CORE_SIZES:
-        if key not in cfg and hasattr(text, key):
+        given = (aliases.get(key), SIZE_ALIASES.get((text.model_type, key)))
+        if key not in cfg and not any(alias in cfg for alias in given if alias) and hasattr(text, key):
             log.warning(
                 "packscope FLOPs: config.json has no '%s%s'; using transformers' default %r",
                 where,
@@ -308,11 +319,21 @@ def _topk(text: Any) -> int:
     )
 
 
+# Per-layer keys of _layer_parts beside COMPONENTS: an MoE block with zero-computation experts
+# (LongCat-Flash) prices its routed experts per assignment to a real one (Measured.c_assignment).
+ASSIGNMENT, SLOTS = "assignment", "slots"
+
+
 def _mlp_parts(mlp: Any, text: Any) -> dict[str, int]:
     experts = getattr(mlp, "experts", None)
     if experts is None:
         return {"dense_mlp": _gemm_flops(mlp)}
-    parts = {"moe_routed": _topk(text) * _expert_flops(experts), "moe_shared": 0}
+    if getattr(mlp, "zero_expert_num", 0):
+        # a slot routed to a zero-computation expert (an identity) runs no GEMM: which slots do is
+        # the routing's, so the work is priced per assignment to a real expert, not per token
+        parts = {ASSIGNMENT: _expert_flops(experts), SLOTS: _topk(text), "moe_shared": 0}
+    else:
+        parts = {"moe_routed": _topk(text) * _expert_flops(experts), "moe_shared": 0}
     for name, child in mlp.named_children():
         if name == "experts" or name in ROUTERS:
             continue
@@ -416,6 +437,8 @@ def _is_linear_mixer(module: Any) -> bool:
 
 def _layer_parts(layer: Any, text: Any) -> tuple[dict[str, int], Any, Any]:
     """(per-token multiply-adds by component, the attention module or None, the mixer or None)."""
+    from torch import nn
+
     parts: dict[str, int] = defaultdict(int)
     children = dict(layer.named_children())
     # parts only Gemma 3n / Gemma 4 have (AltUp, Laurel, per-layer inputs, Gemma 4's MoE block)
@@ -426,18 +449,21 @@ def _layer_parts(layer: Any, text: Any) -> tuple[dict[str, int], Any, Any]:
     if attn is not None and mixer is None and _is_linear_mixer(attn):  # Kimi-Linear's KDA sits in self_attn
         attn, mixer = None, attn
     if attn is not None:
-        parts["attention"] += _gemm_flops(attn)
+        parts["attention"] += _gemm_flops(attn)  # a list of them (LongCat-Flash's two) as one
     if mixer is not None:
         parts["linear_attention"] += _gemm_flops(mixer)
         parts["linear_attention_state"] += _state_flops(mixer)
     mlp_parts = _mlp_parts(mlp, text) if mlp is not None else {}
     for key, value in (*mlp_parts.items(), *extra.items()):
         parts[key] += value
-    placed = {id(m) for m in (attn, mixer, mlp) if m is not None} | claimed
+    dense = children.get("mlps")  # LongCat-Flash: a dense MLP after each of its two attentions
+    if isinstance(dense, nn.ModuleList):
+        parts["dense_mlp"] += _gemm_flops(dense)
+    placed = {id(m) for m in (attn, mixer, mlp, dense) if m is not None} | claimed
     for name, child in children.items():
         if id(child) in placed or not (_gemm_flops(child) or _has_expert_weights(child)):
             continue
-        if name in SHARED_PARTS and "moe_routed" in mlp_parts:
+        if name in SHARED_PARTS and ("moe_routed" in mlp_parts or ASSIGNMENT in mlp_parts):
             parts["moe_shared"] += _gemm_flops(child)
         else:
             raise HFConfigError(
@@ -472,17 +498,20 @@ def measure(model: Any, text: Any, towers: tuple[Any, ...] = ()) -> tuple[Measur
     gemm: dict[str, int] = defaultdict(int)
     core: dict[str, int] = defaultdict(int)
     kinds: list[str] = []
+    assignment: set[int] = set()  # one real expert's work, the same in every such layer
     layers = _decoder_layers(model)
     for i, layer in enumerate(layers):
         parts, attn, _ = _layer_parts(layer, text)
+        if ASSIGNMENT in parts:
+            assignment.add(parts.pop(ASSIGNMENT))
         for key, value in parts.items():
             gemm[key] += value
         kind = _layer_kind(text, i, attn is not None)
         kinds.append(kind)
-        if attn is not None:
-            core[kind] += _core_flops(attn, text)
-            if getattr(attn, "indexer", None) is not None:
-                core[FULL] += _indexer_flops(attn.indexer)
+        for one in _attentions(attn):
+            core[kind] += _core_flops(one, text)
+            if getattr(one, "indexer", None) is not None:
+                core[FULL] += _indexer_flops(one.indexer)
     head = model.get_output_embeddings()
     gemm["logits"] += TRAINED * head.in_features * head.out_features
     beside, beside_modules = hf_gemma.model_parts(_decoder(model), text)  # GEMMs once per token beside the layers
@@ -496,8 +525,25 @@ def measure(model: Any, text: Any, towers: tuple[Any, ...] = ()) -> tuple[Measur
     if SLIDING in kinds and window is None:
         window = text.index_topk
     chunk = text.attention_chunk_size if CHUNKED in kinds else None
-    measured = Measured(c_lin=tuple((k, gemm[k]) for k in COMPONENTS if gemm.get(k)), c_core=tuple(core.items()))
+    if len(assignment) > 1:
+        raise HFConfigError(f"{text.model_type}: experts of different widths beside zero-computation experts")
+    slots = gemm.pop(SLOTS, 0)
+    measured = Measured(
+        c_lin=tuple((k, gemm[k]) for k in COMPONENTS if gemm.get(k)),
+        c_core=tuple(core.items()),
+        c_assignment=next(iter(assignment), 0),
+        routed_slots=slots,
+    )
     return measured, kinds, window, chunk
+
+
+def _attentions(attn: Any) -> list[Any]:
+    """A layer's attention modules: none, one, or a list of them (LongCat-Flash's two per layer)."""
+    from torch import nn
+
+    if attn is None:
+        return []
+    return list(attn) if isinstance(attn, nn.ModuleList) else [attn]
 
 
 def _add_mtp(model: Any, text: Any, depth: int, gemm: dict[str, int], core: dict[str, int], kinds: list[str]) -> None:
@@ -710,33 +756,39 @@ def _given_sub_config(cfg: Mapping[str, Any], key: str, mt: str) -> Mapping[str,
     return value
 
 
-def spec_from_any_hf_dict(cfg: Mapping[str, Any], tp: int = 1) -> ModelSpec:
+def spec_from_any_hf_dict(cfg: Mapping[str, Any], tp: int = 1, routed_fraction: float | None = None) -> ModelSpec:
     """The hand-written reader where there is one (it refuses the count-changing fields it does not
     read, the relabelled DeepSeek-V3.2 and Gemma 4 ones among them); else the count from the
-    model's structure, which refuses any key transformers' config class does not define."""
+    model's structure, which refuses any key transformers' config class does not define.
+
+    ``routed_fraction``: for a model with zero-computation experts (LongCat-Flash), the assumed
+    fraction of top-k slots that go to real experts (``ModelSpec.with_routed_fraction``); without it
+    such a model's FLOPs raise, saying so, and the HF callback measures the routing instead. Refused
+    for any other model."""
     from packscope.core.hf_config import spec_from_hf_dict
     from packscope.core.hf_fields import UnknownModelType
 
     if not isinstance(cfg, Mapping):
         raise HFConfigError(f"a config is a JSON object, got {type(cfg).__name__}")
     try:
-        return spec_from_hf_dict(cfg, tp=tp)
+        spec = spec_from_hf_dict(cfg, tp=tp)
     except UnknownModelType:
-        return spec_from_structure(cfg, tp=tp)
+        spec = spec_from_structure(cfg, tp=tp)
+    return spec if routed_fraction is None else spec.with_routed_fraction(routed_fraction)
 
 
-def read_any_hf_config(path: str | Path, tp: int = 1) -> ModelSpec:
+def read_any_hf_config(path: str | Path, tp: int = 1, routed_fraction: float | None = None) -> ModelSpec:
     """``spec_from_any_hf_dict`` of a ``config.json`` (or a directory holding one)."""
     from packscope.core.hf_config import load_config_json
 
-    return spec_from_any_hf_dict(load_config_json(path), tp=tp)
+    return spec_from_any_hf_dict(load_config_json(path), tp=tp, routed_fraction=routed_fraction)
 
 
-def spec_from_any_hf_config(config: Any, tp: int = 1) -> ModelSpec:
+def spec_from_any_hf_config(config: Any, tp: int = 1, routed_fraction: float | None = None) -> ModelSpec:
     """``spec_from_any_hf_dict`` of a loaded transformers config (``model.config``) or a dict."""
     from packscope.core.hf_config import config_dict
 
-    return spec_from_any_hf_dict(config_dict(config), tp=tp)
+    return spec_from_any_hf_dict(config_dict(config), tp=tp, routed_fraction=routed_fraction)
 
 
 __all__ = [

@@ -179,6 +179,8 @@ class PackscopeCallback(TrainerCallback):
         """Put the hook that sees every micro-batch on `model` (on_train_begin does)."""
         self.detach()
         self._hooks = [model.register_forward_hook(self._keep_forward, with_kwargs=True)]
+        if self.agent is not None and self.agent.model.routing_dependent:  # zero-computation experts
+            self.agent.count_routing(model)  # the routed work is the routing's: counted on the device
 
     def detach(self) -> None:
         for hook in self._hooks:

@@ -118,6 +118,8 @@ class PackscopeCallback(Callback):
             AgentConfig(**settings), model=_find_spec(pl_module, self.model, self.tp), device=pl_module.device
         )
         self.agent.announce()
+        if self.agent.model.routing_dependent:  # zero-computation experts: the routed work is the routing's
+            self.agent.count_routing(pl_module)
         self.agent.interval_loss = self._losses.interval_mean
         self.agent.before_boundary = self._pending.observe
         if self.log_to_trainer:

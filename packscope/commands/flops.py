@@ -102,6 +102,16 @@ def _clips(text: str) -> tuple[int, ...]:
     return values
 
 
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a routed fraction is a number from 0 to 1, got {text!r}") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"a routed fraction is a number from 0 to 1, got {text!r}")
+    return value
+
+
 def add_flops_arguments(p: argparse.ArgumentParser) -> None:
     p.error = lambda message: _one_line_error(p.prog, message)  # type: ignore[method-assign]
     p.add_argument("--hf-config", required=True, metavar="PATH", help="a Hugging Face config.json (or its folder)")
@@ -153,6 +163,15 @@ def add_flops_arguments(p: argparse.ArgumentParser) -> None:
         default=0,
         metavar="N",
         help="N images of a fixed-size tower (Gemma 3, Llava, Llama 4 tiles)",
+    )
+    p.add_argument(
+        "--routed-fraction",
+        type=_fraction,
+        default=None,
+        metavar="F",
+        help="a model with zero-computation experts (LongCat-Flash; required for it): the fraction of the top-k "
+        "slots the router sends to real experts, the rest costing no GEMM (the agent measures it in training; "
+        "1 gives the work transformers runs, which sends those slots through real experts at weight 0)",
     )
     p.add_argument_group("audio (an audio tower: Qwen3-Omni's thinker, Gemma 4)").add_argument(
         "--audio",
@@ -316,6 +335,20 @@ def read_model(path: str, tp: int) -> ModelSpec:
         return spec_from_structure(cfg, tp=tp)
 
 
+def with_routing(model: ModelSpec, fraction: float | None) -> ModelSpec:
+    """The model with its routed work fixed by ``--routed-fraction``: required for a model with
+    zero-computation experts (its routed work depends on the routing), refused for any other."""
+    if fraction is not None:
+        return model.with_routed_fraction(fraction)
+    if model.routing_dependent:
+        raise ValueError(
+            f"{model.name or 'this model'} routes tokens to zero-computation experts, so its routed experts' work "
+            "depends on the routing: give --routed-fraction F, the fraction of the top-k slots that go to real "
+            "experts (0 to 1; the agent measures it in training)"
+        )
+    return model
+
+
 def flops_from_args(args: argparse.Namespace) -> int:
     try:
         if args.tp < 1:
@@ -323,7 +356,7 @@ def flops_from_args(args: argparse.Namespace) -> int:
         hint = hub_id_hint(args.hf_config)
         if hint is not None:
             raise ValueError(hint)
-        model = read_model(args.hf_config, tp=args.tp)
+        model = with_routing(read_model(args.hf_config, tp=args.tp), args.routed_fraction)
         result = packs_breakdown_by_kind(model, args.pack, args.pack_length)
         sums = vision_sums_from_args(model.vision, args)
         if args.audio and model.audio is None:

@@ -161,6 +161,14 @@ FIELDS: tuple[Field, ...] = (
     _int("documents", "documents", "real documents"),
     *_attention_fields(),
     *_vision_fields(),
+    # A model with zero-computation experts (LongCat-Flash, ModelSpec.routing_dependent): its routed
+    # experts' work is the router's choice, so the agent counts it; any other model's record lacks it.
+    _int(
+        "expert_assignments",
+        "assignments",
+        "(token, top-k slot) assignments to real experts over the MoE layers, zero-computation experts' left out",
+        required=False,
+    ),
     _float("flops_bshd", "FLOP", "the agent's baseline FLOPs (kept for audit; rates are re-derived)"),
     _float("flops_thd", "FLOP", "the agent's THD-corrected FLOPs (kept for audit)"),
     _float("flops_useful", "FLOP", "the agent's useful FLOPs (kept for audit)"),
@@ -298,6 +306,7 @@ SUMS: tuple[Sum, ...] = (
     # Each layer kind's attention sums, baseline then real documents, as FIELDS lists them.
     *(Sum(name, (name,)) for names in ATTENTION_SUMS.values() for name in (names.bshd, names.thd)),
     *(Sum(name, (name,)) for name in VISION_SUMS),
+    Sum("expert_assignments", ("expert_assignments",), present="expert_assignments"),
     Sum("documents", ("documents",)),
     Sum("packs", ("packs",)),
     Sum("syncs_total", ("syncs_total",)),
@@ -369,18 +378,22 @@ class Coefficients:
     c_chunk: int = 0  # per unit of the chunked sum (the chunked layers)
     # FLOPs per unit of each vision sum (VisionSpec.c_by_sum); empty for a text-only model.
     c_vision: tuple[tuple[str, int], ...] = ()
+    # FLOPs per assignment to a real expert (ModelSpec.c_assignment) of a model with zero-computation
+    # experts, whose c_lin then leaves its routed experts out; 0 for any other model.
+    c_assignment: int = 0
 
     @classmethod
     def for_run(cls, model: Mapping[str, Any], hardware: Mapping[str, Any]) -> Coefficients:
         spec = ModelSpec.from_dict(dict(model))
         by_kind = spec.c_core_by_kind
         return cls(
-            c_lin=spec.c_lin,
+            c_lin=spec.c_lin_fixed,
             c_core=by_kind.get(FULL, 0),
             peak_tflops=hardware.get("peak_tflops"),
             c_window=by_kind.get(SLIDING, 0),
             c_chunk=by_kind.get(CHUNKED, 0),
             c_vision=() if spec.vision is None else tuple(sorted(spec.vision.c_by_sum.items())),
+            c_assignment=spec.c_assignment,
         )
 
     @staticmethod
@@ -479,6 +492,8 @@ def flops_count(kind: str, s: Mapping[str, Any], c: Coefficients) -> Any:
         return known[kind]
     tokens, view = TRIAD[kind]  # the one count of flops_triad_by_kind asked for
     decoder = flops_by_kind(s[tokens], s, float(c.c_lin), c.by_sum(), view)
+    if c.c_assignment:  # the routed experts at the assignments the routing made (every token slot's)
+        decoder = decoder + s["expert_assignments"] * float(c.c_assignment)
     value = decoder + _vision(s, c) if c.c_vision else decoder
     if known is not None:
         known[kind] = value

@@ -222,13 +222,31 @@ class Measured:
 
     c_lin: tuple[tuple[str, int], ...]
     c_core: tuple[tuple[str, int], ...] = ()
+    # Routed experts beside zero-computation ones (LongCat-Flash): which real expert a top-k slot
+    # goes to, if any, depends on the routing, so ``c_lin`` leaves the routed experts out and the
+    # work is ``c_assignment`` (one real expert's GEMMs for one token, forward and backward) per
+    # assignment the router made to a real expert; ``routed_slots`` is the top-k slots per token
+    # over the MoE layers (a token's assignments are at most that many). 0: no such layer.
+    c_assignment: int = 0
+    routed_slots: int = 0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "c_lin", _coefficients("measured.c_lin", self.c_lin, COMPONENTS))
         object.__setattr__(self, "c_core", _coefficients("measured.c_core", self.c_core, ATTENTION_KINDS))
+        for key in ("c_assignment", "routed_slots"):
+            value = getattr(self, key)
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COEFFICIENT:
+                raise ValueError(f"model field measured.{key} must be an integer from 0 to {MAX_COEFFICIENT}")
+        if (self.c_assignment > 0) != (self.routed_slots > 0):
+            raise ValueError("model fields measured.c_assignment and measured.routed_slots are set together")
+        if self.c_assignment and dict(self.c_lin).get("moe_routed"):
+            raise ValueError("a model priced per expert assignment has no fixed measured.c_lin.moe_routed")
 
     def to_dict(self) -> dict[str, Any]:
-        return {"c_lin": dict(self.c_lin), "c_core": dict(self.c_core)}
+        out: dict[str, Any] = {"c_lin": dict(self.c_lin), "c_core": dict(self.c_core)}
+        if self.c_assignment:  # only then: every other model's dict stays as it was
+            out.update(c_assignment=self.c_assignment, routed_slots=self.routed_slots)
+        return out
 
     @classmethod
     def from_dict(cls, data: Any) -> Measured:
@@ -408,12 +426,72 @@ class ModelSpec:
         return h * (q + 2 * k) + q * h + (h * q if self.attn_output_gate else 0)
 
     @property
+    def routing_dependent(self) -> bool:
+        """True when the routed experts' work depends on the routing (zero-computation experts,
+        LongCat-Flash): C_lin is then not known from the model alone. Give the fraction of top-k
+        slots that go to real experts (``with_routed_fraction``), or measure the assignments
+        (the agent does: the record's ``expert_assignments``, priced at ``c_assignment``)."""
+        return self.measured is not None and self.measured.c_assignment > 0
+
+    @property
+    def c_assignment(self) -> int:
+        """FLOPs of one (token, slot) assignment to a real expert (forward + backward); 0 for a
+        model whose routed work is fixed by its top-k."""
+        return self.measured.c_assignment if self.measured is not None else 0
+
+    def with_routed_fraction(self, fraction: float) -> ModelSpec:
+        """This model with the routed experts' work fixed by an assumption: ``fraction`` of the
+        top-k slots go to real experts (the rest to zero-computation ones), so C_lin's
+        ``moe_routed`` is fraction x the slots x c_assignment, rounded to the FLOP."""
+        if not self.routing_dependent:
+            raise ValueError(
+                f"{self.name or 'this model'} has no zero-computation experts: its routed work is fixed by its "
+                "top-k, and a routed fraction does not apply"
+            )
+        if isinstance(fraction, bool) or not isinstance(fraction, (int, float)) or not 0 <= fraction <= 1:
+            raise ValueError(f"the routed fraction is a number from 0 to 1, got {fraction!r}")
+        assert self.measured is not None
+        routed = round(fraction * self.measured.routed_slots * self.measured.c_assignment)
+        fixed = dict(self.measured.c_lin)
+        measured = Measured(c_lin=tuple({**fixed, "moe_routed": routed}.items()), c_core=self.measured.c_core)
+        note = (
+            f"the routed experts at an assumed {fraction:g} of the top-k slots going to real experts "
+            "(the rest to zero-computation experts)"
+        )
+        return dataclasses.replace(self, measured=measured, not_counted=(*self.not_counted, note))
+
+    def _routing_known(self) -> None:
+        if self.routing_dependent:
+            raise ValueError(
+                f"{self.name or 'this model'} routes tokens to zero-computation experts: its routed work depends on "
+                "the routing; give the fraction of top-k slots that go to real experts "
+                "(ModelSpec.with_routed_fraction, `packscope flops --routed-fraction`)"
+            )
+
+    @property
+    def c_lin_fixed_by_component(self) -> dict[str, int]:
+        """``c_lin_by_component`` of the work that does not depend on the routing: for a
+        routing-dependent model its routed experts (``moe_routed``) are 0, priced per assignment
+        instead (``c_assignment``); for any other model the same as ``c_lin_by_component``."""
+        if self.measured is not None:
+            measured = dict(self.measured.c_lin)
+            return {key: measured.get(key, 0) for key in COMPONENTS}
+        return self.c_lin_by_component
+
+    @property
+    def c_lin_fixed(self) -> int:
+        """FLOPs per token of the linear layers, the routed experts of a routing-dependent model left out."""
+        return sum(self.c_lin_fixed_by_component.values())
+
+    @property
     def c_lin_by_component(self) -> dict[str, int]:
         """C_lin split by what does the work (COMPONENTS), forward + backward. The MTP layers'
         attention and MLP are in ``attention`` / ``dense_mlp`` / ``moe_*``; ``mtp`` is their input
         projection (2h → h) plus Megatron's 3h for the two norms and the final norm. A measured
-        model (``measured``) gives its own per-component work."""
+        model (``measured``) gives its own per-component work; a routing-dependent one has none
+        without an assumed routed fraction (ValueError)."""
         if self.measured is not None:
+            self._routing_known()
             measured = dict(self.measured.c_lin)
             return {key: measured.get(key, 0) for key in COMPONENTS}
         h = self.hidden

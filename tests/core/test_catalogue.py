@@ -44,6 +44,7 @@ ROWS = [
         "launch_idle_s": 0.03,
         "traced_gaps": 2,
         "sync_idle_between_s": 0.02,
+        "expert_assignments": None,  # a model without zero-computation experts: no such field
     },
     {
         "rank": 0,
@@ -75,6 +76,7 @@ ROWS = [
         "launch_idle_s": None,
         "traced_gaps": None,
         "sync_idle_between_s": None,
+        "expert_assignments": None,
     },
 ]
 C = Coefficients(c_lin=1_000_000, c_core=100, peak_tflops=1e-3)
