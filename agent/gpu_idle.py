@@ -14,9 +14,11 @@ stretches is split:
   the traced steps, so that the ledger can charge that much of the data wait to the syncs: without
   the sync the host's work between steps would have overlapped the GPU's queue. Gaps that hold
   the agent's own work are left out of it, as the data wait leaves them out. Where the step's
-  last host sync returned with at most a few small kernels after it (`queue_ns`), the step left
-  the GPU's queue empty, and all the idle between it and the next step counts so, even past
-  small work at the step's end (the agent's own kernels there split the idle gap in two);
+  closing syncs returned with at most a few small kernels after them (`queue_ns`), the step left
+  the GPU's queue empty: the idle between it and the next step is the syncs' up to the queue they
+  drained (the longest of those waits), even past small work at the step's end (the agent's own
+  kernels in `step_end` split the idle gap, so that its later part began with no sync); beyond
+  that queue the host's work between steps would have idled the GPU anyway (a launch-bound host);
 * the rest is inside a step. It follows a host sync when the host was blocked waiting for the
   GPU as it drained: a synchronization call that began before the gap (within `tolerance_ns`)
   and returned in it, or a device-to-host copy into pageable memory (which the host waits for)
@@ -154,8 +156,8 @@ def attribute_idle(
     inside = (g1 - g0 - outside).clamp(min=0)
     blocked = _blocked_at(g0, g1, t, syncs, tolerance_ns)
     began_by_sync = between[blocked >= 0].sum(0)
-    drained = _drained_windows(t, starts, ends, syncs, steps, queue_ns)
-    by_window = torch.where(drained, between.sum(0), began_by_sync)
+    drained = _drained_queues(t, starts, ends, syncs, steps, queue_ns)
+    by_window = torch.where(drained >= 0, torch.minimum(between.sum(0), drained), began_by_sync)
     split.sync_idle_between_s = int(by_window[counted].sum()) / 1e9
     by_sync = (blocked >= 0) & (inside > 0)
     site_times = torch.tensor([at for at, _ in sites], dtype=torch.int64)
@@ -214,7 +216,7 @@ def _bracketed(
     return torch.tensor(regions, dtype=torch.int64).reshape(-1, 3)
 
 
-def _drained_windows(
+def _drained_queues(
     t: torch.Tensor,
     starts: torch.Tensor,
     ends: torch.Tensor,
@@ -222,20 +224,24 @@ def _drained_windows(
     steps: Sequence[tuple[int, int]],
     queue_ns: int,
 ) -> torch.Tensor:
-    """Per gap between steps (k: after steps[k]), whether step k left the GPU's queue empty: its
-    last host wait (a sync, or a blocking copy) returned, and the GPU then ran at most `queue_ns`
-    before the step's end. A wait returns only once the GPU has drained, so the host crossed to
-    the next step with nothing queued: all the idle between the steps is the sync's (small work
-    of its own at the step's end, such as the agent's, does not hide that from it)."""
+    """Per gap between steps (k: after steps[k]), the queue that step k's closing syncs drained
+    (ns), or -1 where it left work queued. A host wait that returned with at most `queue_ns` run
+    on the GPU after it before the step's end closed the step with nothing queued; the longest
+    such wait is how far ahead of the GPU the host was when it began, so without the syncs the
+    host's work between the steps would have overlapped that much queue and no more (on a
+    launch-bound host the queue is short, and the idle between steps stays). A blocking copy's
+    wait is not known: its own duration stands for it."""
     waits = [(s.start, s.end) for s in syncs] + [(a, b) for a, b in t[t[:, 2] != 0, :2].tolist()]
-    drained = torch.zeros(max(len(steps) - 1, 0), dtype=torch.bool)
+    drained = torch.full((max(len(steps) - 1, 0),), -1, dtype=torch.int64)
     for k, (begin, end) in enumerate(steps[:-1]):
-        returned = [b for a, b in waits if begin <= a <= end]
-        if not returned:
+        inside = [(a, min(b, end)) for a, b in waits if begin <= a <= end]
+        if not inside:
             continue
-        r = torch.tensor([min(max(returned), end), end], dtype=torch.int64)
-        after = _below(starts, ends, r)
-        drained[k] = bool(after[1] - after[0] <= queue_ns)
+        returns = torch.tensor([b for _, b in inside] + [end], dtype=torch.int64)
+        run_after = _below(starts, ends, returns[-1:]) - _below(starts, ends, returns[:-1])
+        closing = [b - a for (a, b), ran in zip(inside, run_after.tolist(), strict=True) if ran <= queue_ns]
+        if closing:
+            drained[k] = max(closing)
     return drained
 
 

@@ -82,9 +82,10 @@ def test_a_sync_at_a_steps_end_then_a_data_wait_splits_the_gap():
     assert split.between_steps_s == pytest.approx(36e-6)
     assert split.sync_idle_s == pytest.approx(6e-6)
     assert split.launch_idle_s == 0
-    # The sync began the gap that crosses the step's end: its part between the steps is the
-    # syncs' too (the ledger moves it out of the data wait), over the one gap between the steps.
-    assert (split.sync_idle_between_s, split.traced_gaps) == (pytest.approx(36e-6), 1)
+    # The sync drained the queue at the step's end, so of the time between the steps it owns as
+    # much as that queue (its 11 µs wait: without it the host would have been that far ahead);
+    # the loader's wait beyond it stays the data wait's. Over the one gap between the steps.
+    assert (split.sync_idle_between_s, split.traced_gaps) == (pytest.approx(11e-6), 1)
 
 
 def test_idle_between_steps_that_no_sync_began_stays_the_data_waits():
@@ -95,12 +96,12 @@ def test_idle_between_steps_that_no_sync_began_stays_the_data_waits():
 
 
 def test_a_gap_between_steps_holding_the_agents_work_is_left_out_of_the_syncs_between_steps():
-    # Three steps, each ending with a sync (at 15..21 and 115..121) into a gap across the step's
+    # Three steps, each ending with a sync (at 5..21 and 105..121) into a gap across the step's
     # end (20..40, 120..140 between steps at 24..36 and 124..136). The agent emitted an interval
     # in the second gap (agent_gaps={1}): only the first one's 12 µs count, over one gap.
     steps = [(0, 24 * US), (36 * US, 124 * US), (136 * US, 200 * US)]
     timeline = busy((0, 20), (40, 120), (140, 160))
-    syncs = [HostSync(15 * US, 21 * US), HostSync(115 * US, 121 * US)]
+    syncs = [HostSync(5 * US, 21 * US), HostSync(105 * US, 121 * US)]
     every = attribute_idle(timeline, syncs, [], steps)
     assert (every.sync_idle_between_s, every.traced_gaps) == (pytest.approx(24e-6), 2)
     left_out = attribute_idle(timeline, syncs, [], steps, agent_gaps={1})
@@ -109,20 +110,24 @@ def test_a_gap_between_steps_holding_the_agents_work_is_left_out_of_the_syncs_be
     assert (left_out.between_steps_s, left_out.sync_idle_s) == (every.between_steps_s, every.sync_idle_s)
 
 
-def test_a_sync_that_drained_the_queue_owns_the_idle_between_steps_past_small_work_at_the_steps_end():
-    # The legacy logger: `.item()` at the end of step 1 returns at 21 (the GPU drained at 20); the
-    # agent's own small kernels run at the step's end (24..26); the host's work for the next step
-    # keeps it until 60, and step 2 launches at 62. The idle gap 26..62 began with no sync, but
-    # the queue was empty since the sync: the whole 36 µs between the steps is the sync's.
-    steps = [(0, 24 * US), (60 * US, 90 * US)]
-    syncs = [HostSync(10 * US, 21 * US)]
-    split = attribute_idle(busy((0, 20), (24, 26), (62, 80)), syncs, [], steps)
+def test_a_sync_that_drained_the_queue_owns_the_idle_between_steps_up_to_that_queue():
+    # The legacy logger: `.item()` at the end of step 1 waits 10..101 for the queued work (the
+    # GPU drains at 100); the agent's own small kernels run at the step's end (104..106); the
+    # host's work for the next step keeps it until 140, and step 2 launches at 142. The idle gap
+    # 106..142 began with no sync, but the queue was empty since the sync: the 34 µs between the
+    # steps are the sync's (without it the host would have been 91 µs ahead, more than enough).
+    steps = [(0, 104 * US), (140 * US, 190 * US)]
+    split = attribute_idle(busy((0, 100), (104, 106), (142, 160)), [HostSync(10 * US, 101 * US)], [], steps)
     assert split.between_steps_s == pytest.approx(34e-6)
     assert (split.sync_idle_between_s, split.traced_gaps) == (pytest.approx(34e-6), 1)
-    # After the sync the host queued more than a few small kernels (a backward: 21..200 µs
+    # A launch-bound host: the sync found only 11 µs queued (90..101). Without it the host's work
+    # between the steps would have overlapped those 11 µs and idled the GPU for the rest anyway.
+    split = attribute_idle(busy((0, 100), (104, 106), (142, 160)), [HostSync(90 * US, 101 * US)], [], steps)
+    assert split.sync_idle_between_s == pytest.approx(11e-6)
+    # After the sync the host queued more than a few small kernels (a backward: 101..400 µs
     # busy) before the step's end: the host got ahead again, and the gap is the data wait's.
-    steps = [(0, 204 * US), (240 * US, 300 * US)]
-    split = attribute_idle(busy((0, 20), (21, 200), (242, 260)), syncs, [], steps)
+    steps = [(0, 404 * US), (440 * US, 500 * US)]
+    split = attribute_idle(busy((0, 100), (101, 400), (442, 460)), [HostSync(10 * US, 101 * US)], [], steps)
     assert split.between_steps_s == pytest.approx(36e-6)
     assert split.sync_idle_between_s == 0
 
