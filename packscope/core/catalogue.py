@@ -26,6 +26,7 @@ from types import MappingProxyType
 from typing import Any, Literal, Protocol
 
 from packscope.core.attention import ATTENTION_KINDS, ATTENTION_SUMS, CHUNKED, FULL, SLIDING, VIEWS
+from packscope.core.audio_sums import AUDIO_RECORD_SUMS, audio_flops, c_totals
 from packscope.core.flops import TRIAD, ModelSpec, flops_by_kind
 from packscope.core.vision import (
     VISION_IMAGES,
@@ -136,6 +137,29 @@ def _vision_fields() -> Iterator[Field]:
         yield _int(name, unit, doc, default=0)
 
 
+# A model's audio tower (Qwen3-Omni's thinker, Gemma 4), over the micro-batches' clips, under the
+# names packscope.core.audio_sums gives the towers' sums (each tower fills its own, the others 0):
+# the same whether the decoder's rows are packed or not; 0 in a record of a model without one.
+_AUDIO_DOCS = {
+    "audio_clips": ("clips", "audio clips the audio tower encoded"),
+    "audio_chunks": ("chunks", "Qwen3-Omni: conv chunks of the clips (Σ K)"),
+    "audio_conv1_frames": ("frames", "time positions out of the first convolution, padding included"),
+    "audio_conv2_frames": ("frames", "Qwen3-Omni: time positions out of the second convolution (Σ K · g²(L))"),
+    "audio_conv3_frames": ("frames", "Qwen3-Omni: time positions out of the third convolution (Σ K · g³(L))"),
+    "audio_tokens": ("tokens", "audio tokens the tower hands the decoder"),
+    "audio_sq_sum": ("tokens²", "Qwen3-Omni: Σ over attention windows of w²"),
+    "audio_calls": ("calls", "Gemma 4: calls of the audio tower (micro-batches with clips)"),
+    "audio_positions": ("positions", "Gemma 4: the tower's positions, padding included (Σ B · g²(T))"),
+    "audio_blocks": ("blocks", "Gemma 4: attention blocks (Σ B · ⌈g²(T) / chunk⌉)"),
+}
+
+
+def _audio_fields() -> Iterator[Field]:
+    for name in AUDIO_RECORD_SUMS:
+        unit, doc = _AUDIO_DOCS[name]
+        yield _int(name, unit, doc, default=0)
+
+
 FIELDS: tuple[Field, ...] = (
     # Which interval of the run, and its span of steps.
     _int("interval", "", "interval index; (run, rank, interval) is the idempotency key", small=True),
@@ -161,6 +185,7 @@ FIELDS: tuple[Field, ...] = (
     _int("documents", "documents", "real documents"),
     *_attention_fields(),
     *_vision_fields(),
+    *_audio_fields(),
     _float("flops_bshd", "FLOP", "the agent's baseline FLOPs (kept for audit; rates are re-derived)"),
     _float("flops_thd", "FLOP", "the agent's THD-corrected FLOPs (kept for audit)"),
     _float("flops_useful", "FLOP", "the agent's useful FLOPs (kept for audit)"),
@@ -298,6 +323,7 @@ SUMS: tuple[Sum, ...] = (
     # Each layer kind's attention sums, baseline then real documents, as FIELDS lists them.
     *(Sum(name, (name,)) for names in ATTENTION_SUMS.values() for name in (names.bshd, names.thd)),
     *(Sum(name, (name,)) for name in VISION_SUMS),
+    *(Sum(name, (name,)) for name in AUDIO_RECORD_SUMS),
     Sum("documents", ("documents",)),
     Sum("packs", ("packs",)),
     Sum("syncs_total", ("syncs_total",)),
@@ -369,6 +395,8 @@ class Coefficients:
     c_chunk: int = 0  # per unit of the chunked sum (the chunked layers)
     # FLOPs per unit of each vision sum (VisionSpec.c_by_sum); empty for a text-only model.
     c_vision: tuple[tuple[str, int], ...] = ()
+    # FLOPs per unit of each audio sum (audio_sums.c_totals); empty for a model without an audio tower.
+    c_audio: tuple[tuple[str, int], ...] = ()
 
     @classmethod
     def for_run(cls, model: Mapping[str, Any], hardware: Mapping[str, Any]) -> Coefficients:
@@ -381,6 +409,7 @@ class Coefficients:
             c_window=by_kind.get(SLIDING, 0),
             c_chunk=by_kind.get(CHUNKED, 0),
             c_vision=() if spec.vision is None else tuple(sorted(spec.vision.c_by_sum.items())),
+            c_audio=() if spec.audio is None else tuple(sorted(c_totals(spec.audio).items())),
         )
 
     @staticmethod
@@ -459,6 +488,11 @@ def _vision(s: Mapping[str, Any], c: Coefficients) -> Any:
     return vision_flops(s, {name: float(value) for name, value in c.c_vision})
 
 
+def _audio(s: Mapping[str, Any], c: Coefficients) -> Any:
+    """The audio tower's FLOPs: the same in every view (its clips are no decoder tokens)."""
+    return audio_flops(s, {name: float(value) for name, value in c.c_audio})
+
+
 class WindowSums(dict[str, Any]):
     """One window's float sums (derive), keeping each FLOPs count once computed: derive evaluates
     some thirty metrics, most of them from the same three counts. (PostgreSQL's CSV hands its
@@ -480,6 +514,8 @@ def flops_count(kind: str, s: Mapping[str, Any], c: Coefficients) -> Any:
     tokens, view = TRIAD[kind]  # the one count of flops_triad_by_kind asked for
     decoder = flops_by_kind(s[tokens], s, float(c.c_lin), c.by_sum(), view)
     value = decoder + _vision(s, c) if c.c_vision else decoder
+    if c.c_audio:
+        value = value + _audio(s, c)
     if known is not None:
         known[kind] = value
     return value
@@ -666,6 +702,14 @@ METRICS: tuple[Metric, ...] = (
         ".1f",
         "share of the per-document FLOPs spent in the vision tower (its GEMMs and attention; 0 for a text model)",
         lambda s, c, ops: 100.0 * ops.ratio(_vision(s, c), flops_count("thd", s, c)),
+    ),
+    Metric(
+        "audio_share_pct",
+        "audio tower",
+        "%",
+        ".1f",
+        "share of the per-document FLOPs spent in the audio tower (its GEMMs and attention; 0 without one)",
+        lambda s, c, ops: 100.0 * ops.ratio(_audio(s, c), flops_count("thd", s, c)),
     ),
     Metric("padding_pct", "padding", "%", ".1f", "share of token slots that hold no real token", _padding),
     Metric(

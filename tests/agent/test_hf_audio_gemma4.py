@@ -22,7 +22,7 @@ from packscope.agent.hf_structure import spec_from_structure  # noqa: E402
 from packscope.core.audio_gemma4 import AUDIO_TOKENS, Gemma4AudioSpec, batch_sums, call_sums  # noqa: E402
 from packscope.core.flops import ModelSpec  # noqa: E402
 from packscope.core.hf_fields import HFConfigError  # noqa: E402
-from tests.agent.audio_callback import records_with_and_without_clips  # noqa: E402
+from tests.agent.audio_callback import check_all_three_agree  # noqa: E402
 from tests.agent.structural_configs import GEMMA4_AUDIO, WRAPPERS  # noqa: E402
 from tests.core import audio_gemma4_meta as gm  # noqa: E402
 from tests.core import hf_meta as hf  # noqa: E402
@@ -126,9 +126,9 @@ def test_the_feature_extractor_can_pad_a_call_a_frame_past_its_longest_clip():
     assert (padded["audio_conv1_frames"], longest["audio_conv1_frames"]) == (51, 50)
 
 
-def test_the_audio_tower_is_named_as_left_out_of_the_record():
-    (note,) = spec_from_structure(WITH_VISION).not_counted
-    assert "Gemma4AudioModel" in note and "no audio sums" in note
+def test_the_audio_tower_is_counted_not_left_out():
+    spec = spec_from_structure(WITH_VISION)
+    assert spec.audio is not None and not any("audio" in note for note in spec.not_counted)
 
 
 def test_without_a_vision_config_the_audio_tower_is_still_counted():
@@ -137,13 +137,12 @@ def test_without_a_vision_config_the_audio_tower_is_still_counted():
     assert model.measured == spec_from_structure(WITH_VISION).measured  # the decoder alone, as with vision
 
 
-def test_the_wire_dict_carries_no_audio():
+def test_the_wire_dict_carries_the_audio_tower():
     model = spec_from_structure(WITH_VISION)
-    wire = model.to_dict()
-    assert "audio" not in wire and ModelSpec.from_dict(json.loads(json.dumps(wire))).audio is None
-    audio = model.audio
-    assert isinstance(audio, Gemma4AudioSpec)
-    assert Gemma4AudioSpec.from_dict(json.loads(json.dumps(audio.to_dict()))) == audio
+    wire = json.loads(json.dumps(model.to_dict()))
+    assert wire["audio"]["tower"] == "gemma4"
+    back = ModelSpec.from_dict(wire)
+    assert back == model and isinstance(back.audio, Gemma4AudioSpec) and back.audio == model.audio
 
 
 def test_a_gemm_the_audio_walk_does_not_place_is_refused():
@@ -205,14 +204,37 @@ def test_the_cli_prices_the_clips_as_the_api(tmp_path, capsys):
     assert cli["audio"]["sums"] == batch_sums(model.audio, calls)
     assert cli["audio"]["decoder_tokens"] == 63 + 18 + 8
     assert cli["audio"]["flops"] == model.audio.flops(batch_sums(model.audio, calls)) > 0
-    assert cli["audio"]["in_totals"] is False
+    assert cli["audio"]["in_totals"] is True  # added to every view, as the record adds it
     views = ("flops_bshd", "flops_thd", "flops_useful")
-    assert {k: cli[k] for k in views} == {k: plain[k] for k in views}
+    assert {k: cli[k] for k in views} == {k: plain[k] + cli["audio"]["flops"] for k in views}
 
 
-def test_the_hf_callback_counts_the_batch_without_its_clips_and_says_so_once(caplog):
-    records = records_with_and_without_clips(spec_from_structure(WITH_VISION), gm.clip_inputs([250, 70], 8), caplog)
-    assert records[0] == records[1] and records[0]["flops_thd"] > 0
+@pytest.mark.parametrize("name", CONFIGS)
+def test_the_hf_callbacks_record_is_the_cli_and_the_api_to_the_integer(name, tmp_path, capsys, caplog):
+    """Three micro-batches of one step, two with clips (each padded to its longest, its mask as the
+    feature extractor writes it) and one without: the record carries the tower's sums, and its
+    FLOPs are `packscope flops --audio` and the API's in every view; nothing is warned."""
+    calls = [[250, 70], [401, 61, 7]]
+    model = spec_from_structure(CONFIGS[name])
+    assert model.audio is not None
+    inputs = [gm.clip_inputs(c, model.audio.mel_bins) for c in calls]
+    with caplog.at_level("WARNING", logger="packscope.agent"):
+        record = check_all_three_agree(model, CONFIGS[name], [*inputs, {}], [*calls, []], tmp_path, capsys)
+    assert record["audio_blocks"] > 0 and record["audio_calls"] == 2 and record["audio_clips"] == 5
+    assert not caplog.records
+
+
+def test_the_callback_counts_a_call_at_its_padded_length():
+    """The feature extractor can pad a call past its longest clip: the tower runs on every frame of
+    input_features, and the record counts them (the reference's padded=)."""
+    from tests.agent.audio_callback import callback_record
+
+    model = spec_from_structure(WITH_VISION)
+    audio = model.audio
+    assert isinstance(audio, Gemma4AudioSpec)
+    record = callback_record(model, [gm.clip_inputs([250, 37], audio.mel_bins, 256)])
+    want = call_sums(audio, [250, 37], 256)
+    assert {name: record[name] for name in want} == want
 
 
 # -- the published widths and the worked value of docs/flops.md ----------------------------------
