@@ -317,3 +317,90 @@ def test_the_pages_command_gives_the_pages_figures(capsys):
     assert main(["flops", *args]) == 0
     out = json.loads(capsys.readouterr().out)
     assert f'"audio": {{"flops": {out["audio"]["flops"]}, ...}}' in doc.split("<!-- gemma4-audio:end -->")[1]
+
+
+# -- the Trainer's own batches ----------------------------------------------------------------------
+
+
+class WithClips:
+    """Each example one padded row opened by a clip's audio placeholders (g²(n) of a clip of n
+    frames, what the tower hands the decoder), its clip padded to the batch's longest in
+    input_features, with the mask the feature extractor writes. Keeps the clips of every batch."""
+
+    audio = 63  # the placeholder's id: the tiny vocabulary's last
+
+    def __init__(self, mel_bins: int) -> None:
+        self.mel_bins = mel_bins
+        self.calls: list[list[int]] = []
+
+    def __call__(self, features):
+        g = lambda x: (x - 1) // 2 + 1  # noqa: E731
+        clips = [20 + 37 * len(f["input_ids"]) % 300 for f in features]
+        rows = [
+            [self.audio] * g(g(n)) + [min(t, self.audio - 1) for t in f["input_ids"]]
+            for n, f in zip(clips, features, strict=True)
+        ]
+        width = max(map(len, rows))
+        self.calls.append(clips)
+        return {
+            "input_ids": torch.tensor([r + [0] * (width - len(r)) for r in rows]),
+            "attention_mask": torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows]),
+            "labels": torch.tensor(
+                [[-100 if t == self.audio else t for t in r] + [-100] * (width - len(r)) for r in rows]
+            ),
+            **gm.clip_inputs(clips, self.mel_bins),
+        }
+
+
+def test_the_trainers_batches_are_counted_with_their_clips():
+    """A tiny Gemma 4 with an audio tower trained by the Trainer: the forward hook keeps each
+    micro-batch's input_features as its shape (meta) and its mask by reference; each record holds
+    the reference sums of its interval's calls, and its FLOPs are the decoder's on its token sums
+    plus the tower's, in every view."""
+    import dataclasses
+
+    import transformers
+
+    from packscope.agent.integrations.hf import PackscopeCallback
+    from packscope.core.attention import SUM_NAMES as ATTENTION_SUM_NAMES
+    from tests.agent.structural_configs import STRUCTURAL
+
+    vocab = WithClips.audio + 1
+    text = {**STRUCTURAL["gemma4_text"], "pad_token_id": 0, "vocab_size": vocab, "vocab_size_per_layer_input": vocab}
+    cfg = {"model_type": "gemma4", "text_config": text, "audio_config": GEMMA4_AUDIO, "audio_token_id": WithClips.audio}
+    torch.manual_seed(0)
+    model = transformers.Gemma4ForConditionalGeneration(hf.config_from_dict(cfg))
+    spec = spec_from_structure(cfg)
+    assert isinstance(spec.audio, Gemma4AudioSpec)
+    collator = WithClips(spec.audio.mel_bins)
+    cb = PackscopeCallback(run_name="hf-audio", log_every=2, check_cross_documents=False)
+    kept: list[str] = []
+    observe = cb._pending._observe_step
+
+    def observe_step(forwards):
+        kept.extend(kwargs["input_features"].device.type for _, kwargs, _ in forwards)
+        observe(forwards)
+
+    cb._pending._observe_step = observe_step
+    g = torch.Generator().manual_seed(1)
+    data = [
+        {"input_ids": torch.randint(3, 40, (int(k),), generator=g).tolist()}
+        for k in torch.randint(2, 12, (16,), generator=g)
+    ]
+    args = transformers.TrainingArguments(
+        output_dir="hf-test", per_device_train_batch_size=2, gradient_accumulation_steps=2, max_steps=4,
+        logging_steps=2, report_to=[], use_cpu=True, save_strategy="no", disable_tqdm=True,
+        remove_unused_columns=False,
+    )  # fmt: skip
+    transformers.Trainer(model=model, args=args, data_collator=collator, callbacks=[cb], train_dataset=data).train()
+    assert kept == ["meta"] * 8  # 4 steps of 2 micro-batches, none holding its features past its step
+    records = list(cb.agent.records)
+    assert len(records) == 2 and cb.agent.model == spec
+    decoder = dataclasses.replace(spec, audio=None)
+    for i, record in enumerate(records):
+        want = batch_sums(spec.audio, collator.calls[i * 4 : (i + 1) * 4])
+        assert {name: record[name] for name in want} == want
+        sums = {name: record[name] for name in ATTENTION_SUM_NAMES}
+        flops = decoder.triad_by_kind(record["tokens"], record["real_tokens"], sums)
+        tower = spec.audio.flops(want)
+        assert {v: record[f"flops_{v}"] for v in flops} == {v: float(f + tower) for v, f in flops.items()}
