@@ -83,7 +83,7 @@ def qwen3_omni_sums(audio: AudioSpec, calls: Sequence[torch.Tensor]) -> dict[str
         return out
     n = torch.cat(list(calls)) if len(calls) > 1 else calls[0]
     device = n.device
-    call_of = host_table([[i for i, size in enumerate(sizes) for _ in range(size)]], device)[0]
+    call_index = host_table([[i for i, size in enumerate(sizes) for _ in range(size)]], device)[0]
     chunk = audio.chunk
     full = torch.div(n, chunk, rounding_mode="floor")
     tail = n - full * chunk
@@ -91,8 +91,8 @@ def qwen3_omni_sums(audio: AudioSpec, calls: Sequence[torch.Tensor]) -> dict[str
     # Every chunk of a call is padded to the call's longest: a full one if any clip has one, else the longest tail.
     longest_of_clip = torch.where(full > 0, torch.full_like(n, chunk), tail)
     longest = torch.zeros(len(calls), dtype=torch.int64, device=device)
-    longest = longest.scatter_reduce(0, call_of, longest_of_clip, reduce="amax", include_self=True)
-    k = torch.zeros(len(calls), dtype=torch.int64, device=device).index_add_(0, call_of, chunks)
+    longest = longest.scatter_reduce(0, call_index, longest_of_clip, reduce="amax", include_self=True)
+    k = torch.zeros(len(calls), dtype=torch.int64, device=device).index_add_(0, call_index, chunks)
     f1 = _g(longest)
     f2 = _g(f1)
     f3 = _g(f2)
@@ -104,7 +104,7 @@ def qwen3_omni_sums(audio: AudioSpec, calls: Sequence[torch.Tensor]) -> dict[str
     out[AUDIO_TOKENS] = tokens.sum()
     # Windows of g³(L) · (n_window_infer // chunk) tokens from each clip's start, the last shorter:
     # Σ w² = (t // w) · w² + (t mod w)² (attention.chunk_sq). A call without chunks has no tokens.
-    window = torch.clamp(f3 * audio.windows_per_chunk, min=1)[call_of]
+    window = torch.clamp(f3 * audio.windows_per_chunk, min=1)[call_index]
     whole = torch.div(tokens, window, rounding_mode="floor")
     rest = tokens - whole * window
     out[AUDIO_SQ_SUM] = (whole * window * window + rest * rest).sum()

@@ -198,3 +198,29 @@ def test_the_callback_counts_clips_only_where_the_model_runs_its_tower():
     assert audio_kwargs(clips, audio) == {}
     assert set(audio_kwargs({**clips, "input_features": torch.zeros(1, 30, 8)}, audio)) == {"input_features_mask"}
     assert audio_kwargs({**clips, "input_features": torch.zeros(1, 30, 8)}, None) == {}
+
+
+def test_a_steps_clips_run_no_op_until_the_boundary():
+    """observe_batch keeps each mask by reference: no ATen op between boundaries, one chain for the
+    interval's calls at its boundary, not one per call."""
+    from packscope.agent import Agent, AgentConfig
+    from tests.agent.test_deferred_forms import CountOps
+
+    masks = {name: [mask([250, 70]), mask([1650, 90, 30]), mask([401])] for name in ("few", "many")}
+    masks["many"] = masks["many"] * 4
+    boundary = {}
+    for name, calls in masks.items():
+        agent = Agent(AgentConfig(log_every=2, count_syncs=False), model=_model(OMNI[800]))
+        counted = []
+        for _ in (1, 2):
+            with CountOps() as ops:
+                agent.step_begin()
+                for call in calls:
+                    agent.observe_batch(shape=(1, 16), feature_attention_mask=call)
+                agent.step_end()
+            counted.append(len(ops.ops))
+        agent.close()
+        assert counted[0] == 0, counted  # nothing before the boundary
+        boundary[name] = counted[1]
+    extra = 2 * (len(masks["many"]) - len(masks["few"]))  # calls of the interval's two steps
+    assert boundary["many"] == boundary["few"] + extra, boundary  # each call: its mask's row sum alone
