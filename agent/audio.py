@@ -4,10 +4,13 @@ Each audio tower reads its clips' lengths from a mask the feature extractor writ
 (Qwen3-Omni: ``feature_attention_mask``, or ``audio_feature_lengths`` [clips]; Gemma 4:
 ``input_features_mask``). The agent keeps the masks by reference and counts them at the log
 boundary, all of the interval's calls together: the lengths are a row sum of each mask, and every
-sum is elementwise in them and in a per-call maximum (``scatter_reduce``), so a few dozen kernels
-whose results stay on the device give 0-d int64 tensors, reduced with the interval's other device
-sums. No ``.item()``, ``.tolist()``, boolean indexing or data-dependent shape is used. What follows
-from the shapes alone (clips, Gemma 4's padded positions and blocks) is a host int.
+sum is elementwise in them and in a per-call maximum (``scatter_reduce``), so one kernel per call
+and a fixed chain per interval (about 80 small ATen ops for Qwen3-Omni, 20 for Gemma 4, counted on
+the CPU by tests/agent/test_deferred_forms.CountOps) whose results stay on the device give 0-d
+int64 tensors, reduced with the interval's other device sums. No ``.item()``, ``.tolist()``,
+boolean indexing or data-dependent shape is used; the per-clip call index travels by one pinned
+non-blocking copy. What follows from the shapes alone (Gemma 4's clips, padded positions and
+blocks) is a host int.
 
 The reference sums are ``packscope.core.audio.call_sums`` and ``packscope.core.audio_gemma4.call_sums``;
 the device sums equal them on the same clips (tests/agent/test_audio_sums.py). A clip of 0 frames
