@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from packscope.agent.audio import interval_sums
 from packscope.agent.batch_forms import (
     PROBLEMS,
     CuBatch,
@@ -34,6 +35,7 @@ from packscope.agent.batch_forms import (
 from packscope.agent.histograms import NUM_BUCKETS, SLOTS, bucket_of, edges_on, slot_of
 from packscope.agent.vision import BATCH_KEYS, SHAPE_KINDS, batch_vision_sums
 from packscope.core.attention import ATTENTION_SUMS, CHUNKED, FULL, SLIDING, SUM_NAMES, chunk_sq, window_sq
+from packscope.core.audio_sums import AUDIO_RECORD_SUMS, AnyAudioSpec
 from packscope.core.vision import VISION_SUMS, VISION_TOWERS, VisionSpec
 
 # Layout of the reduced int64 vector: the histograms, then the THD attention sums.
@@ -44,7 +46,7 @@ PACK_TOKENS = slice(3 * SLOTS, 4 * SLOTS)
 # A model with zero-computation experts: the assignments its routers made to real experts
 # (agent/routing.py), handed to the interval at its end (add_device_sum).
 EXPERT_ASSIGNMENTS = "expert_assignments"
-DEVICE_SUMS = (*(names.thd for names in ATTENTION_SUMS.values()), *VISION_SUMS, EXPERT_ASSIGNMENTS)
+DEVICE_SUMS = (*(names.thd for names in ATTENTION_SUMS.values()), *VISION_SUMS, *AUDIO_RECORD_SUMS, EXPERT_ASSIGNMENTS)
 SUM_AT = {name: 4 * SLOTS + i for i, name in enumerate(DEVICE_SUMS)}
 # Entries of the interval's cu_seqlens tensors with each of batch_forms.PROBLEMS.
 PROBLEM_COUNTS = slice(4 * SLOTS + len(DEVICE_SUMS), 4 * SLOTS + len(DEVICE_SUMS) + len(PROBLEMS))
@@ -54,7 +56,7 @@ DEVICE_LEN = PROBLEM_COUNTS.stop
 # is one fold every 400 micro-batches.
 FOLD_SLOTS = 1 << 22
 # Host statics (then the four host histograms), in the order HostCounts.as_list lays them out.
-HOST_FIELDS = ("tokens", "packs", *SUM_NAMES, *VISION_SUMS, EXPERT_ASSIGNMENTS)
+HOST_FIELDS = ("tokens", "packs", *SUM_NAMES, *VISION_SUMS, *AUDIO_RECORD_SUMS, EXPERT_ASSIGNMENTS)
 
 
 @dataclass
@@ -80,12 +82,20 @@ class HostCounts:
 
 class IntervalAccumulator:
     """`window` / `chunk`: the model's sliding window and attention chunk (ModelSpec.window,
-    .chunk), None when it has no such layers (their sums then stay 0, at no cost)."""
+    .chunk), None when it has no such layers (their sums then stay 0, at no cost). `vision` /
+    `audio`: its towers (ModelSpec.vision, .audio), None without."""
 
-    def __init__(self, window: int | None = None, chunk: int | None = None, vision: VisionSpec | None = None) -> None:
-        self.window, self.chunk, self.vision = window, chunk, vision
+    def __init__(
+        self,
+        window: int | None = None,
+        chunk: int | None = None,
+        vision: VisionSpec | None = None,
+        audio: AnyAudioSpec | None = None,
+    ) -> None:
+        self.window, self.chunk, self.vision, self.audio = window, chunk, vision, audio
         self._vision_tables: dict[str, list[torch.Tensor]] = {}  # device grids / sizes, by batch key
         self._device_sums: dict[str, torch.Tensor] = {}  # counted elsewhere on the device (add_device_sum)
+        self._audio_calls: list[tuple[str, torch.Tensor]] = []  # each call's clip mask (or lengths), by reference
         self._cu: list[CuBatch] = []  # counted and canonicalised all together at the log boundary
         self._tokens: list[TokenBatch] = []  # the same for the per-token forms
         self._held_slots = 0  # token slots of the tensors held in _tokens and in cu token masks
@@ -146,6 +156,11 @@ class IntervalAccumulator:
         the boundary: kept by reference, nothing read."""
         self._device_sums[name] = value if name not in self._device_sums else self._device_sums[name] + value
 
+    def add_audio(self, key: str, clips: torch.Tensor) -> None:
+        """A micro-batch's call of the audio tower: its clips' mask (or lengths) under `key`
+        (agent/audio.AUDIO_BATCH_KEYS), kept by reference and counted at the boundary."""
+        self._audio_calls.append((key, clips))
+
     def reduce(self, device: torch.device) -> torch.Tensor:
         """The interval's device statistics as one int64 vector (DEVICE_LEN long); completes
         ``host`` with the held batches' shapes."""
@@ -162,6 +177,13 @@ class IntervalAccumulator:
                         out[SUM_AT[name]] += value
         for name, value in self._device_sums.items():
             out[SUM_AT[name]] += value.to(device, torch.int64)
+        if self._audio_calls:
+            assert self.audio is not None
+            for name, value in interval_sums(self.audio, self._audio_calls, device).items():
+                if isinstance(value, torch.Tensor):
+                    out[SUM_AT[name]] += value
+                else:  # known from the shapes
+                    self.host.add(name, value)
         return out
 
     def _fold(self, device: torch.device | None) -> None:

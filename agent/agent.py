@@ -42,6 +42,7 @@ import torch.distributed as dist
 
 from packscope.agent import batch_forms, lifecycle, payload
 from packscope.agent.accumulator import EXPERT_ASSIGNMENTS, IntervalAccumulator, decode, problems
+from packscope.agent.audio import AUDIO_BATCH_KEYS, call_of
 from packscope.agent.config import DEFAULT_SPOOL_DIR, AgentConfig
 from packscope.agent.gpu_idle import attribute_idle
 from packscope.agent.hardware import describe
@@ -51,11 +52,13 @@ from packscope.agent.syncs import SyncCounter
 from packscope.agent.timing import StepTime, StepTimer
 from packscope.agent.vision import BATCH_KEYS
 from packscope.core.attention import SUM_NAMES as ATTENTION_SUM_NAMES
+from packscope.core.audio_sums import AUDIO_RECORD_SUMS
 from packscope.core.catalogue import wire_record
 from packscope.core.flops import ModelSpec, flops_triad_by_kind
 from packscope.core.vision import VISION_SUMS, VISION_TOWERS
 
 log = logging.getLogger("packscope.agent")
+AUDIO_KEYS = frozenset(key for keys in AUDIO_BATCH_KEYS.values() for key in keys)  # observe_batch's audio arguments
 TOP_SYNC_SITES = 20
 LAYOUT_TEXT = {
     "bshd": "padded rows (bshd)",
@@ -293,7 +296,7 @@ class Agent:
         attention_mask: torch.Tensor | Sequence[Any] | None = None,
         packed_seq_params: object | None = None,
         whole_row_attention: bool = False,
-        **images: object,
+        **towers: object,
     ) -> None:
         """Count one micro-batch. Give exactly one form:
 
@@ -314,14 +317,17 @@ class Agent:
         A vision-language model's images go beside the text form, under its processor's keys:
         ``image_grid_thw`` / ``video_grid_thw`` (Qwen2.5-VL), ``image_sizes`` (Pixtral: Mistral 3,
         Llava), ``pixel_values`` (a fixed-size tower: Gemma 3, Llava's CLIP, Llama 4).
+        A model with an audio tower takes the micro-batch's clips, when its tower ran on them, under
+        the mask its feature extractor writes: ``feature_attention_mask`` [clips, frames] (or
+        ``audio_feature_lengths`` [clips]: Qwen3-Omni), ``input_features_mask`` (Gemma 4).
 
         ``whole_row_attention=True``: the model attends across the packed documents of each row (the
         HF callback's cross-document check found its attention masks let them meet, in this batch
         form; a crossing through a linear-attention layer's state alone is not this), so the per-document
         attention sums count each row as one sequence of its real tokens: the work the model did.
         """
-        if images:
-            self._observe_images(images)
+        if towers:
+            self._observe_towers(towers)
         if packed_seq_params is not None:
             if cu_seqlens is not None or cu_seqlens_padded is not None:
                 raise ValueError("observe_batch: give packed_seq_params or cu_seqlens, not both")
@@ -353,6 +359,32 @@ class Agent:
         else:
             raise ValueError("observe_batch needs cu_seqlens, position_ids, attention_mask or shape")
         self._acc.add(batch)
+
+    def _observe_towers(self, towers: dict[str, object]) -> None:
+        given = {key: value for key, value in towers.items() if key in AUDIO_KEYS}
+        images = {key: value for key, value in towers.items() if key not in AUDIO_KEYS}
+        if given:
+            self._observe_audio(given)
+        if images:
+            self._observe_images(images)
+
+    def _observe_audio(self, given: dict[str, object]) -> None:
+        audio = self.model.audio
+        if audio is None:
+            raise ValueError(
+                f"observe_batch got {', '.join(sorted(given))} but the model has no audio tower; "
+                "read the model from the omni model's config to count it"
+            )
+        known = AUDIO_BATCH_KEYS[audio.tower]
+        unknown = sorted(set(given) - set(known))
+        if unknown:
+            raise ValueError(
+                f"observe_batch: {', '.join(unknown)} is not how a {audio.tower} audio tower's clips come; "
+                f"give {' or '.join(known)}"
+            )
+        clips = call_of(audio, given)
+        if clips is not None and self.counts_batches:
+            self._acc.add_audio(*clips)
 
     def _observe_images(self, images: dict[str, object]) -> None:
         vision = self.model.vision
@@ -615,7 +647,8 @@ class Agent:
         return self.config.count_syncs and (n < 2 or (n - 1) % self.config.count_syncs_every == 0)
 
     def _new_accumulator(self) -> IntervalAccumulator:
-        return IntervalAccumulator(window=self.model.window, chunk=self.model.chunk, vision=self.model.vision)
+        model = self.model
+        return IntervalAccumulator(window=model.window, chunk=model.chunk, vision=model.vision, audio=model.audio)
 
     def _open_next_interval(self) -> None:
         self._interval += 1
@@ -755,6 +788,9 @@ class Agent:
             flops = self.model.triad_by_kind(stats["tokens"], stats["real_tokens"], sums)
         if self.model.vision is not None:  # the tower's work, the same in every view
             tower = self.model.vision.flops({name: stats[name] for name in VISION_SUMS})
+            flops = {view: value + tower for view, value in flops.items()}
+        if self.model.audio is not None:  # likewise
+            tower = self.model.audio.flops({name: stats[name] for name in AUDIO_RECORD_SUMS})
             flops = {view: value + tower for view, value in flops.items()}
         record = wire_record({
             "interval": p.index, "rank": self.rank,

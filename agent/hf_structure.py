@@ -143,11 +143,6 @@ _TOWER_CONFIGS = ("vision_config", "audio_config")
 # top-level class has no forward, its talker and code2wav run in generate() only, so a fine-tune
 # runs the thinker (decoder, vision and audio towers) and they do no work in training.
 THINKERS = {"qwen3_omni_moe": ("thinker_config", "qwen3_omni_moe_thinker")}
-# What ModelSpec.not_counted says of an audio tower: priced, but not carried by the interval record.
-AUDIO_NOTE = (
-    "the audio tower's work ({}): priced by `packscope flops --audio` and ModelSpec.audio, but the interval "
-    "record has no audio sums yet, so the agent and the server leave it out"
-)
 # Model types whose layers hold work the count cannot price from the modules (one line each).
 REFUSED_KINDS = {
     # transformers skips these layers in a micro-batch without images, and attends densely within one
@@ -675,8 +670,6 @@ def spec_from_structure(cfg: Mapping[str, Any], tp: int = 1) -> ModelSpec:
     audio, audio_modules = audio_from_structure(model, mt, towers(model)) if wrapper else (None, [])
     measured, kinds, window, chunk = measure(model, text, (*tower_modules, *audio_modules))
     notes = _not_built(cfg.get("text_config") if wrapper else cfg, text.model_type)
-    if audio is not None:
-        notes += (AUDIO_NOTE.format(type(audio_modules[0]).__name__),)
     heads = text.num_attention_heads
     hidden = text.hidden_size
     vocab = model.get_output_embeddings().out_features

@@ -23,14 +23,16 @@ from typing import Any, Generic, TypeVar
 
 import torch
 
+from packscope.agent.audio import AUDIO_BATCH_KEYS
 from packscope.agent.vision import BATCH_KEYS
+from packscope.core.audio_sums import AnyAudioSpec
 from packscope.core.vision import VISION_TOWERS, VisionSpec
 
 TOKEN_KEYS = ("input_ids", "inputs_embeds", "tokens")
 # Large tensors a kept micro-batch would hold past its step. The agent reads only their shapes:
 # the HF callback keeps them as meta tensors (`shapes_of_heavy`); Lightning, whose batches go to a
 # user's `batch_to_form`, observes such a step when it ends.
-HEAVY_KEYS = frozenset(("inputs_embeds", "pixel_values", "pixel_values_videos"))
+HEAVY_KEYS = frozenset(("inputs_embeds", "pixel_values", "pixel_values_videos", "input_features"))
 PENDING_FORWARDS = 16  # micro-batches kept before they are observed anyway (bounds what is held)
 T = TypeVar("T")
 CU_KEYS = ("cu_seqlens", "cu_seq_lens_q")
@@ -100,6 +102,16 @@ def image_kwargs(batch: Mapping[str, Any], vision: VisionSpec | None) -> dict[st
     if vision is None:
         return {}
     return {key: batch[key] for key in BATCH_KEYS[VISION_TOWERS[vision.tower]] if batch.get(key) is not None}
+
+
+def audio_kwargs(batch: Mapping[str, Any], audio: AnyAudioSpec | None) -> dict[str, Any]:
+    """An omni batch's audio clips as ``observe_batch`` takes them, under the keys its tower's
+    feature extractor writes (``AUDIO_BATCH_KEYS``), when the model runs its audio tower on them:
+    transformers does only given ``input_features`` (Gemma 4: and its mask). Nothing for a model
+    without an audio tower. Look-ups only: the masks are counted at the log boundary."""
+    if audio is None or batch.get("input_features") is None:
+        return {}
+    return {key: batch[key] for key in AUDIO_BATCH_KEYS[audio.tower] if batch.get(key) is not None}
 
 
 class PendingSteps(Generic[T]):

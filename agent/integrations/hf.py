@@ -9,9 +9,11 @@
 * Every training micro-batch is seen by a forward hook on the model, which keeps the keyword
   arguments the Trainer passes (``batches.observe_kwargs``): ``cu_seq_lens_q`` (TRL padding-free
   and packing, ``DataCollatorWithFlattening(return_flash_attn_kwargs=True)``), ``position_ids``
-  (``DataCollatorWithFlattening``), ``attention_mask`` (padded rows) or the tokens' shape.
-  Forwards in eval mode or without autograd (evaluation, TRL's metrics-only second forward)
-  are not counted.
+  (``DataCollatorWithFlattening``), ``attention_mask`` (padded rows) or the tokens' shape; and
+  the towers' inputs beside them: a vision model's image grids or sizes (``batches.image_kwargs``),
+  an omni model's clip masks (``batches.audio_kwargs``: ``feature_attention_mask``,
+  ``input_features_mask``), counted on the device at the boundary (docs/flops.md). Forwards in
+  eval mode or without autograd (evaluation, TRL's metrics-only second forward) are not counted.
 * The loss is the step's token-weighted mean on this rank, from the model's ``outputs.loss``, the
   micro-batch's labels and its ``num_items_in_batch`` (a forward hook): what the Trainer and TRL
   log whenever they normalise by ``num_items_in_batch``. When a custom ``compute_loss_func`` or
@@ -58,6 +60,7 @@ from packscope.agent.hf_structure import spec_from_any_hf_config
 from packscope.agent.integrations.batches import (
     HEAVY_KEYS,
     PendingSteps,
+    audio_kwargs,
     image_kwargs,
     observe_kwargs,
     shapes_of_heavy,
@@ -135,7 +138,6 @@ class PackscopeCallback(TrainerCallback):
         self._pending = PendingSteps[list[Forward]](self._observe_step, observe_full_at_step_end=False)
         self._lr: float | None = None
         self._warned_unknown = False
-        self._warned_audio = False
         # Set at a step's end when the next training forward has work to do first (an ended
         # interval to reduce, a full store to read): the hook reads one flag, not two objects.
         self._work_waiting = False
@@ -220,7 +222,7 @@ class PackscopeCallback(TrainerCallback):
         if self._work_waiting:
             self._do_waiting_work()
         loss = getattr(output, "loss", None)  # not the output: its logits
-        if not HEAVY_KEYS.isdisjoint(kwargs):  # images or embeddings: kept as their shapes only
+        if not HEAVY_KEYS.isdisjoint(kwargs):  # images, audio features or embeddings: kept as their shapes only
             kwargs = shapes_of_heavy(kwargs)
         # Detached now: a forward without a backward would hold its graph, activations and all.
         self._forwards.append((args, kwargs, loss.detach() if isinstance(loss, torch.Tensor) else None))
@@ -252,14 +254,8 @@ class PackscopeCallback(TrainerCallback):
         # Whole rows where the masks let documents meet; a crossing through a layer's state alone
         # leaves the attention work per document.
         whole_rows = packed is not None and self._verdict(agent, packed).whole_rows
-        agent.observe_batch(**form, **image_kwargs(batch, agent.model.vision), whole_row_attention=whole_rows)
-        if agent.model.audio is not None and not self._warned_audio and batch.get("input_features") is not None:
-            # the record has no audio sums yet (docs/flops.md, "Audio towers"): say so once
-            log.warning(
-                "packscope: this batch's audio clips run the audio tower, whose work the interval record "
-                "has no sums for yet; it is left out of the counts (docs/flops.md, 'Audio towers')"
-            )
-            self._warned_audio = True
+        towers = {**image_kwargs(batch, agent.model.vision), **audio_kwargs(batch, agent.model.audio)}
+        agent.observe_batch(**form, **towers, whole_row_attention=whole_rows)
 
     def _verdict(self, agent: Agent, packed: tuple[str, ...]) -> Verdict:
         """The check's verdict for a packed batch form; said once per form when first seen (in the

@@ -38,7 +38,7 @@ except ImportError:  # the older package name
 from packscope.agent.agent import Agent
 from packscope.agent.config import AgentConfig
 from packscope.agent.hf_structure import spec_from_any_hf_config
-from packscope.agent.integrations.batches import HEAVY_KEYS, PendingSteps, image_kwargs, observe_kwargs
+from packscope.agent.integrations.batches import HEAVY_KEYS, PendingSteps, audio_kwargs, image_kwargs, observe_kwargs
 from packscope.agent.integrations.losses import MeanLoss
 from packscope.agent.integrations.trainer_logs import TrainerLogs
 from packscope.core.flops import ModelSpec
@@ -139,9 +139,11 @@ class PackscopeCallback(Callback):
         for batch in batches:
             form = self.batch_to_form(batch)
             if form is not None:
-                # A dict batch's images too, unless batch_to_form already says them.
-                images = image_kwargs(batch, agent.model.vision) if isinstance(batch, dict) else {}
-                agent.observe_batch(**{**images, **form})
+                # A dict batch's images and audio clips too, unless batch_to_form already says them.
+                towers = {}
+                if isinstance(batch, dict):
+                    towers = {**image_kwargs(batch, agent.model.vision), **audio_kwargs(batch, agent.model.audio)}
+                agent.observe_batch(**{**towers, **form})
         for loss, scale in losses:
             self._losses.add(loss, scale)
         if losses:  # a step closed without its optimizer step has none, and no step loss

@@ -27,6 +27,7 @@ from packscope.backend.store.db import WRITES, run_sql
 from packscope.backend.store.first_interval import FirstInterval, first_interval_sums, steady_sums
 from packscope.backend.store.models import KEPT_METRICS
 from packscope.backend.store.writes import driver_of
+from packscope.core.audio_sums import AUDIO_RECORD_SUMS
 from packscope.core.catalogue import METRIC, SUM_NAMES, Coefficients, derive
 from packscope.core.vision import VISION_SUMS
 
@@ -49,12 +50,14 @@ def metric_values(totals: Mapping[str, Any], first: FirstInterval | None, c: Coe
 @functools.cache
 def formulas() -> str:
     """A fingerprint of the formulas: every kept metric of fixed sums under a few coefficients
-    (full, windowed, chunked and vision FLOPs; a known and an unknown peak) and which window each
-    reads. A formula that changes changes it."""
+    (full, windowed, chunked, vision, routed-expert and audio FLOPs; a known and an unknown peak)
+    and which window each reads. A formula that changes changes it."""
     probes = [{name: 1.5 + 0.37 * k for k, name in enumerate(SUM_NAMES)}]
     probes.append({name: (0.0 if k % 3 == 0 else 2.0 + 1.1 * k) for k, name in enumerate(SUM_NAMES)})
     vision = tuple((name, 7 + k) for k, name in enumerate(VISION_SUMS))
-    coefficients = (Coefficients(5_000, 300, 989.0, 70, 30, vision), Coefficients(4_000, 200, None))
+    audio = tuple((name, 11 + k) for k, name in enumerate(AUDIO_RECORD_SUMS))
+    full = Coefficients(5_000, 300, 989.0, 70, 30, c_vision=vision, c_assignment=13, c_audio=audio)
+    coefficients = (full, Coefficients(4_000, 200, None))
     derived = [derive(sums, c, KEPT_METRICS) for sums in probes for c in coefficients]
     text = repr(([(name, METRIC[name].amount) for name in KEPT_METRICS], derived))
     return hashlib.sha256(text.encode()).hexdigest()[:16]

@@ -116,7 +116,7 @@ const ATTENTION_KINDS = ["attention_full_pct", "attention_sliding_pct", "attenti
 const percent = (x) => `${formatNumber(".1f", x)}%`;
 
 // Where the per-document FLOPs go: attention's share, split by layer kind where the model has
-// more than full attention, and the vision tower's share where it has one.
+// more than full attention, and the vision and audio towers' shares where it has them.
 export function flopsSplitText(shown, catalogue) {
   const share = shown.attention_share_pct;
   if (share === null || share === undefined) return "";
@@ -124,6 +124,7 @@ export function flopsSplitText(shown, catalogue) {
   const onlyFull = kinds.length === 1 && kinds[0] === "attention_full_pct";
   const part = (name) => `${metricOf(catalogue, name).label} ${percent(shown[name])}`;
   const split = kinds.length && !onlyFull ? ` (${kinds.map(part).join(", ")})` : "";
-  const vision = shown.vision_share_pct > 0 ? `; ${part("vision_share_pct")}` : "";
-  return `Of the per-document FLOPs, attention is ${percent(share)}${split}${vision}.`;
+  const towers = ["vision_share_pct", "audio_share_pct"].filter((name) => shown[name] > 0);
+  const tower = towers.map((name) => `; ${part(name)}`).join("");
+  return `Of the per-document FLOPs, attention is ${percent(share)}${split}${tower}.`;
 }

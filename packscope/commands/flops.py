@@ -181,8 +181,7 @@ def add_flops_arguments(p: argparse.ArgumentParser) -> None:
         metavar="F1,F2,...",
         help="one micro-batch's audio clips, in mel frames (feature_attention_mask.sum(1), Gemma 4's "
         "input_features_mask.sum(1)); one call of the tower, which pads to the batch's longest (Qwen3-Omni: "
-        "every chunk); repeat for more micro-batches. Reported beside the totals: the interval record has "
-        "no audio sums yet",
+        "every chunk); repeat for more micro-batches. Added to every view's total, as the agent's record does",
     )
 
 
@@ -281,7 +280,7 @@ def with_vision(
 
 
 def audio_report(audio: AudioSpec | Gemma4AudioSpec, calls: list[tuple[int, ...]]) -> dict[str, Any]:
-    """The audio tower's sums and FLOPs for these micro-batches, beside the decoder's totals."""
+    """The audio tower's sums and FLOPs for these micro-batches."""
     sums = audio.batch_sums(calls)
     return {
         "tower": audio.tower,
@@ -290,8 +289,19 @@ def audio_report(audio: AudioSpec | Gemma4AudioSpec, calls: list[tuple[int, ...]
         "c_by_sum": audio.c_by_sum,
         "flops": audio.flops(sums),
         "flops_by_component": audio.flops_by_component(sums),
-        "in_totals": False,  # the interval record has no audio sums: the agent and the server leave it out
+        "in_totals": True,  # the record carries the audio sums: the agent and the server add it too
     }
+
+
+def with_audio(out: dict[str, Any], audio: AudioSpec | Gemma4AudioSpec, calls: list[tuple[int, ...]]) -> dict[str, Any]:
+    """The report with the audio tower's term added to each view's total and split."""
+    part = audio_report(audio, calls)
+    for view in ("bshd", "thd", "useful"):
+        out[f"flops_{view}"] += part["flops"]
+        out["flops_split"][view]["audio"] = part["flops"]
+    out["overcount_pct"] = overcount(out["flops_bshd"], out["flops_thd"], FLOAT_OPS)
+    out["audio"] = part
+    return out
 
 
 def hub_id_hint(path: str) -> str | None:
@@ -371,9 +381,18 @@ def flops_from_args(args: argparse.Namespace) -> int:
     if sums is not None and model.vision is not None:
         out = with_vision(out, model.vision, sums, real_patches_from_args(model.vision, args))
     if args.audio and model.audio is not None:
-        out["audio"] = audio_report(model.audio, args.audio)
+        out = with_audio(out, model.audio, args.audio)
     print(json.dumps(out, indent=2))
     return 0
 
 
-__all__ = ["add_flops_arguments", "flops_from_args", "read_model", "report", "vision_report", "with_vision"]
+__all__ = [
+    "add_flops_arguments",
+    "audio_report",
+    "flops_from_args",
+    "read_model",
+    "report",
+    "vision_report",
+    "with_audio",
+    "with_vision",
+]

@@ -26,6 +26,7 @@ from types import MappingProxyType
 from typing import Any, Literal, Protocol
 
 from packscope.core.attention import ATTENTION_KINDS, ATTENTION_SUMS, CHUNKED, FULL, SLIDING, VIEWS
+from packscope.core.audio_sums import AUDIO_RECORD_SUMS, audio_flops, c_totals
 from packscope.core.flops import TRIAD, ModelSpec, flops_by_kind
 from packscope.core.vision import (
     VISION_IMAGES,
@@ -136,6 +137,29 @@ def _vision_fields() -> Iterator[Field]:
         yield _int(name, unit, doc, default=0)
 
 
+# A model's audio tower (Qwen3-Omni's thinker, Gemma 4), over the micro-batches' clips, under the
+# names packscope.core.audio_sums gives the towers' sums (each tower fills its own, the others 0):
+# the same whether the decoder's rows are packed or not; 0 in a record of a model without one.
+_AUDIO_DOCS = {
+    "audio_clips": ("clips", "audio clips the audio tower encoded"),
+    "audio_chunks": ("chunks", "Qwen3-Omni: conv chunks of the clips (Σ K)"),
+    "audio_conv1_frames": ("frames", "time positions out of the first convolution, padding included"),
+    "audio_conv2_frames": ("frames", "Qwen3-Omni: time positions out of the second convolution (Σ K · g²(L))"),
+    "audio_conv3_frames": ("frames", "Qwen3-Omni: time positions out of the third convolution (Σ K · g³(L))"),
+    "audio_tokens": ("tokens", "audio tokens the tower hands the decoder"),
+    "audio_sq_sum": ("tokens²", "Qwen3-Omni: Σ over attention windows of w²"),
+    "audio_calls": ("calls", "Gemma 4: calls of the audio tower (micro-batches with clips)"),
+    "audio_positions": ("positions", "Gemma 4: the tower's positions, padding included (Σ B · g²(T))"),
+    "audio_blocks": ("blocks", "Gemma 4: attention blocks (Σ B · ⌈g²(T) / chunk⌉)"),
+}
+
+
+def _audio_fields() -> Iterator[Field]:
+    for name in AUDIO_RECORD_SUMS:
+        unit, doc = _AUDIO_DOCS[name]
+        yield _int(name, unit, doc, default=0)
+
+
 FIELDS: tuple[Field, ...] = (
     # Which interval of the run, and its span of steps.
     _int("interval", "", "interval index; (run, rank, interval) is the idempotency key", small=True),
@@ -169,6 +193,7 @@ FIELDS: tuple[Field, ...] = (
         "(token, top-k slot) assignments to real experts over the MoE layers, zero-computation experts' left out",
         required=False,
     ),
+    *_audio_fields(),
     _float("flops_bshd", "FLOP", "the agent's baseline FLOPs (kept for audit; rates are re-derived)"),
     _float("flops_thd", "FLOP", "the agent's THD-corrected FLOPs (kept for audit)"),
     _float("flops_useful", "FLOP", "the agent's useful FLOPs (kept for audit)"),
@@ -307,6 +332,7 @@ SUMS: tuple[Sum, ...] = (
     *(Sum(name, (name,)) for names in ATTENTION_SUMS.values() for name in (names.bshd, names.thd)),
     *(Sum(name, (name,)) for name in VISION_SUMS),
     Sum("expert_assignments", ("expert_assignments",), present="expert_assignments"),
+    *(Sum(name, (name,)) for name in AUDIO_RECORD_SUMS),
     Sum("documents", ("documents",)),
     Sum("packs", ("packs",)),
     Sum("syncs_total", ("syncs_total",)),
@@ -381,6 +407,8 @@ class Coefficients:
     # FLOPs per assignment to a real expert (ModelSpec.c_assignment) of a model with zero-computation
     # experts, whose c_lin then leaves its routed experts out; 0 for any other model.
     c_assignment: int = 0
+    # FLOPs per unit of each audio sum (audio_sums.c_totals); empty for a model without an audio tower.
+    c_audio: tuple[tuple[str, int], ...] = ()
 
     @classmethod
     def for_run(cls, model: Mapping[str, Any], hardware: Mapping[str, Any]) -> Coefficients:
@@ -394,6 +422,7 @@ class Coefficients:
             c_chunk=by_kind.get(CHUNKED, 0),
             c_vision=() if spec.vision is None else tuple(sorted(spec.vision.c_by_sum.items())),
             c_assignment=spec.c_assignment,
+            c_audio=() if spec.audio is None else tuple(sorted(c_totals(spec.audio).items())),
         )
 
     @staticmethod
@@ -472,6 +501,11 @@ def _vision(s: Mapping[str, Any], c: Coefficients) -> Any:
     return vision_flops(s, {name: float(value) for name, value in c.c_vision})
 
 
+def _audio(s: Mapping[str, Any], c: Coefficients) -> Any:
+    """The audio tower's FLOPs: the same in every view (its clips are no decoder tokens)."""
+    return audio_flops(s, {name: float(value) for name, value in c.c_audio})
+
+
 class WindowSums(dict[str, Any]):
     """One window's float sums (derive), keeping each FLOPs count once computed: derive evaluates
     some thirty metrics, most of them from the same three counts. (PostgreSQL's CSV hands its
@@ -495,6 +529,8 @@ def flops_count(kind: str, s: Mapping[str, Any], c: Coefficients) -> Any:
     if c.c_assignment:  # the routed experts at the assignments the routing made (every token slot's)
         decoder = decoder + s["expert_assignments"] * float(c.c_assignment)
     value = decoder + _vision(s, c) if c.c_vision else decoder
+    if c.c_audio:
+        value = value + _audio(s, c)
     if known is not None:
         known[kind] = value
     return value
@@ -681,6 +717,14 @@ METRICS: tuple[Metric, ...] = (
         ".1f",
         "share of the per-document FLOPs spent in the vision tower (its GEMMs and attention; 0 for a text model)",
         lambda s, c, ops: 100.0 * ops.ratio(_vision(s, c), flops_count("thd", s, c)),
+    ),
+    Metric(
+        "audio_share_pct",
+        "audio tower",
+        "%",
+        ".1f",
+        "share of the per-document FLOPs spent in the audio tower (its GEMMs and attention; 0 without one)",
+        lambda s, c, ops: 100.0 * ops.ratio(_audio(s, c), flops_count("thd", s, c)),
     ),
     Metric("padding_pct", "padding", "%", ".1f", "share of token slots that hold no real token", _padding),
     Metric(

@@ -33,6 +33,7 @@ from packscope.core.attention import (
 )
 from packscope.core.audio import AudioSpec
 from packscope.core.audio_gemma4 import Gemma4AudioSpec
+from packscope.core.audio_sums import audio_spec_from_dict
 from packscope.core.model_fields import (
     MAX_MODEL_SIZE,
     check_bool,
@@ -318,10 +319,9 @@ class ModelSpec:
     name: str = field(default="", compare=False)
     # What the count leaves out (a vision tower, a recurrent state update), for the user to see.
     not_counted: tuple[str, ...] = field(default=(), compare=False)
-    # An audio tower (packscope.core.audio: Qwen3-Omni's; packscope.core.audio_gemma4: Gemma 4's), for
-    # the calculator and the Python API: not on the wire (the interval record has no audio sums yet),
-    # so not in to_dict, like name.
-    audio: AudioSpec | Gemma4AudioSpec | None = field(default=None, compare=False)
+    # An audio tower (packscope.core.audio: Qwen3-Omni's; packscope.core.audio_gemma4: Gemma 4's),
+    # priced from the record's audio sums (packscope.core.audio_sums).
+    audio: AudioSpec | Gemma4AudioSpec | None = None
 
     def __post_init__(self) -> None:
         for key in _POSITIVE:
@@ -599,6 +599,8 @@ class ModelSpec:
             out["linear_attention"] = {k: getattr(la, k) for k in LinearAttention.__dataclass_fields__}
         if self.vision is not None:
             out["vision"] = self.vision.to_dict()
+        if self.audio is not None:
+            out["audio"] = self.audio.to_dict()
         if self.measured is not None:
             out["measured"] = self.measured.to_dict()
         return out
@@ -608,15 +610,15 @@ class ModelSpec:
         """A model from its JSON dict, strictly: integers are integers (not bools, not strings,
         within 0..2**24; positive where 0 makes no sense), flags are bools, unknown keys are refused
         by name. Every dict ``to_dict()`` ever wrote loads and gives the same coefficients."""
-        values = dict_fields(
-            "model", cls, data, ("moe_layers", "layer_kinds"), leave_out=("not_counted", "name", "audio")
-        )
+        values = dict_fields("model", cls, data, ("moe_layers", "layer_kinds"), leave_out=("not_counted", "name"))
         values["mla"] = nested_from_dict(MLA, "mla", values.get("mla"))
         values["linear_attention"] = nested_from_dict(
             LinearAttention, "linear_attention", values.get("linear_attention")
         )
         if values.get("vision") is not None:
             values["vision"] = VisionSpec.from_dict(values["vision"])
+        if values.get("audio") is not None:
+            values["audio"] = audio_spec_from_dict(values["audio"])
         if values.get("measured") is not None:
             values["measured"] = Measured.from_dict(values["measured"])
         return cls(**values)
@@ -650,10 +652,10 @@ def model_json_schema() -> dict[str, Any]:
     properties["layer_kinds"] = nullable(
         {"type": "array", "items": {"type": "string", "enum": list(LAYER_KINDS)}, **per_layer}
     )
-    for key in ("mla", "linear_attention", "vision", "measured"):
+    for key in ("mla", "linear_attention", "vision", "audio", "measured"):
         properties[key] = nullable({"type": "object"})
     required = [f.name for f in dataclasses.fields(ModelSpec) if f.default is dataclasses.MISSING]
-    known = set(ModelSpec.__dataclass_fields__) - {"name", "not_counted", "audio"}
+    known = set(ModelSpec.__dataclass_fields__) - {"name", "not_counted"}
     assert set(properties) == known, sorted(set(properties) ^ known)  # a field added to ModelSpec is added here
     return {
         "title": "Model",

@@ -13,6 +13,7 @@ from packscope.agent.batch_forms import (
     from_shape,
 )
 from packscope.agent.histograms import NUM_BUCKETS, bucket_of
+from packscope.core.audio_sums import AUDIO_RECORD_SUMS
 
 # A sliding window and an attention chunk shorter than the packs, so documents and packs fall on
 # both sides of each (the forms below all count them too).
@@ -54,6 +55,8 @@ def brute(packs: list[list[int]], pack_len: int) -> dict:
         "chunk_sq_sum_bshd": len(packs) * _chunk(pack_len),
         "chunk_sq_sum_thd": sum(_chunk(d) for d in docs),
         **dict.fromkeys(("vision_images", "vision_patches", "vision_sq_sum", "vision_window_sq_sum"), 0),  # no images
+        **dict.fromkeys(AUDIO_RECORD_SUMS, 0),  # no clips
+        "expert_assignments": 0,  # no router of zero-computation experts
         "histograms": {"documents": {"count": dh[0], "tokens": dh[1]}, "packs": {"count": ph[0], "tokens": ph[1]}},
     }
 

@@ -20,6 +20,7 @@ from packscope.agent.accumulator import IntervalAccumulator, decode
 from packscope.agent.batch_forms import from_attention_mask, from_cu_seqlens, from_position_ids
 from packscope.agent.histograms import NUM_BUCKETS, bucket_of
 from packscope.agent.integrations.losses import MeanLoss, TokenWeightedLoss
+from packscope.core.audio_sums import AUDIO_RECORD_SUMS
 
 
 class CountOps(TorchDispatchMode):
@@ -70,6 +71,8 @@ def brute(packs: list[list[int]], row_len: int) -> dict:
         "chunk_sq_sum_bshd": len(packs) * _chunk(row_len),
         "chunk_sq_sum_thd": sum(_chunk(d) for d in docs),
         **dict.fromkeys(("vision_images", "vision_patches", "vision_sq_sum", "vision_window_sq_sum"), 0),
+        **dict.fromkeys(AUDIO_RECORD_SUMS, 0),  # no clips
+        "expert_assignments": 0,  # no router of zero-computation experts
         "histograms": {
             "documents": {"count": doc_hist[0], "tokens": doc_hist[1]},
             "packs": {"count": pack_hist[0], "tokens": pack_hist[1]},

@@ -22,7 +22,7 @@ from packscope.agent.hf_structure import spec_from_any_hf_dict, spec_from_struct
 from packscope.core.audio import AUDIO_TOKENS, AudioSpec, batch_sums, call_sums  # noqa: E402
 from packscope.core.flops import ModelSpec  # noqa: E402
 from packscope.core.hf_fields import HFConfigError  # noqa: E402
-from tests.agent.audio_callback import records_with_and_without_clips  # noqa: E402
+from tests.agent.audio_callback import check_all_three_agree  # noqa: E402
 from tests.agent.structural_configs import OMNI_AUDIO, WRAPPERS  # noqa: E402
 from tests.core import audio_meta as am  # noqa: E402
 from tests.core import hf_meta as hf  # noqa: E402
@@ -104,23 +104,26 @@ def test_the_talkers_config_is_not_read_but_the_wrappers_own_keys_are():
         spec_from_structure({**cfg, "speaker_embedding_size": 8})
 
 
-def test_the_audio_tower_is_named_as_left_out_of_the_record():
+def test_the_audio_tower_is_counted_not_left_out():
     spec = spec_from_structure(THINKER)
-    (note,) = spec.not_counted
-    assert "Qwen3OmniMoeAudioEncoder" in note and "no audio sums" in note
+    assert spec.audio is not None and not any("audio" in note for note in spec.not_counted)
 
 
-def test_the_wire_dict_carries_no_audio():
-    """ModelSpec.audio is local (the calculator, the Python API): the model dict is unchanged, and
-    a dict that names it is refused as any unknown key."""
+def test_the_wire_dict_carries_the_audio_tower_and_the_server_prices_it():
+    """The model dict holds ModelSpec.audio (its `tower` names the class it loads as); the server's
+    coefficients price each record sum by its components' total."""
+    from packscope.core.catalogue import Coefficients
+
     spec = spec_from_structure(THINKER)
-    wire = spec.to_dict()
-    assert "audio" not in wire
-    back = ModelSpec.from_dict(json.loads(json.dumps(wire)))
-    assert back == spec and back.audio is None
-    with pytest.raises(ValueError, match="audio"):
-        ModelSpec.from_dict({**wire, "audio": spec.audio.to_dict()})  # type: ignore[union-attr]
-    assert AudioSpec.from_dict(json.loads(json.dumps(spec.audio.to_dict()))) == spec.audio  # type: ignore[union-attr]
+    assert spec.audio is not None
+    wire = json.loads(json.dumps(spec.to_dict()))
+    assert wire["audio"] == spec.audio.to_dict() and wire["audio"]["tower"] == "qwen3_omni"
+    back = ModelSpec.from_dict(wire)
+    assert back == spec and back.audio == spec.audio and isinstance(back.audio, AudioSpec)
+    c = dict(Coefficients.for_run(wire, {}).c_audio)
+    assert c == {name: sum(parts.values()) for name, parts in spec.audio.c_by_sum.items()}
+    with pytest.raises(ValueError, match="'tower' is one of"):
+        ModelSpec.from_dict({**wire, "audio": {**wire["audio"], "tower": "whisper"}})
 
 
 @pytest.mark.parametrize(
@@ -166,9 +169,9 @@ def test_a_gemm_the_audio_walk_does_not_place_is_refused():
 # -- the calculator, the Python API and the agent's sums agree -------------------------------------
 
 
-def test_the_cli_prices_the_clips_as_the_api_and_the_agents_sums(tmp_path, capsys):
-    """`packscope flops --audio` per micro-batch: the reference sums, the agent's device sums of
-    the same batches, and ModelSpec.audio's FLOPs; beside the totals, which it leaves as they are."""
+def test_the_cli_prices_the_clips_as_the_api(tmp_path, capsys):
+    """`packscope flops --audio` per micro-batch: the reference sums and ModelSpec.audio's FLOPs,
+    added to each view's total (the record's: the callback's test below)."""
     from packscope.agent import spec_from_any_hf_config
     from packscope.commands.cli import main
 
@@ -185,9 +188,9 @@ def test_the_cli_prices_the_clips_as_the_api_and_the_agents_sums(tmp_path, capsy
     assert model.audio is not None
     assert cli["audio"]["sums"] == batch_sums(model.audio, calls)
     assert cli["audio"]["flops"] == model.audio.flops(batch_sums(model.audio, calls)) > 0
-    assert cli["audio"]["in_totals"] is False
+    assert cli["audio"]["in_totals"] is True  # added to every view, as the record adds it
     assert {k: cli[k] for k in ("flops_bshd", "flops_thd", "flops_useful")} == {
-        k: plain[k] for k in ("flops_bshd", "flops_thd", "flops_useful")
+        k: plain[k] + cli["audio"]["flops"] for k in ("flops_bshd", "flops_thd", "flops_useful")
     }
 
 
@@ -248,15 +251,21 @@ def test_the_pages_command_gives_the_pages_figures(capsys):
     assert main(["flops", "--hf-config", str(path), "--pack", "1000", "--audio", "3000,1000", "--audio", "3000"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert f'"audio": {{"flops": {out["audio"]["flops"]}, ...}}' in doc
-    assert f"`flops_thd` {out['flops_thd']} for the 1000 tokens" in doc
+    assert f"`flops_thd`\n{out['flops_thd']}: the decoder's {out['flops_thd'] - out['audio']['flops']} for the" in doc
 
 
-def test_the_hf_callback_counts_the_batch_without_its_clips_and_says_so_once(caplog):
-    """A batch with clips: the record's counts are those of the same batch without them (the record
-    has no audio sums), and one warning says the audio tower's work is left out."""
-    clips = am.clip_inputs([250, 70], OMNI_AUDIO["num_mel_bins"])
-    records = records_with_and_without_clips(spec_from_structure(THINKER), clips, caplog)
-    assert records[0] == records[1] and records[0]["flops_thd"] > 0
+@pytest.mark.parametrize("name", CONFIGS)
+def test_the_hf_callbacks_record_is_the_cli_and_the_api_to_the_integer(name, tmp_path, capsys, caplog):
+    """Three micro-batches of one step, two with clips (each padded to its longest, its mask as the
+    feature extractor writes it) and one without: the record carries the tower's sums, and its
+    FLOPs are `packscope flops --audio` and the API's in every view; nothing is warned."""
+    calls = [[250, 70], [1650, 90, 30]]
+    model = spec_from_structure(CONFIGS[name])
+    inputs = [am.clip_inputs(c, OMNI_AUDIO["num_mel_bins"]) for c in calls]
+    with caplog.at_level("WARNING", logger="packscope.agent"):
+        record = check_all_three_agree(model, CONFIGS[name], [*inputs, {}], [*calls, []], tmp_path, capsys)
+    assert record["audio_sq_sum"] > 0 and record["audio_clips"] == 5
+    assert not caplog.records
 
 
 class _AudioOnly(nn.Module):

@@ -22,7 +22,7 @@ from packscope.agent.hf_structure import spec_from_structure  # noqa: E402
 from packscope.core.audio_gemma4 import AUDIO_TOKENS, Gemma4AudioSpec, batch_sums, call_sums  # noqa: E402
 from packscope.core.flops import ModelSpec  # noqa: E402
 from packscope.core.hf_fields import HFConfigError  # noqa: E402
-from tests.agent.audio_callback import records_with_and_without_clips  # noqa: E402
+from tests.agent.audio_callback import check_all_three_agree  # noqa: E402
 from tests.agent.structural_configs import GEMMA4_AUDIO, WRAPPERS  # noqa: E402
 from tests.core import audio_gemma4_meta as gm  # noqa: E402
 from tests.core import hf_meta as hf  # noqa: E402
@@ -126,9 +126,9 @@ def test_the_feature_extractor_can_pad_a_call_a_frame_past_its_longest_clip():
     assert (padded["audio_conv1_frames"], longest["audio_conv1_frames"]) == (51, 50)
 
 
-def test_the_audio_tower_is_named_as_left_out_of_the_record():
-    (note,) = spec_from_structure(WITH_VISION).not_counted
-    assert "Gemma4AudioModel" in note and "no audio sums" in note
+def test_the_audio_tower_is_counted_not_left_out():
+    spec = spec_from_structure(WITH_VISION)
+    assert spec.audio is not None and not any("audio" in note for note in spec.not_counted)
 
 
 def test_without_a_vision_config_the_audio_tower_is_still_counted():
@@ -137,13 +137,12 @@ def test_without_a_vision_config_the_audio_tower_is_still_counted():
     assert model.measured == spec_from_structure(WITH_VISION).measured  # the decoder alone, as with vision
 
 
-def test_the_wire_dict_carries_no_audio():
+def test_the_wire_dict_carries_the_audio_tower():
     model = spec_from_structure(WITH_VISION)
-    wire = model.to_dict()
-    assert "audio" not in wire and ModelSpec.from_dict(json.loads(json.dumps(wire))).audio is None
-    audio = model.audio
-    assert isinstance(audio, Gemma4AudioSpec)
-    assert Gemma4AudioSpec.from_dict(json.loads(json.dumps(audio.to_dict()))) == audio
+    wire = json.loads(json.dumps(model.to_dict()))
+    assert wire["audio"]["tower"] == "gemma4"
+    back = ModelSpec.from_dict(wire)
+    assert back == model and isinstance(back.audio, Gemma4AudioSpec) and back.audio == model.audio
 
 
 def test_a_gemm_the_audio_walk_does_not_place_is_refused():
@@ -205,14 +204,37 @@ def test_the_cli_prices_the_clips_as_the_api(tmp_path, capsys):
     assert cli["audio"]["sums"] == batch_sums(model.audio, calls)
     assert cli["audio"]["decoder_tokens"] == 63 + 18 + 8
     assert cli["audio"]["flops"] == model.audio.flops(batch_sums(model.audio, calls)) > 0
-    assert cli["audio"]["in_totals"] is False
+    assert cli["audio"]["in_totals"] is True  # added to every view, as the record adds it
     views = ("flops_bshd", "flops_thd", "flops_useful")
-    assert {k: cli[k] for k in views} == {k: plain[k] for k in views}
+    assert {k: cli[k] for k in views} == {k: plain[k] + cli["audio"]["flops"] for k in views}
 
 
-def test_the_hf_callback_counts_the_batch_without_its_clips_and_says_so_once(caplog):
-    records = records_with_and_without_clips(spec_from_structure(WITH_VISION), gm.clip_inputs([250, 70], 8), caplog)
-    assert records[0] == records[1] and records[0]["flops_thd"] > 0
+@pytest.mark.parametrize("name", CONFIGS)
+def test_the_hf_callbacks_record_is_the_cli_and_the_api_to_the_integer(name, tmp_path, capsys, caplog):
+    """Three micro-batches of one step, two with clips (each padded to its longest, its mask as the
+    feature extractor writes it) and one without: the record carries the tower's sums, and its
+    FLOPs are `packscope flops --audio` and the API's in every view; nothing is warned."""
+    calls = [[250, 70], [401, 61, 7]]
+    model = spec_from_structure(CONFIGS[name])
+    assert model.audio is not None
+    inputs = [gm.clip_inputs(c, model.audio.mel_bins) for c in calls]
+    with caplog.at_level("WARNING", logger="packscope.agent"):
+        record = check_all_three_agree(model, CONFIGS[name], [*inputs, {}], [*calls, []], tmp_path, capsys)
+    assert record["audio_blocks"] > 0 and record["audio_calls"] == 2 and record["audio_clips"] == 5
+    assert not caplog.records
+
+
+def test_the_callback_counts_a_call_at_its_padded_length():
+    """The feature extractor can pad a call past its longest clip: the tower runs on every frame of
+    input_features, and the record counts them (the reference's padded=)."""
+    from tests.agent.audio_callback import callback_record
+
+    model = spec_from_structure(WITH_VISION)
+    audio = model.audio
+    assert isinstance(audio, Gemma4AudioSpec)
+    record = callback_record(model, [gm.clip_inputs([250, 37], audio.mel_bins, 256)])
+    want = call_sums(audio, [250, 37], 256)
+    assert {name: record[name] for name in want} == want
 
 
 # -- the published widths and the worked value of docs/flops.md ----------------------------------
@@ -295,3 +317,90 @@ def test_the_pages_command_gives_the_pages_figures(capsys):
     assert main(["flops", *args]) == 0
     out = json.loads(capsys.readouterr().out)
     assert f'"audio": {{"flops": {out["audio"]["flops"]}, ...}}' in doc.split("<!-- gemma4-audio:end -->")[1]
+
+
+# -- the Trainer's own batches ----------------------------------------------------------------------
+
+
+class WithClips:
+    """Each example one padded row opened by a clip's audio placeholders (g²(n) of a clip of n
+    frames, what the tower hands the decoder), its clip padded to the batch's longest in
+    input_features, with the mask the feature extractor writes. Keeps the clips of every batch."""
+
+    audio = 63  # the placeholder's id: the tiny vocabulary's last
+
+    def __init__(self, mel_bins: int) -> None:
+        self.mel_bins = mel_bins
+        self.calls: list[list[int]] = []
+
+    def __call__(self, features):
+        g = lambda x: (x - 1) // 2 + 1  # noqa: E731
+        clips = [20 + 37 * len(f["input_ids"]) % 300 for f in features]
+        rows = [
+            [self.audio] * g(g(n)) + [min(t, self.audio - 1) for t in f["input_ids"]]
+            for n, f in zip(clips, features, strict=True)
+        ]
+        width = max(map(len, rows))
+        self.calls.append(clips)
+        return {
+            "input_ids": torch.tensor([r + [0] * (width - len(r)) for r in rows]),
+            "attention_mask": torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows]),
+            "labels": torch.tensor(
+                [[-100 if t == self.audio else t for t in r] + [-100] * (width - len(r)) for r in rows]
+            ),
+            **gm.clip_inputs(clips, self.mel_bins),
+        }
+
+
+def test_the_trainers_batches_are_counted_with_their_clips():
+    """A tiny Gemma 4 with an audio tower trained by the Trainer: the forward hook keeps each
+    micro-batch's input_features as its shape (meta) and its mask by reference; each record holds
+    the reference sums of its interval's calls, and its FLOPs are the decoder's on its token sums
+    plus the tower's, in every view."""
+    import dataclasses
+
+    import transformers
+
+    from packscope.agent.integrations.hf import PackscopeCallback
+    from packscope.core.attention import SUM_NAMES as ATTENTION_SUM_NAMES
+    from tests.agent.structural_configs import STRUCTURAL
+
+    vocab = WithClips.audio + 1
+    text = {**STRUCTURAL["gemma4_text"], "pad_token_id": 0, "vocab_size": vocab, "vocab_size_per_layer_input": vocab}
+    cfg = {"model_type": "gemma4", "text_config": text, "audio_config": GEMMA4_AUDIO, "audio_token_id": WithClips.audio}
+    torch.manual_seed(0)
+    model = transformers.Gemma4ForConditionalGeneration(hf.config_from_dict(cfg))
+    spec = spec_from_structure(cfg)
+    assert isinstance(spec.audio, Gemma4AudioSpec)
+    collator = WithClips(spec.audio.mel_bins)
+    cb = PackscopeCallback(run_name="hf-audio", log_every=2, check_cross_documents=False)
+    kept: list[str] = []
+    observe = cb._pending._observe_step
+
+    def observe_step(forwards):
+        kept.extend(kwargs["input_features"].device.type for _, kwargs, _ in forwards)
+        observe(forwards)
+
+    cb._pending._observe_step = observe_step
+    g = torch.Generator().manual_seed(1)
+    data = [
+        {"input_ids": torch.randint(3, 40, (int(k),), generator=g).tolist()}
+        for k in torch.randint(2, 12, (16,), generator=g)
+    ]
+    args = transformers.TrainingArguments(
+        output_dir="hf-test", per_device_train_batch_size=2, gradient_accumulation_steps=2, max_steps=4,
+        logging_steps=2, report_to=[], use_cpu=True, save_strategy="no", disable_tqdm=True,
+        remove_unused_columns=False,
+    )  # fmt: skip
+    transformers.Trainer(model=model, args=args, data_collator=collator, callbacks=[cb], train_dataset=data).train()
+    assert kept == ["meta"] * 8  # 4 steps of 2 micro-batches, none holding its features past its step
+    records = list(cb.agent.records)
+    assert len(records) == 2 and cb.agent.model == spec
+    decoder = dataclasses.replace(spec, audio=None)
+    for i, record in enumerate(records):
+        want = batch_sums(spec.audio, collator.calls[i * 4 : (i + 1) * 4])
+        assert {name: record[name] for name in want} == want
+        sums = {name: record[name] for name in ATTENTION_SUM_NAMES}
+        flops = decoder.triad_by_kind(record["tokens"], record["real_tokens"], sums)
+        tower = spec.audio.flops(want)
+        assert {v: record[f"flops_{v}"] for v in flops} == {v: float(f + tower) for v, f in flops.items()}

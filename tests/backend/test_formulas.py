@@ -47,9 +47,10 @@ def test_numpy_columns_equal_derive_row_by_row():
 
 
 def test_the_sums_a_run_reads_are_all_its_formulas_read():
-    """formulas/sums_read.py: for a text model without windows none of the window, chunk or vision
-    sums; with them, those too. Every metric is the same, bit for bit, with the sums it does not
-    name made NaN (what a series that does not merge them holds)."""
+    """formulas/sums_read.py: for a text model without windows none of the window, chunk, vision or
+    audio sums; with them, those too (an audio tower's: those its coefficients price). Every metric
+    is the same, bit for bit, with the sums it does not name made NaN (what a series that does not
+    merge them holds)."""
     from packscope.backend.formulas.sums_read import sums_read
     from packscope.core.catalogue import SUM_NAMES
     from packscope.core.vision import VISION_SUMS
@@ -59,11 +60,15 @@ def test_the_sums_a_run_reads_are_all_its_formulas_read():
     vision = Coefficients(
         c_lin=1_234_567, c_core=89, peak_tflops=None, c_window=13, c_vision=tuple((name, 3) for name in VISION_SUMS)
     )
-    assert not {n for n in sums_read(text) if n.startswith(("window_", "chunk_", "vision_"))}
+    audio = Coefficients(
+        c_lin=1_234_567, c_core=89, peak_tflops=989.0, c_audio=(("audio_positions", 5), ("audio_calls", 2))
+    )
+    assert not {n for n in sums_read(text) if n.startswith(("window_", "chunk_", "vision_", "audio_"))}
     assert {"window_sq_sum_bshd", "window_sq_sum_thd", "chunk_sq_sum_bshd", "chunk_sq_sum_thd"} <= sums_read(windowed)
     assert set(VISION_SUMS) <= sums_read(vision)
+    assert {n for n in sums_read(audio) if n.startswith("audio_")} == {"audio_positions", "audio_calls"}
     rng = random.Random(3)
-    for c in (text, windowed, vision):
+    for c in (text, windowed, vision, audio):
         sums = {name: rng.uniform(1, 1e6) for name in SUM_NAMES}
         partial = {name: value if name in sums_read(c) else math.nan for name, value in sums.items()}
         full, kept = derive(sums, c), derive(partial, c)

@@ -167,3 +167,30 @@ def test_0021_leaves_rows_stored_before_it_with_the_whole_data_wait(make_client,
     assert kept["data_wait"]["detail"]["to_host_syncs_ms"] is None
     assert kept["host_syncs"]["detail"]["between_steps"] is None
     assert kept["host_syncs"]["ms_per_step"] < moved["host_syncs"]["ms_per_step"]
+
+
+def test_0024_leaves_rows_stored_before_it_without_audio(make_client, database_url, new_run, records):
+    """0024 adds the audio sums to the intervals, rollups, totals and first intervals, and the kept
+    metric audio_share_pct: down, the rows stay; up again, the rows stored without them hold 0 (their
+    agents counted no audio tower), and the run reads as before."""
+
+    client = make_client(database_url)
+    assert client.post("/api/v1/runs", json=new_run()).status_code == 201
+    assert client.post("/api/v1/runs/run-1/intervals", json={"intervals": records(6)}).json()["accepted"] == 6
+    before = client.get("/api/v1/runs/run-1").json()["totals"]
+    engine = make_engine(database_url)
+    try:
+        downgrade(engine, "0023")
+        with engine.connect() as connection:
+            for table in ("intervals", "rollups", "run_totals", "run_first_interval"):
+                columns = {c["name"] for c in inspect(connection).get_columns(table)}
+                assert not {"audio_clips", "audio_sq_sum", "audio_blocks"} & columns, table
+            assert "audio_share_pct" not in {c["name"] for c in inspect(connection).get_columns("run_metric_values")}
+            assert connection.execute(text("SELECT count(*) FROM intervals")).scalar_one() == 6
+        upgrade_schema(engine)
+        with engine.connect() as connection:
+            assert connection.execute(text("SELECT sum(audio_clips) FROM intervals")).scalar_one() == 0
+    finally:
+        engine.dispose()
+    after = make_client(database_url).get("/api/v1/runs/run-1").json()["totals"]
+    assert after == before and after["audio_share_pct"] == 0.0

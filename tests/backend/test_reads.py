@@ -308,6 +308,7 @@ def _csv_expected(rec, spec, peak):
         "attention_sliding_pct": 0.0,  # the test model has full-attention layers only
         "attention_chunked_pct": 0.0,
         "vision_share_pct": 0.0,  # and no vision tower
+        "audio_share_pct": 0.0,  # nor audio tower
         # The ledger's measurements: the records carry none (an older agent's), so none is defined.
         "data_wait_step_s": None,
         "sync_idle_pct": None,
