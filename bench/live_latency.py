@@ -4,8 +4,14 @@
 * post -> SSE: `--streams` open /stream connections (spread over both workers by the kernel);
   the time from just before the POST until each stream has the `interval` event for it;
 * post -> page: the run page in Debian's chromium (Playwright); the time from just before the
-  POST until the headline chart's plotly data ends at the new interval's step (polled each
-  animation frame; Playwright's round trip, a few ms, is included).
+  POST until the first animation frame whose headline chart's plotly data ends at the new
+  interval's step, as the page's clock has it (a script the bench adds to the page looks each
+  frame; the epoch clocks of this process and the browser's are the machine's one). Beside it,
+  "polled": the same condition waited for through Playwright and timed here, as the bench did
+  up to 2026-12-06 (it adds Playwright's round trip to the page and this process's wake-up).
+  The page's own part splits into: the event's way into the page (post -> the page's
+  EventSource), the wait from there until the headline's plotly call begins, the call, and the
+  wait from its return to the frame.
 
 Each post is one record; posts are `--gap-s` apart. On a fresh run and on a long one (`--big-url`,
 a database holding run big-1000000 from bench/big_run.py; the posts extend it). A kept run's
@@ -54,8 +60,68 @@ HEADLINE = "document.querySelector('#chart-tflops .plot')"
 # A 1M-interval run's page takes seconds to draw on a loaded 2-core machine: these are generous.
 PAGE_READY_MS = 180_000
 POST_DRAWN_MS = 60_000
+# Added to the page before its own scripts (the page's CSP does not apply to it): what the page's
+# stream delivered when, when each headline plotly call ran, each animation frame at which the
+# headline's traces first reached a step, and the long tasks; all in epoch ms.
+PROBE = """(() => {
+  const probe = (window.__liveProbe = { arrived: [], calls: [], frames: [], long: [] });
+  performance.setResourceTimingBufferSize(100000); // REQUESTS_SINCE reads them all
+  // Tasks of 50 ms or more on the page's thread, [start, end]: an event arriving meanwhile waits.
+  new PerformanceObserver((list) => {
+    for (const t of list.getEntries()) {
+      const start = performance.timeOrigin + t.startTime;
+      probe.long.push([start, start + t.duration]);
+    }
+  }).observe({ type: "longtask" });
+  const Source = window.EventSource;
+  window.EventSource = class extends Source {
+    constructor(...args) {
+      super(...args);
+      // Registered first: runs before the page's own listener of the same event.
+      this.addEventListener("interval", (m) => {
+        const i = /"interval":\\s*(\\d+)/.exec(m.data);
+        probe.arrived.push([i ? Number(i[1]) : -1, Date.now()]);
+      });
+    }
+  };
+  const wrap = (plotly) => {
+    for (const name of ["extendTraces", "react", "newPlot"]) {
+      const call = plotly[name];
+      plotly[name] = function (plot, ...rest) {
+        const headline = plot?.closest?.("#chart-tflops");
+        const began = Date.now();
+        const out = call.call(this, plot, ...rest);
+        if (headline) probe.calls.push([name, began, Date.now()]);
+        return out;
+      };
+    }
+  };
+  let held;
+  Object.defineProperty(window, "Plotly", {
+    configurable: true,
+    get: () => held,
+    set: (value) => { held = value; if (value) wrap(value); },
+  });
+  let reached = -Infinity;
+  const frame = () => {
+    const plot = document.querySelector("#chart-tflops .plot");
+    for (const t of plot?.data || []) {
+      const last = t.x && t.x.length ? t.x[t.x.length - 1] : -Infinity;
+      if (typeof last === "number" && last > reached) {
+        reached = last;
+        probe.frames.push([last, Date.now()]);
+      }
+    }
+    requestAnimationFrame(frame);
+  };
+  requestAnimationFrame(frame);
+})();"""
 # The headline chart's plotly traces reach `step` (its x axis is the step by default).
 # (A function, not an expression: the page's CSP forbids evaluating strings.)
+# The paths (run id left out) of the page's requests begun after an epoch ms.
+REQUESTS_SINCE = """since => performance.getEntriesByType("resource")
+  .filter(e => performance.timeOrigin + e.startTime >= since)
+  .map(e => new URL(e.name).pathname.replace(/\\/runs\\/[^/]+/, "/runs/ID"))"""
 CHART_REACHES = (
     f"step => {{ const p = {HEADLINE}; "
     "return !!p && !!p.data && p.data.some(t => t.x && t.x.length && t.x[t.x.length - 1] >= step); }"
@@ -114,6 +180,7 @@ def open_page(browser: Any, url: str, run_id: str, first: int, before: Path | No
     folder of an earlier commit whose static modules and plotly bundle the page loads instead of
     this checkout's (the server, its templates and its answers stay this checkout's)."""
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.add_init_script(PROBE)
     if before is not None:
         bundle = before / "vendor" / "plotly-cartesian.min.js"
         bundle = bundle if bundle.exists() else FULL_PLOTLY_JS  # before the partial bundle: the full one
@@ -127,6 +194,28 @@ def open_page(browser: Any, url: str, run_id: str, first: int, before: Path | No
     return page
 
 
+# What each post's figures are, by name (ms); the page's from its probe (PROBE).
+FIGURES = ["sse", "page", "polled", "after", "page_sse", "busy", "wait", "call", "to_frame"]
+
+
+def page_times(probe: dict[str, list[list[Any]]], interval: int, posted: float) -> dict[str, float]:
+    """One post's times in the page (ms from `posted`, an epoch ms): the first frame with the
+    interval's step drawn, the event's arrival, and the headline plotly call that drew it."""
+    step = (interval + 1) * 10
+    frame = next(at for reached, at in probe["frames"] if reached >= step)
+    arrived = next((at for i, at in probe["arrived"] if i >= interval), None)
+    # The call that drew it: the last to return before that frame.
+    call = max((c for c in probe["calls"] if c[2] <= frame), key=lambda c: c[2], default=None)
+    out = {"page": frame - posted}
+    if arrived is not None:
+        out["page_sse"] = arrived - posted
+        # How much of that the page's thread spent in long tasks (the event waits behind them).
+        out["busy"] = sum(max(0.0, min(b, arrived) - max(a, posted)) for a, b in probe["long"])
+        if call is not None and call[1] >= arrived:
+            out |= {"wait": call[1] - arrived, "call": call[2] - call[1], "to_frame": frame - call[2]}
+    return out
+
+
 def block(
     http: httpx.Client,
     run_id: str,
@@ -134,20 +223,23 @@ def block(
     args: argparse.Namespace,
     streams: list[queue.Queue[tuple[int, float]]],
     page: Any,
-) -> tuple[list[float], list[float], list[float]]:
-    """`args.posts` posts from interval `first` on: (post -> SSE ms of every stream, post -> drawn
-    ms, each post's drawn ms less the median of its SSE ms)."""
+    requests: dict[str, int],
+) -> dict[str, list[float]]:
+    """`args.posts` posts from interval `first` on: each FIGURES' ms (sse: of every stream; after:
+    each post's drawn ms less the median of its SSE ms); the page's requests counted into
+    `requests` by path."""
     time.sleep(1.0)
     for q in streams:  # the state each stream sent when it opened, and anything older
         while not q.empty():
             q.get()
     rng = random.Random(f"{run_id}-{first}")
-    sse_ms: list[float] = []
-    page_ms: list[float] = []
-    after_ms: list[float] = []
+    seen: dict[str, list[float]] = {name: [] for name in FIGURES}
+    posts: list[tuple[int, float, list[float]]] = []
+    began = time.time() * 1e3
     for k in range(args.posts):
         interval = first + k
         body = {"intervals": [record(interval, 0, rng)]}
+        posted_epoch = time.time() * 1e3
         posted = time.monotonic()
         answer = http.post(f"/api/v1/runs/{run_id}/intervals", json=body)
         assert answer.status_code == 200 and answer.json()["accepted"] == 1, answer.text
@@ -158,25 +250,51 @@ def block(
                 if got >= interval:
                     heard.append((at - posted) * 1e3)
                     break
-        sse_ms += heard
+        seen["sse"] += heard
         if page is not None:
             page.wait_for_function(CHART_REACHES, arg=(interval + 1) * 10, polling="raf", timeout=POST_DRAWN_MS)
-            page_ms.append((time.monotonic() - posted) * 1e3)
-            after_ms.append(page_ms[-1] - statistics.median(heard))
+            seen["polled"].append((time.monotonic() - posted) * 1e3)
+            posts.append((interval, posted_epoch, heard))
         time.sleep(args.gap_s)
-    return sse_ms, page_ms, after_ms
+    if page is not None:
+        probe = page.evaluate("() => window.__liveProbe")
+        # The page's requests during the block, by path: whether it asks for anything per event.
+        for path in page.evaluate(REQUESTS_SINCE, began):
+            requests[path] = requests.get(path, 0) + 1
+        for interval, posted_epoch, heard in posts:
+            times = page_times(probe, interval, posted_epoch)
+            times["after"] = times["page"] - statistics.median(heard)
+            for name, ms in times.items():
+                seen[name].append(ms)
+    return seen
 
 
-def summary(sse_ms: list[float], page_ms: list[float], after_ms: list[float]) -> dict[str, Any]:
-    """after_ms: each post's page time less the median of its streams' SSE times, the page's own
+def summary(seen: dict[str, list[float]], requests: dict[str, int]) -> dict[str, Any]:
+    """after: each post's page time less the median of its streams' SSE times, the page's own
     part, paired post by post (the load's swings between posts cancel out of it)."""
-    sse, drawn = percentiles(sse_ms), percentiles(page_ms)
-    ratio = round(drawn["p95_ms"] / sse["p95_ms"], 2) if drawn["n"] and sse["n"] else None
+    sse, drawn, polled = percentiles(seen["sse"]), percentiles(seen["page"]), percentiles(seen["polled"])
+
+    def ratio(page: dict[str, Any]) -> float | None:
+        return round(page["p95_ms"] / sse["p95_ms"], 2) if page["n"] and sse["n"] else None
+
     return {
         "post_to_sse": sse,
         "post_to_page": drawn,
-        "page_p95_over_sse_p95": ratio,
-        "page_after_sse": percentiles(after_ms),
+        "page_p95_over_sse_p95": ratio(drawn),
+        "page_after_sse": percentiles(seen["after"]),
+        "post_to_page_polled": polled,
+        "polled_p95_over_sse_p95": ratio(polled),
+        # The page's part, split: the event into the page's EventSource (and how much of that
+        # the page's thread was held by long tasks), the wait from there to the headline's plotly
+        # call, the call, and from its return to the frame.
+        "post_to_page_eventsource": percentiles(seen["page_sse"]),
+        "long_tasks_before_event": percentiles(seen["busy"]),
+        "eventsource_to_call": percentiles(seen["wait"]),
+        "plotly_call": percentiles(seen["call"]),
+        "call_to_frame": percentiles(seen["to_frame"]),
+        "page_requests_per_post": {
+            path: round(n / max(1, len(seen["page"])), 2) for path, n in sorted(requests.items())
+        },
     }
 
 
@@ -192,17 +310,18 @@ def measure(url: str, run_id: str, first: int, args: argparse.Namespace, browser
     fronts: list[tuple[str, Path | None]] = [("now", None)]
     if args.before is not None:
         fronts.append(("before", args.before))
-    seen: dict[str, tuple[list[float], list[float], list[float]]] = {name: ([], [], []) for name, _ in fronts}
+    seen: dict[str, dict[str, list[float]]] = {name: {f: [] for f in FIGURES} for name, _ in fronts}
+    requests: dict[str, dict[str, int]] = {name: {} for name, _ in fronts}
     for r in range(args.rounds):
         for name, before in fronts if r % 2 == 0 else fronts[::-1]:
             page = None if browser is None else open_page(browser, url, run_id, first, before)
-            for held, more in zip(seen[name], block(http, run_id, first, args, streams, page), strict=True):
-                held.extend(more)
+            for figure, more in block(http, run_id, first, args, streams, page, requests[name]).items():
+                seen[name][figure].extend(more)
             first += args.posts
             if page is not None:
                 page.close()
     http.close()
-    return {name: summary(*ms) for name, ms in seen.items()}
+    return {name: summary(ms, requests[name]) for name, ms in seen.items()}
 
 
 def case(database_url: str, run_id: str, args: argparse.Namespace, browser: Any, fresh: bool) -> dict[str, Any]:
