@@ -6,7 +6,10 @@
   drawn before plotly.js runs, or any plotly chart), until plotly has drawn a chart (the first
   interactive one: `first_plotly_chart`), and until every series chart, the per-channel loss
   chart and the length heatmap are (`all_charts`); beside them, when the headline's series answer
-  had arrived (`series_answered`) and how long after it plotly's first chart came.
+  had arrived (`series_answered`) and how long after it plotly's first chart came; and where
+  the time went (`breakdown`): the HTML, each first answer and plotly.js asked and answered, the
+  still drawn, plotly.js asked and run (its own time in the page, `plotly_own_ms`) and the
+  headline's plotly chart drawn, from the page's resource timings and performance marks.
 
 The database is filled in-process through backend.ingest.ingest_batch (batches of 1000 validated
 records, as bench/backend_scale.py's fill_run), then served by uvicorn on 127.0.0.1. Times are
@@ -81,6 +84,37 @@ ALL_CHARTS = " && ".join(f"{DRAWN}(document.querySelector('#chart-{c} .plot'))" 
 # Read once the conditions held: when the run page's series answer (the headline's data) had
 # arrived, ms from navigation; the first plotly chart's lag behind it is reported beside it.
 SERIES_ANSWERED = "performance.getEntriesByType('resource').find(r => r.name.includes('/series?')).responseEnd"
+# Where the run page's time went, read once its conditions held (ms from navigation, null where
+# absent): the HTML, each first answer and plotly.js asked (startTime) and answered (responseEnd,
+# from the HTTP cache on warm loads), and the page's own marks: the still drawing done, plotly.js
+# asked and run (its script's load event), the headline's plotly chart drawn (run_early.js,
+# first_chart.js, run.js).
+RESOURCES = {
+    "run_early_js": "u.pathname === '/static/run_early.js'",
+    "run_js": "u.pathname === '/static/run.js'",
+    "catalogue": "u.pathname === '/api/v1/catalogue'",
+    "run": "/^\\/api\\/v1\\/runs\\/[^/]+$/.test(u.pathname)",
+    "series": "u.pathname.endsWith('/series')",
+    "heatmap": "u.pathname.endsWith('/histograms/over-time')",
+    "plotly_js": "u.pathname === '/vendor/plotly.min.js'",
+}
+MARKS = ("still-drawn", "plotly-asked", "plotly-ran", "headline-plotted")
+BREAKDOWN = (
+    "(() => { const out = {}; const nav = performance.getEntriesByType('navigation')[0];"
+    " out.html_answered = nav.responseEnd; out.dom_content_loaded = nav.domContentLoadedEventEnd;"
+    " const entries = performance.getEntriesByType('resource');"
+    + "".join(
+        f" {{ const r = entries.find(e => {{ const u = new URL(e.name); return {match}; }});"
+        f" out.{name}_asked = r ? r.startTime : null; out.{name}_answered = r ? r.responseEnd : null;"
+        f" out.{name}_bytes = r ? r.encodedBodySize : null; }}"
+        for name, match in RESOURCES.items()
+    )
+    + "".join(
+        f" out['{m.replace('-', '_')}'] = performance.getEntriesByName('{m}', 'mark')[0]?.startTime ?? null;"
+        for m in MARKS
+    )
+    + " return out; })()"
+)
 
 
 def run_body(run_id: str, **extra: Any) -> dict[str, Any]:
@@ -168,14 +202,18 @@ def page_times(
     repeat: int,
     bundle: Path | None = None,
     readings: dict[str, str] | None = None,
+    breakdown: str | None = None,
 ) -> dict[str, Any]:
     """Per condition: ms from navigation until it held. The loads share one browser context, as a
     person's visits share a cache: the first is cold (plotly.js fetched and compiled), the rest
     reuse the HTTP and compiled-code caches; the median is of those. bundle: a plotly.js served
     in place of the server's. readings: JS expressions (ms) read once the conditions held; with
-    series_answered and first_plotly_chart, their difference is reported too."""
+    series_answered and first_plotly_chart, their difference is reported too. breakdown: a JS
+    expression giving an object of ms (or null) read once the conditions held, each key summed up
+    as a condition is, under "breakdown"."""
     readings = readings or {}
     seen: dict[str, list[float]] = {name: [] for name in [*conditions, *readings]}
+    parts: list[dict[str, float | None]] = []
     context = browser.new_context(viewport={"width": 1400, "height": 1000})
     if bundle is not None:
         body = bundle.read_bytes()
@@ -196,13 +234,41 @@ def page_times(
                 seen[name].append(round(float(handle.json_value()), 1))
             for name, expression in readings.items():
                 seen[name].append(round(float(page.evaluate(f"() => {expression}")), 1))
+            if breakdown is not None:
+                parts.append(page.evaluate(f"() => {breakdown}"))
             page.close()
     finally:
         context.close()
     if "series_answered" in seen and "first_plotly_chart" in seen:
         lag = zip(seen["first_plotly_chart"], seen["series_answered"], strict=True)
         seen["first_plotly_chart_after_series_answered"] = [round(a - b, 1) for a, b in lag]
-    return {name: summary(ms) for name, ms in seen.items()}
+    out: dict[str, Any] = {name: summary(ms) for name, ms in seen.items()}
+    if parts:
+        out["breakdown"] = parts  # each load's; breakdown_summary sums them up
+    return out
+
+
+def breakdown_summary(rounds: list[list[dict[str, float | None]]]) -> dict[str, Any]:
+    """Per key of the page's breakdown (each round's loads, the first cold): the median of the
+    cold loads and of the warm ones (ms, or bytes for *_bytes); with plotly.js's own time in the
+    page (asked → run) and the headline's plotly drawing after it (run → plotted)."""
+    for p in (p for loads in rounds for p in loads):
+        if p.get("plotly_asked") is not None and p.get("plotly_ran") is not None:
+            p["plotly_own_ms"] = p["plotly_ran"] - p["plotly_asked"]  # type: ignore[operator]
+        if p.get("plotly_ran") is not None and p.get("headline_plotted") is not None:
+            p["plotted_after_plotly_ran_ms"] = p["headline_plotted"] - p["plotly_ran"]  # type: ignore[operator]
+
+    def median(values: list[float | None]) -> float | None:
+        held = [v for v in values if v is not None]
+        return round(statistics.median(held), 1) if held else None
+
+    return {
+        key: {
+            "cold_median": median([loads[0].get(key) for loads in rounds]),
+            "warm_median": median([p.get(key) for loads in rounds for p in loads[1:]]),
+        }
+        for key in rounds[0][0]
+    }
 
 
 def summary(ms: list[float]) -> dict[str, Any]:
@@ -219,8 +285,12 @@ def summary(ms: list[float]) -> dict[str, Any]:
 def summary_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     """page_times' answers of several rounds, per condition: the median and range of the cold
     loads (one a round) and of the warm ones (all rounds together)."""
-    out = {}
+    out: dict[str, Any] = {}
+    if "breakdown" in rounds[0]:
+        out["breakdown"] = breakdown_summary([r["breakdown"] for r in rounds])
     for name in rounds[0]:
+        if name == "breakdown":
+            continue
         loads = [r[name]["all_ms"] for r in rounds]
         cold, warm = [ms[0] for ms in loads], [x for ms in loads for x in ms[1:]]
         out[name] = {
@@ -305,7 +375,10 @@ def main() -> None:
                         **page_times(browser, url, {"rows_shown": RUNS_SHOWN}, args.repeat),
                     }
                 if args.before is None:
-                    run_page = page_times(browser, f"{url}/runs/long", run_conditions, args.repeat, readings=answered)
+                    run_page = page_times(
+                        browser, f"{url}/runs/long", run_conditions, args.repeat, readings=answered, breakdown=BREAKDOWN
+                    )
+                    run_page["breakdown"] = breakdown_summary([run_page["breakdown"]])
                 else:
                     fronts = {"after": url, "before": before_url}
                     seen: dict[str, list[dict[str, Any]]] = {name: [] for name in fronts}
@@ -315,7 +388,12 @@ def main() -> None:
                         for name in ["before", "after"] if r % 2 == 0 else ["after", "before"]:
                             try:
                                 times = page_times(
-                                    browser, f"{fronts[name]}/runs/long", run_conditions, args.repeat, readings=answered
+                                    browser,
+                                    f"{fronts[name]}/runs/long",
+                                    run_conditions,
+                                    args.repeat,
+                                    readings=answered,
+                                    breakdown=BREAKDOWN,
                                 )
                             except PageTimeout as timeout:  # left out, but counted and said
                                 print(f"{name}, round {r}: {timeout}", file=sys.stderr)
