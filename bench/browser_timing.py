@@ -6,17 +6,23 @@
   drawn before plotly.js runs, or any plotly chart), until plotly has drawn a chart (the first
   interactive one: `first_plotly_chart`), and until every series chart, the per-channel loss
   chart and the length heatmap are (`all_charts`); beside them, when the headline's series answer
-  had arrived (`series_answered`) and how long after it plotly's first chart came.
+  had arrived (`series_answered`) and how long after it plotly's first chart came; and where
+  the time went (`breakdown`): the HTML, each first answer and plotly.js asked and answered, the
+  still drawn, plotly.js asked and run (its own time in the page, `plotly_own_ms`) and the
+  headline's plotly chart drawn, from the page's resource timings and performance marks.
 
 The database is filled in-process through backend.ingest.ingest_batch (batches of 1000 validated
 records, as bench/backend_scale.py's fill_run), then served by uvicorn on 127.0.0.1. Times are
 read in the page (performance.now(), milliseconds since navigation began), checked each animation
 frame; each page is loaded `--repeat` times in tabs of one browser context: the first load is
-cold (nothing cached), the median of the others is warm (plotly.js cached and compiled, as for a
-person coming back); the run page again with plotly's full bundle in place of the partial one.
-Beside them, the floor: a page holding nothing but plotly.js, the partial
-bundle the server serves (frontend/vendor/) and plotly's full bundle (from the plotly wheel),
-until each has run. Prints one JSON object.
+cold (nothing cached), the median of the others is warm (plotly.js in the HTTP cache; compiled
+anew on every load in Playwright's off-the-record contexts, taken from V8's code cache from the
+third load on with `--profile`, as in a person's browser); the run page again with plotly's full
+bundle in place of the partial one (routed: fetched anew on every load). Beside them, the floor:
+plotly.js's own time on a page that runs nothing else (from the script's insertion until it has
+run, as the run page's `plotly_own_ms`), the partial bundle the server serves (frontend/vendor/)
+and plotly's full bundle (from the plotly wheel). Prints one JSON object, with the load average
+at the start and at the end.
 
     python bench/browser_timing.py                      # 1,000,000 intervals: minutes to fill
     python bench/browser_timing.py --intervals 20000    # a quick try
@@ -40,6 +46,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -81,6 +88,37 @@ ALL_CHARTS = " && ".join(f"{DRAWN}(document.querySelector('#chart-{c} .plot'))" 
 # Read once the conditions held: when the run page's series answer (the headline's data) had
 # arrived, ms from navigation; the first plotly chart's lag behind it is reported beside it.
 SERIES_ANSWERED = "performance.getEntriesByType('resource').find(r => r.name.includes('/series?')).responseEnd"
+# Where the run page's time went, read once its conditions held (ms from navigation, null where
+# absent): the HTML, each first answer and plotly.js asked (startTime) and answered (responseEnd,
+# from the HTTP cache on warm loads), and the page's own marks: the still drawing done, plotly.js
+# asked and run (its script's load event), the headline's plotly chart drawn (run_early.js,
+# first_chart.js, run.js).
+RESOURCES = {
+    "run_early_js": "u.pathname === '/static/run_early.js'",
+    "run_js": "u.pathname === '/static/run.js'",
+    "catalogue": "u.pathname === '/api/v1/catalogue'",
+    "run": "/^\\/api\\/v1\\/runs\\/[^/]+$/.test(u.pathname)",
+    "series": "u.pathname.endsWith('/series')",
+    "heatmap": "u.pathname.endsWith('/histograms/over-time')",
+    "plotly_js": "u.pathname === '/vendor/plotly.min.js'",
+}
+MARKS = ("still-drawn", "plotly-asked", "plotly-ran", "headline-plotted")
+BREAKDOWN = (
+    "(() => { const out = {}; const nav = performance.getEntriesByType('navigation')[0];"
+    " out.html_answered = nav.responseEnd; out.dom_content_loaded = nav.domContentLoadedEventEnd;"
+    " const entries = performance.getEntriesByType('resource');"
+    + "".join(
+        f" {{ const r = entries.find(e => {{ const u = new URL(e.name); return {match}; }});"
+        f" out.{name}_asked = r ? r.startTime : null; out.{name}_answered = r ? r.responseEnd : null;"
+        f" out.{name}_bytes = r ? r.encodedBodySize : null; }}"
+        for name, match in RESOURCES.items()
+    )
+    + "".join(
+        f" out['{m.replace('-', '_')}'] = performance.getEntriesByName('{m}', 'mark')[0]?.startTime ?? null;"
+        for m in MARKS
+    )
+    + " return out; })()"
+)
 
 
 def run_body(run_id: str, **extra: Any) -> dict[str, Any]:
@@ -161,23 +199,57 @@ def collect_errors(page: sync_api.Page) -> list[str]:
     return errors
 
 
+# Makes the browser context of one page's loads.
+Contexts = Callable[[], sync_api.BrowserContext]
+VIEWPORT = {"width": 1400, "height": 1000}
+
+
+def off_the_record(browser: sync_api.Browser) -> Contexts:
+    """Playwright's own contexts: the HTTP cache is kept from load to load, the code Chromium
+    compiled is not (V8's code cache lives in a profile on disk), so a warm load compiles
+    plotly.js again."""
+    return lambda: browser.new_context(viewport=VIEWPORT)  # type: ignore[arg-type]
+
+
+def with_profile(playwright: sync_api.Playwright, folder: Path) -> Contexts:
+    """Contexts of a browser with a profile on disk (a new one each, under `folder`), as a
+    person's: from the third load of a script on, Chromium takes its compiled code from V8's code
+    cache instead of compiling it again."""
+
+    def new() -> sync_api.BrowserContext:
+        profile = Path(tempfile.mkdtemp(dir=folder))
+        return playwright.chromium.launch_persistent_context(
+            profile,
+            executable_path=CHROMIUM,
+            args=CHROMIUM_ARGS,
+            viewport=VIEWPORT,  # type: ignore[arg-type]
+        )
+
+    return new
+
+
 def page_times(
-    browser: sync_api.Browser,
+    contexts: Contexts,
     url: str,
     conditions: dict[str, str],
     repeat: int,
     bundle: Path | None = None,
     readings: dict[str, str] | None = None,
+    breakdown: str | None = None,
 ) -> dict[str, Any]:
     """Per condition: ms from navigation until it held. The loads share one browser context, as a
     person's visits share a cache: the first is cold (plotly.js fetched and compiled), the rest
-    reuse the HTTP and compiled-code caches; the median is of those. bundle: a plotly.js served
+    reuse the HTTP cache (and, with a profile, V8's code cache: see with_profile); the median is
+    of those. bundle: a plotly.js served
     in place of the server's. readings: JS expressions (ms) read once the conditions held; with
-    series_answered and first_plotly_chart, their difference is reported too."""
+    series_answered and first_plotly_chart, their difference is reported too. breakdown: a JS
+    expression giving an object of ms (or null) read once the conditions held, each key summed up
+    as a condition is, under "breakdown"."""
     readings = readings or {}
     seen: dict[str, list[float]] = {name: [] for name in [*conditions, *readings]}
-    context = browser.new_context(viewport={"width": 1400, "height": 1000})
-    if bundle is not None:
+    parts: list[dict[str, float | None]] = []
+    context = contexts()
+    if bundle is not None:  # routing turns the HTTP cache off: every load fetches it anew
         body = bundle.read_bytes()
         context.route("**/vendor/plotly.min.js", lambda route: route.fulfill(body=body, content_type="text/javascript"))
     try:
@@ -196,13 +268,41 @@ def page_times(
                 seen[name].append(round(float(handle.json_value()), 1))
             for name, expression in readings.items():
                 seen[name].append(round(float(page.evaluate(f"() => {expression}")), 1))
+            if breakdown is not None:
+                parts.append(page.evaluate(f"() => {breakdown}"))
             page.close()
     finally:
         context.close()
     if "series_answered" in seen and "first_plotly_chart" in seen:
         lag = zip(seen["first_plotly_chart"], seen["series_answered"], strict=True)
         seen["first_plotly_chart_after_series_answered"] = [round(a - b, 1) for a, b in lag]
-    return {name: summary(ms) for name, ms in seen.items()}
+    out: dict[str, Any] = {name: summary(ms) for name, ms in seen.items()}
+    if parts:
+        out["breakdown"] = parts  # each load's; breakdown_summary sums them up
+    return out
+
+
+def breakdown_summary(rounds: list[list[dict[str, float | None]]]) -> dict[str, Any]:
+    """Per key of the page's breakdown (each round's loads, the first cold): the median of the
+    cold loads and of the warm ones (ms, or bytes for *_bytes); with plotly.js's own time in the
+    page (asked → run) and the headline's plotly drawing after it (run → plotted)."""
+    for p in (p for loads in rounds for p in loads):
+        if p.get("plotly_asked") is not None and p.get("plotly_ran") is not None:
+            p["plotly_own_ms"] = p["plotly_ran"] - p["plotly_asked"]  # type: ignore[operator]
+        if p.get("plotly_ran") is not None and p.get("headline_plotted") is not None:
+            p["plotted_after_plotly_ran_ms"] = p["headline_plotted"] - p["plotly_ran"]  # type: ignore[operator]
+
+    def median(values: list[float | None]) -> float | None:
+        held = [v for v in values if v is not None]
+        return round(statistics.median(held), 1) if held else None
+
+    return {
+        key: {
+            "cold_median": median([loads[0].get(key) for loads in rounds]),
+            "warm_median": median([p.get(key) for loads in rounds for p in loads[1:]]),
+        }
+        for key in rounds[0][0]
+    }
 
 
 def summary(ms: list[float]) -> dict[str, Any]:
@@ -219,8 +319,12 @@ def summary(ms: list[float]) -> dict[str, Any]:
 def summary_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     """page_times' answers of several rounds, per condition: the median and range of the cold
     loads (one a round) and of the warm ones (all rounds together)."""
-    out = {}
+    out: dict[str, Any] = {}
+    if "breakdown" in rounds[0]:
+        out["breakdown"] = breakdown_summary([r["breakdown"] for r in rounds])
     for name in rounds[0]:
+        if name == "breakdown":
+            continue
         loads = [r[name]["all_ms"] for r in rounds]
         cold, warm = [ms[0] for ms in loads], [x for ms in loads for x in ms[1:]]
         out[name] = {
@@ -233,13 +337,23 @@ def summary_rounds(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def plotly_alone(browser: sync_api.Browser, url: str, repeat: int, bundle: Path | None = None) -> dict[str, Any]:
-    """The floor under the run page: ms from navigation until a page holding nothing but a
-    plotly.js bundle has run it (same context rules as page_times): the server's, or `bundle`,
-    served at the same origin in its place."""
-    html = '<!doctype html><script src="/vendor/plotly.min.js"></script>'
-    context = browser.new_context()
-    context.route(f"{url}/plotly-alone", lambda route: route.fulfill(body=html, content_type="text/html"))
+# plotly.js asked for by a page that holds nothing else, as run_early.js asks: ms from the
+# script's insertion until it has run (its load event), the run page's plotly_own_ms.
+PLOTLY_OWN = """() => new Promise((resolve, reject) => {
+  const script = document.createElement('script');
+  const asked = performance.now();
+  script.onload = () => resolve(performance.now() - asked);
+  script.onerror = () => reject(new Error('plotly.js did not load'));
+  script.src = '/vendor/plotly.min.js';
+  document.head.append(script);
+})"""
+
+
+def plotly_alone(contexts: Contexts, url: str, repeat: int, bundle: Path | None = None) -> dict[str, Any]:
+    """The floor under the run page: plotly.js's own time (PLOTLY_OWN) on a page of the server
+    that runs no script of its own (its 404 page), the same context rules as page_times: the
+    server's bundle, or `bundle` in its place (routed: fetched anew on every load)."""
+    context = contexts()
     if bundle is not None:
         body = bundle.read_bytes()
         context.route(
@@ -248,9 +362,8 @@ def plotly_alone(browser: sync_api.Browser, url: str, repeat: int, bundle: Path 
     seen = []
     for _ in range(repeat):
         page = context.new_page()
-        page.goto(f"{url}/plotly-alone", wait_until="commit")
-        handle = page.wait_for_function("() => window.Plotly ? performance.now() : false", polling="raf")
-        seen.append(round(float(handle.json_value()), 1))
+        page.goto(f"{url}/plotly-alone")
+        seen.append(round(float(page.evaluate(PLOTLY_OWN)), 1))
         page.close()
     context.close()
     return summary(seen)
@@ -267,11 +380,17 @@ def main() -> None:
     ap.add_argument(
         "--only-run-page", action="store_true", help="leave out the runs page and the full bundle's run page"
     )
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="each page's loads in a browser with a profile on disk (warm loads reuse V8's code cache, as a person's)",
+    )
     args = ap.parse_args()
     if args.before is not None and not (args.before / "templates" / "run.html").exists():
         raise SystemExit(f"--before {args.before}: not a frontend/ folder (no templates/run.html)")
     if args.rounds < 1 or args.repeat < 1:
         raise SystemExit("--rounds and --repeat must be at least 1")
+    load_start = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         db = args.keep.resolve() if args.keep else Path(tmp) / "bench.db"
         reuse = db.exists()
@@ -299,13 +418,22 @@ def main() -> None:
             out: dict[str, Any] = {}
             with sync_api.sync_playwright() as playwright:
                 browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+                contexts = with_profile(playwright, Path(tmp)) if args.profile else off_the_record(browser)
                 if not args.only_run_page:
                     out["runs_page"] = {
                         "runs": args.runs,
-                        **page_times(browser, url, {"rows_shown": RUNS_SHOWN}, args.repeat),
+                        **page_times(contexts, url, {"rows_shown": RUNS_SHOWN}, args.repeat),
                     }
                 if args.before is None:
-                    run_page = page_times(browser, f"{url}/runs/long", run_conditions, args.repeat, readings=answered)
+                    run_page = page_times(
+                        contexts,
+                        f"{url}/runs/long",
+                        run_conditions,
+                        args.repeat,
+                        readings=answered,
+                        breakdown=BREAKDOWN,
+                    )
+                    run_page["breakdown"] = breakdown_summary([run_page["breakdown"]])
                 else:
                     fronts = {"after": url, "before": before_url}
                     seen: dict[str, list[dict[str, Any]]] = {name: [] for name in fronts}
@@ -315,7 +443,12 @@ def main() -> None:
                         for name in ["before", "after"] if r % 2 == 0 else ["after", "before"]:
                             try:
                                 times = page_times(
-                                    browser, f"{fronts[name]}/runs/long", run_conditions, args.repeat, readings=answered
+                                    contexts,
+                                    f"{fronts[name]}/runs/long",
+                                    run_conditions,
+                                    args.repeat,
+                                    readings=answered,
+                                    breakdown=BREAKDOWN,
                                 )
                             except PageTimeout as timeout:  # left out, but counted and said
                                 print(f"{name}, round {r}: {timeout}", file=sys.stderr)
@@ -332,21 +465,23 @@ def main() -> None:
                 if not args.only_run_page:
                     # The same page with the full bundle in the partial one's place: what it cost before.
                     out["run_page_full_plotly_js"] = page_times(
-                        browser,
+                        contexts,
                         f"{url}/runs/long",
                         {"first_chart": FIRST_CHART, "first_plotly_chart": FIRST_PLOTLY_CHART},
                         args.repeat,
                         FULL_PLOTLY_JS,
                     )
-                plotly_only = plotly_alone(browser, url, args.repeat)
-                plotly_full = plotly_alone(browser, url, args.repeat, FULL_PLOTLY_JS)
+                plotly_only = plotly_alone(contexts, url, args.repeat)
+                plotly_full = plotly_alone(contexts, url, args.repeat, FULL_PLOTLY_JS)
                 browser.close()
             out = {
                 "date": datetime.now(UTC).isoformat(timespec="seconds"),
                 "cpus": os.cpu_count(),
+                "load_avg_start": load_start,
                 "load_avg": os.getloadavg(),
                 "database": "sqlite",
                 "chromium": CHROMIUM,
+                "contexts": "a profile on disk each" if args.profile else "off the record",
                 "run_page": {"intervals": args.intervals, "channels": len(CHANNELS), **run_page},
                 **out,
                 "plotly_js_alone": {"bundle": "cartesian (served)", "bytes": PLOTLY_JS.stat().st_size, **plotly_only},

@@ -225,7 +225,8 @@ def browser(url: str, run_ids: list[str], repeat: int) -> dict[str, Any]:
             executable_path=browser_timing.CHROMIUM, args=browser_timing.CHROMIUM_ARGS
         )
         for run_id in run_ids:
-            out[run_id] = browser_timing.page_times(chromium, f"{url}/runs/{run_id}", conditions, repeat)
+            contexts = browser_timing.off_the_record(chromium)
+            out[run_id] = browser_timing.page_times(contexts, f"{url}/runs/{run_id}", conditions, repeat)
         chromium.close()
     return out
 

@@ -37,5 +37,6 @@ export async function drawFirstChart(runId) {
   const names = traces.filter((t) => t.meta.kind !== "band" && t.showlegend !== false).map((t) => t.name);
   const label = `${layout.yaxis.title.text} by ${layout.xaxis.title.text}: ${names.join(", ")}; ${series.points} points (a still drawing; the interactive chart is loading)`;
   drawSketch(card.querySelector(".plot"), traces, layout, { label });
+  performance.mark("still-drawn"); // read by bench/browser_timing.py
   return true;
 }

@@ -86,6 +86,28 @@ def test_run_page_renders_the_run(client):
     assert 'id="definitions"' in page.text
 
 
+def static_imports(module, seen=None):
+    """The static modules `module` (a file of STATIC_DIR) imports, directly or through others."""
+    seen = set() if seen is None else seen
+    for name in re.findall(r'^import [^;]*? from "\./([\w.]+\.js)";', (STATIC_DIR / module).read_text(), re.M):
+        if name not in seen:
+            seen.add(name)
+            static_imports(name, seen)
+    return seen
+
+
+def test_run_page_preloads_every_module_run_early_js_imports(client):
+    # The first answers are asked once run_early.js has run, which waits for all it imports: the
+    # head asks for them beside it (modulepreload), not one level after another.
+    page = client.get("/runs/run-a").text
+    head = page[: page.index("</head>")]
+    preloaded = set(re.findall(r'<link rel="modulepreload" href="/static/([\w.]+\.js)">', head))
+    imported = static_imports("run_early.js")
+    assert imported and preloaded == imported
+    for name in preloaded:
+        assert client.get(f"/static/{name}").status_code == 200
+
+
 def test_run_page_shows_the_runs_configuration_flattened_and_escaped(client):
     config = {"lr": 0.0003, "data": {"pack_length": 4096, "rules": ["a", "b"]}, "note": "<b>x</b>", "empty": {}}
     client.post("/api/v1/runs", json=run_body("run-c", "cfg", config=config, parallel={"dp": 8}))
