@@ -33,9 +33,9 @@ from packscope.backend.store.db import WRITES, make_engine, make_sessionmaker, u
 from packscope.frontend import STATIC_DIR
 
 log = logging.getLogger("packscope.backend")
-# The collector's thresholds while the app serves (gc.set_threshold): a young collection every
-# 20,000 container allocations, not 700, and the older generations each after 20 of the younger
-# (docs/benchmarks/2026-12-06-2core-ranks.md#dev-2026-12-06-fanin-gc).
+# The collector's thresholds while the app serves (gc.set_threshold): a young collection once
+# 20,000 more containers were made than freed, not 700, and each older generation's after 20 of
+# the one below (docs/benchmarks/2026-12-06-2core-ranks.md#dev-2026-12-06-fanin-gc).
 GC_THRESHOLDS = (20_000, 20, 20)
 OPEN_WRITES_WARNING = (
     "PACKSCOPE_INGEST_TOKEN is not set: anyone who can reach this server can create, change and delete "
@@ -96,10 +96,10 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # small part of what it did (an ingest or read stalled behind it:
         # docs/benchmarks/2026-11-30-2core.md#dev-2026-11-30-2020-gc-freeze).
         gc.freeze()
-        # Fewer young collections: a request allocates a few hundred containers, so at the default
-        # thresholds the collector ran every few requests and a full collection of the objects made
-        # since the freeze (every connection's) every few thousand; most of what a request makes is
-        # freed by reference counting long before either would (GC_THRESHOLDS' log).
+        # Fewer collections while serving: at the default thresholds a young one ran every ten or
+        # so requests and a full one (every object made since the freeze, each connection's) every
+        # thousand or so, each a stall of the event loop, while what a request makes is freed by
+        # reference counting anyway (GC_THRESHOLDS' log).
         thresholds = gc.get_threshold()
         gc.set_threshold(*GC_THRESHOLDS)
         await live.start()
