@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, bindparam, func, select
 
 from packscope.backend.alerts.rules import ONE_PER_RUN, Interval, RunFacts, Thresholds
 from packscope.backend.reads.ledger import summed_columns
@@ -97,6 +97,13 @@ def _indexes(connection: Connection, run_pk: int, first: int, last: int) -> list
 _SUMS_KEPT: OrderedDict[tuple[Any, ...], tuple[tuple[int, float], float, dict[str, float]]] = OrderedDict()
 SUMS_KEPT_MAX = 8192  # intervals: 38 a run for 200 runs; about 3 KB each
 _SUMS_KEPT_LOCK = threading.Lock()
+# Built once, not each round: its two dozen aggregates are then compiled and keyed once.
+_SUMS_OF = (
+    select(intervals.c.interval, func.count().label("ranks"),
+           func.max(intervals.c.wall_end).label("wall_end"), *summed_columns())
+    .where(intervals.c.run_pk == bindparam("run_pk"), intervals.c.interval.in_(bindparam("stale", expanding=True)))
+    .group_by(intervals.c.interval)
+)  # fmt: skip
 
 
 def _interval_sums(
@@ -113,12 +120,7 @@ def _interval_sums(
                 out[index] = (kept[0][0], kept[1], kept[2])
     stale = [i for i in wanted if i not in out]
     if stale:
-        rows = connection.execute(
-            select(intervals.c.interval, func.count().label("ranks"),
-                   func.max(intervals.c.wall_end).label("wall_end"), *summed_columns())
-            .where(intervals.c.run_pk == run["id"], intervals.c.interval.in_(stale))
-            .group_by(intervals.c.interval)
-        ).all()  # fmt: skip
+        rows = connection.execute(_SUMS_OF, {"run_pk": run["id"], "stale": stale}).all()
         with _SUMS_KEPT_LOCK:
             for row in rows:
                 sums = {name: float(row._mapping[name] or 0.0) for name in SUM_NAMES}

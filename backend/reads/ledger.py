@@ -9,6 +9,7 @@ here). The ranks are read from the rank summaries kept at ingest (store/rank_sum
 row and the slowest ranks per interval, so the answer costs the same at 8 and 16,384 ranks.
 """
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -44,10 +45,12 @@ class _ColumnOps:
 _FIELDS = {name: cast(intervals.c[name], Float) for name in SUM_FIELDS} | {"rank": intervals.c.rank}
 
 
-def summed_columns() -> list[Any]:
+@functools.cache
+def summed_columns() -> tuple[Any, ...]:
     """The catalogue's SUMS of interval rows as SQL aggregates, each labelled with its name: the
-    database adds each row's `Sum.value`, as the run's totals add them."""
-    return [func.sum(s.value(_FIELDS, _ColumnOps())).label(s.name) for s in SUMS]
+    database adds each row's `Sum.value`, as the run's totals add them. Built once (the alerts'
+    every judging round selects them): SQLAlchemy's expressions are immutable, so they are shared."""
+    return tuple(func.sum(s.value(_FIELDS, _ColumnOps())).label(s.name) for s in SUMS)
 
 
 _IN_WINDOW = (

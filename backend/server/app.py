@@ -33,6 +33,10 @@ from packscope.backend.store.db import WRITES, make_engine, make_sessionmaker, u
 from packscope.frontend import STATIC_DIR
 
 log = logging.getLogger("packscope.backend")
+# The collector's thresholds while the app serves (gc.set_threshold): a young collection once
+# 20,000 more containers were made than freed, not 700, and each older generation's after 20 of
+# the one below (docs/benchmarks/2026-12-06-2core-ranks.md#dev-2026-12-06-fanin-gc).
+GC_THRESHOLDS = (20_000, 20, 20)
 OPEN_WRITES_WARNING = (
     "PACKSCOPE_INGEST_TOKEN is not set: anyone who can reach this server can create, change and delete "
     "runs. Set PACKSCOPE_INGEST_TOKEN (and give the same token to the agents) before other people can reach it."
@@ -92,6 +96,12 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         # small part of what it did (an ingest or read stalled behind it:
         # docs/benchmarks/2026-11-30-2core.md#dev-2026-11-30-2020-gc-freeze).
         gc.freeze()
+        # Fewer collections while serving: at the default thresholds a young one ran every ten or
+        # so requests and a full one (every object made since the freeze, each connection's) every
+        # thousand or so, each a stall of the event loop, while what a request makes is freed by
+        # reference counting anyway (GC_THRESHOLDS' log).
+        thresholds = gc.get_threshold()
+        gc.set_threshold(*GC_THRESHOLDS)
         await live.start()
         await alert_worker.start()
         try:
@@ -99,6 +109,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             await alert_worker.stop()
             await live.stop()
+            gc.set_threshold(*thresholds)
             gc.unfreeze()  # several apps in one process (tests): their objects collectable again
             engine.dispose()
 

@@ -5,7 +5,7 @@ import gc
 from fastapi.testclient import TestClient
 
 from packscope.backend.http.settings import Settings
-from packscope.backend.server.app import create_app
+from packscope.backend.server.app import GC_THRESHOLDS, create_app
 
 
 def test_the_objects_built_at_start_are_frozen_while_the_app_serves_and_collectable_after(sqlite_url: str) -> None:
@@ -17,3 +17,13 @@ def test_the_objects_built_at_start_are_frozen_while_the_app_serves_and_collecta
         assert gc.get_freeze_count() > 10_000
         assert client.get("/api/v1/catalogue").status_code == 200
     assert gc.get_freeze_count() == 0
+
+
+def test_the_collector_runs_less_often_while_the_app_serves_and_as_before_after(sqlite_url: str) -> None:
+    before = gc.get_threshold()
+    app = create_app(Settings(database_url=sqlite_url, ingest_token=None, read_token=None))
+    with TestClient(app) as client:
+        assert gc.get_threshold() == GC_THRESHOLDS
+        assert GC_THRESHOLDS[0] > before[0]
+        assert client.get("/api/v1/catalogue").status_code == 200
+    assert gc.get_threshold() == before
