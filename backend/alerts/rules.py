@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from packscope.backend.formulas.ledger import IntervalRanks, ledger_terms, step_time_s
+from packscope.backend.formulas.ledger import IntervalRanks, ledger_terms, rank_waits, step_time_s
 from packscope.backend.reads.liveness import CRASHED_BEATS
 from packscope.backend.reads.ranks import order_statistic
 from packscope.core.catalogue import FLOAT_OPS, METRIC, SUM_NAMES, Coefficients, sync_counted_steps
@@ -220,7 +220,7 @@ def _ledger_ms(window: Sequence[Interval], facts: RunFacts) -> dict[str, float]:
     step_s = step_time_s(sums, c)
     if step_s is None:
         return {}
-    terms = ledger_terms(sums, c, facts.layout, _rank_window(window), ())
+    terms = ledger_terms(sums, c, facts.layout, rank_waits(_rank_window(window)), ())
     return {t.name: t.fraction * step_s * 1e3 for t in terms if t.loss and t.fraction is not None}
 
 

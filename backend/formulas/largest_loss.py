@@ -16,7 +16,7 @@ _NOT_A_FIX = frozenset({"remainder"})
 def largest_loss(sums: Mapping[str, float], c: Coefficients, layout: str | None) -> dict[str, Any] | None:
     """The largest loss above 0 with a value, as the ledger prices it (name, label, percent and
     ms of the step, its fix), or None where no such loss was measured."""
-    terms = ledger.ledger_terms(sums, c, layout, (), ())
+    terms = ledger.ledger_terms(sums, c, layout, ledger.NO_RANK_WAITS, ())
     step_s = ledger.step_time_s(sums, c)
     priced = [t for t in terms if t.loss and t.name not in _NOT_A_FIX and t.fraction is not None and t.fraction > 0]
     if not priced or step_s is None:

@@ -210,27 +210,54 @@ class IntervalRanks(NamedTuple):
     slowest_rank: int | None  # which rank that was (None where its row was not kept)
 
 
-def straggler_term(per_interval: Sequence[IntervalRanks], step_s: float | None) -> Term:
-    """The time a rank waits for the slowest, per step, averaged over the ranks: in each interval
-    the slowest rank's step time minus the mean of its ranks', weighted by the interval's steps.
-    Read from the per-interval rank summaries, so it costs the same at 8 and 16,384 ranks."""
-    if max((i.ranks for i in per_interval), default=0) < 2:
-        return Term("stragglers", "stragglers", None, NOT_APPLICABLE, "one rank")
+class RankWaits(NamedTuple):
+    """The straggler term's sums over a window's intervals of several ranks with a timed step
+    (`rank_waits` of IntervalRanks, or the same sums in SQL: backend/reads/ledger.py)."""
+
+    most_ranks: int  # the most ranks any interval of the window had
+    intervals: int  # the intervals of several ranks with steps
+    steps: float  # their steps
+    slowest_s: float  # Σ steps x the slowest rank's step time
+    mean_s: float  # Σ steps x the ranks' mean step time
+    waited: dict[int, float]  # Σ steps x (slowest - mean), by the rank that was slowest (where kept)
+
+
+NO_RANK_WAITS = RankWaits(0, 0, 0.0, 0.0, 0.0, {})
+
+
+def rank_waits(per_interval: Sequence[IntervalRanks]) -> RankWaits:
     shared = [i for i in per_interval if i.ranks >= 2 and i.steps > 0]
-    steps = sum(i.steps for i in shared)
-    if not steps or not step_s:
-        return Term("stragglers", "stragglers", None, NOT_MEASURED, "no interval of several ranks has a timed step")
     waited: dict[int, float] = {}  # each slowest rank's share of the waiting (rank-steps x seconds)
     for i in shared:
         if i.slowest_rank is not None:
             waited[i.slowest_rank] = waited.get(i.slowest_rank, 0.0) + i.steps * (i.slowest_s - i.mean_s)
-    wait = sum(i.steps * (i.slowest_s - i.mean_s) for i in shared) / steps
+    return RankWaits(
+        max((i.ranks for i in per_interval), default=0),
+        len(shared),
+        sum(i.steps for i in shared),
+        sum(i.steps * i.slowest_s for i in shared),
+        sum(i.steps * i.mean_s for i in shared),
+        waited,
+    )
+
+
+def straggler_term(waits: RankWaits, step_s: float | None) -> Term:
+    """The time a rank waits for the slowest, per step, averaged over the ranks: in each interval
+    the slowest rank's step time minus the mean of its ranks', weighted by the interval's steps.
+    Read from the per-interval rank summaries, so it costs the same at 8 and 16,384 ranks."""
+    if waits.most_ranks < 2:
+        return Term("stragglers", "stragglers", None, NOT_APPLICABLE, "one rank")
+    steps, waited = waits.steps, waits.waited
+    if not steps or not step_s:
+        return Term("stragglers", "stragglers", None, NOT_MEASURED, "no interval of several ranks has a timed step")
+    wait = (waits.slowest_s - waits.mean_s) / steps
     slowest = max(waited, key=lambda r: (waited[r], -r)) if waited else None  # the lowest rank among equals
-    slowest_ms = sum(i.steps * i.slowest_s for i in shared) / steps * 1e3
-    mean_ms = sum(i.steps * i.mean_s for i in shared) / steps * 1e3
+    slowest_ms = waits.slowest_s / steps * 1e3
+    mean_ms = waits.mean_s / steps * 1e3
+    n = waits.intervals
     source = (
         f"each interval's slowest rank's step time minus its ranks' mean ({slowest_ms:.4g} against {mean_ms:.4g} ms "
-        f"over {len(shared)} interval{'s' * (len(shared) != 1)}), from the ranks' events"
+        f"over {n} interval{'s' * (n != 1)}), from the ranks' events"
     )
     fix = (
         f"look at rank {slowest}: its data, its GPU's clocks, or balance the tokens per rank"
@@ -244,7 +271,7 @@ def straggler_term(per_interval: Sequence[IntervalRanks], step_s: float | None) 
         "slowest_rank_share": waited[slowest] / total_wait if slowest is not None and total_wait else None,
         "slowest_ms": slowest_ms,
         "mean_ms": mean_ms,
-        "intervals": len(shared),
+        "intervals": n,
     }
     return Term("stragglers", "stragglers", wait / step_s, MEASURED, source, fix, detail)
 
@@ -327,7 +354,7 @@ def ledger_terms(
     sums: Mapping[str, float],
     c: Coefficients,
     layout: str | None,
-    per_interval: Sequence[IntervalRanks],
+    waits: RankWaits,
     sites: Sequence[tuple[str, float]],
 ) -> list[Term]:
     """The walk of one window: the peak, the losses (the measured ones largest first, then the
@@ -337,7 +364,7 @@ def ledger_terms(
     losses = [
         padding_term(sums, c, layout),
         sync_term(sums, c, sites, step_s),
-        straggler_term(per_interval, step_s),
+        straggler_term(waits, step_s),
         data_wait_term(sums, step_s),
         launch_bound_term(sums),
     ]
@@ -348,7 +375,7 @@ def ledger_terms(
 
 def without_intervals(c: Coefficients, layout: str | None) -> list[Term]:
     """The ledger of a window that holds no interval: every term not measured."""
-    terms = ledger_terms(dict.fromkeys(SUM_NAMES, 0.0), c, layout, (), ())
+    terms = ledger_terms(dict.fromkeys(SUM_NAMES, 0.0), c, layout, NO_RANK_WAITS, ())
     return [
         replace(t, fraction=None, status=NOT_MEASURED, source="no interval in the window", detail={}) for t in terms
     ]

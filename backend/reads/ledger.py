@@ -66,23 +66,65 @@ _WINDOW_SUMS = select(
 _TOTALS = select(run_totals.c.rows, run_totals.c.last_step, *(run_totals.c[name] for name in SUM_NAMES)).where(
     run_totals.c.run_pk == bindparam("run_pk")
 )
-# From the interval before the window (its last step bounds the window's first interval's steps).
-_RANK_SUMMARIES = (
+# The straggler term's sums in SQL, one row per slowest rank (None: its row not kept): each interval's
+# steps are its last step less the stored interval's before it (`first_step` - 1 before the run's
+# first), read from the interval before the window on; each interval's slowest rank is its
+# slowest kept row, the lowest rank among equals. One pass over the window's rank summaries,
+# whatever the ranks (issue 39) and without a Python loop over the intervals.
+_STEPS = (
+    rank_summaries.c.last_step
+    - func.coalesce(
+        func.lag(rank_summaries.c.last_step).over(order_by=rank_summaries.c.interval), bindparam("first_step") - 1
+    )
+).label("steps")
+_SUMMARIES = (
     select(
         rank_summaries.c.interval,
-        rank_summaries.c.reporting_ranks,
-        rank_summaries.c.last_step,
-        rank_summaries.c.step_time_sum,
-        rank_summaries.c.step_time_max,
+        rank_summaries.c.reporting_ranks.label("ranks"),
+        _STEPS,
+        rank_summaries.c.step_time_max.label("slowest"),
+        (rank_summaries.c.step_time_sum / rank_summaries.c.reporting_ranks).label("mean"),
     )
     .where(
         rank_summaries.c.run_pk == bindparam("run_pk"),
         rank_summaries.c.interval.between(bindparam("first") - 1, bindparam("last")),
+        rank_summaries.c.reporting_ranks > 0,
     )
-    .order_by(rank_summaries.c.interval)
+    .subquery()
 )
-_SLOWEST = select(rank_slowest.c.interval, rank_slowest.c.rank, rank_slowest.c.step_time_s).where(
-    rank_slowest.c.run_pk == bindparam("run_pk"), rank_slowest.c.interval.between(bindparam("first"), bindparam("last"))
+_TOP = (
+    select(
+        rank_slowest.c.interval,
+        rank_slowest.c.rank,
+        func.row_number()
+        .over(
+            partition_by=rank_slowest.c.interval,
+            order_by=(rank_slowest.c.step_time_s.desc(), rank_slowest.c.rank),
+        )
+        .label("place"),
+    )
+    .where(
+        rank_slowest.c.run_pk == bindparam("run_pk"),
+        rank_slowest.c.interval.between(bindparam("first"), bindparam("last")),
+    )
+    .subquery()
+)
+_SHARED = (_SUMMARIES.c.interval >= bindparam("first"), _SUMMARIES.c.ranks >= 2, _SUMMARIES.c.steps > 0)
+_RANK_WAITS = (
+    select(
+        _TOP.c.rank,
+        func.count().label("intervals"),
+        func.sum(_SUMMARIES.c.steps).label("steps"),
+        func.sum(_SUMMARIES.c.steps * _SUMMARIES.c.slowest).label("slowest_s"),
+        func.sum(_SUMMARIES.c.steps * _SUMMARIES.c.mean).label("mean_s"),
+    )
+    .select_from(_SUMMARIES.outerjoin(_TOP, (_TOP.c.interval == _SUMMARIES.c.interval) & (_TOP.c.place == 1)))
+    .where(*_SHARED)
+    .group_by(_TOP.c.rank)
+)
+_MOST_RANKS = select(func.max(rank_summaries.c.reporting_ranks)).where(
+    rank_summaries.c.run_pk == bindparam("run_pk"),
+    rank_summaries.c.interval.between(bindparam("first"), bindparam("last")),
 )
 _SITES = (
     select(interval_details.c.sync_sites)
@@ -104,22 +146,21 @@ def _window_sites(session: Session, run: Run, window: str, span: tuple[int, int]
     return sorted(((site, float(n)) for site, n in counts.items() if n), key=lambda item: (-item[1], item[0]))
 
 
-def _window_ranks(session: Session, run: Run, span: tuple[int, int], first_step: int) -> list[ledger.IntervalRanks]:
-    """The window's intervals' ranks from the rank summaries: each interval's steps are its last
-    step less the previous stored interval's (`first_step` - 1 before the run's first)."""
-    bounds = {"run_pk": run.id, "first": span[0], "last": span[1]}
-    slowest: dict[int, tuple[float, int]] = {}
-    for interval, rank, step_s in session.execute(_SLOWEST, bounds):
-        kept = slowest.get(interval)
-        if kept is None or (step_s, -rank) > (kept[0], -kept[1]):  # the lowest rank among equals
-            slowest[interval] = (step_s, rank)
-    out, before = [], first_step - 1
-    for interval, ranks, last_step, time_sum, time_max in session.execute(_RANK_SUMMARIES, bounds):
-        if interval >= span[0] and ranks:
-            top = slowest.get(interval)
-            out.append(ledger.IntervalRanks(last_step - before, ranks, time_sum / ranks, time_max, top and top[1]))
-        before = last_step
-    return out
+def _rank_waits(session: Session, run: Run, span: tuple[int, int], first_step: int) -> ledger.RankWaits:
+    """The window's straggler sums from the rank summaries (_RANK_WAITS)."""
+    bounds = {"run_pk": run.id, "first": span[0], "last": span[1], "first_step": first_step}
+    most = session.execute(_MOST_RANKS, bounds).scalar_one_or_none() or 0
+    if most < 2:
+        return ledger.RankWaits(int(most), 0, 0.0, 0.0, 0.0, {})
+    intervals, steps, slowest_s, mean_s, waited = 0, 0.0, 0.0, 0.0, {}
+    for row in session.execute(_RANK_WAITS, bounds):
+        # PostgreSQL sums integers as numeric (Decimal): floats, as the sums are.
+        row_slowest, row_mean = float(row.slowest_s), float(row.mean_s)
+        intervals += row.intervals
+        steps, slowest_s, mean_s = steps + float(row.steps), slowest_s + row_slowest, mean_s + row_mean
+        if row.rank is not None:
+            waited[int(row.rank)] = row_slowest - row_mean
+    return ledger.RankWaits(int(most), intervals, float(steps), float(slowest_s), float(mean_s), waited)
 
 
 def _window_sums(
@@ -156,9 +197,11 @@ def run_ledger(
         sums, rows, steps_from, steps_to = dict.fromkeys(SUM_NAMES, 0.0), 0, None, None
     else:
         sums, rows, steps_from, steps_to = _window_sums(session, run, window, span)
-    per_interval = _window_ranks(session, run, span, steps_from) if span is not None and steps_from is not None else []
+    waits = ledger.NO_RANK_WAITS
+    if span is not None and steps_from is not None:
+        waits = _rank_waits(session, run, span, steps_from)
     sites = _window_sites(session, run, window, span) if span is not None else []
-    terms = ledger.ledger_terms(sums, c, layout, per_interval, sites) if rows else ledger.without_intervals(c, layout)
+    terms = ledger.ledger_terms(sums, c, layout, waits, sites) if rows else ledger.without_intervals(c, layout)
     step_s = ledger.step_time_s(sums, c)
     outside_s = ledger.wait_s(terms, step_s)
     mfu = next((t.fraction for t in terms if t.name == "useful"), None)
@@ -168,7 +211,7 @@ def run_ledger(
         "first_step": steps_from if rows else None,
         "last_step": steps_to if rows else None,
         "layout": layout,
-        "ranks": max((i.ranks for i in per_interval), default=1 if rows else 0),
+        "ranks": waits.most_ranks or (1 if rows else 0),
         "steps": int(sums["steps"]) if rows else None,
         "step_time_ms": None if step_s is None else step_s * 1e3,
         # The step and the measured time between steps (the data wait): what the gains are of.
