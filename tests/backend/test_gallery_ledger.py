@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from packscope.core.run_file import RunFile, read_run_file
+from packscope.core.run_file import read_run_file
 
 GALLERY = Path(os.environ.get("PACKSCOPE_GALLERY_DIR") or Path(__file__).resolve().parents[2] / "gallery")
 # Files recorded before bench/fixes_runs.py tagged what a pair removes: by the pair's name.
@@ -34,15 +34,9 @@ SMALL_GAIN_POINTS = 0.02
 # Pairs the ledger is known to mis-predict, each with why (docs/ledger.md, "The gallery's ground
 # truth"). Each must still miss: once the ledger predicts it, the test fails until it leaves here.
 KNOWN_MISSES = {
-    "logging-125m": "not re-recorded yet: its files predate the agent's split of the idle between steps that "
-    "the legacy logger's syncs began (sync_idle_between_s), so that time is still priced as data wait",
     "graphs-1b": "the graphs' own cost (their replays ran 0.8% slower than the eager steps) is not priced: the "
     "launch-bound idle alone predicts a 1.6% gain",
 }
-# Known misses that a re-recording mends: each is known only while its before run's records lack
-# the named field (an agent before the measurement); once they carry it, the pair is judged as any
-# other, so "re-recorded and still missed" fails as a miss and "now predicted" as a stale entry.
-MENDED_BY = {"logging-125m": "sync_idle_between_s"}
 
 
 def gallery_pairs(folder: Path) -> dict[str, dict[str, Any]]:
@@ -61,11 +55,6 @@ def gallery_pairs(folder: Path) -> dict[str, dict[str, Any]]:
         by_name = next((term for prefix, term in REMOVED_BY_NAME.items() if name.startswith(prefix)), None)
         entry["removes"] = entry["removes"] or tagged or by_name
     return {name: p for name, p in pairs.items() if {"before", "after"} <= set(p) and p["removes"]}
-
-
-def carries(run, field: str) -> bool:
-    """Whether any record of the run file carries `field` (an agent that measures it sent it)."""
-    return any(record.get(field) is not None for record in run.records)
 
 
 def ledger_of(client, run) -> dict[str, Any]:
@@ -106,19 +95,13 @@ def judge(before: dict[str, Any], after: dict[str, Any], removes: str) -> tuple[
     return "ok", figures
 
 
-def against_known_misses(name: str, verdict: tuple[str, str], before) -> str | None:
+def against_known_misses(name: str, verdict: tuple[str, str]) -> str | None:
     """What is wrong with a pair's verdict given KNOWN_MISSES, or None: a known miss must still
-    miss until the before run carries what mends it (MENDED_BY); then, and for every other pair,
-    it must be predicted."""
-    mended = name in MENDED_BY and carries(before, MENDED_BY[name])
+    miss; every other pair must be predicted."""
     ok, why = verdict[0] == "ok", verdict[1]
-    if name in KNOWN_MISSES and not mended:
-        return f"{name}: now predicted ({why}): take it off KNOWN_MISSES" if ok else None
-    if not ok:
-        return f"{name}{f' (re-recorded with {MENDED_BY[name]} and still missed)' if mended else ''}: {why}"
     if name in KNOWN_MISSES:
-        return f"{name}: re-recorded with {MENDED_BY[name]} and predicted ({why}): take it off KNOWN_MISSES"
-    return None
+        return f"{name}: now predicted ({why}): take it off KNOWN_MISSES" if ok else None
+    return None if ok else f"{name}: {why}"
 
 
 def _parts(ledger: dict[str, Any]) -> str:
@@ -136,7 +119,7 @@ def test_the_ledger_predicts_each_gallery_fix(make_client):
         if verdict is None:
             continue
         judged[name] = verdict
-        problem = against_known_misses(name, verdict, pair["before"])
+        problem = against_known_misses(name, verdict)
         if problem:
             wrong.append(problem)
     if not judged:
@@ -173,18 +156,9 @@ def test_the_data_wait_counts_in_the_iteration_it_lengthens():
     assert judge(before, _ledger(60.0, [], wait_ms=0.5), "data_wait") == ("ok", "predicted 40.0%, realized 39.5%")
 
 
-def test_a_known_miss_that_a_re_recording_mends_is_told_apart():
-    """logging-125m before its files carry sync_idle_between_s: a miss is expected (not
-    re-recorded yet); once they do, a miss is a failure saying so, and a prediction a stale entry."""
-    old = RunFile(Path("before.jsonl"), run={}, records=[{"interval": 0, "sync_idle_s": 0.01}])
-    new = RunFile(
-        Path("before.jsonl"), run={}, records=[{"interval": 0, "sync_idle_s": 0.01, "sync_idle_between_s": 0.004}]
-    )
+def test_a_known_miss_must_still_miss_and_every_other_pair_be_predicted():
     miss, hit = ("wrong", "predicted 7.9%, realized 13.1%"), ("ok", "predicted 13.0%, realized 13.1%")
-    assert against_known_misses("logging-125m", miss, old) is None
-    assert "take it off" in against_known_misses("logging-125m", hit, old)
-    assert "re-recorded with sync_idle_between_s and still missed" in against_known_misses("logging-125m", miss, new)
-    assert "re-recorded with sync_idle_between_s and predicted" in against_known_misses("logging-125m", hit, new)
-    assert against_known_misses("padding-125m", hit, old) is None
-    assert against_known_misses("padding-125m", miss, old) == "padding-125m: predicted 7.9%, realized 13.1%"
-    assert against_known_misses("graphs-1b", miss, new) is None  # mended by nothing: a miss stays known
+    assert against_known_misses("graphs-1b", miss) is None
+    assert "take it off KNOWN_MISSES" in against_known_misses("graphs-1b", hit)
+    assert against_known_misses("padding-125m", hit) is None
+    assert against_known_misses("padding-125m", miss) == "padding-125m: predicted 7.9%, realized 13.1%"
