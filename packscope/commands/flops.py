@@ -270,13 +270,7 @@ def with_vision(
     out: dict[str, Any], vision: VisionSpec, sums: dict[str, int], real_patches: int | None = None
 ) -> dict[str, Any]:
     """The decoder's report with the tower's term added to each view's total and split."""
-    part = vision_report(vision, sums, real_patches)
-    for view in ("bshd", "thd", "useful"):
-        out[f"flops_{view}"] += part["flops"]
-        out["flops_split"][view]["vision"] = part["flops"]
-    out["overcount_pct"] = overcount(out["flops_bshd"], out["flops_thd"], FLOAT_OPS)
-    out["vision"] = part
-    return out
+    return _with_tower(out, "vision", vision_report(vision, sums, real_patches))
 
 
 def audio_report(audio: AudioSpec | Gemma4AudioSpec, calls: list[tuple[int, ...]]) -> dict[str, Any]:
@@ -295,12 +289,17 @@ def audio_report(audio: AudioSpec | Gemma4AudioSpec, calls: list[tuple[int, ...]
 
 def with_audio(out: dict[str, Any], audio: AudioSpec | Gemma4AudioSpec, calls: list[tuple[int, ...]]) -> dict[str, Any]:
     """The report with the audio tower's term added to each view's total and split."""
-    part = audio_report(audio, calls)
+    return _with_tower(out, "audio", audio_report(audio, calls))
+
+
+def _with_tower(out: dict[str, Any], name: str, part: dict[str, Any]) -> dict[str, Any]:
+    """A tower's report under `name`, its FLOPs added to every view's total and split (a tower
+    attends within its own inputs: the same work whether the decoder's rows are packed or not)."""
     for view in ("bshd", "thd", "useful"):
         out[f"flops_{view}"] += part["flops"]
-        out["flops_split"][view]["audio"] = part["flops"]
+        out["flops_split"][view][name] = part["flops"]
     out["overcount_pct"] = overcount(out["flops_bshd"], out["flops_thd"], FLOAT_OPS)
-    out["audio"] = part
+    out[name] = part
     return out
 
 
