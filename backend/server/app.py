@@ -4,6 +4,7 @@ import functools
 import gc
 import logging
 import math
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
@@ -37,6 +38,43 @@ log = logging.getLogger("packscope.backend")
 # 20,000 more containers were made than freed, not 700, and each older generation's after 20 of
 # the one below (docs/benchmarks/2026-12-06-2core-ranks.md#dev-2026-12-06-fanin-gc).
 GC_THRESHOLDS = (20_000, 20, 20)
+
+
+class _ServingCollector:
+    """The collector's settings while any app of this process serves (tests run several, and
+    their lifespans overlap): the first to start freezes what exists and raises the thresholds,
+    the last to stop gives both back."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()  # each TestClient runs its app's lifespan in a thread of its own
+        self._apps = 0
+        self._thresholds: tuple[int, ...] = ()
+
+    def serving(self) -> None:
+        with self._lock:
+            self._apps += 1
+            if self._apps > 1:
+                return
+            # What exists once the app is built (modules, the app, its caches: about 160,000
+            # objects) lives until shutdown; frozen, full collections skip it, so one costs a small
+            # part of what it did (docs/benchmarks/2026-11-30-2core.md#dev-2026-11-30-2020-gc-freeze).
+            gc.freeze()
+            # Fewer collections while serving: at the default thresholds a young one ran every ten
+            # or so requests and a full one (every object made since the freeze) every thousand or
+            # so, each a stall of the event loop, while what a request makes is freed by reference
+            # counting anyway (GC_THRESHOLDS' log).
+            self._thresholds = gc.get_threshold()
+            gc.set_threshold(*GC_THRESHOLDS)
+
+    def done(self) -> None:
+        with self._lock:
+            self._apps -= 1
+            if self._apps == 0:
+                gc.set_threshold(*self._thresholds)
+                gc.unfreeze()  # their objects collectable again
+
+
+_COLLECTOR = _ServingCollector()
 OPEN_WRITES_WARNING = (
     "PACKSCOPE_INGEST_TOKEN is not set: anyone who can reach this server can create, change and delete "
     "runs. Set PACKSCOPE_INGEST_TOKEN (and give the same token to the agents) before other people can reach it."
@@ -91,17 +129,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(_app: FastAPI) -> AsyncIterator[None]:
-        # What exists once the app is built (modules, the app, its caches: about 160,000 objects)
-        # lives until shutdown; frozen, the collector's full collections skip it, so one costs a
-        # small part of what it did (an ingest or read stalled behind it:
-        # docs/benchmarks/2026-11-30-2core.md#dev-2026-11-30-2020-gc-freeze).
-        gc.freeze()
-        # Fewer collections while serving: at the default thresholds a young one ran every ten or
-        # so requests and a full one (every object made since the freeze, each connection's) every
-        # thousand or so, each a stall of the event loop, while what a request makes is freed by
-        # reference counting anyway (GC_THRESHOLDS' log).
-        thresholds = gc.get_threshold()
-        gc.set_threshold(*GC_THRESHOLDS)
+        _COLLECTOR.serving()  # what exists now frozen, fewer collections: while any app serves
         await live.start()
         await alert_worker.start()
         try:
@@ -109,8 +137,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
         finally:
             await alert_worker.stop()
             await live.stop()
-            gc.set_threshold(*thresholds)
-            gc.unfreeze()  # several apps in one process (tests): their objects collectable again
+            _COLLECTOR.done()
             engine.dispose()
 
     app = FastAPI(

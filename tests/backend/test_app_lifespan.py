@@ -24,6 +24,19 @@ def test_the_collector_runs_less_often_while_the_app_serves_and_as_before_after(
     app = create_app(Settings(database_url=sqlite_url, ingest_token=None, read_token=None))
     with TestClient(app) as client:
         assert gc.get_threshold() == GC_THRESHOLDS
-        assert GC_THRESHOLDS[0] > before[0]
         assert client.get("/api/v1/catalogue").status_code == 200
     assert gc.get_threshold() == before
+
+
+def test_apps_whose_lifespans_overlap_give_the_collector_back_once_the_last_stops(sqlite_url: str) -> None:
+    # The issue: the first app to stop put the thresholds back (and unfroze) while the second
+    # still served, and the second then "restored" the raised thresholds for good.
+    gc.set_threshold(700, 10, 10)
+    settings = Settings(database_url=sqlite_url, ingest_token=None, read_token=None)
+    first, second = TestClient(create_app(settings)), TestClient(create_app(settings))
+    first.__enter__()
+    second.__enter__()
+    first.__exit__(None, None, None)
+    assert gc.get_threshold() == GC_THRESHOLDS and gc.get_freeze_count() > 0  # the second still serves
+    second.__exit__(None, None, None)
+    assert gc.get_threshold() == (700, 10, 10) and gc.get_freeze_count() == 0
