@@ -130,11 +130,17 @@ def test_spools_offline_runs_and_run_files_in_one_directory_are_each_stored_once
     assert_stored(server, "sync-mixed-wrong", wrong)
     assert_stored(server, "sync-run-file", read_run_file(run_file).records)
     assert "\r" not in err  # not a terminal: no progress bar
-    before = {run: get(server, f"/api/v1/runs/{run}") for run in ("sync-offline", "sync-mixed-wrong", "sync-run-file")}
+    before = {run: stored(server, run) for run in ("sync-offline", "sync-mixed-wrong", "sync-run-file")}
     code, out, err = run_sync(capsys, root, "--server", server)
     assert code == 0 and "nothing to send" in out, err
-    after = {run: get(server, f"/api/v1/runs/{run}") for run in before}
+    after = {run: stored(server, run) for run in before}
     assert after == before
+
+
+def stored(server: str, run: str) -> dict:
+    """What the server holds of a run, less its open alerts: the alert worker judges the runs on
+    its own time, and a CPU run's steps may truly slow down on a busy machine (it did in CI)."""
+    return {key: value for key, value in get(server, f"/api/v1/runs/{run}").items() if key != "open_alerts"}
 
 
 def test_a_run_file_synced_to_one_server_is_sent_again_to_another(trained, server, tmp_path, capsys):
