@@ -37,15 +37,4 @@ def c_totals(audio: AnyAudioSpec) -> dict[str, int]:
     return {name: c for name, c in out.items() if c}
 
 
-def audio_flops(sums: Mapping[str, Any], c_by_sum: Mapping[str, Any]) -> Any:
-    """Σ sum · coefficient over the sums with a coefficient (``c_totals``). Only + and *: ints,
-    floats, numpy arrays and SQL expressions alike; a sum without a coefficient is not read."""
-    total: Any = 0
-    for name in AUDIO_RECORD_SUMS:
-        coefficient = c_by_sum.get(name)
-        if coefficient:
-            total = total + sums[name] * coefficient
-    return total
-
-
-__all__ = ["AUDIO_RECORD_SUMS", "AnyAudioSpec", "audio_flops", "audio_spec_from_dict", "c_totals"]
+__all__ = ["AUDIO_RECORD_SUMS", "AnyAudioSpec", "audio_spec_from_dict", "c_totals"]

@@ -26,7 +26,7 @@ from types import MappingProxyType
 from typing import Any, Literal, Protocol
 
 from packscope.core.attention import ATTENTION_KINDS, ATTENTION_SUMS, CHUNKED, FULL, SLIDING, VIEWS
-from packscope.core.audio_sums import AUDIO_RECORD_SUMS, audio_flops, c_totals
+from packscope.core.audio_sums import AUDIO_RECORD_SUMS, c_totals
 from packscope.core.flops import TRIAD, ModelSpec, flops_by_kind
 from packscope.core.vision import (
     VISION_IMAGES,
@@ -34,7 +34,6 @@ from packscope.core.vision import (
     VISION_SQ_SUM,
     VISION_SUMS,
     VISION_WINDOW_SQ_SUM,
-    vision_flops,
 )
 
 INT64_MAX = 2**63 - 1
@@ -495,15 +494,23 @@ class Metric:
     amount: bool = False
 
 
+def _tower(s: Mapping[str, Any], coefficients: tuple[tuple[str, int], ...]) -> Any:
+    """A tower's FLOPs, Σ sum · coefficient over its sums with one: the same in every view (no
+    patch or clip is padding, and a tower attends within each image or clip whether the decoder's
+    rows are packed or not). Only + and *: floats, numpy arrays and SQL expressions alike."""
+    total: Any = 0
+    for name, value in coefficients:
+        if value:
+            total = total + s[name] * float(value)
+    return total
+
+
 def _vision(s: Mapping[str, Any], c: Coefficients) -> Any:
-    """The vision tower's FLOPs: the same in every view (no patch is padding, and the tower attends
-    within each image whether the decoder's rows are packed or not)."""
-    return vision_flops(s, {name: float(value) for name, value in c.c_vision})
+    return _tower(s, c.c_vision)
 
 
 def _audio(s: Mapping[str, Any], c: Coefficients) -> Any:
-    """The audio tower's FLOPs: the same in every view (its clips are no decoder tokens)."""
-    return audio_flops(s, {name: float(value) for name, value in c.c_audio})
+    return _tower(s, c.c_audio)
 
 
 class WindowSums(dict[str, Any]):
