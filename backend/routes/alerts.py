@@ -41,11 +41,12 @@ class AlertSettings(BaseModel):
 
 
 def _threshold_field(name: str, default: Any) -> tuple[Any, Any]:
-    """A threshold as the body may set it: null, or a value in the bounds Thresholds.checked holds."""
+    """A threshold as the body may set it: null, or a value in the bounds Thresholds.checked holds.
+    Strict: pydantic would otherwise take true and false for 1 and 0."""
     if isinstance(default, int):
-        kind: Any = Annotated[int, Field(ge=0 if name == "warmup_intervals" else 1, le=1_000_000)]
+        kind: Any = Annotated[int, Field(strict=True, ge=0 if name == "warmup_intervals" else 1, le=1_000_000)]
     else:
-        kind = Annotated[float, Field(ge=0, le=1e300, allow_inf_nan=False)]
+        kind = Annotated[float, Field(strict=True, ge=0, le=1e300, allow_inf_nan=False)]
     return kind | None, Field(default=None, description=f"default {default}")
 
 

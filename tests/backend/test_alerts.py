@@ -324,6 +324,10 @@ def test_thresholds_are_checked(client: TestClient):
     assert client.patch("/api/v1/alerts/settings", json={"slowdown_pct": -1}).status_code == 422
     assert client.patch("/api/v1/alerts/settings", json={"no_such": 1}).status_code == 422
     assert client.patch("/api/v1/alerts/settings?project=p", json={"webhook_urls": ["http://x"]}).status_code == 422
+    # Booleans are no numbers (pydantic's lax mode read them as 1 and 0; schemathesis found it).
+    for body in ({"sync_min_increase": False}, {"sync_intervals": True}, {"mfu_floor": True}):
+        assert client.patch("/api/v1/alerts/settings", json=body).status_code == 422, body
+    assert client.get("/api/v1/alerts/settings").json()["stored"] == {}
     with pytest.raises(ValueError, match="PACKSCOPE_ALERT_THRESHOLDS"):
         from packscope.backend.http.settings import Settings
 
