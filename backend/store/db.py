@@ -1,20 +1,25 @@
 """Engine, session factories and schema upgrades for SQLite (embedded default) and PostgreSQL."""
 
 import json
-from collections.abc import Iterator, Sequence
+import logging
+import time
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import DBAPIError, OperationalError
 from sqlalchemy.orm import Session, sessionmaker
 
 import packscope.migrations
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # Execution option that marks a write session's connections (SQLite starts them BEGIN IMMEDIATE).
 WRITES = "packscope_writes"
@@ -161,12 +166,26 @@ def upgrade_schema(engine: Engine, revision: str = "head") -> None:
     would cascade-delete every row that refers to it. The keys are checked before committing.
     At head, the runs' kept metrics are then brought up to date (store/metric_values.refresh).
     """
-    config = alembic_config()
     sqlite = engine.dialect.name == "sqlite"
+    # The file lock covers the refresh too: servers started together on SQLite then take the
+    # write lock one after another instead of racing the busy timeout (one of four starts failed
+    # with "database is locked" on a loaded machine, the others' no-op migrations in between).
+    with _sqlite_migration_lock(engine) if sqlite else nullcontext():
+        retrying_deadlocks(lambda: _migrate(engine, revision, sqlite))
+        if revision == "head":
+            # The runs' kept metrics, which a migration cannot compute (it may not import the
+            # catalogue): here, so that the first metric sort after an upgrade (runs stored before
+            # 0019, formulas changed since) does not compute every run's.
+            from packscope.backend.store.metric_values import refresh  # imports this module
+
+            retrying_deadlocks(lambda: refresh(engine, everything=True))
+
+
+def _migrate(engine: Engine, revision: str, sqlite: bool) -> None:
+    config = alembic_config()
     # WRITES: BEGIN IMMEDIATE on SQLite (_begin): a migration writes, and a deferred transaction
     # that has read fails at once where another connection wrote in between (a running app's).
-    writes = engine.execution_options(**{WRITES: True})
-    with _sqlite_migration_lock(engine) if sqlite else nullcontext(), writes.connect() as connection:
+    with engine.execution_options(**{WRITES: True}).connect() as connection:
         # On the driver's connection, before SQLAlchemy begins: inside a transaction it is a no-op.
         driver = connection.connection.driver_connection
         assert driver is not None  # a live connection from the pool
@@ -183,10 +202,25 @@ def upgrade_schema(engine: Engine, revision: str = "head") -> None:
         finally:
             if sqlite:
                 driver.execute("PRAGMA foreign_keys=ON")
-    if revision == "head":
-        # The runs' kept metrics, which a migration cannot compute (it may not import the
-        # catalogue): here, so that the first metric sort after an upgrade (runs stored before
-        # 0019, formulas changed since) does not compute every run's.
-        from packscope.backend.store.metric_values import refresh  # imports this module
 
-        refresh(engine, everything=True)
+
+# PostgreSQL's SQLSTATE for a deadlock: it rolled back one of the transactions, ours.
+_DEADLOCK = "40P01"
+DEADLOCK_RETRIES = 5
+
+
+def retrying_deadlocks(work: Callable[[], T]) -> T:
+    """`work()`, again where PostgreSQL chose its transaction as a deadlock's victim.
+
+    A migration takes exclusive locks table by table while a running server's readers (the
+    alerts worker, a page) take shared ones in another order; PostgreSQL then rolls one back.
+    The whole transaction was undone, so doing it again is safe; after DEADLOCK_RETRIES it is raised."""
+    for attempt in range(DEADLOCK_RETRIES + 1):
+        try:
+            return work()
+        except OperationalError as exc:
+            if getattr(exc.orig, "sqlstate", None) != _DEADLOCK or attempt == DEADLOCK_RETRIES:
+                raise
+            log.warning("a deadlock rolled the migration back; trying again (%d of %d)", attempt + 1, DEADLOCK_RETRIES)
+            time.sleep(0.05 * 2**attempt)
+    raise AssertionError("unreachable")
