@@ -33,10 +33,10 @@ from packscope.agent.batch_forms import (
     host_table,
 )
 from packscope.agent.histograms import NUM_BUCKETS, SLOTS, bucket_of, edges_on, slot_of
-from packscope.agent.vision import BATCH_KEYS, SHAPE_KINDS, batch_vision_sums
+from packscope.agent.vision import BATCH_KEYS, SHAPE_KINDS, batch_vision_sums, tiles_sums
 from packscope.core.attention import ATTENTION_SUMS, CHUNKED, FULL, SLIDING, SUM_NAMES, chunk_sq, window_sq
 from packscope.core.audio_sums import AUDIO_RECORD_SUMS, AnyAudioSpec
-from packscope.core.vision import VISION_SUMS, VISION_TOWERS, VisionSpec
+from packscope.core.vision import TILES, VISION_SUMS, VISION_TOWERS, VisionSpec
 
 # Layout of the reduced int64 vector: the histograms, then the THD attention sums.
 DOC_COUNT = slice(0, SLOTS)
@@ -139,6 +139,13 @@ class IntervalAccumulator:
         tables are kept by reference and counted at the boundary; a fixed-size tower's images and
         tables on the CPU are counted now, on the host (neither reads the device)."""
         assert self.vision is not None
+        if VISION_TOWERS[self.vision.tower] == TILES:  # three tensors read together, no value read back
+            for name, n in tiles_sums(self.vision, images).items():
+                if isinstance(n, torch.Tensor):
+                    self.add_device_sum(name, n)
+                else:
+                    self.host.add(name, n)
+            return
         for key in BATCH_KEYS[VISION_TOWERS[self.vision.tower]]:
             value = images.get(key)
             if value is None:
