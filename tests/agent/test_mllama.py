@@ -317,3 +317,55 @@ def test_the_agent_refuses_a_tile_batch_without_its_masks(spec):
             shape=(ROWS, LENGTH), pixel_values=inputs["pixel_values"], aspect_ratio_mask=inputs["aspect_ratio_mask"]
         )
     agent.close()
+
+
+def test_the_default_model_per_component_at_full_width_on_the_meta_device():
+    """transformers' default mllama (Llama 3.2 11B Vision's widths, 448 px tiles of 32 x 32 patches,
+    a 32 + 8 layer tower, eight cross-attention layers of forty) on the meta device: the GEMMs it runs
+    on one row of 64 text tokens and one 4-tile image, from their output shapes, equal the count's
+    components (the pairs need mask values the meta device has none of: the tiny model above holds them)."""
+    from transformers import MllamaConfig
+
+    config = MllamaConfig()
+    cfg = {"model_type": "mllama", "text_config": config.text_config.to_diff_dict()}
+    cfg["vision_config"] = config.vision_config.to_diff_dict()
+    spec = spec_from_structure(cfg)
+    vision = spec.vision
+    assert vision is not None and vision.cross_layers == 8 and vision.image_grid == (32, 32)
+    for part in (config, config.text_config, config.vision_config):
+        part._attn_implementation = "eager"
+    with torch.device("meta"):
+        model = AutoModelForImageTextToText.from_config(config)
+    cross_layers = set(config.text_config.cross_attention_layers)
+    macs: dict[str, int] = defaultdict(int)
+
+    def hook(name: str):
+        def count(module: nn.Module, args: Any, output: torch.Tensor) -> None:
+            if isinstance(module, nn.Linear):
+                done = output.numel() // module.out_features * module.in_features * module.out_features
+            else:
+                done = output.numel() * module.weight[0].numel()
+            macs[_component(name, cross_layers)] += done
+
+        return count
+
+    for name, module in model.named_modules():
+        if isinstance(module, (nn.Linear, nn.Conv2d)):
+            module.register_forward_hook(hook(name))
+    length, side = 64, config.vision_config.image_size
+    with torch.device("meta"), torch.no_grad():
+        model(
+            input_ids=torch.zeros(1, length, dtype=torch.long),
+            pixel_values=torch.zeros(1, 1, 4, 3, side, side),
+            aspect_ratio_ids=torch.ones(1, 1, dtype=torch.long),
+            aspect_ratio_mask=torch.ones(1, 1, 4, dtype=torch.long),
+            cross_attention_mask=torch.ones(1, length, 1, 4, dtype=torch.long),
+        )
+    sums = tiled_sums(vision, (1, length, 1, 4))
+    counted = vision.flops_by_component(sums)
+    for key in ("patch_embedding", "attention", "mlp", "projector", "cross_attention", "cross_mlp"):
+        assert 6 * macs.pop(key) == counted[key], key
+    text_lin = spec.c_lin_by_component
+    assert 6 * macs.pop("text_attention") == length * text_lin["attention"]
+    assert 6 * macs.pop("text_mlp") == length * text_lin["dense_mlp"]
+    assert 6 * macs.pop("logits") == length * text_lin["logits"] and macs == {}
