@@ -134,17 +134,15 @@ def rows_sums(vision: VisionSpec, position_ids: torch.Tensor) -> dict[str, Any]:
     return {**out, **dict.fromkeys(CROSS_SUMS, 0)}
 
 
-def tiles_sums(vision: VisionSpec, batch: Mapping[str, Any]) -> dict[str, Any]:
-    """The sums of one micro-batch of a tiles tower (mllama), ``packscope.core.vision.tiled_sums`` on
-    the device: images, patches and text tokens from the shapes of ``pixel_values`` [rows, images,
-    tiles, channels, H, W] and ``cross_attention_mask`` [rows, text, images, tiles] (host ints; a
-    meta ``pixel_values`` will do), the pairs the tower's and the cross-attention's masks admit from
-    ``aspect_ratio_mask`` and ``cross_attention_mask`` (0-d int64 tensors on their device). A mask
-    entry admits when it is 1, as transformers reads it. Zeros without ``pixel_values``: the model
-    then skips its cross-attention layers."""
+def tiles_shapes(vision: VisionSpec, batch: Mapping[str, Any]) -> tuple[int, int, int, int] | None:
+    """(rows, text tokens, images, tiles) of one micro-batch of a tiles tower (mllama), from the
+    shapes of ``pixel_values`` [rows, images, tiles, channels, H, W] (a meta tensor will do),
+    ``aspect_ratio_mask`` [rows, images, tiles] and ``cross_attention_mask`` [rows, text, images,
+    tiles], all checked; None without ``pixel_values``: the model then skips its cross-attention
+    layers. Nothing is read from the device."""
     pixels = batch.get("pixel_values")
     if pixels is None:
-        return dict.fromkeys(VISION_SUMS, 0)
+        return None
     assert vision.image_grid is not None
     side = (vision.image_grid[0] * vision.patch_size, vision.image_grid[1] * vision.patch_size)
     if pixels.dim() != 6 or tuple(pixels.shape[-2:]) != side:
@@ -163,19 +161,47 @@ def tiles_sums(vision: VisionSpec, batch: Mapping[str, Any]) -> dict[str, Any]:
             f"a {vision.tower} model's cross_attention_mask is [{rows}, text tokens, {images}, {tiles}] (its text "
             f"tokens' count comes from it), got {shape or cross}"
         )
+    return rows, int(shape[1]), images, tiles
+
+
+def tiles_shape_sums(vision: VisionSpec, shapes: tuple[int, int, int, int]) -> dict[str, int]:
+    """The sums of a tiles tower's micro-batch that its shapes give (host ints): tile slots, their
+    patches, and the text tokens the cross-attention layers run on."""
+    rows, text, images, tiles = shapes
+    tokens, _ = tile_tokens(vision)
+    return {
+        VISION_IMAGES: rows * images * tiles,
+        VISION_PATCHES: rows * images * tiles * (tokens - vision.projected_class_tokens),
+        CROSS_TEXT_TOKENS: rows * text,
+    }
+
+
+def tiles_mask_sums(vision: VisionSpec, tiles_mask: torch.Tensor, cross: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The pairs a tiles tower's micro-batch admits, as 0-d int64 tensors on the masks' device: the
+    tower's from ``aspect_ratio_mask`` (an image of r real tiles of T admits L² - pad² pairs) and the
+    cross-attention's from ``cross_attention_mask`` (a text token's admitted (image, tile) entries,
+    all of them when none, x the tile's tokens). An entry admits when it is 1, as transformers reads it."""
+    images, tiles = int(tiles_mask.shape[-2]), int(tiles_mask.shape[-1])
     tokens, slots = tile_tokens(vision)
     real = (tiles_mask == 1).sum(dim=-1, dtype=torch.int64)
     pad = (tiles - real) * slots + real * (slots - tokens)
     attended = (cross == 1).sum(dim=(2, 3), dtype=torch.int64)
-    keys = images * tiles
     return {
-        **dict.fromkeys(VISION_SUMS, 0),
-        VISION_IMAGES: rows * images * tiles,
-        VISION_PATCHES: rows * images * tiles * (tokens - vision.projected_class_tokens),
-        VISION_SQ_SUM: (tiles * slots) ** 2 * rows * images - (pad * pad).sum(),
-        CROSS_TEXT_TOKENS: rows * shape[1],
-        CROSS_PAIRS: torch.where(attended > 0, attended, keys).sum() * tokens,
+        VISION_SQ_SUM: (tiles * slots) ** 2 * real.numel() - (pad * pad).sum(),
+        CROSS_PAIRS: torch.where(attended > 0, attended, images * tiles).sum() * tokens,
     }
+
+
+def tiles_sums(vision: VisionSpec, batch: Mapping[str, Any]) -> dict[str, Any]:
+    """The sums of one micro-batch of a tiles tower (mllama), ``packscope.core.vision.tiled_sums`` on
+    the device: ``tiles_shape_sums`` (host ints) and ``tiles_mask_sums`` (0-d int64 tensors); zeros
+    without ``pixel_values``."""
+    out: dict[str, Any] = dict.fromkeys(VISION_SUMS, 0)
+    shapes = tiles_shapes(vision, batch)
+    if shapes is None:
+        return out
+    out |= tiles_shape_sums(vision, shapes)
+    return out | tiles_mask_sums(vision, batch["aspect_ratio_mask"], batch["cross_attention_mask"])
 
 
 def _add(total: dict[str, Any], part: Mapping[str, Any]) -> dict[str, Any]:
@@ -218,5 +244,8 @@ __all__ = [
     "grid_thw_sums",
     "image_sizes_sums",
     "rows_sums",
+    "tiles_mask_sums",
+    "tiles_shape_sums",
+    "tiles_shapes",
     "tiles_sums",
 ]

@@ -369,3 +369,29 @@ def test_the_default_model_per_component_at_full_width_on_the_meta_device():
     assert 6 * macs.pop("text_attention") == length * text_lin["attention"]
     assert 6 * macs.pop("text_mlp") == length * text_lin["dense_mlp"]
     assert 6 * macs.pop("logits") == length * text_lin["logits"] and macs == {}
+
+
+def test_observing_a_micro_batch_runs_no_op_and_the_boundary_reads_nothing_back(spec, monkeypatch):
+    """Between boundaries the agent reads the shapes only (no ATen op runs); at the boundary the two
+    masks are counted on their device with no value read back before the interval's one copy."""
+    from packscope.agent.accumulator import IntervalAccumulator
+    from tests.agent.test_deferred_forms import CountOps
+
+    assert spec.vision is not None
+    inputs = image_inputs()
+    acc = IntervalAccumulator(vision=spec.vision)
+    with CountOps() as ops:
+        acc.add_vision({k: inputs[k] for k in ("pixel_values", "aspect_ratio_mask", "cross_attention_mask")})
+    assert ops.ops == []
+
+    def refuse(self, *args, **kwargs):
+        raise AssertionError("a tensor's value was read on the host")
+
+    for name in ("item", "tolist", "__bool__", "__int__", "__float__", "__index__", "cpu", "numpy", "nonzero"):
+        monkeypatch.setattr(torch.Tensor, name, refuse)
+    out = acc.reduce(torch.device("cpu"))
+    monkeypatch.undo()
+    from packscope.agent.accumulator import SUM_AT
+
+    sums = {name: int(out[SUM_AT[name]]) + acc.host.counts[name] for name in VISION_SUMS}
+    assert sums == reference_sums(spec)
