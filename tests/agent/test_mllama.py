@@ -395,3 +395,67 @@ def test_observing_a_micro_batch_runs_no_op_and_the_boundary_reads_nothing_back(
 
     sums = {name: int(out[SUM_AT[name]]) + acc.host.counts[name] for name in VISION_SUMS}
     assert sums == reference_sums(spec)
+
+
+class WithImages:
+    """A collator whose micro-batches alternate: rows with images (image_inputs' masks), rows without."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.sums: list[dict[str, int]] = []
+
+    def __call__(self, features: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+        ids = torch.tensor([(f["input_ids"] + [3] * LENGTH)[:LENGTH] for f in features])
+        batch = {"input_ids": ids, "labels": ids.clone()}
+        if self.calls % 2 == 0:
+            images = image_inputs()
+            batch |= {k: v for k, v in images.items() if k != "input_ids"}
+        self.calls += 1
+        return batch
+
+
+def test_the_trainers_batches_are_counted_with_their_images(spec, tmp_path):
+    """A tiny mllama trained by the Trainer, micro-batches with images and without alternating: the
+    forward hook keeps pixel_values as its shape and the masks by reference; each record holds the
+    reference sums of its interval's micro-batches with images, and its FLOPs are the decoder's on its
+    token sums plus the tower's and the cross-attention layers', in every view."""
+    import dataclasses
+
+    import transformers
+
+    from packscope.agent.integrations.hf import PackscopeCallback
+    from packscope.core.attention import SUM_NAMES as ATTENTION_SUM_NAMES
+
+    assert spec.vision is not None
+    config = AutoConfig.for_model("mllama", text_config=TEXT, vision_config=VISION)
+    torch.manual_seed(0)
+    model = AutoModelForImageTextToText.from_config(config)
+    collator = WithImages()
+    cb = PackscopeCallback(run_name="hf-mllama", log_every=2, check_cross_documents=False)
+    kept: list[str] = []
+    observe = cb._pending._observe_step
+
+    def observe_step(forwards):
+        kept.extend(kwargs["pixel_values"].device.type for _, kwargs, _ in forwards if "pixel_values" in kwargs)
+        observe(forwards)
+
+    cb._pending._observe_step = observe_step
+    g = torch.Generator().manual_seed(1)
+    data = [{"input_ids": torch.randint(3, 290, (LENGTH,), generator=g).tolist()} for _ in range(16)]
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=2, gradient_accumulation_steps=2, max_steps=4,
+        logging_steps=2, report_to=[], use_cpu=True, save_strategy="no", disable_tqdm=True,
+        remove_unused_columns=False,
+    )  # fmt: skip
+    transformers.Trainer(model=model, args=args, data_collator=collator, callbacks=[cb], train_dataset=data).train()
+    assert kept == ["meta"] * 4  # 4 steps of one micro-batch with images and one without
+    records = list(cb.agent.records)
+    assert len(records) == 2 and cb.agent.model == spec
+    decoder = dataclasses.replace(spec, vision=None)
+    for record in records:
+        want = {name: 2 * value for name, value in reference_sums(spec).items()}  # two steps, one each
+        assert {name: record[name] for name in want} == want
+        sums = {name: record[name] for name in ATTENTION_SUM_NAMES}
+        flops = decoder.triad_by_kind(record["tokens"], record["real_tokens"], sums)
+        tower = spec.vision.flops(want)
+        assert {v: record[f"flops_{v}"] for v in flops} == {v: float(f + tower) for v, f in flops.items()}
