@@ -319,6 +319,15 @@ def test_the_agent_refuses_a_tile_batch_without_its_masks(spec):
     agent.close()
 
 
+def test_the_callback_refuses_a_batch_with_the_towers_output_precomputed(spec):
+    from packscope.agent.integrations.batches import image_kwargs
+
+    inputs = image_inputs()
+    with pytest.raises(ValueError, match="cross_attention_states"):
+        image_kwargs({**inputs, "cross_attention_states": torch.zeros(1)}, spec.vision)
+    assert set(image_kwargs(inputs, spec.vision)) == {"pixel_values", "aspect_ratio_mask", "cross_attention_mask"}
+
+
 def test_the_default_model_per_component_at_full_width_on_the_meta_device():
     """transformers' default mllama (Llama 3.2 11B Vision's widths, 448 px tiles of 32 x 32 patches,
     a 32 + 8 layer tower, eight cross-attention layers of forty) on the meta device: the GEMMs it runs
