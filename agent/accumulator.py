@@ -33,10 +33,17 @@ from packscope.agent.batch_forms import (
     host_table,
 )
 from packscope.agent.histograms import NUM_BUCKETS, SLOTS, bucket_of, edges_on, slot_of
-from packscope.agent.vision import BATCH_KEYS, SHAPE_KINDS, batch_vision_sums
+from packscope.agent.vision import (
+    BATCH_KEYS,
+    SHAPE_KINDS,
+    batch_vision_sums,
+    tiles_mask_sums,
+    tiles_shape_sums,
+    tiles_shapes,
+)
 from packscope.core.attention import ATTENTION_SUMS, CHUNKED, FULL, SLIDING, SUM_NAMES, chunk_sq, window_sq
 from packscope.core.audio_sums import AUDIO_RECORD_SUMS, AnyAudioSpec
-from packscope.core.vision import VISION_SUMS, VISION_TOWERS, VisionSpec
+from packscope.core.vision import TILES, VISION_SUMS, VISION_TOWERS, VisionSpec
 
 # Layout of the reduced int64 vector: the histograms, then the THD attention sums.
 DOC_COUNT = slice(0, SLOTS)
@@ -96,6 +103,7 @@ class IntervalAccumulator:
         self._vision_tables: dict[str, list[torch.Tensor]] = {}  # device grids / sizes, by batch key
         self._device_sums: dict[str, torch.Tensor] = {}  # counted elsewhere on the device (add_device_sum)
         self._audio_calls: list[tuple[str, torch.Tensor]] = []  # each call's clip mask (or lengths), by reference
+        self._tile_masks: list[tuple[torch.Tensor, torch.Tensor]] = []  # mllama's two masks, by reference
         self._cu: list[CuBatch] = []  # counted and canonicalised all together at the log boundary
         self._tokens: list[TokenBatch] = []  # the same for the per-token forms
         self._held_slots = 0  # token slots of the tensors held in _tokens and in cu token masks
@@ -139,6 +147,13 @@ class IntervalAccumulator:
         tables are kept by reference and counted at the boundary; a fixed-size tower's images and
         tables on the CPU are counted now, on the host (neither reads the device)."""
         assert self.vision is not None
+        if VISION_TOWERS[self.vision.tower] == TILES:  # the shapes now, the masks kept for the boundary
+            shapes = tiles_shapes(self.vision, images)
+            if shapes is not None:
+                for name, n in tiles_shape_sums(self.vision, shapes).items():
+                    self.host.add(name, n)
+                self._tile_masks.append((images["aspect_ratio_mask"], images["cross_attention_mask"]))
+            return
         for key in BATCH_KEYS[VISION_TOWERS[self.vision.tower]]:
             value = images.get(key)
             if value is None:
@@ -177,6 +192,11 @@ class IntervalAccumulator:
                         out[SUM_AT[name]] += value
         for name, value in self._device_sums.items():
             out[SUM_AT[name]] += value.to(device, torch.int64)
+        if self._tile_masks:
+            assert self.vision is not None
+            for tiles_mask, cross in self._tile_masks:
+                for name, value in tiles_mask_sums(self.vision, tiles_mask, cross).items():
+                    out[SUM_AT[name]] += value.to(device)
         if self._audio_calls:
             assert self.audio is not None
             for name, value in interval_sums(self.audio, self._audio_calls, device).items():

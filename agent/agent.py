@@ -316,7 +316,8 @@ class Agent:
 
         A vision-language model's images go beside the text form, under its processor's keys:
         ``image_grid_thw`` / ``video_grid_thw`` (Qwen2.5-VL), ``image_sizes`` (Pixtral: Mistral 3,
-        Llava), ``pixel_values`` (a fixed-size tower: Gemma 3, Llava's CLIP, Llama 4).
+        Llava), ``pixel_values`` (a fixed-size tower: Gemma 3, Llava's CLIP, Llama 4); mllama's
+        ``pixel_values`` with its ``aspect_ratio_mask`` and ``cross_attention_mask`` (both required).
         A model with an audio tower takes the micro-batch's clips, when its tower ran on them, under
         the mask its feature extractor writes: ``feature_attention_mask`` [clips, frames] (or
         ``audio_feature_lengths`` [clips]: Qwen3-Omni), ``input_features_mask`` (Gemma 4).

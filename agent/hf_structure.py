@@ -143,14 +143,6 @@ _TOWER_CONFIGS = ("vision_config", "audio_config")
 # top-level class has no forward, its talker and code2wav run in generate() only, so a fine-tune
 # runs the thinker (decoder, vision and audio towers) and they do no work in training.
 THINKERS = {"qwen3_omni_moe": ("thinker_config", "qwen3_omni_moe_thinker")}
-# Model types whose layers hold work the count cannot price from the modules (one line each).
-REFUSED_KINDS = {
-    # transformers skips these layers in a micro-batch without images, and attends densely within one
-    # with them: each row's text positions x its images' tile tokens (images x tiles x (patches + 1))
-    "mllama": "cross-attention layers (cross_attention_layers): they run only in micro-batches with images, on "
-    "each row's text tokens x its images' tile tokens; the interval record has no sums for them "
-    "(cross_attention_tokens, cross_attention_pairs)",
-}
 # Wrappers whose towers are not priced yet, refused before building; their decoders are counted
 # alone (the text model_type with text_config). Gemma 3n's vision tower is timm's MobileNet-V5
 # (TimmWrapperModel): transformers builds it through timm, which needs torchvision, and neither is
@@ -495,7 +487,10 @@ def measure(model: Any, text: Any, towers: tuple[Any, ...] = ()) -> tuple[Measur
     kinds: list[str] = []
     assignment: set[int] = set()  # one real expert's work, the same in every such layer
     layers = _decoder_layers(model)
+    with_tower = {id(t) for t in towers}  # mllama's cross-attention layers: priced with its tower
     for i, layer in enumerate(layers):
+        if id(layer) in with_tower:
+            continue
         parts, attn, _ = _layer_parts(layer, text)
         if ASSIGNMENT in parts:
             assignment.add(parts.pop(ASSIGNMENT))
@@ -638,8 +633,6 @@ def spec_from_structure(cfg: Mapping[str, Any], tp: int = 1) -> ModelSpec:
         raise HFConfigError(f"config.json: 'model_type' must be a string, got {mt!r}")
     if tp != 1:  # the head is read as built: Megatron's padding of the vocabulary per TP rank is not applied
         raise HFConfigError(f"model_type {mt!r} is counted from its structure, with the vocabulary unpadded: give tp 1")
-    if mt in REFUSED_KINDS:
-        raise HFConfigError(f"model_type {mt!r} is not counted: the layer kind {REFUSED_KINDS[mt]}")
     if mt in REFUSED_TOWERS:
         raise HFConfigError(f"model_type {mt!r} is not counted: {REFUSED_TOWERS[mt]}")
     if mt in THINKERS:

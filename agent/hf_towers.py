@@ -5,7 +5,8 @@ A wrapper (Qwen3-VL, Qwen3.5 with its vision tower, InternVL) is built by transf
 device, as the structural count builds a decoder; every child of the wrapper's inner model that
 is not the decoder and holds GEMMs is a tower. A tower whose attention the count knows
 (``GRID_TOWERS``: every block attends in full within each frame, the images described by
-``image_grid_thw``; ``TILE_TOWERS``: fixed-size tiles with a class token) becomes a
+``image_grid_thw``; ``TILE_TOWERS``: fixed-size tiles with a class token; ``CROSS_TOWERS``: an
+image's tiles attending together, read by the decoder's cross-attention layers) becomes a
 :class:`VisionSpec` with its widths read off the modules, and the formula is then held to the
 modules: each block's GEMMs are the formula's q, k, v, o and MLP, the projector is every GEMM of
 the mergers (the deepstack ones included) or of the projector beside the tower, and nothing else
@@ -36,9 +37,12 @@ TILE_TOWERS = {"InternVLVisionModel": "internvl"}
 # Tower classes that take pre-cut patches padded per image ([images, slots, patch values]), every
 # slot attending to every other of its image, then pooled k x k (no GEMM) and projected per token.
 ROW_TOWERS = {"Gemma4VisionModel": "gemma4"}
+# Tower classes of fixed-size tiles, all tiles of an image attending together, whose tokens the
+# decoder reads through cross-attention layers (mllama: ``mllama_tower``).
+CROSS_TOWERS = {"MllamaVisionModel": "mllama"}
 PROJECTORS = {"InternVLMultiModalProjector": "InternVLVisionModel"}
 # Projectors that share a class across towers, told apart by the wrapper's name for them.
-NAMED_PROJECTORS = {"embed_vision": "Gemma4VisionModel"}
+NAMED_PROJECTORS = {"embed_vision": "Gemma4VisionModel", "multi_modal_projector": "MllamaVisionModel"}
 # Names wrappers give their decoder (besides the module get_decoder() returns): never a tower.
 _DECODER_NAMES = ("language_model", "text_model")
 
@@ -238,12 +242,84 @@ def row_tower(mt: str, name: str, tower: Any, projector: Any) -> VisionSpec:
     return _checked(mt, name, tower, spec, blocks, [embed])
 
 
+def _cross_layers(mt: str, model: Any) -> tuple[list[Any], dict[str, Any]]:
+    """The decoder's cross-attention layers (those with a ``cross_attn``) and their widths, the same
+    in each and held to the modules: q, k, v, o and the MLP are every GEMM of such a layer."""
+    from torch import nn
+
+    layers = [layer for layer in model.get_decoder().layers if hasattr(layer, "cross_attn")]
+    if not layers:
+        raise HFConfigError(f"{mt}: the decoder has no cross-attention layers (cross_attention_layers is empty)")
+    widths = []
+    for layer in layers:
+        attn = layer.cross_attn
+        q, k, v, o = (getattr(attn, n) for n in ("q_proj", "k_proj", "v_proj", "o_proj"))
+        mlp = [m for m in layer.mlp.modules() if isinstance(m, nn.Linear)]
+        placed = {id(m) for m in (q, k, v, o, *mlp)}
+        stray = [n for n, m in layer.named_modules() if isinstance(m, (nn.Linear, nn.Conv1d)) and id(m) not in placed]
+        hidden = q.in_features
+        square = {(q.in_features, q.out_features), (o.out_features, o.in_features)} == {(hidden, q.out_features)}
+        kv = {(k.in_features, k.out_features), (v.in_features, v.out_features)} == {(hidden, k.out_features)}
+        if stray or not square or not kv or len(mlp) not in (2, 3):
+            raise HFConfigError(f"{mt}: a cross-attention layer's GEMMs are not q, k, v, o and an MLP ({stray})")
+        widths.append(
+            {
+                "cross_hidden": hidden,
+                "cross_width": q.out_features,
+                "cross_kv_width": k.out_features,
+                "cross_ffn": mlp[0].out_features,
+                "cross_gated": len(mlp) == 3,
+                "macs": sum(m.in_features * m.out_features for m in mlp),
+            }
+        )
+    if any(w != widths[0] for w in widths):
+        raise HFConfigError(f"{mt}: its cross-attention layers differ in width")
+    macs = widths[0].pop("macs")
+    return layers, {"cross_layers": len(layers), **widths[0], "mlp_macs": macs}
+
+
+def mllama_tower(mt: str, name: str, tower: Any, projector: Any, model: Any) -> tuple[VisionSpec, list[Any]]:
+    """Llama 3.2 Vision's tower: each image's tiles (``max_num_tiles`` slots of (image_size / patch)²
+    patches, a class token, padded to a multiple of 8) through the local encoder and then the gated
+    global one, every tile slot of the image attending together; the projector (``vision_output_dim``:
+    the last layer's and the ``intermediate_layers_indices`` layers' states side by side) per token;
+    then k and v of every cross-attention layer per token, and q, o and the MLP of those layers per
+    text token. (The spec, and the modules placed: the tower, the projector, the cross layers.)"""
+    from torch import nn
+
+    blocks = [*tower.transformer.layers, *tower.global_transformer.layers]
+    conv = tower.patch_embedding
+    spec = _tower_widths(mt, name, tower, conv, blocks[0].self_attn, blocks[0].mlp, 1)
+    side = tower.image_size // tower.patch_size
+    patches = side * side
+    if tower.num_patches != patches + 1:
+        raise _refuse(mt, name, tower, f"its tiles hold {tower.num_patches} tokens, not {patches} patches + 1")
+    indices = list(tower.intermediate_layers_indices)
+    if any(not 0 <= i < len(tower.transformer.layers) for i in indices):
+        raise _refuse(mt, name, tower, f"intermediate_layers_indices {indices} are not layers of the local encoder")
+    if not isinstance(projector, nn.Linear):
+        raise _refuse(mt, name, tower, "its projector is not one Linear")
+    spec["tower"] = CROSS_TOWERS[type(tower).__name__]
+    spec["projector"] = _gemm_pairs(mt, name, tower, [projector], spec["hidden"] * (1 + len(indices)))
+    spec["image_grid"] = (side, side)
+    spec["class_tokens"] = -(-(patches + 1) // 8) * 8 - patches  # the class token and the padding to 8
+    spec["projected_class_tokens"] = 1
+    layers, cross = _cross_layers(mt, model)
+    mlp_macs = cross.pop("mlp_macs")
+    if cross["cross_hidden"] != projector.out_features:
+        raise _refuse(mt, name, tower, "its cross-attention layers do not read the projector's tokens")
+    vision = _checked(mt, name, tower, spec | cross, blocks, [conv])
+    if vision.cross_mlp_macs != mlp_macs:
+        raise HFConfigError(f"{mt}: a cross-attention layer's MLP is not {vision.cross_ffn} wide both ways")
+    return vision, [tower, projector, *layers]
+
+
 def vision_from_structure(model: Any, mt: str) -> tuple[VisionSpec | None, list[Any]]:
     """(the vision tower's spec or None, the tower modules placed) of a built model; a tower that
     cannot be counted is refused in one line naming its class (all of them, if several)."""
     found = towers(model)
     classes = {type(t).__name__ for t in found.values()}
-    known = set(GRID_TOWERS) | set(TILE_TOWERS) | set(ROW_TOWERS)
+    known = set(GRID_TOWERS) | set(TILE_TOWERS) | set(ROW_TOWERS) | set(CROSS_TOWERS)
     known |= {p for p, t in PROJECTORS.items() if t in classes}
     known |= set(AUDIO_TOWERS)  # counted apart (packscope.agent.hf_audio), with their projectors
     projectors = {n for n, t in NAMED_PROJECTORS.items() if n in found and t in classes}
@@ -269,20 +345,24 @@ def vision_from_structure(model: Any, mt: str) -> tuple[VisionSpec | None, list[
     ((name, tower),) = towers_only.items()
     if type(tower).__name__ in GRID_TOWERS:
         return grid_tower(mt, name, tower), [tower]
-    if type(tower).__name__ in ROW_TOWERS:
+    if type(tower).__name__ in (*ROW_TOWERS, *CROSS_TOWERS):
         (projector,) = (found[n] for n in projectors if NAMED_PROJECTORS.get(n) == type(tower).__name__)
+        if type(tower).__name__ in CROSS_TOWERS:
+            return mllama_tower(mt, name, tower, projector, model)
         return row_tower(mt, name, tower, projector), [tower, projector]
     (projector,) = (t for t in found.values() if PROJECTORS.get(type(t).__name__) == type(tower).__name__)
     return tile_tower(mt, name, tower, projector, model.config), [tower, projector]
 
 
 __all__ = [
+    "CROSS_TOWERS",
     "GRID_TOWERS",
     "NAMED_PROJECTORS",
     "PROJECTORS",
     "ROW_TOWERS",
     "TILE_TOWERS",
     "grid_tower",
+    "mllama_tower",
     "row_tower",
     "tile_tower",
     "towers",

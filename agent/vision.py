@@ -11,7 +11,9 @@ A fixed-size tower (Gemma 3's SigLIP, Llava's CLIP, Llama 4's tiles) needs no de
 sums follow from the number of images, a static shape (``pixel_values.shape[0]``), and are
 returned as host ints, like the accumulator's other shape-known counts. A padded-rows tower (Gemma
 4) is read from its ``image_position_ids`` [images, slots, 2] (-1 marks a padding slot): images and
-slots from the shape, the real patches (the keys every slot attends to) on the device.
+slots from the shape, the real patches (the keys every slot attends to) on the device. A tiles
+tower (mllama) is read from its ``pixel_values``' shape, its ``aspect_ratio_mask`` and its
+``cross_attention_mask``, on the device (``tiles_sums``).
 """
 
 from __future__ import annotations
@@ -22,10 +24,14 @@ from typing import Any
 import torch
 
 from packscope.core.vision import (
+    CROSS_PAIRS,
+    CROSS_SUMS,
+    CROSS_TEXT_TOKENS,
     FIXED,
     GRID_THW,
     IMAGE_SIZES,
     PADDED_ROWS,
+    TILES,
     VISION_IMAGES,
     VISION_PATCHES,
     VISION_SQ_SUM,
@@ -36,6 +42,7 @@ from packscope.core.vision import (
     batch_sums,
     fixed_image_sums,
     pixels_to_grid,
+    tile_tokens,
 )
 
 # The batch keys each kind of tower reads (HF processors' names).
@@ -44,6 +51,7 @@ BATCH_KEYS: dict[str, tuple[str, ...]] = {
     IMAGE_SIZES: ("image_sizes",),
     FIXED: ("pixel_values",),
     PADDED_ROWS: ("image_position_ids", "video_position_ids"),  # video frames are rows like images
+    TILES: ("pixel_values", "aspect_ratio_mask", "cross_attention_mask"),  # read together (tiles_sums)
 }
 # The kinds whose sums follow from a static shape: counted on the host, nothing read from the device.
 SHAPE_KINDS = (FIXED,)
@@ -59,15 +67,17 @@ def _check_table(name: str, table: torch.Tensor, columns: int) -> torch.Tensor:
 
 
 def _frames_sums(vision: VisionSpec, t: torch.Tensor, h: torch.Tensor, w: torch.Tensor) -> dict[str, torch.Tensor]:
-    """The four sums of images of t frames of h x w patches (int64 columns), elementwise."""
+    """The sums of images of t frames of h x w patches (int64 columns), elementwise."""
     frame = h * w
+    zero = torch.zeros((), dtype=torch.int64, device=t.device)
     out = {
+        **dict.fromkeys(CROSS_SUMS, zero),  # no cross-attention layers read these towers
         VISION_IMAGES: t.sum(),
         VISION_PATCHES: (t * frame).sum(),
         VISION_SQ_SUM: (t * (frame + vision.class_tokens) ** 2).sum(),
     }
     if vision.window is None:
-        out[VISION_WINDOW_SQ_SUM] = torch.zeros((), dtype=torch.int64, device=t.device)
+        out[VISION_WINDOW_SQ_SUM] = zero
         return out
     # Windows of W x W merged tokens over each frame's (h/m) x (w/m) merged grid, partial at the
     # edges: Σ over windows of (r·c·m²)² = m⁴ · Σ_rows r² · Σ_cols c² (vision.frame_window_sq).
@@ -120,7 +130,78 @@ def rows_sums(vision: VisionSpec, position_ids: torch.Tensor) -> dict[str, Any]:
         raise ValueError(f"image_position_ids must be [images, slots, 2], got shape {tuple(position_ids.shape)}")
     images, slots = int(position_ids.shape[0]), int(position_ids.shape[1])
     real = (position_ids != -1).all(dim=-1).sum(dtype=torch.int64)
-    return {VISION_IMAGES: images, VISION_PATCHES: images * slots, VISION_SQ_SUM: real * slots, VISION_WINDOW_SQ_SUM: 0}
+    out = {VISION_IMAGES: images, VISION_PATCHES: images * slots, VISION_SQ_SUM: real * slots, VISION_WINDOW_SQ_SUM: 0}
+    return {**out, **dict.fromkeys(CROSS_SUMS, 0)}
+
+
+def tiles_shapes(vision: VisionSpec, batch: Mapping[str, Any]) -> tuple[int, int, int, int] | None:
+    """(rows, text tokens, images, tiles) of one micro-batch of a tiles tower (mllama), from the
+    shapes of ``pixel_values`` [rows, images, tiles, channels, H, W] (a meta tensor will do),
+    ``aspect_ratio_mask`` [rows, images, tiles] and ``cross_attention_mask`` [rows, text, images,
+    tiles], all checked; None without ``pixel_values``: the model then skips its cross-attention
+    layers. Nothing is read from the device."""
+    pixels = batch.get("pixel_values")
+    if pixels is None:
+        return None
+    assert vision.image_grid is not None
+    side = (vision.image_grid[0] * vision.patch_size, vision.image_grid[1] * vision.patch_size)
+    if pixels.dim() != 6 or tuple(pixels.shape[-2:]) != side:
+        raise ValueError(
+            f"a {vision.tower} tower takes pixel_values [rows, images, tiles, channels, {side[0]}, {side[1]}], "
+            f"got shape {tuple(pixels.shape)}"
+        )
+    rows, images, tiles = (int(n) for n in pixels.shape[:3])
+    tiles_mask, cross = batch.get("aspect_ratio_mask"), batch.get("cross_attention_mask")
+    if not isinstance(tiles_mask, torch.Tensor) or tuple(tiles_mask.shape) != (rows, images, tiles):
+        got = tuple(tiles_mask.shape) if isinstance(tiles_mask, torch.Tensor) else tiles_mask
+        raise ValueError(f"a {vision.tower} tower's aspect_ratio_mask is [{rows}, {images}, {tiles}], got {got}")
+    shape = tuple(cross.shape) if isinstance(cross, torch.Tensor) else ()
+    if not isinstance(cross, torch.Tensor) or len(shape) != 4 or shape[0] != rows or shape[2:] != (images, tiles):
+        raise ValueError(
+            f"a {vision.tower} model's cross_attention_mask is [{rows}, text tokens, {images}, {tiles}] (its text "
+            f"tokens' count comes from it), got {shape or cross}"
+        )
+    return rows, int(shape[1]), images, tiles
+
+
+def tiles_shape_sums(vision: VisionSpec, shapes: tuple[int, int, int, int]) -> dict[str, int]:
+    """The sums of a tiles tower's micro-batch that its shapes give (host ints): tile slots, their
+    patches, and the text tokens the cross-attention layers run on."""
+    rows, text, images, tiles = shapes
+    tokens, _ = tile_tokens(vision)
+    return {
+        VISION_IMAGES: rows * images * tiles,
+        VISION_PATCHES: rows * images * tiles * (tokens - vision.projected_class_tokens),
+        CROSS_TEXT_TOKENS: rows * text,
+    }
+
+
+def tiles_mask_sums(vision: VisionSpec, tiles_mask: torch.Tensor, cross: torch.Tensor) -> dict[str, torch.Tensor]:
+    """The pairs a tiles tower's micro-batch admits, as 0-d int64 tensors on the masks' device: the
+    tower's from ``aspect_ratio_mask`` (an image of r real tiles of T admits L² - pad² pairs) and the
+    cross-attention's from ``cross_attention_mask`` (a text token's admitted (image, tile) entries,
+    all of them when none, x the tile's tokens). An entry admits when it is 1, as transformers reads it."""
+    images, tiles = int(tiles_mask.shape[-2]), int(tiles_mask.shape[-1])
+    tokens, slots = tile_tokens(vision)
+    real = (tiles_mask == 1).sum(dim=-1, dtype=torch.int64)
+    pad = (tiles - real) * slots + real * (slots - tokens)
+    attended = (cross == 1).sum(dim=(2, 3), dtype=torch.int64)
+    return {
+        VISION_SQ_SUM: (tiles * slots) ** 2 * real.numel() - (pad * pad).sum(),
+        CROSS_PAIRS: torch.where(attended > 0, attended, images * tiles).sum() * tokens,
+    }
+
+
+def tiles_sums(vision: VisionSpec, batch: Mapping[str, Any]) -> dict[str, Any]:
+    """The sums of one micro-batch of a tiles tower (mllama), ``packscope.core.vision.tiled_sums`` on
+    the device: ``tiles_shape_sums`` (host ints) and ``tiles_mask_sums`` (0-d int64 tensors); zeros
+    without ``pixel_values``."""
+    out: dict[str, Any] = dict.fromkeys(VISION_SUMS, 0)
+    shapes = tiles_shapes(vision, batch)
+    if shapes is None:
+        return out
+    out |= tiles_shape_sums(vision, shapes)
+    return out | tiles_mask_sums(vision, batch["aspect_ratio_mask"], batch["cross_attention_mask"])
 
 
 def _add(total: dict[str, Any], part: Mapping[str, Any]) -> dict[str, Any]:
@@ -132,6 +213,8 @@ def batch_vision_sums(vision: VisionSpec, batch: Mapping[str, Any]) -> dict[str,
     (``BATCH_KEYS``): 0-d int64 device tensors for a tensor of grids or sizes, host ints for a
     fixed-size tower or for sizes given as a list. A batch without images gives zeros."""
     kind = VISION_TOWERS[vision.tower]
+    if kind == TILES:
+        return tiles_sums(vision, batch)
     total: dict[str, Any] = dict.fromkeys(VISION_SUMS, 0)
     for key in BATCH_KEYS[kind]:
         value = batch.get(key)
@@ -161,4 +244,8 @@ __all__ = [
     "grid_thw_sums",
     "image_sizes_sums",
     "rows_sums",
+    "tiles_mask_sums",
+    "tiles_shape_sums",
+    "tiles_shapes",
+    "tiles_sums",
 ]

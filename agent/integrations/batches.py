@@ -101,6 +101,14 @@ def image_kwargs(batch: Mapping[str, Any], vision: VisionSpec | None) -> dict[st
     a text model. Look-ups only: the tables are counted at the log boundary."""
     if vision is None:
         return {}
+    if vision.cross_layers and batch.get("cross_attention_states") is not None:
+        # The tower ran before this batch (its output passed in): neither its work nor the
+        # cross-attention layers' pairs can be read from it, and a silent count would miss both.
+        raise ValueError(
+            "the batch holds cross_attention_states (the vision tower's output, computed outside the model's "
+            "forward): packscope counts an mllama batch from its pixel_values, aspect_ratio_mask and "
+            "cross_attention_mask; pass those instead"
+        )
     return {key: batch[key] for key in BATCH_KEYS[VISION_TOWERS[vision.tower]] if batch.get(key) is not None}
 
 

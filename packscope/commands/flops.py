@@ -18,6 +18,7 @@ from packscope.core.flops import KindBreakdown, ModelSpec, packs_breakdown_by_ki
 from packscope.core.hf_config import HFConfigError, UnknownModelType, load_config_json, spec_from_hf_dict
 from packscope.core.vision import (
     PADDED_ROWS,
+    TILES,
     VISION_SUMS,
     VISION_TOWERS,
     VisionSpec,
@@ -26,6 +27,7 @@ from packscope.core.vision import (
     fixed_image_sums,
     padded_rows_sums,
     pixels_to_grid,
+    tiled_sums,
 )
 
 # The most tokens one document or pack may hold: attention kernels index a pack's tokens with int32
@@ -102,6 +104,28 @@ def _clips(text: str) -> tuple[int, ...]:
     return values
 
 
+def _tile_batch(text: str) -> tuple[tuple[int, int, int, int], list[int] | None, list[int] | None]:
+    """ROWS,TEXT,IMAGES,TILES[/real=R,...][/attended=A,...]: one mllama micro-batch with images."""
+    shape, *parts = text.split("/")
+    lists: dict[str, list[int]] = {}
+    try:
+        dims = tuple(int(x) for x in shape.split(","))
+        for part in parts:
+            key, _, values = part.partition("=")
+            if key not in ("real", "attended") or key in lists:
+                raise ValueError
+            lists[key] = [int(x) for x in values.split(",")]
+    except ValueError:
+        dims = ()
+    if len(dims) != 4 or min(dims) < 1:
+        raise argparse.ArgumentTypeError(
+            "a tile batch is ROWS,TEXT,IMAGES,TILES (whole numbers >= 1), optionally /real=R,... (each image's real "
+            f"tiles) and /attended=A,... (each text token's admitted (image, tile) entries), got {text!r}"
+        )
+    rows, text_tokens, images, tiles = dims
+    return (rows, text_tokens, images, tiles), lists.get("real"), lists.get("attended")
+
+
 def _fraction(text: str) -> float:
     try:
         value = float(text)
@@ -164,6 +188,18 @@ def add_flops_arguments(p: argparse.ArgumentParser) -> None:
         metavar="N",
         help="N images of a fixed-size tower (Gemma 3, Llava, Llama 4 tiles)",
     )
+    images.add_argument(
+        "--tile-batch",
+        type=_tile_batch,
+        action="append",
+        default=[],
+        metavar="ROWS,TEXT,IMAGES,TILES[/real=R,...][/attended=A,...]",
+        help="a tiles tower with cross-attention (mllama): one micro-batch with images, pixel_values [ROWS, IMAGES, "
+        "TILES, ...] and text [ROWS, TEXT]; real= each image's real tiles (aspect_ratio_mask.sum(-1), "
+        "ROWS x IMAGES of them; default all), attended= each text token's admitted (image, tile) entries "
+        "(cross_attention_mask.sum((2, 3)), ROWS x TEXT of them, 0 = none, which attends to all; default all). "
+        "Repeat for more micro-batches; the packs hold the text tokens of all of them",
+    )
     p.add_argument(
         "--routed-fraction",
         type=_fraction,
@@ -217,10 +253,20 @@ def report(model: ModelSpec, result: KindBreakdown) -> dict[str, Any]:
 
 def vision_sums_from_args(vision: VisionSpec | None, args: argparse.Namespace) -> dict[str, int] | None:
     """The images' sums, or None when none is given."""
-    if not (args.image or args.image_pixels or args.images or args.image_slots is not None):
+    if not (args.image or args.image_pixels or args.images or args.image_slots is not None or args.tile_batch):
         return None
     if vision is None:
         raise ValueError("images were given, but the model has no vision tower (no vision_config)")
+    tiles = VISION_TOWERS[vision.tower] == TILES
+    if tiles != bool(args.tile_batch) or (tiles and (args.image or args.image_pixels or args.images)):
+        what = "--tile-batch only" if tiles else "--image, --image-pixels or --images"
+        raise ValueError(f"a {vision.tower} tower's images come as {what}")
+    if tiles:
+        total = dict.fromkeys(VISION_SUMS, 0)
+        for dims, real, attended in args.tile_batch:
+            part = tiled_sums(vision, dims, real, attended)
+            total = {name: total[name] + part[name] for name in VISION_SUMS}
+        return total
     if args.images < 0:
         raise ValueError(f"--images must be >= 0, got {args.images}")
     grids = [*args.image, *map_pixels(vision, args.image_pixels)]

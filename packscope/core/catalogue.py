@@ -29,6 +29,8 @@ from packscope.core.attention import ATTENTION_KINDS, ATTENTION_SUMS, CHUNKED, F
 from packscope.core.audio_sums import AUDIO_RECORD_SUMS, c_totals
 from packscope.core.flops import TRIAD, ModelSpec, flops_by_kind
 from packscope.core.vision import (
+    CROSS_PAIRS,
+    CROSS_TEXT_TOKENS,
     VISION_IMAGES,
     VISION_PATCHES,
     VISION_SQ_SUM,
@@ -127,6 +129,8 @@ _VISION_DOCS = {
     VISION_PATCHES: ("patches", "vision patches encoded (Σ p_i)"),
     VISION_SQ_SUM: ("patches²", "Σ p_i² over the images: the tower's full-attention blocks"),
     VISION_WINDOW_SQ_SUM: ("patches²", "Σ over windows of w²: the tower's windowed blocks"),
+    CROSS_TEXT_TOKENS: ("tokens", "mllama: text tokens of micro-batches with images (its cross-attention layers')"),
+    CROSS_PAIRS: ("pairs", "mllama: (text token, image token) pairs its cross-attention masks admit"),
 }
 
 

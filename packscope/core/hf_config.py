@@ -49,7 +49,6 @@ _REFUSED = {
             "llava_next",
             "llava_onevision",
             "paligemma",
-            "mllama",
             "idefics3",
             "smolvlm",
             "gemma3n",
@@ -58,7 +57,7 @@ _REFUSED = {
     ),
     # Counted by the structural count (packscope.agent.hf_structure), which reads the tower's modules.
     **dict.fromkeys(
-        ("qwen3_vl", "qwen3_vl_moe", "internvl"),
+        ("qwen3_vl", "qwen3_vl_moe", "internvl", "mllama"),
         f"no hand-written reader counts its vision tower (those counted: {_VLMS}); the count from the "
         "model's structure does",
     ),

@@ -54,15 +54,24 @@ VISION_IMAGES = "vision_images"
 VISION_PATCHES = "vision_patches"
 VISION_SQ_SUM = "vision_sq_sum"
 VISION_WINDOW_SQ_SUM = "vision_window_sq_sum"
-VISION_SUMS = (VISION_IMAGES, VISION_PATCHES, VISION_SQ_SUM, VISION_WINDOW_SQ_SUM)
+# A tower whose features the decoder reads through cross-attention layers (mllama): those layers
+# run only in micro-batches with images; their text-side work and their (query, key) pairs.
+CROSS_TEXT_TOKENS = "cross_text_tokens"
+CROSS_PAIRS = "cross_pairs"
+CROSS_SUMS = (CROSS_TEXT_TOKENS, CROSS_PAIRS)
+VISION_SUMS = (VISION_IMAGES, VISION_PATCHES, VISION_SQ_SUM, VISION_WINDOW_SQ_SUM, *CROSS_SUMS)
 
 # How each tower's batch describes its images (what the agent reads):
 #   grid_thw:     an int tensor [images, 3] of (t, h, w) in patches (``image_grid_thw``, ``video_grid_thw``);
 #   image_sizes:  an int tensor [images, 2] of (height, width) in pixels (``image_sizes``);
 #   fixed:        every image (or tile, or crop) is ``image_grid``: the count is pixel_values.shape[0];
 #   padded_rows:  ``pixel_values`` [images, slots, patch values], every image's patches padded to the
-#                 batch's slots (Gemma 4's processor pads each to ``max_soft_tokens`` · pooling²).
-GRID_THW, IMAGE_SIZES, FIXED, PADDED_ROWS = "grid_thw", "image_sizes", "fixed", "padded_rows"
+#                 batch's slots (Gemma 4's processor pads each to ``max_soft_tokens`` · pooling²);
+#   tiles:        ``pixel_values`` [rows, images, tiles, channels, H, W] of fixed-size tiles, every tile
+#                 slot run whether the image fills it or not, all tiles of an image attending together,
+#                 with ``aspect_ratio_mask`` [rows, images, tiles] and ``cross_attention_mask``
+#                 [rows, text, images, tiles] beside (mllama: ``tiled_sums``).
+GRID_THW, IMAGE_SIZES, FIXED, PADDED_ROWS, TILES = "grid_thw", "image_sizes", "fixed", "padded_rows", "tiles"
 VISION_TOWERS: dict[str, str] = {
     "qwen2_5_vl": GRID_THW,  # Qwen2.5-VL's ViT with windowed blocks and a 2x2 patch merger
     "pixtral": IMAGE_SIZES,  # Mistral 3's Pixtral: variable-size images, block-diagonal attention
@@ -74,8 +83,10 @@ VISION_TOWERS: dict[str, str] = {
     "qwen3_5": GRID_THW,  # Qwen3.5's ViT: Qwen3-VL's without deepstack
     "internvl": FIXED,  # InternViT: 448² tiles of 32 x 32 patches + a class token, pixel-shuffled 2 x 2
     "gemma4": PADDED_ROWS,  # Gemma 4's ViT: pre-cut patches padded per image, pooled 3 x 3
+    "mllama": TILES,  # Llama 3.2 Vision: local + gated global encoders over each image's tiles, cross-attention
 }
 VISION_COMPONENTS = ("patch_embedding", "attention", "mlp", "projector")
+_CROSS_FIELDS = ("cross_layers", "cross_hidden", "cross_width", "cross_kv_width", "cross_ffn", "cross_gated")
 
 
 @dataclass(frozen=True)
@@ -104,6 +115,16 @@ class VisionSpec:
     image_grid: tuple[int, int] | None = None  # (h, w) in patches of every image of a fixed-size tower
     window: int | None = None  # windowed blocks' window side, in merged tokens (Qwen2.5-VL)
     windowed_layers: tuple[int, ...] | None = None  # one 0/1 flag per counted block; None: all full
+    # The decoder's cross-attention layers that read the tower's tokens (mllama), 0 without: their
+    # count, the decoder's hidden size (q and o per text token; k and v read the projector's tokens,
+    # of that size), the attention width (heads · head_dim: q, o, QKᵀ and P·V), k's and v's width
+    # (key/value heads · head_dim), and the MLP's width and matrices (three when gated).
+    cross_layers: int = 0
+    cross_hidden: int = 0
+    cross_width: int = 0
+    cross_kv_width: int = 0
+    cross_ffn: int = 0
+    cross_gated: bool = False
 
     def __post_init__(self) -> None:
         if self.tower not in VISION_TOWERS:
@@ -114,6 +135,7 @@ class VisionSpec:
         check_int("vision.class_tokens", self.class_tokens, minimum=0)
         check_int("vision.projected_class_tokens", self.projected_class_tokens, minimum=0)
         check_optional_int("vision.window", self.window, minimum=1)
+        self._check_cross()
         if self.projected_class_tokens > self.class_tokens:
             raise ValueError("vision.projected_class_tokens cannot exceed vision.class_tokens")
         if self.hidden % self.heads:
@@ -127,8 +149,22 @@ class VisionSpec:
                 f"per patch over {self.spatial_merge**2} patches; packscope counts whole FLOPs per patch"
             )
 
+    def _check_cross(self) -> None:
+        sizes = _CROSS_FIELDS[:-1]
+        for key in sizes:
+            check_int(f"vision.{key}", getattr(self, key), minimum=0)
+        check_bool("vision.cross_gated", self.cross_gated)
+        tiles = VISION_TOWERS[self.tower] == TILES
+        given = [key for key in _CROSS_FIELDS if getattr(self, key)]
+        if tiles and not all(getattr(self, key) for key in sizes):
+            raise ValueError(f"a {self.tower} tower needs its cross-attention layers: {', '.join(sizes)} >= 1")
+        if not tiles and given:
+            raise ValueError(f"a {self.tower} tower has no cross-attention layers ({', '.join(given)} given)")
+        if tiles and self.projected_class_tokens != 1:
+            raise ValueError(f"a {self.tower} tower hands over each tile's class token: projected_class_tokens 1")
+
     def _check_grid(self) -> None:
-        fixed = VISION_TOWERS[self.tower] == FIXED
+        fixed = VISION_TOWERS[self.tower] in (FIXED, TILES)
         if fixed != (self.image_grid is not None):
             need = "needs" if fixed else "takes no"
             raise ValueError(f"a {self.tower} tower {need} vision.image_grid (fixed patches per image)")
@@ -180,12 +216,15 @@ class VisionSpec:
         """FLOPs per patch (forward + backward), by VISION_COMPONENTS; the projector's share is its
         per-token work over the spatial_merge² patches of one token."""
         h, f = self.hidden, 3 if self.gated else 2
-        return {
+        out = {
             "patch_embedding": 6 * self.patch_inputs * h,
             "attention": 6 * self.layers * 4 * h * h,
             "mlp": 6 * self.layers * f * h * self.ffn,
             "projector": 6 * self.projector_macs // self.spatial_merge**2,
         }
+        if self.cross_layers:  # every patch's token through each cross-attention layer's k and v
+            out["cross_attention"] = 6 * self.cross_layers * self.cross_kv_macs
+        return out
 
     @property
     def c_lin(self) -> int:
@@ -196,12 +235,15 @@ class VisionSpec:
         """FLOPs per attention sequence (image, tile or frame), by component: its class tokens
         through the encoder blocks, and through the projector where the model keeps them."""
         h, f, e = self.hidden, 3 if self.gated else 2, self.class_tokens
-        return {
+        out = {
             "patch_embedding": 0,
             "attention": 6 * e * self.layers * 4 * h * h,
             "mlp": 6 * e * self.layers * f * h * self.ffn,
             "projector": 6 * self.projected_class_tokens * self.projector_macs,
         }
+        if self.cross_layers:  # the class tokens handed over, through k and v
+            out["cross_attention"] = 6 * self.cross_layers * self.projected_class_tokens * self.cross_kv_macs
+        return out
 
     @property
     def c_image(self) -> int:
@@ -223,8 +265,37 @@ class VisionSpec:
             VISION_PATCHES: self.c_lin,
             VISION_SQ_SUM: core.get("full", 0),
             VISION_WINDOW_SQ_SUM: core.get("window", 0),
+            **self.c_cross,
         }
         return {name: value for name, value in out.items() if value}
+
+    @property
+    def cross_qo_macs(self) -> int:
+        """Multiply-adds of one cross-attention layer's q and o per text token."""
+        return 2 * self.cross_hidden * self.cross_width
+
+    @property
+    def cross_kv_macs(self) -> int:
+        """Multiply-adds of one cross-attention layer's k and v per image token (of the decoder's size)."""
+        return 2 * self.cross_hidden * self.cross_kv_width
+
+    @property
+    def cross_mlp_macs(self) -> int:
+        """Multiply-adds of one cross-attention layer's MLP per text token."""
+        return (3 if self.cross_gated else 2) * self.cross_hidden * self.cross_ffn
+
+    @property
+    def c_cross(self) -> dict[str, int]:
+        """The cross-attention layers' coefficients: per text token of a micro-batch with images (q, o
+        and the MLP of each layer) and per (query, key) pair (12 · width per layer: QKᵀ and P·V,
+        forward and backward); empty for a tower without such layers."""
+        n = self.cross_layers
+        if not n:
+            return {}
+        return {
+            CROSS_TEXT_TOKENS: 6 * n * (self.cross_qo_macs + self.cross_mlp_macs),
+            CROSS_PAIRS: 12 * n * self.cross_width,
+        }
 
     def flops(self, sums: Mapping[str, Any]) -> Any:
         return vision_flops(sums, self.c_by_sum)
@@ -235,6 +306,7 @@ class VisionSpec:
         c = self.c_by_sum
         terms = {"linear": VISION_PATCHES, "class_tokens": VISION_IMAGES, "full": VISION_SQ_SUM}
         terms["window"] = VISION_WINDOW_SQ_SUM
+        terms |= {"cross_text": CROSS_TEXT_TOKENS, "cross_pairs": CROSS_PAIRS}
         return {term: sums[name] * c[name] for term, name in terms.items() if name in c}
 
     def flops_by_component(self, sums: Mapping[str, int]) -> dict[str, int]:
@@ -248,6 +320,15 @@ class VisionSpec:
         core = self.c_core_by_kind
         out["core_full"] = sums[VISION_SQ_SUM] * core.get("full", 0)
         out["core_window"] = sums[VISION_WINDOW_SQ_SUM] * core.get("window", 0)
+        if self.cross_layers:
+            n, text = self.cross_layers, sums[CROSS_TEXT_TOKENS]
+            out["cross_attention"] = (
+                sums[VISION_PATCHES] * per_patch["cross_attention"]
+                + sums[VISION_IMAGES] * per_image["cross_attention"]
+                + text * 6 * n * self.cross_qo_macs
+            )
+            out["cross_mlp"] = text * 6 * n * self.cross_mlp_macs
+            out["core_cross"] = sums[CROSS_PAIRS] * 12 * n * self.cross_width
         return out
 
     # -- (de)serialisation for the wire ----------------------------------------------------------
@@ -256,6 +337,9 @@ class VisionSpec:
         out["projector"] = [list(pair) for pair in self.projector]
         out["image_grid"] = list(self.image_grid) if self.image_grid is not None else None
         out["windowed_layers"] = list(self.windowed_layers) if self.windowed_layers is not None else None
+        if not self.cross_layers:  # a tower without cross-attention writes the dict it always wrote
+            for key in _CROSS_FIELDS:
+                del out[key]
         return out
 
     @classmethod
@@ -309,6 +393,8 @@ def grid_sums(vision: VisionSpec, grid: tuple[int, int, int]) -> dict[str, int]:
     if not isinstance(grid, (list, tuple)) or len(grid) != 3:
         raise ValueError(f"an image grid is (t, h, w) in patches, got {grid!r}")
     t, h, w = (_positive(x, f"an image grid's {axis}") for x, axis in zip(grid, "thw", strict=True))
+    if VISION_TOWERS[vision.tower] == TILES:
+        raise ValueError(f"a {vision.tower} tower's images are tiles of a micro-batch: give them as tiled_sums does")
     m = vision.spatial_merge
     if h % m or w % m:
         raise ValueError(
@@ -325,6 +411,7 @@ def grid_sums(vision: VisionSpec, grid: tuple[int, int, int]) -> dict[str, int]:
         VISION_PATCHES: t * h * w,
         VISION_SQ_SUM: t * (h * w + vision.class_tokens) ** 2,
         VISION_WINDOW_SQ_SUM: t * frame_window_sq(vision, h, w),
+        **dict.fromkeys(CROSS_SUMS, 0),  # no cross-attention layers read these towers
     }
 
 
@@ -376,10 +463,75 @@ def padded_rows_sums(vision: VisionSpec, grids: Iterable[tuple[int, int]], slots
     return out
 
 
+def tile_tokens(vision: VisionSpec) -> tuple[int, int]:
+    """(tokens a tile hands the decoder: its patches and class token; slots a tile fills in the
+    tower: those, padded to a multiple of 8 as transformers' mllama pads them)."""
+    if vision.image_grid is None or VISION_TOWERS[vision.tower] != TILES:
+        raise ValueError(f"a {vision.tower} tower's images are not tiles")
+    patches = vision.image_grid[0] * vision.image_grid[1]
+    return patches + vision.projected_class_tokens, patches + vision.class_tokens
+
+
+def tiled_sums(
+    vision: VisionSpec,
+    batch: tuple[int, int, int, int],
+    real_tiles: Iterable[int] | None = None,
+    attended: Iterable[int] | None = None,
+) -> dict[str, int]:
+    """The sums of one micro-batch of a tiles tower (mllama): ``batch`` is (rows, text tokens per row,
+    images per row, tiles per image), the shapes of ``pixel_values`` [rows, images, tiles, ...] and
+    ``cross_attention_mask`` [rows, text, images, tiles].
+
+    * The tower runs every tile slot, filled or not: each image is one sequence of tiles x slots
+      (a tile's patches, its class token and the padding to a multiple of 8) through the local and
+      the global encoders. Its mask (from ``aspect_ratio_mask``) masks a (query, key) pair only
+      when both are padding (an empty tile's slots, a tile's pad slots): an image of r real tiles
+      of T admits L² - pad² pairs, L = T · slots, pad = (T - r) · slots + r · (slots - tokens).
+      ``real_tiles``: r of each image, rows x images of them (None: every tile real).
+    * The cross-attention layers run on every text token of the micro-batch; a token attends to
+      the (P + 1) tokens of each (image, tile) its row of the mask admits, and to all of them when
+      it admits none (transformers then zeroes the row's mask). ``attended``: the (image, tile)
+      entries each text token admits, rows x text of them (None: no mask given, all admitted)."""
+    names = ("rows", "text", "images", "tiles")
+    rows, text, images, tiles = (_positive(x, what) for x, what in zip(batch, names, strict=True))
+    tokens, slots = tile_tokens(vision)
+    reals = [tiles] * (rows * images) if real_tiles is None else list(real_tiles)
+    if len(reals) != rows * images or any(
+        isinstance(r, bool) or not isinstance(r, int) or not 0 <= r <= tiles for r in reals
+    ):
+        raise ValueError(f"real tiles: one count 0..{tiles} for each of the {rows} x {images} images, got {reals!r}")
+    length = tiles * slots
+    sq = sum(length**2 - ((tiles - r) * slots + r * (slots - tokens)) ** 2 for r in reals)
+    keys = images * tiles
+    if attended is None:
+        pairs = rows * text * keys * tokens
+    else:
+        counts = list(attended)
+        if len(counts) != rows * text or any(
+            isinstance(a, bool) or not isinstance(a, int) or not 0 <= a <= keys for a in counts
+        ):
+            raise ValueError(
+                f"attended tiles: one count 0..{keys} for each of the {rows} x {text} text tokens, got {counts!r}"
+            )
+        pairs = sum(a or keys for a in counts) * tokens
+    out = dict.fromkeys(VISION_SUMS, 0)
+    out |= {
+        VISION_IMAGES: rows * images * tiles,
+        VISION_PATCHES: rows * images * tiles * (tokens - vision.projected_class_tokens),
+        VISION_SQ_SUM: sq,
+        CROSS_TEXT_TOKENS: rows * text,
+        CROSS_PAIRS: pairs,
+    }
+    return out
+
+
 def decoder_tokens(vision: VisionSpec, sums: Mapping[str, int], real_patches: int | None = None) -> int:
     """The tokens the tower hands the decoder for images of these sums: one per spatial_merge²
     patches, plus the class tokens the projector keeps (they are the images' share of the packs). A
-    padded-rows tower hands over its real patches' pooled tokens only: give ``real_patches``."""
+    padded-rows tower hands over its real patches' pooled tokens only: give ``real_patches``. A
+    tiles tower (mllama) hands its tokens to cross-attention layers: none to the decoder's sequence."""
+    if VISION_TOWERS[vision.tower] == TILES:
+        return 0
     if real_patches is not None:
         return real_patches // vision.spatial_merge**2
     return sums[VISION_PATCHES] // vision.spatial_merge**2 + sums[VISION_IMAGES] * vision.projected_class_tokens
@@ -393,10 +545,14 @@ def pixels_to_grid(vision: VisionSpec, height: int, width: int) -> tuple[int, in
 
 
 __all__ = [
+    "CROSS_PAIRS",
+    "CROSS_SUMS",
+    "CROSS_TEXT_TOKENS",
     "FIXED",
     "GRID_THW",
     "IMAGE_SIZES",
     "PADDED_ROWS",
+    "TILES",
     "VISION_COMPONENTS",
     "VISION_IMAGES",
     "VISION_PATCHES",
@@ -412,5 +568,7 @@ __all__ = [
     "grid_sums",
     "padded_rows_sums",
     "pixels_to_grid",
+    "tile_tokens",
+    "tiled_sums",
     "vision_flops",
 ]

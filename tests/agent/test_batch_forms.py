@@ -55,6 +55,7 @@ def brute(packs: list[list[int]], pack_len: int) -> dict:
         "chunk_sq_sum_bshd": len(packs) * _chunk(pack_len),
         "chunk_sq_sum_thd": sum(_chunk(d) for d in docs),
         **dict.fromkeys(("vision_images", "vision_patches", "vision_sq_sum", "vision_window_sq_sum"), 0),  # no images
+        **dict.fromkeys(("cross_text_tokens", "cross_pairs"), 0),  # no cross-attention
         **dict.fromkeys(AUDIO_RECORD_SUMS, 0),  # no clips
         "expert_assignments": 0,  # no router of zero-computation experts
         "histograms": {"documents": {"count": dh[0], "tokens": dh[1]}, "packs": {"count": ph[0], "tokens": ph[1]}},

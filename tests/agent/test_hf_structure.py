@@ -303,18 +303,19 @@ def test_a_model_type_transformers_does_not_know_is_refused_in_one_line():
         spec_from_structure({"model_type": "step3", "hidden_size": 8})
 
 
-def test_a_layer_kind_that_cannot_be_priced_is_refused_naming_it():
-    with pytest.raises(HFConfigError, match="cross-attention"):
-        spec_from_structure({"model_type": "mllama"})
-
-
-def test_mllama_is_refused_naming_the_record_sums_its_cross_attention_needs():
-    """Its cross-attention layers' work is text-token work in micro-batches with images only, and
-    text x image-token pairs: neither is a sum of the record, so the refusal names both."""
-    with pytest.raises(HFConfigError) as caught:
-        spec_from_structure({"model_type": "mllama"})
-    message = str(caught.value)
-    assert "\n" not in message and "cross_attention_tokens, cross_attention_pairs" in message, message
+def test_mllamas_decoder_alone_or_without_its_tower_is_refused_in_one_line():
+    """mllama's cross-attention layers read its tower's tokens: transformers builds no causal LM from
+    its text config alone, and a wrapper without vision_config would be transformers' default tower;
+    the wrapper with its tower is counted (tests/agent/test_mllama.py)."""
+    text = {"hidden_size": 32, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 3}
+    text |= {"intermediate_size": 48, "vocab_size": 300, "cross_attention_layers": [1]}
+    for cfg, message in [
+        ({**text, "model_type": "mllama_text_model"}, "mllama_text_model: transformers builds no causal LM"),
+        ({"model_type": "mllama", "text_config": text}, "'vision_config' is missing"),
+    ]:
+        with pytest.raises(HFConfigError, match=message) as caught:
+            spec_from_structure(cfg)
+        assert "\n" not in str(caught.value)
 
 
 def test_gemma4_attending_both_ways_everywhere_is_refused_by_name():

@@ -194,3 +194,29 @@ def test_0024_leaves_rows_stored_before_it_without_audio(make_client, database_u
         engine.dispose()
     after = make_client(database_url).get("/api/v1/runs/run-1").json()["totals"]
     assert after == before and after["audio_share_pct"] == 0.0
+
+
+def test_0025_leaves_rows_stored_before_it_without_cross_attention(make_client, database_url, new_run, records):
+    """0025 adds the cross-attention sums (mllama) to the intervals, rollups, totals and first
+    intervals: down, the rows stay; up again, the rows stored without them hold 0 (their models had
+    no cross-attention layers), and the run reads as before."""
+
+    client = make_client(database_url)
+    assert client.post("/api/v1/runs", json=new_run()).status_code == 201
+    assert client.post("/api/v1/runs/run-1/intervals", json={"intervals": records(6)}).json()["accepted"] == 6
+    before = client.get("/api/v1/runs/run-1").json()["totals"]
+    engine = make_engine(database_url)
+    try:
+        downgrade(engine, "0024")
+        with engine.connect() as connection:
+            for table in ("intervals", "rollups", "run_totals", "run_first_interval"):
+                columns = {c["name"] for c in inspect(connection).get_columns(table)}
+                assert not {"cross_text_tokens", "cross_pairs"} & columns, table
+            assert connection.execute(text("SELECT count(*) FROM intervals")).scalar_one() == 6
+        upgrade_schema(engine)
+        with engine.connect() as connection:
+            assert connection.execute(text("SELECT sum(cross_pairs) FROM intervals")).scalar_one() == 0
+    finally:
+        engine.dispose()
+    after = make_client(database_url).get("/api/v1/runs/run-1").json()["totals"]
+    assert after == before

@@ -52,6 +52,8 @@ def test_the_sums_of_one_grid_by_hand():
         "vision_patches": 180,
         "vision_sq_sum": 3 * 60**2,
         "vision_window_sq_sum": 3 * 16 * 5 * 9,
+        "cross_text_tokens": 0,  # no cross-attention layers read this tower
+        "cross_pairs": 0,
     }
     # A class token joins every image's attention sequence.
     assert grid_sums(CLASS_TOKEN, (1, 4, 4))["vision_sq_sum"] == 17**2
