@@ -169,7 +169,8 @@ class Coalescer(Generic[T, R]):
     def _take(self) -> list[_Waiting[T, R]]:
         """The oldest waiting items up to max_weight (at least one), past those whose request
         was cancelled; empty when none is left."""
-        pending, group, weight = self._pending, [], 0
+        pending, weight = self._pending, 0
+        group: list[_Waiting[T, R]] = []
         while pending:
             waiting = pending[0]
             if waiting.result.done():  # cancelled: dropped, not stored

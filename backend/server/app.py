@@ -125,7 +125,7 @@ class PackscopeApp(FastAPI):
     def build_middleware_stack(self) -> ASGIApp:
         stack = super().build_middleware_stack()
         self._batch_stack = None
-        classes = [m.cls for m in self.user_middleware]
+        classes: list[Any] = [m.cls for m in self.user_middleware]
         if ingest.BatchFastPath not in classes or getattr(self, "max_body_size", None) is not None:
             return stack
         guards = stack
