@@ -100,12 +100,12 @@ class Admission:
 
 
 class _Waiting(Generic[T, R]):
-    __slots__ = ("item", "result", "taken")
+    __slots__ = ("deadline", "item", "result")
 
-    def __init__(self, item: T, result: asyncio.Future[R]) -> None:
+    def __init__(self, item: T, result: asyncio.Future[R], deadline: float) -> None:
         self.item = item
         self.result = result
-        self.taken = False
+        self.deadline = deadline  # the loop's time at which it is withdrawn if not taken by then
 
 
 class Coalescer(Generic[T, R]):
@@ -116,6 +116,9 @@ class Coalescer(Generic[T, R]):
     An item waits at most `admission.wait_s` to be taken; one still waiting then is withdrawn and
     its request answered 503 with Retry-After (Overloaded), so it certainly was not stored. Once
     taken, it waits for its result however long that takes: its data may already be committed.
+    One whose request was cancelled before it was taken is dropped, never stored. The waiting
+    items are in the order they came, so one timer, set for the oldest, withdraws them all (not
+    one timer per request: a request of one record costs little else here).
     `work` answers one result per item, in order; when it raises, each item of the group is done
     again alone, so one item's failure is its own answer and not its neighbours'.
     """
@@ -129,45 +132,63 @@ class Coalescer(Generic[T, R]):
         self.max_weight = max_weight
         self._pending: deque[_Waiting[T, R]] = deque()
         self._writer: asyncio.Task[None] | None = None
+        self._expiry: asyncio.TimerHandle | None = None  # withdraws the oldest waiting item in time
 
     async def submit(self, item: T) -> R:
         loop = asyncio.get_running_loop()
-        waiting = _Waiting[T, R](item, loop.create_future())
+        waiting = _Waiting[T, R](item, loop.create_future(), loop.time() + self.admission.wait_s)
         self._pending.append(waiting)
         # A writer left unfinished by a loop that was closed (a test client's) is not waited for.
         if self._writer is None or self._writer.done() or self._writer.get_loop() is not loop:
             self._writer = loop.create_task(self._drain())
-        # A timer, not a cancel scope around the wait (anyio's cost is measured in
-        # docs/benchmarks/2026-11-30-2core.md#dev-2026-11-30-1704-ingest-night).
-        timer = loop.call_later(self.admission.wait_s, self._withdraw, waiting)
-        try:
-            return await asyncio.shield(waiting.result)
-        finally:
-            timer.cancel()
+            self._expiry = None  # any timer left belongs to that loop
+        if self._expiry is None:
+            # A timer, not a cancel scope around the wait (anyio's cost is measured in
+            # docs/benchmarks/2026-11-30-2core.md#dev-2026-11-30-1704-ingest-night).
+            self._expiry = loop.call_at(waiting.deadline, self._withdraw_expired)
+        # Awaited as it is: a cancelled request cancels its future, and an item whose future is
+        # done is never taken (_take), so the group's answers go to those still waiting.
+        return await waiting.result
 
-    def _withdraw(self, waiting: _Waiting[T, R]) -> None:
-        """wait_s after it was submitted: an item not taken yet is withdrawn and answered 503."""
-        if not waiting.taken and not waiting.result.done():
-            self._pending.remove(waiting)
-            waiting.result.set_exception(self.admission.overloaded())
+    def _withdraw_expired(self) -> None:
+        """Items not taken by their deadline are withdrawn and answered 503; the timer is set
+        again for the oldest one left."""
+        self._expiry = None
+        pending = self._pending
+        if not pending:
+            return
+        loop = pending[0].result.get_loop()
+        now = loop.time()
+        while pending and pending[0].deadline <= now:
+            waiting = pending.popleft()
+            if not waiting.result.done():
+                waiting.result.set_exception(self.admission.overloaded())
+        if pending:
+            self._expiry = loop.call_at(pending[0].deadline, self._withdraw_expired)
 
     def _take(self) -> list[_Waiting[T, R]]:
-        group = [self._pending.popleft()]
-        weight = self.weigh(group[0].item)
-        while self._pending and weight + self.weigh(self._pending[0].item) <= self.max_weight:
-            group.append(self._pending.popleft())
-            weight += self.weigh(group[-1].item)
-        for waiting in group:
-            waiting.taken = True
+        """The oldest waiting items up to max_weight (at least one), past those whose request
+        was cancelled; empty when none is left."""
+        pending, weight = self._pending, 0
+        group: list[_Waiting[T, R]] = []
+        while pending:
+            waiting = pending[0]
+            if waiting.result.done():  # cancelled: dropped, not stored
+                pending.popleft()
+                continue
+            if group and weight + self.weigh(waiting.item) > self.max_weight:
+                break
+            group.append(pending.popleft())
+            weight += self.weigh(waiting.item)
         return group
 
     async def _drain(self) -> None:
         while self._pending:
             try:
                 async with self.admission.turn(writes=True):
-                    if not self._pending:  # every item withdrew while the slot was awaited
-                        return
                     group = self._take()
+                    if not group:  # every item withdrew (or was cancelled) while the slot was awaited
+                        return
                     await self._do(group)
             except Overloaded:
                 continue  # no slot within wait_s: the items still waiting withdraw on their own
@@ -177,7 +198,8 @@ class Coalescer(Generic[T, R]):
             results = await anyio.to_thread.run_sync(self.work, [w.item for w in group])
         except Exception as exc:  # noqa: BLE001 - handed to the requests, whose handlers answer it
             if len(group) == 1:
-                group[0].result.set_exception(exc)
+                if not group[0].result.done():  # its request may have been cancelled meanwhile
+                    group[0].result.set_exception(exc)
                 return
             for waiting in group:
                 await self._do([waiting])

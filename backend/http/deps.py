@@ -7,6 +7,7 @@ from typing import Annotated
 
 from fastapi import Depends, HTTPException, Path, Request, status
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from fastapi.security.utils import get_authorization_scheme_param
 from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
@@ -56,16 +57,27 @@ def token_matches(expected: str, given: str | None) -> bool:
     return given is not None and hmac.compare_digest(given.encode(), expected.encode())
 
 
+def _refused(variable: str) -> HTTPException:
+    return HTTPException(
+        status.HTTP_401_UNAUTHORIZED,
+        detail=f"missing or wrong bearer token: send 'Authorization: Bearer <token>' "
+        f"with the token the server was given in {variable}",
+        headers={"WWW-Authenticate": "Bearer"},
+    )
+
+
 def _check(expected: str | None, given: HTTPAuthorizationCredentials | None, variable: str) -> None:
-    if expected is None:
-        return
-    if not token_matches(expected, given.credentials if given else None):
-        raise HTTPException(
-            status.HTTP_401_UNAUTHORIZED,
-            detail=f"missing or wrong bearer token: send 'Authorization: Bearer <token>' "
-            f"with the token the server was given in {variable}",
-            headers={"WWW-Authenticate": "Bearer"},
-        )
+    if expected is not None and not token_matches(expected, given.credentials if given else None):
+        raise _refused(variable)
+
+
+def bearer_credentials(authorization: str | None) -> str | None:
+    """The token of an Authorization header as HTTPBearer(auto_error=False) reads it (scheme
+    "Bearer" in any case, the rest stripped), or None."""
+    scheme, credentials = get_authorization_scheme_param(authorization)
+    if not (authorization and scheme and credentials) or scheme.lower() != "bearer":
+        return None
+    return credentials
 
 
 async def require_ingest_token(settings: SettingsDep, credentials: Credentials) -> None:
@@ -73,8 +85,11 @@ async def require_ingest_token(settings: SettingsDep, credentials: Credentials) 
 
 
 async def check_ingest_token(request: Request) -> None:
-    """require_ingest_token for a route served without dependency resolution (the intervals POST)."""
-    _check(request.app.state.settings.ingest_token, await _bearer(request), "PACKSCOPE_INGEST_TOKEN")
+    """require_ingest_token for a route served without dependency resolution (the intervals POST),
+    without HTTPBearer's credentials object: the header is read only when a token is set."""
+    expected: str | None = request.app.state.settings.ingest_token
+    if expected is not None and not token_matches(expected, bearer_credentials(request.headers.get("authorization"))):
+        raise _refused("PACKSCOPE_INGEST_TOKEN")
 
 
 def read_allowed(request: Request, settings: Settings, credentials: HTTPAuthorizationCredentials | None) -> bool:

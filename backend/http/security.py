@@ -36,6 +36,7 @@ HEADERS = [
 ]
 # FastAPI's /docs and /redoc pages load Swagger UI and ReDoc from a CDN with inline scripts.
 CSP_EXEMPT = ("/docs", "/redoc")
+_WITH_CSP = [*HEADERS, (b"content-security-policy", CONTENT_SECURITY_POLICY.encode())]
 
 # Browsers cannot put a bearer header on EventSource or plain page loads: the dashboard's
 # sign-in page stores a value derived from the read token in this HttpOnly cookie instead.
@@ -60,14 +61,13 @@ class SecurityHeaders:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        extra = list(HEADERS)
-        if not scope["path"].startswith(CSP_EXEMPT):
-            extra.append((b"content-security-policy", CONTENT_SECURITY_POLICY.encode()))
+        extra = HEADERS if scope["path"].startswith(CSP_EXEMPT) else _WITH_CSP
 
         async def send_with_headers(message: Message) -> None:
             if message["type"] == "http.response.start":
-                present = {name.lower() for name, _ in message.get("headers", [])}
-                message["headers"] = [*message.get("headers", []), *(h for h in extra if h[0] not in present)]
+                headers = list(message.get("headers", ()))
+                present = {name.lower() for name, _ in headers}
+                message["headers"] = [*headers, *(h for h in extra if h[0] not in present)]
             await send(message)
 
         await self.app(scope, receive, send_with_headers)
@@ -80,6 +80,20 @@ async def _answer(send: Send, code: int, detail: str, retry_after_s: int | None 
         headers.append((b"retry-after", str(retry_after_s).encode()))
     await send({"type": "http.response.start", "status": code, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def first_headers(scope: Scope, names: frozenset[bytes]) -> dict[bytes, str]:
+    """The first value of each of `names` (lower case) the request sends, as Starlette's
+    Headers.get reads it, in one pass over the raw headers and without copying them (a guard
+    that needs only these asks for them per request)."""
+    headers = scope["headers"]
+    if not isinstance(headers, list):  # any iterable, in ASGI: read once (Starlette's Headers does the same)
+        headers = scope["headers"] = list(headers)
+    found: dict[bytes, str] = {}
+    for name, value in headers:
+        if name in names and name not in found:
+            found[name] = value.decode("latin-1")
+    return found
 
 
 def client_of(scope: Scope) -> str:
@@ -105,6 +119,8 @@ class RecentAttempts:
 
     def retry_after(self, client: str) -> int | None:
         """Seconds until `client` may try again, or None when it may now."""
+        if not self.attempts.get(client):  # none in the window (per_minute >= 1): nothing to forget
+            return None
         now = time.monotonic()
         recent = self._recent(client, now)
         if len(recent) >= self.per_minute:
@@ -162,8 +178,12 @@ class SignInGuard:
         await self.app(scope, capped_receive, send_unless_refused)
 
 
-def _presents_a_credential(headers: Headers) -> bool:
-    return "authorization" in headers or f"{READ_COOKIE}=" in headers.get("cookie", "")
+_CREDENTIAL_HEADERS = frozenset({b"authorization", b"cookie"})
+
+
+def _presents_a_credential(scope: Scope) -> bool:
+    found = first_headers(scope, _CREDENTIAL_HEADERS)
+    return b"authorization" in found or f"{READ_COOKIE}=" in found.get(b"cookie", "")
 
 
 class TokenGuard:
@@ -211,17 +231,16 @@ class TokenGuard:
             await self.app(scope, receive, send)
             return
         client = client_of(scope)
-        headers = Headers(scope=scope)
         wait = self.refusals.retry_after(client)
         if wait is not None:
-            right = self._right_credential(headers) if client in self.proven else None
+            right = self._right_credential(Headers(scope=scope)) if client in self.proven else None
             if right is None or right not in self.proven[client]:
                 await _answer(send, 429, f"too many refused tokens from {client}; retry after {wait} s", wait)
                 return
-        elif not _presents_a_credential(headers):
+        elif not _presents_a_credential(scope):
             await self.app(scope, receive, send)
             return
-        elif (right := self._right_credential(headers)) is not None:
+        elif (right := self._right_credential(Headers(scope=scope))) is not None:
             self._prove(client, right)
 
         async def count_refusals(message: Message) -> None:
@@ -271,6 +290,9 @@ def _routed(scope: Scope) -> bool:
     return any(route.matches(scope)[0] == Match.FULL for route in scope["app"].router.routes)
 
 
+_WRITE_HEADERS = frozenset({b"origin", b"sec-fetch-site", b"content-type"})
+
+
 class WriteGuard:
     """Writes (POST, PUT, PATCH, DELETE) from another origin are refused (403), and writes to the
     API must be JSON (415): a page on any site can make a browser send a `text/plain` or form POST
@@ -284,8 +306,10 @@ class WriteGuard:
         if scope["type"] != "http" or scope["method"] not in UNSAFE_METHODS:
             await self.app(scope, receive, send)
             return
-        headers = Headers(scope=scope)
-        refusal = cross_origin_refusal(headers, self.allowed_origins)
+        found = first_headers(scope, _WRITE_HEADERS)
+        # Neither header: a client that is no browser (the agent), never refused for its origin.
+        both_absent = b"origin" not in found and b"sec-fetch-site" not in found
+        refusal = None if both_absent else cross_origin_refusal(Headers(scope=scope), self.allowed_origins)
         if refusal is not None:
             await _answer(
                 send,
@@ -295,7 +319,7 @@ class WriteGuard:
             )
             return
         if scope["path"].startswith("/api/") and scope["method"] in BODY_METHODS:
-            media_type = headers.get("content-type", "").split(";")[0].strip().lower()
+            media_type = found.get(b"content-type", "").split(";")[0].strip().lower()
             if media_type != JSON_MEDIA_TYPE and _routed(scope):
                 shown = media_type or "none"
                 await _answer(

@@ -75,7 +75,7 @@ class LimitedRequest(Request):
             # is read and parsed, so that a few 8 MB configs cannot hold the server busy.
             limit: int = (
                 settings.max_run_body_bytes
-                if self.method == "POST" and self.url.path == RUNS_PATH
+                if self.method == "POST" and self.scope["path"] == RUNS_PATH  # not self.url: built per request
                 else settings.max_body_bytes
             )
             declared = self.headers.get("content-length")
@@ -274,7 +274,15 @@ async def post_intervals(run_id: RunIdPath, request: Request) -> Response:
         request.app.state.live.stored(run_id)  # committed: the run's open pages are told now
         request.app.state.alerts.wake(run_id)  # and its alert rules judge it, off this request
     # `ignored` only when the batch held fields the record does not know
-    return Response(result.model_dump_json(exclude_defaults=True), media_type="application/json")
+    return Response(answer_json(result), media_type="application/json")
+
+
+def answer_json(result: IngestResult) -> bytes:
+    """The batch's answer as IngestResult.model_dump_json(exclude_defaults=True) writes it, the
+    usual one (nothing ignored) without the model's serialiser."""
+    if result.ignored:
+        return result.model_dump_json(exclude_defaults=True).encode()
+    return b'{"accepted":%d,"duplicates":%d}' % (result.accepted, result.duplicates)
 
 
 post_intervals.lean_handler = _post_intervals  # type: ignore[attr-defined]

@@ -14,6 +14,8 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.middleware.errors import ServerErrorMiddleware
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from packscope import __version__
 from packscope.backend.alerts.worker import AlertWorker
@@ -109,6 +111,52 @@ async def _validation_error(_request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse(status_code=status.HTTP_422_UNPROCESSABLE_CONTENT, content={"detail": detail})
 
 
+class PackscopeApp(FastAPI):
+    """FastAPI, with a batch POST (routes/ingest.py's BatchFastPath) handed from here straight to
+    the outermost of the app's own middlewares (the security guards, whose instances every
+    request shares): FastAPI's and Starlette's layers above them (the telemetry hooks, the body
+    limit, which this app leaves unset) do nothing for it but cost CPU, a one-record request from
+    every rank of a large job (issue 39). Starlette's server-error middleware stays around it,
+    and the route takes the ordinary way whenever FastAPI's native telemetry is configured (its
+    requests traced as every other), under a root path, or where BatchFastPath is not installed."""
+
+    _batch_stack: ASGIApp | None = None
+
+    def build_middleware_stack(self) -> ASGIApp:
+        stack = super().build_middleware_stack()
+        self._batch_stack = None
+        classes: list[Any] = [m.cls for m in self.user_middleware]
+        if ingest.BatchFastPath not in classes or getattr(self, "max_body_size", None) is not None:
+            return stack
+        guards = stack
+        while type(guards) is not classes[0]:  # the outermost of the app's own middlewares
+            guards = getattr(guards, "app")  # noqa: B009 - every layer above it has one
+        error_handler = next((v for k, v in self.exception_handlers.items() if k in (500, Exception)), None)
+        self._batch_stack = ServerErrorMiddleware(guards, handler=error_handler, debug=self.debug)
+        return stack
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        batch = self._batch_stack
+        if (
+            batch is not None
+            and scope["type"] == "http"
+            and scope["method"] == "POST"
+            and not self.root_path
+            and not scope.get("root_path")
+            and ingest.BATCH_PATH.fullmatch(scope["path"])
+            and not self._traced(scope)
+        ):
+            scope["app"] = self
+            await batch(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
+
+    def _traced(self, scope: Scope) -> bool:
+        """Whether FastAPI's native telemetry (FastAPI 0.16x) would see this request."""
+        telemetry = getattr(self, "_native_telemetry", None)
+        return "fastapi.telemetry" in scope or (telemetry is not None and telemetry.enabled())
+
+
 def create_app(settings: Settings | None = None) -> FastAPI:
     """An app over `settings.database_url` (default: PACKSCOPE_* environment variables).
 
@@ -140,7 +188,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
             _COLLECTOR.done()
             engine.dispose()
 
-    app = FastAPI(
+    app = PackscopeApp(
         title="packscope",
         version=__version__,
         summary="How fast is this training run, really?",

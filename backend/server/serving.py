@@ -44,7 +44,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
     body_timeout_s: float | None = None
 
     def connection_made(self, transport: Transport) -> None:  # type: ignore[override]
+        # The deadline (the loop's time) and one timer that fires at or before it: a request
+        # moves the deadline on without a new timer (most connections of a large job send a
+        # request a second, each would otherwise set and cancel two timers); one that finds the
+        # deadline moved on is set again for it.
+        self._deadline_at: float | None = None
         self._deadline: TimerHandle | None = None
+        self._armed_at = 0.0
         if self.head_timeout_s is None or self.body_timeout_s is None:
             settings = _environment_settings()
             type(self).head_timeout_s = settings.request_head_timeout_s
@@ -58,12 +64,30 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self._set_deadline(self.head_timeout_s)
 
     def _set_deadline(self, seconds: float | None) -> None:
+        if seconds is None:
+            self._deadline_at = None  # a timer still set finds nothing due
+            return
+        at = self._deadline_at = self.loop.time() + seconds
+        if self._deadline is None or self._armed_at > at:
+            self._arm(at)
+
+    def _arm(self, at: float) -> None:
         if self._deadline is not None:
             self._deadline.cancel()
-        self._deadline = None if seconds is None else self.loop.call_later(seconds, self._too_slow)
+        self._deadline, self._armed_at = self.loop.call_at(at, self._deadline_due), at
+
+    def _deadline_due(self) -> None:
+        self._deadline = None
+        at = self._deadline_at
+        if at is None:
+            return
+        if self.loop.time() < at:  # moved on since the timer was set
+            self._arm(at)
+            return
+        self._deadline_at = None
+        self._too_slow()
 
     def _too_slow(self) -> None:
-        self._deadline = None
         if self.transport.is_closing():
             return
         if self.cycle is None or self.cycle.response_complete or not self.cycle.response_started:
@@ -97,7 +121,10 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             self._await_head()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._set_deadline(None)
+        self._deadline_at = None
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
         super().connection_lost(exc)
 
 

@@ -205,6 +205,54 @@ def test_the_coalescer_groups_waiting_items_and_isolates_a_failing_one():
     assert sorted(map(str, anyio.run(shed))) == ["3", "3", "x"]
 
 
+def test_each_waiting_item_is_withdrawn_at_its_own_deadline_and_a_cancelled_one_is_never_stored():
+    import anyio
+
+    from packscope.backend.http.admission import Admission, Coalescer, Overloaded
+
+    groups: list[list[str]] = []
+
+    def work(items: list[str]) -> list[str]:
+        groups.append(items)
+        time.sleep(0.3)  # holds the only slot: those behind it wait
+        return items
+
+    async def main() -> dict[str, Any]:
+        waited: dict[str, Any] = {}
+
+        async def one(coalescer: Coalescer[str, str], item: str) -> None:
+            start = time.monotonic()
+            try:
+                waited[item] = await coalescer.submit(item)
+            except Overloaded:
+                waited[item] = ("503", time.monotonic() - start)
+
+        shedding = Coalescer(Admission(1, 0.1, 2, False), work, weigh=len, max_weight=9)
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(one, shedding, "first")
+            await anyio.sleep(0.02)  # taken: the slot is held from now on
+            tasks.start_soon(one, shedding, "early")
+            await anyio.sleep(0.05)
+            tasks.start_soon(one, shedding, "late")  # 0.05 s after "early": its deadline is its own
+        # One cancelled before it is taken (its request's task ended): dropped, the next one stored.
+        patient = Coalescer(Admission(1, 5.0, 2, False), work, weigh=len, max_weight=9)
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(one, patient, "held")
+            await anyio.sleep(0.02)
+            with anyio.CancelScope() as scope:
+                scope.cancel()
+                await patient.submit("gone")
+            tasks.start_soon(one, patient, "kept")
+        return waited
+
+    waited = anyio.run(main)
+    assert (waited["first"], waited["held"], waited["kept"]) == ("first", "held", "kept")
+    for item in ("early", "late"):
+        status, seconds = waited[item]
+        assert status == "503" and 0.1 <= seconds < 0.25, (item, seconds)  # its own 0.1 s, not the other's
+    assert groups == [["first"], ["held"], ["kept"]]  # neither withdrawn item, nor the cancelled one
+
+
 def test_a_free_turn_is_taken_at_once_and_never_ahead_of_a_waiter():
     import anyio
 

@@ -494,6 +494,65 @@ def test_the_batch_route_is_served_past_the_router_and_every_guard_still_runs(cl
     assert client.put(BATCH, json={}).status_code == 405 and routed[-1] == BATCH
 
 
+def test_the_app_hands_a_batch_to_its_guards_past_fastapis_outer_layers_unless_telemetry_is_on(
+    client, run, records, monkeypatch
+):
+    """server.app.PackscopeApp: a batch POST goes from the app straight to the outermost guard,
+    past FastAPI's telemetry and body-limit layers (a read still passes them), within Starlette's
+    server-error middleware (an unexpected error is a 500 still); with FastAPI's native telemetry
+    configured it takes the ordinary way, so it is traced as every other request."""
+    from starlette.testclient import TestClient
+
+    telemetry = pytest.importorskip("fastapi.telemetry._asgi")  # FastAPI's native telemetry (0.16x)
+
+    from packscope.backend.routes import ingest as routes
+
+    seen = []
+    through = telemetry.ExceptionTelemetryMiddleware.__call__
+
+    async def counted(self, scope, receive, send):
+        seen.append(scope["path"])
+        await through(self, scope, receive, send)
+
+    monkeypatch.setattr(telemetry.ExceptionTelemetryMiddleware, "__call__", counted)
+    answer = client.post(BATCH, json={"intervals": records(2)})
+    assert answer.json() == {"accepted": 2, "duplicates": 0}
+    assert answer.headers["x-frame-options"] == "DENY" and "content-security-policy" in answer.headers
+    assert seen == []
+    assert client.get(RUN).status_code == 200 and seen == [RUN]
+    # Configured telemetry: the batch goes the ordinary way (and is still served leanly inside).
+    monkeypatch.setattr(telemetry.NativeTelemetry, "enabled", lambda self: True)
+    monkeypatch.setattr(
+        telemetry.NativeTelemetry, "__call__", lambda self, app, scope, receive, send, **_: app(scope, receive, send)
+    )
+    assert client.post(BATCH, json={"intervals": records(3)}).json() == {"accepted": 1, "duplicates": 2}
+    assert seen == [RUN, BATCH]
+    monkeypatch.undo()
+
+    def broken(_body: bytes) -> None:
+        raise RuntimeError("a bug")
+
+    monkeypatch.setattr(routes, "parse", broken)
+    lenient = TestClient(client.app, raise_server_exceptions=False)
+    failed = lenient.post(BATCH, json={"intervals": records(1)})
+    assert failed.status_code == 500 and failed.text == "Internal Server Error"
+    with pytest.raises(RuntimeError, match="a bug"):  # and on up to the server, which logs it
+        client.post(BATCH, json={"intervals": records(1)})
+    assert stored_intervals(client) == 3
+
+
+@pytest.mark.parametrize(
+    "result", [(1, 0, []), (0, 1, []), (64, 0, []), (2**40, 7, []), (1, 1, ["gpu.extra", "unknown"])]
+)
+def test_the_batch_answer_is_the_models_own_json(result):
+    from packscope.backend.api.schemas import IngestResult
+    from packscope.backend.routes.ingest import answer_json
+
+    accepted, duplicates, ignored = result
+    model = IngestResult(accepted=accepted, duplicates=duplicates, ignored=ignored)
+    assert answer_json(model) == model.model_dump_json(exclude_defaults=True).encode()
+
+
 def test_sync_site_counts_at_the_int64_edge_are_stored_saturated(database_url, make_client, new_run, records):
     """Two records (and a second batch) with a site count of 2^63 - 1: the run's total for the
     site stops at 2^63 - 1 on both databases (SQLite raised OverflowError, a 500; across two

@@ -65,6 +65,33 @@ def test_request_heads_sent_a_byte_at_a_time_are_cut_off_and_the_server_keeps_an
     assert all(a.startswith(b"HTTP/1.1 408") or a == b"" for a in answers.values())
 
 
+def test_a_kept_alive_connection_gets_a_new_head_deadline_from_each_answer(sqlite_url):
+    # One timer per connection fires at the first deadline and finds it moved on by the answers
+    # since: the connection lives on while it asks in time, and is cut off once it stalls.
+    with serving(settings(sqlite_url, request_head_timeout_s=0.6, keep_alive_s=30)) as url:
+        sock = connect(url)
+        started = time.monotonic()
+        while time.monotonic() - started < 2.0:  # past three head deadlines, none of them missed
+            sock.sendall(b"GET /api/v1/catalogue HTTP/1.1\r\nHost: x\r\n\r\n")
+            answer = b""
+            while b"\r\n\r\n" not in answer:
+                answer += sock.recv(65536)
+            assert answer.startswith(b"HTTP/1.1 200"), answer[:100]
+            length = int(answer.split(b"content-length: ")[1].split(b"\r\n")[0])
+            body_start = answer.index(b"\r\n\r\n") + 4
+            while len(answer) - body_start < length:
+                answer += sock.recv(65536)
+            answered = time.monotonic()  # the next head's deadline runs from the answer
+            time.sleep(0.35)
+        sock.sendall(b"GET /api/v1/catalogue HTTP/1.1\r\nHost: x\r\n")  # a head that stalls
+        while (got := closed_by_server(sock)) is None:
+            assert time.monotonic() - answered < 3, "a stalled head on a kept-alive connection waits for ever"
+            time.sleep(0.02)
+        sock.close()
+    assert time.monotonic() - answered >= 0.55  # not before its own deadline
+    assert got.startswith(b"HTTP/1.1 408") or got == b""
+
+
 def test_a_body_that_never_arrives_is_cut_off(sqlite_url):
     with serving(settings(sqlite_url, request_body_timeout_s=0.5)) as url:
         assert httpx.post(f"{url}/api/v1/runs", json=run_body()).status_code == 201
