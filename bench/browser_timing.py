@@ -287,8 +287,11 @@ def breakdown_summary(rounds: list[list[dict[str, float | None]]]) -> dict[str, 
     cold loads and of the warm ones (ms, or bytes for *_bytes); with plotly.js's own time in the
     page (asked → run) and the headline's plotly drawing after it (run → plotted)."""
     for p in (p for loads in rounds for p in loads):
-        if p.get("plotly_asked") is not None and p.get("plotly_ran") is not None:
-            p["plotly_own_ms"] = p["plotly_ran"] - p["plotly_asked"]  # type: ignore[operator]
+        # plotly.js asked: run_early.js's mark where it inserts the script, else (an async script
+        # in the page's head) its request's start.
+        asked = p.get("plotly_asked") if p.get("plotly_asked") is not None else p.get("plotly_js_asked")
+        if asked is not None and p.get("plotly_ran") is not None:
+            p["plotly_own_ms"] = p["plotly_ran"] - asked  # type: ignore[operator]
         if p.get("plotly_ran") is not None and p.get("headline_plotted") is not None:
             p["plotted_after_plotly_ran_ms"] = p["headline_plotted"] - p["plotly_ran"]  # type: ignore[operator]
 

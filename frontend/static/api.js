@@ -39,7 +39,7 @@ export async function fetchJSON(path) {
   }
 }
 
-// Answers asked for before the page's module ran (run_early.js, while plotly.js compiles), each
+// Answers asked for before the page's module ran (run_early.js, taking the head's preloads), each
 // handed once to the first call for the same path.
 const early = new Map();
 

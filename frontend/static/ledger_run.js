@@ -1,6 +1,6 @@
 // @ts-check
 // The run page's ledger card and the tiles it flags: fetched with the page's summary, its
-// waterfall drawn once plotly.js has loaded (run_early.js loads it after the first drawing).
+// waterfall drawn once plotly.js has loaded (run_early.js's plotlyLoaded).
 
 import { getLedger } from "./api.js";
 import { flagTiles, redrawWaterfall, renderLedger } from "./ledger_panel.js";

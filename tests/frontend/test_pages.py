@@ -58,10 +58,11 @@ def test_run_page_renders_the_run(client):
     assert 'data-ranks="1"' in page.text  # run_early.js asks for the ranks of a run of several only
     assert "project demo" in page.text and "1 × NVIDIA H200" in page.text
     assert 'href="/api/v1/runs/run-a/intervals.csv"' in page.text
-    # run_early.js asks for the first answers and draws the headline chart before plotly.js runs:
-    # the page names no plotly.js (no script, no preload); run_early.js loads it after the drawing.
-    assert '<script type="module" src="/static/run_early.js"></script>' in page.text
-    assert "/vendor/plotly.min.js" not in page.text
+    # The head asks for plotly.js at once, async (it must not hold the parser), and for
+    # run_early.js, which takes the first answers and draws the headline chart meanwhile.
+    head = page.text[: page.text.index("</head>")]
+    assert '<script async fetchpriority="high" src="/vendor/plotly.min.js"></script>' in head
+    assert '<script type="module" src="/static/run_early.js"></script>' in head
     assert 'export const PLOTLY_JS = "/vendor/plotly.min.js";' in (STATIC_DIR / "run_early.js").read_text()
     # Every chart the page script draws into is in the markup.
     charts = (
@@ -106,6 +107,23 @@ def test_run_page_preloads_every_module_run_early_js_imports(client):
     assert imported and preloaded == imported
     for name in preloaded:
         assert client.get(f"/static/{name}").status_code == 200
+
+
+def test_run_page_preloads_the_answers_run_early_js_asks_first(client):
+    # The head's preloads are only taken by requests for the very same URLs: they must be the
+    # paths run_early.js asks first (api.js's paths, with run_sizes.js's number of points).
+    head = client.get("/runs/run-a").text.split("</head>")[0]
+    preloaded = re.findall(r'<link rel="preload" as="fetch" crossorigin href="([^"]+)">', head)
+    points = re.search(r"^export const SERIES_POINTS = (\d+);", (STATIC_DIR / "run_sizes.js").read_text(), re.M)
+    assert points
+    series = f"/api/v1/runs/run-a/series?max_points={points[1]}"
+    assert preloaded == ["/api/v1/catalogue", "/api/v1/runs/run-a", series]
+    early = (STATIC_DIR / "run_early.js").read_text()
+    series_path = "paths.series(runId, { max_points: SERIES_POINTS })"
+    asked = f"const FIRST_PATHS = [paths.catalogue(), paths.run(runId), {series_path}]"
+    assert asked in early
+    for path in preloaded:
+        assert client.get(path).status_code == 200
 
 
 def test_run_page_shows_the_runs_configuration_flattened_and_escaped(client):
