@@ -139,9 +139,14 @@ class Coalescer(Generic[T, R]):
         waiting = _Waiting[T, R](item, loop.create_future(), loop.time() + self.admission.wait_s)
         self._pending.append(waiting)
         # A writer left unfinished by a loop that was closed (a test client's) is not waited for.
-        if self._writer is None or self._writer.done() or self._writer.get_loop() is not loop:
+        other_loop = self._writer is not None and self._writer.get_loop() is not loop
+        if self._writer is None or self._writer.done() or other_loop:
             self._writer = loop.create_task(self._drain())
+        if other_loop:
             self._expiry = None  # any timer left belongs to that loop
+        # A timer still set in this loop (the writer may have finished since) is kept: it fires at
+        # an earlier deadline and sets itself again for the oldest item then waiting, so a second
+        # one would only double every firing.
         if self._expiry is None:
             # A timer, not a cancel scope around the wait (anyio's cost is measured in
             # docs/benchmarks/2026-11-30-2core.md#dev-2026-11-30-1704-ingest-night).

@@ -253,6 +253,34 @@ def test_each_waiting_item_is_withdrawn_at_its_own_deadline_and_a_cancelled_one_
     assert groups == [["first"], ["held"], ["kept"]]  # neither withdrawn item, nor the cancelled one
 
 
+def test_requests_one_after_another_set_one_expiry_timer_not_one_each():
+    """The writer ends whenever the queue empties (light load); the next request must not set a
+    second timer beside the one still set, or every firing after is doubled (and so on)."""
+    import asyncio
+
+    from packscope.backend.http.admission import Admission, Coalescer
+
+    async def main() -> int:
+        loop = asyncio.get_running_loop()
+        armed = 0
+        call_at = loop.call_at
+
+        def counting(when, callback, *args, **kwargs):
+            nonlocal armed
+            armed += 1
+            return call_at(when, callback, *args, **kwargs)
+
+        loop.call_at = counting  # type: ignore[method-assign]
+        coalescer = Coalescer(Admission(1, 5.0, 2, False), lambda items: items, weigh=len, max_weight=9)
+        for k in range(5):
+            assert await coalescer.submit(f"item-{k}") == f"item-{k}"
+            assert coalescer._writer is not None
+            await coalescer._writer  # the queue is empty: the writer has ended
+        return armed
+
+    assert asyncio.run(main()) == 1
+
+
 def test_a_free_turn_is_taken_at_once_and_never_ahead_of_a_waiter():
     import anyio
 
