@@ -36,6 +36,9 @@ class AlertConfig:
     webhooks: Webhooks = Webhooks()
     public_url: str = ""  # the server's address as receivers reach it, for run_url
     sweep_s: float = 5.0  # how often every live run is judged without a new interval (stalled, crashed)
+    # Rounds woken by new batches are at least this far apart: a large job's ranks post all the
+    # time, and every round reads the runs' windows again (its CPU is the ingest's too).
+    judge_gap_s: float = 1.0
     delivery_poll_s: float = 1.0  # how often the outbox is looked at for due messages
     retry_base_s: float = 2.0  # a failed message waits base·2^(attempts-1) s, at most retry_max_s
     retry_max_s: float = 300.0

@@ -20,7 +20,6 @@ from packscope.backend.alerts.state import runs_with_open_alerts
 from packscope.backend.store.models import Run
 
 log = logging.getLogger("packscope.alerts")
-JUDGE_GAP_S = 0.2
 _RUNS = Run.__table__
 
 
@@ -131,8 +130,8 @@ class AlertWorker:
                 log.exception("the alerts' judging round failed")
                 await asyncio.sleep(self.config.sweep_s)
             # Batches that arrive meanwhile wait for the next round together: a run is judged at
-            # most 1/JUDGE_GAP_S times a second, however small and frequent its batches.
-            await asyncio.sleep(JUDGE_GAP_S)
+            # most once every judge_gap_s, however small and frequent its batches.
+            await asyncio.sleep(self.config.judge_gap_s)
 
     async def _delivering(self, running: _Running) -> None:
         while True:

@@ -70,6 +70,7 @@ class Settings(BaseSettings):
     public_url: str = ""
     # How often live runs are judged without new data (stalled, crashed), and the outbox polled.
     alert_sweep_s: float = Field(default=5.0, gt=0)
+    alert_judge_gap_s: float = Field(default=1.0, gt=0)
     alert_delivery_poll_s: float = Field(default=1.0, gt=0)
     # A failed webhook message waits base·2^(attempts-1) seconds before its next try, at most max.
     alert_retry_base_s: float = Field(default=2.0, gt=0)
@@ -104,6 +105,7 @@ class Settings(BaseSettings):
             self.alert_webhook_format,
             self.public_url,
             sweep_s=self.alert_sweep_s,
+            judge_gap_s=self.alert_judge_gap_s,
             delivery_poll_s=self.alert_delivery_poll_s,
             retry_base_s=self.alert_retry_base_s,
             retry_max_s=self.alert_retry_max_s,

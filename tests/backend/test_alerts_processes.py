@@ -33,6 +33,7 @@ def serve(url: str, port: int, hook: str) -> subprocess.Popen[bytes]:
         "PACKSCOPE_ALERT_WEBHOOK_URL": hook,
         "PACKSCOPE_ALERT_WEBHOOK_SECRET": SECRET,
         "PACKSCOPE_ALERT_SWEEP_S": "0.2",
+        "PACKSCOPE_ALERT_JUDGE_GAP_S": "0.2",
         "PACKSCOPE_ALERT_DELIVERY_POLL_S": "0.05",
     }
     command = [sys.executable, "-m", "packscope", "serve", "--port", str(port), "--workers", "1"]

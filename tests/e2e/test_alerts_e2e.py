@@ -113,6 +113,7 @@ def serve(database_url: str, port: int, hook: str) -> subprocess.Popen[bytes]:
         "PACKSCOPE_ALERT_WEBHOOK_SECRET": SECRET,
         "PACKSCOPE_ALERT_THRESHOLDS": json.dumps(FAST),
         "PACKSCOPE_ALERT_SWEEP_S": "0.2",
+        "PACKSCOPE_ALERT_JUDGE_GAP_S": "0.2",
         "PACKSCOPE_ALERT_DELIVERY_POLL_S": "0.05",
         "PACKSCOPE_ALERT_RETRY_BASE_S": "0.1",
     }
