@@ -146,14 +146,14 @@ THINKERS = {"qwen3_omni_moe": ("thinker_config", "qwen3_omni_moe_thinker")}
 # Wrappers whose towers are not priced yet, refused before building; their decoders are counted
 # alone (the text model_type with text_config). Gemma 3n's vision tower is timm's MobileNet-V5
 # (TimmWrapperModel): transformers builds it through timm, which needs torchvision, and neither is
-# installed beside the torch packscope is tested with, so no count of it could be held to the tower.
+# installed beside the torch packscope is tested with, so no count of it is held to the tower yet.
+# (Its audio tower is read: hf_audio_gemma4.gemma3n_audio_tower.)
 REFUSED_TOWERS = {
-    "gemma3n": "its audio tower (Gemma3nAudioEncoder, a USM Conformer: chunked local attention with relative "
-    "positions, depthwise convolutions) is not counted yet, and its vision tower (TimmWrapperModel, timm's "
-    "mobilenetv5_300m_enc: universal inverted-residual convolution blocks, multi-query attention blocks, a "
-    "multi-scale fusion adapter) is not counted: transformers builds it through timm, which needs torchvision, and "
-    "neither is installed beside the torch packscope is tested with, so no count of it could be checked against "
-    "the tower; count the decoder with text_config alone (model_type gemma3n_text)",
+    "gemma3n": "its vision tower (TimmWrapperModel, timm's mobilenetv5_300m_enc: universal inverted-residual "
+    "convolution blocks, multi-query attention blocks, a multi-scale fusion adapter) is not counted yet: "
+    "transformers builds it through timm, which needs torchvision, and neither is installed beside the torch "
+    "packscope is tested with, so no count of it is checked against the tower; count the decoder with "
+    "text_config alone (model_type gemma3n_text)",
 }
 
 
