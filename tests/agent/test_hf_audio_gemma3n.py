@@ -3,8 +3,8 @@ packscope.core.audio_gemma4) against an independent check: what transformers' ow
 Gemma3nAudioEncoder and embed_audio compute on clips, counted by torch's FlopCounterMode module by
 module (tests/core/audio_gemma3n_meta.py), never packscope's formula.
 
-The tower and embed_audio are built alone: the wrapper (model_type gemma3n) also builds its vision
-tower through timm, and is refused while that tower is not counted (agent/hf_structure.REFUSED_TOWERS)."""
+The tower and embed_audio are built alone, without timm: the wrapper (model_type gemma3n) also
+builds its vision tower through timm; counted whole in test_gemma3n.py (in .venv-timm)."""
 
 from __future__ import annotations
 

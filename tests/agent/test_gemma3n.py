@@ -1,0 +1,221 @@
+"""Gemma 3n counted whole (model_type gemma3n): its vision tower, timm's MobileNet-V5
+(packscope.agent.hf_towers.mobilenet_tower), its audio tower (test_hf_audio_gemma3n.py), and the
+multimodal embedders its forward runs on every text token, against an independent check: torch's
+FlopCounterMode on timm's and transformers' own modules, module by module, never packscope's formula.
+
+transformers builds the vision tower through timm, which needs torchvision: these tests run in the
+environment `make test` builds for them (.venv-timm); elsewhere they skip, and the count says to
+install timm (test_without_timm_the_count_says_to_install_it)."""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import re
+from collections import defaultdict
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from torch import nn  # noqa: E402
+from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
+
+from packscope.agent.hf_structure import spec_from_structure  # noqa: E402
+from packscope.core.flops import ModelSpec  # noqa: E402
+from packscope.core.hf_fields import HFConfigError  # noqa: E402
+from packscope.core.vision import VisionSpec, fixed_image_sums  # noqa: E402
+
+HAS_TIMM = importlib.util.find_spec("timm") is not None
+needs_timm = pytest.mark.skipif(not HAS_TIMM, reason="timm (with torchvision) is installed in .venv-timm only")
+
+
+def published() -> dict:
+    """transformers' default Gemma3nConfig: the published widths (E4B's decoder, 768² images)."""
+    from transformers import Gemma3nConfig
+
+    return Gemma3nConfig().to_dict()
+
+
+@functools.cache
+def published_spec() -> ModelSpec:
+    return spec_from_structure(published())
+
+
+def component(name: str, attentions: set[str]) -> str:
+    """Where a convolution of the tower sits, from its module name; else the check fails."""
+    if name.startswith("msfa."):
+        return "fusion"
+    if any(name.startswith(f"{a}.") for a in attentions):
+        return "attention"
+    if name.startswith(("conv_stem.", "blocks.")):
+        return "conv"
+    raise AssertionError(f"a convolution at {name!r} that the check does not place")
+
+
+ROOT = "TimmWrapperModel.timm_model"  # FlopCounterMode's name of the timm encoder in transformers' wrapper
+
+
+def tower_counts(encoder: nn.Module, counts: dict[str, dict]) -> dict[str, int]:
+    """Forward FLOPs by component from FlopCounterMode's per-module counts (timm's module names): each
+    convolution where it ran, and each attention block's own matmuls as its count beyond its
+    convolutions. Every counted FLOP placed."""
+    root = ROOT
+    total = {name: sum(ops.values()) for name, ops in counts.items()}
+    convs = {n for n, m in encoder.named_modules() if isinstance(m, nn.Conv2d)}
+    attentions = {n for n, m in encoder.named_modules() if type(m).__name__ == "MultiQueryAttention2d"}
+    out: dict[str, int] = defaultdict(int)
+    for name in convs:
+        out[component(name, attentions)] += total.get(f"{root}.{name}", 0)
+    for name in attentions:
+        inner = sum(total.get(f"{root}.{c}", 0) for c in convs if c.startswith(f"{name}."))
+        out["core_full"] += total[f"{root}.{name}"] - inner
+    assert sum(out.values()) == total["Global"], (dict(out), total["Global"])
+    return dict(out)
+
+
+def per_image(vision: VisionSpec) -> dict[str, int]:
+    """The count's FLOPs of one image, by the tower's components (the projector apart)."""
+    parts = vision.flops_by_component(fixed_image_sums(vision, 1))
+    return {k: v for k, v in parts.items() if k in ("conv", "attention", "core_full", "fusion")}
+
+
+@needs_timm
+def test_the_published_tower_per_component_on_the_meta_device():
+    """The published tower at its 768² input, forward on the meta device: every component of one
+    image, and of three, equal to torch's counts; the 16 x 16 soft tokens through embed_vision."""
+    from transformers import AutoModel, Gemma3nVisionConfig
+
+    vision = published_spec().vision
+    assert vision is not None and vision.tower == "mobilenetv5"
+    assert (vision.image_grid, vision.patch_size, vision.projector) == ((16, 16), 48, ((2048, 2048),))
+    with torch.device("meta"):
+        tower = AutoModel.from_config(Gemma3nVisionConfig())
+    for images in (1, 3):
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            out = tower(pixel_values=torch.empty(images, 3, 768, 768, device="meta"), do_pooling=False)
+        measured = {k: 3 * v for k, v in tower_counts(tower.timm_model, counter.get_flop_counts()).items()}
+        assert {k: images * v for k, v in per_image(vision).items()} == measured
+    assert tuple(out.last_hidden_state.shape) == (3, 2048, 16, 16)
+
+
+@needs_timm
+def test_the_tower_forward_and_backward_on_the_cpu_at_a_small_size():
+    """The real mobilenetv5_300m_enc on the CPU at 128² (its timm config's input size set so, as a
+    checkpoint's would be): the count read at that size equals torch's counts of a real forward, per
+    component; in the backward every convolution's output gets a gradient and the attention's
+    matmuls run twice."""
+    from transformers import AutoModel, Gemma3nConfig
+    from transformers.models.gemma3n.modeling_gemma3n import Gemma3nMultimodalEmbedder
+
+    from packscope.agent.hf_towers import mobilenet_tower
+
+    config = Gemma3nConfig()
+    with torch.device("meta"):  # what the structural count reads, as it builds it
+        meta = AutoModel.from_config(config.vision_config)
+        embed = Gemma3nMultimodalEmbedder(config.vision_config, config.text_config)
+    meta.timm_model.pretrained_cfg = {**meta.timm_model.pretrained_cfg, "input_size": (3, 128, 128)}
+    vision = mobilenet_tower("gemma3n", "vision_tower", meta, embed, config)
+    torch.manual_seed(0)
+    tower = AutoModel.from_config(config.vision_config)  # the same tower on the CPU, run for real
+    # FlopCounterMode has no formula for the CPU's fused attention kernel: timm's own unfused path
+    # (its fused_attn switch, TIMM_FUSED_ATTN=0) runs the same QKᵀ and P·V as counted matmuls
+    attentions = [m for m in tower.modules() if type(m).__name__ == "MultiQueryAttention2d"]
+    assert attentions
+    for attn in attentions:
+        attn.fused_attn = False
+    assert (vision.patch_size, vision.image_grid) == (8, (16, 16))
+    convs = [m for m in tower.modules() if isinstance(m, nn.Conv2d)]
+    got: set[int] = set()
+
+    def hook(module, args, output):
+        key = id(module)
+        output.register_hook(lambda grad: got.add(key))
+
+    handles = [m.register_forward_hook(hook) for m in convs]
+    pixels = torch.randn(2, 3, 128, 128)
+    with FlopCounterMode(display=False) as counter:
+        out = tower(pixel_values=pixels, do_pooling=False)
+    forward = counter.get_flop_counts()
+    measured = {k: 3 * v for k, v in tower_counts(tower.timm_model, forward).items()}
+    assert {k: 2 * v for k, v in per_image(vision).items()} == measured
+    with FlopCounterMode(display=False) as counter:
+        out.last_hidden_state.float().sum().backward()
+    for handle in handles:
+        handle.remove()
+    backward = {str(op).split(".")[-1]: v for op, v in counter.get_flop_counts()["Global"].items()}
+    # every convolution's output gets a gradient; the attention's matmuls run both gradients. (torch's
+    # formula for a convolution's backward ignores groups, so it is not compared for the depthwise ones.)
+    assert got == {id(m) for m in convs}
+    assert backward["bmm"] == 2 * sum(v for op, v in forward["Global"].items() if str(op).endswith("bmm"))
+
+
+@needs_timm
+def test_every_text_token_goes_through_both_embedders():
+    """Gemma3nModel.forward with input_ids embeds every token through embed_vision and embed_audio
+    (the hard-token path): on the meta device, a text-only forward counts their projections once
+    per token, the count's multimodal_embed."""
+    from transformers import Gemma3nConfig, Gemma3nForConditionalGeneration
+
+    spec = published_spec()
+    with torch.device("meta"):
+        model = Gemma3nForConditionalGeneration(Gemma3nConfig())
+    tokens = 24
+    with torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(input_ids=torch.zeros(1, tokens, dtype=torch.long, device="meta"))
+    counts = counter.get_flop_counts()
+    embedders = sum(
+        sum(ops.values()) for name, ops in counts.items() if re.fullmatch(r".*\.model\.embed_(vision|audio)", name)
+    )
+    assert embedders > 0 and 3 * embedders == tokens * dict(spec.measured.c_lin)["multimodal_embed"]
+
+
+@needs_timm
+def test_the_wire_dict_carries_both_towers():
+    spec = published_spec()
+    wire = json.loads(json.dumps(spec.to_dict()))
+    assert wire["vision"]["tower"] == "mobilenetv5" and wire["audio"]["tower"] == "gemma3n"
+    assert ModelSpec.from_dict(wire) == spec
+
+
+@needs_timm
+def test_the_hf_callbacks_record_is_the_cli_and_the_api_to_the_integer(tmp_path, capsys):
+    """One step of two micro-batches, one with two images and two clips, one with an image alone:
+    the record (pixel_values kept as their shape, the clips' mask as the feature extractor writes it)
+    carries the vision and audio sums, and its FLOPs are `packscope flops --images --audio` and the
+    API's in every view."""
+    from packscope.commands.cli import main
+    from packscope.core.flops import packs_breakdown_by_kind
+    from tests.agent.audio_callback import ROW, VIEWS, callback_record
+    from tests.core import audio_gemma3n_meta as gm
+
+    spec = published_spec()
+    assert spec.vision is not None and spec.audio is not None
+    calls = [[250, 70], []]
+    batches = [
+        {"pixel_values": torch.empty(2, 3, 768, 768, device="meta"), **gm.clip_inputs(calls[0], spec.audio.mel_bins)},
+        {"pixel_values": torch.empty(1, 3, 768, 768, device="meta")},
+    ]
+    record = callback_record(spec, batches)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(published()))
+    args = ["flops", "--hf-config", str(path), "--pack-length", str(ROW), "--pack", str(ROW), "--pack", str(ROW)]
+    assert main([*args, "--images", "3", "--audio", "250,70"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    assert {k: record[k] for k in cli["vision"]["sums"]} == cli["vision"]["sums"]
+    assert {k: record[k] for k in cli["audio"]["sums"]} == cli["audio"]["sums"]
+    decoder = packs_breakdown_by_kind(spec, [[ROW]] * 2, ROW)
+    towers = spec.vision.flops(fixed_image_sums(spec.vision, 3)) + spec.audio.flops(spec.audio.batch_sums([[250, 70]]))
+    for view in VIEWS:
+        assert cli[f"flops_{view}"] < 2**53
+        want = getattr(decoder, f"flops_{view}") + towers
+        assert record[f"flops_{view}"] == float(cli[f"flops_{view}"]) == float(want), view
+
+
+@pytest.mark.skipif(HAS_TIMM, reason="timm is installed here")
+def test_without_timm_the_count_says_to_install_it():
+    with pytest.raises(HFConfigError, match="pip install timm") as caught:
+        spec_from_structure(published())
+    assert "\n" not in str(caught.value)
