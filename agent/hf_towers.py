@@ -407,7 +407,7 @@ def mobilenet_tower(mt: str, name: str, tower: Any, projector: Any, config: Any)
     import torch
     from torch import nn
 
-    encoder = getattr(tower, "timm_model", None)
+    encoder: Any = getattr(tower, "timm_model", None)
     if type(encoder).__name__ != "MobileNetV5Encoder":
         raise _refuse(mt, name, tower, f"its timm model is {type(encoder).__name__}, not a MobileNet-V5 encoder")
     unknown = sorted({type(m).__name__ for m in tower.modules()} - MOBILENET_CLASSES)

@@ -219,3 +219,17 @@ def test_without_timm_the_count_says_to_install_it():
     with pytest.raises(HFConfigError, match="pip install timm") as caught:
         spec_from_structure(published())
     assert "\n" not in str(caught.value)
+
+
+@needs_timm
+def test_the_pages_published_values_are_the_codes():
+    from pathlib import Path
+
+    doc = (Path(__file__).parents[2] / "docs" / "flops.md").read_text()
+    table = doc.split("<!-- gemma3n-vision:start -->\n")[1].split("<!-- gemma3n-vision:end -->")[0]
+    vision = published_spec().vision
+    assert vision is not None
+    line = "`image_macs`: " + ", ".join(f"{k} {v}" for k, v in vision.image_macs)
+    assert line in table, line
+    per_token = dict(published_spec().measured.c_lin)["multimodal_embed"]
+    assert f"= {per_token} FLOPs a token" in doc
