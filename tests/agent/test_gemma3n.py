@@ -233,3 +233,36 @@ def test_the_pages_published_values_are_the_codes():
     assert line in table, line
     per_token = dict(published_spec().measured.c_lin)["multimodal_embed"]
     assert f"= {per_token} FLOPs a token" in doc
+
+
+@needs_timm
+def test_the_wrappers_decoder_is_its_text_config_alone_plus_the_embedders():
+    """The decoder the wrapper counts is gemma3n_text's (held to torch in test_hf_structure.py), with
+    the embedders' work on every text token beside it."""
+    spec = published_spec()
+    text = spec_from_structure({**published()["text_config"], "model_type": "gemma3n_text"})
+    wrapper = dict(spec.c_lin_by_component)
+    assert wrapper.pop("multimodal_embed") == 6 * (2048 + 1536) * 2048
+    assert {k: v for k, v in wrapper.items() if v} == {k: v for k, v in text.c_lin_by_component.items() if v}
+    assert (spec.c_core_by_kind, spec.kinds) == (text.c_core_by_kind, text.kinds)
+
+
+@needs_timm
+def test_a_module_the_tower_reader_does_not_know_is_refused_by_name():
+    from transformers import AutoModel, Gemma3nConfig
+    from transformers.models.gemma3n.modeling_gemma3n import Gemma3nMultimodalEmbedder
+
+    from packscope.agent.hf_towers import mobilenet_tower
+
+    config = Gemma3nConfig()
+    with torch.device("meta"):
+        tower = AutoModel.from_config(config.vision_config)
+        embed = Gemma3nMultimodalEmbedder(config.vision_config, config.text_config)
+        tower.timm_model.blocks[0].extra = nn.Linear(8, 8)
+    with pytest.raises(HFConfigError, match=r"its modules Linear are not priced") as caught:
+        mobilenet_tower("gemma3n", "vision_tower", tower, embed, config)
+    assert "\n" not in str(caught.value)
+    del tower.timm_model.blocks[0].extra
+    config.vision_soft_tokens_per_image = 64
+    with pytest.raises(HFConfigError, match=r"its 16 x 16 output is not vision_soft_tokens_per_image \(64\)"):
+        mobilenet_tower("gemma3n", "vision_tower", tower, embed, config)
