@@ -266,3 +266,79 @@ def test_a_module_the_tower_reader_does_not_know_is_refused_by_name():
     config.vision_soft_tokens_per_image = 64
     with pytest.raises(HFConfigError, match=r"its 16 x 16 output is not vision_soft_tokens_per_image \(64\)"):
         mobilenet_tower("gemma3n", "vision_tower", tower, embed, config)
+
+
+class WithClips:
+    """Each example one padded row opened by a clip's audio placeholders (audio_soft_tokens_per_image
+    of them, as the processor writes), its clip padded to the batch's longest in input_features, with
+    the mask the feature extractor writes. Keeps the clips of every batch."""
+
+    def __init__(self, audio_token: int, placeholders: int, mel_bins: int) -> None:
+        self.audio_token, self.placeholders, self.mel_bins = audio_token, placeholders, mel_bins
+        self.calls: list[list[int]] = []
+
+    def __call__(self, features):
+        from tests.core import audio_gemma3n_meta as gm
+
+        clips = [20 + 37 * len(f["input_ids"]) % 100 for f in features]  # at most 8 kept positions each
+        rows = [[self.audio_token] * self.placeholders + f["input_ids"] for f in features]
+        width = max(map(len, rows))
+        self.calls.append(clips)
+        return {
+            "input_ids": torch.tensor([r + [0] * (width - len(r)) for r in rows]),
+            "attention_mask": torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows]),
+            "labels": torch.tensor(
+                [[-100 if t == self.audio_token else t for t in r] + [-100] * (width - len(r)) for r in rows]
+            ),
+            **gm.clip_inputs(clips, self.mel_bins),
+        }
+
+
+@needs_timm
+def test_the_trainers_batches_are_counted_with_their_clips():
+    """A Gemma 3n with a tiny decoder and audio tower (the published vision tower beside, unused)
+    trained by the Trainer on batches with clips: each record holds the reference sums of its
+    interval's calls, and its FLOPs are the decoder's on its token sums (the embedders included)
+    plus the audio tower's, in every view."""
+    import dataclasses
+
+    import transformers
+    from transformers import Gemma3nConfig
+
+    from packscope.agent.integrations.hf import PackscopeCallback
+    from packscope.core.attention import SUM_NAMES as ATTENTION_SUM_NAMES
+    from packscope.core.audio_gemma4 import Gemma4AudioSpec, batch_sums
+    from tests.agent.structural_configs import STRUCTURAL
+
+    text = {k: v for k, v in STRUCTURAL["gemma3n_text"].items() if k != "model_type"}
+    text |= {"vocab_size": 262400, "vocab_size_per_layer_input": 262144}  # the multimodal ids embed
+    audio = {"hidden_size": 32, "conf_num_attention_heads": 4, "conf_num_hidden_layers": 2}
+    audio |= {"sscp_conv_channel_size": [8, 4], "input_feat_size": 16}
+    config = Gemma3nConfig(text_config=text, audio_config=audio, audio_soft_tokens_per_image=8)
+    spec = spec_from_structure(config.to_dict())
+    assert isinstance(spec.audio, Gemma4AudioSpec) and spec.vision is not None
+    torch.manual_seed(0)
+    model = transformers.Gemma3nForConditionalGeneration(config)
+    collator = WithClips(config.audio_token_id, 8, spec.audio.mel_bins)
+    cb = PackscopeCallback(run_name="hf-gemma3n", log_every=2, check_cross_documents=False)
+    g = torch.Generator().manual_seed(1)
+    data = [
+        {"input_ids": torch.randint(3, 200, (int(k),), generator=g).tolist()}
+        for k in torch.randint(2, 12, (8,), generator=g)
+    ]
+    args = transformers.TrainingArguments(
+        output_dir="hf-test", per_device_train_batch_size=2, gradient_accumulation_steps=2, max_steps=2,
+        logging_steps=2, report_to=[], use_cpu=True, save_strategy="no", disable_tqdm=True,
+        remove_unused_columns=False,
+    )  # fmt: skip
+    transformers.Trainer(model=model, args=args, data_collator=collator, callbacks=[cb], train_dataset=data).train()
+    records = list(cb.agent.records)
+    assert len(records) == 1 and cb.agent.model == spec
+    decoder = dataclasses.replace(spec, audio=None, vision=None)
+    (record,) = records
+    want = batch_sums(spec.audio, collator.calls)
+    assert want["audio_tokens"] and {name: record[name] for name in want} == want
+    sums = {name: record[name] for name in ATTENTION_SUM_NAMES}
+    flops = decoder.triad_by_kind(record["tokens"], record["real_tokens"], sums)
+    tower = spec.audio.flops(want)
+    assert {v: record[f"flops_{v}"] for v in flops} == {v: float(f + tower) for v, f in flops.items()}
