@@ -3,7 +3,8 @@
 #   make test   - the whole test suite (slow tests included) on 4 pytest-xdist workers (TEST_WORKERS), then
 #                 the few tests marked `alone` by themselves, each pass with its 15 slowest tests; the
 #                 dashboard's pure JS modules under node:test (tests/js, Node 20+); then
-#                 torchtitan's integration tests in an environment of their own (.venv-torchtitan)
+#                 torchtitan's integration tests in an environment of their own (.venv-torchtitan), and
+#                 Gemma 3n's timm vision tower tests in another (.venv-timm)
 # and, for developers:
 #   make lint       - ruff check, ruff format --check and mypy (configured in pyproject.toml), then
 #                     eslint over frontend/static and tests/js (eslint.config.js) and TypeScript's check of its JSDoc
@@ -53,6 +54,19 @@ $(TT_STAMP): pyproject.toml
 	$(TT_VENV)/bin/python -m pip install -q -e '.[torchtitan]' pytest
 	touch $(TT_STAMP)
 
+# timm needs torchvision, which PyPI builds only beside its own torch, not the CPU 2.13.0 above
+# ("operator torchvision::nms does not exist"): Gemma 3n's vision tower (timm's MobileNet-V5, through
+# transformers) is tested in an environment of its own, with the torch and torchvision that import
+# together (CUDA builds of 2.14.1 / 0.29.1, run on the CPU here) and the releases the counts were checked on.
+TIMM_VENV  := .venv-timm
+TIMM_STAMP := $(TIMM_VENV)/.installed
+$(TIMM_STAMP): pyproject.toml
+	$(PY) -m venv $(TIMM_VENV)
+	$(TIMM_VENV)/bin/python -m pip install -qq --upgrade pip
+	$(TIMM_VENV)/bin/python -m pip install -qq torch==2.14.1 torchvision==0.29.1
+	$(TIMM_VENV)/bin/python -m pip install -qq -e '.[hf]' transformers==5.25.0 timm==1.0.31 pytest
+	touch $(TIMM_STAMP)
+
 demo: $(STAMP)
 	$(BIN)/packscope demo
 
@@ -60,7 +74,7 @@ serve: $(STAMP)
 	$(BIN)/packscope serve
 
 # Browser tests drive Debian's chromium; install it when missing and we may.
-test: $(STAMP) $(TT_STAMP)
+test: $(STAMP) $(TT_STAMP) $(TIMM_STAMP)
 	@if [ ! -x /usr/bin/chromium ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		echo "installing Debian's chromium for the browser tests"; \
 		(apt-get install -y -q chromium >/dev/null 2>&1 || (apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null)); \
@@ -70,6 +84,9 @@ test: $(STAMP) $(TT_STAMP)
 	node --test tests/js/
 	@echo "torchtitan's integration, in $(TT_VENV):"
 	$(TT_VENV)/bin/python -m pytest -p no:cacheprovider tests/agent/test_integrations_torchtitan.py
+	@echo "Gemma 3n's timm vision tower, in $(TIMM_VENV) (there its tests run, not skip):"
+	$(TIMM_VENV)/bin/python -c "import timm, torchvision"
+	$(TIMM_VENV)/bin/python -m pytest -p no:cacheprovider tests/agent/test_gemma3n.py
 
 # -m replaces pyproject's `-m "not gpu"`, so gpu stays deselected in both targets.
 test-fast: $(STAMP)
@@ -104,7 +121,7 @@ bench: $(STAMP)
 # The venv and node_modules, build outputs, tool caches, and the demo's database (the server's
 # default, sqlite:///./packscope.db, with its WAL files, its migration lock and its live-push sockets).
 clean:
-	rm -rf $(VENV) $(TT_VENV) *.egg-info build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis node_modules
+	rm -rf $(VENV) $(TT_VENV) $(TIMM_VENV) *.egg-info build dist .pytest_cache .mypy_cache .ruff_cache .hypothesis node_modules
 	rm -f packscope.db packscope.db-* packscope.db.migrate-lock
 	rm -rf packscope.db.live
 	find . -name __pycache__ -type d -prune -exec rm -rf {} +

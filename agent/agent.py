@@ -320,7 +320,7 @@ class Agent:
         ``pixel_values`` with its ``aspect_ratio_mask`` and ``cross_attention_mask`` (both required).
         A model with an audio tower takes the micro-batch's clips, when its tower ran on them, under
         the mask its feature extractor writes: ``feature_attention_mask`` [clips, frames] (or
-        ``audio_feature_lengths`` [clips]: Qwen3-Omni), ``input_features_mask`` (Gemma 4).
+        ``audio_feature_lengths`` [clips]: Qwen3-Omni), ``input_features_mask`` (Gemma 4, Gemma 3n).
 
         ``whole_row_attention=True``: the model attends across the packed documents of each row (the
         HF callback's cross-document check found its attention masks let them meet, in this batch

@@ -1,8 +1,8 @@
 """A micro-batch's audio sums (packscope.core.audio_sums), on the device and without a host sync.
 
 Each audio tower reads its clips' lengths from a mask the feature extractor writes, [clips, T]
-(Qwen3-Omni: ``feature_attention_mask``, or ``audio_feature_lengths`` [clips]; Gemma 4:
-``input_features_mask``). The agent keeps the masks by reference and counts them at the log
+(Qwen3-Omni: ``feature_attention_mask``, or ``audio_feature_lengths`` [clips]; Gemma 4 and
+Gemma 3n: ``input_features_mask``). The agent keeps the masks by reference and counts them at the log
 boundary, all of the interval's calls together: the lengths are a row sum of each mask, and every
 sum is elementwise in them and in a per-call maximum (``scatter_reduce``), so one kernel per call
 and a fixed chain per interval (about 80 small ATen ops for Qwen3-Omni, 20 for Gemma 4, counted on
@@ -10,7 +10,7 @@ the CPU by tests/agent/test_deferred_forms.CountOps) whose results stay on the d
 int64 tensors, reduced with the interval's other device sums. No ``.item()``, ``.tolist()``,
 boolean indexing or data-dependent shape is used; the per-clip call index travels by one pinned
 non-blocking copy. What follows from the shapes alone (Gemma 4's clips, padded positions and
-blocks) is a host int.
+blocks; Gemma 3n's tokens too) is a host int.
 
 The reference sums are ``packscope.core.audio.call_sums`` and ``packscope.core.audio_gemma4.call_sums``;
 the device sums equal them on the same clips (tests/agent/test_audio_sums.py). A clip of 0 frames
@@ -48,6 +48,7 @@ from packscope.core.audio_sums import AUDIO_RECORD_SUMS, AnyAudioSpec
 AUDIO_BATCH_KEYS: dict[str, tuple[str, ...]] = {
     "qwen3_omni": ("feature_attention_mask", "audio_feature_lengths"),
     "gemma4": ("input_features_mask",),
+    "gemma3n": ("input_features_mask",),
 }
 
 
@@ -115,8 +116,8 @@ def qwen3_omni_sums(audio: AudioSpec, calls: Sequence[torch.Tensor]) -> dict[str
 
 
 def gemma4_sums(audio: Gemma4AudioSpec, calls: Sequence[tuple[torch.Tensor, int]]) -> dict[str, Any]:
-    """The sums of calls of Gemma 4's tower, each (its clips' lengths int64 [clips], the padded length
-    T): host ints from the shapes, the tokens a 0-d int64 device tensor
+    """The sums of calls of Gemma 4's or Gemma 3n's tower, each (its clips' lengths int64 [clips], the
+    padded length T): host ints from the shapes, Gemma 4's tokens a 0-d int64 device tensor
     (``packscope.core.audio_gemma4.call_sums`` is the reference)."""
     out: dict[str, Any] = dict.fromkeys(AUDIO_RECORD_SUMS, 0)
     tokens: list[torch.Tensor] = []
@@ -131,7 +132,10 @@ def gemma4_sums(audio: Gemma4AudioSpec, calls: Sequence[tuple[torch.Tensor, int]
         out[AUDIO_CONV1_FRAMES] += clips * g1
         out[AUDIO_POSITIONS] += clips * positions
         out[AUDIO_BLOCKS] += clips * -(-positions // audio.chunk)
-        tokens.append(lengths)
+        if audio.tower == "gemma3n":  # the kept positions of every row, padding included: from the shape
+            out[AUDIO_TOKENS] += clips * -(-positions // audio.reduction)
+        else:
+            tokens.append(lengths)
     if tokens:
         n = torch.cat(tokens) if len(tokens) > 1 else tokens[0]
         out[AUDIO_TOKENS] = _g(_g(n)).sum()

@@ -6,7 +6,8 @@ and decoder. Its widths are read off the modules and the formula (``packscope.co
 held to them: the three front-end convolutions are 3 x 3, stride 2, padding 1, one group; every
 layer's GEMMs are q, k, v, o, fc1 and fc2 of the first; ``conv_out`` reads what the convolutions
 leave of the mel axis; ``proj1`` and ``proj2`` run once per token; no other GEMM is in the tower.
-Gemma 4's tower and its ``embed_audio`` are read in ``packscope.agent.hf_audio_gemma4``. Any other
+Gemma 4's and Gemma 3n's towers and their ``embed_audio`` are read in
+``packscope.agent.hf_audio_gemma4``. Any other
 audio tower is refused in one line naming its class.
 """
 
@@ -14,15 +15,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from packscope.agent.hf_audio_gemma4 import gemma4_audio_tower
+from packscope.agent.hf_audio_gemma4 import gemma3n_audio_tower, gemma4_audio_tower
 from packscope.core.audio import CONV_KERNEL, AudioSpec
 from packscope.core.audio_gemma4 import Gemma4AudioSpec
 from packscope.core.hf_fields import HFConfigError
 
 # Audio tower classes the count reads, by the tower name their spec takes.
-AUDIO_TOWERS = {"Qwen3OmniMoeAudioEncoder": "qwen3_omni", "Gemma4AudioModel": "gemma4"}
+AUDIO_TOWERS = {
+    "Qwen3OmniMoeAudioEncoder": "qwen3_omni",
+    "Gemma4AudioModel": "gemma4",
+    "Gemma3nAudioEncoder": "gemma3n",
+}
 # The projector a wrapper keeps beside an audio tower, by the wrapper's name for it.
-AUDIO_PROJECTORS = {"Gemma4AudioModel": "embed_audio"}
+AUDIO_PROJECTORS = {"Gemma4AudioModel": "embed_audio", "Gemma3nAudioEncoder": "embed_audio"}
 
 
 def _refuse(mt: str, tower: Any, why: str) -> HFConfigError:
@@ -122,7 +127,8 @@ def audio_from_structure(
         return audio_tower(mt, tower), [tower]
     if projector not in towers:
         raise HFConfigError(f"{mt}: the audio tower ({type(tower).__name__}) has no '{projector}' beside it")
-    return gemma4_audio_tower(mt, tower, towers[projector]), [tower, towers[projector]]
+    read = gemma3n_audio_tower if type(tower).__name__ == "Gemma3nAudioEncoder" else gemma4_audio_tower
+    return read(mt, tower, towers[projector]), [tower, towers[projector]]
 
 
 __all__ = ["AUDIO_PROJECTORS", "AUDIO_TOWERS", "audio_from_structure", "audio_tower"]

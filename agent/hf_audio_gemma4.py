@@ -9,6 +9,11 @@ every layer's GEMMs are exactly the formula's (two feed-forward blocks, q, k, v,
 relative_k_proj, linear_start, the depthwise convolution, linear_end), each of the widths the
 formula prices; ``output_proj`` and ``embed_audio`` run once per position; no other GEMM is in
 either module.
+
+Gemma 3n's ``Gemma3nAudioEncoder`` (``gemma3n_audio_tower``) is read the same way under its own
+module names: its subsampling blocks pad by hand what Gemma 4's convolutions pad themselves, its
+``pos_proj`` projects left + right relative positions, and it has no ``output_proj``
+(``conf_reduction_factor`` thins the layers' output before ``embed_audio``).
 """
 
 from __future__ import annotations
@@ -140,4 +145,100 @@ def gemma4_audio_tower(mt: str, tower: Any, embed: Any) -> Gemma4AudioSpec:
     return spec
 
 
-__all__ = ["gemma4_audio_tower"]
+def _expected_gemma3n_layer(spec: Gemma4AudioSpec) -> dict[str, tuple[Any, ...]]:
+    """The GEMMs of one Gemma 3n conformer block, by name, as the formula prices them."""
+    d, f = spec.hidden, spec.ffn
+    out: dict[str, tuple[Any, ...]] = {}
+    for block in ("ffw_layer_start", "ffw_layer_end"):
+        out[f"{block}.ffw_layer_1"] = ("linear", d, f)
+        out[f"{block}.ffw_layer_2"] = ("linear", f, d)
+    for name in ("q_proj", "k_proj", "v_proj", "relative_position_embedding.pos_proj"):
+        out[f"attention.attn.{name}"] = ("linear", d, d)
+    out["attention.post"] = ("linear", d, d)
+    out["lconv1d.linear_start"] = ("linear", d, 2 * d)
+    out["lconv1d.linear_end"] = ("linear", d, d)
+    # depthwise, stride 1, the causal padding added before it: every position has an output
+    out["lconv1d.depthwise_conv1d"] = ("conv1d", d, d, (spec.lconv_kernel,), (1,), (1,), (0,), d)
+    return out
+
+
+def _gemma3n_conv(mt: str, tower: Any, block: Any, name: str, channels_in: int) -> int:
+    """The output channels of a subsampling block: a 3 x 3, stride-2 convolution that its block pads
+    by hand one bin each side of the mel axis and two frames after the time axis (so it leaves
+    (x - 1) // 2 + 1 of each, as a padding-1 one), reading ``channels_in``."""
+    from torch import nn
+
+    conv = block.conv
+    if (
+        not isinstance(conv, nn.Conv2d)
+        or (tuple(conv.kernel_size), tuple(conv.stride), tuple(conv.padding)) != ((3, 3), (2, 2), (0, 0))
+        or (conv.groups, tuple(conv.dilation), conv.in_channels) != (1, (1, 1), channels_in)
+        or tuple(block.manual_padding) != (1, 1, 0, CONV_KERNEL - 1)
+    ):
+        raise _refuse(
+            mt, tower, f"its {name} is not a 3 x 3, stride-2 convolution padded (1, 1, 0, 2) reading {channels_in}"
+        )
+    return int(conv.out_channels)
+
+
+def gemma3n_audio_tower(mt: str, tower: Any, embed: Any) -> Gemma4AudioSpec:
+    """The spec of Gemma 3n's audio tower (``Gemma3nAudioEncoder``) and its ``embed_audio``, every GEMM
+    of both placed and checked: Gemma 4's computation but for the relative positions ``pos_proj``
+    projects (left + right) and the reduction of the layers' output before ``embed_audio``."""
+    from torch import nn
+
+    config = tower.config
+    front = tower.subsample_conv_projection
+    c0 = _gemma3n_conv(mt, tower, front.conv_0, "conv_0.conv", 1)
+    c1 = _gemma3n_conv(mt, tower, front.conv_1, "conv_1.conv", c0)
+    proj = front.input_proj_linear
+    layers = list(tower.conformer)
+    if not layers:
+        raise _refuse(mt, tower, "it has no conformer blocks")
+    if not isinstance(proj, nn.Linear):
+        raise _refuse(mt, tower, "its input_proj_linear is not one nn.Linear")
+    attn = layers[0].attention.attn
+    rel = attn.relative_position_embedding
+    if attn.num_heads * attn.head_dim != proj.out_features:
+        raise _refuse(mt, tower, f"its attention ({attn.num_heads} x {attn.head_dim}) is not {proj.out_features} wide")
+    if (rel.max_backward, rel.max_forward) != (attn.max_past_horizon, attn.max_future_horizon):
+        raise _refuse(mt, tower, "its relative positions do not span the attention's context")
+    try:
+        spec = Gemma4AudioSpec(
+            tower="gemma3n",
+            layers=len(layers),
+            hidden=proj.out_features,
+            heads=attn.num_heads,
+            ffn=layers[0].ffw_layer_start.ffw_layer_1.out_features,
+            conv_channels=(c0, c1),
+            mel_bins=config.input_feat_size,
+            lconv_kernel=layers[0].lconv1d.depthwise_conv1d.kernel_size[0],
+            chunk=attn.chunk_size,
+            context_left=attn.max_past_horizon + 1,
+            context_right=attn.max_future_horizon,
+            projector=((embed.embedding_projection.in_features, embed.embedding_projection.out_features),),
+            reduction=config.conf_reduction_factor,
+        )
+    except (ValueError, AttributeError) as exc:
+        raise _refuse(mt, tower, str(exc)) from None
+    if spec.context != attn.context_size:
+        raise _refuse(mt, tower, f"its blocks see {attn.context_size} key slots, not {spec.context}")
+    if spec.input_proj_inputs != proj.in_features:
+        raise _refuse(mt, tower, f"its input_proj_linear reads {proj.in_features} values, not C1 x the mel bins left")
+    if embed.embedding_projection.in_features != spec.hidden:
+        raise _refuse(mt, tower, "its embed_audio does not read the layers' output")
+    expected = _expected_gemma3n_layer(spec)
+    for i, layer in enumerate(layers):
+        found = {name: _shape(m) for name, m in layer.named_modules() if _is_gemm(m)}
+        if found != expected:
+            raise _refuse(mt, tower, f"block {i}'s GEMMs are not the feed-forward, attention and lconv1d ones priced")
+    placed = {id(m) for part in (*layers, front) for m in part.modules()}
+    for sub, module in tower.named_modules():
+        if _is_gemm(module) and id(module) not in placed:
+            raise _refuse(mt, tower, f"its module '{sub}' ({type(module).__name__}) is not placed")
+    if [m for m in embed.modules() if _is_gemm(m)] != [embed.embedding_projection]:
+        raise _refuse(mt, tower, "its embed_audio is not one projection")
+    return spec
+
+
+__all__ = ["gemma3n_audio_tower", "gemma4_audio_tower"]

@@ -105,4 +105,20 @@ def model_parts(decoder: Any, text: Any) -> tuple[dict[str, int], list[Any]]:
     return parts, modules
 
 
-__all__ = ["GEMMA_TYPES", "layer_parts", "model_parts"]
+# Gemma 3n's wrapper embeds every text token through both multimodal embedders (the hard-token
+# path of Gemma3nModel.forward, masked to the vision and audio ids afterwards, its backward dense).
+_TEXT_EMBEDDERS = ("embed_vision", "embed_audio")
+
+
+def wrapper_parts(model: Any, text: Any) -> tuple[dict[str, int], list[Any]]:
+    """(FLOPs per text token, the modules placed) of what a Gemma 3n wrapper runs on every token beside
+    its decoder: ``embed_vision`` and ``embed_audio`` (their projection) on the token ids. Empty for
+    any other model (Gemma 4's embedders run on its towers' tokens only)."""
+    inner = getattr(model, "model", None)
+    if text.model_type != "gemma3n_text" or inner is None or not all(hasattr(inner, n) for n in _TEXT_EMBEDDERS):
+        return {}, []
+    embedders = [getattr(inner, n) for n in _TEXT_EMBEDDERS]
+    return {"multimodal_embed": TRAINED * sum(_linear_macs(e) for e in embedders)}, embedders
+
+
+__all__ = ["GEMMA_TYPES", "layer_parts", "model_parts", "wrapper_parts"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import importlib.util
 import inspect
 import logging
 import re
@@ -143,18 +144,8 @@ _TOWER_CONFIGS = ("vision_config", "audio_config")
 # top-level class has no forward, its talker and code2wav run in generate() only, so a fine-tune
 # runs the thinker (decoder, vision and audio towers) and they do no work in training.
 THINKERS = {"qwen3_omni_moe": ("thinker_config", "qwen3_omni_moe_thinker")}
-# Wrappers whose towers are not priced yet, refused before building; their decoders are counted
-# alone (the text model_type with text_config). Gemma 3n's vision tower is timm's MobileNet-V5
-# (TimmWrapperModel): transformers builds it through timm, which needs torchvision, and neither is
-# installed beside the torch packscope is tested with, so no count of it could be held to the tower.
-REFUSED_TOWERS = {
-    "gemma3n": "its audio tower (Gemma3nAudioEncoder, a USM Conformer: chunked local attention with relative "
-    "positions, depthwise convolutions) is not counted yet, and its vision tower (TimmWrapperModel, timm's "
-    "mobilenetv5_300m_enc: universal inverted-residual convolution blocks, multi-query attention blocks, a "
-    "multi-scale fusion adapter) is not counted: transformers builds it through timm, which needs torchvision, and "
-    "neither is installed beside the torch packscope is tested with, so no count of it could be checked against "
-    "the tower; count the decoder with text_config alone (model_type gemma3n_text)",
-}
+# Wrappers whose tower transformers builds through timm (TimmWrapperModel), which must be installed.
+TIMM_TOWERS = {"gemma3n": "its vision tower, timm's mobilenetv5_300m_enc"}
 
 
 def _transformers(model_type: str) -> Any:
@@ -505,9 +496,10 @@ def measure(model: Any, text: Any, towers: tuple[Any, ...] = ()) -> tuple[Measur
     head = model.get_output_embeddings()
     gemm["logits"] += TRAINED * head.in_features * head.out_features
     beside, beside_modules = hf_gemma.model_parts(_decoder(model), text)  # GEMMs once per token beside the layers
-    for key, value in beside.items():
+    embedders, embedder_modules = hf_gemma.wrapper_parts(model, text)  # Gemma 3n's, on every text token
+    for key, value in (*beside.items(), *embedders.items()):
         gemm[key] += value
-    _refuse_gemms_outside(model, layers, head, text, (*towers, *beside_modules))
+    _refuse_gemms_outside(model, layers, head, text, (*towers, *beside_modules, *embedder_modules))
     mtp = _mtp_depth(text)
     if mtp:
         _add_mtp(model, text, mtp, gemm, core, kinds)
@@ -633,8 +625,11 @@ def spec_from_structure(cfg: Mapping[str, Any], tp: int = 1) -> ModelSpec:
         raise HFConfigError(f"config.json: 'model_type' must be a string, got {mt!r}")
     if tp != 1:  # the head is read as built: Megatron's padding of the vocabulary per TP rank is not applied
         raise HFConfigError(f"model_type {mt!r} is counted from its structure, with the vocabulary unpadded: give tp 1")
-    if mt in REFUSED_TOWERS:
-        raise HFConfigError(f"model_type {mt!r} is not counted: {REFUSED_TOWERS[mt]}")
+    if mt in TIMM_TOWERS and importlib.util.find_spec("timm") is None:
+        raise HFConfigError(
+            f"model_type {mt!r}: transformers builds {TIMM_TOWERS[mt]}, through timm, which is not installed; "
+            "pip install timm (it needs torchvision) to count it"
+        )
     if mt in THINKERS:
         return _thinker_spec(cfg, mt, tp)
     cls = config_class(mt)

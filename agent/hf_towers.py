@@ -40,9 +40,15 @@ ROW_TOWERS = {"Gemma4VisionModel": "gemma4"}
 # Tower classes of fixed-size tiles, all tiles of an image attending together, whose tokens the
 # decoder reads through cross-attention layers (mllama: ``mllama_tower``).
 CROSS_TOWERS = {"MllamaVisionModel": "mllama"}
+# Convolutional towers of a fixed input size, their work per image read off a run on the meta device
+# (Gemma 3n: timm's MobileNet-V5 through transformers' TimmWrapperModel, ``mobilenet_tower``).
+CONV_TOWERS = {"TimmWrapperModel": "mobilenetv5"}
 PROJECTORS = {"InternVLMultiModalProjector": "InternVLVisionModel"}
 # Projectors that share a class across towers, told apart by the wrapper's name for them.
-NAMED_PROJECTORS = {"embed_vision": "Gemma4VisionModel", "multi_modal_projector": "MllamaVisionModel"}
+NAMED_PROJECTORS = {
+    "embed_vision": ("Gemma4VisionModel", "TimmWrapperModel"),
+    "multi_modal_projector": ("MllamaVisionModel",),
+}
 # Names wrappers give their decoder (besides the module get_decoder() returns): never a tower.
 _DECODER_NAMES = ("language_model", "text_model")
 
@@ -319,10 +325,10 @@ def vision_from_structure(model: Any, mt: str) -> tuple[VisionSpec | None, list[
     cannot be counted is refused in one line naming its class (all of them, if several)."""
     found = towers(model)
     classes = {type(t).__name__ for t in found.values()}
-    known = set(GRID_TOWERS) | set(TILE_TOWERS) | set(ROW_TOWERS) | set(CROSS_TOWERS)
+    known = set(GRID_TOWERS) | set(TILE_TOWERS) | set(ROW_TOWERS) | set(CROSS_TOWERS) | set(CONV_TOWERS)
     known |= {p for p, t in PROJECTORS.items() if t in classes}
     known |= set(AUDIO_TOWERS)  # counted apart (packscope.agent.hf_audio), with their projectors
-    projectors = {n for n, t in NAMED_PROJECTORS.items() if n in found and t in classes}
+    projectors = {n for n, t in NAMED_PROJECTORS.items() if n in found and classes & set(t)}
     projectors |= {n for t, n in AUDIO_PROJECTORS.items() if n in found and t in classes}
     refused = [
         f"'{name}' ({type(t).__name__})"
@@ -345,8 +351,10 @@ def vision_from_structure(model: Any, mt: str) -> tuple[VisionSpec | None, list[
     ((name, tower),) = towers_only.items()
     if type(tower).__name__ in GRID_TOWERS:
         return grid_tower(mt, name, tower), [tower]
-    if type(tower).__name__ in (*ROW_TOWERS, *CROSS_TOWERS):
-        (projector,) = (found[n] for n in projectors if NAMED_PROJECTORS.get(n) == type(tower).__name__)
+    if type(tower).__name__ in (*ROW_TOWERS, *CROSS_TOWERS, *CONV_TOWERS):
+        (projector,) = (found[n] for n in projectors if type(tower).__name__ in NAMED_PROJECTORS.get(n, ()))
+        if type(tower).__name__ in CONV_TOWERS:
+            return mobilenet_tower(mt, name, tower, projector, model.config), [tower, projector]
         if type(tower).__name__ in CROSS_TOWERS:
             return mllama_tower(mt, name, tower, projector, model)
         return row_tower(mt, name, tower, projector), [tower, projector]
@@ -354,7 +362,123 @@ def vision_from_structure(model: Any, mt: str) -> tuple[VisionSpec | None, list[
     return tile_tower(mt, name, tower, projector, model.config), [tower, projector]
 
 
+# Module classes of timm's MobileNet-V5 encoder (Gemma 3n's tower) whose work the reader prices or
+# that do no GEMM: any other class in the tower is refused by name (its work would go uncounted).
+MOBILENET_CLASSES = frozenset(
+    {
+        "TimmWrapperModel",
+        "MobileNetV5Encoder",
+        "MobileNetV5MultiScaleFusionAdapter",
+        "UniversalInvertedResidual",
+        "EdgeResidual",
+        "MobileAttention",
+        "MultiQueryAttention2d",
+        "ConvNormAct",
+        "Conv2d",
+        "Conv2dSame",
+        "RmsNorm2d",
+        "RmsNormAct2d",
+        "LayerScale2d",
+        "Sequential",
+        "Identity",
+        "Dropout",
+        "DropPath",
+        "GELU",
+        "AvgPool2d",
+        "Upsample",
+    }
+)
+
+
+def _conv_macs(conv: Any, output: Any) -> int:
+    """Multiply-adds of a convolution that gave ``output`` for one image: every output value reads
+    in_channels / groups x the kernel's area."""
+    kh, kw = conv.kernel_size
+    return int(output[0].numel()) * (conv.in_channels // conv.groups) * kh * kw
+
+
+def mobilenet_tower(mt: str, name: str, tower: Any, projector: Any, config: Any) -> VisionSpec:
+    """Gemma 3n's tower: timm's MobileNet-V5 encoder (``TimmWrapperModel``) at the input size its timm
+    config fixes (768², ``pretrained_cfg["input_size"]``), run once on the meta device with hooks:
+    every convolution's output shape gives its multiply-adds, and each multi-query attention block's
+    query and downsampled key shapes its QKᵀ and P·V (heads x queries x keys x (key + value width));
+    its output grid (16 x 16, ``vision_soft_tokens_per_image``) is the soft tokens that
+    ``embed_vision`` projects, once each. The work of an image is fixed: it is priced per image."""
+    import torch
+    from torch import nn
+
+    encoder: Any = getattr(tower, "timm_model", None)
+    if type(encoder).__name__ != "MobileNetV5Encoder":
+        raise _refuse(mt, name, tower, f"its timm model is {type(encoder).__name__}, not a MobileNet-V5 encoder")
+    unknown = sorted({type(m).__name__ for m in tower.modules()} - MOBILENET_CLASSES)
+    if unknown:
+        raise _refuse(mt, name, tower, f"its modules {', '.join(unknown)} are not priced")
+    channels, height, width = encoder.pretrained_cfg["input_size"]
+    macs = dict.fromkeys(("conv", "attention", "core_full", "fusion"), 0)
+    shapes: dict[int, dict[str, Any]] = {}
+    fusion = {id(m) for m in encoder.msfa.modules()}
+    attentions = [m for m in encoder.modules() if type(m).__name__ == "MultiQueryAttention2d"]
+    in_attention = {id(m) for a in attentions for m in a.modules()}
+
+    def conv_hook(module: Any, args: Any, output: Any) -> None:
+        part = "fusion" if id(module) in fusion else "attention" if id(module) in in_attention else "conv"
+        macs[part] += _conv_macs(module, output)
+
+    def shape_hook(attn: Any, which: str) -> Any:
+        return lambda module, args, output: shapes.setdefault(id(attn), {}).__setitem__(which, output.shape)
+
+    handles = []
+    for module in encoder.modules():
+        if isinstance(module, nn.Conv2d):
+            handles.append(module.register_forward_hook(conv_hook))
+    for attn in attentions:
+        handles.append(attn.query.register_forward_hook(shape_hook(attn, "query")))
+        handles.append(attn.key.register_forward_hook(shape_hook(attn, "key")))
+    try:
+        with torch.no_grad():
+            out = tower(pixel_values=torch.empty(1, channels, height, width, device="meta"), do_pooling=False)
+    finally:
+        for handle in handles:
+            handle.remove()
+    for attn in attentions:
+        seen = shapes.get(id(attn), {})
+        if set(seen) != {"query", "key"} or seen["key"][1] != attn.key_dim:
+            raise _refuse(mt, name, tower, "an attention block's keys are not one head of key_dim")
+        queries = seen["query"][2] * seen["query"][3]
+        keys = seen["key"][2] * seen["key"][3]
+        macs["core_full"] += attn.num_heads * queries * keys * (attn.key_dim + attn.value_dim)
+    features = out.last_hidden_state
+    _, hidden, grid_h, grid_w = features.shape
+    soft = getattr(config, "vision_soft_tokens_per_image", None)
+    if soft != grid_h * grid_w:
+        raise _refuse(mt, name, tower, f"its {grid_h} x {grid_w} output is not vision_soft_tokens_per_image ({soft})")
+    if height != width or height % grid_h or width % grid_w or height // grid_h != width // grid_w:
+        raise _refuse(mt, name, tower, f"its {height} x {width} input is not square cells of its {grid_h} x {grid_w}")
+    gemms = [m for m in projector.modules() if _is_gemm(m)]
+    if gemms != [projector.embedding_projection] or projector.embedding_projection.in_features != hidden:
+        raise _refuse(mt, name, tower, f"its embed_vision is not one projection of the {hidden}-wide tokens")
+    side = height // grid_h
+    heads = {a.num_heads for a in attentions}
+    try:
+        return VisionSpec(
+            tower="mobilenetv5",
+            layers=sum(len(stage) for stage in encoder.blocks),  # shown: the blocks of every stage
+            hidden=hidden,
+            heads=max(heads) if heads else 1,  # shown, as ffn (the fusion adapter's width): image_macs prices
+            ffn=encoder.msfa.ffn.pw_exp.conv.out_channels,
+            gated=False,
+            patch_size=side,
+            patch_inputs=channels * side * side,
+            projector=_gemm_pairs(mt, name, tower, [projector], hidden),
+            image_grid=(grid_h, grid_w),
+            image_macs=tuple(macs.items()),
+        )
+    except ValueError as exc:
+        raise _refuse(mt, name, tower, str(exc)) from None
+
+
 __all__ = [
+    "CONV_TOWERS",
     "CROSS_TOWERS",
     "GRID_TOWERS",
     "NAMED_PROJECTORS",
@@ -363,6 +487,7 @@ __all__ = [
     "TILE_TOWERS",
     "grid_tower",
     "mllama_tower",
+    "mobilenet_tower",
     "row_tower",
     "tile_tower",
     "towers",

@@ -186,7 +186,7 @@ def add_flops_arguments(p: argparse.ArgumentParser) -> None:
         type=int,
         default=0,
         metavar="N",
-        help="N images of a fixed-size tower (Gemma 3, Llava, Llama 4 tiles)",
+        help="N images of a fixed-size tower (Gemma 3, Gemma 3n, Llava, Llama 4 tiles)",
     )
     images.add_argument(
         "--tile-batch",
@@ -209,13 +209,13 @@ def add_flops_arguments(p: argparse.ArgumentParser) -> None:
         "slots the router sends to real experts, the rest costing no GEMM (the agent measures it in training; "
         "1 gives the work transformers runs, which sends those slots through real experts at weight 0)",
     )
-    p.add_argument_group("audio (an audio tower: Qwen3-Omni's thinker, Gemma 4)").add_argument(
+    p.add_argument_group("audio (an audio tower: Qwen3-Omni's thinker, Gemma 4, Gemma 3n)").add_argument(
         "--audio",
         type=_clips,
         action="append",
         default=[],
         metavar="F1,F2,...",
-        help="one micro-batch's audio clips, in mel frames (feature_attention_mask.sum(1), Gemma 4's "
+        help="one micro-batch's audio clips, in mel frames (feature_attention_mask.sum(1), Gemma 4's and Gemma 3n's "
         "input_features_mask.sum(1)); one call of the tower, which pads to the batch's longest (Qwen3-Omni: "
         "every chunk); repeat for more micro-batches. Added to every view's total, as the agent's record does",
     )

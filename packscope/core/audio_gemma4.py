@@ -26,6 +26,15 @@ The sums, over the tower calls of an interval (one per micro-batch), are:
 * ``audio_calls``: calls of the tower; ``audio_conv1_frames``: Σ B · g(T);
 * ``audio_positions``: Σ B · g²(T); ``audio_blocks``: Σ B · ceil(g²(T) / chunk).
 
+Gemma 3n's tower (``Gemma3nAudioEncoder``, tower ``gemma3n``) is the same computation with two
+differences, both read off its modules: ``pos_proj`` projects left + right relative positions
+(``Gemma3nAudioRelativePositionEmbedding``: max_backward + max_forward + 1), and it has no
+``output_proj``: the layers' output keeps every r-th position (``conf_reduction_factor``), and
+``embed_audio`` projects those, ⌈g²(T) / r⌉ a clip, plus one padding token per call (the embedding
+of the last audio id that pads each clip's tokens to ``audio_soft_tokens_per_image``). Its
+``audio_tokens`` are those output positions, Σ B · ⌈g²(T) / r⌉: what ``embed_audio`` projects and
+the decoder's audio placeholders take (each clip padded to the call's longest).
+
 Not counted: norms, activations, clamps, biases, the sinusoidal positions, softmax, the soft cap.
 
 Pure Python, like the rest of ``packscope.core``.
@@ -49,7 +58,8 @@ AUDIO_BLOCKS = "audio_blocks"
 AUDIO_TOKENS = "audio_tokens"
 GEMMA4_AUDIO_SUMS = (AUDIO_CLIPS, AUDIO_CALLS, AUDIO_CONV1_FRAMES, AUDIO_POSITIONS, AUDIO_BLOCKS, AUDIO_TOKENS)
 GEMMA4_AUDIO_COMPONENTS = ("conv", "attention", "lconv", "mlp", "projector", "core_chunked")
-GEMMA4_AUDIO_TOWERS = ("gemma4",)  # Gemma4AudioModel (a USM Conformer) and the wrapper's embed_audio
+# Gemma4AudioModel and Gemma3nAudioEncoder (USM Conformers), each with the wrapper's embed_audio
+GEMMA4_AUDIO_TOWERS = ("gemma4", "gemma3n")
 
 
 def halve2(x: int) -> int:
@@ -71,14 +81,18 @@ class Gemma4AudioSpec:
     chunk: int  # attention_chunk_size: queries of a block
     context_left: int  # attention_context_left: the block's key slots before it, itself included
     context_right: int  # attention_context_right
-    projector: tuple[tuple[int, int], ...] = ()  # output_proj, embed_audio: once per position
+    projector: tuple[tuple[int, int], ...] = ()  # Gemma 4: output_proj, embed_audio, once per position
+    reduction: int = 1  # Gemma 3n: conf_reduction_factor, the layers' output keeps every r-th position
 
     def __post_init__(self) -> None:
         if self.tower not in GEMMA4_AUDIO_TOWERS:
             raise ValueError(f"audio field 'tower' must be one of {', '.join(GEMMA4_AUDIO_TOWERS)}, got {self.tower!r}")
-        for key in ("layers", "hidden", "heads", "ffn", "mel_bins", "lconv_kernel", "chunk", "context_left"):
+        sizes = ("layers", "hidden", "heads", "ffn", "mel_bins", "lconv_kernel", "chunk", "context_left", "reduction")
+        for key in sizes:
             check_int(f"audio.{key}", getattr(self, key), minimum=1)
         check_int("audio.context_right", self.context_right, minimum=0)
+        if self.reduction != 1 and self.tower != "gemma3n":
+            raise ValueError(f"audio.reduction is Gemma 3n's; the {self.tower} tower keeps every position")
         if self.hidden % self.heads:
             raise ValueError(f"audio.hidden ({self.hidden}) is not divisible by audio.heads ({self.heads})")
         channels = self.conv_channels
@@ -104,7 +118,10 @@ class Gemma4AudioSpec:
 
     @property
     def rel_positions(self) -> int:
-        """Relative positions ``relative_k_proj`` projects (``Gemma4AudioRelPositionalEncoding``)."""
+        """Relative positions ``relative_k_proj`` projects (``Gemma4AudioRelPositionalEncoding``), or
+        Gemma 3n's ``pos_proj`` (left - 1 past, right future and the position itself)."""
+        if self.tower == "gemma3n":
+            return self.context_left + self.context_right
         return self.context // 2 + 1
 
     @property
@@ -123,18 +140,24 @@ class Gemma4AudioSpec:
         """FLOPs per unit of each sum, by component (6 per multiply-add)."""
         k2, (c0, c1), d, n = CONV_KERNEL**2, self.conv_channels, self.hidden, self.layers
         m1, m2 = self.mel_after
-        return {
+        projector = 6 * sum(i * o for i, o in self.projector)
+        out = {
             AUDIO_CONV1_FRAMES: {"conv": 6 * k2 * c0 * m1},
             AUDIO_POSITIONS: {
                 "conv": 6 * (k2 * c0 * c1 * m2 + self.input_proj_inputs * d),
                 "attention": 6 * n * 4 * d * d,
                 "lconv": 6 * n * (2 * d * d + d * d + self.lconv_kernel * d),
                 "mlp": 6 * n * 2 * 2 * d * self.ffn,
-                "projector": 6 * sum(i * o for i, o in self.projector),
+                "projector": projector,
             },
             AUDIO_CALLS: {"attention": 6 * n * self.rel_positions * d * d},
             AUDIO_BLOCKS: {"core_chunked": 6 * n * self.chunk * d * (2 * self.context + self.rel_positions)},
         }
+        if self.tower == "gemma3n":  # embed_audio on the kept positions, and on the padding token once a call
+            out[AUDIO_POSITIONS]["projector"] = 0
+            out[AUDIO_TOKENS] = {"projector": projector}
+            out[AUDIO_CALLS]["projector"] = projector
+        return out
 
     def flops_by_component(self, sums: Mapping[str, Any]) -> dict[str, Any]:
         return priced(self.c_by_sum, GEMMA4_AUDIO_COMPONENTS, sums)
@@ -151,6 +174,8 @@ class Gemma4AudioSpec:
         out: dict[str, Any] = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
         out["conv_channels"] = list(self.conv_channels)
         out["projector"] = [list(pair) for pair in self.projector]
+        if self.tower != "gemma3n":  # Gemma 4's dict as it was
+            del out["reduction"]
         return out
 
     @classmethod
@@ -181,7 +206,10 @@ def call_sums(audio: Gemma4AudioSpec, frames: Iterable[int], padded: int | None 
     out[AUDIO_CONV1_FRAMES] = clips * halve(longest)
     out[AUDIO_POSITIONS] = clips * positions
     out[AUDIO_BLOCKS] = clips * -(-positions // audio.chunk)
-    out[AUDIO_TOKENS] = sum(halve2(n) for n in lengths)
+    # Gemma 3n: every clip's kept positions (padding included); Gemma 4: the valid ones
+    out[AUDIO_TOKENS] = (
+        clips * -(-positions // audio.reduction) if audio.tower == "gemma3n" else sum(halve2(n) for n in lengths)
+    )
     return out
 
 

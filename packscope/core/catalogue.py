@@ -151,9 +151,9 @@ _AUDIO_DOCS = {
     "audio_conv3_frames": ("frames", "Qwen3-Omni: time positions out of the third convolution (Σ K · g³(L))"),
     "audio_tokens": ("tokens", "audio tokens the tower hands the decoder"),
     "audio_sq_sum": ("tokens²", "Qwen3-Omni: Σ over attention windows of w²"),
-    "audio_calls": ("calls", "Gemma 4: calls of the audio tower (micro-batches with clips)"),
-    "audio_positions": ("positions", "Gemma 4: the tower's positions, padding included (Σ B · g²(T))"),
-    "audio_blocks": ("blocks", "Gemma 4: attention blocks (Σ B · ⌈g²(T) / chunk⌉)"),
+    "audio_calls": ("calls", "Gemma 4, Gemma 3n: calls of the audio tower (micro-batches with clips)"),
+    "audio_positions": ("positions", "Gemma 4, Gemma 3n: the tower's positions, padding included (Σ B · g²(T))"),
+    "audio_blocks": ("blocks", "Gemma 4, Gemma 3n: attention blocks (Σ B · ⌈g²(T) / chunk⌉)"),
 }
 
 

@@ -57,6 +57,7 @@ COMPONENTS = (
     "per_layer_inputs",  # Gemma 3n / Gemma 4: the per-layer embedding's projection and gates
     "altup",  # Gemma 3n: AltUp's router, coefficients, stream mixing and stream projections
     "laurel",  # Gemma 3n: the low-rank residual
+    "multimodal_embed",  # Gemma 3n's wrapper: embed_vision's and embed_audio's projection of every text token
     "mtp",
     "logits",
 )

@@ -51,13 +51,12 @@ _REFUSED = {
             "paligemma",
             "idefics3",
             "smolvlm",
-            "gemma3n",
         ),
         f"its vision tower (vision_config) is not counted yet; vision-language models counted: {_VLMS}",
     ),
     # Counted by the structural count (packscope.agent.hf_structure), which reads the tower's modules.
     **dict.fromkeys(
-        ("qwen3_vl", "qwen3_vl_moe", "internvl", "mllama"),
+        ("qwen3_vl", "qwen3_vl_moe", "internvl", "mllama", "gemma3n"),
         f"no hand-written reader counts its vision tower (those counted: {_VLMS}); the count from the "
         "model's structure does",
     ),

@@ -84,8 +84,16 @@ VISION_TOWERS: dict[str, str] = {
     "internvl": FIXED,  # InternViT: 448² tiles of 32 x 32 patches + a class token, pixel-shuffled 2 x 2
     "gemma4": PADDED_ROWS,  # Gemma 4's ViT: pre-cut patches padded per image, pooled 3 x 3
     "mllama": TILES,  # Llama 3.2 Vision: local + gated global encoders over each image's tiles, cross-attention
+    # Gemma 3n's timm MobileNet-V5 (768² images → 16 x 16 soft tokens): convolutions and multi-query
+    # attention at a fixed input size, its work per image read off the modules (image_macs)
+    "mobilenetv5": FIXED,
 }
 VISION_COMPONENTS = ("patch_embedding", "attention", "mlp", "projector")
+# A convolutional tower's work per image, by component (VisionSpec.image_macs): its convolutions
+# (stem, inverted-residual and edge-residual blocks), its attention blocks' projections (the
+# key/value downsampling included), their QKᵀ and P·V, and the multi-scale fusion adapter.
+IMAGE_MAC_COMPONENTS = ("conv", "attention", "core_full", "fusion")
+MAX_IMAGE_MACS = 2**56  # an image's work exceeds a width's bound; 6 x this stays within a measured coefficient's
 _CROSS_FIELDS = ("cross_layers", "cross_hidden", "cross_width", "cross_kv_width", "cross_ffn", "cross_gated")
 
 
@@ -125,6 +133,10 @@ class VisionSpec:
     cross_kv_width: int = 0
     cross_ffn: int = 0
     cross_gated: bool = False
+    # A convolutional tower's multiply-adds per image at its fixed input size, by IMAGE_MAC_COMPONENTS
+    # (MobileNet-V5): they replace the block formula, which prices transformer blocks; the projector
+    # stays per token. Empty for every other tower.
+    image_macs: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self) -> None:
         if self.tower not in VISION_TOWERS:
@@ -136,6 +148,7 @@ class VisionSpec:
         check_int("vision.projected_class_tokens", self.projected_class_tokens, minimum=0)
         check_optional_int("vision.window", self.window, minimum=1)
         self._check_cross()
+        self._check_image_macs()
         if self.projected_class_tokens > self.class_tokens:
             raise ValueError("vision.projected_class_tokens cannot exceed vision.class_tokens")
         if self.hidden % self.heads:
@@ -162,6 +175,35 @@ class VisionSpec:
             raise ValueError(f"a {self.tower} tower has no cross-attention layers ({', '.join(given)} given)")
         if tiles and self.projected_class_tokens != 1:
             raise ValueError(f"a {self.tower} tower hands over each tile's class token: projected_class_tokens 1")
+
+    def _check_image_macs(self) -> None:
+        convolutional = self.tower == "mobilenetv5"
+        value = self.image_macs
+        if not isinstance(value, (list, tuple)):
+            raise ValueError(f"vision.image_macs must be a list of [component, multiply-adds], got {value!r}")
+        pairs = []
+        for i, pair in enumerate(value):
+            if (
+                not isinstance(pair, (list, tuple))
+                or len(pair) != 2
+                or pair[0] not in IMAGE_MAC_COMPONENTS
+                or isinstance(pair[1], bool)
+                or not isinstance(pair[1], int)
+                or not 0 <= pair[1] <= MAX_IMAGE_MACS
+            ):
+                raise ValueError(
+                    f"vision.image_macs[{i}] must be [component, multiply-adds from 0 to {MAX_IMAGE_MACS}], a "
+                    f"component one of {', '.join(IMAGE_MAC_COMPONENTS)}; got {pair!r}"
+                )
+            pairs.append((pair[0], pair[1]))
+        if len({name for name, _ in pairs}) != len(pairs):
+            raise ValueError("vision.image_macs names a component twice")
+        if convolutional != bool(pairs):
+            need = "needs" if convolutional else "takes no"
+            raise ValueError(f"a {self.tower} tower {need} vision.image_macs (its work per image)")
+        if convolutional and (self.class_tokens or self.window is not None):
+            raise ValueError(f"a {self.tower} tower has no class tokens and no windows")
+        object.__setattr__(self, "image_macs", tuple(pairs))
 
     def _check_grid(self) -> None:
         fixed = VISION_TOWERS[self.tower] in (FIXED, TILES)
@@ -216,6 +258,9 @@ class VisionSpec:
         """FLOPs per patch (forward + backward), by VISION_COMPONENTS; the projector's share is its
         per-token work over the spatial_merge² patches of one token."""
         h, f = self.hidden, 3 if self.gated else 2
+        if self.image_macs:  # a convolutional tower: its work is per image (c_image_by_component)
+            zero = dict.fromkeys(VISION_COMPONENTS, 0)
+            return {**zero, "projector": 6 * self.projector_macs // self.spatial_merge**2}
         out = {
             "patch_embedding": 6 * self.patch_inputs * h,
             "attention": 6 * self.layers * 4 * h * h,
@@ -235,6 +280,8 @@ class VisionSpec:
         """FLOPs per attention sequence (image, tile or frame), by component: its class tokens
         through the encoder blocks, and through the projector where the model keeps them."""
         h, f, e = self.hidden, 3 if self.gated else 2, self.class_tokens
+        if self.image_macs:  # a convolutional tower: everything but the projector, per image
+            return {**dict.fromkeys(VISION_COMPONENTS, 0), **{k: 6 * v for k, v in self.image_macs}}
         out = {
             "patch_embedding": 0,
             "attention": 6 * e * self.layers * 4 * h * h,
@@ -252,7 +299,10 @@ class VisionSpec:
     @property
     def c_core_by_kind(self) -> dict[str, int]:
         """FLOPs per unit of each attention sum: 12 · hidden per (query, key) pair and block
-        (QKᵀ and P·V over all heads, forward + backward, every pair: bidirectional)."""
+        (QKᵀ and P·V over all heads, forward + backward, every pair: bidirectional). A convolutional
+        tower has none: its attention's pairs are fixed per image (c_image_by_component)."""
+        if self.image_macs:
+            return {}
         out = {"full": 12 * self.hidden * self.full_layer_count, "window": 12 * self.hidden * self.window_layer_count}
         return {kind: value for kind, value in out.items() if value}
 
@@ -320,6 +370,10 @@ class VisionSpec:
         core = self.c_core_by_kind
         out["core_full"] = sums[VISION_SQ_SUM] * core.get("full", 0)
         out["core_window"] = sums[VISION_WINDOW_SQ_SUM] * core.get("window", 0)
+        if self.image_macs:  # the convolutional tower's own components, per image
+            for key in IMAGE_MAC_COMPONENTS:
+                if key not in VISION_COMPONENTS:  # attention is among those, counted above
+                    out[key] = out.get(key, 0) + sums[VISION_IMAGES] * per_image[key]
         if self.cross_layers:
             n, text = self.cross_layers, sums[CROSS_TEXT_TOKENS]
             out["cross_attention"] = (
@@ -340,13 +394,17 @@ class VisionSpec:
         if not self.cross_layers:  # a tower without cross-attention writes the dict it always wrote
             for key in _CROSS_FIELDS:
                 del out[key]
+        if self.image_macs:  # written for a convolutional tower only
+            out["image_macs"] = [list(pair) for pair in self.image_macs]
+        else:
+            del out["image_macs"]
         return out
 
     @classmethod
     def from_dict(cls, data: Any) -> VisionSpec:
         """A tower from its JSON object, strictly: unknown and missing fields are named, integers
         are integers (not bools, not strings), lists are checked entry by entry."""
-        return cls(**dict_fields("model vision", cls, data, ("image_grid", "windowed_layers")))
+        return cls(**dict_fields("model vision", cls, data, ("image_grid", "windowed_layers", "image_macs")))
 
 
 def _check_projector(value: Any) -> tuple[tuple[int, int], ...]:
@@ -550,6 +608,7 @@ __all__ = [
     "CROSS_TEXT_TOKENS",
     "FIXED",
     "GRID_THW",
+    "IMAGE_MAC_COMPONENTS",
     "IMAGE_SIZES",
     "PADDED_ROWS",
     "TILES",
