@@ -22,9 +22,6 @@ export async function drawFirstChart(runId) {
     return false;
   }
   if (!series?.points) return false;
-  // plotly.js ran before the answers came: its chart comes next, a still would only delay it
-  // (and run.js does not wait for this drawing then: run_early.js).
-  if ("Plotly" in globalThis) return false;
   const settings = readSettings();
   const chart = headlineChart((name) => metricOf(catalogue, name));
   const columns = { ...series.columns, ...xColumns(series) };

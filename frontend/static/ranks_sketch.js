@@ -39,7 +39,6 @@ export async function drawRanksSketch(runId) {
     return false;
   }
   if (!ranks || ranks.rank_count < 2 || !ranks.step.length) return false;
-  if ("Plotly" in globalThis) return false; // plotly.js ran first: ranks.js draws its charts (run_early.js)
   const stepTime = metricOf(catalogue, "step_time_s");
   const steps = stepTimeFigure(ranks, stepTime);
   const spread = spreadFigure(ranks);

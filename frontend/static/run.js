@@ -459,7 +459,7 @@ async function start() {
     renderDefinitions(catalogue, [...shown, "tflops_bshd", "tflops_thd", "tflops_useful", "mfu_bshd", "mfu_thd", "tokens_per_gpu_s"]);
     renderTotals(catalogue, run);
     ranksPanel = new RanksPanel(runId, m("step_time_s"));
-    await plotlyLoaded; // plotly.js has run, and run_early.js's first drawing is done (or skipped)
+    await plotlyLoaded; // after run_early.js's first drawing of the headline chart
     await loadHeadline();
     // The requests go out first; the other series charts are drawn while they are answered.
     const loads = [showRunLedger(runId, plotlyLoaded), loadSyncSites(catalogue, run), ranksPanel.load(run), lengthsPanel.load(run)];

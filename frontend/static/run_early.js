@@ -1,15 +1,19 @@
 // @ts-check
 // The run page's first module. The page's head has asked for its first answers (preloads, taken
-// here by fetchEarly's requests for the same paths) and for plotly.js (its partial cartesian
-// bundle, 1.5 MB: an async script, fetched and compiled off the main thread meanwhile). This
-// draws the headline chart from the answers as a still SVG (first_chart.js), and the Ranks
-// panel's two charts for a run of several ranks (ranks_sketch.js), unless plotly.js has already
-// run; plotly's charts replace the drawings.
+// here by fetchEarly's requests for the same paths). This draws the headline chart from them as a
+// still SVG (first_chart.js), and the Ranks panel's two charts for a run of several ranks
+// (ranks_sketch.js), and only then loads plotly.js (its partial cartesian bundle, 1.5 MB, whose
+// running blocks the page meanwhile), whose charts replace the drawings. Asked from the head
+// (async), plotly.js ran before the still could be drawn on most first visits, and the first
+// thing on screen came later (docs/benchmarks/2026-12-07-2core-cold.md).
 // run.js's calls for the same paths take these answers (api.js), and it waits for plotlyLoaded.
 
 import { fetchEarly, paths } from "./api.js";
 import { SERIES_POINTS } from "./run_sizes.js";
 
+// Not preloaded: on a first visit its 1.5 MB would be served beside the answers the drawing
+// waits for, and delay them (docs/benchmarks/2026-11-30-2core.md#dev-2026-11-30-1516-first-drawing);
+// later visits take it from the HTTP cache.
 export const PLOTLY_JS = "/vendor/plotly.min.js";
 
 const { runId, ranks } = document.getElementById("run").dataset;
@@ -29,19 +33,18 @@ export const painted = () =>
     setTimeout(resolve, 100);
   });
 
-// plotly.js is asked by the page's head (an async script): Chromium fetches it and compiles it off
-// the main thread while the page waits for its first answers; running it holds the main thread.
-// The mark is when it ran, or when this module found it had.
-const plotlyRan = new Promise((resolve, reject) => {
-  const ran = () => {
-    performance.mark("plotly-ran"); // bench/browser_timing.py's breakdown reads the page's marks
-    resolve(undefined);
-  };
-  if ("Plotly" in globalThis) return ran();
-  const script = document.querySelector(`script[src="${PLOTLY_JS}"]`);
-  script.addEventListener("load", ran);
-  script.addEventListener("error", () => reject(new Error(`${PLOTLY_JS} did not load`)));
-});
+function loadScript(src) {
+  return new Promise((resolve, reject) => {
+    const script = document.createElement("script");
+    script.src = src;
+    script.onload = () => {
+      performance.mark("plotly-ran"); // bench/browser_timing.py's breakdown reads the page's marks
+      resolve(undefined);
+    };
+    script.onerror = () => reject(new Error(`${src} did not load`));
+    document.head.append(script);
+  });
+}
 
 // Each drawing's own module loads beside the answers, not before them. A drawing that fails is
 // reported and skipped: plotly.js loads whatever becomes of it.
@@ -51,8 +54,9 @@ const drawn = (module, draw, what) =>
     .catch((error) => console.error(`the first drawing of ${what} failed:`, error));
 const drawings = [drawn("./first_chart.js", ({ drawFirstChart }) => drawFirstChart(runId), "the headline chart")];
 if (severalRanks) drawings.push(drawn("./ranks_sketch.js", ({ drawRanksSketch }) => drawRanksSketch(runId), "the ranks panel"));
-// run.js draws once plotly.js has run and the drawings are done, each given a frame to be painted
-// in before plotly's charts replace it; or at once once plotly.js has run before them: a drawing
-// not done by then draws nothing (each checks for Plotly before it draws), so none is waited for.
-const drawingsDone = Promise.all(drawings).then(painted);
-export const plotlyLoaded = Promise.all([plotlyRan, Promise.race([drawingsDone, plotlyRan])]);
+export const plotlyLoaded = Promise.all(drawings)
+  .then(painted)
+  .then(() => {
+    performance.mark("plotly-asked");
+    return loadScript(PLOTLY_JS);
+  });

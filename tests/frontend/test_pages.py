@@ -58,11 +58,11 @@ def test_run_page_renders_the_run(client):
     assert 'data-ranks="1"' in page.text  # run_early.js asks for the ranks of a run of several only
     assert "project demo" in page.text and "1 × NVIDIA H200" in page.text
     assert 'href="/api/v1/runs/run-a/intervals.csv"' in page.text
-    # The head asks for plotly.js at once, async (it must not hold the parser), and for
-    # run_early.js, which takes the first answers and draws the headline chart meanwhile.
+    # run_early.js takes the first answers and draws the headline chart before plotly.js runs:
+    # the page names no plotly.js (no script, no preload); run_early.js loads it after the drawing.
     head = page.text[: page.text.index("</head>")]
-    assert '<script async fetchpriority="high" src="/vendor/plotly.min.js"></script>' in head
     assert '<script type="module" src="/static/run_early.js"></script>' in head
+    assert "/vendor/plotly.min.js" not in page.text
     assert 'export const PLOTLY_JS = "/vendor/plotly.min.js";' in (STATIC_DIR / "run_early.js").read_text()
     # Every chart the page script draws into is in the markup.
     charts = (
