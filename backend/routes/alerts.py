@@ -5,7 +5,7 @@ from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Query, Request
 from fastapi.exceptions import RequestValidationError
-from pydantic import BaseModel, ConfigDict, Field, create_model
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, create_model
 
 from packscope.backend.alerts.config import WEBHOOK_KEYS, save, stored, thresholds_for, webhooks_of
 from packscope.backend.alerts.listing import list_alerts
@@ -40,13 +40,23 @@ class AlertSettings(BaseModel):
     webhook_secret_set: bool
 
 
+def _json_number(value: Any) -> Any:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError("must be a number")
+    return value
+
+
 def _threshold_field(name: str, default: Any) -> tuple[Any, Any]:
     """A threshold as the body may set it: null, or a value in the bounds Thresholds.checked holds.
-    Strict: pydantic would otherwise take true and false for 1 and 0."""
+    A JSON number only: pydantic would otherwise take true and false for 1 and 0, and "3" for 3;
+    an integral 3.0 is an integer as JSON Schema reads it."""
     if isinstance(default, int):
-        kind: Any = Annotated[int, Field(strict=True, ge=0 if name == "warmup_intervals" else 1, le=1_000_000)]
+        kind: Any = Annotated[
+            int, Field(ge=0 if name == "warmup_intervals" else 1, le=1_000_000), BeforeValidator(_json_number)
+        ]
     else:
-        kind = Annotated[float, Field(strict=True, ge=0, le=1e300, allow_inf_nan=False)]
+        kind = Annotated[float, Field(ge=0, le=1e300, allow_inf_nan=False), BeforeValidator(_json_number)]
+    # (the bounds before the validator: after it, pydantic would leave them out of the JSON Schema)
     return kind | None, Field(default=None, description=f"default {default}")
 
 

@@ -325,9 +325,15 @@ def test_thresholds_are_checked(client: TestClient):
     assert client.patch("/api/v1/alerts/settings", json={"no_such": 1}).status_code == 422
     assert client.patch("/api/v1/alerts/settings?project=p", json={"webhook_urls": ["http://x"]}).status_code == 422
     # Booleans are no numbers (pydantic's lax mode read them as 1 and 0; schemathesis found it).
-    for body in ({"sync_min_increase": False}, {"sync_intervals": True}, {"mfu_floor": True}):
+    for body in ({"sync_min_increase": False}, {"sync_intervals": True}, {"mfu_floor": True}, {"sync_intervals": "3"}):
         assert client.patch("/api/v1/alerts/settings", json=body).status_code == 422, body
+    assert client.patch("/api/v1/alerts/settings", json={"sync_intervals": 2.5}).status_code == 422
     assert client.get("/api/v1/alerts/settings").json()["stored"] == {}
+    # An integral number is an integer as JSON Schema reads it (schemathesis sent 745.0).
+    answer = client.patch("/api/v1/alerts/settings", json={"sync_intervals": 745.0, "sync_min_increase": 2})
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["thresholds"]["sync_intervals"] == 745
+    assert answer.json()["thresholds"]["sync_min_increase"] == 2.0
     with pytest.raises(ValueError, match="PACKSCOPE_ALERT_THRESHOLDS"):
         from packscope.backend.http.settings import Settings
 
