@@ -171,6 +171,19 @@ def kill_mid_way(path: Path, server: str, run_id: str, total: int) -> None:
     assert 20 <= stored_records(server, run_id) < total  # really mid-way
 
 
+def settled_records(server: str, run_id: str, quiet_s: float = 0.5) -> int:
+    """The run's stored records once the server has stored what it will: the request in flight at
+    a client's kill may still be committed after it (its item was taken), so the count is read
+    again until it holds for `quiet_s`."""
+    count, since = stored_records(server, run_id), time.monotonic()
+    while time.monotonic() - since < quiet_s:
+        time.sleep(0.05)
+        now = stored_records(server, run_id)
+        if now != count:
+            count, since = now, time.monotonic()
+    return count
+
+
 def stored_records(server: str, run_id: str) -> int:
     path = f"/api/v1/runs/{run_id}"
     return get(server, path)["records"] if get_status(server, path) == 200 else 0
@@ -188,7 +201,7 @@ def test_a_sync_killed_mid_way_and_run_again_stores_everything_once(server, tmp_
         path.unlink()
         path = write_run_file(tmp_path / "rank0.jsonl", db_run, records)
     kill_mid_way(path, server, run_id, len(records))
-    stored_before = stored_records(server, run_id)
+    stored_before = settled_records(server, run_id)
     code, out, err = run_sync(capsys, path, "--server", server)
     assert code == 0, err
     assert_stored(server, run_id, records)
