@@ -53,21 +53,49 @@ def _shape(module: Any) -> tuple[Any, ...]:
     )
 
 
-def _expected_layer(spec: Gemma4AudioSpec) -> dict[str, tuple[Any, ...]]:
-    """The GEMMs of one layer, by name, as the formula prices them."""
+def _conformer_gemms(
+    spec: Gemma4AudioSpec, feed_forwards: tuple[str, ...], squares: tuple[str, ...], lconv: str, linear: str = ""
+) -> dict[str, tuple[Any, ...]]:
+    """The GEMMs of one conformer layer, by name, as the formula prices them: the two feed-forward
+    blocks' in and out projections (`feed_forwards`: each block's ffw_layer_1 and ffw_layer_2
+    names, without `linear`), the hidden x hidden attention projections (`squares`, whole names)
+    and the light convolution's (`lconv`, its prefix). `linear` follows the names of a tower's
+    wrapped linears (Gemma 4's clipped ones: ".linear")."""
     d, f = spec.hidden, spec.ffn
     out: dict[str, tuple[Any, ...]] = {}
-    for block in ("feed_forward1", "feed_forward2"):
-        out[f"{block}.ffw_layer_1.linear"] = ("linear", d, f)
-        out[f"{block}.ffw_layer_2.linear"] = ("linear", f, d)
-    for name in ("q_proj", "k_proj", "v_proj", "post"):
-        out[f"self_attn.{name}.linear"] = ("linear", d, d)
-    out["self_attn.relative_k_proj"] = ("linear", d, d)
-    out["lconv1d.linear_start.linear"] = ("linear", d, 2 * d)
-    out["lconv1d.linear_end.linear"] = ("linear", d, d)
+    for block in feed_forwards:
+        out[f"{block}.ffw_layer_1{linear}"] = ("linear", d, f)
+        out[f"{block}.ffw_layer_2{linear}"] = ("linear", f, d)
+    for name in squares:
+        out[name] = ("linear", d, d)
+    out[f"{lconv}.linear_start{linear}"] = ("linear", d, 2 * d)
+    out[f"{lconv}.linear_end{linear}"] = ("linear", d, d)
     # depthwise, stride 1: the causal padding is added before it (left_pad), so every position has an output
-    out["lconv1d.depthwise_conv1d"] = ("conv1d", d, d, (spec.lconv_kernel,), (1,), (1,), (0,), d)
+    out[f"{lconv}.depthwise_conv1d"] = ("conv1d", d, d, (spec.lconv_kernel,), (1,), (1,), (0,), d)
     return out
+
+
+def _check_placed(
+    mt: str,
+    tower: Any,
+    layers: Any,
+    expected: dict[str, tuple[Any, ...]],
+    others: tuple[Any, ...],
+    embed: Any,
+    unit: str = "layer",
+) -> None:
+    """Every layer holds the GEMMs priced and no others; every other GEMM of the tower is in one of
+    `others` (the parts priced apart); the embedder is one projection."""
+    for i, layer in enumerate(layers):
+        found = {name: _shape(m) for name, m in layer.named_modules() if _is_gemm(m)}
+        if found != expected:
+            raise _refuse(mt, tower, f"{unit} {i}'s GEMMs are not the feed-forward, attention and lconv1d ones priced")
+    placed = {id(m) for part in (*layers, *others) for m in part.modules()}
+    for sub, module in tower.named_modules():
+        if _is_gemm(module) and id(module) not in placed:
+            raise _refuse(mt, tower, f"its module '{sub}' ({type(module).__name__}) is not placed")
+    if [m for m in embed.modules() if _is_gemm(m)] != [embed.embedding_projection]:
+        raise _refuse(mt, tower, "its embed_audio is not one projection")
 
 
 def _conv(mt: str, tower: Any, conv: Any, name: str, channels_in: int) -> int:
@@ -131,35 +159,13 @@ def gemma4_audio_tower(mt: str, tower: Any, embed: Any) -> Gemma4AudioSpec:
         tower.output_proj.out_features
     ):
         raise _refuse(mt, tower, "its output_proj and embed_audio do not read the layers' output in turn")
-    expected = _expected_layer(spec)
-    for i, layer in enumerate(layers):
-        found = {name: _shape(m) for name, m in layer.named_modules() if _is_gemm(m)}
-        if found != expected:
-            raise _refuse(mt, tower, f"layer {i}'s GEMMs are not the feed-forward, attention and lconv1d ones priced")
-    placed = {id(m) for part in (*layers, front, tower.output_proj) for m in part.modules()}
-    for sub, module in tower.named_modules():
-        if _is_gemm(module) and id(module) not in placed:
-            raise _refuse(mt, tower, f"its module '{sub}' ({type(module).__name__}) is not placed")
-    if [m for m in embed.modules() if _is_gemm(m)] != [embed.embedding_projection]:
-        raise _refuse(mt, tower, "its embed_audio is not one projection")
+    squares = (
+        *(f"self_attn.{name}.linear" for name in ("q_proj", "k_proj", "v_proj", "post")),
+        "self_attn.relative_k_proj",
+    )
+    expected = _conformer_gemms(spec, ("feed_forward1", "feed_forward2"), squares, "lconv1d", linear=".linear")
+    _check_placed(mt, tower, layers, expected, (front, tower.output_proj), embed)
     return spec
-
-
-def _expected_gemma3n_layer(spec: Gemma4AudioSpec) -> dict[str, tuple[Any, ...]]:
-    """The GEMMs of one Gemma 3n conformer block, by name, as the formula prices them."""
-    d, f = spec.hidden, spec.ffn
-    out: dict[str, tuple[Any, ...]] = {}
-    for block in ("ffw_layer_start", "ffw_layer_end"):
-        out[f"{block}.ffw_layer_1"] = ("linear", d, f)
-        out[f"{block}.ffw_layer_2"] = ("linear", f, d)
-    for name in ("q_proj", "k_proj", "v_proj", "relative_position_embedding.pos_proj"):
-        out[f"attention.attn.{name}"] = ("linear", d, d)
-    out["attention.post"] = ("linear", d, d)
-    out["lconv1d.linear_start"] = ("linear", d, 2 * d)
-    out["lconv1d.linear_end"] = ("linear", d, d)
-    # depthwise, stride 1, the causal padding added before it: every position has an output
-    out["lconv1d.depthwise_conv1d"] = ("conv1d", d, d, (spec.lconv_kernel,), (1,), (1,), (0,), d)
-    return out
 
 
 def _gemma3n_conv(mt: str, tower: Any, block: Any, name: str, channels_in: int) -> int:
@@ -227,17 +233,10 @@ def gemma3n_audio_tower(mt: str, tower: Any, embed: Any) -> Gemma4AudioSpec:
         raise _refuse(mt, tower, f"its input_proj_linear reads {proj.in_features} values, not C1 x the mel bins left")
     if embed.embedding_projection.in_features != spec.hidden:
         raise _refuse(mt, tower, "its embed_audio does not read the layers' output")
-    expected = _expected_gemma3n_layer(spec)
-    for i, layer in enumerate(layers):
-        found = {name: _shape(m) for name, m in layer.named_modules() if _is_gemm(m)}
-        if found != expected:
-            raise _refuse(mt, tower, f"block {i}'s GEMMs are not the feed-forward, attention and lconv1d ones priced")
-    placed = {id(m) for part in (*layers, front) for m in part.modules()}
-    for sub, module in tower.named_modules():
-        if _is_gemm(module) and id(module) not in placed:
-            raise _refuse(mt, tower, f"its module '{sub}' ({type(module).__name__}) is not placed")
-    if [m for m in embed.modules() if _is_gemm(m)] != [embed.embedding_projection]:
-        raise _refuse(mt, tower, "its embed_audio is not one projection")
+    attention = ("q_proj", "k_proj", "v_proj", "relative_position_embedding.pos_proj")
+    squares = (*(f"attention.attn.{name}" for name in attention), "attention.post")
+    expected = _conformer_gemms(spec, ("ffw_layer_start", "ffw_layer_end"), squares, "lconv1d")
+    _check_placed(mt, tower, layers, expected, (front,), embed, unit="block")
     return spec
 
 
