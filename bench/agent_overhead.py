@@ -19,8 +19,11 @@ Prints one JSON object, then a short table.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import gc
+import io
 import json
+import pstats
 import random
 import statistics
 import sys
@@ -141,7 +144,33 @@ LEDGER_FIELDS = (
 )  # fmt: skip
 
 
-def step_time_ratio(preset: str, steps_per_mode: int, warmup: int, compile: bool, cupti: bool = False) -> dict:
+def calls_by_kind(spent: list[list[float]], kinds: list[str]) -> dict:
+    out = {}
+    for kind in sorted(set(kinds)):
+        times = [1e6 * sum(t) for t, k in zip(spent, kinds, strict=True) if k == kind]
+        ends = [1e6 * t[2] for t, k in zip(spent, kinds, strict=True) if k == kind]
+        out[kind] = {
+            "steps": len(times),
+            "mean_us": statistics.fmean(times),
+            "median_us": statistics.median(times),
+            "step_end_mean_us": statistics.fmean(ends),
+            "us_per_step_of_all": sum(times) / len(kinds),
+        }
+    return out
+
+
+def profile_text(profiler: cProfile.Profile, lines: int = 45) -> str:
+    """The profiled agent calls' functions, by own time, then by cumulative time (pstats text)."""
+    text = io.StringIO()
+    stats = pstats.Stats(profiler, stream=text).strip_dirs()
+    stats.sort_stats("tottime").print_stats(lines)
+    stats.sort_stats("cumulative").print_stats(lines)
+    return text.getvalue()
+
+
+def step_time_ratio(
+    preset: str, steps_per_mode: int, warmup: int, compile: bool, cupti: bool = False, profile_mode: str | None = None
+) -> dict:
     """Step-time ratios of each agent variant and control to the agent off, and what they cost.
 
     The run is a sequence of rounds; each round runs one step of every mode, in a fresh random
@@ -183,6 +212,10 @@ def step_time_ratio(preset: str, steps_per_mode: int, warmup: int, compile: bool
     events: dict[str, list] = {m: [] for m in modes}
     host: dict[str, list[float]] = {m: [] for m in modes}
     in_agent: dict[str, list[list[float]]] = {m: [] for m in variants}  # host time inside agent calls
+    # Each recorded step's kind for its agent: plain, boundary (an interval closed in step_end),
+    # emit (an interval reached the host and was sent), both; a traced emission is "emit+trace".
+    kinds: dict[str, list[str]] = {m: [] for m in variants}
+    profiler = cProfile.Profile() if profile_mode else None
     gc_s: dict[str, float] = dict.fromkeys(modes, 0.0)  # Python GC pauses during each mode's steps
     current: dict[str, Any] = {"mode": "off", "gc_start": 0.0}
 
@@ -223,9 +256,19 @@ def step_time_ratio(preset: str, steps_per_mode: int, warmup: int, compile: bool
             loss += trainer.forward_backward(b, labels)
         lr, grad_norm = trainer.optimizer_step()
         if agent is not None:
+            interval, emitted = agent._interval, len(agent.records)
+            profiling = profiler if mode == profile_mode and record else None
+            if profiling is not None:
+                profiling.enable()
             a0 = time.perf_counter()
             agent.step_end(loss=loss, lr=lr, grad_norm=grad_norm)
             spent[2] = time.perf_counter() - a0
+            if profiling is not None:
+                profiling.disable()
+            kind = "boundary" if agent._interval != interval else ""
+            if len(agent.records) != emitted:
+                kind += "+emit" if agent.records[-1].get("traced_steps") is None else "+emit+trace"
+            step_kind = kind.lstrip("+") or "plain"
         elif mode == "events":
             torch.Event(trainer.device, enable_timing=True).record()
         end.record()
@@ -234,6 +277,7 @@ def step_time_ratio(preset: str, steps_per_mode: int, warmup: int, compile: bool
             host[mode].append(time.perf_counter() - t0)
             if agent is not None:
                 in_agent[mode].append(spent)
+                kinds[mode].append(step_kind)
         elif mode == "core":
             warm_core.append(sum(spent))
         if switched and agent is not None:
@@ -280,6 +324,10 @@ def step_time_ratio(preset: str, steps_per_mode: int, warmup: int, compile: bool
             }
             for m, t in in_agent.items()
         },
+        # Where the mean goes: each kind of step's count and mean host time in the agent's calls,
+        # and its share of the mean over all steps (µs a step).
+        "agent_calls_by_kind": {m: calls_by_kind(in_agent[m], kinds[m]) for m in variants},
+        "agent_profile": profile_text(profiler) if profiler is not None else None,
         "gc_ms_per_step": {m: 1e3 * t / steps_per_mode for m, t in gc_s.items()},
         "ratios": {m: ratio_estimates(times[m], times["off"]) for m in [*variants, *controls]},
         # What the ledger's measurements gave in the steady intervals (docs/ledger.md).
@@ -307,6 +355,12 @@ def main() -> int:
     ap.add_argument("--warmup", type=int, default=32, help="warm-up rounds, one per distinct batch")
     ap.add_argument("--out", default=None)
     ap.add_argument("--cupti", action="store_true", help="also the full agent with the CUPTI counter and its trace")
+    ap.add_argument(
+        "--profile-mode",
+        default=None,
+        help="cProfile this agent variant's step_end calls (e.g. full+cupti): where its host time goes, "
+        "by function; the profiler's own cost lands in that mode's ratio",
+    )
     args = ap.parse_args()
     if args.warmup < 1 or args.steps_per_mode < 2:
         ap.error("--warmup needs at least 1 round (one per batch) and --steps-per-mode at least 2")
@@ -324,7 +378,9 @@ def main() -> int:
             for compile in (False,) if args.no_compile else (False, True):
                 key = f"step_time_{preset}_{'compiled' if compile else 'eager'}"
                 print(f"measuring {key} ...", file=sys.stderr)
-                result[key] = step_time_ratio(preset, args.steps_per_mode, args.warmup, compile, args.cupti)
+                result[key] = step_time_ratio(
+                    preset, args.steps_per_mode, args.warmup, compile, args.cupti, args.profile_mode
+                )
     text = json.dumps(result, indent=2)
     print(text)
     if args.out:

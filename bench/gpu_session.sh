@@ -37,7 +37,8 @@
 #                                     # ground-truth test over them (tests/backend/test_gallery_ledger.py) and
 #                                     # agent_overhead's on/off ratios with the CUPTI trace on (LEDGER_PAIRS picks
 #                                     # pairs by name: logging channel-loss graphs padding data-wait; LEDGER_OVERHEAD_STEPS
-#                                     # the on/off steps per mode, default 150). `ledger --dry-run`:
+#                                     # the on/off steps per mode, default 150; SKIP_TESTS=1 skips the tests;
+#                                     # LEDGER_PROFILE=1 adds a cProfile of the traced agent's calls). `ledger --dry-run`:
 #                                     # the same commands on the CPU (tiny preset, few steps, no CUPTI), no install
 #   bash bench/gpu_session.sh ledger-small  # issue 36: the 1b legacy-logging and CUDA-graphs (4096x4) pairs, fixes
 #                                     # that gain little, with the CUPTI trace, into $OUT/gallery
@@ -278,9 +279,11 @@ case "${1:-}" in
           "their sync and launch-bound terms not measured" | tee "$OUT/NO_CUPTI.txt"
         backend="--sync-backend debug-mode"
       fi
-      timeout 150 python3 -m pytest -m gpu tests/gpu/test_gpu_ledger.py tests/gpu/test_gpu_agent.py -v \
-        -p no:cacheprovider > "$OUT/gpu_tests_ledger.log" 2>&1
-      echo "[gpu tests] exit $?"; tail -3 "$OUT/gpu_tests_ledger.log"
+      if [ -z "${SKIP_TESTS:-}" ]; then
+        timeout 150 python3 -m pytest -m gpu tests/gpu/test_gpu_ledger.py tests/gpu/test_gpu_agent.py -v \
+          -p no:cacheprovider > "$OUT/gpu_tests_ledger.log" 2>&1
+        echo "[gpu tests] exit $?"; tail -3 "$OUT/gpu_tests_ledger.log"
+      fi
     fi
     gallery="$OUT/gallery"; mkdir -p "$gallery"
     ledger_pair() {  # ledger_pair FIX SECONDS args...: one before/after pair into $OUT/gallery
@@ -312,7 +315,14 @@ r = json.load(open(sys.argv[1]))["step_time_125m_eager"]
 for mode, ratios in r["ratios"].items():  # on/off step-time ratios, each with its bootstrap 95% interval
     print(mode, {kind: [round(v["ratio"], 5), [round(x, 5) for x in v["ci95"]]] for kind, v in ratios.items()})
 print("ledger fields of full+cupti:", json.dumps(r["ledger_fields"].get("full+cupti", [])[:3]))
+for mode, kinds in r.get("agent_calls_by_kind", {}).items():  # where the agent's mean host time goes
+    print(mode, {k: [v["steps"], round(v["mean_us"]), round(v["us_per_step_of_all"])] for k, v in kinds.items()})
 EOF
+      if [ -n "${LEDGER_PROFILE:-}" ]; then  # where the traced agent's step_end time goes, by function
+        timeout 200 python3 bench/agent_overhead.py --no-compile --steps-per-mode 60 --warmup 16 --cupti \
+          --profile-mode full+cupti --out "$OUT/agent_overhead_profile.json" > /dev/null 2> "$OUT/agent_overhead_profile.err"
+        echo "[agent_overhead profile] exit $?"
+      fi
     fi
     ;;
   ledger-small)
