@@ -17,6 +17,8 @@ from __future__ import annotations
 import json
 import re
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -116,9 +118,10 @@ def build() -> nn.Module:
     return AutoModelForImageTextToText.from_config(config).eval()
 
 
-def measure(model: nn.Module, inputs: dict[str, torch.Tensor]) -> dict[str, int]:
-    """Model FLOPs of one forward by component: 6 per executed multiply-add of each GEMM, 12 per
-    admitted pair and attention width (QKᵀ and P·V) of each attention call."""
+@contextmanager
+def counting_gemms(model: nn.Module) -> Iterator[dict[str, int]]:
+    """The multiply-adds of every Linear and Conv2d the model's forwards run inside the block, by
+    component, from their output shapes (which the meta device has too)."""
     cross_layers = set(model.config.text_config.cross_attention_layers)
     macs: dict[str, int] = defaultdict(int)
 
@@ -137,13 +140,19 @@ def measure(model: nn.Module, inputs: dict[str, torch.Tensor]) -> dict[str, int]
         for name, module in model.named_modules()
         if isinstance(module, (nn.Linear, nn.Conv2d))
     ]
-    CALLS.clear()
     try:
-        with torch.no_grad(), FlopCounterMode(display=False) as counter:
-            model(**inputs)
+        yield macs
     finally:
         for handle in handles:
             handle.remove()
+
+
+def measure(model: nn.Module, inputs: dict[str, torch.Tensor]) -> dict[str, int]:
+    """Model FLOPs of one forward by component: 6 per executed multiply-add of each GEMM, 12 per
+    admitted pair and attention width (QKᵀ and P·V) of each attention call."""
+    CALLS.clear()
+    with counting_gemms(model) as macs, torch.no_grad(), FlopCounterMode(display=False) as counter:
+        model(**inputs)
     ops = {str(op): n for op, n in counter.get_flop_counts()["Global"].items()}
     gemm_ops = sum(n for op, n in ops.items() if op.split(".")[1] in ("mm", "addmm", "convolution"))
     assert gemm_ops == 2 * sum(macs.values())  # torch's own count of the GEMMs: 2 FLOPs per multiply-add
@@ -345,24 +354,8 @@ def test_the_default_model_per_component_at_full_width_on_the_meta_device():
         part._attn_implementation = "eager"
     with torch.device("meta"):
         model = AutoModelForImageTextToText.from_config(config)
-    cross_layers = set(config.text_config.cross_attention_layers)
-    macs: dict[str, int] = defaultdict(int)
-
-    def hook(name: str):
-        def count(module: nn.Module, args: Any, output: torch.Tensor) -> None:
-            if isinstance(module, nn.Linear):
-                done = output.numel() // module.out_features * module.in_features * module.out_features
-            else:
-                done = output.numel() * module.weight[0].numel()
-            macs[_component(name, cross_layers)] += done
-
-        return count
-
-    for name, module in model.named_modules():
-        if isinstance(module, (nn.Linear, nn.Conv2d)):
-            module.register_forward_hook(hook(name))
     length, side = 64, config.vision_config.image_size
-    with torch.device("meta"), torch.no_grad():
+    with counting_gemms(model) as macs, torch.device("meta"), torch.no_grad():
         model(
             input_ids=torch.zeros(1, length, dtype=torch.long),
             pixel_values=torch.zeros(1, 1, 4, 3, side, side),
