@@ -13,7 +13,6 @@ projections. The backward pass is counted too, and hooks record which GEMM outpu
 from __future__ import annotations
 
 import re
-from collections import defaultdict
 from typing import Any
 
 import torch
@@ -21,6 +20,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 from tests.core.audio_gemma4_meta import Tally, clip_inputs, op_totals
+from tests.core.audio_gemma4_meta import forward_flops as gemma4_forward_flops
 
 TOWER, EMBED = "Gemma3nAudioEncoder", "Gemma3nMultimodalEmbedder"
 _BLOCK = rf"{TOWER}\.conformer\.\d+"
@@ -82,16 +82,7 @@ def run_audio(tower: nn.Module, embed: nn.Module, inputs: dict[str, torch.Tensor
 
 def forward_flops(tally: Tally) -> dict[str, int]:
     """Forward FLOPs (2 per multiply-add) by component; every counted FLOP placed."""
-    counts = {name: sum(ops.values()) for name, ops in tally.forward.items()}
-    out: dict[str, int] = defaultdict(int)
-    for name in tally.gemms:
-        out[_component(name)] += counts.get(name, 0)
-    for name, total in counts.items():
-        if re.fullmatch(rf"{_BLOCK}\.attention\.attn", name):
-            projections = sum(v for n, v in counts.items() if n.startswith(f"{name}.") and n in tally.gemms)
-            out["core_chunked"] += total - projections
-    assert sum(out.values()) == counts["Global"], (dict(out), counts["Global"])
-    return dict(out)
+    return gemma4_forward_flops(tally, _component, rf"{_BLOCK}\.attention\.attn")
 
 
 def measured_flops(tally: Tally) -> dict[str, int]:

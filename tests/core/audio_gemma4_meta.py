@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import warnings
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -98,14 +99,20 @@ def run_audio(model: nn.Module, inputs: dict[str, torch.Tensor], backward: bool 
     return tally, out
 
 
-def forward_flops(tally: Tally) -> dict[str, int]:
-    """Forward FLOPs (2 per multiply-add) by component; every counted FLOP placed."""
+def forward_flops(
+    tally: Tally,
+    component: Callable[[str], str] = _component,
+    attention: str = rf"{TOWER}\.layers\.\d+\.self_attn",
+) -> dict[str, int]:
+    """Forward FLOPs (2 per multiply-add) by component; every counted FLOP placed. `component`
+    names a GEMM module's component; `attention` matches the attention modules, whose own matmuls
+    are what they ran beyond their projections."""
     counts = {name: sum(ops.values()) for name, ops in tally.forward.items()}
     out: dict[str, int] = defaultdict(int)
     for name in tally.gemms:
-        out[_component(name)] += counts.get(name, 0)
+        out[component(name)] += counts.get(name, 0)
     for name, total in counts.items():
-        if re.fullmatch(rf"{TOWER}\.layers\.\d+\.self_attn", name):
+        if re.fullmatch(attention, name):
             projections = sum(v for n, v in counts.items() if n.startswith(f"{name}.") and n in tally.gemms)
             out["core_chunked"] += total - projections
     assert sum(out.values()) == counts["Global"], (dict(out), counts["Global"])
