@@ -270,7 +270,7 @@ case "${1:-}" in
       backend="--sync-backend cupti"
       padded_shape="$shape --pack-length 1024 --packs-per-step 16"
       launch_shape="$shape --pack-length 2048 --packs-per-step 8 --micro-batches 8"
-      overhead=1
+      overhead=${LEDGER_OVERHEAD-1}  # LEDGER_OVERHEAD= (empty): the pairs alone
       nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpus.txt"
       main=/tmp/cupti130; [ -d "$main" ] || main=/tmp/cupti134
       export PYTHONPATH=$main
