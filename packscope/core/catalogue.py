@@ -23,7 +23,7 @@ import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 from packscope.core.attention import ATTENTION_KINDS, ATTENTION_SUMS, CHUNKED, FULL, SLIDING, VIEWS
 from packscope.core.audio_sums import AUDIO_RECORD_SUMS, c_totals
@@ -242,10 +242,26 @@ FIELDS: tuple[Field, ...] = (
     _float("gpu_energy_j", "J", "GPU energy over the interval (NVML)", wire="gpu.energy_j", required=False),
 )
 FIELD = {f.name: f for f in FIELDS}
-# Each field's place in the wire record, split once: an agent builds a record at every interval
-# boundary, on the training thread.
-_WIRE_PLACES = tuple((f, f.wire_path[:-1], f.wire_path[-1]) for f in FIELDS)
-_FIELD_NAMES = frozenset(FIELD)
+
+
+class _WirePlaces(NamedTuple):
+    """Each field's place in the wire record, split once (an agent builds a record at every
+    interval boundary, on the training thread), for the FIELDS it was made from."""
+
+    fields: tuple[Field, ...]
+    places: tuple[tuple[Field, tuple[str, ...], str], ...]  # a field, the objects it sits in, its key
+    names: frozenset[str]
+
+
+_wire_places: _WirePlaces | None = None
+
+
+def _places() -> _WirePlaces:
+    global _wire_places
+    if _wire_places is None or _wire_places.fields is not FIELDS:  # tests swap the catalogue's FIELDS
+        places = tuple((f, f.wire_path[:-1], f.wire_path[-1]) for f in FIELDS)
+        _wire_places = _WirePlaces(FIELDS, places, frozenset(f.name for f in FIELDS))
+    return _wire_places
 
 
 def wire_record(values: Mapping[str, Any]) -> dict[str, Any]:
@@ -256,7 +272,8 @@ def wire_record(values: Mapping[str, Any]) -> dict[str, Any]:
     field, is the sender's mistake: ValueError."""
     record: dict[str, Any] = {}
     placed = 0
-    for f, parents, key in _WIRE_PLACES:
+    wire = _places()
+    for f, parents, key in wire.places:
         holder = record
         for part in parents:
             holder = holder.setdefault(part, {})
@@ -266,7 +283,7 @@ def wire_record(values: Mapping[str, Any]) -> dict[str, Any]:
         elif f.required and f.default is None:
             raise ValueError(f"the record needs {f.name!r} ({f.doc})")
     if placed != len(values):
-        unknown = sorted(set(values) - _FIELD_NAMES)
+        unknown = sorted(set(values) - wire.names)
         raise ValueError(f"no catalogue field is named {', '.join(map(repr, unknown))}")
     return {key: None if value == {} else value for key, value in record.items()}
 
