@@ -256,7 +256,7 @@ def step_time_ratio(
             loss += trainer.forward_backward(b, labels)
         lr, grad_norm = trainer.optimizer_step()
         if agent is not None:
-            interval, emitted = agent._interval, len(agent.records)
+            interval, last = agent._interval, agent.records[-1] if agent.records else None
             profiling = profiler if mode == profile_mode and record else None
             if profiling is not None:
                 profiling.enable()
@@ -266,7 +266,7 @@ def step_time_ratio(
             if profiling is not None:
                 profiling.disable()
             kind = "boundary" if agent._interval != interval else ""
-            if len(agent.records) != emitted:
+            if agent.records and agent.records[-1] is not last:  # (a bounded deque: not its length)
                 kind += "+emit" if agent.records[-1].get("traced_steps") is None else "+emit+trace"
             step_kind = kind.lstrip("+") or "plain"
         elif mode == "events":
@@ -364,6 +364,9 @@ def main() -> int:
     args = ap.parse_args()
     if args.warmup < 1 or args.steps_per_mode < 2:
         ap.error("--warmup needs at least 1 round (one per batch) and --steps-per-mode at least 2")
+    variants = [*VARIANTS, *(CUPTI_VARIANT if args.cupti else {})]
+    if args.profile_mode is not None and args.profile_mode not in variants:
+        ap.error(f"--profile-mode: one of {', '.join(variants)}, not {args.profile_mode!r}")
     result: dict[str, Any] = {
         "bench": "agent_overhead",
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
