@@ -22,8 +22,9 @@ import math
 import struct
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from types import MappingProxyType
-from typing import Any, Literal, NamedTuple, Protocol
+from typing import Any, Literal, Protocol
 
 from packscope.core.attention import ATTENTION_KINDS, ATTENTION_SUMS, CHUNKED, FULL, SLIDING, VIEWS
 from packscope.core.audio_sums import AUDIO_RECORD_SUMS, c_totals
@@ -72,8 +73,10 @@ class Field:
     # None: the field is then required (or, not required, missing: NULL).
     default: int | float | None = None
 
-    @property
+    @cached_property
     def wire_path(self) -> tuple[str, ...]:
+        """Split once per field: an agent builds a wire record at every interval boundary, on the
+        training thread."""
         return tuple((self.wire or self.name).split("."))
 
     @property
@@ -244,26 +247,6 @@ FIELDS: tuple[Field, ...] = (
 FIELD = {f.name: f for f in FIELDS}
 
 
-class _WirePlaces(NamedTuple):
-    """Each field's place in the wire record, split once (an agent builds a record at every
-    interval boundary, on the training thread), for the FIELDS it was made from."""
-
-    fields: tuple[Field, ...]
-    places: tuple[tuple[Field, tuple[str, ...], str], ...]  # a field, the objects it sits in, its key
-    names: frozenset[str]
-
-
-_wire_places: _WirePlaces | None = None
-
-
-def _places() -> _WirePlaces:
-    global _wire_places
-    if _wire_places is None or _wire_places.fields is not FIELDS:  # tests swap the catalogue's FIELDS
-        places = tuple((f, f.wire_path[:-1], f.wire_path[-1]) for f in FIELDS)
-        _wire_places = _WirePlaces(FIELDS, places, frozenset(f.name for f in FIELDS))
-    return _wire_places
-
-
 def wire_record(values: Mapping[str, Any]) -> dict[str, Any]:
     """A wire record's catalogue fields (docs/wire.md) from their values by field name: each at its
     wire path, in FIELDS order, a nested object where its first field is. A field without a value
@@ -272,18 +255,17 @@ def wire_record(values: Mapping[str, Any]) -> dict[str, Any]:
     field, is the sender's mistake: ValueError."""
     record: dict[str, Any] = {}
     placed = 0
-    wire = _places()
-    for f, parents, key in wire.places:
+    for f in FIELDS:
         holder = record
-        for part in parents:
+        for part in f.wire_path[:-1]:
             holder = holder.setdefault(part, {})
         if f.name in values:
-            holder[key] = values[f.name]
+            holder[f.wire_path[-1]] = values[f.name]
             placed += 1
         elif f.required and f.default is None:
             raise ValueError(f"the record needs {f.name!r} ({f.doc})")
     if placed != len(values):
-        unknown = sorted(set(values) - wire.names)
+        unknown = sorted(set(values) - {f.name for f in FIELDS})
         raise ValueError(f"no catalogue field is named {', '.join(map(repr, unknown))}")
     return {key: None if value == {} else value for key, value in record.items()}
 
