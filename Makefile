@@ -1,7 +1,8 @@
 # Two commands do all set-up on a fresh machine (Python, git and the package registries):
 #   make demo   - server on the embedded SQLite default + two reference training runs feeding it
-#   make test   - the whole test suite (slow tests included) on 4 pytest-xdist workers (TEST_WORKERS), then
-#                 the few tests marked `alone` by themselves, each pass with its 15 slowest tests; the
+#   make test   - `npm ci` where node_modules is stale, then the whole test suite (slow tests
+#                 included) on 4 pytest-xdist workers (TEST_WORKERS), then the few tests marked
+#                 `alone` by themselves, each pass with its 15 slowest tests; the
 #                 dashboard's pure JS modules under node:test (tests/js, Node 20+); then
 #                 torchtitan's integration tests in an environment of their own (.venv-torchtitan), and
 #                 Gemma 3n's timm vision tower tests in another (.venv-timm)
@@ -67,6 +68,12 @@ $(TIMM_STAMP): pyproject.toml
 	$(TIMM_VENV)/bin/python -m pip install -qq -e '.[hf]' transformers==5.25.0 timm==1.0.31 pytest
 	touch $(TIMM_STAMP)
 
+# The dashboard's dev tools and the pinned plotly.js package, from package-lock.json: the tests check
+# the committed bundle against it byte for byte, make lint runs its eslint and tsc.
+NODE_STAMP := node_modules/.package-lock.json
+$(NODE_STAMP): package.json package-lock.json
+	npm ci --no-audit --no-fund
+
 demo: $(STAMP)
 	$(BIN)/packscope demo
 
@@ -74,7 +81,7 @@ serve: $(STAMP)
 	$(BIN)/packscope serve
 
 # Browser tests drive Debian's chromium; install it when missing and we may.
-test: $(STAMP) $(TT_STAMP) $(TIMM_STAMP)
+test: $(STAMP) $(TT_STAMP) $(TIMM_STAMP) $(NODE_STAMP)
 	@if [ ! -x /usr/bin/chromium ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 		echo "installing Debian's chromium for the browser tests"; \
 		(apt-get install -y -q chromium >/dev/null 2>&1 || (apt-get update -q >/dev/null && apt-get install -y -q chromium >/dev/null)); \
@@ -110,8 +117,7 @@ lint: $(STAMP)
 	exit $$status
 
 PLOTLY_DIST := node_modules/plotly.js-cartesian-dist-min
-vendor-plotly:
-	npm ci --no-audit --no-fund
+vendor-plotly: $(NODE_STAMP)
 	cp $(PLOTLY_DIST)/plotly-cartesian.min.js frontend/vendor/plotly-cartesian.min.js
 	cp $(PLOTLY_DIST)/LICENSE frontend/vendor/plotly-LICENSE
 
