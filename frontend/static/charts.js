@@ -305,7 +305,7 @@ export class ChartPanel {
     const xColumn = X_AXES[settings.x].column;
     const grown = extension(this.plot.data || [], columns, this.points, xColumn, settings.smoothing);
     if (!grown) return false;
-    if (columns[xColumn].length > this.points) Plotly.extendTraces(this.plot, grown.update, grown.indices);
+    if (columns[xColumn].length > this.points) extendKeepingMargins(this.plot, grown.update, grown.indices);
     this.points = columns[xColumn].length;
     this.describeBands();
     return true;
@@ -314,6 +314,33 @@ export class ChartPanel {
   describeBands() {
     if (this.note) this.note.textContent = chartNote(this.baseNote, this.plot.data || []);
   }
+}
+
+// The tick labels' longest text on each axis of a drawn plot (plotly's ticks as last drawn).
+const longestLabels = (full) =>
+  ["xaxis", "yaxis"].map((axis) => Math.max(0, ...(full[axis]?._vals ?? []).map((tick) => String(tick.text ?? "").length)));
+
+// A live extension is a whole plotly pass, and much of one is measuring the axes' tick labels:
+// their boxes size the margins (automargin) and choose the labels' angle. Between extensions the
+// labels seldom change, so this pass keeps what the last one chose (its margins and angles, set,
+// automargin off, for this pass alone). A tick label longer than the last pass drew may need more
+// room: the chart is then drawn again with its axes measured, before the frame is painted.
+/** @param {PlotlyPlot} plot */
+function extendKeepingMargins(plot, update, indices) {
+  const full = plot._fullLayout;
+  if (!full?._size) return Plotly.extendTraces(plot, update, indices);
+  const { l, r, b } = full._size; // the top one is the legend's, which still sizes it
+  const own = { margin: plot.layout.margin, xaxis: plot.layout.xaxis, yaxis: plot.layout.yaxis };
+  const angle = (axis) => full[axis]._tickAngles?.[`${axis[0]}tick`] ?? own[axis]?.tickangle;
+  const before = longestLabels(full);
+  plot.layout.margin = { ...own.margin, l, r, b };
+  for (const axis of ["xaxis", "yaxis"]) plot.layout[axis] = { ...own[axis], automargin: false, tickangle: angle(axis) };
+  try {
+    Plotly.extendTraces(plot, update, indices);
+  } finally {
+    Object.assign(plot.layout, own);
+  }
+  if (longestLabels(plot._fullLayout).some((length, i) => length > before[i])) Plotly.redraw(plot);
 }
 
 // Fills each trace's x/y from columnar series data (see docs/api.md, series).

@@ -4,6 +4,7 @@
 interface PlotlyPlot extends HTMLElement {
   data?: any[];
   layout?: any;
+  _fullLayout?: any; // plotly's resolved layout, as last drawn (not public API: the bundle is pinned)
   on(event: string, handler: (event: any) => void): void;
 }
 
@@ -11,5 +12,6 @@ declare const Plotly: {
   react(plot: HTMLElement, data: object[], layout?: object, config?: object): Promise<PlotlyPlot>;
   relayout(plot: HTMLElement, update: object): Promise<PlotlyPlot>;
   extendTraces(plot: HTMLElement, update: { x: unknown[][]; y: unknown[][] }, indices: number[]): Promise<PlotlyPlot>;
+  redraw(plot: HTMLElement): Promise<PlotlyPlot>;
   purge(plot: HTMLElement): void;
 };

@@ -154,3 +154,36 @@ def test_a_live_extension_keeps_the_margins_and_every_tick_label(server, page):
         assert page.evaluate(f"{labels}.every(t => getComputedStyle(t).display !== 'none')")
     assert {tuple(s) for s in sizes} == {tuple(sizes[0])}, sizes
     assert "100" in last_ticks and "120" in last_ticks  # the right end reached a labelled tick
+
+
+def test_a_tick_label_that_outgrows_the_kept_margins_gets_the_room_a_fresh_load_gives_it(server, page, context):
+    """A live extension keeps the margins the last drawing measured (charts.js, issue 39); when a
+    new point brings y tick labels longer than any drawn before (here TFLOP/s a thousand times higher), the chart is
+    drawn again with its axes measured: its left margin is then a fresh load's, wider than before."""
+    run = "outgrown"
+    assert httpx.post(f"{server}/api/v1/runs", json=run_body(run)).status_code == 201
+    body = {"intervals": [interval(k) for k in range(6)]}
+    assert httpx.post(f"{server}/api/v1/runs/{run}/intervals", json=body).status_code == 200
+    page.add_init_script(COUNT_EXTENSIONS)
+    page.goto(f"{server}/runs/{run}")
+    until(page, f"{HEADLINE}.data?.some(t => t.x.length === 6)")
+    page.wait_for_selector("#live.on")
+    left = f"{HEADLINE}._fullLayout._size.l"
+    narrow = page.evaluate(left)
+    faster = packed_interval(6, gpu_time_s=0.0005, loss=3.0)  # the same work in a thousandth of the time
+    assert httpx.post(f"{server}/api/v1/runs/{run}/intervals", json={"intervals": [faster]}).status_code == 200
+    until(page, f"{HEADLINE}.data.every(t => t.x.length === 7)", timeout=10_000)
+    page.evaluate("new Promise(r => requestAnimationFrame(() => r()))")
+    assert page.evaluate("window.extensions") >= 1  # it grew by extension, then was measured again
+    live_left = page.evaluate(left)
+
+    fresh = context.new_page()
+    fresh.goto(f"{server}/runs/{run}")
+    until(fresh, f"{HEADLINE}.data?.some(t => t.x.length === 7)")
+    assert live_left == fresh.evaluate(left) > narrow
+    fresh.close()
+    # Every y tick label lies inside the chart's svg, none cut at its left edge.
+    inside = f"""(() => {{ const svg = {HEADLINE}.querySelector('svg.main-svg').getBoundingClientRect();
+      return [...{HEADLINE}.querySelectorAll('.ytick text')]
+        .every(t => t.getBoundingClientRect().left >= svg.left); }})()"""
+    assert page.evaluate(inside)
