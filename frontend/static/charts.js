@@ -5,7 +5,7 @@
 
 import { X_AXES } from "./controls.js";
 import { csvLink, tracesToCSV } from "./csv.js";
-import { extension } from "./extension.js";
+import { bandHasWidth, extension } from "./extension.js";
 import { prefixJoinsUnit, unitSuffix } from "./format.js";
 import { linkX, unlinkX } from "./linkedzoom.js";
 import { ema } from "./smoothing.js";
@@ -132,13 +132,8 @@ export const CONFIG = {
 
 // A band is worth announcing only where it has a width: one interval per point has none.
 function bandsShow(traces) {
-  const edges = new Map(traces.filter((t) => t.meta?.kind === "band").map((t) => [t.meta.column, t.y]));
-  for (const [column, max] of edges) {
-    if (!column.endsWith("_max")) continue;
-    const min = edges.get(column.replace(/_max$/, "_min")) || [];
-    if (max.some((v, i) => v !== null && min[i] !== null && v > min[i])) return true;
-  }
-  return false;
+  const columns = Object.fromEntries(traces.filter((t) => t.meta?.kind === "band").map((t) => [t.meta.column, t.y]));
+  return Object.keys(columns).some((column) => bandHasWidth(columns, column));
 }
 
 // A chart card's note: the template's, and what the shading means where a band shows.
@@ -343,7 +338,15 @@ function extendKeepingMargins(plot, update, indices) {
   if (longestLabels(plot._fullLayout).some((length, i) => length > before[i])) Plotly.redraw(plot);
 }
 
-// Fills each trace's x/y from columnar series data (see docs/api.md, series).
+// Fills each trace's x/y from columnar series data (see docs/api.md, series). A band without a
+// width anywhere (one interval a point, as in a run shorter than the points asked for) would hide
+// under its line: plotly skips it (visible false, which costs a live extension nothing), and its
+// values stay in the chart's CSV.
 export function fill(traces, columns, xColumn = "step") {
-  return traces.map((trace) => ({ ...trace, x: [...columns[xColumn]], y: [...columns[trace.meta.column]] }));
+  return traces.map((trace) => ({
+    ...trace,
+    x: [...columns[xColumn]],
+    y: [...columns[trace.meta.column]],
+    ...(trace.meta.kind === "band" ? { visible: bandHasWidth(columns, trace.meta.column) } : {}),
+  }));
 }

@@ -9,9 +9,25 @@ import { ema } from "./smoothing.js";
 
 /**
  * @typedef {{ last_step?: unknown, after_step?: unknown, series?: { points: number } }} LiveEvent
- * @typedef {{ meta?: { column?: string, kind?: string }, x?: unknown[] }} DrawnTrace
+ * @typedef {{ meta?: { column?: string, kind?: string }, x?: unknown[], visible?: unknown }} DrawnTrace
  * @typedef {{ update: { x: unknown[][], y: unknown[][] }, indices: number[] }} Extension
  */
+
+/**
+ * Whether the min–max band of a band edge's column (`<column>_max` or `_min`) has a width at some
+ * point from index `from` on: a point of one interval has none, and its band hides under the line.
+ * @param {Record<string, (number | string | null)[]>} columns
+ * @param {string} edge
+ */
+export function bandHasWidth(columns, edge, from = 0) {
+  const base = edge.replace(/_(max|min)$/, "");
+  const [max, min] = [columns[`${base}_max`] ?? [], columns[`${base}_min`] ?? []];
+  for (let i = from; i < max.length; i++) {
+    const [hi, lo] = [max[i], min[i]];
+    if (hi !== null && lo != null && hi > lo) return true;
+  }
+  return false;
+}
 
 /**
  * @param {DrawnTrace[]} drawn the plot's traces (plotly's gd.data), each naming its column in meta
@@ -20,7 +36,8 @@ import { ema } from "./smoothing.js";
  * @param {string} xColumn the column on the x axis
  * @param {number} smoothing the EMA weight of smoothed traces (0: none)
  * @returns {Extension | null} null where a trace's column is not held or does not end at
- *   `from` points drawn: the chart must be drawn anew
+ *   `from` points drawn, or a band left undrawn for having no width gains one: the chart must be
+ *   drawn anew
  */
 export function extension(drawn, columns, from, xColumn, smoothing) {
   const xs = columns[xColumn];
@@ -31,6 +48,8 @@ export function extension(drawn, columns, from, xColumn, smoothing) {
     const column = trace.meta?.column;
     const values = column === undefined ? undefined : columns[column];
     if (!values || values.length !== xs.length || trace.x?.length !== from) return null;
+    const hidden = trace.visible === false && trace.meta?.kind === "band";
+    if (hidden && bandHasWidth(columns, /** @type {string} */ (column), from)) return null;
     const shown = trace.meta?.kind === "smoothed" ? ema(/** @type {(number | null)[]} */ (values), smoothing) : values;
     out.update.x.push(xs.slice(from));
     out.update.y.push(shown.slice(from));

@@ -360,9 +360,13 @@ def test_chart_corners_and_notes_read_right(server, page):
         if y and x:
             overlap = y[0] < x[2] and x[0] < y[2] and y[1] < x[3] and x[1] < y[3]
             assert not overlap, f"{chart}: y tick {y} overlaps x tick {x}"
-    # One interval per point: the min-max bands have no width, so no note mentions them.
+    # One interval per point: the min-max bands have no width, so no note mentions them, and
+    # plotly is not asked to draw them (they stay in the chart's traces, for its CSV).
     for chart in ("tflops", "step_time"):
         assert "shaded" not in page.inner_text(f"#chart-{chart} .note")
+        bands = f"document.querySelector('#chart-{chart} .plot').data.filter(t => t.meta.kind === 'band')"
+        shown = page.evaluate(f"{bands}.map(t => t.visible)")
+        assert shown and set(shown) == {False}, (chart, shown)
 
 
 def test_run_configuration_opens_under_the_charts(server, page):

@@ -116,6 +116,7 @@ def test_the_headline_chart_is_drawn_from_the_series_answer_before_plotly_and_re
     ranges = page.evaluate(f"[{PLOT}._fullLayout.xaxis.range, {PLOT}._fullLayout.yaxis.range]")
     assert ranges[0] == pytest.approx(sketch["x"], rel=1e-9) and ranges[1] == pytest.approx(sketch["y"], rel=1e-9)
     assert page.text_content("#chart-tflops .note").count("shaded: min–max") == 1
+    assert page.evaluate(f"{PLOT}.data.filter(t => t.meta.kind === 'band').map(t => t.visible)") == [True] * 6
 
 
 def test_the_first_drawing_follows_the_linked_settings_and_plotly_hovers_read_h_mm_ss(page, server):

@@ -3,7 +3,7 @@
 import assert from "node:assert/strict";
 import { test } from "node:test";
 
-import { carriedParts, extension } from "../../frontend/static/extension.js";
+import { bandHasWidth, carriedParts, extension } from "../../frontend/static/extension.js";
 import { ema } from "../../frontend/static/smoothing.js";
 
 const grown = { step: [10, 20, 30, 40, 50], a: [1, 2, null, 4, 5], a_max: [2, 3, null, 5, 6] };
@@ -70,4 +70,23 @@ test("a gap, a missing series, an unread event or no event at all means asking",
   assert.equal(carriedParts([{ last_step: 60 }], 50), null); // more intervals than an event carries
   assert.equal(carriedParts([null], 50), null); // not JSON
   assert.equal(carriedParts([], 50), null); // the status poll, not an event
+});
+
+// bandHasWidth: a band edge's column has a width where its max exceeds its min (nulls skipped).
+test("a band has a width only where a point's max exceeds its min, from the index asked on", () => {
+  const columns = { a_max: [2, null, 3, 4], a_min: [2, 1, 3, 1] };
+  assert.equal(bandHasWidth(columns, "a_max"), true);
+  assert.equal(bandHasWidth(columns, "a_min"), true); // either edge names the band
+  assert.equal(bandHasWidth(columns, "a_max", 3), true);
+  assert.equal(bandHasWidth({ a_max: [2, null, 3], a_min: [2, 1, 3] }, "a_max"), false);
+  assert.equal(bandHasWidth({ a_max: [2, 5], a_min: [2, 1] }, "a_max", 2), false); // none from index 2 on
+});
+
+test("a band left undrawn for having no width asks for a full drawing once new points give it one", () => {
+  const columns = { step: [10, 20, 30], a: [1, 2, 3], a_max: [1, 2, 4], a_min: [1, 2, 2] };
+  const hiddenEdges = (n) =>
+    ["a_max", "a_min"].map((column) => ({ meta: { column, kind: "band" }, visible: false, x: columns.step.slice(0, n) }));
+  assert.equal(extension(hiddenEdges(2), columns, 2, "step", 0), null); // the third point has a width
+  const flat = { ...columns, a_max: [1, 2, 3], a_min: [1, 2, 3] };
+  assert.deepEqual(extension(hiddenEdges(2), flat, 2, "step", 0).indices, [0, 1]); // still none: extended
 });
