@@ -276,21 +276,22 @@ def canonicalize_cu(
     first = torch.arange(entries, device=device) + ordinal
     after = first + 1
     bounds = torch.cat([b.cu for b in batches]).to(torch.int64)
-    lens = bounds[after] - bounds[first]
-    physical = bounds
+    # Each entry's boundaries, gathered once: every later use reads these (each op is a launch).
+    starts, ends = bounds[first], bounds[after]
+    lens = ends - starts
     decreasing = lens < 0
-    outside = _outside(bounds, first, after, tok_len)
+    outside = _outside(starts, ends, tok_len)
     inconsistent = torch.zeros_like(decreasing)
     if any(b.physical is not b.cu for b in batches):
         physical = torch.cat([b.physical for b in batches]).to(torch.int64)
-        padded_lens = physical[after] - physical[first]
+        starts, ends = physical[first], physical[after]
+        padded_lens = ends - starts
         decreasing = decreasing | (padded_lens < 0)
-        outside = outside | _outside(physical, first, after, tok_len)
+        outside = outside | _outside(starts, ends, tok_len)
         inconsistent = padded_lens < lens
-    problems = torch.stack([decreasing.sum(), outside.sum(), inconsistent.sum()])
+    problems = torch.stack([decreasing, outside, inconsistent]).sum(dim=1)
     # Counted, then kept harmless: a negative length would make S2 and the histograms nonsense.
     lens = lens.clamp(min=0)
-    starts = physical[first]
     rows = torch.minimum(starts // row_len, last_row).clamp(min=0) + row_off
     if any(b.token_mask is not None for b in batches):
         # A batch without a mask counts every token as real.
@@ -301,16 +302,15 @@ def canonicalize_cu(
         mask = torch.cat([m if m.dim() == 1 else m.reshape(-1) for m in masks]).to(torch.int64)
         # Real tokens per sequence as a difference of prefix sums at its boundaries.
         prefix = torch.cat([mask.new_zeros(1), mask.cumsum(0)])
-        ends = physical[after]
         at_end = ends.clamp(min=0).minimum(tok_len) + tok_off
         at_start = starts.clamp(min=0).minimum(tok_len) + tok_off
         lens = torch.minimum(lens, (prefix[at_end] - prefix[at_start]).clamp(min=0))
     return lens, rows, problems
 
 
-def _outside(bounds: torch.Tensor, first: torch.Tensor, after: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+def _outside(starts: torch.Tensor, ends: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
     """Per entry: a boundary of it below 0 or past its batch's token slots."""
-    return (bounds[first] < 0) | (bounds[after] > slots) | (bounds[after] < 0)
+    return (torch.minimum(starts, ends) < 0) | (ends > slots)
 
 
 @dataclass
