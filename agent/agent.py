@@ -545,6 +545,8 @@ class Agent:
             "launch_idle_s": split.launch_idle_s,
             "traced_gaps": split.traced_gaps,
             "sync_idle_between_s": split.sync_idle_between_s,
+            "sync_blocked_s": split.blocked_s,
+            "sync_blocked_between_s": split.blocked_between_s,
         }
 
     def count_routing(self, model: torch.nn.Module) -> None:

@@ -37,6 +37,11 @@ stretches is split:
   between two syncs would be slower than the GPU anyway (launch-bound with or without them).
 * Any other idle gap inside a step is the host failing to launch fast enough: host-/launch-bound.
 
+Apart from the split, the host's own side: how long it sat blocked in those sync calls (and
+blocking copies), inside the steps and in the gaps between them. Without the syncs the host
+would have had that time to run ahead of the GPU; the ledger prices the syncs with it
+(docs/ledger.md: the host syncs' term).
+
 Nothing here reads the GPU: the records become CPU tensors (a trace holds thousands), and the
 tests feed it synthetic ones.
 """
@@ -82,6 +87,10 @@ class IdleSplit:
     # between the traced steps (those holding the agent's own work left out).
     sync_idle_between_s: float = 0.0
     traced_gaps: int = 0
+    # The host's time blocked in sync calls and blocking copies (their union), inside the traced
+    # steps and in the same `traced_gaps` gaps between them.
+    blocked_s: float = 0.0
+    blocked_between_s: float = 0.0
     sync_sites: dict[str, float] = field(default_factory=dict)  # sync idle by the counter's site
 
 
@@ -138,10 +147,12 @@ def attribute_idle(
     (a trace holds thousands): Python loops run over the syncs and the sites charged only."""
     counted = [k for k in range(len(steps) - 1) if k not in agent_gaps]  # the gaps between steps
     t = _sorted(busy)
+    inside_ns, between_ns = _host_blocked(t, syncs, steps, counted)
+    split = IdleSplit(traced_gaps=len(counted), blocked_s=inside_ns / 1e9, blocked_between_s=between_ns / 1e9)
     if not len(t):
-        return IdleSplit(traced_gaps=len(counted))
+        return split
     starts, ends = _stretches(t)
-    split = IdleSplit(busy_s=int((ends - starts).sum()) / 1e9, traced_gaps=len(counted))
+    split.busy_s = int((ends - starts).sum()) / 1e9
     g0, g1 = ends[:-1], starts[1:]  # the idle gaps
     if not len(g0):
         return split
@@ -195,6 +206,34 @@ def _below(starts: torch.Tensor, ends: torch.Tensor, x: torch.Tensor) -> torch.T
     last = (k - 1).clamp(min=0)
     partial = (torch.minimum(x, ends[last]) - starts[last]).clamp(min=0)
     return torch.where(k > 0, before[last] + partial, 0)
+
+
+def _host_blocked(
+    t: torch.Tensor, syncs: Sequence[HostSync], steps: Sequence[tuple[int, int]], counted: Sequence[int]
+) -> tuple[int, int]:
+    """The host's time (ns) inside its sync calls and blocking copies (a copy into pageable
+    memory: its own duration stands for the wait), their union, within the steps and within the
+    `counted` gaps between them (k: after steps[k])."""
+    copies = [(a, b) for a, b in t[t[:, 2] != 0, :2].tolist()]
+    waits = sorted([(s.start, s.end) for s in syncs if s.end > s.start] + copies)
+    union: list[list[int]] = []
+    for a, b in waits:
+        if union and a <= union[-1][1]:
+            union[-1][1] = max(union[-1][1], b)
+        else:
+            union.append([a, b])
+    if not union or not steps:
+        return 0, 0
+    u = torch.tensor(union, dtype=torch.int64)
+    u0, u1 = u[:, 0].contiguous(), u[:, 1].contiguous()
+    spans = torch.tensor(list(steps), dtype=torch.int64)
+    begins, ends = spans[:, 0].contiguous(), spans[:, 1].contiguous()
+    inside = _below(u0, u1, ends) - _below(u0, u1, begins)
+    if not counted:
+        return int(inside.sum()), 0
+    k = torch.tensor(list(counted), dtype=torch.int64)
+    between = _below(u0, u1, begins[k + 1]) - _below(u0, u1, ends[k])
+    return int(inside.sum()), int(between.clamp(min=0).sum())
 
 
 def _bracketed(

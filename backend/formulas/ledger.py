@@ -146,14 +146,60 @@ def sync_wait_s(sums: Mapping[str, float]) -> float | None:
     return min(sums["sync_idle_between_s"] / sums["traced_gaps"], sums["data_wait_s"] / sums["data_wait_gaps"])
 
 
+def host_blocked_s(sums: Mapping[str, float]) -> float | None:
+    """The host's time blocked in sync calls per iteration, in the traced steps (per step) and
+    the traced gaps between them (per gap): the time it would have had, without them, to run
+    ahead of the GPU. None where no record of the window measured it (an agent before it)."""
+    if not sums["blocked_traced_steps"]:
+        return None
+    gaps = sums["blocked_traced_gaps"]
+    between = sums["sync_blocked_between_s"] / gaps if gaps else 0.0
+    return sums["sync_blocked_s"] / sums["blocked_traced_steps"] + between
+
+
+class SyncSplit(NamedTuple):
+    """The GPU's idle time per iteration (s) as the host syncs' (inside the step and between
+    steps, out of the data wait) and the launch-bound term's, from the traced steps."""
+
+    inside_s: float  # the syncs' part inside the step
+    between_s: float | None  # their part between steps (None: not measured, all kept in the data wait)
+    launch_s: float  # the launch-bound term's
+    blocked_s: float | None  # the host's time blocked in syncs, where measured: it caps the syncs' time
+
+
+def sync_split(sums: Mapping[str, float], step_s: float | None) -> SyncSplit | None:
+    """Where the host's blocked time is measured, the syncs' time is what it would have let the
+    host run ahead into: at most the GPU's idle per iteration (inside the step and between steps)
+    and at most that blocked time, taken first from the idle after the syncs, then from the time
+    between steps, then from the launch-bound idle; idle after a sync beyond it is the host's
+    (launch-bound: without the sync it would have idled the GPU anyway). Without it (an older
+    agent's records) the rules on the trace alone: the idle after syncs inside the steps and the
+    idle between steps in gaps a sync began. None without a trace or a step time."""
+    traced = sums["traced_step_time_s"]
+    if traced <= 0 or step_s is None:
+        return None
+    after_syncs = sums["sync_idle_s"] / traced * step_s
+    launch = sums["launch_idle_s"] / traced * step_s
+    blocked = host_blocked_s(sums)
+    if blocked is None:
+        return SyncSplit(after_syncs, sync_wait_s(sums), launch, None)
+    gap = sums["data_wait_s"] / sums["data_wait_gaps"] if sums["data_wait_gaps"] else 0.0
+    syncs = min(after_syncs + gap + launch, blocked)
+    inside = min(syncs, after_syncs)
+    between = min(syncs - inside, gap)
+    from_launch = syncs - inside - between
+    return SyncSplit(inside + from_launch, between, launch + after_syncs - inside - from_launch, blocked)
+
+
 def sync_term(
     sums: Mapping[str, float], c: Coefficients, sites: Sequence[tuple[str, float]], step_s: float | None = None
 ) -> Term:
     """Host synchronizations: their count per iteration is measured on the counted steps; their
-    time is the GPU's idle time after them in the steps CUPTI traced, as a share of those steps
-    (estimated: a sample of the steps), plus, per step gap, its idle time between steps in the
-    gaps a sync began (`sync_wait_s`), which the data wait gives up. Without a trace only a
-    count of none is a time (0)."""
+    time comes from the steps CUPTI traced (estimated: a sample of the steps), by `sync_split`:
+    with the host's blocked time, the GPU idle it would have let the host run ahead into; without
+    it, the idle after the syncs inside the steps and, per step gap, the idle between steps in
+    gaps a sync began (`sync_wait_s`). Its part between steps comes out of the data wait. Without
+    a trace only a count of none is a time (0)."""
     per_iter = _metric("syncs_per_iter", sums, c)
     if per_iter is None:
         return Term(
@@ -168,26 +214,43 @@ def sync_term(
         "sites": [{"site": site, "per_iter": count / counted} for site, count in sites],
         "time": None,
     }
-    traced = sums["traced_step_time_s"]
-    if traced > 0:
-        share = sums["sync_idle_s"] / traced
-        wait = sync_wait_s(sums)
-        between = wait / step_s if wait is not None and step_s else 0.0
-        detail["time"] = share + between
-        detail["inside_step"] = share
+    split = sync_split(sums, step_s)
+    if split is not None and step_s:
+        inside, between = split.inside_s / step_s, (split.between_s or 0.0) / step_s
+        detail["time"] = inside + between
+        detail["inside_step"] = inside
         # Its idle time between steps, in % of the step: None where the agent did not split it.
-        detail["between_steps"] = None if wait is None or not step_s else between
+        detail["between_steps"] = None if split.between_s is None else between
+        detail["host_blocked_ms"] = _ms(split.blocked_s)
         for entry, (_, count) in zip(detail["sites"], sites, strict=True):
             # Each site's share of the sync time by its share of the syncs: estimated.
             entry["share_of_time"] = count / total if total else None
             entry["fix"] = f"at {entry['site']}: {SYNC_FIX.split(': ', 1)[1]}"
-        source = f"{per_iter:.3g} syncs/iteration; the GPU's idle time after them in {_traced(sums)}"
-        if wait is None:
-            source += "; its idle time between steps not measured (kept in the data wait)"
+        if split.blocked_s is not None:
+            source = (
+                f"{per_iter:.3g} syncs/iteration; the GPU's idle time that the host's {split.blocked_s * 1e3:.3g} ms "
+                f"blocked in them would have let it run ahead into (at most that), in {_traced(sums)}"
+            )
+            if split.between_s:
+                source += f"; {split.between_s * 1e3:.3g} ms of it between steps, out of the data wait"
         else:
-            source += f", and between steps in the gaps they began ({wait * 1e3:.3g} ms a gap, out of the data wait)"
+            source = f"{per_iter:.3g} syncs/iteration; the GPU's idle time after them in {_traced(sums)}"
+            if split.between_s is None:
+                source += "; its idle time between steps not measured (kept in the data wait)"
+            else:
+                source += (
+                    f", and between steps in the gaps they began ({split.between_s * 1e3:.3g} ms a gap, "
+                    "out of the data wait)"
+                )
         return Term(
-            "host_syncs", "host synchronizations", share + between, ESTIMATED, source, SYNC_FIX, detail, between=between
+            "host_syncs",
+            "host synchronizations",
+            inside + between,
+            ESTIMATED,
+            source,
+            SYNC_FIX,
+            detail,
+            between=between,
         )
     if per_iter == 0:
         detail["time"] = 0.0
@@ -276,7 +339,7 @@ def straggler_term(waits: RankWaits, step_s: float | None) -> Term:
     return Term("stragglers", "stragglers", wait / step_s, MEASURED, source, fix, detail)
 
 
-def data_wait_term(sums: Mapping[str, float], step_s: float | None) -> Term:
+def data_wait_term(sums: Mapping[str, float], step_s: float | None, split: SyncSplit | None) -> Term:
     """The GPU's idle time between consecutive steps, per step: the trainer's host time outside
     the step that the GPU's queue did not cover (a loader it waits for is one cause, any other
     host work between steps another). Outside the event-timed step, so a fraction of it that can
@@ -290,7 +353,7 @@ def data_wait_term(sums: Mapping[str, float], step_s: float | None) -> Term:
         why = "no record of the window has two consecutive steps timed by an agent that measures the gaps"
         return Term("data_wait", BETWEEN_STEPS, None, NOT_MEASURED, why, fix, within_step=False)
     measured = sums["data_wait_s"] / gaps
-    to_syncs = sync_wait_s(sums)
+    to_syncs = split.between_s if split is not None else None
     wait = measured - (to_syncs or 0.0)
     source = (
         f"the GPU idle between a step's end and the next one's begin, over {gaps:.0f} step gaps "
@@ -298,7 +361,7 @@ def data_wait_term(sums: Mapping[str, float], step_s: float | None) -> Term:
         "outside the step: it lengthens each iteration"
     )
     if to_syncs:
-        source += f"; less {to_syncs * 1e3:.3g} ms a gap that host syncs began (the host syncs' term)"
+        source += f"; less {to_syncs * 1e3:.3g} ms a gap that the host syncs' term takes"
     detail = {"wait_ms": wait * 1e3, "measured_ms": measured * 1e3, "to_host_syncs_ms": _ms(to_syncs)}
     status = ESTIMATED if to_syncs else MEASURED  # the syncs' part is scaled from the traced gaps
     return Term("data_wait", BETWEEN_STEPS, wait / step_s, status, source, fix, detail, within_step=False)
@@ -308,9 +371,9 @@ def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else seconds * 1e3
 
 
-def launch_bound_term(sums: Mapping[str, float]) -> Term:
-    """The GPU's idle time inside the traced steps that no host sync explains: the host was too
-    slow to launch (estimated from the traced steps)."""
+def launch_bound_term(sums: Mapping[str, float], split: SyncSplit | None, step_s: float | None) -> Term:
+    """The GPU's idle time inside the traced steps that the host syncs' time does not take
+    (`sync_split`): the host was too slow to launch (estimated from the traced steps)."""
     fix = "CUDA graphs or torch.compile to cut the host's launches, or larger micro-batches"
     traced = sums["traced_step_time_s"]
     if traced <= 0:
@@ -318,9 +381,9 @@ def launch_bound_term(sums: Mapping[str, float]) -> Term:
             "launch_bound", "host-/launch-bound steps", None, NOT_MEASURED,
             "needs a CUPTI activity trace of some steps (sync_backend='cupti' on a GPU)", fix,
         )  # fmt: skip
-    share = sums["launch_idle_s"] / traced
+    share = split.launch_s / step_s if split is not None and step_s else sums["launch_idle_s"] / traced
     detail = {"busy_share": sums["traced_busy_s"] / traced, "traced_steps": sums["traced_steps"]}
-    source = f"the GPU's idle time inside the steps not after a host sync, in {_traced(sums)}"
+    source = f"the GPU's idle time inside the steps that the host syncs' term does not take, in {_traced(sums)}"
     return Term("launch_bound", "host-/launch-bound steps", share, ESTIMATED, source, fix, detail)
 
 
@@ -361,12 +424,13 @@ def ledger_terms(
     rest in a fixed order), what remains, the useful work."""
     step_s = step_time_s(sums, c)
     useful = useful_term(sums, c)
+    split = sync_split(sums, step_s)
     losses = [
         padding_term(sums, c, layout),
         sync_term(sums, c, sites, step_s),
         straggler_term(waits, step_s),
-        data_wait_term(sums, step_s),
-        launch_bound_term(sums),
+        data_wait_term(sums, step_s, split),
+        launch_bound_term(sums, split, step_s),
     ]
     losses.append(remainder_term(useful, losses))
     losses.sort(key=lambda t: (t.fraction is None, -(t.fraction or 0.0)))  # stable: unmeasured keep their order

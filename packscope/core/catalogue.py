@@ -235,6 +235,10 @@ FIELDS: tuple[Field, ...] = (
         "traced_gaps", "gaps", "step gaps between the traced steps (the agent's left out)", required=False, small=True
     ),
     _seconds("sync_idle_between_s", "GPU idle between the traced steps in gaps a host sync began", required=False),
+    # The host's time blocked in sync calls (and blocking copies) in the traced steps and in those
+    # gaps: the time it would have had, without them, to run ahead of the GPU.
+    _seconds("sync_blocked_s", "the host's time blocked in syncs inside the traced steps", required=False),
+    _seconds("sync_blocked_between_s", "the host's time blocked in syncs in the traced gaps", required=False),
     _float("loss", "", "mean training loss", required=False, minimum=None),
     _float("lr", "", "learning rate", required=False, minimum=None),
     _float("grad_norm", "", "gradient norm", required=False),
@@ -367,6 +371,11 @@ SUMS: tuple[Sum, ...] = (
     ),
     Sum("traced_gaps", ("traced_gaps",), present="traced_gaps"),
     Sum("sync_idle_between_s", ("sync_idle_between_s",), present="traced_gaps"),
+    # The host's blocked time, over the traced steps and gaps of the rows that carry it.
+    Sum("blocked_traced_steps", ("traced_steps",), present="sync_blocked_s"),
+    Sum("blocked_traced_gaps", ("traced_gaps",), present="sync_blocked_s"),
+    Sum("sync_blocked_s", ("sync_blocked_s",), present="sync_blocked_s"),
+    Sum("sync_blocked_between_s", ("sync_blocked_between_s",), present="sync_blocked_s"),
 )
 SUM_NAMES = tuple(s.name for s in SUMS)
 # The fields any sum reads, in catalogue order: what a row needs to carry for `sums_of_rows`.

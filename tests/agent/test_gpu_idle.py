@@ -132,6 +132,32 @@ def test_a_sync_that_drained_the_queue_owns_the_idle_between_steps_up_to_that_qu
     assert split.sync_idle_between_s == 0
 
 
+def test_the_hosts_blocked_time_is_its_sync_calls_union_inside_the_steps_and_the_counted_gaps():
+    # Step 0 (0..50) syncs at 10..30 and, overlapping it (a nested wait), 25..35: 25 µs blocked,
+    # not 30. A blocking copy 40..44 with no sync record around it: 4 µs more. Between steps 0
+    # and 1 (50..60) the trainer's own sync 52..58 (after the agent's step_end): 6 µs between.
+    # A sync straddling step 1's end (95..105) counts its part in the step (5) and in the gap (5);
+    # the gap after step 1 holds the agent's work (agent_gaps={1}), so its part is left out.
+    steps = [(0, 50 * US), (60 * US, 100 * US), (110 * US, 150 * US)]
+    syncs = [
+        HostSync(10 * US, 30 * US),
+        HostSync(25 * US, 35 * US),
+        HostSync(52 * US, 58 * US),
+        HostSync(95 * US, 105 * US),
+    ]
+    timeline = busy((0, 30), (40, 44), (60, 90), (110, 140), copy_at=40)
+    split = attribute_idle(timeline, syncs, [], steps)
+    assert split.blocked_s == pytest.approx(34e-6)  # 25 + 4 + 5
+    assert split.blocked_between_s == pytest.approx(11e-6)  # 6 + 5
+    left_out = attribute_idle(timeline, syncs, [], steps, agent_gaps={1})
+    assert (left_out.blocked_s, left_out.blocked_between_s) == (split.blocked_s, pytest.approx(6e-6))
+    # Outside the traced span (before the first step's begin) nothing counts; without syncs, 0.
+    assert attribute_idle(timeline, [HostSync(-20 * US, -1 * US)], [], steps).blocked_s == pytest.approx(4e-6)
+    assert attribute_idle(busy((0, 30)), [], [], steps).blocked_s == 0
+    # Measured even where the GPU ran nothing in the trace.
+    assert attribute_idle([], [HostSync(10 * US, 20 * US)], [], steps).blocked_s == pytest.approx(10e-6)
+
+
 def test_the_parts_add_up_to_the_span_on_random_timelines():
     rng = random.Random(3)
     for _ in range(200):

@@ -125,6 +125,8 @@ def test_the_record_carries_the_split_of_the_traced_steps(monkeypatch):
     # clock tick each side, under the 11 µs the sync drained) is the sync's too
     # (tests/agent/test_gpu_idle.py holds the rule).
     assert (r["traced_gaps"], r["sync_idle_between_s"]) == (2, pytest.approx(2 * 1e-6))
+    # The host sat in each step's sync for 11 µs (90..101), none of it between the steps.
+    assert (r["sync_blocked_s"], r["sync_blocked_between_s"]) == (pytest.approx(3 * 11e-6), 0)
 
 
 def test_the_record_carries_the_syncs_idle_between_the_traced_steps(monkeypatch):
@@ -140,6 +142,8 @@ def test_the_record_carries_the_syncs_idle_between_the_traced_steps(monkeypatch)
     # Inside the steps, in the same two gaps: from 150 µs to the step's end (201: a clock tick),
     # and the next step's first 10 µs (the timeline ends with the last step's last kernel).
     assert r["sync_idle_s"] == pytest.approx(2 * (51e-6 + 10e-6), rel=0.05)
+    # The host waited 91 µs in each step's sync (60..151), inside the step.
+    assert (r["sync_blocked_s"], r["sync_blocked_between_s"]) == (pytest.approx(3 * 91e-6), 0)
 
 
 def test_a_gap_the_agent_worked_in_is_not_the_syncs_between_steps(monkeypatch):

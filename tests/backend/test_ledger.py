@@ -244,6 +244,7 @@ def test_the_measured_terms_and_the_rest_by_hand(client, new_run, spec: ModelSpe
     assert site["fix"].startswith("at train.py:88: ")
     # Records without the syncs' idle between steps: the whole gap stays the data wait's, as before.
     assert syncs["detail"]["between_steps"] is None and "between steps not measured" in syncs["source"]
+    assert syncs["detail"]["host_blocked_ms"] is None  # nor the host's time blocked in them
     assert wait["detail"]["to_host_syncs_ms"] is None
     # The rest: 1 - useful - padding - syncs - launch-bound; the data wait lies outside the step.
     computed = PACK * spec.c_lin + DOCS * DOC**2 * spec.c_core
@@ -298,6 +299,47 @@ def test_the_idle_between_steps_that_syncs_began_moves_from_the_data_wait_to_the
         50.0
     )
     # The rest subtracts the syncs' time inside the step only (the data wait's never).
+    computed = PACK * spec.c_lin + DOCS * DOC**2 * spec.c_core
+    padding = (PACK - DOCS * DOC) * spec.c_lin / computed
+    useful = (computed - (PACK - DOCS * DOC) * spec.c_lin) / (989e12 * 0.05)
+    assert terms["remainder"]["pct_of_step"] == pytest.approx(100 * (1 - useful - padding - 0.2 - 0.1))
+
+
+@pytest.mark.parametrize(
+    ("blocked", "between", "syncs_ms", "between_ms", "wait_ms", "launch_ms"),
+    [
+        # 10 ms a step blocked in the steps, 2 ms a gap between them: 12 ms of the 35 ms of idle
+        # an iteration (10 after syncs, 20 between steps, 5 launch-bound), after the syncs first.
+        (0.03, 0.004, 12.0, 2.0, 18.0, 5.0),
+        # Blocked longer than all the idle: the syncs take all of it, the data wait's and the
+        # launch-bound idle's too (without them the host would have run ahead over it).
+        (0.3, 0.0, 35.0, 20.0, 0.0, 0.0),
+        # Blocked 4 ms a step: 4 of the 10 ms after the syncs are theirs; the other 6 the host's
+        # (without the syncs it would have idled the GPU as long): launch-bound.
+        (0.012, 0.0, 4.0, 0.0, 20.0, 11.0),
+    ],
+)
+def test_with_the_hosts_blocked_time_the_syncs_take_the_idle_it_would_have_covered(
+    make_client, new_run, spec, blocked, between, syncs_ms, between_ms, wait_ms, launch_ms
+):
+    """The run of the tests above (a 50 ms step, 20 ms between steps; per step, 10 ms idle after
+    syncs and 5 ms launch-bound), its records now with the host's time blocked in syncs (per
+    interval: 3 traced steps, 2 traced gaps). The syncs' time is min(the idle, the blocked time);
+    the step's other parts do not move: the rest is what it was."""
+    got = measured_run(
+        make_client(), new_run, traced_gaps=2, sync_idle_between_s=0.02, sync_blocked_s=blocked,
+        sync_blocked_between_s=between,
+    )  # fmt: skip
+    terms = by_name(got)
+    syncs, wait, launch = terms["host_syncs"], terms["data_wait"], terms["launch_bound"]
+    assert syncs["detail"]["host_blocked_ms"] == pytest.approx(blocked * 1e3 / 3 + between * 1e3 / 2)
+    assert syncs["ms_per_step"] == pytest.approx(syncs_ms) and syncs["status"] == ESTIMATED
+    assert syncs["detail"]["between_steps"] * 50 == pytest.approx(between_ms)
+    assert wait["ms_per_step"] == pytest.approx(wait_ms) and launch["ms_per_step"] == pytest.approx(launch_ms)
+    assert wait["detail"]["to_host_syncs_ms"] == pytest.approx(between_ms)
+    assert got["iteration_ms"] == pytest.approx(70.0)
+    assert syncs["gain"]["speedup_pct"] == pytest.approx(100 * syncs_ms / 70)
+    assert syncs["gain"]["iteration_ms_after"] == pytest.approx(70.0 - syncs_ms)
     computed = PACK * spec.c_lin + DOCS * DOC**2 * spec.c_core
     padding = (PACK - DOCS * DOC) * spec.c_lin / computed
     useful = (computed - (PACK - DOCS * DOC) * spec.c_lin) / (989e12 * 0.05)

@@ -220,3 +220,39 @@ def test_0025_leaves_rows_stored_before_it_without_cross_attention(make_client, 
         engine.dispose()
     after = make_client(database_url).get("/api/v1/runs/run-1").json()["totals"]
     assert after == before
+
+
+def test_0026_leaves_rows_stored_before_it_with_the_hosts_blocked_time_not_measured(
+    make_client, database_url, new_run, records
+):
+    """0026 adds the host's time blocked in syncs (sync_blocked_s, sync_blocked_between_s) to the
+    intervals and its sums to the rollups, totals and first intervals: down, the rows stay; up
+    again, they hold NULL, and the ledger shows the blocked time "not measured" (null), never 0."""
+
+    client = make_client(database_url)
+    assert client.post("/api/v1/runs", json=new_run()).status_code == 201
+    recs = records(6)
+    for r in recs:
+        r.update(traced_steps=3, traced_step_time_s=0.3, traced_busy_s=0.2, sync_idle_s=0.05, launch_idle_s=0.05)
+        r.update(traced_gaps=2, sync_idle_between_s=0.01, sync_blocked_s=0.06, sync_blocked_between_s=0.002)
+    assert client.post("/api/v1/runs/run-1/intervals", json={"intervals": recs}).json()["accepted"] == 6
+
+    def blocked_ms():
+        ledger = make_client(database_url).get("/api/v1/runs/run-1/ledger").json()
+        return {t["name"]: t for t in ledger["terms"]}["host_syncs"]["detail"]["host_blocked_ms"]
+
+    assert blocked_ms() == pytest.approx(60 / 3 + 2 / 2)
+    engine = make_engine(database_url)
+    try:
+        downgrade(engine, "0025")
+        with engine.connect() as connection:
+            for table in ("intervals", "rollups", "run_totals", "run_first_interval"):
+                columns = {c["name"] for c in inspect(connection).get_columns(table)}
+                assert not {"sync_blocked_s", "sync_blocked_between_s"} & columns, table
+            assert connection.execute(text("SELECT count(*) FROM intervals")).scalar_one() == 6
+        upgrade_schema(engine)
+        with engine.connect() as connection:
+            assert connection.execute(text("SELECT count(sync_blocked_s) FROM intervals")).scalar_one() == 0
+    finally:
+        engine.dispose()
+    assert blocked_ms() is None

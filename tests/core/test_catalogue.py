@@ -44,6 +44,8 @@ ROWS = [
         "launch_idle_s": 0.03,
         "traced_gaps": 2,
         "sync_idle_between_s": 0.02,
+        "sync_blocked_s": 0.2,
+        "sync_blocked_between_s": 0.01,
         "expert_assignments": None,  # a model without zero-computation experts: no such field
     },
     {
@@ -76,6 +78,8 @@ ROWS = [
         "launch_idle_s": None,
         "traced_gaps": None,
         "sync_idle_between_s": None,
+        "sync_blocked_s": None,
+        "sync_blocked_between_s": None,
         "expert_assignments": None,
     },
 ]
