@@ -26,6 +26,9 @@ import pytest
 from packscope.core.run_file import read_run_file
 
 GALLERY = Path(os.environ.get("PACKSCOPE_GALLERY_DIR") or Path(__file__).resolve().parents[2] / "gallery")
+# Other recordings of the gallery's pairs (the gallery holds one a pair), judged as it is: a folder
+# a GPU session, named by its date, time and card. Left out where PACKSCOPE_GALLERY_DIR is set.
+RECORDINGS = Path(__file__).resolve().parents[1] / "data" / "ledger_pairs"
 # Files recorded before bench/fixes_runs.py tagged what a pair removes: by the pair's name.
 REMOVED_BY_NAME = {"logging": "host_syncs", "channel-loss": "host_syncs", "graphs": "launch_bound"}
 CLEARLY_FASTER = 0.10
@@ -36,6 +39,11 @@ SMALL_GAIN_POINTS = 0.02
 KNOWN_MISSES = {
     "graphs-1b": "the graphs' own cost (their replays ran 0.8% slower than the eager steps) is not priced: the "
     "launch-bound idle alone predicts a 1.6% gain",
+    # Another recording (tests/data/ledger_pairs/), on a host whose fixed runs still idled the GPU
+    # 14-16 ms an iteration.
+    "2026-12-07-0917-h100/channel-loss-125m": "the per-document loop's fix also removes the loop's own host "
+    "work (about 18 ms a step on that host), which no rule on the trace can tell from host work that stays: "
+    "predicted 9.8% (the host's blocked time) against 25.9%, and the launch-bound idle comes out largest",
 }
 
 
@@ -109,19 +117,26 @@ def _parts(ledger: dict[str, Any]) -> str:
     return f"{ledger['step_time_ms']:.4g} + {iteration_ms(ledger) - ledger['step_time_ms']:.3g}"
 
 
+def recordings() -> list[tuple[str, Path]]:
+    """(prefix of its pairs' names, folder): the gallery, then the other recordings."""
+    others = [] if os.environ.get("PACKSCOPE_GALLERY_DIR") else sorted(p for p in RECORDINGS.iterdir() if p.is_dir())
+    return [("", GALLERY)] + [(f"{folder.name}/", folder) for folder in others]
+
+
 def test_the_ledger_predicts_each_gallery_fix(make_client):
-    pairs = gallery_pairs(GALLERY)
     judged, wrong = {}, []
-    for name, pair in sorted(pairs.items()):
-        client = make_client()
-        before, after = (ledger_of(client, pair[role]) for role in ("before", "after"))
-        verdict = judge(before, after, pair["removes"])
-        if verdict is None:
-            continue
-        judged[name] = verdict
-        problem = against_known_misses(name, verdict)
-        if problem:
-            wrong.append(problem)
+    for prefix, folder in recordings():
+        for pair_name, pair in sorted(gallery_pairs(folder).items()):
+            name = prefix + pair_name
+            client = make_client()
+            before, after = (ledger_of(client, pair[role]) for role in ("before", "after"))
+            verdict = judge(before, after, pair["removes"])
+            if verdict is None:
+                continue
+            judged[name] = verdict
+            problem = against_known_misses(name, verdict)
+            if problem:
+                wrong.append(problem)
     if not judged:
         rerecord = "`bash bench/gpu_session.sh ledger` re-records them"
         pytest.skip(f"no pair in {GALLERY} carries the ledger's measurements; {rerecord}")
