@@ -5,7 +5,8 @@ For each `pair:<name>` (one `before` and one `after` run file), the per-interval
 difference of the means after minus before, relative to before, with a 95% percentile-bootstrap
 interval (intervals resampled within each run), syncs per iteration of each, and the time between steps per
 gap: the data wait and the part of it a host sync began (`sync_idle_between_s` over the traced
-gaps; null in files recorded before the agent sent it). Prints JSON.
+gaps; null in files recorded before the agent sent it), and the host's time blocked in syncs per
+traced step (`sync_blocked_s`; null likewise). Prints JSON.
 
     python bench/gallery_pairs.py [gallery/*.jsonl]
 """
@@ -77,6 +78,10 @@ def main() -> int:
             "data_wait_ms_per_gap": {role: per_gap_ms(runs[role], "data_wait_s", "data_wait_gaps") for role in runs},
             "sync_idle_between_ms_per_gap": {
                 role: per_gap_ms(runs[role], "sync_idle_between_s", "traced_gaps") for role in runs
+            },
+            # The host's time blocked in syncs, per traced step (the cap on the syncs' time).
+            "sync_blocked_ms_per_step": {
+                role: per_gap_ms(runs[role], "sync_blocked_s", "traced_steps") for role in runs
             },
         }
     print(json.dumps(out, indent=2))
