@@ -19,8 +19,8 @@ from typing import Any
 
 from bench_data import MODEL, record
 
-from packscope.backend.formulas.largest_loss import largest_loss
 from packscope.core.catalogue import FIELDS, Coefficients, derive, sums_of_rows
+from packscope.core.largest_loss import largest_loss
 
 
 def fields_of(wire: dict) -> dict:

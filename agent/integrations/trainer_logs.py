@@ -42,7 +42,7 @@ def _finite(value: float) -> float | None:
 
 def padding_share(sums: Mapping[str, float], c: Coefficients, layout: str | None) -> float | None:
     """The ledger's padding term: the share of the FLOPs the layout computed that served no real
-    token (tests/agent/test_trainer_logs.py holds it equal to backend/formulas/ledger.py's)."""
+    token (tests/agent/test_trainer_logs.py holds it equal to packscope/core/ledger.py's)."""
     computed = flops_count("bshd" if layout in _DENSE_LAYOUTS else "thd", sums, c)
     return _finite(FLOAT_OPS.ratio(computed - flops_count("useful", sums, c), computed))
 

@@ -21,16 +21,16 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-from packscope.backend.formulas.ledger import IntervalRanks, ledger_terms, rank_waits, step_time_s
 from packscope.backend.reads.liveness import CRASHED_BEATS
 from packscope.backend.reads.ranks import order_statistic
 from packscope.core.catalogue import FLOAT_OPS, METRIC, SUM_NAMES, Coefficients, sync_counted_steps
+from packscope.core.ledger import IntervalRanks, ledger_terms, rank_waits, step_time_s
 
 RULES = ("stalled", "crashed", "slowdown", "straggler", "sync_regression", "nonfinite_loss", "mfu_floor")
 # Rules whose subject is only named when the alert opens (a sync site): one such alert per run at
 # most, whatever the site; the others' subjects are judged one by one.
 ONE_PER_RUN = frozenset({"sync_regression"})
-# The loss ledger's term each rule maps to (backend/formulas/ledger.py); slowdown and mfu_floor
+# The loss ledger's term each rule maps to (packscope/core/ledger.py); slowdown and mfu_floor
 # name the term that grew (or the largest) at the time.
 LEDGER_TERM = {"straggler": "stragglers", "sync_regression": "host_syncs"}
 # Rules whose alert names what only every rank's rows tell (Interval.sites): the sync site; read

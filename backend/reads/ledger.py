@@ -1,5 +1,5 @@
 """A run's loss ledger (GET /api/v1/runs/{run_id}/ledger, docs/ledger.md): the window's sums, its
-ranks' step times per interval, its sync sites, and the terms of backend/formulas/ledger.py.
+ranks' step times per interval, its sync sites, and the terms of packscope/core/ledger.py.
 
 The window is the run's steady part (every interval after the first, as RunSummary.steady) or
 the intervals that meet a step range. The steady window's sums are the run's totals less its
@@ -16,12 +16,12 @@ from typing import Any
 from sqlalchemy import Float, bindparam, case, cast, func, literal, select
 from sqlalchemy.orm import Session
 
-from packscope.backend.formulas import ledger
 from packscope.backend.reads.series import _interval_range as interval_range
 from packscope.backend.reads.sync_sites import sync_sites
 from packscope.backend.store.first_interval import first_interval_sums, steady_sums
 from packscope.backend.store.models import Run, interval_details, intervals, rank_slowest, rank_summaries, run_totals
 from packscope.backend.store.runs import coefficients
+from packscope.core import ledger
 from packscope.core.catalogue import MAX_SYNC_SITES, SUM_FIELDS, SUM_NAMES, SUMS
 
 

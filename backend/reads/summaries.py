@@ -9,12 +9,12 @@ from typing import Any
 from sqlalchemy import bindparam, func, select
 from sqlalchemy.orm import Session
 
-from packscope.backend.formulas.largest_loss import largest_loss
 from packscope.backend.reads.liveness import as_utc, last_contact, shown_status
 from packscope.backend.store.first_interval import FirstInterval, first_interval_sums, steady_sums
 from packscope.backend.store.models import Run, alerts, refused_intervals, run_totals
 from packscope.backend.store.runs import coefficients
 from packscope.core.catalogue import derive
+from packscope.core.largest_loss import largest_loss
 
 _REFUSALS = (
     select(

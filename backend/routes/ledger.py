@@ -1,5 +1,5 @@
 """GET /api/v1/runs/{run_id}/ledger: where the run's step time went, from the peak down to the
-useful work (backend/reads/ledger.py, backend/formulas/ledger.py; docs/ledger.md)."""
+useful work (backend/reads/ledger.py, packscope/core/ledger.py; docs/ledger.md)."""
 
 from typing import Annotated, Any, Literal
 

@@ -11,7 +11,7 @@ import torch
 from wire_records import packed_interval
 
 from packscope.agent.integrations.trainer_logs import fields_of, log_values, padding_share
-from packscope.backend.formulas import ledger
+from packscope.core import ledger
 from packscope.core.catalogue import Coefficients, sums_of_rows
 from packscope.core.flops import ModelSpec
 

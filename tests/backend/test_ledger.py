@@ -5,8 +5,8 @@ never 0) wherever an input is missing."""
 import pytest
 from wire_records import packed_interval
 
-from packscope.backend.formulas.ledger import ESTIMATED, MEASURED, NOT_MEASURED, Term, remainder_term
 from packscope.core.flops import ModelSpec
+from packscope.core.ledger import ESTIMATED, MEASURED, NOT_MEASURED, Term, remainder_term
 
 RUNS = "/api/v1/runs"
 LEDGER = f"{RUNS}/run-1/ledger"

@@ -6,7 +6,7 @@ totals do not hold: the list leaves them out (the run page's ledger has them).""
 from collections.abc import Mapping
 from typing import Any
 
-from packscope.backend.formulas import ledger
+from packscope.core import ledger
 from packscope.core.catalogue import Coefficients
 
 # What the kernels leave is no setting of the loop: the list names what a change removes.
