@@ -1,14 +1,16 @@
 """What the HF Trainer and Lightning callbacks add to the trainer's own logs (docs/agent.md,
-"In the trainer's own logs"): useful TFLOP/s, useful MFU and the largest loss the agent can price on
-its own, over this rank's intervals whose records were emitted since the last log.
+"In the trainer's own logs"): useful TFLOP/s, useful MFU and the largest loss of the ledger,
+over this rank's intervals whose records were emitted since the last log.
 
 No host sync and no device work: the records are host dicts the agent already built (their
 counts were copied to the host without a sync, agent.py), so this is Python arithmetic on
-floats, through the catalogue's own formulas (packscope.core.catalogue), at log boundaries only.
+floats, through the catalogue's and the ledger's own formulas (packscope.core), at log
+boundaries only.
 
-The largest loss here is the ledger's padding term (docs/ledger.md) on this rank's sums: the
-one loss a rank's record prices alone. The ledger's other terms need what a rank does not hold
-(stragglers: every rank's step times) or are not measured; the server's ledger has them all.
+The largest loss is the server's runs-list figure (packscope.core.largest_loss) on this rank's
+sums: padding, host syncs, the time between steps and launch-bound steps, as far as the rank's
+records measure them (the syncs' and launch-bound time need the CUPTI trace). Stragglers need
+every rank's step times: the server's ledger has them.
 """
 
 from __future__ import annotations
@@ -17,12 +19,10 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from packscope.core.catalogue import FIELDS, FLOAT_OPS, METRIC, Coefficients, flops_count, sums_of_rows
+from packscope.core.catalogue import FIELDS, FLOAT_OPS, METRIC, Coefficients, sums_of_rows
+from packscope.core.largest_loss import largest_loss
 
 PREFIX = "packscope/"
-# The layouts whose rows the model attended whole (docs/ledger.md, padding): their padding runs
-# attention too, so the computed FLOPs are the baseline count; packed layouts' the per-document one.
-_DENSE_LAYOUTS = frozenset({"bshd"})
 
 
 def fields_of(record: Mapping[str, Any]) -> dict[str, Any]:
@@ -40,13 +40,6 @@ def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
 
 
-def padding_share(sums: Mapping[str, float], c: Coefficients, layout: str | None) -> float | None:
-    """The ledger's padding term: the share of the FLOPs the layout computed that served no real
-    token (tests/agent/test_trainer_logs.py holds it equal to packscope/core/ledger.py's)."""
-    computed = flops_count("bshd" if layout in _DENSE_LAYOUTS else "thd", sums, c)
-    return _finite(FLOAT_OPS.ratio(computed - flops_count("useful", sums, c), computed))
-
-
 def log_values(records: Iterable[Mapping[str, Any]], c: Coefficients, layout: str | None) -> dict[str, float]:
     """The keys the callbacks log, over `records` (this rank's, not refused); a value that is not
     measured (no peak: no MFU; no step timed) is left out, never logged as 0."""
@@ -59,9 +52,9 @@ def log_values(records: Iterable[Mapping[str, Any]], c: Coefficients, layout: st
         value = _finite(METRIC[name].formula(sums, c, FLOAT_OPS))
         if value is not None:
             out[PREFIX + name] = value
-    padding = padding_share(sums, c, layout)
-    if padding is not None and padding > 0:
-        out[PREFIX + "largest_loss_padding_pct"] = 100.0 * padding
+    top = largest_loss(sums, c, layout)
+    if top is not None:  # the term's name in the key: a logger's values are numbers
+        out[PREFIX + f"largest_loss_{top['name']}_pct"] = top["pct_of_step"]
     return out
 
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from wire_records import packed_interval
 
-from packscope.agent.integrations.trainer_logs import fields_of, log_values, padding_share
+from packscope.agent.integrations.trainer_logs import fields_of, log_values
 from packscope.core import ledger
 from packscope.core.catalogue import Coefficients, sums_of_rows
 from packscope.core.flops import ModelSpec
@@ -27,12 +27,30 @@ def _one_intra_op_thread():
     torch.set_num_threads(before)
 
 
-def by_hand(records: list[dict], dense: bool) -> dict[str, float]:
-    """From the records' own FLOPs fields (the agent's triad at the boundary) and GPU time."""
+def by_hand(records: list[dict], dense: bool) -> dict[str, float | None]:
+    """From the records' own FLOPs fields (the agent's triad at the boundary), GPU time and data
+    wait (one rank: the step time is its GPU time over its steps)."""
     useful = sum(r["flops_useful"] for r in records)
     computed = sum(r["flops_bshd" if dense else "flops_thd"] for r in records)
     seconds = sum(r["gpu_time_s"] * r["gpus"] for r in records)
-    return {"tflops": useful / seconds / 1e12, "padding_pct": 100 * (computed - useful) / computed}
+    step = sum(r["gpu_time_s"] for r in records) / sum(r["steps"] for r in records)
+    timed = [r for r in records if r.get("data_wait_gaps")]
+    wait = sum(r["data_wait_s"] for r in timed) / sum(r["data_wait_gaps"] for r in timed) if timed else None
+    return {
+        "tflops": useful / seconds / 1e12,
+        "padding_pct": 100 * (computed - useful) / computed,
+        "data_wait_pct": None if wait is None else 100 * wait / step,
+    }
+
+
+def largest_by_hand(v: dict[str, float | None]) -> dict[str, float]:
+    """The largest loss key a CPU run's log carries: padding or the time between steps (its
+    other terms need the CUPTI trace), whichever is larger, if above 0."""
+    priced = {name: v[f"{name}_pct"] for name in ("padding", "data_wait") if (v[f"{name}_pct"] or 0) > 0}
+    if not priced:
+        return {}
+    name = max(priced, key=lambda n: priced[n])
+    return {f"packscope/largest_loss_{name}_pct": priced[name]}
 
 
 def triad_records(spec: ModelSpec, **kwargs) -> list[dict]:
@@ -45,11 +63,37 @@ def triad_records(spec: ModelSpec, **kwargs) -> list[dict]:
 
 
 @pytest.mark.parametrize("layout", ["thd", "bshd", "mixed"])
-def test_padding_is_the_ledgers_padding_term(layout):
+def test_the_logged_padding_is_the_ledgers_padding_term(layout):
     records = triad_records(SPEC, docs_per_pack=5, doc_len=512)
     c = Coefficients.for_run(SPEC.to_dict(), {"peak_tflops": PEAK})
     sums = sums_of_rows(fields_of(r) for r in records)
-    assert padding_share(sums, c, layout) == pytest.approx(ledger.padding_term(sums, c, layout).fraction)
+    got = log_values(records, c, layout)
+    assert got["packscope/largest_loss_padding_pct"] == pytest.approx(
+        100 * ledger.padding_term(sums, c, layout).fraction
+    )
+
+
+def test_the_largest_loss_is_whichever_term_of_the_ranks_own_records_is_largest():
+    """By hand, on the records' own fields: a 50 ms step (0.5 s over 10 steps an interval)."""
+    c = Coefficients.for_run(SPEC.to_dict(), {"peak_tflops": PEAK})
+    # 40 ms between steps (0.36 s over 9 gaps an interval): 80% of the step, more than padding's share.
+    waiting = triad_records(SPEC, docs_per_pack=5, doc_len=512)
+    for r in waiting:
+        r.update(data_wait_s=0.36, data_wait_gaps=9)
+    got = log_values(waiting, c, "thd")
+    assert got["packscope/largest_loss_data_wait_pct"] == pytest.approx(100 * 0.040 / 0.050)
+    assert "packscope/largest_loss_padding_pct" not in got
+    # Full packs, traced syncs: per step 20 ms idle after syncs (60 of 150 traced ms) and 5 ms
+    # launch-bound, 1 ms between steps; the host blocked 30 ms a step in the syncs. Their time is
+    # the idle it covers, at most the blocked time: min(20 + 1 + 5, 30) = 26 ms of the 50.
+    syncing = triad_records(SPEC, docs_per_pack=8, doc_len=512)
+    for r in syncing:
+        r.update(data_wait_s=0.009, data_wait_gaps=9, traced_steps=3, traced_step_time_s=0.15, traced_busy_s=0.075)
+        r.update(sync_idle_s=0.06, launch_idle_s=0.015, traced_gaps=2, sync_idle_between_s=0.0)
+        r.update(sync_blocked_s=0.09, sync_blocked_between_s=0.0)
+    got = log_values(syncing, c, "thd")
+    assert {k for k in got if "largest_loss" in k} == {"packscope/largest_loss_host_syncs_pct"}
+    assert got["packscope/largest_loss_host_syncs_pct"] == pytest.approx(100 * 0.026 / 0.050)
 
 
 def test_the_values_equal_the_records_own_flops():
@@ -77,7 +121,7 @@ def matches(logged: dict[str, float], records: list[dict], dense: bool) -> bool:
     return any(
         logged["packscope/tflops_useful"] == pytest.approx(v["tflops"])
         and logged["packscope/mfu_useful"] == pytest.approx(v["tflops"] / PEAK)
-        and logged.get("packscope/largest_loss_padding_pct", 0.0) == pytest.approx(v["padding_pct"], abs=1e-9)
+        and {k: x for k, x in logged.items() if "largest_loss" in k} == pytest.approx(largest_by_hand(v))
         for v in possible(records, dense)
     )
 
@@ -128,7 +172,7 @@ def test_the_hf_trainer_logs_carry_the_values_before_the_reporting_callbacks(tmp
     records = list(callback.agent.records)
     assert carried and len(records) == 4
     assert all(matches(log, records, dense=True) for log in carried)
-    assert any("packscope/largest_loss_padding_pct" in log for log in carried)  # padded rows
+    assert any(key.startswith("packscope/largest_loss_") for log in carried for key in log)  # padded rows
     spy, _ = train(False)
     assert spy.logs and not any(key.startswith("packscope/") for log in spy.logs for key in log)
 
