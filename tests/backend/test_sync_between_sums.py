@@ -19,6 +19,23 @@ def sums_of(rows: list[dict]) -> dict[str, float]:
     return {name: sum(SUM[name].value(row, FLOAT_OPS) for row in rows) for name in NAMES}
 
 
+def sum_tables(database_url: str, columns: str, rows: str | None = None) -> tuple[list, tuple, tuple, list]:
+    """`rows` as the interval rows store them (none where None), and the sums `columns` in the run
+    totals, the first interval and the level-1 rollups (each led by its block)."""
+    engine = make_engine(database_url)
+    try:
+        with engine.connect() as connection:
+            stored = connection.execute(text(f"SELECT {rows} FROM intervals ORDER BY interval")).all() if rows else []
+            totals = connection.execute(text(f"SELECT {columns} FROM run_totals")).one()
+            first = connection.execute(text(f"SELECT {columns} FROM run_first_interval")).one()
+            blocks = connection.execute(
+                text(f"SELECT block, {columns} FROM rollups WHERE level = 1 ORDER BY block")
+            ).all()
+    finally:
+        engine.dispose()
+    return stored, tuple(totals), tuple(first), blocks
+
+
 def test_the_syncs_between_steps_reach_every_sum_table(make_client, database_url, new_run, records):
     client = make_client(database_url)
     assert client.post("/api/v1/runs", json=new_run()).status_code == 201
@@ -32,18 +49,7 @@ def test_the_syncs_between_steps_reach_every_sum_table(make_client, database_url
     rows = [{name: r.get(name) for name in NAMES} for r in recs]
     want = sums_of(rows)  # the catalogue's own sums, in Python
     assert want["traced_gaps"] == sum(r.get("traced_gaps", 0) for r in recs) > 0
-    columns = ", ".join(NAMES)
-    engine = make_engine(database_url)
-    try:
-        with engine.connect() as connection:
-            stored = connection.execute(text(f"SELECT {columns} FROM intervals ORDER BY interval")).all()
-            totals = connection.execute(text(f"SELECT {columns} FROM run_totals")).one()
-            first = connection.execute(text(f"SELECT {columns} FROM run_first_interval")).one()
-            blocks = connection.execute(
-                text(f"SELECT block, {columns} FROM rollups WHERE level = 1 ORDER BY block")
-            ).all()
-    finally:
-        engine.dispose()
+    stored, totals, first, blocks = sum_tables(database_url, ", ".join(NAMES), rows=", ".join(NAMES))
     assert [tuple(s) for s in stored] == [(r.get("traced_gaps"), r.get("sync_idle_between_s")) for r in recs]
     assert tuple(totals) == (want["traced_gaps"], pytest.approx(want["sync_idle_between_s"]))
     assert tuple(first) == (0, 0)  # interval 0's agent did not split it: 0, as its sums count it
@@ -76,17 +82,7 @@ def test_the_hosts_blocked_time_reaches_every_sum_table_over_the_rows_that_carry
         return [sum(SUM[name].value(row, FLOAT_OPS) for row in part) for name in BLOCKED]
 
     assert want(rows)[0] == 3 * 5  # five rows carry it
-    columns = ", ".join(BLOCKED)
-    engine = make_engine(database_url)
-    try:
-        with engine.connect() as connection:
-            totals = connection.execute(text(f"SELECT {columns} FROM run_totals")).one()
-            first = connection.execute(text(f"SELECT {columns} FROM run_first_interval")).one()
-            blocks = connection.execute(
-                text(f"SELECT block, {columns} FROM rollups WHERE level = 1 ORDER BY block")
-            ).all()
-    finally:
-        engine.dispose()
+    _, totals, first, blocks = sum_tables(database_url, ", ".join(BLOCKED))
     assert list(totals) == pytest.approx(want(rows))
     assert list(first) == [0, 0, 0, 0]  # interval 0's agent did not measure it
     for block, *sums in blocks:
