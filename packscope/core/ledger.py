@@ -192,10 +192,15 @@ def sync_split(sums: Mapping[str, float], step_s: float | None) -> SyncSplit | N
 
 
 def sync_term(
-    sums: Mapping[str, float], c: Coefficients, sites: Sequence[tuple[str, float]], step_s: float | None = None
+    sums: Mapping[str, float],
+    c: Coefficients,
+    sites: Sequence[tuple[str, float]],
+    step_s: float | None,
+    split: SyncSplit | None,
 ) -> Term:
     """Host synchronizations: their count per iteration is measured on the counted steps; their
-    time comes from the steps CUPTI traced (estimated: a sample of the steps), by `sync_split`:
+    time comes from the steps CUPTI traced (estimated: a sample of the steps), by `split`
+    (`sync_split`, which the data wait and launch-bound terms share):
     with the host's blocked time, the GPU idle it would have let the host run ahead into; without
     it, the idle after the syncs inside the steps and, per step gap, the idle between steps in
     gaps a sync began (`sync_wait_s`). Its part between steps comes out of the data wait. Without
@@ -214,7 +219,6 @@ def sync_term(
         "sites": [{"site": site, "per_iter": count / counted} for site, count in sites],
         "time": None,
     }
-    split = sync_split(sums, step_s)
     if split is not None and step_s:
         inside, between = split.inside_s / step_s, (split.between_s or 0.0) / step_s
         detail["time"] = inside + between
@@ -427,7 +431,7 @@ def ledger_terms(
     split = sync_split(sums, step_s)
     losses = [
         padding_term(sums, c, layout),
-        sync_term(sums, c, sites, step_s),
+        sync_term(sums, c, sites, step_s, split),
         straggler_term(waits, step_s),
         data_wait_term(sums, step_s, split),
         launch_bound_term(sums, split, step_s),
