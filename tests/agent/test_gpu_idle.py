@@ -182,6 +182,30 @@ def test_the_parts_add_up_to_the_span_on_random_timelines():
         assert 0 <= split.sync_idle_between_s <= split.between_steps_s + 1e-12
 
 
+def test_the_hosts_blocked_time_is_a_microsecond_count_of_its_waits_on_random_timelines():
+    """Against a brute force: every microsecond that some sync call or blocking copy covers,
+    counted once, inside a step or in a counted gap between steps."""
+    rng = random.Random(11)
+    for _ in range(200):
+        syncs = []
+        for _ in range(rng.randint(0, 12)):
+            a = rng.randint(0, 300)
+            syncs.append(HostSync(a * US, (a + rng.randint(0, 60)) * US))
+        copies = [(a, a + rng.randint(1, 20)) for a in rng.sample(range(300), rng.randint(0, 3))]
+        edges = sorted(rng.sample(range(1, 400), 6))
+        steps = [(edges[i] * US, edges[i + 1] * US) for i in (0, 2, 4)]
+        agent_gaps = {g for g in (0, 1) if rng.random() < 0.3}
+        timeline = [Busy(a * US, b * US, blocking_copy=True) for a, b in copies] + busy((0, 1))
+        split = attribute_idle(timeline, syncs, [], steps, agent_gaps=agent_gaps)
+        covered = {us for s in syncs for us in range(s.start // US, s.end // US)}
+        covered |= {us for a, b in copies for us in range(a, b)}
+        inside = sum(1 for a, b in steps for us in range(a // US, b // US) if us in covered)
+        gaps = [(steps[k][1], steps[k + 1][0]) for k in (0, 1) if k not in agent_gaps]
+        between = sum(1 for a, b in gaps for us in range(a // US, b // US) if us in covered)
+        assert split.blocked_s == pytest.approx(inside * 1e-6, abs=1e-12)
+        assert split.blocked_between_s == pytest.approx(between * 1e-6, abs=1e-12)
+
+
 class FakeCupti:
     """The parts of cupti-python's module that IdleTracer uses."""
 
