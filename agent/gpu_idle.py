@@ -147,7 +147,8 @@ def attribute_idle(
     (a trace holds thousands): Python loops run over the syncs and the sites charged only."""
     counted = [k for k in range(len(steps) - 1) if k not in agent_gaps]  # the gaps between steps
     t = _sorted(busy)
-    inside_ns, between_ns = _host_blocked(t, syncs, steps, counted)
+    waits = _host_waits(t, syncs)
+    inside_ns, between_ns = _host_blocked(waits, steps, counted)
     split = IdleSplit(traced_gaps=len(counted), blocked_s=inside_ns / 1e9, blocked_between_s=between_ns / 1e9)
     if not len(t):
         return split
@@ -167,7 +168,7 @@ def attribute_idle(
     inside = (g1 - g0 - outside).clamp(min=0)
     blocked = _blocked_at(g0, g1, t, syncs, tolerance_ns)
     began_by_sync = between[blocked >= 0].sum(0)
-    drained = _drained_queues(t, starts, ends, syncs, steps, queue_ns)
+    drained = _drained_queues(starts, ends, waits, steps, queue_ns)
     by_window = torch.where(drained >= 0, torch.minimum(between.sum(0), drained), began_by_sync)
     split.sync_idle_between_s = int(by_window[counted].sum()) / 1e9
     by_sync = (blocked >= 0) & (inside > 0)
@@ -184,7 +185,7 @@ def attribute_idle(
     charge(blocked[by_sync], inside[by_sync])
     # The other gaps' parts inside regions bracketed by syncs (regions lie inside steps, so no
     # part between steps; both sets are disjoint and sorted: one searchsorted each way).
-    regions = _bracketed(t, syncs, steps, queue_ns)
+    regions = _bracketed(waits, steps, queue_ns)
     sync_ns = torch.where(by_sync, inside, torch.zeros_like(inside))
     if len(regions):
         r0, r1 = regions[:, 1].contiguous(), regions[:, 2].contiguous()
@@ -208,16 +209,19 @@ def _below(starts: torch.Tensor, ends: torch.Tensor, x: torch.Tensor) -> torch.T
     return torch.where(k > 0, before[last] + partial, 0)
 
 
+def _host_waits(t: torch.Tensor, syncs: Sequence[HostSync]) -> list[tuple[int, int]]:
+    """The host's waits for the device, (begin, end) ns: its sync calls and its blocking copies
+    (a copy into pageable memory: its wait is not known, so its own duration stands for it)."""
+    return [(s.start, s.end) for s in syncs] + [(a, b) for a, b in t[t[:, 2] != 0, :2].tolist()]
+
+
 def _host_blocked(
-    t: torch.Tensor, syncs: Sequence[HostSync], steps: Sequence[tuple[int, int]], counted: Sequence[int]
+    waits: Sequence[tuple[int, int]], steps: Sequence[tuple[int, int]], counted: Sequence[int]
 ) -> tuple[int, int]:
-    """The host's time (ns) inside its sync calls and blocking copies (a copy into pageable
-    memory: its own duration stands for the wait), their union, within the steps and within the
+    """The host's time (ns) inside its `waits`, their union, within the steps and within the
     `counted` gaps between them (k: after steps[k])."""
-    copies = [(a, b) for a, b in t[t[:, 2] != 0, :2].tolist()]
-    waits = sorted([(s.start, s.end) for s in syncs if s.end > s.start] + copies)
     union: list[list[int]] = []
-    for a, b in waits:
+    for a, b in sorted(w for w in waits if w[1] > w[0]):
         if union and a <= union[-1][1]:
             union[-1][1] = max(union[-1][1], b)
         else:
@@ -236,30 +240,27 @@ def _host_blocked(
     return int(inside.sum()), int(between.clamp(min=0).sum())
 
 
-def _bracketed(
-    t: torch.Tensor, syncs: Sequence[HostSync], steps: Sequence[tuple[int, int]], queue_ns: int
-) -> torch.Tensor:
+def _bracketed(waits: Sequence[tuple[int, int]], steps: Sequence[tuple[int, int]], queue_ns: int) -> torch.Tensor:
     """The host regions bracketed by syncs, as an (n, 3) tensor (first sync's begin, region start,
     region end): from each sync's begin to the next one's, where both begin in the same step and
     the next one found at most `queue_ns` of work queued (it waited no longer): the host never got
-    ahead of the GPU in between. A blocking copy (to pageable memory) is a sync too; its wait is
-    not known, so it is taken as its own duration. Disjoint, in order."""
-    waits: dict[int, int] = {}
-    for begin, end in [(s.start, s.end) for s in syncs] + [(a, b) for a, b in t[t[:, 2] != 0, :2].tolist()]:
-        waits[begin] = max(waits.get(begin, 0), end - begin)
-    begins = sorted(waits)
+    ahead of the GPU in between. The `waits` are `_host_waits`' (a blocking copy is a sync too).
+    Disjoint, in order."""
+    longest: dict[int, int] = {}  # each begin's longest wait
+    for begin, end in waits:
+        longest[begin] = max(longest.get(begin, 0), end - begin)
+    begins = sorted(longest)
     regions = []
     for begin, end in steps:
         inside = [b for b in begins if begin <= b <= end]
-        regions += [(a, a, b) for a, b in pairwise(inside) if waits[b] <= queue_ns]
+        regions += [(a, a, b) for a, b in pairwise(inside) if longest[b] <= queue_ns]
     return torch.tensor(regions, dtype=torch.int64).reshape(-1, 3)
 
 
 def _drained_queues(
-    t: torch.Tensor,
     starts: torch.Tensor,
     ends: torch.Tensor,
-    syncs: Sequence[HostSync],
+    waits: Sequence[tuple[int, int]],
     steps: Sequence[tuple[int, int]],
     queue_ns: int,
 ) -> torch.Tensor:
@@ -268,9 +269,8 @@ def _drained_queues(
     on the GPU after it before the step's end closed the step with nothing queued; the longest
     such wait is how far ahead of the GPU the host was when it began, so without the syncs the
     host's work between the steps would have overlapped that much queue and no more (on a
-    launch-bound host the queue is short, and the idle between steps stays). A blocking copy's
-    wait is not known: its own duration stands for it."""
-    waits = [(s.start, s.end) for s in syncs] + [(a, b) for a, b in t[t[:, 2] != 0, :2].tolist()]
+    launch-bound host the queue is short, and the idle between steps stays). The `waits` are
+    `_host_waits`'."""
     drained = torch.full((max(len(steps) - 1, 0),), -1, dtype=torch.int64)
     for k, (begin, end) in enumerate(steps[:-1]):
         inside = [(a, min(b, end)) for a, b in waits if begin <= a <= end]
