@@ -11,7 +11,7 @@ log-boundary steps; on CUDA also what one event call costs the host. Host syncs 
 reports are given for the steady state (intervals after the warm-up rounds) and, apart, for the
 warm-up, where torch.compile's first steps synchronize.
 
-    python bench/agent_overhead.py [--steps-per-mode 400] [--presets 125m,1b] [--out results.json]
+    python bench/agent_overhead.py [--steps-per-mode 400] [--presets 125m,1b] [--builds eager,compiled] [--out FILE]
 
 Prints one JSON object, then a short table.
 """
@@ -351,7 +351,10 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps-per-mode", type=int, default=400)
     ap.add_argument("--presets", default="125m", help="comma-separated model presets (125m is the target's)")
-    ap.add_argument("--no-compile", action="store_true", help="eager only")
+    ap.add_argument("--no-compile", action="store_true", help="eager only (as --builds eager)")
+    ap.add_argument(
+        "--builds", default="eager,compiled", help="comma-separated: eager, compiled (torch.compile), in this order"
+    )
     ap.add_argument("--warmup", type=int, default=32, help="warm-up rounds, one per distinct batch")
     ap.add_argument("--out", default=None)
     ap.add_argument("--cupti", action="store_true", help="also the full agent with the CUPTI counter and its trace")
@@ -362,6 +365,9 @@ def main() -> int:
         "by function; the profiler's own cost lands in that mode's ratio",
     )
     args = ap.parse_args()
+    builds = ["eager"] if args.no_compile else args.builds.split(",")
+    if not builds or set(builds) - {"eager", "compiled"}:
+        ap.error(f"--builds: eager and/or compiled, not {args.builds!r}")
     if args.warmup < 1 or args.steps_per_mode < 2:
         ap.error("--warmup needs at least 1 round (one per batch) and --steps-per-mode at least 2")
     variants = [*VARIANTS, *(CUPTI_VARIANT if args.cupti else {})]
@@ -378,8 +384,9 @@ def main() -> int:
         result["event_call_us"] = event_call_costs_us()
         result["host_cost_cuda"] = host_cost_us(torch.device("cuda"))
         for preset in args.presets.split(","):
-            for compile in (False,) if args.no_compile else (False, True):
-                key = f"step_time_{preset}_{'compiled' if compile else 'eager'}"
+            for build in builds:
+                compile = build == "compiled"
+                key = f"step_time_{preset}_{build}"
                 print(f"measuring {key} ...", file=sys.stderr)
                 result[key] = step_time_ratio(
                     preset, args.steps_per_mode, args.warmup, compile, args.cupti, args.profile_mode
