@@ -11,7 +11,8 @@
 #                     eslint over frontend/static and tests/js (eslint.config.js) and TypeScript's check of its JSDoc
 #                     types (jsconfig.json, jsconfig.pure.json); `npm ci` installs both from package-lock.json
 #   make test-fast  - the suite without the tests marked slow
-#   make vendor-plotly - copies plotly.js's partial bundle that package-lock.json pins (after `npm ci`)
+#   make vendor-plotly - builds plotly.js's bundle of the three trace types the pages draw from the
+#                     package that package-lock.json pins (after `npm ci`; frontend/plotly_bundle.mjs)
 #                     into frontend/vendor/, where it is committed: the server serves it, npm is not
 #                     needed to run the dashboard (tests/test_vendored_plotly.py holds the two equal)
 PY      ?= python3
@@ -109,17 +110,16 @@ lint: $(STAMP)
 	echo "ruff format --check"; $(BIN)/ruff format --check . || status=1; \
 	echo "mypy"; $(BIN)/python .ci/typecheck.py || status=1; \
 	echo "eslint"; \
-	if [ -x $(ESLINT) ]; then $(ESLINT) frontend/static tests/js || status=1; \
+	if [ -x $(ESLINT) ]; then $(ESLINT) frontend/static frontend/plotly_bundle.mjs tests/js || status=1; \
 	else echo "eslint is not installed: run \`npm ci\` (Node 20.19+) to install it into node_modules/" >&2; status=1; fi; \
 	echo "tsc (JSDoc types)"; \
 	if [ -x $(TSC) ]; then $(TSC) -p jsconfig.json || status=1; $(TSC) -p jsconfig.pure.json || status=1; \
 	else echo "tsc is not installed: run \`npm ci\` (Node 20.19+) to install it into node_modules/" >&2; status=1; fi; \
 	exit $$status
 
-PLOTLY_DIST := node_modules/plotly.js-cartesian-dist-min
 vendor-plotly: $(NODE_STAMP)
-	cp $(PLOTLY_DIST)/plotly-cartesian.min.js frontend/vendor/plotly-cartesian.min.js
-	cp $(PLOTLY_DIST)/LICENSE frontend/vendor/plotly-LICENSE
+	node frontend/plotly_bundle.mjs frontend/vendor/plotly.min.js
+	cp node_modules/plotly.js/LICENSE frontend/vendor/plotly-LICENSE
 
 bench: $(STAMP)
 	$(BIN)/python bench/agent_overhead.py

@@ -1,5 +1,5 @@
-// ESLint for the dashboard's ES modules (frontend/static) and their node:test tests (tests/js),
-// run by `make lint`.
+// ESLint for the dashboard's ES modules (frontend/static), their node:test tests (tests/js) and
+// the plotly.js bundle's build script (frontend/plotly_bundle.mjs), run by `make lint`.
 // The recommended rules; the browser's globals, and plotly.js's `Plotly`, which the pages load
 // as a classic script (/vendor/plotly.min.js) before the modules that draw with it.
 import js from "@eslint/js";
@@ -16,7 +16,7 @@ export default [
     },
   },
   {
-    files: ["tests/js/**/*.mjs"],
+    files: ["tests/js/**/*.mjs", "frontend/plotly_bundle.mjs"],
     languageOptions: { ecmaVersion: "latest", sourceType: "module", globals: globals.node },
   },
 ];

@@ -164,8 +164,9 @@ import uvicorn
 import packscope.frontend as f
 d = Path(sys.argv[1])
 f.TEMPLATES_DIR, f.STATIC_DIR = d / "templates", d / "static"
-if (d / "vendor" / f.PLOTLY_JS.name).exists():
-    f.PLOTLY_JS = d / "vendor" / f.PLOTLY_JS.name
+bundles = sorted((d / "vendor").glob("plotly*.min.js"))  # an older frontend's bundle may be named otherwise
+if bundles:
+    f.PLOTLY_JS = bundles[0]
 from packscope.backend.server.app import create_app
 uvicorn.run(create_app(), host="127.0.0.1", port=int(sys.argv[2]), log_level="warning")
 """
@@ -487,7 +488,7 @@ def main() -> None:
                 "contexts": "a profile on disk each" if args.profile else "off the record",
                 "run_page": {"intervals": args.intervals, "channels": len(CHANNELS), **run_page},
                 **out,
-                "plotly_js_alone": {"bundle": "cartesian (served)", "bytes": PLOTLY_JS.stat().st_size, **plotly_only},
+                "plotly_js_alone": {"bundle": "served", "bytes": PLOTLY_JS.stat().st_size, **plotly_only},
                 "plotly_js_full_alone": {
                     "bundle": "full (plotly wheel)",
                     "bytes": FULL_PLOTLY_JS.stat().st_size,

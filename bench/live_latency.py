@@ -182,8 +182,8 @@ def open_page(browser: Any, url: str, run_id: str, first: int, before: Path | No
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
     page.add_init_script(PROBE)
     if before is not None:
-        bundle = before / "vendor" / "plotly-cartesian.min.js"
-        bundle = bundle if bundle.exists() else FULL_PLOTLY_JS  # before the partial bundle: the full one
+        bundles = sorted((before / "vendor").glob("plotly*.min.js"))  # named plotly-cartesian.min.js until 2026-12-07
+        bundle = bundles[0] if bundles else FULL_PLOTLY_JS  # before the partial bundle: the full one
         page.route("**/vendor/plotly.min.js", lambda route: route.fulfill(path=bundle, content_type="text/javascript"))
         page.route(
             "**/static/*", lambda route: route.fulfill(path=before / "static" / route.request.url.split("/static/")[1])

@@ -16,7 +16,7 @@ def browser():
 
 @pytest.fixture(scope="module")
 def context(browser):
-    """One context per module: its HTTP cache keeps the 1.5 MB plotly bundle between tests.
+    """One context per module: its HTTP cache keeps the 1.2 MB plotly bundle between tests.
     Modules that need other options (downloads, a time zone) define their own."""
     context = browser.new_context(viewport={"width": 1300, "height": 900})
     yield context

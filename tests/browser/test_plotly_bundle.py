@@ -1,4 +1,4 @@
-"""The pages draw with plotly.js's partial "cartesian" bundle (frontend/vendor/): every chart of
+"""The pages draw with plotly.js's bundle of three trace types (frontend/vendor/): every chart of
 every page, with every panel shown, is drawn with the trace type it asked for. A type missing from
 the bundle would not raise: plotly draws such a trace as a scatter without a word, so each plot's
 drawn types are held to the asked ones, and to the bundle's list of types."""
@@ -42,7 +42,7 @@ def server(tmp_path_factory):
 def test_the_server_serves_the_committed_partial_bundle(server):
     answer = httpx.get(f"{server}/vendor/plotly.min.js")
     assert answer.status_code == 200 and answer.content == PLOTLY_JS.read_bytes()
-    assert answer.content.startswith(b"/**\n* plotly.js (cartesian - minified) v")
+    assert answer.content.startswith(b"/**\n* plotly.js (scatter, bar, heatmap - minified) v")
 
 
 def drawn_types(page):

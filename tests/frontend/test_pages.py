@@ -177,9 +177,9 @@ def test_plotly_bundle_is_served_from_the_package(client):
     assert bundle.status_code == 200
     assert "javascript" in bundle.headers["content-type"]
     assert "max-age=" in bundle.headers["cache-control"]
-    # plotly.js's partial cartesian bundle, committed in the package (tests/test_vendored_plotly.py).
+    # plotly.js's bundle of the pages' trace types, committed in the package (tests/test_vendored_plotly.py).
     assert len(bundle.content) > 1_000_000
-    assert b"plotly.js (cartesian - minified) v" in bundle.content[:200]
+    assert b"plotly.js (scatter, bar, heatmap - minified) v" in bundle.content[:200]
 
 
 def test_plotly_bundle_answers_a_revalidation_with_its_etag_by_304(client):
