@@ -2,18 +2,18 @@
 // The run page's first module. The page's head has asked for its first answers (preloads, taken
 // here by fetchEarly's requests for the same paths). This draws the headline chart from them as a
 // still SVG (first_chart.js), and the Ranks panel's two charts for a run of several ranks
-// (ranks_sketch.js), and only then loads plotly.js (its partial cartesian bundle, 1.5 MB, whose
-// running blocks the page meanwhile), whose charts replace the drawings. Asked from the head
-// (async), plotly.js ran before the still could be drawn on most first visits, and the first
-// thing on screen came later (docs/benchmarks/2026-12-07-2core-cold.md).
+// (ranks_sketch.js), and only then runs plotly.js (1.2 MB, scatter, bar and heatmap alone, whose
+// running blocks the page meanwhile), whose charts replace the drawings. Run as an async script
+// from the head, plotly.js ran before the still could be drawn on most first visits, and the
+// first thing on screen came later (docs/benchmarks/2026-12-07-2core-cold.md).
 // run.js's calls for the same paths take these answers (api.js), and it waits for plotlyLoaded.
 
 import { fetchEarly, paths } from "./api.js";
 import { SERIES_POINTS } from "./run_sizes.js";
 
-// Not preloaded: on a first visit its 1.5 MB would be served beside the answers the drawing
-// waits for, and delay them (docs/benchmarks/2026-11-30-2core.md#dev-2026-11-30-1516-first-drawing);
-// later visits take it from the HTTP cache.
+// Fetched from the head's preload, asked after the answers the drawing waits for (the browser's
+// six connections to the host take those first), so that only its run is left once the still is
+// drawn: 0.13 s sooner cold than asking for it then (docs/benchmarks/2026-12-07-2core-bundle.md).
 export const PLOTLY_JS = "/vendor/plotly.min.js";
 
 const { runId, ranks } = document.getElementById("run").dataset;

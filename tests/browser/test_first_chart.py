@@ -194,5 +194,7 @@ def test_the_page_takes_the_answers_its_head_preloaded_and_asks_each_once(page, 
         "performance.getEntriesByType('resource').filter(r => r.name.includes('/api/v1/')).map(r => r.initiatorType)"
     )
     assert initiators.count("link") == 3
-    # plotly.js is asked only once the still is drawn, so the first answers are served alone.
+    # plotly.js is asked after the first answers (preloaded last), once: run_early.js's script
+    # takes the preload.
+    assert asked.count("/vendor/plotly.min.js") == 1
     assert asked.index("/vendor/plotly.min.js") > asked.index("/api/v1/runs/long/series?max_points=500")

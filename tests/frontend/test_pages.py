@@ -59,10 +59,11 @@ def test_run_page_renders_the_run(client):
     assert "project demo" in page.text and "1 × NVIDIA H200" in page.text
     assert 'href="/api/v1/runs/run-a/intervals.csv"' in page.text
     # run_early.js takes the first answers and draws the headline chart before plotly.js runs:
-    # the page names no plotly.js (no script, no preload); run_early.js loads it after the drawing.
+    # the head preloads plotly.js last (fetched, not run); run_early.js runs it after the drawing.
     head = page.text[: page.text.index("</head>")]
     assert '<script type="module" src="/static/run_early.js"></script>' in head
-    assert "/vendor/plotly.min.js" not in page.text
+    assert head.rstrip().endswith('<link rel="preload" as="script" href="/vendor/plotly.min.js">')
+    assert page.text.count("/vendor/plotly.min.js") == 1  # no script of the page's own
     assert 'export const PLOTLY_JS = "/vendor/plotly.min.js";' in (STATIC_DIR / "run_early.js").read_text()
     # Every chart the page script draws into is in the markup.
     charts = (
