@@ -22,7 +22,11 @@ MLflow has no CSV export of a run's metrics and no sync sites; those are measure
 backend_scale.py alone. MLflow is not a packscope dependency: give the `mlflow` executable of
 any environment (`--mlflow PATH`); without it the bench stops with a message.
 
-    python bench/mlflow_compare.py --mlflow /path/to/venv/bin/mlflow [--intervals 100000] [--batches 64]
+    python bench/mlflow_compare.py --mlflow /path/to/venv/bin/mlflow [--intervals 100000] [--batches 64] [--rounds 4]
+
+`--rounds N` measures both sides N times, each round on new files, the two taking turns at going
+first (packscope first in odd rounds), so that a drift of the machine's speed during the run
+lands on both; the ratios are given per round and as their median and range.
 
 Prints one JSON object: each side's figures and packscope ÷ MLflow ratios (for rates, > 1 is
 packscope faster; for times and CPU, < 1 is packscope cheaper).
@@ -36,6 +40,7 @@ import os
 import random
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -264,17 +269,33 @@ def main() -> None:
     ap.add_argument("--batches", type=int, default=64, help="batches of 64 records per ingest measurement")
     ap.add_argument("--repeat", type=int, default=20, help="timed repetitions per read")
     ap.add_argument("--warmup", type=int, default=16, help="batches posted (8 senders) before the ingest is measured")
+    ap.add_argument("--rounds", type=int, default=1, help="rounds of both sides, taking turns at going first")
     args = ap.parse_args()
     if not args.mlflow or not os.access(args.mlflow, os.X_OK):
         ap.error("no mlflow executable: install MLflow in any environment and pass --mlflow PATH/bin/mlflow")
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # finally clauses stop the servers
     version = subprocess.run([args.mlflow, "--version"], capture_output=True, text=True, check=True).stdout.strip()
+    if args.rounds < 1:
+        ap.error("--rounds: at least 1")
     result: dict[str, Any] = {"mlflow": version, "cpus": os.cpu_count(), "load_avg_start": os.getloadavg()}
-    with tempfile.TemporaryDirectory() as ours, tempfile.TemporaryDirectory() as theirs:
-        result["packscope"] = bench_packscope(ours, args)
-        result["mlflow_server"] = bench_mlflow(theirs, args)
+    rounds = []
+    for k in range(args.rounds):
+        sides = {"packscope": bench_packscope, "mlflow_server": bench_mlflow}
+        order = list(sides) if k % 2 == 0 else list(sides)[::-1]
+        one: dict[str, Any] = {"first": order[0], "load_avg_start": os.getloadavg()}
+        for side in order:
+            with tempfile.TemporaryDirectory() as folder:
+                one[side] = sides[side](folder, args)
+        one["packscope_over_mlflow"] = ratios(one["packscope"], one["mlflow_server"])
+        rounds.append(one)
+        print(f"round {k + 1}: {json.dumps(one['packscope_over_mlflow'])}", file=sys.stderr)
     result["load_avg_end"] = os.getloadavg()
-    result["packscope_over_mlflow"] = ratios(result["packscope"], result["mlflow_server"])
+    result["rounds"] = rounds
+    result["packscope_over_mlflow"] = {
+        key: {"median": statistics.median(values), "range": [min(values), max(values)]}
+        for key in rounds[0]["packscope_over_mlflow"]
+        for values in [[r["packscope_over_mlflow"][key] for r in rounds]]
+    }
     print(json.dumps(result, indent=2))
 
 
