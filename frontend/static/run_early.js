@@ -13,7 +13,7 @@ import { SERIES_POINTS } from "./run_sizes.js";
 
 // Fetched from the head's preload, asked after the answers the drawing waits for (the browser's
 // six connections to the host take those first), so that only its run is left once the still is
-// drawn: 0.13 s sooner cold than asking for it then (docs/benchmarks/2026-12-07-2core-bundle.md).
+// drawn: sooner on a first visit than asking for it then (docs/benchmarks/2026-12-07-2core-bundle.md).
 export const PLOTLY_JS = "/vendor/plotly.min.js";
 
 const { runId, ranks } = document.getElementById("run").dataset;
