@@ -19,7 +19,7 @@ import { fileURLToPath } from "node:url";
 const ROOT = resolve(dirname(fileURLToPath(import.meta.url)), "..");
 // Every trace type a page draws (the histograms are bars); a chart of another type would be
 // refused by plotly ("trace type not found"), which the browser tests would see as a page error.
-export const TRACES = ["scatter", "bar", "heatmap"];
+const TRACES = ["scatter", "bar", "heatmap"];
 
 const version = JSON.parse(readFileSync(join(ROOT, "node_modules/plotly.js/package.json"), "utf8")).version;
 const entry = [
