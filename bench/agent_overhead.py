@@ -351,7 +351,6 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--steps-per-mode", type=int, default=400)
     ap.add_argument("--presets", default="125m", help="comma-separated model presets (125m is the target's)")
-    ap.add_argument("--no-compile", action="store_true", help="eager only (as --builds eager)")
     ap.add_argument(
         "--builds", default="eager,compiled", help="comma-separated: eager, compiled (torch.compile), in this order"
     )
@@ -365,7 +364,7 @@ def main() -> int:
         "by function; the profiler's own cost lands in that mode's ratio",
     )
     args = ap.parse_args()
-    builds = ["eager"] if args.no_compile else args.builds.split(",")
+    builds = args.builds.split(",")
     if not builds or set(builds) - {"eager", "compiled"}:
         ap.error(f"--builds: eager and/or compiled, not {args.builds!r}")
     if args.warmup < 1 or args.steps_per_mode < 2:

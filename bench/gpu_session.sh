@@ -184,7 +184,7 @@ case "${1:-}" in
     timeout 300 python3 -m pytest -m gpu tests/gpu -k "not cupti and not syncs_per_step_agent_on_equals_off" -v -p no:cacheprovider \
       > "$OUT/gpu_tests.log" 2>&1
     tail -3 "$OUT/gpu_tests.log"
-    timeout 240 python3 bench/agent_overhead.py --presets 125m,1b --no-compile --steps-per-mode 40 --warmup 4 \
+    timeout 240 python3 bench/agent_overhead.py --presets 125m,1b --builds eager --steps-per-mode 40 --warmup 4 \
       --out "$OUT/agent_overhead_two_presets.json" > /dev/null 2> "$OUT/agent_overhead_two_presets.err"
     echo "agent_overhead 125m then 1b in one process: exit $?"
     for model in qwen2-303m mistral-303m-window qwen25vl-303m; do
@@ -306,7 +306,7 @@ case "${1:-}" in
       -p no:cacheprovider > "$OUT/gallery_ledger_test.log" 2>&1
     echo "[gallery ledger test] exit $?"; grep -E "PASS|FAIL|SKIP|Error|predicted" "$OUT/gallery_ledger_test.log" | head -20
     if [ -n "$overhead" ]; then
-      timeout 300 python3 bench/agent_overhead.py --no-compile --steps-per-mode "${LEDGER_OVERHEAD_STEPS:-150}" --warmup 16 --cupti \
+      timeout 300 python3 bench/agent_overhead.py --builds eager --steps-per-mode "${LEDGER_OVERHEAD_STEPS:-150}" --warmup 16 --cupti \
         --out "$OUT/agent_overhead_ledger.json" > /dev/null 2> "$OUT/agent_overhead_ledger.err"
       echo "[agent_overhead] exit $?"
       python3 - "$OUT/agent_overhead_ledger.json" <<'EOF' 2>&1 | tail -30
@@ -319,7 +319,7 @@ for mode, kinds in r.get("agent_calls_by_kind", {}).items():  # where the agent'
     print(mode, {k: [v["steps"], round(v["mean_us"]), round(v["us_per_step_of_all"])] for k, v in kinds.items()})
 EOF
       if [ -n "${LEDGER_PROFILE:-}" ]; then  # where the traced agent's step_end time goes, by function
-        timeout 200 python3 bench/agent_overhead.py --no-compile --steps-per-mode 60 --warmup 16 --cupti \
+        timeout 200 python3 bench/agent_overhead.py --builds eager --steps-per-mode 60 --warmup 16 --cupti \
           --profile-mode full+cupti --out "$OUT/agent_overhead_profile.json" > /dev/null 2> "$OUT/agent_overhead_profile.err"
         echo "[agent_overhead profile] exit $?"
       fi

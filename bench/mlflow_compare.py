@@ -278,9 +278,9 @@ def main() -> None:
     if args.rounds < 1:
         ap.error("--rounds: at least 1")
     result: dict[str, Any] = {"mlflow": version, "cpus": os.cpu_count(), "load_avg_start": os.getloadavg()}
+    sides = {"packscope": bench_packscope, "mlflow_server": bench_mlflow}
     rounds = []
     for k in range(args.rounds):
-        sides = {"packscope": bench_packscope, "mlflow_server": bench_mlflow}
         order = list(sides) if k % 2 == 0 else list(sides)[::-1]
         one: dict[str, Any] = {"first": order[0], "load_avg_start": os.getloadavg()}
         for side in order:
@@ -291,11 +291,11 @@ def main() -> None:
         print(f"round {k + 1}: {json.dumps(one['packscope_over_mlflow'])}", file=sys.stderr)
     result["load_avg_end"] = os.getloadavg()
     result["rounds"] = rounds
-    result["packscope_over_mlflow"] = {
-        key: {"median": statistics.median(values), "range": [min(values), max(values)]}
-        for key in rounds[0]["packscope_over_mlflow"]
-        for values in [[r["packscope_over_mlflow"][key] for r in rounds]]
-    }
+    result["packscope_over_mlflow"] = {}
+    for key in rounds[0]["packscope_over_mlflow"]:
+        values = [r["packscope_over_mlflow"][key] for r in rounds]
+        spread = {"median": statistics.median(values), "range": [min(values), max(values)]}
+        result["packscope_over_mlflow"][key] = spread
     print(json.dumps(result, indent=2))
 
 

@@ -42,7 +42,6 @@ def server(tmp_path_factory):
 def test_the_server_serves_the_committed_partial_bundle(server):
     answer = httpx.get(f"{server}/vendor/plotly.min.js")
     assert answer.status_code == 200 and answer.content == PLOTLY_JS.read_bytes()
-    assert answer.content.startswith(b"/**\n* plotly.js (scatter, bar, heatmap - minified) v")
 
 
 def drawn_types(page):
