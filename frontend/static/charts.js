@@ -3,6 +3,7 @@
 // controls' settings (x axis, log y, smoothing) applied to a plot, and a chart panel that shows an
 // empty state until there is data.
 
+import { afterClick, drawLegend, entryKey, hideTraces, legendBox, legendEntries, showPressed } from "./chart_legend.js";
 import { X_AXES } from "./controls.js";
 import { csvLink, tracesToCSV } from "./csv.js";
 import { bandHasWidth, extension } from "./extension.js";
@@ -36,9 +37,7 @@ export function layout({ yTitle, metric, yFormat, xTitle = "step", barmode, xTyp
     paper_bgcolor: "rgba(0,0,0,0)",
     plot_bgcolor: "rgba(0,0,0,0)",
     hovermode: "x unified",
-    showlegend: true,
-    // "normal" keeps legend order = trace order; fill traces would otherwise reverse it.
-    legend: { orientation: "h", x: 0, y: 1.02, yanchor: "bottom", font: { size: 11 }, traceorder: "normal" },
+    showlegend: true, // the page's legend above the plot (chart_legend.js); plotly's is always off
     // The standoffs keep the y "0" and the first x tick apart where they meet at the origin.
     // ticklabeloverflow "allow": the margins hold every tick label (automargin, and r above), so
     // plotly's default ("hide past div") hid none, yet measured each label's box on each drawing
@@ -140,16 +139,15 @@ function bandsShow(traces) {
 export const chartNote = (baseNote, traces) => [baseNote, bandsShow(traces) ? BAND_NOTE : ""].filter(Boolean).join("; ");
 
 // With smoothing, each line is drawn twice: the raw values faded and without hover, the EMA over
-// them in full colour (W&B's look). One legend entry toggles both.
+// them in full colour (W&B's look). One legend entry toggles both (they share their column).
 function smoothed(traces, weight) {
   if (!weight) return traces;
   const isLine = (t) => t.meta?.kind === "line";
-  const grouped = traces.map((t, i) => (isLine(t) ? { ...t, legendgroup: t.legendgroup ?? `line-${i}` } : t));
   // hovertemplate outranks hoverinfo, so the faded copy drops it or the hover box lists it too.
   // eslint-disable-next-line no-unused-vars -- destructured only to leave hovertemplate out of the copy
   const fade = ({ hovertemplate, ...t }) => ({ ...t, opacity: 0.3, showlegend: false, hoverinfo: "skip" });
-  const faded = grouped.map((t) => (isLine(t) ? fade(t) : t));
-  const smooth = grouped.filter(isLine).map((t) => ({ ...t, y: ema(t.y, weight), meta: { ...t.meta, kind: "smoothed" } }));
+  const faded = traces.map((t) => (isLine(t) ? fade(t) : t));
+  const smooth = traces.filter(isLine).map((t) => ({ ...t, y: ema(t.y, weight), meta: { ...t.meta, kind: "smoothed" } }));
   return [...faded, ...smooth];
 }
 
@@ -253,6 +251,8 @@ export class ChartPanel {
     this.drawn = false;
     this.figure = null; // figureKey of the series drawn, with `points` of it
     this.points = 0;
+    this.legend = legendBox(this.plot);
+    this.hidden = new Set(); // the legend's entries hidden (their keys), kept across redraws
     // The CSV holds what was measured: smoothed lines are a view of it and stay out.
     element.querySelector(".chart-foot").append(
       csvLink(filename, () => tracesToCSV((this.plot.data || []).filter((t) => t.meta?.kind !== "smoothed"), this.xName)),
@@ -261,6 +261,7 @@ export class ChartPanel {
 
   showEmpty(message) {
     this.plot.querySelector(":scope > .sketch")?.remove();
+    this.legend.hidden = true;
     this.empty.textContent = message;
     this.element.classList.add("is-empty");
     if (this.drawn) {
@@ -282,7 +283,9 @@ export class ChartPanel {
     }
     this.element.classList.remove("is-empty");
     this.plot.querySelector(":scope > .sketch")?.remove(); // the first drawing (sketch.js), in the same frame
-    Plotly.react(this.plot, traces, plotLayout, CONFIG);
+    const entries = legendEntries(traces, plotLayout);
+    drawLegend(this.legend, entries, this.hidden, (key, alone) => this.showOnly(entries, afterClick(entries, this.hidden, key, alone)));
+    Plotly.react(this.plot, hideTraces(traces, this.hidden), { ...plotLayout, showlegend: false }, CONFIG);
     if (this.linked) linkX(this.plot);
     if (!this.drawn && settings) this.plot.on("plotly_relayout", (event) => relabelTicks(this.plot, event));
     this.drawn = true;
@@ -306,6 +309,18 @@ export class ChartPanel {
     return true;
   }
 
+  // The legend's entries `hidden` hidden and the others shown, in the plot as drawn (live
+  // extensions included); a band without a width stays hidden.
+  showOnly(entries, hidden) {
+    this.hidden = hidden;
+    showPressed(this.legend, hidden);
+    const keys = new Set(entries.map((e) => e.key));
+    const data = this.plot.data || [];
+    const indices = data.flatMap((t, i) => (t.visible !== false && keys.has(entryKey(t)) ? [i] : []));
+    const visible = hideTraces(indices.map((i) => ({ ...data[i], visible: true })), hidden).map((t) => t.visible);
+    Plotly.restyle(this.plot, { visible }, indices);
+  }
+
   describeBands() {
     if (this.note) this.note.textContent = chartNote(this.baseNote, this.plot.data || []);
   }
@@ -324,11 +339,11 @@ const longestLabels = (full) =>
 function extendKeepingMargins(plot, update, indices) {
   const full = plot._fullLayout;
   if (!full?._size) return Plotly.extendTraces(plot, update, indices);
-  const { l, r, b } = full._size; // the top one is the legend's, which still sizes it
+  const { l, r, b, t } = full._size;
   const own = { margin: plot.layout.margin, xaxis: plot.layout.xaxis, yaxis: plot.layout.yaxis };
   const angle = (axis) => full[axis]._tickAngles?.[`${axis[0]}tick`] ?? own[axis]?.tickangle;
   const before = longestLabels(full);
-  plot.layout.margin = { ...own.margin, l, r, b };
+  plot.layout.margin = { ...own.margin, l, r, b, t };
   for (const axis of ["xaxis", "yaxis"]) plot.layout[axis] = { ...own[axis], automargin: false, tickangle: angle(axis) };
   try {
     Plotly.extendTraces(plot, update, indices);

@@ -233,8 +233,8 @@ function setupGrouping(onChange) {
 // the charts names each run (or group) in its colour; a click hides it in every chart, or shows it.
 const hidden = new Set(); // keys ("run3", "group1") hidden in every chart
 
-// A trace of the run or group `key`: in its legend group (a smoothed line's copies follow it), shown unless hidden.
-const keyed = (trace, key) => ({ ...trace, legendgroup: key, showlegend: false, visible: hidden.has(key) ? "legendonly" : true });
+// A trace of the run or group `key`, shown unless hidden (a smoothed line's copies are made from it, hidden with it).
+const keyed = (trace, key) => ({ ...trace, showlegend: false, visible: hidden.has(key) ? "legendonly" : true });
 const withoutLegend = (plotLayout) => ({ ...plotLayout, showlegend: false });
 
 function keyEntries() {

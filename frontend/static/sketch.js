@@ -1,17 +1,18 @@
 // @ts-check
 // A series figure (charts.js's line and "tonexty" band traces with their layout) drawn as a still
-// SVG: grid, ticks, axis titles, legend, shaded bands and lines, at the size of the element that
-// plotly's chart will take. The run page shows it while plotly.js loads (run_early.js); plotly's
+// SVG: grid, ticks, axis titles, shaded bands and lines, at the size of the element that plotly's
+// chart will take, with the chart's legend above that element (chart_legend.js, as ChartPanel
+// draws it). The run page shows it while plotly.js loads (run_early.js); plotly's
 // chart replaces it (ChartPanel.draw). No hover, zoom or resize: it lives for about a second.
 // heatmap_sketch.js draws the Ranks panel's heatmap with the nodes, ticks and axes exported here.
 // Every vertex is a point of the figure's traces, on axes ranged as plotly ranges lines: x exactly
 // over the data, y padded 5% of its length beyond the data (not below zero with rangemode "tozero").
 
+import { dashArray, drawLegend, legendBox, legendEntries } from "./chart_legend.js";
 import { formatNumber } from "./format.js";
 import { localTime } from "./timeaxis.js";
 
 const SVG = "http://www.w3.org/2000/svg";
-const LEGEND_ROW = 34; // px above the plot area, as plotly's horizontal legend at y = 1.02 takes
 const PAD = 0.05;
 const TIME_STEPS_S = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
 
@@ -127,27 +128,6 @@ function bandPath(upper, lower) {
   return d;
 }
 
-// Plotly's dash patterns, scaled by the line width as plotly scales them.
-function dashArray(dash, width) {
-  const w = Math.max(width, 3);
-  return { dash: `${3 * w} ${3 * w}`, dot: `${w} ${w}`, longdash: `${5 * w} ${5 * w}`, dashdot: `${3 * w} ${w} ${w} ${w}` }[dash];
-}
-
-function legend(svg, traces, { x, y, size }) {
-  const entries = traces.filter((t) => t.showlegend !== false && t.meta?.kind !== "band");
-  const ranked = entries.map((t, i) => [t.legendrank ?? 1000, i, t]).sort((a, b) => a[0] - b[0] || a[1] - b[1]);
-  let left = x;
-  for (const [, , t] of ranked) {
-    const g = svg.appendChild(node("g", { class: "legend-entry" }));
-    const line = t.line ?? {};
-    const width = line.width ?? 2;
-    const sample = { x1: left + 5, x2: left + 35, y1: y, y2: y, stroke: line.color, "stroke-width": Math.min(width, 3) };
-    g.append(node("line", { ...sample, "stroke-dasharray": dashArray(line.dash, width) ?? "none" }));
-    const label = g.appendChild(node("text", { x: left + 40, y, "dominant-baseline": "central", "font-size": size }, t.name));
-    left += 40 + label.getComputedTextLength() + 10;
-  }
-}
-
 // A still's <svg class="sketch" role="img"> in `element` (emptied first), at the element's size and
 // in the layout's font, with plotly's margins; label: what a screen reader hears.
 export function sketchSvg(element, layout, label) {
@@ -172,9 +152,10 @@ export function sketchSvg(element, layout, label) {
 // Draws `traces` under `layout` into `element` (emptied first) as one <svg class="sketch" role="img">.
 // label: what a screen reader hears. Returns the svg.
 export function drawSketch(element, traces, layout, { label }) {
+  drawLegend(legendBox(element), legendEntries(traces, layout), new Set());
   const { svg, width, height, margin } = sketchSvg(element, layout, label);
   const shown = traces.filter((t) => t.visible !== false);
-  const top = margin.t + (layout.showlegend === false ? 0 : LEGEND_ROW);
+  const top = margin.t;
   const plotHeight = height - top - margin.b;
   const yAxis = axisOf(layout.yaxis ?? {}, shown.flatMap((t) => t.y ?? []), { length: plotHeight, isY: true });
   // The y tick labels and title decide the left margin (plotly's automargin).
@@ -233,6 +214,5 @@ export function drawSketch(element, traces, layout, { label }) {
     if (t.opacity !== undefined) attributes.opacity = t.opacity;
     svg.append(node("path", attributes));
   });
-  if (layout.showlegend !== false) legend(svg, shown, { x: left, y: margin.t + 14, size: layout.legend?.font?.size ?? 11 });
   return svg;
 }

@@ -11,6 +11,7 @@ interface PlotlyPlot extends HTMLElement {
 declare const Plotly: {
   react(plot: HTMLElement, data: object[], layout?: object, config?: object): Promise<PlotlyPlot>;
   relayout(plot: HTMLElement, update: object): Promise<PlotlyPlot>;
+  restyle(plot: HTMLElement, update: object, indices?: number[]): Promise<PlotlyPlot>;
   extendTraces(plot: HTMLElement, update: { x: unknown[][]; y: unknown[][] }, indices: number[]): Promise<PlotlyPlot>;
   redraw(plot: HTMLElement): Promise<PlotlyPlot>;
   purge(plot: HTMLElement): void;

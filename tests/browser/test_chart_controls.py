@@ -142,3 +142,39 @@ def test_compare_overlay_switches_metric_and_keeps_it_in_the_url(server, page):
     assert page.input_value("#overlays .overlay-metric") == "loss"
     assert {t["name"] for t in overlay(page)} == {"alpha", "beta"}
     assert all(t["y"] == pytest.approx(want[t["name"]], rel=1e-12) for t in overlay(page))
+
+
+def test_the_legend_above_a_chart_hides_a_line_with_its_band_and_shows_one_alone(server, page):
+    """The page draws the legend (plotly's is off, so a live extension does not redraw it): a click
+    hides an entry's line and band and is kept through a redraw; a double click shows one alone."""
+    page.goto(f"{server}/runs/alpha")
+    until(page, f"{traces('chart-tflops', 'line')}.length === 3")
+    labels = {m["name"]: m["label"] for m in httpx.get(f"{server}/api/v1/catalogue").json()["metrics"]}
+    entries = page.locator("#chart-tflops .chart-legend .legend-entry")
+    assert entries.all_text_contents() == [labels[f"tflops_{kind}"] for kind in ("useful", "thd", "bshd")]
+    plot = "document.querySelector('#chart-tflops .plot')"
+    assert page.evaluate(f"{plot}._fullLayout.showlegend") is False
+    assert page.locator("#chart-tflops .plot .legend").count() == 0
+    visible = f"Object.fromEntries({plot}.data.map(t => [t.meta.column, t.visible ?? true]))"
+    before = page.evaluate(visible)
+    hidden_of = {column: "legendonly" if shown is True else shown for column, shown in before.items()}
+
+    entries.nth(1).click()
+    until(page, f"{visible}.tflops_thd === 'legendonly'")
+    after = page.evaluate(visible)
+    thd = [c for c in after if c.startswith("tflops_thd")]
+    assert len(thd) == 3 and all(after[c] == hidden_of[c] for c in thd)  # the line and its band's edges
+    assert all(after[c] == before[c] for c in after if c not in thd)
+    assert entries.nth(1).get_attribute("aria-pressed") == "false"
+
+    page.fill("#smoothing", "0.6")  # a whole redraw: the entry stays hidden, its smoothed line too
+    until(page, f"{traces('chart-tflops', 'smoothed')}.length === 3")
+    smoothed = page.evaluate(f"{traces('chart-tflops', 'smoothed')}.map(t => [t.meta.column, t.visible ?? true])")
+    assert dict(smoothed) == {"tflops_useful": True, "tflops_thd": "legendonly", "tflops_bshd": True}
+
+    entries.nth(0).dblclick()  # useful alone
+    shown = f"{traces('chart-tflops', 'smoothed')}.filter(t => t.visible !== 'legendonly').map(t => t.meta.column)"
+    until(page, f"{shown}.join() === 'tflops_useful'")
+    assert [e.get_attribute("aria-pressed") for e in entries.all()] == ["true", "false", "false"]
+    entries.nth(0).dblclick()  # alone already: all shown again
+    until(page, f"{shown}.length === 3")

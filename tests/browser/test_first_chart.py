@@ -58,7 +58,7 @@ def sketch_of(page):
           area: ['x', 'y', 'width', 'height'].map((k) => Number(area.getAttribute(k))),
           x: svg.dataset.xRange.split(' ').map(Number), y: svg.dataset.yRange.split(' ').map(Number),
           lines: paths('line'), bands: paths('band'),
-          legend: [...svg.querySelectorAll('.legend-entry text')].map((t) => t.textContent),
+          legend: [...document.querySelectorAll('#chart-tflops .chart-legend .legend-entry')].map((b) => b.textContent),
           texts: [...svg.querySelectorAll(':scope > text')].map((t) => t.textContent),
         }};
       }})()"""
@@ -79,7 +79,7 @@ def test_the_headline_chart_is_drawn_from_the_series_answer_before_plotly_and_re
     assert sketch["label"].startswith("TFLOP/s per GPU by step: ") and "500 points" in sketch["label"]
     labels = [catalogue[name]["label"] for name in LINES]
     assert all(label in sketch["label"] for label in labels)
-    assert sorted(sketch["legend"]) == sorted(labels)
+    assert sketch["legend"] == [catalogue[f"tflops_{kind}"]["label"] for kind in ("useful", "thd", "bshd")]  # by rank
     assert {"TFLOP/s per GPU", "step"} <= set(sketch["texts"])
 
     # Every line is the series' own points, at their place on the drawn axes: one vertex a point.
@@ -109,6 +109,9 @@ def test_the_headline_chart_is_drawn_from_the_series_answer_before_plotly_and_re
     until(page, f"{PLOT}._fullLayout !== undefined && {SKETCH} === null", timeout=30_000)
     assert page.evaluate("JSON.stringify(document.querySelector('#chart-tflops').getBoundingClientRect())") == box
     assert page.evaluate(f"{PLOT}.querySelectorAll('svg.sketch').length") == 0
+    # The legend above the still is plotly's chart's, now clickable, drawn once.
+    legend = page.locator("#chart-tflops .chart-legend .legend-entry").all_text_contents()
+    assert legend == sketch["legend"]
     traces = page.evaluate(f"{PLOT}.data.filter(t => t.meta.kind === 'line')")
     for trace in traces:
         assert trace["x"] == columns["step"] and trace["y"] == columns[trace["meta"]["column"]]
