@@ -1,10 +1,10 @@
 // @ts-check
 // A chart's legend, drawn by the page above the plot instead of by plotly: plotly draws and
-// measures its legend again on every pass, live extensions included, where it was about a fifth
-// of the pass (docs/benchmarks/2026-12-07-2core.md, "live-legend"). The page draws it once a
-// figure. One entry a named line (or bar trace), in legendrank order. A click hides the entry or
-// shows it again, with its min–max band and its faded raw copy. A double click shows it alone, or
-// all of them when it is shown alone already: plotly's legend gestures.
+// measures its legend again on every pass, live extensions included; the page draws it once a
+// figure (what that saves: docs/benchmarks/2026-12-07-2core.md, "live-legend"). One entry a named
+// line (or bar trace), in legendrank order. A click hides the entry or shows it again, with its
+// min–max band and its faded raw copy. A double click shows it alone, or all of them when it is
+// shown alone already: plotly's legend gestures.
 
 /**
  * @typedef {{ key: string, name: string, color: string, dash: string, width: number, bar: boolean }} LegendEntry
