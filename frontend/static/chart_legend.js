@@ -13,7 +13,9 @@
  *   meta?: { kind?: string, column?: string } }} LegendTrace
  */
 
-const SVG = "http://www.w3.org/2000/svg";
+import { el, svgNode } from "./dom.js";
+import { bandBase } from "./extension.js";
+
 const NAMED_KINDS = new Set(["line", "smoothed", "bar"]);
 
 /**
@@ -22,7 +24,7 @@ const NAMED_KINDS = new Set(["line", "smoothed", "bar"]);
  */
 export function entryKey(trace) {
   const { kind, column } = trace.meta ?? {};
-  if (kind === "band" && column) return column.replace(/_(max|min)$/, "");
+  if (kind === "band" && column) return bandBase(column);
   return column ?? trace.name ?? "";
 }
 
@@ -102,11 +104,8 @@ export function dashArray(dash, width) {
 export function legendBox(plot) {
   const before = plot.previousElementSibling;
   if (before instanceof HTMLElement && before.classList.contains("chart-legend")) return before;
-  const box = document.createElement("div");
-  box.className = "chart-legend";
-  box.setAttribute("role", "group");
-  box.setAttribute("aria-label", "legend: click to hide or show a line, double-click to show it alone");
-  box.hidden = true;
+  const label = "legend: click to hide or show a line, double-click to show it alone";
+  const box = el("div", { class: "chart-legend", role: "group", "aria-label": label, hidden: true });
   plot.before(box);
   return box;
 }
@@ -122,21 +121,20 @@ export function legendBox(plot) {
 export function drawLegend(box, entries, hidden, onClick = null) {
   box.hidden = entries.length === 0;
   box.replaceChildren(
-    ...entries.map((entry) => {
-      const button = document.createElement("button");
-      button.type = "button";
-      button.className = "legend-entry";
-      button.dataset.key = entry.key;
-      button.setAttribute("aria-pressed", String(!hidden.has(entry.key)));
-      const label = document.createElement("span");
-      label.textContent = entry.name;
-      button.append(sample(entry), label);
-      if (onClick) {
-        button.addEventListener("click", () => onClick(entry.key, false));
-        button.addEventListener("dblclick", () => onClick(entry.key, true));
-      }
-      return button;
-    }),
+    ...entries.map((entry) =>
+      el(
+        "button",
+        {
+          type: "button",
+          class: "legend-entry",
+          "data-key": entry.key,
+          "aria-pressed": String(!hidden.has(entry.key)),
+          onclick: onClick && (() => onClick(entry.key, false)),
+          ondblclick: onClick && (() => onClick(entry.key, true)),
+        },
+        [sample(entry), el("span", { text: entry.name })],
+      ),
+    ),
   );
 }
 
@@ -155,14 +153,18 @@ export function showPressed(box, hidden) {
  * @param {LegendEntry} entry
  */
 function sample(entry) {
-  const svg = document.createElementNS(SVG, "svg");
-  for (const [k, v] of Object.entries({ width: 30, height: 12, viewBox: "0 0 30 12", "aria-hidden": "true" })) svg.setAttribute(k, String(v));
-  const mark = document.createElementNS(SVG, entry.bar ? "rect" : "line");
-  const width = Math.min(entry.width, 3);
-  const attributes = entry.bar
-    ? { x: 9, y: 0, width: 12, height: 12, fill: entry.color }
-    : { x1: 0, x2: 30, y1: 6, y2: 6, stroke: entry.color, "stroke-width": width, "stroke-dasharray": dashArray(entry.dash, entry.width) ?? "none" };
-  for (const [k, v] of Object.entries(attributes)) mark.setAttribute(k, String(v));
+  const mark = entry.bar
+    ? svgNode("rect", { x: 9, y: 0, width: 12, height: 12, fill: entry.color })
+    : svgNode("line", {
+        x1: 0,
+        x2: 30,
+        y1: 6,
+        y2: 6,
+        stroke: entry.color,
+        "stroke-width": Math.min(entry.width, 3),
+        "stroke-dasharray": dashArray(entry.dash, entry.width) ?? "none",
+      });
+  const svg = svgNode("svg", { width: 30, height: 12, viewBox: "0 0 30 12", "aria-hidden": "true" });
   svg.append(mark);
   return svg;
 }

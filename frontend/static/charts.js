@@ -317,7 +317,7 @@ export class ChartPanel {
     const keys = new Set(entries.map((e) => e.key));
     const data = this.plot.data || [];
     const indices = data.flatMap((t, i) => (t.visible !== false && keys.has(entryKey(t)) ? [i] : []));
-    const visible = hideTraces(indices.map((i) => ({ ...data[i], visible: true })), hidden).map((t) => t.visible);
+    const visible = indices.map((i) => (hidden.has(entryKey(data[i])) ? "legendonly" : true));
     Plotly.restyle(this.plot, { visible }, indices);
   }
 

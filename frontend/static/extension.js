@@ -14,13 +14,19 @@ import { ema } from "./smoothing.js";
  */
 
 /**
- * Whether the min–max band of a band edge's column (`<column>_max` or `_min`) has a width at some
- * point from index `from` on: a point of one interval has none, and its band hides under the line.
+ * The column a band edge's column (`<column>_max` or `_min`) shades; any other column itself.
+ * @param {string} edge
+ */
+export const bandBase = (edge) => edge.replace(/_(max|min)$/, "");
+
+/**
+ * Whether the min–max band of a band edge's column has a width at some point from index `from`
+ * on: a point of one interval has none, and its band hides under the line.
  * @param {Record<string, (number | string | null)[]>} columns
  * @param {string} edge
  */
 export function bandHasWidth(columns, edge, from = 0) {
-  const base = edge.replace(/_(max|min)$/, "");
+  const base = bandBase(edge);
   const [max, min] = [columns[`${base}_max`] ?? [], columns[`${base}_min`] ?? []];
   for (let i = from; i < max.length; i++) {
     const [hi, lo] = [max[i], min[i]];

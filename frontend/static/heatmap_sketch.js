@@ -9,7 +9,8 @@
 // spans k ± 0.5, the first at the bottom; the colours span the finite z values.
 
 import { cellColors, valueRange } from "./colorscale.js";
-import { axisOf, niceTicks, node, numberLabel, sketchSvg } from "./sketch.js";
+import { svgNode as node } from "./dom.js";
+import { axisOf, niceTicks, numberLabel, sketchSvg } from "./sketch.js";
 
 // Plotly's colorbar, as ranks_figures.js sets it: 10 px of padding around a bar 12 px wide, its
 // tick labels right of it, its title above it; placed a fiftieth of the plot's width past it.

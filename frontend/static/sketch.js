@@ -9,19 +9,13 @@
 // over the data, y padded 5% of its length beyond the data (not below zero with rangemode "tozero").
 
 import { dashArray, drawLegend, legendBox, legendEntries } from "./chart_legend.js";
+import { svgNode as node } from "./dom.js";
 import { formatNumber } from "./format.js";
 import { localTime } from "./timeaxis.js";
 
-const SVG = "http://www.w3.org/2000/svg";
 const PAD = 0.05;
 const TIME_STEPS_S = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
 
-export function node(name, attributes = {}, text) {
-  const made = document.createElementNS(SVG, name);
-  for (const [key, value] of Object.entries(attributes)) made.setAttribute(key, value);
-  if (text !== undefined) made.textContent = text;
-  return made;
-}
 
 const finite = (v) => typeof v === "number" && Number.isFinite(v);
 const round = (v) => Math.round(v * 100) / 100;
