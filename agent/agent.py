@@ -547,6 +547,8 @@ class Agent:
             "sync_idle_between_s": split.sync_idle_between_s,
             "sync_blocked_s": split.blocked_s,
             "sync_blocked_between_s": split.blocked_between_s,
+            "sync_loop_idle_s": split.loop_idle_s,
+            "sync_loop_blocked_s": split.loop_blocked_s,
         }
 
     def count_routing(self, model: torch.nn.Module) -> None:

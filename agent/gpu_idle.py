@@ -35,6 +35,9 @@ stretches is split:
   waited longer (the host had built a queue: e.g. a whole forward and backward between a
   step's first sync and its last) is left to the other rules. Over-estimates where the host
   between two syncs would be slower than the GPU anyway (launch-bound with or without them).
+  The regions' idle is summed apart too (all of it, after the first read as well), with the
+  host's time blocked in the reads that closed them: a loop's fix removes the host's work
+  between its reads, which the host's blocked time alone does not price.
 * Any other idle gap inside a step is the host failing to launch fast enough: host-/launch-bound.
 
 Apart from the split, the host's own side: how long it sat blocked in those sync calls (and
@@ -91,6 +94,11 @@ class IdleSplit:
     # steps and in the same `traced_gaps` gaps between them.
     blocked_s: float = 0.0
     blocked_between_s: float = 0.0
+    # Of the sync idle, the part inside regions bracketed by syncs (a loop of reads: the host's
+    # own work between them, which the loop's fix removes with the reads), and the host's time
+    # blocked in the reads that closed those regions (each at most `queue_ns`).
+    loop_idle_s: float = 0.0
+    loop_blocked_s: float = 0.0
     sync_sites: dict[str, float] = field(default_factory=dict)  # sync idle by the counter's site
 
 
@@ -189,7 +197,10 @@ def attribute_idle(
     sync_ns = torch.where(by_sync, inside, torch.zeros_like(inside))
     if len(regions):
         r0, r1 = regions[:, 1].contiguous(), regions[:, 2].contiguous()
-        in_regions = torch.where(by_sync, 0, _below(r0, r1, g1) - _below(r0, r1, g0))
+        overlap = _below(r0, r1, g1) - _below(r0, r1, g0)
+        split.loop_idle_s = int(overlap.sum()) / 1e9
+        split.loop_blocked_s = int(regions[:, 3].sum()) / 1e9
+        in_regions = torch.where(by_sync, 0, overlap)
         sync_ns = sync_ns + in_regions
         free0, free1 = g0[~by_sync], g1[~by_sync]
         charge(regions[:, 0], _below(free0, free1, r1) - _below(free0, free1, r0))
@@ -241,10 +252,10 @@ def _host_blocked(
 
 
 def _bracketed(waits: Sequence[tuple[int, int]], steps: Sequence[tuple[int, int]], queue_ns: int) -> torch.Tensor:
-    """The host regions bracketed by syncs, as an (n, 3) tensor (first sync's begin, region start,
-    region end): from each sync's begin to the next one's, where both begin in the same step and
-    the next one found at most `queue_ns` of work queued (it waited no longer): the host never got
-    ahead of the GPU in between. The `waits` are `_host_waits`' (a blocking copy is a sync too).
+    """The host regions bracketed by syncs, as an (n, 4) tensor (first sync's begin, region start,
+    region end, the closing sync's wait): from each sync's begin to the next one's, where both
+    begin in the same step and the next one found at most `queue_ns` of work queued (it waited no
+    longer): the host never got ahead of the GPU in between. The `waits` are `_host_waits`' (a blocking copy is a sync too).
     Disjoint, in order."""
     longest: dict[int, int] = {}  # each begin's longest wait
     for begin, end in waits:
@@ -253,8 +264,8 @@ def _bracketed(waits: Sequence[tuple[int, int]], steps: Sequence[tuple[int, int]
     regions = []
     for begin, end in steps:
         inside = [b for b in begins if begin <= b <= end]
-        regions += [(a, a, b) for a, b in pairwise(inside) if longest[b] <= queue_ns]
-    return torch.tensor(regions, dtype=torch.int64).reshape(-1, 3)
+        regions += [(a, a, b, longest[b]) for a, b in pairwise(inside) if longest[b] <= queue_ns]
+    return torch.tensor(regions, dtype=torch.int64).reshape(-1, 4)
 
 
 def _drained_queues(

@@ -239,6 +239,10 @@ FIELDS: tuple[Field, ...] = (
     # gaps: the time it would have had, without them, to run ahead of the GPU.
     _seconds("sync_blocked_s", "the host's time blocked in syncs inside the traced steps", required=False),
     _seconds("sync_blocked_between_s", "the host's time blocked in syncs in the traced gaps", required=False),
+    # Of `sync_idle_s`, the part in regions bracketed by syncs that each waited at most a few small
+    # kernels (a loop of reads), and the host's time blocked in the reads that closed them.
+    _seconds("sync_loop_idle_s", "GPU idle in the traced steps inside loops of host syncs", required=False),
+    _seconds("sync_loop_blocked_s", "the host's time blocked in the reads closing those loops", required=False),
     _float("loss", "", "mean training loss", required=False, minimum=None),
     _float("lr", "", "learning rate", required=False, minimum=None),
     _float("grad_norm", "", "gradient norm", required=False),
@@ -376,6 +380,11 @@ SUMS: tuple[Sum, ...] = (
     Sum("blocked_traced_gaps", ("traced_gaps",), present="sync_blocked_s"),
     Sum("sync_blocked_s", ("sync_blocked_s",), present="sync_blocked_s"),
     Sum("sync_blocked_between_s", ("sync_blocked_between_s",), present="sync_blocked_s"),
+    # The syncs' loops, over the traced steps (and their time) of the rows that carry them.
+    Sum("loop_traced_steps", ("traced_steps",), present="sync_loop_idle_s"),
+    Sum("loop_traced_step_time_s", ("traced_step_time_s",), present="sync_loop_idle_s"),
+    Sum("sync_loop_idle_s", ("sync_loop_idle_s",), present="sync_loop_idle_s"),
+    Sum("sync_loop_blocked_s", ("sync_loop_blocked_s",), present="sync_loop_idle_s"),
 )
 SUM_NAMES = tuple(s.name for s in SUMS)
 # The fields any sum reads, in catalogue order: what a row needs to carry for `sums_of_rows`.

@@ -157,6 +157,17 @@ def host_blocked_s(sums: Mapping[str, float]) -> float | None:
     return sums["sync_blocked_s"] / sums["blocked_traced_steps"] + between
 
 
+def sync_loop_s(sums: Mapping[str, float], step_s: float) -> tuple[float, float] | None:
+    """Per iteration, the GPU's idle time inside the syncs' loops (regions bracketed by reads that
+    each waited at most a few small kernels: the host's own work between them, which the loop's
+    fix removes with the reads) and the host's time blocked in the reads that closed them, over
+    the traced steps of the records that split it; None where none did (an agent before it)."""
+    if sums["loop_traced_step_time_s"] <= 0:
+        return None
+    idle = sums["sync_loop_idle_s"] / sums["loop_traced_step_time_s"] * step_s
+    return idle, sums["sync_loop_blocked_s"] / sums["loop_traced_steps"]
+
+
 class SyncSplit(NamedTuple):
     """The GPU's idle time per iteration (s) as the host syncs' (inside the step and between
     steps, out of the data wait) and the launch-bound term's, from the traced steps."""
@@ -165,11 +176,14 @@ class SyncSplit(NamedTuple):
     between_s: float | None  # their part between steps (None: not measured, all kept in the data wait)
     launch_s: float  # the launch-bound term's
     blocked_s: float | None  # the host's time blocked in syncs, where measured: it caps the syncs' time
+    loop_s: float | None = None  # of inside_s, the idle inside the syncs' loops (None: not split)
 
 
 def sync_split(sums: Mapping[str, float], step_s: float | None) -> SyncSplit | None:
-    """Where the host's blocked time is measured, the syncs' time is what it would have let the
-    host run ahead into: at most the GPU's idle per iteration (inside the step and between steps)
+    """Where the host's blocked time is measured, the syncs' time is the idle inside their loops
+    (`sync_loop_s`: the host's work between reads that return at once, which the fix removes with
+    the reads) and, for the rest, what the host's time blocked in the other syncs would have let it
+    run ahead into: at most the GPU's other idle per iteration (inside the step and between steps)
     and at most that blocked time, taken first from the idle after the syncs, then from the time
     between steps, then from the launch-bound idle; idle after a sync beyond it is the host's
     (launch-bound: without the sync it would have idled the GPU anyway). Without it (an older
@@ -183,12 +197,17 @@ def sync_split(sums: Mapping[str, float], step_s: float | None) -> SyncSplit | N
     blocked = host_blocked_s(sums)
     if blocked is None:
         return SyncSplit(after_syncs, sync_wait_s(sums), launch, None)
+    measured_loop = sync_loop_s(sums, step_s)
+    loop_idle, loop_blocked = measured_loop or (0.0, 0.0)
+    loop = min(loop_idle, after_syncs)
+    after_others = after_syncs - loop
     gap = sums["data_wait_s"] / sums["data_wait_gaps"] if sums["data_wait_gaps"] else 0.0
-    syncs = min(after_syncs + gap + launch, blocked)
-    inside = min(syncs, after_syncs)
+    syncs = min(after_others + gap + launch, max(blocked - loop_blocked, 0.0))
+    inside = min(syncs, after_others)
     between = min(syncs - inside, gap)
     from_launch = syncs - inside - between
-    return SyncSplit(inside + from_launch, between, launch + after_syncs - inside - from_launch, blocked)
+    launch_s = launch + after_others - inside - from_launch
+    return SyncSplit(loop + inside + from_launch, between, launch_s, blocked, None if measured_loop is None else loop)
 
 
 def sync_term(
@@ -226,6 +245,8 @@ def sync_term(
         # Its idle time between steps, in % of the step: None where the agent did not split it.
         detail["between_steps"] = None if split.between_s is None else between
         detail["host_blocked_ms"] = _ms(split.blocked_s)
+        # Of the part inside the step, the idle inside the syncs' loops (null where not split).
+        detail["loop_ms"] = _ms(split.loop_s)
         for entry, (_, count) in zip(detail["sites"], sites, strict=True):
             # Each site's share of the sync time by its share of the syncs: estimated.
             entry["share_of_time"] = count / total if total else None
@@ -235,6 +256,8 @@ def sync_term(
                 f"{per_iter:.3g} syncs/iteration; the GPU's idle time that the host's {split.blocked_s * 1e3:.3g} ms "
                 f"blocked in them would have let it run ahead into (at most that), in {_traced(sums)}"
             )
+            if split.loop_s:
+                source += f"; {split.loop_s * 1e3:.3g} ms of it inside loops of reads that returned at once, whole"
             if split.between_s:
                 source += f"; {split.between_s * 1e3:.3g} ms of it between steps, out of the data wait"
         else:

@@ -288,6 +288,10 @@ def test_idle_between_syncs_that_return_at_once_is_the_syncs_a_per_document_loop
     assert split.sync_sites["loss.py:102"] == pytest.approx((first_wait + 2 + 7) * 1e-6)
     total = first_wait + own + between + last
     assert split.sync_sites["loss.py:103"] == pytest.approx((total - first_wait - 2 - 7) * 1e-6)
+    # All of it lies in the loop (the first read's begin, 60, to the last one's, 396), and the
+    # ten reads that closed its regions each waited 1 µs.
+    assert split.loop_idle_s == pytest.approx(total * 1e-6)
+    assert split.loop_blocked_s == pytest.approx(10e-6)
 
 
 def test_a_region_whose_closing_sync_found_a_queue_stays_launch_bound():
@@ -310,6 +314,9 @@ def test_a_region_whose_closing_sync_found_a_queue_stays_launch_bound():
         "log.py:48b": pytest.approx(18e-6),
         "log.py:48c": pytest.approx(18e-6),
     }
+    # The loop runs from the first read's begin (600) to the last one's (1051): all 46 µs, and
+    # its three closing reads waited 2 µs each; the region 0..600 is none of it.
+    assert (split.loop_idle_s, split.loop_blocked_s) == (pytest.approx(46e-6), pytest.approx(6e-6))
 
 
 def test_syncs_in_two_steps_bracket_nothing_between_them():
@@ -324,3 +331,4 @@ def test_syncs_in_two_steps_bracket_nothing_between_them():
     assert split.between_steps_s == pytest.approx(20e-6)  # 30..50
     assert split.sync_idle_s == 0  # one sync a step: no region, and neither waited for the GPU
     assert split.launch_idle_s == pytest.approx((5 + 10 + 10 + 10) * 1e-6)  # 10..15, 20..30, 50..60, 70..80
+    assert (split.loop_idle_s, split.loop_blocked_s) == (0, 0)

@@ -43,7 +43,7 @@ OTHER_PARTS = {"syncs.sites", "histograms", "channel_loss", "channel_tokens"}
 # What only CUPTI's activity trace measures (a CUDA run with sync_backend="cupti": tests/gpu).
 TRACED = {
     "traced_steps", "traced_step_time_s", "traced_busy_s", "sync_idle_s", "launch_idle_s", "traced_gaps",
-    "sync_idle_between_s", "sync_blocked_s", "sync_blocked_between_s",
+    "sync_idle_between_s", "sync_blocked_s", "sync_blocked_between_s", "sync_loop_idle_s", "sync_loop_blocked_s",
 }  # fmt: skip
 # What only a model with zero-computation experts sends (tests/agent/test_longcat_flash.py).
 ROUTED = {"expert_assignments"}

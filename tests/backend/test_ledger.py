@@ -333,6 +333,7 @@ def test_with_the_hosts_blocked_time_the_syncs_take_the_idle_it_would_have_cover
     terms = by_name(got)
     syncs, wait, launch = terms["host_syncs"], terms["data_wait"], terms["launch_bound"]
     assert syncs["detail"]["host_blocked_ms"] == pytest.approx(blocked * 1e3 / 3 + between * 1e3 / 2)
+    assert syncs["detail"]["loop_ms"] is None  # an agent before the loops' split: not 0
     assert syncs["ms_per_step"] == pytest.approx(syncs_ms) and syncs["status"] == ESTIMATED
     assert syncs["detail"]["between_steps"] * 50 == pytest.approx(between_ms)
     assert wait["ms_per_step"] == pytest.approx(wait_ms) and launch["ms_per_step"] == pytest.approx(launch_ms)
@@ -344,6 +345,24 @@ def test_with_the_hosts_blocked_time_the_syncs_take_the_idle_it_would_have_cover
     padding = (PACK - DOCS * DOC) * spec.c_lin / computed
     useful = (computed - (PACK - DOCS * DOC) * spec.c_lin) / (989e12 * 0.05)
     assert terms["remainder"]["pct_of_step"] == pytest.approx(100 * (1 - useful - padding - 0.2 - 0.1))
+
+
+def test_the_idle_inside_the_syncs_loops_is_theirs_whole(client, new_run):
+    """The run above, its 10 ms a step after syncs now split: 6 ms of it inside a loop of reads
+    that returned at once (whose fix removes the host's work between them), whose closing reads
+    blocked 1 ms of the host's 4 ms a step. The loop's idle is the syncs' whole; the other syncs
+    take what the host's 3 ms left would have covered; the rest of the idle after them is
+    launch-bound. Without the split (an agent before it) the cap takes 4 ms in all."""
+    got = measured_run(
+        client, new_run, traced_gaps=2, sync_idle_between_s=0.0, sync_blocked_s=0.012, sync_blocked_between_s=0.0,
+        sync_loop_idle_s=0.018, sync_loop_blocked_s=0.003,
+    )  # fmt: skip
+    terms = by_name(got)
+    syncs, wait, launch = terms["host_syncs"], terms["data_wait"], terms["launch_bound"]
+    assert syncs["ms_per_step"] == pytest.approx(6.0 + 3.0) and syncs["detail"]["loop_ms"] == pytest.approx(6.0)
+    assert "inside loops of reads" in syncs["source"]
+    assert launch["ms_per_step"] == pytest.approx(5.0 + 1.0) and wait["ms_per_step"] == pytest.approx(20.0)
+    assert syncs["gain"]["iteration_ms_after"] == pytest.approx(70.0 - 9.0)
 
 
 def test_the_syncs_between_steps_take_at_most_the_data_wait(client, new_run):

@@ -256,3 +256,40 @@ def test_0026_leaves_rows_stored_before_it_with_the_hosts_blocked_time_not_measu
     finally:
         engine.dispose()
     assert blocked_ms() is None
+
+
+def test_0027_leaves_rows_stored_before_it_with_the_syncs_loops_not_measured(
+    make_client, database_url, new_run, records
+):
+    """0027 adds the syncs' loops (sync_loop_idle_s, sync_loop_blocked_s) to the intervals and
+    their sums to the rollups, totals and first intervals: down, the rows stay; up again, they
+    hold NULL, and the ledger shows the loops' idle "not measured" (null), never 0."""
+
+    client = make_client(database_url)
+    assert client.post("/api/v1/runs", json=new_run()).status_code == 201
+    recs = records(6)
+    for r in recs:
+        r.update(traced_steps=3, traced_step_time_s=0.3, traced_busy_s=0.2, sync_idle_s=0.05, launch_idle_s=0.05)
+        r.update(traced_gaps=2, sync_idle_between_s=0.01, sync_blocked_s=0.06, sync_blocked_between_s=0.002)
+        r.update(sync_loop_idle_s=0.03, sync_loop_blocked_s=0.003)
+    assert client.post("/api/v1/runs/run-1/intervals", json={"intervals": recs}).json()["accepted"] == 6
+
+    def loop_ms():
+        ledger = make_client(database_url).get("/api/v1/runs/run-1/ledger").json()
+        return {t["name"]: t for t in ledger["terms"]}["host_syncs"]["detail"]["loop_ms"]
+
+    assert loop_ms() > 0
+    engine = make_engine(database_url)
+    try:
+        downgrade(engine, "0026")
+        with engine.connect() as connection:
+            for table in ("intervals", "rollups", "run_totals", "run_first_interval"):
+                columns = {c["name"] for c in inspect(connection).get_columns(table)}
+                assert not {"sync_loop_idle_s", "sync_loop_blocked_s"} & columns, table
+            assert connection.execute(text("SELECT count(*) FROM intervals")).scalar_one() == 6
+        upgrade_schema(engine)
+        with engine.connect() as connection:
+            assert connection.execute(text("SELECT count(sync_loop_idle_s) FROM intervals")).scalar_one() == 0
+    finally:
+        engine.dispose()
+    assert loop_ms() is None

@@ -46,6 +46,8 @@ ROWS = [
         "sync_idle_between_s": 0.02,
         "sync_blocked_s": 0.2,
         "sync_blocked_between_s": 0.01,
+        "sync_loop_idle_s": 0.05,
+        "sync_loop_blocked_s": 0.004,
         "expert_assignments": None,  # a model without zero-computation experts: no such field
     },
     {
@@ -80,6 +82,8 @@ ROWS = [
         "sync_idle_between_s": None,
         "sync_blocked_s": None,
         "sync_blocked_between_s": None,
+        "sync_loop_idle_s": None,
+        "sync_loop_blocked_s": None,
         "expert_assignments": None,
     },
 ]
@@ -274,3 +278,16 @@ def _shown(doc: str, name: str) -> str:
 def test_the_docs_tables_are_the_catalogues(doc, name, table):
     expected = table()
     assert _shown(doc, name) == expected, f"docs/{doc}'s {name} table is stale; put this there:\n{expected}"
+
+
+def test_the_syncs_loop_sums_count_only_the_rows_that_carry_them():
+    # Only the first row split its sync idle into loops: the second's traced steps (an agent
+    # before the split) must not dilute the loops' share of the traced time.
+    rows = [
+        dict(ROWS[0]),
+        dict(ROWS[1], traced_steps=2, traced_step_time_s=0.4, traced_busy_s=0.3, sync_idle_s=0.1, launch_idle_s=0.0),
+    ]
+    sums = sums_of_rows(rows)
+    assert (sums["traced_steps"], sums["loop_traced_steps"]) == (5, 3)
+    assert sums["loop_traced_step_time_s"] == pytest.approx(0.6)
+    assert (sums["sync_loop_idle_s"], sums["sync_loop_blocked_s"]) == (pytest.approx(0.05), pytest.approx(0.004))

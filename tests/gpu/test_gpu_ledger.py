@@ -126,6 +126,28 @@ def test_a_sync_at_the_steps_end_owns_the_idle_between_steps_that_follows():
     assert traced and all(r["sync_idle_between_s"] == 0 for r in traced), traced
 
 
+def test_a_loop_of_reads_is_the_syncs_loop_idle():
+    """A per-document loop: after the forward, 64 reads of a tiny kernel's result, each returning
+    at once on an idle GPU: the idle between them is the syncs' loop (sync_loop_idle_s), most of
+    the sync idle, and its closing reads waited little."""
+    dev = torch.device("cuda")
+    x, w = torch.randn(2048, 2048, device=dev), torch.randn(2048, 2048, device=dev) / 45
+    docs = torch.randn(64, 128, device=dev)
+
+    def looped_step(i):
+        matmuls(x, w, 4)
+        for d in range(64):
+            if docs[d].sum().item() > 1e9:  # sync per document, read into control flow
+                raise AssertionError
+
+    recs = run_steps(cupti_agent(log_every=6, trace_idle_steps=3), looped_step, 24)
+    traced = [r for r in recs if r.get("traced_steps")]
+    assert traced
+    for r in traced:
+        assert r["sync_loop_idle_s"] > 0.5 * r["sync_idle_s"] > 0, r
+        assert r["sync_loop_blocked_s"] < r["sync_loop_idle_s"], r
+
+
 def test_a_launch_bound_step_is_launch_idle_not_sync_idle():
     dev = torch.device("cuda")
     tiny = torch.randn(8, 8, device=dev)
