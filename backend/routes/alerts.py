@@ -60,7 +60,8 @@ def _threshold_field(name: str, default: Any) -> tuple[Any, Any]:
     return kind | None, Field(default=None, description=f"default {default}")
 
 
-_WEBHOOK_URL = Annotated[str, Field(pattern=r"^https?://[^\x00\s]+$", max_length=2000)]
+# No whitespace nor control character (C0, C1), spelled out: \s differs between regex engines (\x85).
+_WEBHOOK_URL = Annotated[str, Field(pattern=r"^https?://[^\x00-\x20\x7f-\x9f\s]+$", max_length=2000)]
 _THRESHOLD_FIELDS = {name: _threshold_field(name, value) for name, value in Thresholds().as_dict().items()}
 # Thresholds to set (null removes the project's own value; mfu_floor null switches it off), and
 # the webhooks, server-wide only (project "").
