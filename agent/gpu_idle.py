@@ -255,8 +255,8 @@ def _bracketed(waits: Sequence[tuple[int, int]], steps: Sequence[tuple[int, int]
     """The host regions bracketed by syncs, as an (n, 4) tensor (first sync's begin, region start,
     region end, the closing sync's wait): from each sync's begin to the next one's, where both
     begin in the same step and the next one found at most `queue_ns` of work queued (it waited no
-    longer): the host never got ahead of the GPU in between. The `waits` are `_host_waits`' (a blocking copy is a sync too).
-    Disjoint, in order."""
+    longer): the host never got ahead of the GPU in between. The `waits` are `_host_waits`' (a
+    blocking copy is a sync too). Disjoint, in order."""
     longest: dict[int, int] = {}  # each begin's longest wait
     for begin, end in waits:
         longest[begin] = max(longest.get(begin, 0), end - begin)
