@@ -140,7 +140,8 @@ CUPTI_VARIANT = {"full+cupti": dict(count_syncs=True, sample_gpu=True, sync_back
 
 LEDGER_FIELDS = (
     "data_wait_s", "data_wait_gaps", "traced_steps", "traced_step_time_s", "sync_idle_s", "launch_idle_s",
-    "traced_gaps", "sync_idle_between_s", "sync_blocked_s", "sync_blocked_between_s",
+    "traced_gaps", "sync_idle_between_s", "sync_blocked_s", "sync_blocked_between_s", "sync_loop_idle_s",
+    "sync_loop_blocked_s",
 )  # fmt: skip
 
 
