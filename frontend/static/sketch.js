@@ -16,7 +16,6 @@ import { localTime } from "./timeaxis.js";
 const PAD = 0.05;
 const TIME_STEPS_S = [1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400];
 
-
 const finite = (v) => typeof v === "number" && Number.isFinite(v);
 const round = (v) => Math.round(v * 100) / 100;
 

@@ -222,49 +222,24 @@ def test_0025_leaves_rows_stored_before_it_without_cross_attention(make_client, 
     assert after == before
 
 
-def test_0026_leaves_rows_stored_before_it_with_the_hosts_blocked_time_not_measured(
-    make_client, database_url, new_run, records
+# A migration that adds ledger measurements to the intervals (and their sums to the rollups,
+# totals and first intervals): the revision before it, its fields, the host syncs' detail that
+# shows them and that detail's value (ms) while the rows carry them, of the step's ms.
+LEDGER_FIELD_MIGRATIONS = {
+    "0026 the host's blocked time": ("0025", ("sync_blocked_s", "sync_blocked_between_s"), "host_blocked_ms",
+                                     lambda step_ms: 60 / 3 + 2 / 2),
+    "0027 the syncs' loops": ("0026", ("sync_loop_idle_s", "sync_loop_blocked_s"), "loop_ms",
+                              lambda step_ms: 0.03 / 0.3 * step_ms),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("migration", LEDGER_FIELD_MIGRATIONS)
+def test_ledger_fields_of_rows_stored_before_their_migration_are_not_measured(
+    make_client, database_url, new_run, records, migration
 ):
-    """0026 adds the host's time blocked in syncs (sync_blocked_s, sync_blocked_between_s) to the
-    intervals and its sums to the rollups, totals and first intervals: down, the rows stay; up
-    again, they hold NULL, and the ledger shows the blocked time "not measured" (null), never 0."""
-
-    client = make_client(database_url)
-    assert client.post("/api/v1/runs", json=new_run()).status_code == 201
-    recs = records(6)
-    for r in recs:
-        r.update(traced_steps=3, traced_step_time_s=0.3, traced_busy_s=0.2, sync_idle_s=0.05, launch_idle_s=0.05)
-        r.update(traced_gaps=2, sync_idle_between_s=0.01, sync_blocked_s=0.06, sync_blocked_between_s=0.002)
-    assert client.post("/api/v1/runs/run-1/intervals", json={"intervals": recs}).json()["accepted"] == 6
-
-    def blocked_ms():
-        ledger = make_client(database_url).get("/api/v1/runs/run-1/ledger").json()
-        return {t["name"]: t for t in ledger["terms"]}["host_syncs"]["detail"]["host_blocked_ms"]
-
-    assert blocked_ms() == pytest.approx(60 / 3 + 2 / 2)
-    engine = make_engine(database_url)
-    try:
-        downgrade(engine, "0025")
-        with engine.connect() as connection:
-            for table in ("intervals", "rollups", "run_totals", "run_first_interval"):
-                columns = {c["name"] for c in inspect(connection).get_columns(table)}
-                assert not {"sync_blocked_s", "sync_blocked_between_s"} & columns, table
-            assert connection.execute(text("SELECT count(*) FROM intervals")).scalar_one() == 6
-        upgrade_schema(engine)
-        with engine.connect() as connection:
-            assert connection.execute(text("SELECT count(sync_blocked_s) FROM intervals")).scalar_one() == 0
-    finally:
-        engine.dispose()
-    assert blocked_ms() is None
-
-
-def test_0027_leaves_rows_stored_before_it_with_the_syncs_loops_not_measured(
-    make_client, database_url, new_run, records
-):
-    """0027 adds the syncs' loops (sync_loop_idle_s, sync_loop_blocked_s) to the intervals and
-    their sums to the rollups, totals and first intervals: down, the rows stay; up again, they
-    hold NULL, and the ledger shows the loops' idle "not measured" (null), never 0."""
-
+    """Down past the migration, the rows stay; up again, they hold NULL in its fields, and the
+    ledger shows what they measure "not measured" (null), never 0."""
+    before, fields, detail, carried = LEDGER_FIELD_MIGRATIONS[migration]
     client = make_client(database_url)
     assert client.post("/api/v1/runs", json=new_run()).status_code == 201
     recs = records(6)
@@ -274,22 +249,23 @@ def test_0027_leaves_rows_stored_before_it_with_the_syncs_loops_not_measured(
         r.update(sync_loop_idle_s=0.03, sync_loop_blocked_s=0.003)
     assert client.post("/api/v1/runs/run-1/intervals", json={"intervals": recs}).json()["accepted"] == 6
 
-    def loop_ms():
+    def shown():
         ledger = make_client(database_url).get("/api/v1/runs/run-1/ledger").json()
-        return {t["name"]: t for t in ledger["terms"]}["host_syncs"]["detail"]["loop_ms"]
+        return {t["name"]: t for t in ledger["terms"]}["host_syncs"]["detail"][detail], ledger["step_time_ms"]
 
-    assert loop_ms() > 0
+    value, step_ms = shown()
+    assert value == pytest.approx(carried(step_ms))
     engine = make_engine(database_url)
     try:
-        downgrade(engine, "0026")
+        downgrade(engine, before)
         with engine.connect() as connection:
             for table in ("intervals", "rollups", "run_totals", "run_first_interval"):
                 columns = {c["name"] for c in inspect(connection).get_columns(table)}
-                assert not {"sync_loop_idle_s", "sync_loop_blocked_s"} & columns, table
+                assert not set(fields) & columns, table
             assert connection.execute(text("SELECT count(*) FROM intervals")).scalar_one() == 6
         upgrade_schema(engine)
         with engine.connect() as connection:
-            assert connection.execute(text("SELECT count(sync_loop_idle_s) FROM intervals")).scalar_one() == 0
+            assert connection.execute(text(f"SELECT count({fields[0]}) FROM intervals")).scalar_one() == 0
     finally:
         engine.dispose()
-    assert loop_ms() is None
+    assert shown()[0] is None
