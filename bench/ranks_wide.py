@@ -13,8 +13,8 @@ on both alike.
   rows), timed in-process;
 * the CSV export of the whole run (rows/s);
 * an alert judging round of the run (alerts/evaluate.decide: its reads and every rule), timed
-  in-process beside the read of every rank's row of the same intervals (what a round read before
-  the rounds read the rank summaries);
+  in-process with the runs' rounds in turn (4 x --repeat of them), beside the read of every rank's
+  row of the same intervals (what a round read before the rounds read the rank summaries);
 * with --browser, the run page in Debian's chromium: ms from navigation until the ranks panel is
   drawn (`ranks_panel`: both its charts, as the stills drawn before plotly.js loads or as plotly's),
   until plotly has drawn both (`ranks_interactive`), and until the first chart is drawn
@@ -171,28 +171,42 @@ def raw_matrix_ms(make_session: Any, run_id: str, repeat: int) -> float:
     return median_ms(seconds)
 
 
-def judging_ms(engine: Any, run_id: str, repeat: int) -> dict[str, float]:
-    """Alert judging rounds (alerts/evaluate.decide) in this process: the first, which adds up
-    every interval it reads, then the median of rounds with nothing new, beside the read of every
-    rank's row of the same intervals (what each round read before it read the rank summaries)."""
-    config, seconds, every_rank = AlertConfig(), [], []
+def judging_ms(engine: Any, run_ids: list[str], repeat: int) -> dict[str, dict[str, float]]:
+    """Alert judging rounds (alerts/evaluate.decide) in this process, the runs' rounds taken in
+    turn so that the machine's load weighs on each alike: each run's first, which adds up every
+    interval it reads, then the median of `repeat` rounds with nothing new, beside the read of
+    every rank's row of the same intervals (what each round read before it read the rank
+    summaries; 3 times)."""
+    config = AlertConfig()
+    out: dict[str, dict[str, float]] = {}
     with engine.connect() as connection:
-        run_pk = connection.execute(select(Run.id).where(Run.run_id == run_id)).scalar_one()
-        run = run_row(connection, run_pk)
-        assert run is not None
-        t0 = time.perf_counter()
-        decide(connection, run_pk, config, datetime.now(UTC))
-        first = time.perf_counter() - t0
-        for _ in range(repeat):
+        runs = {}
+        for run_id in run_ids:
+            run_pk = connection.execute(select(Run.id).where(Run.run_id == run_id)).scalar_one()
+            run = run_row(connection, run_pk)
+            assert run is not None
+            runs[run_id] = (run_pk, run)
             t0 = time.perf_counter()
             decide(connection, run_pk, config, datetime.now(UTC))
-            t1 = time.perf_counter()
-            with_rank_details(connection, run_pk, read_intervals(connection, run, Thresholds()))
-            seconds.append(t1 - t0)
-            every_rank.append(time.perf_counter() - t1)
+            out[run_id] = {"first_round_ms": round((time.perf_counter() - t0) * 1e3, 2)}
+        seconds: dict[str, list[float]] = {run_id: [] for run_id in run_ids}
+        every_rank: dict[str, list[float]] = {run_id: [] for run_id in run_ids}
+        for k in range(repeat):
+            for run_id, (run_pk, run) in runs.items():
+                t0 = time.perf_counter()
+                decide(connection, run_pk, config, datetime.now(UTC))
+                seconds[run_id].append(time.perf_counter() - t0)
+                if k < 3:
+                    t0 = time.perf_counter()
+                    with_rank_details(connection, run_pk, read_intervals(connection, run, Thresholds()))
+                    every_rank[run_id].append(time.perf_counter() - t0)
         connection.rollback()
-    return {"first_round_ms": round(first * 1e3, 2), "round_ms_p50": median_ms(seconds),
-            "every_rank_rows_ms_p50": median_ms(every_rank)}  # fmt: skip
+    for run_id in run_ids:
+        out[run_id] |= {
+            "round_ms_p50": median_ms(seconds[run_id]),
+            "every_rank_rows_ms_p50": median_ms(every_rank[run_id]),
+        }
+    return out
 
 
 def csv_export(http: httpx.Client, run_id: str) -> dict[str, Any]:
@@ -254,9 +268,10 @@ def bench(database_url: str, args: argparse.Namespace) -> dict[str, Any]:
         log("reads")
         for run_id, measured in reads(http, run_ids, args.intervals - 1, args.repeat).items():
             out["runs"][run_id].update(measured)
+        for run_id, judging in judging_ms(engine, run_ids, 4 * args.repeat).items():
+            out["runs"][run_id]["alert_judging"] = judging
         for run_id in run_ids:
             out["runs"][run_id]["raw_matrix_ms_p50"] = raw_matrix_ms(make_session, run_id, 3)
-            out["runs"][run_id]["alert_judging"] = judging_ms(engine, run_id, 3)
             out["runs"][run_id]["csv"] = csv_export(http, run_id)
             log(f"{run_id}: csv {out['runs'][run_id]['csv']}")
         if args.browser:

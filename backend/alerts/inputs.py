@@ -11,6 +11,7 @@ import math
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -89,14 +90,27 @@ def _indexes(connection: Connection, run_pk: int, first: int, last: int) -> list
     return sorted({*head, *tail})
 
 
-# Each judged interval's sums over its ranks, kept between rounds in this process: an interval's
-# rows only ever grow (a replay adds none), so the sums hold while its rank summary (the ranks that
-# sent it, the sum of their step times, written in the rows' own transaction) is what it was; a
-# round then adds up only the intervals that changed. Keyed by database, run row (its id and when
-# it was created: a run deleted and created again is another) and interval.
-_SUMS_KEPT: OrderedDict[tuple[Any, ...], tuple[tuple[int, float], float, dict[str, float]]] = OrderedDict()
-SUMS_KEPT_MAX = 8192  # intervals: 38 a run for 200 runs; about 3 KB each
-_SUMS_KEPT_LOCK = threading.Lock()
+@dataclass(frozen=True)
+class _Totals:
+    """What a round reads of one interval over all its ranks: how many sent it, the latest wall_end,
+    the catalogue's sums, and the step-time buckets around the median (_near_median), the
+    `below_buckets` ranks under them left out."""
+
+    ranks: int
+    wall_end: float
+    sums: dict[str, float]
+    below_buckets: int = 0
+    buckets: tuple[tuple[int, float, float], ...] = ()
+
+
+# Each judged interval's totals, kept between rounds in this process: an interval's rows (and its
+# buckets, written in their transaction) only ever grow (a replay adds none), so its totals hold
+# while its rank summary (the ranks that sent it, the sum of their step times) is what it was; a
+# round then reads only the intervals that changed. Keyed by database, run row (its id and when it
+# was created: a run deleted and created again is another) and interval.
+_KEPT: OrderedDict[tuple[Any, ...], tuple[tuple[int, float], _Totals]] = OrderedDict()
+KEPT_MAX = 8192  # intervals: 38 a run for 200 runs; about 3 KB each
+_KEPT_LOCK = threading.Lock()
 # Built once, not each round: its two dozen aggregates are then compiled and keyed once.
 _SUMS_OF = (
     select(intervals.c.interval, func.count().label("ranks"),
@@ -104,42 +118,74 @@ _SUMS_OF = (
     .where(intervals.c.run_pk == bindparam("run_pk"), intervals.c.interval.in_(bindparam("stale", expanding=True)))
     .group_by(intervals.c.interval)
 )  # fmt: skip
+_BUCKETS_OF = (
+    select(rank_time_buckets.c.interval, rank_time_buckets.c.ranks,
+           rank_time_buckets.c.step_time_min, rank_time_buckets.c.step_time_max)
+    .where(rank_time_buckets.c.run_pk == bindparam("run_pk"),
+           rank_time_buckets.c.interval.in_(bindparam("stale", expanding=True)))
+    .order_by(rank_time_buckets.c.interval, rank_time_buckets.c.bucket)
+)  # fmt: skip
 
 
-def _interval_sums(
+def _near_median(buckets: list[tuple[int, float, float]]) -> tuple[int, tuple[tuple[int, float, float], ...]]:
+    """(the ranks in the buckets left out below, the buckets that hold places n/2 - 2 to n/2 + 3 of
+    the n ranks): the rules ask the buckets for the median of the other ranks' step times alone,
+    places (n - 1) // 2 to (n - 1) // 2 + 2 (rules._others_median), so a kept interval is a few
+    buckets however wide the spread of its ranks' times."""
+    n = sum(count for count, _, _ in buckets)
+    below, held, through = 0, [], 0
+    for bucket in buckets:
+        through += bucket[0]
+        if 2 * through < n - 4:  # ends below place n/2 - 2
+            below = through
+        elif 2 * (through - bucket[0]) <= n + 4:  # starts at or below place n/2 + 3
+            held.append(bucket)
+        else:
+            break
+    return below, tuple(held)
+
+
+def _interval_totals(
     connection: Connection, run: Mapping[str, Any], wanted: list[int], marks: Mapping[int, tuple[int, float]]
-) -> dict[int, tuple[int, float, dict[str, float]]]:
-    """interval -> (ranks, latest wall_end, sums over its ranks) of the wanted intervals, the
-    database adding up only those whose rank summary (`marks`) changed since this process last did."""
+) -> dict[int, _Totals]:
+    """The wanted intervals' totals, the database reading only those whose rank summary (`marks`)
+    changed since this process last did: a round with nothing new reads no row of them."""
     base = (str(connection.engine.url), run["id"], str(run["created_at"]))
-    out: dict[int, tuple[int, float, dict[str, float]]] = {}
-    with _SUMS_KEPT_LOCK:
+    out: dict[int, _Totals] = {}
+    with _KEPT_LOCK:
         for index in wanted:
-            kept = _SUMS_KEPT.get((*base, index))
+            kept = _KEPT.get((*base, index))
             if kept is not None and kept[0] == marks.get(index):
-                out[index] = (kept[0][0], kept[1], kept[2])
+                out[index] = kept[1]
     stale = [i for i in wanted if i not in out]
-    if stale:
-        rows = connection.execute(_SUMS_OF, {"run_pk": run["id"], "stale": stale}).all()
-        with _SUMS_KEPT_LOCK:
-            for row in rows:
-                sums = {name: float(row._mapping[name] or 0.0) for name in SUM_NAMES}
-                out[row.interval] = (int(row.ranks), float(row.wall_end), sums)
-                mark = marks.get(row.interval)
-                if mark is not None and mark[0] == row.ranks:  # the summary and the rows agree: keep
-                    _SUMS_KEPT[(*base, row.interval)] = (mark, float(row.wall_end), sums)
-                    _SUMS_KEPT.move_to_end((*base, row.interval))
-            while len(_SUMS_KEPT) > SUMS_KEPT_MAX:
-                _SUMS_KEPT.popitem(last=False)
+    if not stale:
+        return out
+    rows = connection.execute(_SUMS_OF, {"run_pk": run["id"], "stale": stale}).all()
+    buckets: dict[int, list[tuple[int, float, float]]] = {}
+    for index, count, least, greatest in connection.execute(_BUCKETS_OF, {"run_pk": run["id"], "stale": stale}):
+        buckets.setdefault(index, []).append((int(count), float(least), float(greatest)))
+    with _KEPT_LOCK:
+        for row in rows:
+            sums = {name: float(row._mapping[name] or 0.0) for name in SUM_NAMES}
+            held = buckets.get(row.interval, [])
+            totals = _Totals(int(row.ranks), float(row.wall_end), sums, *_near_median(held))
+            out[row.interval] = totals
+            mark = marks.get(row.interval)
+            # The summary, the rows and the buckets agree (no rank's row came between the reads): keep.
+            if mark is not None and mark[0] == row.ranks == sum(count for count, _, _ in held):
+                _KEPT[(*base, row.interval)] = (mark, totals)
+                _KEPT.move_to_end((*base, row.interval))
+        while len(_KEPT) > KEPT_MAX:
+            _KEPT.popitem(last=False)
     return out
 
 
 def read_intervals(connection: Connection, run: Mapping[str, Any], t: Thresholds) -> list[Interval]:
     """The run's first (warm-up and baseline) and latest intervals that every rank has sent: each
-    one's sums over its ranks (added by the database, once per change: _interval_sums) and its
-    ranks' step-time summaries (kept at ingest), so a judgement reads a few rows an interval at 8
-    ranks as at 16,384. The per-rank sums and sync sites are read only where an alert that names
-    them is about to open (with_rank_details). `run`: the runs row."""
+    one's sums over its ranks and the step-time buckets around its median (read once per change:
+    _interval_totals) and its slowest ranks (kept at ingest), so a judgement reads a few rows an
+    interval at 8 ranks as at 16,384. The per-rank sums and sync sites are read only where an alert
+    that names them is about to open (with_rank_details). `run`: the runs row."""
     run_pk = run["id"]
     wanted = _indexes(connection, run_pk, t.warmup_intervals + t.baseline_intervals, RECENT_INTERVALS)
     if not wanted:
@@ -151,18 +197,17 @@ def read_intervals(connection: Connection, run: Mapping[str, Any], t: Thresholds
             select(s.interval, s.reporting_ranks, s.step_time_sum).where(s.run_pk == run_pk, s.interval.in_(wanted))
         )
     }
-    totals = _interval_sums(connection, run, wanted, marks)
-    complete = max((ranks for ranks, _, _ in totals.values()), default=0)
-    slowest = _per_interval(connection, rank_slowest, run_pk, wanted)
-    buckets = _per_interval(connection, rank_time_buckets, run_pk, wanted)
+    totals = _interval_totals(connection, run, wanted, marks)
+    complete = max((i.ranks for i in totals.values()), default=0)
+    slowest = _slowest(connection, run_pk, wanted)
     diverged = _diverged(connection, run_pk, wanted)
     out = []
-    for index, (ranks, wall_end, sums) in sorted(totals.items()):
-        if ranks < complete:
+    for index, i in sorted(totals.items()):
+        if i.ranks < complete:
             continue  # its other ranks' rows are on their way
         kept = tuple(slowest.get(index, ()))[:SLOWEST_KEPT]  # cut what concurrent writers left over
         out.append(
-            Interval(index, wall_end, sums, ranks, kept, _mean(marks.get(index)), tuple(buckets.get(index, ())),
+            Interval(index, i.wall_end, i.sums, i.ranks, kept, _mean(marks.get(index)), i.buckets, i.below_buckets,
                      nonfinite_loss=index in diverged)
         )  # fmt: skip
     return out
@@ -173,22 +218,18 @@ def _mean(mark: tuple[int, float] | None) -> float | None:
     return None if mark is None or mark[0] < 1 else mark[1] / mark[0]
 
 
-def _per_interval(connection: Connection, table: Any, run_pk: int, wanted: list[int]) -> dict[int, list[Any]]:
-    """rank_slowest's (rank, step time), slowest first and the lowest rank among equals, or
-    rank_time_buckets' (ranks, least, greatest) in bucket order, of each wanted interval."""
-    if table is rank_slowest:
-        columns: tuple[Any, ...] = (table.c.rank, table.c.step_time_s)
-        order: tuple[Any, ...] = (table.c.step_time_s.desc(), table.c.rank)
-    else:
-        columns, order = (table.c.ranks, table.c.step_time_min, table.c.step_time_max), (table.c.bucket,)
-    found: dict[int, list[Any]] = {}
+def _slowest(connection: Connection, run_pk: int, wanted: list[int]) -> dict[int, list[tuple[int, float]]]:
+    """Each wanted interval's rank_slowest rows, (rank, step time), slowest first and the lowest
+    rank among equals."""
+    t = rank_slowest.c
+    found: dict[int, list[tuple[int, float]]] = {}
     rows = connection.execute(
-        select(table.c.interval, *columns)
-        .where(table.c.run_pk == run_pk, table.c.interval.in_(wanted))
-        .order_by(table.c.interval, *order)
+        select(t.interval, t.rank, t.step_time_s)
+        .where(t.run_pk == run_pk, t.interval.in_(wanted))
+        .order_by(t.interval, t.step_time_s.desc(), t.rank)
     )
-    for interval, *rest in rows:
-        found.setdefault(interval, []).append((int(rest[0]), float(rest[1]), *(float(x) for x in rest[2:])))
+    for interval, rank, step_time in rows:
+        found.setdefault(interval, []).append((int(rank), float(step_time)))
     return found
 
 

@@ -108,7 +108,10 @@ class Interval:
     ranks: int = 1  # the ranks that sent it
     slowest: tuple[tuple[int, float], ...] = ()  # (rank, step time) of its slowest ranks, slowest first
     mean_step_s: float | None = None  # its ranks' mean step time (the rank summary's Σ ÷ ranks)
-    buckets: tuple[tuple[int, float, float], ...] = ()  # (ranks, least, greatest) step time per bucket
+    # (ranks, least, greatest) step time per bucket: those around the median (inputs.py keeps no
+    # other), the `below_buckets` ranks under them left out
+    buckets: tuple[tuple[int, float, float], ...] = ()
+    below_buckets: int = 0
     sites: Mapping[str, int] = field(default_factory=dict)
     nonfinite_loss: bool = False
 
@@ -330,9 +333,10 @@ def slowdown(facts: RunFacts, windows: Windows, t: Thresholds) -> Verdicts:
 
 def _order_statistic(i: Interval, k: int) -> float:
     """The k-th smallest step time (1-based) of the interval's ranks: exact where it is one of the
-    slowest ranks kept, else from the buckets (within a bucket's width, reads/ranks.py)."""
+    slowest ranks kept, else from the buckets (within a bucket's width, reads/ranks.py); a
+    ValueError where the buckets held do not reach it."""
     from_top = i.ranks - k  # 0: the slowest
-    return i.slowest[from_top][1] if from_top < len(i.slowest) else order_statistic(i.buckets, k)
+    return i.slowest[from_top][1] if from_top < len(i.slowest) else order_statistic(i.buckets, k, i.below_buckets)
 
 
 def _others_median(i: Interval, position: int) -> float | None:

@@ -40,11 +40,13 @@ def strided(first: int, last: int, max_points: int) -> list[int]:
 Buckets = Sequence[tuple[int, float, float]]  # (ranks, least, greatest) per bucket, ascending
 
 
-def order_statistic(buckets: Buckets, k: int) -> float:
+def order_statistic(buckets: Buckets, k: int, before: int = 0) -> float:
     """The k-th smallest step time (1-based) of an interval from its buckets: exact where its
     bucket holds one value (least = greatest), else placed by its position between the bucket's
-    least and greatest (both exact), which is within the bucket's width of the true value."""
-    before = 0
+    least and greatest (both exact), which is within the bucket's width of the true value.
+    `before`: the ranks in the interval's buckets below those given (a window of them)."""
+    if k <= before:
+        raise ValueError(f"order statistic {k} lies below the {before} values left out")
     for count, least, greatest in buckets:
         if k <= before + count:
             if count == 1 or least == greatest:

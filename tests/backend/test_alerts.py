@@ -19,7 +19,7 @@ from sqlalchemy import event, func, select
 from wire_records import packed_interval
 
 from packscope.backend.alerts.inputs import read_intervals, run_row
-from packscope.backend.alerts.rules import Thresholds
+from packscope.backend.alerts.rules import Thresholds, _others_median
 from packscope.backend.alerts.worker import run_pks_of
 from packscope.backend.store.models import alert_outbox
 from packscope.core.flops import ModelSpec
@@ -201,25 +201,66 @@ def test_a_straggler_among_many_ranks_is_judged_from_the_rank_summaries_alone(cl
     assert not [q for q in statements if "interval_details" in q and "sync_sites" in q], "a rank's row was read"
 
 
-def test_an_intervals_sums_kept_between_rounds_follow_its_late_ranks(client: TestClient):
-    """The sums a round adds up are kept for the next (inputs._interval_sums); a rank's row that
-    arrives after a round makes the next one add that interval up again."""
+@pytest.mark.parametrize("ranks", [7, 8, 400, 401])
+def test_a_round_reads_the_buckets_around_the_median_alone_and_gets_the_others_median(
+    make_client: Callable[..., TestClient], database_url: str, ranks: int
+):
+    """A judging round keeps of each interval's step-time buckets only those around its median
+    (inputs._near_median), whatever the spread of its ranks' times: 400 ranks 0.1% apart fill
+    about 120 buckets, and at most 6 are kept. Whichever rank is left out, the other ranks' median
+    from those is statistics.median of the others' times, within a bucket's width."""
+    client = make_client(database_url)
+    create(client, parallel={"dp": ranks})
+    times = [0.5 * (1 + 0.001 * ((r * 37) % ranks)) for r in range(ranks)]  # spread, not in rank order
+    send(client, "run-a", [interval(k, r, gpu_time_s=t) for k in range(2) for r, t in enumerate(times)])
+    engine = client.app.state.alerts.engine  # type: ignore[attr-defined]
+    (run_pk,) = run_pks_of(engine, ["run-a"])
+    with engine.connect() as connection:
+        read = read_intervals(connection, run_row(connection, run_pk), T)
+    assert [i.interval for i in read] == [0, 1]
+    steps = interval(0)["steps"]
+    ascending = sorted(t / steps for t in times)  # step times
+    for i in read:
+        assert i.ranks == ranks and len(i.buckets) <= 6, i.buckets  # 6 places around the median, not the spread
+        if ranks > 8:
+            assert i.below_buckets > ranks // 3  # those below the median's were left out
+        for position in range(1, ranks + 1):  # the rank at each place from the fastest, left out
+            others = ascending[: position - 1] + ascending[position:]
+            assert _others_median(i, position) == pytest.approx(statistics.median(others), rel=3e-3), position
+
+
+def test_an_intervals_totals_kept_between_rounds_follow_its_late_ranks(client: TestClient):
+    """The sums and step-time buckets a round reads are kept for the next (inputs._interval_totals):
+    a round with nothing new reads neither; a rank's row that arrives after a round makes the next
+    one read that interval again, its buckets counting the late rank."""
     create(client, parallel={"dp": 2})
     engine = client.app.state.alerts.engine  # type: ignore[attr-defined]
     (run_pk,) = run_pks_of(engine, ["run-a"])
+    statements: list[str] = []
 
-    def read() -> dict[int, tuple[int, float]]:
-        with engine.connect() as connection:
-            run = run_row(connection, run_pk)
-            return {i.interval: (i.ranks, i.sums["tokens"]) for i in read_intervals(connection, run, T)}
+    def read() -> dict[int, tuple[int, float, int]]:
+        statements.clear()
+        listen = lambda *a: statements.append(a[2])  # noqa: E731  (conn, cursor, statement, ...)
+        event.listen(engine, "before_cursor_execute", listen)
+        try:
+            with engine.connect() as connection:
+                run = run_row(connection, run_pk)
+                read = read_intervals(connection, run, T)
+        finally:
+            event.remove(engine, "before_cursor_execute", listen)
+        return {
+            i.interval: (i.ranks, i.sums["tokens"], i.below_buckets + sum(n for n, _, _ in i.buckets)) for i in read
+        }
 
     first = [interval(k, 0, steps=10) for k in range(3)]
     send(client, "run-a", first)
-    assert read() == {k: (1, first[k]["tokens"]) for k in range(3)}
-    assert read() == {k: (1, first[k]["tokens"]) for k in range(3)}  # kept, unchanged
+    assert read() == {k: (1, first[k]["tokens"], 1) for k in range(3)}
+    assert [q for q in statements if "rank_time_buckets" in q] and [q for q in statements if "FROM intervals" in q]
+    assert read() == {k: (1, first[k]["tokens"], 1) for k in range(3)}  # kept, unchanged
+    assert not [q for q in statements if "rank_time_buckets" in q or "FROM intervals" in q], statements
     late = interval(1, 1, steps=20)  # rank 1 of interval 1 only: interval 1 is whole, 0 and 2 are not
     send(client, "run-a", [late])
-    assert read() == {1: (2, first[1]["tokens"] + late["tokens"])}
+    assert read() == {1: (2, first[1]["tokens"] + late["tokens"], 2)}
 
 
 def test_a_sync_regression_names_the_new_site(client: TestClient):
