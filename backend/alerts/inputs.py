@@ -17,7 +17,7 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, func, select
 
-from packscope.backend.alerts.rules import ONE_PER_RUN, Interval, RunFacts, Thresholds
+from packscope.backend.alerts.rules import ONE_PER_RUN, Interval, RunFacts, Thresholds, others_median_places
 from packscope.backend.reads.ledger import summed_columns
 from packscope.backend.reads.liveness import as_utc, liveness
 from packscope.backend.store.models import (
@@ -128,17 +128,16 @@ _BUCKETS_OF = (
 
 
 def _near_median(buckets: list[tuple[int, float, float]]) -> tuple[int, tuple[tuple[int, float, float], ...]]:
-    """(the ranks in the buckets left out below, the buckets that hold places n/2 - 2 to n/2 + 3 of
-    the n ranks): the rules ask the buckets for the median of the other ranks' step times alone,
-    places (n - 1) // 2 to (n - 1) // 2 + 2 (rules._others_median), so a kept interval is a few
-    buckets however wide the spread of its ranks' times."""
-    n = sum(count for count, _, _ in buckets)
+    """(the ranks in the buckets left out below, the buckets that hold the places the straggler
+    rule reads: rules.others_median_places), so a kept interval is a few buckets however wide the
+    spread of its ranks' times."""
+    first, last = others_median_places(sum(count for count, _, _ in buckets))
     below, held, through = 0, [], 0
     for bucket in buckets:
         through += bucket[0]
-        if 2 * through < n - 4:  # ends below place n/2 - 2
+        if through < first:
             below = through
-        elif 2 * (through - bucket[0]) <= n + 4:  # starts at or below place n/2 + 3
+        elif through - bucket[0] < last:  # its first place is at or below `last`
             held.append(bucket)
         else:
             break

@@ -108,8 +108,8 @@ class Interval:
     ranks: int = 1  # the ranks that sent it
     slowest: tuple[tuple[int, float], ...] = ()  # (rank, step time) of its slowest ranks, slowest first
     mean_step_s: float | None = None  # its ranks' mean step time (the rank summary's Σ ÷ ranks)
-    # (ranks, least, greatest) step time per bucket: those around the median (inputs.py keeps no
-    # other), the `below_buckets` ranks under them left out
+    # (ranks, least, greatest) step time per bucket: those holding others_median_places (inputs.py
+    # keeps no other), the `below_buckets` ranks under them left out
     buckets: tuple[tuple[int, float, float], ...] = ()
     below_buckets: int = 0
     sites: Mapping[str, int] = field(default_factory=dict)
@@ -337,6 +337,14 @@ def _order_statistic(i: Interval, k: int) -> float:
     ValueError where the buckets held do not reach it."""
     from_top = i.ranks - k  # 0: the slowest
     return i.slowest[from_top][1] if from_top < len(i.slowest) else order_statistic(i.buckets, k, i.below_buckets)
+
+
+def others_median_places(ranks: int) -> tuple[int, int]:
+    """The first and last places (1-based, ascending) of an interval's `ranks` step times that
+    _others_median reads, whichever one it leaves out: the middle one or two of the others,
+    shifted up by one where the left-out one lies below them."""
+    m = ranks - 1
+    return max(1, m // 2), m // 2 + 2
 
 
 def _others_median(i: Interval, position: int) -> float | None:
