@@ -10,6 +10,7 @@ import math
 import statistics
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -69,6 +70,18 @@ def send(client: TestClient, run_id: str, records: list[dict[str, Any]]) -> None
 def judge(client: TestClient, run_id: str) -> None:
     worker = client.app.state.alerts  # type: ignore[attr-defined]
     worker.judge_now(run_pks_of(worker.engine, [run_id]))
+
+
+@contextmanager
+def statements_on(engine: Any) -> Iterator[list[str]]:
+    """The SQL statements `engine` runs inside the block, as they run."""
+    statements: list[str] = []
+    listen = lambda *a: statements.append(a[2])  # noqa: E731  (conn, cursor, statement, ...)
+    event.listen(engine, "before_cursor_execute", listen)
+    try:
+        yield statements
+    finally:
+        event.remove(engine, "before_cursor_execute", listen)
 
 
 def alerts_of(client: TestClient, run_id: str) -> list[dict[str, Any]]:
@@ -184,14 +197,8 @@ def test_a_straggler_among_many_ranks_is_judged_from_the_rank_summaries_alone(cl
         records += [interval(k, r, gpu_time_s=t) for r, t in enumerate(these)]
         if k in slow:  # rank 7's time over the median of the other ranks' (steps cancel)
             expected.append(these[7] / statistics.median(t for r, t in enumerate(these) if r != 7))
-    statements: list[str] = []
-    engine = client.app.state.alerts.engine  # type: ignore[attr-defined]
-    listen = lambda *a: statements.append(a[2])  # noqa: E731  (conn, cursor, statement, ...)
-    event.listen(engine, "before_cursor_execute", listen)
-    try:
+    with statements_on(client.app.state.alerts.engine) as statements:  # type: ignore[attr-defined]
         seen = feed(client, "run-a", records)
-    finally:
-        event.remove(engine, "before_cursor_execute", listen)
     assert seen[BASE + n] == [("straggler", "rank 7")] and seen[-1] == [], seen
     (alert,) = alerts_of(client, "run-a")
     assert alert["details"]["ratios"] == pytest.approx(expected, rel=3e-3)  # a bucket's width: 0.27%
@@ -239,15 +246,9 @@ def test_an_intervals_totals_kept_between_rounds_follow_its_late_ranks(client: T
     statements: list[str] = []
 
     def read() -> dict[int, tuple[int, float, int]]:
-        statements.clear()
-        listen = lambda *a: statements.append(a[2])  # noqa: E731  (conn, cursor, statement, ...)
-        event.listen(engine, "before_cursor_execute", listen)
-        try:
-            with engine.connect() as connection:
-                run = run_row(connection, run_pk)
-                read = read_intervals(connection, run, T)
-        finally:
-            event.remove(engine, "before_cursor_execute", listen)
+        with statements_on(engine) as ran, engine.connect() as connection:
+            read = read_intervals(connection, run_row(connection, run_pk), T)
+        statements[:] = ran
         return {
             i.interval: (i.ranks, i.sums["tokens"], i.below_buckets + sum(n for n, _, _ in i.buckets)) for i in read
         }
