@@ -62,8 +62,9 @@ def main() -> int:
         tags = run.run.get("tags", [])
         name = next((t.removeprefix("pair:") for t in tags if t.startswith("pair:")), None)
         role = "before" if "before" in tags else "after" if "after" in tags else None
-        if name and role:
-            pairs.setdefault(name, {})[role] = run.records
+        round_ = next((t.removeprefix("round:") for t in tags if t.startswith("round:")), None)
+        if name and role:  # a pair recorded in rounds (fixes_runs.py --rounds): each round apart
+            pairs.setdefault(f"{name} round {round_}" if round_ else name, {})[role] = run.records
     out = {}
     for name, runs in sorted(pairs.items()):
         if set(runs) != {"before", "after"}:

@@ -36,7 +36,8 @@
 #                                     # 2048x8 = launch-bound, padded vs packed, a slow loader = data wait), the
 #                                     # ground-truth test over them (tests/backend/test_gallery_ledger.py) and
 #                                     # agent_overhead's on/off ratios with the CUPTI trace on (LEDGER_PAIRS picks
-#                                     # pairs by name: logging channel-loss graphs padding data-wait; LEDGER_OVERHEAD_STEPS
+#                                     # pairs by name: logging channel-loss graphs padding data-wait; LEDGER_ROUNDS=3
+#                                     # records each pair three times, before and after in turn; LEDGER_OVERHEAD_STEPS
 #                                     # the on/off steps per mode, default 150; SKIP_TESTS=1 skips the tests;
 #                                     # LEDGER_PROFILE=1 adds a cProfile of the traced agent's calls). `ledger --dry-run`:
 #                                     # the same commands on the CPU (tiny preset, few steps, no CUPTI), no install
@@ -290,8 +291,9 @@ case "${1:-}" in
       local fix=$1 limit=$2; shift 2
       [[ " ${LEDGER_PAIRS:-$fix} " == *" $fix "* ]] || return 0  # LEDGER_PAIRS="logging data-wait" picks some
       local t0=$SECONDS
-      timeout "$limit" $py bench/fixes_runs.py "$fix" --device $device $backend --count-syncs-every 1 \
-        --gallery "$gallery" --out "$OUT/ledger_$fix.json" "$@" 2> "$OUT/ledger_$fix.err"
+      local rounds=${LEDGER_ROUNDS:-1}  # each pair this many times, before and after in turn
+      timeout "$((limit * rounds))" $py bench/fixes_runs.py "$fix" --device $device $backend --count-syncs-every 1 \
+        --rounds "$rounds" --gallery "$gallery" --out "$OUT/ledger_$fix.json" "$@" 2> "$OUT/ledger_$fix.err"
       echo "[$fix] exit $? in $((SECONDS - t0)) s" | tee -a "$OUT/sections.log"
     }
     ledger_pair logging 70 $shape --eager-only

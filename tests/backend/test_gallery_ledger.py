@@ -11,13 +11,21 @@ the predicted gain is the before-ledger's `gain.speedup_pct` of that term:
   realized gain;
 * where the fix gains less, the prediction must be within 2 points of the iteration time.
 
+A pair recorded in rounds (`bench/fixes_runs.py --rounds N`: before and after in turn, each
+file tagged `round:<k>`) is judged on its rounds' medians: the realized gain from the median
+iterations, the predicted gain the median of the befores' predictions, the largest loss by its
+mean over the befores. A host that drifts between recordings then slows both sides alike.
+
 A pair whose before file lacks the term's measurement (recorded by an agent before the ledger's
 measurements) cannot be judged and is left out; with none left the test skips, naming
 `bash bench/gpu_session.sh ledger`, which re-records the pairs. PACKSCOPE_GALLERY_DIR points the
 test at another folder of run files (the GPU session's output).
 """
 
+import json
 import os
+import statistics
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -62,7 +70,8 @@ KNOWN_MISSES = {
 
 
 def gallery_pairs(folder: Path) -> dict[str, dict[str, Any]]:
-    """{pair: {"before": RunFile, "after": RunFile, "removes": term or None}} of the folder's files."""
+    """{pair: {"before": [RunFile], "after": [RunFile], "removes": term or None}} of the folder's
+    files, each role's runs in the order of their rounds (one run where not recorded in rounds)."""
     pairs: dict[str, dict[str, Any]] = {}
     for path in sorted(folder.glob("*.jsonl")):
         run = read_run_file(path)
@@ -71,12 +80,21 @@ def gallery_pairs(folder: Path) -> dict[str, dict[str, Any]]:
         role = "before" if "before" in tags else "after" if "after" in tags else None
         if name is None or role is None:
             continue
-        entry = pairs.setdefault(name, {"removes": None})
-        entry[role] = run
+        entry = pairs.setdefault(name, {"removes": None, "before": {}, "after": {}})
+        round_ = int(next((t.removeprefix("round:") for t in tags if t.startswith("round:")), 1))
+        assert round_ not in entry[role], f"{path}: a second {role} of {name} in round {round_}"
+        entry[role][round_] = run
         tagged = next((t.removeprefix("removes:") for t in tags if t.startswith("removes:")), None)
         by_name = next((term for prefix, term in REMOVED_BY_NAME.items() if name.startswith(prefix)), None)
         entry["removes"] = entry["removes"] or tagged or by_name
-    return {name: p for name, p in pairs.items() if {"before", "after"} <= set(p) and p["removes"]}
+    complete = {}
+    for name, p in pairs.items():
+        if p["before"] and p["after"] and p["removes"]:
+            assert sorted(p["before"]) == sorted(p["after"]), (
+                f"{name}: rounds {sorted(p['before'])} against {sorted(p['after'])}"
+            )
+            complete[name] = {**p, **{role: [p[role][k] for k in sorted(p[role])] for role in ("before", "after")}}
+    return complete
 
 
 def ledger_of(client, run) -> dict[str, Any]:
@@ -94,19 +112,26 @@ def iteration_ms(ledger: dict[str, Any]) -> float:
     return ledger["iteration_ms"] if ledger.get("iteration_ms") is not None else ledger["step_time_ms"]
 
 
-def judge(before: dict[str, Any], after: dict[str, Any], removes: str) -> tuple[str, str] | None:
-    """(verdict, why): "ok", "wrong", or None where the before cannot be judged."""
-    terms = {t["name"]: t for t in before["terms"]}
-    removed = terms[removes]
-    if removed["ms_per_step"] is None or removed.get("gain") is None:
+def judge(befores: Sequence[dict[str, Any]], afters: Sequence[dict[str, Any]], removes: str) -> tuple[str, str] | None:
+    """(verdict, why) of a pair's ledgers, one per round: "ok", "wrong", or None where a before
+    cannot be judged. Over several rounds, the medians (module docstring)."""
+    removed = [{t["name"]: t for t in b["terms"]}[removes] for b in befores]
+    if any(t["ms_per_step"] is None or t.get("gain") is None for t in removed):
         return None
-    realized = 1.0 - iteration_ms(after) / iteration_ms(before)
-    predicted = removed["gain"]["speedup_pct"] / 100.0
-    figures = f"predicted {100 * predicted:.1f}%, realized {100 * realized:.1f}%"
-    parts = f"iteration {_parts(before)} -> {_parts(after)} ms (step + host time between steps)"
+    before_ms, after_ms = (statistics.median(iteration_ms(x) for x in side) for side in (befores, afters))
+    realized = 1.0 - after_ms / before_ms
+    predicted = statistics.median(t["gain"]["speedup_pct"] for t in removed) / 100.0
+    rounds = f" (medians of {len(befores)} rounds)" if len(befores) > 1 else ""
+    figures = f"predicted {100 * predicted:.1f}%, realized {100 * realized:.1f}%{rounds}"
+    middle = lambda side: sorted(side, key=iteration_ms)[(len(side) - 1) // 2]  # noqa: E731
+    parts = f"iteration {_parts(middle(befores))} -> {_parts(middle(afters))} ms (step + host time between steps)"
     if realized >= CLEARLY_FASTER:
-        losses = [t for t in before["terms"] if t["loss"] and t["name"] != "remainder" and t["ms_per_step"] is not None]
-        largest = max(losses, key=lambda t: t["ms_per_step"])["name"]
+        mean_ms: dict[str, float] = {}
+        for b in befores:
+            for t in b["terms"]:
+                if t["loss"] and t["name"] != "remainder" and t["ms_per_step"] is not None:
+                    mean_ms[t["name"]] = mean_ms.get(t["name"], 0.0) + t["ms_per_step"] / len(befores)
+        largest = max(mean_ms, key=mean_ms.__getitem__)
         if largest != removes:
             return "wrong", f"largest loss is {largest}, not {removes}; {figures}; {parts}"
         if abs(predicted - realized) > RELATIVE_TOLERANCE * realized:
@@ -143,7 +168,7 @@ def test_the_ledger_predicts_each_gallery_fix(make_client):
         for pair_name, pair in sorted(gallery_pairs(folder).items()):
             name = prefix + pair_name
             client = make_client()
-            before, after = (ledger_of(client, pair[role]) for role in ("before", "after"))
+            before, after = ([ledger_of(client, run) for run in pair[role]] for role in ("before", "after"))
             verdict = judge(before, after, pair["removes"])
             if verdict is None:
                 continue
@@ -170,19 +195,19 @@ def _ledger(step_ms: float, terms: list[tuple[str, float | None, float | None]],
 
 def test_the_judge_names_a_wrong_largest_term_a_far_prediction_and_an_unmeasured_before():
     before = _ledger(100.0, [("host_syncs", 30.0, 30.0), ("padding", 10.0, 10.0), ("remainder", 50.0, None)])
-    assert judge(before, _ledger(72.0, []), "host_syncs") == ("ok", "predicted 30.0%, realized 28.0%")
-    assert judge(before, _ledger(88.0, []), "padding")[0] == "wrong"  # 12% faster: padding is not the largest
-    assert judge(before, _ledger(50.0, []), "host_syncs")[0] == "wrong"  # 50% realized, 30% predicted
-    assert judge(before, _ledger(99.0, []), "host_syncs")[0] == "wrong"  # a small gain, predicted large
+    assert judge([before], [_ledger(72.0, [])], "host_syncs") == ("ok", "predicted 30.0%, realized 28.0%")
+    assert judge([before], [_ledger(88.0, [])], "padding")[0] == "wrong"  # 12% faster: padding is not the largest
+    assert judge([before], [_ledger(50.0, [])], "host_syncs")[0] == "wrong"  # 50% realized, 30% predicted
+    assert judge([before], [_ledger(99.0, [])], "host_syncs")[0] == "wrong"  # a small gain, predicted large
     small = _ledger(100.0, [("launch_bound", 2.0, 2.0), ("host_syncs", 5.0, 5.0)])
-    assert judge(small, _ledger(97.0, []), "launch_bound")[0] == "ok"  # 3% realized, 2% predicted
+    assert judge([small], [_ledger(97.0, [])], "launch_bound")[0] == "ok"  # 3% realized, 2% predicted
     unmeasured = _ledger(100.0, [("launch_bound", None, None)])
-    assert judge(unmeasured, _ledger(50.0, []), "launch_bound") is None
+    assert judge([unmeasured], [_ledger(50.0, [])], "launch_bound") is None
 
 
 def test_the_data_wait_counts_in_the_iteration_it_lengthens():
     before = _ledger(60.0, [("data_wait", 40.0, 40.0)], wait_ms=40.0)
-    assert judge(before, _ledger(60.0, [], wait_ms=0.5), "data_wait") == ("ok", "predicted 40.0%, realized 39.5%")
+    assert judge([before], [_ledger(60.0, [], wait_ms=0.5)], "data_wait") == ("ok", "predicted 40.0%, realized 39.5%")
 
 
 def test_a_known_miss_must_still_miss_and_every_other_pair_be_predicted():
@@ -191,3 +216,48 @@ def test_a_known_miss_must_still_miss_and_every_other_pair_be_predicted():
     assert "take it off KNOWN_MISSES" in against_known_misses("graphs-1b", hit)
     assert against_known_misses("padding-125m", hit) is None
     assert against_known_misses("padding-125m", miss) == "padding-125m: predicted 7.9%, realized 13.1%"
+
+
+def test_rounds_are_judged_on_their_medians_so_one_slow_stretch_of_the_host_does_not_decide():
+    before = _ledger(100.0, [("host_syncs", 30.0, 30.0), ("remainder", 50.0, None)])
+    drifted = _ledger(130.0, [("host_syncs", 30.0, 23.0), ("remainder", 80.0, None)])
+    slow_after = _ledger(95.0, [])
+    assert judge([before], [slow_after], "host_syncs")[0] == "wrong"  # that round alone: 5% realized
+    verdict = judge([before, drifted, before], [_ledger(72.0, []), slow_after, _ledger(71.0, [])], "host_syncs")
+    assert verdict == ("ok", "predicted 30.0%, realized 28.0% (medians of 3 rounds)")
+    # The largest loss by its mean over the befores: a term largest in one round alone is not.
+    odd = _ledger(100.0, [("host_syncs", 30.0, 30.0), ("padding", 80.0, 80.0)])
+    assert judge([before, odd, before], [_ledger(72.0, [])] * 3, "host_syncs")[0] == "ok"
+    assert judge([odd, odd, before], [_ledger(72.0, [])] * 3, "host_syncs")[1].startswith("largest loss is padding")
+
+
+def _tagged_copy(source: Path, folder: Path, name: str, tags: list[str]) -> None:
+    head, rest = source.read_text().split("\n", 1)
+    line = json.loads(head)
+    line["run"]["tags"] = tags
+    line["run"]["run_id"] = name
+    (folder / f"{name}.jsonl").write_text(json.dumps(line) + "\n" + rest)
+
+
+def test_a_pair_recorded_in_rounds_is_one_pair_with_its_runs_in_round_order(tmp_path):
+    source = Path(__file__).resolve().parents[2] / "gallery" / "padding-125m-before.jsonl"  # the shipped one
+    for k in (2, 1, 3):
+        for role in ("before", "after"):
+            _tagged_copy(
+                source,
+                tmp_path,
+                f"padding-125m-r{k}-{role}",
+                ["pair:padding-125m", role, f"round:{k}", "removes:padding"],
+            )
+    _tagged_copy(source, tmp_path, "logging-125m-after", ["pair:logging-125m", "after"])  # no before: left out
+    pairs = gallery_pairs(tmp_path)
+    assert list(pairs) == ["padding-125m"]
+    assert pairs["padding-125m"]["removes"] == "padding"
+    assert [r.run["run_id"] for r in pairs["padding-125m"]["before"]] == [
+        f"padding-125m-r{k}-before" for k in (1, 2, 3)
+    ]
+    _tagged_copy(
+        source, tmp_path, "padding-125m-r4-before", ["pair:padding-125m", "before", "round:4", "removes:padding"]
+    )
+    with pytest.raises(AssertionError, match="rounds"):
+        gallery_pairs(tmp_path)
