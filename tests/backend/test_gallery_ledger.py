@@ -123,8 +123,7 @@ def judge(befores: Sequence[dict[str, Any]], afters: Sequence[dict[str, Any]], r
     predicted = statistics.median(t["gain"]["speedup_pct"] for t in removed) / 100.0
     rounds = f" (medians of {len(befores)} rounds)" if len(befores) > 1 else ""
     figures = f"predicted {100 * predicted:.1f}%, realized {100 * realized:.1f}%{rounds}"
-    middle = lambda side: sorted(side, key=iteration_ms)[(len(side) - 1) // 2]  # noqa: E731
-    parts = f"iteration {_parts(middle(befores))} -> {_parts(middle(afters))} ms (step + host time between steps)"
+    parts = f"iteration {_parts(_middle(befores))} -> {_parts(_middle(afters))} ms (step + host time between steps)"
     if realized >= CLEARLY_FASTER:
         mean_ms: dict[str, float] = {}
         for b in befores:
@@ -140,6 +139,11 @@ def judge(befores: Sequence[dict[str, Any]], afters: Sequence[dict[str, Any]], r
     if abs(predicted - realized) > SMALL_GAIN_POINTS:
         return "wrong", f"{figures}: more than {100 * SMALL_GAIN_POINTS:g} points apart; {parts}"
     return "ok", figures
+
+
+def _middle(ledgers: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """The round whose iteration is the median (the lower one of an even count), for a verdict's reader."""
+    return sorted(ledgers, key=iteration_ms)[(len(ledgers) - 1) // 2]
 
 
 def against_known_misses(name: str, verdict: tuple[str, str]) -> str | None:
